@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Set-up entry points for a fresh machine that has only Python.
+
+    python3 dev.py serve   # webhook on its embedded default against examples/cluster
+    python3 dev.py test    # the whole test suite
+
+Each creates `.venv` (if missing), installs KGWE and what it needs into it, then runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / ".kgwe-installed"
+
+
+def _requirements_digest() -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+
+
+def ensure_venv() -> None:
+    if not PY.exists():
+        print(f"creating virtualenv in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    digest = _requirements_digest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return
+    print("installing KGWE and its dependencies into .venv", flush=True)
+    pip = [str(PY), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[test]"], check=True)
+    STAMP.write_text(digest)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"serve", "test"}:
+        print(__doc__)
+        return 2
+    ensure_venv()
+    command, rest = argv[0], argv[1:]
+    if command == "serve":
+        args = [str(BIN / "kgwe"), "serve", "--cluster", str(ROOT / "examples" / "cluster"),
+                "--config", str(ROOT / "examples" / "config.yaml"), *rest]
+    else:
+        args = [str(PY), "-m", "pytest", "-q", *rest]
+    os.chdir(ROOT)
+    return subprocess.call(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,23 @@
+"""The result of one admission decision, before it is rendered as an AdmissionReview response."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Outcome:
+    allowed: bool = True
+    code: int = 200
+    message: str = ""
+    reason: str = ""
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    audit_annotations: dict[str, str] = field(default_factory=dict)
+    # The object after the patch (for `kgwe review` and for validating the mutated pod).
+    object: dict[str, Any] | None = None
+
+    @classmethod
+    def deny(cls, message: str, code: int = 403, reason: str = "Forbidden") -> Outcome:
+        return cls(allowed=False, code=code, message=message, reason=reason)

@@ -1,0 +1,113 @@
+"""AdmissionReview v1 requests as the API server sends them, decoded once into a typed view.
+
+Only the envelope is validated as a model; `object` and `oldObject` stay plain dicts (they are
+mutated by the pipeline and handed to policy engines as JSON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview we can answer: HTTP 400 with this message."""
+
+
+@dataclass
+class UserInfo:
+    username: str = ""
+    uid: str = ""
+    groups: list[str] = field(default_factory=list)
+    extra: dict[str, list[str]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"username": self.username, "uid": self.uid, "groups": self.groups, "extra": self.extra}
+
+
+@dataclass
+class AdmissionRequest:
+    uid: str
+    kind: dict[str, str]
+    resource: dict[str, str]
+    operation: str
+    namespace: str
+    name: str
+    user: UserInfo
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None
+    dry_run: bool
+    raw: dict[str, Any]  # the whole `request` as received
+    api_version: str = API_VERSION
+    sub_resource: str = ""
+
+    @property
+    def is_pod(self) -> bool:
+        return (
+            self.kind.get("kind") == "Pod"
+            and self.kind.get("group", "") == ""
+            and not self.sub_resource
+        )
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _user(raw: Any) -> UserInfo:
+    if not isinstance(raw, dict):
+        return UserInfo()
+    groups = [g for g in raw.get("groups") or [] if isinstance(g, str)]
+    extra_raw = raw.get("extra") or {}
+    extra = {
+        str(k): [str(x) for x in v] if isinstance(v, list) else [str(v)]
+        for k, v in (extra_raw.items() if isinstance(extra_raw, dict) else [])
+    }
+    return UserInfo(_str(raw.get("username")), _str(raw.get("uid")), groups, extra)
+
+
+def decode_review(body: bytes | dict[str, Any]) -> AdmissionRequest:
+    """Decode an AdmissionReview body; raise BadReview with a message saying what is wrong."""
+    if isinstance(body, dict):
+        review = body
+    else:
+        try:
+            review = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise BadReview(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(review, dict):
+        raise BadReview("request body must be a JSON object (an AdmissionReview)")
+    api_version = review.get("apiVersion")
+    if api_version != API_VERSION:
+        raise BadReview(f"unsupported apiVersion {api_version!r}: KGWE speaks {API_VERSION}")
+    if review.get("kind") != KIND:
+        raise BadReview(f"unsupported kind {review.get('kind')!r}: expected {KIND}")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("AdmissionReview request has no uid")
+    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
+    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
+    obj = request.get("object")
+    old = request.get("oldObject")
+    return AdmissionRequest(
+        uid=uid,
+        kind={str(k): str(v) for k, v in (kind or {}).items()},
+        resource={str(k): str(v) for k, v in (resource or {}).items()},
+        operation=_str(request.get("operation")).upper(),
+        namespace=_str(request.get("namespace")),
+        name=_str(request.get("name")),
+        user=_user(request.get("userInfo")),
+        object=obj if isinstance(obj, dict) else None,
+        old_object=old if isinstance(old, dict) else None,
+        dry_run=bool(request.get("dryRun")),
+        raw=request,
+        sub_resource=_str(request.get("subResource")),
+    )

@@ -1,0 +1,343 @@
+"""One cluster model, two sources (YAML directory, Kubernetes API) behind one store.
+
+Sources write Kubernetes objects into a `ClusterStore`; admission reads an immutable `ClusterModel`
+snapshot from it. Snapshots are rebuilt lazily (at most every `min_rebuild_interval` seconds) and
+node facts are recomputed only for nodes whose object changed, so a busy watch stream never costs a
+request more than a pointer read, and a request never scans all nodes: placement reads the per-type
+indexes (`TypeSummary`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from agent.accelerator_types import UNKNOWN, AcceleratorTable
+from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts, Taint, node_facts
+
+# Kinds the model keeps; everything else in a cluster directory is ignored.
+KINDS = (
+    "Node", "Pod", "Namespace", "HardwareProfile", "TenantQuota", "GPUPolicy",
+    "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap",
+)
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
+
+
+@dataclass
+class MigOffer:
+    """A MIG profile of one product, with where it is offered."""
+
+    profile: str
+    devices: int = 0
+    nodes: list[str] = field(default_factory=list)
+    strategies: set[str] = field(default_factory=set)
+    products: set[str] = field(default_factory=set)  # single-strategy product labels, e.g. ...-MIG-1g.10gb
+
+
+@dataclass
+class TypeSummary:
+    """Everything placement needs to know about one accelerator type, precomputed per snapshot."""
+
+    type_id: str
+    nodes: list[str] = field(default_factory=list)
+    gpus_total: int = 0
+    max_gpus_per_node: int = 0
+    max_nvlink_domain: int = 0
+    # Largest allocatable `nvidia.com/gpu` on one node (replicas included): what resource fit allows.
+    max_allocatable_gpu: int = 0
+    # label key -> values seen on every node of this type; used to select the type's nodes.
+    selector_candidates: dict[str, set[str]] = field(default_factory=dict)
+    gpu_taints: set[Taint] = field(default_factory=set)
+    mig: dict[str, MigOffer] = field(default_factory=dict)
+    mps_nodes: list[str] = field(default_factory=list)
+    timeslice_nodes: list[str] = field(default_factory=list)
+    exclusive_nodes: list[str] = field(default_factory=list)
+    max_gpus_exclusive_node: int = 0
+    cliques: dict[str, list[str]] = field(default_factory=dict)
+    clique_labels: set[str] = field(default_factory=set)
+    nvlink_domains: dict[int, int] = field(default_factory=dict)  # domain size -> node count
+
+    def selector(self) -> tuple[str, list[str]] | None:
+        """A (label key, values) pair that selects exactly this type's nodes, best key first."""
+        for key, values in self.selector_candidates.items():
+            return key, sorted(values)
+        return None
+
+
+@dataclass(frozen=True)
+class ClusterModel:
+    """An immutable snapshot of the cluster as admission sees it."""
+
+    nodes: dict[str, NodeFacts]
+    node_objects: dict[str, dict[str, Any]]
+    pods: dict[str, dict[str, Any]]
+    namespaces: dict[str, dict[str, Any]]
+    hardware_profiles: dict[str, dict[str, Any]]
+    tenant_quotas: dict[str, dict[str, Any]]
+    gpu_policies: dict[str, dict[str, Any]]
+    rbac: dict[str, list[dict[str, Any]]]
+    config_maps: dict[str, dict[str, Any]]
+    types: dict[str, TypeSummary]
+    generation: int
+    built_at: float
+    table: AcceleratorTable
+
+    def type_ids(self) -> list[str]:
+        return sorted(t for t in self.types if t != UNKNOWN)
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        obj = self.namespaces.get(namespace) or {}
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        merged = {str(k): str(v) for k, v in labels.items()}
+        merged.setdefault("kubernetes.io/metadata.name", namespace)
+        return merged
+
+    def summary(self) -> dict[str, Any]:
+        """`data.kgwe.cluster` for policies: types with counts, MIG offers, NVLink and sharing."""
+        return self._summary
+
+    @property
+    def _summary(self) -> dict[str, Any]:
+        cached = self.__dict__.get("_summary_cache")
+        if cached is None:
+            cached = build_summary(self)
+            object.__setattr__(self, "_summary_cache", cached)
+        return cached
+
+
+def build_summary(model: ClusterModel) -> dict[str, Any]:
+    types: dict[str, Any] = {}
+    for type_id, summary in model.types.items():
+        accel = model.table.get(type_id)
+        types[type_id] = {
+            "nodes": len(summary.nodes),
+            "gpus": summary.gpus_total,
+            "maxGpusPerNode": summary.max_gpus_per_node,
+            "maxNvlinkDomain": summary.max_nvlink_domain,
+            "nvswitch": bool(accel and accel.nvswitch and summary.max_nvlink_domain > 1),
+            "memoryGB": model.table.memory_gb(type_id),
+            "mig": {p: {"devices": o.devices, "memoryGB": _profile_memory(p)} for p, o in summary.mig.items()},
+            "mps": len(summary.mps_nodes) > 0,
+            "timeSlicing": len(summary.timeslice_nodes) > 0,
+            "cliques": sorted(summary.cliques),
+        }
+    return {"types": types, "typeIds": model.type_ids(), "nodes": len(model.nodes)}
+
+
+def _profile_memory(profile: str) -> int | None:
+    try:
+        return int(profile.split(".")[-1].removesuffix("gb"))
+    except ValueError:
+        return None
+
+
+def build_type_index(nodes: Iterable[NodeFacts], gpu_taint_keys: Iterable[str]) -> dict[str, TypeSummary]:
+    taint_keys = tuple(gpu_taint_keys)
+    index: dict[str, TypeSummary] = {}
+    for facts in nodes:
+        if not facts.accelerator_type:
+            continue
+        summary = index.setdefault(facts.accelerator_type, TypeSummary(facts.accelerator_type))
+        first = not summary.nodes
+        summary.nodes.append(facts.name)
+        summary.gpus_total += facts.gpu_count
+        summary.max_gpus_per_node = max(summary.max_gpus_per_node, facts.gpu_count)
+        summary.max_nvlink_domain = max(summary.max_nvlink_domain, facts.nvlink_domain_size)
+        summary.nvlink_domains[facts.nvlink_domain_size] = summary.nvlink_domains.get(facts.nvlink_domain_size, 0) + 1
+        summary.max_allocatable_gpu = max(
+            summary.max_allocatable_gpu, int(facts.allocatable.get(GPU_RESOURCE, Decimal(0)))
+        )
+        # Keep only selector keys every node of the type carries.
+        labels = facts.selector_labels()
+        if first:
+            summary.selector_candidates = {k: {v} for k, v in labels.items()}
+        else:
+            for key in list(summary.selector_candidates):
+                if key in labels:
+                    summary.selector_candidates[key].add(labels[key])
+                else:
+                    del summary.selector_candidates[key]
+        for taint in facts.taints:
+            if taint.effect in ("NoSchedule", "NoExecute") and taint.key.startswith(taint_keys):
+                summary.gpu_taints.add(taint)
+        if facts.mig_ready:
+            for profile, count in facts.mig_profiles.items():
+                offer = summary.mig.setdefault(profile, MigOffer(profile))
+                offer.devices += count
+                offer.nodes.append(facts.name)
+                offer.strategies.add(facts.mig_strategy)
+                if facts.mig_strategy == "single" and facts.product:
+                    offer.products.add(facts.product)
+        if facts.sharing == "mps":
+            summary.mps_nodes.append(facts.name)
+        elif facts.sharing == "time-slicing":
+            summary.timeslice_nodes.append(facts.name)
+        elif not facts.mig_profiles or facts.mig_strategy == "mixed":
+            if facts.allocatable.get(GPU_RESOURCE, Decimal(0)) > 0:
+                summary.exclusive_nodes.append(facts.name)
+                summary.max_gpus_exclusive_node = max(
+                    summary.max_gpus_exclusive_node, int(facts.allocatable.get(GPU_RESOURCE, Decimal(0)))
+                )
+        if facts.clique:
+            summary.cliques.setdefault(facts.clique, []).append(facts.name)
+            if facts.clique_label:
+                summary.clique_labels.add(facts.clique_label)
+    # Selector keys: the agent's label first, then GFD's product, then cloud labels.
+    for summary in index.values():
+        summary.selector_candidates = dict(sorted(summary.selector_candidates.items(), key=_selector_rank))
+    return index
+
+
+_SELECTOR_ORDER = (
+    "kgwe.io/accelerator-type", "nvidia.com/gpu.product", "cloud.google.com/gke-accelerator",
+    "karpenter.k8s.aws/instance-gpu-name", "node.kubernetes.io/instance-type",
+)
+
+
+def _selector_rank(item: tuple[str, set[str]]) -> int:
+    return _SELECTOR_ORDER.index(item[0]) if item[0] in _SELECTOR_ORDER else len(_SELECTOR_ORDER)
+
+
+def pod_is_finished(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+
+
+class ClusterStore:
+    """Mutable, thread-safe store of the objects sources report; hands out immutable snapshots."""
+
+    def __init__(
+        self,
+        table: AcceleratorTable,
+        staleness_seconds: float = 300.0,
+        gpu_taint_keys: Iterable[str] = ("nvidia.com/gpu",),
+        min_rebuild_interval: float = 0.5,
+    ) -> None:
+        self.table = table
+        self.staleness_seconds = staleness_seconds
+        self.gpu_taint_keys = tuple(gpu_taint_keys)
+        self.min_rebuild_interval = min_rebuild_interval
+        self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
+        self._facts: dict[str, tuple[str, NodeFacts]] = {}
+        self._lock = threading.RLock()
+        self._generation = 0
+        self._snapshot: ClusterModel | None = None
+        self._snapshot_generation = -1
+        self._loaded = False
+        self._listeners: list[Any] = []
+
+    # -- writes (sources) -------------------------------------------------------------------
+    def upsert(self, obj: dict[str, Any]) -> None:
+        kind = obj.get("kind")
+        if kind not in self._objects:
+            return
+        with self._lock:
+            self._objects[kind][object_key(obj)] = obj
+            self._generation += 1
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        kind = obj.get("kind")
+        if kind not in self._objects:
+            return
+        with self._lock:
+            self._objects[kind].pop(object_key(obj), None)
+            self._generation += 1
+
+    def replace_kind(self, kind: str, objects: Iterable[dict[str, Any]]) -> None:
+        """A relist: the kind's objects are exactly these now."""
+        with self._lock:
+            self._objects[kind] = {object_key(o): o for o in objects}
+            self._generation += 1
+
+    def replace_all(self, objects: Iterable[dict[str, Any]]) -> None:
+        grouped: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
+        for obj in objects:
+            kind = obj.get("kind")
+            if kind in grouped:
+                grouped[kind][object_key(obj)] = obj
+        with self._lock:
+            self._objects = grouped
+            self._generation += 1
+
+    def mark_loaded(self) -> None:
+        with self._lock:
+            self._loaded = True
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._objects.get(kind, {}).values())
+
+    # -- reads (admission) ------------------------------------------------------------------
+    def snapshot(self, force: bool = False) -> ClusterModel:
+        current = self._snapshot
+        if current is not None and self._snapshot_generation == self._generation:
+            return current
+        if current is not None and not force and time.monotonic() - current.built_at < self.min_rebuild_interval:
+            return current
+        with self._lock:
+            if self._snapshot is not None and self._snapshot_generation == self._generation:
+                return self._snapshot
+            self._snapshot = self._build()
+            self._snapshot_generation = self._generation
+            return self._snapshot
+
+    def _build(self) -> ClusterModel:
+        now = datetime.now(UTC)
+        facts: dict[str, NodeFacts] = {}
+        fresh_cache: dict[str, tuple[str, NodeFacts]] = {}
+        for key, node in self._objects["Node"].items():
+            version = _version(node)
+            cached = self._facts.get(key)
+            # Topology staleness depends on time, so nodes with a topology document are recomputed.
+            if cached is not None and cached[0] == version and cached[1].topology is None:
+                item = cached[1]
+            else:
+                item = node_facts(node, self.table, self.staleness_seconds, now)
+            facts[item.name] = item
+            fresh_cache[key] = (version, item)
+        self._facts = fresh_cache
+        objs = self._objects
+        return ClusterModel(
+            nodes=facts,
+            node_objects={object_key(n): n for n in objs["Node"].values()},
+            pods=dict(objs["Pod"]),
+            namespaces={object_key(n): n for n in objs["Namespace"].values()},
+            hardware_profiles={object_key(o): o for o in objs["HardwareProfile"].values()},
+            tenant_quotas={object_key(o): o for o in objs["TenantQuota"].values()},
+            gpu_policies={object_key(o): o for o in objs["GPUPolicy"].values()},
+            rbac={kind: list(objs[kind].values()) for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")},
+            config_maps=dict(objs["ConfigMap"]),
+            types=build_type_index(facts.values(), self.gpu_taint_keys),
+            generation=self._generation,
+            built_at=time.monotonic(),
+            table=self.table,
+        )
+
+
+def _version(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    version = meta.get("resourceVersion")
+    if version:
+        return str(version)
+    # YAML objects carry no resourceVersion: identity of the dict is enough (they are replaced, not edited).
+    return f"id:{id(obj)}"
+
+
+def iter_gpu_nodes(model: ClusterModel) -> Iterator[NodeFacts]:
+    for facts in model.nodes.values():
+        if facts.accelerator_type:
+            yield facts

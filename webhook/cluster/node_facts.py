@@ -1,0 +1,304 @@
+"""What KGWE knows about one node's GPUs, derived from its labels, allocatable and topology annotation.
+
+Sources, best first: the agent's `kgwe.io/topology` annotation while it is fresh, the agent's labels,
+NVIDIA GFD labels, then GKE, Karpenter and AKS labels. A node with GPUs but none of these is type
+`unknown`: shown, never selected, never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from agent.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, split_product
+from agent.topology_schema import (
+    ANNOTATION,
+    HEARTBEAT_ANNOTATION,
+    LABEL_ACCELERATOR_TYPE,
+    LABEL_NVLINK_CLIQUE,
+    LABEL_NVLINK_DOMAIN_SIZE,
+    TopologyDocument,
+)
+from webhook.quantities import parse_quantity
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/gpu")
+
+L_PRODUCT = "nvidia.com/gpu.product"
+L_MEMORY = "nvidia.com/gpu.memory"
+L_COUNT = "nvidia.com/gpu.count"
+L_REPLICAS = "nvidia.com/gpu.replicas"
+L_SHARING = "nvidia.com/gpu.sharing-strategy"
+L_MIG_STRATEGY = "nvidia.com/mig.strategy"
+L_MIG_STATE = "nvidia.com/mig.config.state"
+L_CLIQUE = "nvidia.com/gpu.clique"
+L_PRESENT = "nvidia.com/gpu.present"
+L_FAMILY = "nvidia.com/gpu.family"
+L_GKE_ACCEL = "cloud.google.com/gke-accelerator"
+L_GKE_COUNT = "cloud.google.com/gke-accelerator-count"
+L_GKE_PARTITION = "cloud.google.com/gke-gpu-partition-size"
+L_GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+L_GKE_MAX_SHARED = "cloud.google.com/gke-max-shared-clients-per-gpu"
+L_KARPENTER_NAME = "karpenter.k8s.aws/instance-gpu-name"
+L_KARPENTER_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"
+L_KARPENTER_COUNT = "karpenter.k8s.aws/instance-gpu-count"
+L_AKS_ACCEL = "kubernetes.azure.com/accelerator"
+L_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str | None
+    effect: str
+
+
+@dataclass
+class NodeFacts:
+    name: str
+    labels: dict[str, str]
+    accelerator_type: str  # a type id, `unknown`, `mixed`, or "" for a node without GPUs
+    type_source: str  # topology | agent-label | gfd | gke | karpenter | aks | none
+    gpu_count: int  # physical GPUs (not MPS or time-slicing replicas)
+    gpu_memory_mib: int | None
+    product: str | None
+    allocatable: dict[str, Decimal]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    mig_strategy: str  # none | single | mixed | gke
+    mig_ready: bool  # nvidia.com/mig.config.state == success (or no mig-manager at all)
+    mig_profiles: dict[str, int]  # profile -> devices on the node
+    sharing: str  # none | mps | time-slicing
+    replicas: int
+    nvlink_domain_size: int
+    clique: str | None
+    clique_label: str | None  # the label key carrying the clique (kgwe.io/nvlink-clique or nvidia.com/gpu.clique)
+    topology: TopologyDocument | None = None
+    topology_age_seconds: float | None = None
+    topology_stale: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpu_count > 0 or any(self._gpu_allocatable())
+
+    def _gpu_allocatable(self) -> list[str]:
+        return [k for k, v in self.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES) and v > 0]
+
+    @property
+    def is_typed(self) -> bool:
+        return self.accelerator_type not in ("", UNKNOWN, MIXED)
+
+    def selector_labels(self) -> dict[str, str]:
+        """Labels that identify this node's accelerator type, usable in node selectors, best first."""
+        out: dict[str, str] = {}
+        for key in (LABEL_ACCELERATOR_TYPE, L_PRODUCT, L_GKE_ACCEL, L_KARPENTER_NAME, L_INSTANCE_TYPE):
+            if key in self.labels:
+                out[key] = self.labels[key]
+        return out
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _taints(node: dict[str, Any]) -> tuple[Taint, ...]:
+    taints = []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if isinstance(taint, dict) and taint.get("key") and taint.get("effect"):
+            taints.append(Taint(str(taint["key"]), taint.get("value"), str(taint["effect"])))
+    return tuple(taints)
+
+
+def _allocatable(node: dict[str, Any]) -> dict[str, Decimal]:
+    status = node.get("status") or {}
+    raw = status.get("allocatable") or status.get("capacity") or {}
+    out: dict[str, Decimal] = {}
+    for key, value in raw.items():
+        try:
+            out[str(key)] = parse_quantity(value)
+        except ValueError:
+            continue
+    return out
+
+
+def _parse_topology(annotations: dict[str, str]) -> TopologyDocument | None:
+    raw = annotations.get(ANNOTATION)
+    if not raw:
+        return None
+    try:
+        return TopologyDocument.model_validate_json(raw)
+    except ValueError:
+        return None
+
+
+def _heartbeat(annotations: dict[str, str]) -> datetime | None:
+    raw = annotations.get(HEARTBEAT_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        stamp = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+def node_facts(
+    node: dict[str, Any],
+    table: AcceleratorTable,
+    staleness_seconds: float,
+    now: datetime | None = None,
+) -> NodeFacts:
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    allocatable = _allocatable(node)
+    notes: list[str] = []
+
+    topology = _parse_topology(annotations)
+    age: float | None = None
+    stale = False
+    if topology is not None:
+        current = now or datetime.now(UTC)
+        age = topology.age_seconds(current)
+        beat = _heartbeat(annotations)
+        if beat is not None:
+            age = min(age, max(0.0, (current - beat).total_seconds()))
+        stale = age > staleness_seconds
+        if stale:
+            notes.append(f"topology {int(age)}s old (stale after {int(staleness_seconds)}s): using GFD labels")
+    elif ANNOTATION in annotations:
+        notes.append("topology annotation unreadable: using GFD labels")
+    fresh = topology if topology is not None and not stale else None
+
+    product = labels.get(L_PRODUCT)
+    memory_mib = _int(labels.get(L_MEMORY))
+    mig_strategy = labels.get(L_MIG_STRATEGY, "none")
+    base_product, single_profile, _shared = split_product(product) if product else ("", None, False)
+
+    # Accelerator type.
+    type_id, source = "", "none"
+    if fresh is not None and fresh.gpus:
+        type_id, source = fresh.accelerator_type, "topology"
+    elif labels.get(LABEL_ACCELERATOR_TYPE) and not stale:
+        type_id, source = labels[LABEL_ACCELERATOR_TYPE], "agent-label"
+    elif product:
+        # Under MIG single the memory label is the slice's, not the GPU's: the table knows the model.
+        type_id = table.from_product(base_product, None if single_profile else memory_mib)
+        source = "gfd"
+    elif labels.get(L_GKE_ACCEL):
+        type_id, source = table.from_gke(labels[L_GKE_ACCEL]), "gke"
+    elif labels.get(L_KARPENTER_NAME):
+        type_id = table.from_karpenter(labels[L_KARPENTER_NAME], _int(labels.get(L_KARPENTER_MEMORY)))
+        source = "karpenter"
+    elif labels.get(L_AKS_ACCEL) and labels.get(L_INSTANCE_TYPE):
+        type_id, source = table.from_azure_instance(labels[L_INSTANCE_TYPE]), "aks"
+
+    # Sharing (MPS, time-slicing) and replicas.
+    sharing = labels.get(L_SHARING, "none")
+    replicas = _int(labels.get(L_REPLICAS)) or 1
+    gke_sharing = labels.get(L_GKE_SHARING)
+    if gke_sharing:
+        sharing = "mps" if gke_sharing.lower() == "mps" else "time-slicing"
+        replicas = _int(labels.get(L_GKE_MAX_SHARED)) or replicas
+    if fresh is not None and fresh.sharing.strategy != "none":
+        sharing, replicas = fresh.sharing.strategy, max(1, fresh.sharing.replicas)
+    if sharing not in ("mps", "time-slicing"):
+        sharing, replicas = "none", 1
+
+    # Physical GPU count.
+    gpu_count = 0
+    if fresh is not None and fresh.gpus:
+        gpu_count = len(fresh.gpus)
+    elif mig_strategy == "single" and labels.get(L_COUNT):
+        # Under MIG single gpu.count counts MIG devices; the parents are not visible as a number.
+        gpu_count = _int(labels.get(L_COUNT)) or 0
+    else:
+        gpu_count = (
+            _int(labels.get(L_COUNT))
+            or _int(labels.get(L_GKE_COUNT))
+            or _int(labels.get(L_KARPENTER_COUNT))
+            or 0
+        )
+        if not gpu_count:
+            whole = allocatable.get(GPU_RESOURCE, Decimal(0))
+            gpu_count = int(whole) // max(1, replicas)
+    has_any_gpu = gpu_count > 0 or any(
+        k.startswith(GPU_RESOURCE_PREFIXES) and v > 0 for k, v in allocatable.items()
+    )
+    if has_any_gpu and not type_id:
+        type_id = UNKNOWN
+        notes.append("GPUs without labels or topology: type unknown")
+    if not has_any_gpu and source == "none":
+        type_id = ""
+
+    # MIG.
+    mig_profiles: dict[str, int] = {}
+    if mig_strategy == "mixed":
+        for key, value in allocatable.items():
+            if key.startswith(MIG_RESOURCE_PREFIX) and value > 0:
+                mig_profiles[key[len(MIG_RESOURCE_PREFIX):]] = int(value)
+        for key, value in labels.items():
+            if key.startswith("nvidia.com/mig-") and key.endswith(".count"):
+                profile = key[len("nvidia.com/mig-"): -len(".count")]
+                mig_profiles.setdefault(profile, _int(value) or 0)
+    elif mig_strategy == "single" and single_profile:
+        mig_profiles[single_profile] = _int(labels.get(L_COUNT)) or int(allocatable.get(GPU_RESOURCE, 0))
+    elif labels.get(L_GKE_PARTITION):
+        mig_strategy = "gke"
+        mig_profiles[labels[L_GKE_PARTITION]] = int(allocatable.get(GPU_RESOURCE, 0))
+    mig_state = labels.get(L_MIG_STATE)
+    mig_ready = mig_state in (None, "success")
+    if mig_profiles and not mig_ready:
+        notes.append(f"MIG configuration state is {mig_state!r}: no MIG placement here")
+
+    # NVLink domain and clique.
+    nvlink = _int(labels.get(LABEL_NVLINK_DOMAIN_SIZE)) if not stale else None
+    if fresh is not None and fresh.nvlink.domain_size:
+        nvlink = fresh.nvlink.domain_size
+    if nvlink is None:
+        accel = table.get(type_id)
+        # Without the agent, an NVSwitch SXM board is all-to-all; PCIe cards are not.
+        sxm = bool(product) and ("SXM" in product.upper() or "HBM" in product.upper() or "GB200" in product.upper())
+        nvlink = gpu_count if accel is not None and accel.nvswitch and sxm else (1 if gpu_count else 0)
+    clique, clique_label = None, None
+    if labels.get(LABEL_NVLINK_CLIQUE) and not stale:
+        clique, clique_label = labels[LABEL_NVLINK_CLIQUE], LABEL_NVLINK_CLIQUE
+    elif labels.get(L_CLIQUE):
+        clique, clique_label = labels[L_CLIQUE], L_CLIQUE
+    if fresh is not None and fresh.fabric is not None and clique is None:
+        clique = fresh.fabric.clique
+
+    return NodeFacts(
+        name=name,
+        labels=labels,
+        accelerator_type=type_id,
+        type_source=source,
+        gpu_count=gpu_count,
+        gpu_memory_mib=memory_mib,
+        product=product,
+        allocatable=allocatable,
+        taints=_taints(node),
+        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        mig_strategy=mig_strategy,
+        mig_ready=mig_ready,
+        mig_profiles=mig_profiles,
+        sharing=sharing,
+        replicas=replicas,
+        nvlink_domain_size=nvlink,
+        clique=clique,
+        clique_label=clique_label,
+        topology=topology,
+        topology_age_seconds=age,
+        topology_stale=stale,
+        notes=notes,
+    )
