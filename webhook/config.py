@@ -69,9 +69,7 @@ class Config(_Section):
     # Extensions of the accelerator type table (see docs/placement.md).
     accelerator_types: list[dict[str, Any]] = Field(default_factory=list, alias="acceleratorTypes")
     # Namespaces the webhook never touches, in addition to the webhook configuration's selector.
-    excluded_namespaces: list[str] = Field(
-        default_factory=lambda: ["kube-system"], alias="excludedNamespaces"
-    )
+    excluded_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"], alias="excludedNamespaces")
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -22,8 +22,17 @@ from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts, Taint, node_fact
 
 # Kinds the model keeps; everything else in a cluster directory is ignored.
 KINDS = (
-    "Node", "Pod", "Namespace", "HardwareProfile", "TenantQuota", "GPUPolicy",
-    "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap",
+    "Node",
+    "Pod",
+    "Namespace",
+    "HardwareProfile",
+    "TenantQuota",
+    "GPUPolicy",
+    "Role",
+    "ClusterRole",
+    "RoleBinding",
+    "ClusterRoleBinding",
+    "ConfigMap",
 )
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -183,12 +192,13 @@ def build_type_index(nodes: Iterable[NodeFacts], gpu_taint_keys: Iterable[str]) 
             summary.mps_nodes.append(facts.name)
         elif facts.sharing == "time-slicing":
             summary.timeslice_nodes.append(facts.name)
-        elif not facts.mig_profiles or facts.mig_strategy == "mixed":
-            if facts.allocatable.get(GPU_RESOURCE, Decimal(0)) > 0:
-                summary.exclusive_nodes.append(facts.name)
-                summary.max_gpus_exclusive_node = max(
-                    summary.max_gpus_exclusive_node, int(facts.allocatable.get(GPU_RESOURCE, Decimal(0)))
-                )
+        elif (not facts.mig_profiles or facts.mig_strategy == "mixed") and facts.allocatable.get(
+            GPU_RESOURCE, Decimal(0)
+        ) > 0:
+            summary.exclusive_nodes.append(facts.name)
+            summary.max_gpus_exclusive_node = max(
+                summary.max_gpus_exclusive_node, int(facts.allocatable.get(GPU_RESOURCE, Decimal(0)))
+            )
         if facts.clique:
             summary.cliques.setdefault(facts.clique, []).append(facts.name)
             if facts.clique_label:
@@ -200,8 +210,11 @@ def build_type_index(nodes: Iterable[NodeFacts], gpu_taint_keys: Iterable[str]) 
 
 
 _SELECTOR_ORDER = (
-    "kgwe.io/accelerator-type", "nvidia.com/gpu.product", "cloud.google.com/gke-accelerator",
-    "karpenter.k8s.aws/instance-gpu-name", "node.kubernetes.io/instance-type",
+    "kgwe.io/accelerator-type",
+    "nvidia.com/gpu.product",
+    "cloud.google.com/gke-accelerator",
+    "karpenter.k8s.aws/instance-gpu-name",
+    "node.kubernetes.io/instance-type",
 )
 
 
@@ -319,7 +332,9 @@ class ClusterStore:
             hardware_profiles={object_key(o): o for o in objs["HardwareProfile"].values()},
             tenant_quotas={object_key(o): o for o in objs["TenantQuota"].values()},
             gpu_policies={object_key(o): o for o in objs["GPUPolicy"].values()},
-            rbac={kind: list(objs[kind].values()) for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")},
+            rbac={
+                kind: list(objs[kind].values()) for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+            },
             config_maps=dict(objs["ConfigMap"]),
             types=build_type_index(facts.values(), self.gpu_taint_keys),
             generation=self._generation,

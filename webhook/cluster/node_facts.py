@@ -224,17 +224,12 @@ def node_facts(
         gpu_count = _int(labels.get(L_COUNT)) or 0
     else:
         gpu_count = (
-            _int(labels.get(L_COUNT))
-            or _int(labels.get(L_GKE_COUNT))
-            or _int(labels.get(L_KARPENTER_COUNT))
-            or 0
+            _int(labels.get(L_COUNT)) or _int(labels.get(L_GKE_COUNT)) or _int(labels.get(L_KARPENTER_COUNT)) or 0
         )
         if not gpu_count:
             whole = allocatable.get(GPU_RESOURCE, Decimal(0))
             gpu_count = int(whole) // max(1, replicas)
-    has_any_gpu = gpu_count > 0 or any(
-        k.startswith(GPU_RESOURCE_PREFIXES) and v > 0 for k, v in allocatable.items()
-    )
+    has_any_gpu = gpu_count > 0 or any(k.startswith(GPU_RESOURCE_PREFIXES) and v > 0 for k, v in allocatable.items())
     if has_any_gpu and not type_id:
         type_id = UNKNOWN
         notes.append("GPUs without labels or topology: type unknown")
@@ -246,10 +241,10 @@ def node_facts(
     if mig_strategy == "mixed":
         for key, value in allocatable.items():
             if key.startswith(MIG_RESOURCE_PREFIX) and value > 0:
-                mig_profiles[key[len(MIG_RESOURCE_PREFIX):]] = int(value)
+                mig_profiles[key[len(MIG_RESOURCE_PREFIX) :]] = int(value)
         for key, value in labels.items():
             if key.startswith("nvidia.com/mig-") and key.endswith(".count"):
-                profile = key[len("nvidia.com/mig-"): -len(".count")]
+                profile = key[len("nvidia.com/mig-") : -len(".count")]
                 mig_profiles.setdefault(profile, _int(value) or 0)
     elif mig_strategy == "single" and single_profile:
         mig_profiles[single_profile] = _int(labels.get(L_COUNT)) or int(allocatable.get(GPU_RESOURCE, 0))

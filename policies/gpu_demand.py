@@ -1,0 +1,135 @@
+"""What GPU resources a pod asks for, and what that is worth in GPU-equivalents (SPEC section 6).
+
+Pure functions over pod dicts, shared by cost annotations, quotas and validation. Kubernetes' rule for
+the effective request applies: the larger of the sum over app containers and the largest init container.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+GPU_PREFIXES = ("nvidia.com/", "amd.com/gpu")
+SEVEN = Decimal(7)
+
+
+@dataclass
+class GpuDemand:
+    whole_gpus: int = 0  # nvidia.com/gpu (or amd.com/gpu) units, replicas on shared nodes
+    mig: dict[str, int] = field(default_factory=dict)  # profile -> slices asked
+    other: dict[str, Decimal] = field(default_factory=dict)  # other nvidia.com/* resources (HAMi, renamed shared)
+    invalid: list[str] = field(default_factory=list)  # human-readable problems, e.g. fractional GPU counts
+    gpu_containers: list[str] = field(default_factory=list)
+
+    @property
+    def asks_gpu(self) -> bool:
+        return bool(self.whole_gpus or self.mig or self.other or self.invalid)
+
+
+def _quantity(value: Any) -> Decimal | None:
+    try:
+        return Decimal(parse_quantity(value if not isinstance(value, int | float) else str(value)))
+    except (ValueError, InvalidOperation, TypeError):
+        return None
+
+
+def _container_gpu(container: dict[str, Any], where: str) -> tuple[dict[str, Decimal], list[str]]:
+    resources = container.get("resources") or {}
+    amounts: dict[str, Decimal] = {}
+    problems: list[str] = []
+    name = container.get("name", "?")
+    # Extended resources must have requests == limits; limits alone imply requests.
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if not isinstance(values, dict):
+            continue
+        for key, raw in values.items():
+            if not isinstance(key, str) or not key.startswith(GPU_PREFIXES):
+                continue
+            amount = _quantity(raw)
+            if amount is None:
+                problems.append(f"{where} {name}: {section}[{key}] = {raw!r} is not a quantity")
+                continue
+            if amount < 0:
+                problems.append(f"{where} {name}: {section}[{key}] = {raw!r} is negative")
+                continue
+            if key == GPU or key.startswith(MIG_PREFIX) or key == "amd.com/gpu":
+                if amount != amount.to_integral_value():
+                    problems.append(
+                        f"{where} {name}: {section}[{key}] = {raw!r} is not a whole number of devices"
+                    )
+                    continue
+            amounts.setdefault(key, amount)
+    return amounts, problems
+
+
+def pod_gpu_demand(pod: dict[str, Any]) -> GpuDemand:
+    spec = pod.get("spec") or {}
+    demand = GpuDemand()
+    app: dict[str, Decimal] = {}
+    for container in spec.get("containers") or []:
+        if not isinstance(container, dict):
+            continue
+        amounts, problems = _container_gpu(container, "container")
+        demand.invalid.extend(problems)
+        if amounts:
+            demand.gpu_containers.append(str(container.get("name", "")))
+        for key, amount in amounts.items():
+            app[key] = app.get(key, Decimal(0)) + amount
+    init_max: dict[str, Decimal] = {}
+    for container in spec.get("initContainers") or []:
+        if not isinstance(container, dict):
+            continue
+        amounts, problems = _container_gpu(container, "initContainer")
+        demand.invalid.extend(problems)
+        for key, amount in amounts.items():
+            # Sidecars (restartPolicy Always) run alongside the app containers: they add up.
+            if container.get("restartPolicy") == "Always":
+                app[key] = app.get(key, Decimal(0)) + amount
+            else:
+                init_max[key] = max(init_max.get(key, Decimal(0)), amount)
+    effective = dict(app)
+    for key, amount in init_max.items():
+        effective[key] = max(effective.get(key, Decimal(0)), amount)
+    for key, amount in effective.items():
+        if key in (GPU, "amd.com/gpu"):
+            demand.whole_gpus += int(amount)
+        elif key.startswith(MIG_PREFIX):
+            demand.mig[key[len(MIG_PREFIX):]] = int(amount)
+        else:
+            demand.other[key] = amount
+    return demand
+
+
+def mig_compute_slices(profile: str) -> int:
+    """Compute slices of a MIG profile name such as `3g.40gb`, `1g.10gb+me` or `1c.3g.20gb`."""
+    for part in profile.split("."):
+        if part.endswith("g") and part[:-1].isdigit():
+            return int(part[:-1])
+    return 7
+
+
+def gpu_equivalents(
+    demand: GpuDemand,
+    sharing: str = "exclusive",
+    gpu_fraction: Decimal | None = None,
+    replicas: int = 1,
+) -> Decimal:
+    """GPU-equivalents of a demand: whole GPU 1, MIG slice slices/7, MPS share its fraction, time-slice 1/replicas."""
+    total = Decimal(0)
+    for profile, count in demand.mig.items():
+        total += Decimal(mig_compute_slices(profile)) / SEVEN * count
+    if demand.whole_gpus:
+        if sharing == "mps":
+            share = gpu_fraction if gpu_fraction is not None else Decimal(1) / max(1, replicas)
+            total += share * demand.whole_gpus
+        elif sharing == "time-slicing":
+            total += Decimal(demand.whole_gpus) / max(1, replicas)
+        else:
+            total += demand.whole_gpus
+    return total

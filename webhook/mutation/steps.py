@@ -1,0 +1,212 @@
+"""The mutation steps: each renders one part of the placement plan (or attribution) into the pod."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from webhook.intent import LABEL_GANG, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_HOURLY_COST, OUT_TENANT
+from webhook.mutation.pipeline import Step
+from webhook.placement.constraints import (
+    and_into_required_terms,
+    apply_preferences,
+    apply_requirements,
+    apply_tolerations,
+)
+from webhook.placement.plan import PlacementPlan
+
+
+@dataclass
+class Outputs:
+    """KGWE's output annotations for this pod; None means the key must be absent."""
+
+    values: dict[str, str | None]
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, Any]:
+    metadata = pod.setdefault("metadata", {})
+    notes = metadata.get("annotations")
+    if not isinstance(notes, dict):
+        notes = {}
+        metadata["annotations"] = notes
+    return notes
+
+
+def _drop_empty_annotations(pod: dict[str, Any]) -> None:
+    metadata = pod.get("metadata") or {}
+    if "annotations" in metadata and not metadata["annotations"]:
+        del metadata["annotations"]
+
+
+def output_annotations_step(outputs: Outputs) -> Step:
+    """Output-annotation ownership: KGWE's keys hold exactly KGWE's values; what users set is replaced."""
+
+    def step(pod: dict[str, Any]) -> None:
+        had = "annotations" in (pod.get("metadata") or {})
+        notes = _annotations(pod)
+        for key, value in outputs.values.items():
+            if value is None:
+                notes.pop(key, None)
+            elif notes.get(key) != value:
+                notes[key] = value
+        if not had:
+            _drop_empty_annotations(pod)
+
+    return ("output-annotations", step)
+
+
+def placement_steps(plan: PlacementPlan) -> list[Step]:
+    steps: list[Step] = []
+    if plan.requirements or plan.type_alternatives or plan.preferences or plan.tolerations:
+        steps.append(("node-constraints", lambda pod: _apply_node_constraints(pod, plan)))
+    if plan.resource_renames:
+        steps.append(("mig-resources", lambda pod: _rename_resources(pod, plan.resource_renames)))
+    if plan.env:
+        steps.append(("mps-env", lambda pod: _set_env(pod, plan.env)))
+    if plan.labels or plan.pod_affinity_terms or plan.annotations:
+        steps.append(("gang", lambda pod: _apply_gang(pod, plan)))
+    return steps
+
+
+def _apply_node_constraints(pod: dict[str, Any], plan: PlacementPlan) -> None:
+    apply_requirements(pod, plan.requirements)
+    if plan.type_alternatives:
+        _and_alternatives(pod, plan.type_alternatives)
+    apply_preferences(pod, plan.preferences)
+    apply_tolerations(pod, plan.tolerations)
+
+
+def _and_alternatives(pod: dict[str, Any], alternatives: list[list[Any]]) -> None:
+    """Several types selected by different label keys: each existing term times each alternative.
+
+    A term that already holds one alternative whole (from an earlier pass) is left alone, so a second
+    pass adds nothing.
+    """
+    affinity = pod.setdefault("spec", {}).setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    wanted = [[r.as_expression() for r in alternative] for alternative in alternatives]
+    new_terms = []
+    for term in terms:
+        expressions = list(term.get("matchExpressions") or [])
+        if any(all(e in expressions for e in alternative) for alternative in wanted):
+            new_terms.append(term)
+            continue
+        for alternative in wanted:
+            combined = expressions + [e for e in alternative if e not in expressions]
+            new_terms.append({**term, "matchExpressions": combined})
+    if new_terms != terms:
+        required["nodeSelectorTerms"] = new_terms
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod.get("spec") or {}
+    return [c for c in (spec.get("containers") or []) + (spec.get("initContainers") or []) if isinstance(c, dict)]
+
+
+def _rename_resources(pod: dict[str, Any], renames: dict[str, str]) -> None:
+    for container in _containers(pod):
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if not isinstance(values, dict):
+                continue
+            for old, new in renames.items():
+                if old in values:
+                    amount = values.pop(old)
+                    values.setdefault(new, amount)
+
+
+def _asks_gpu(container: dict[str, Any]) -> bool:
+    resources = container.get("resources") or {}
+    return any(
+        isinstance(key, str) and key.startswith("nvidia.com/")
+        for section in ("limits", "requests")
+        for key in (resources.get(section) or {})
+    )
+
+
+def _set_env(pod: dict[str, Any], env: dict[str, str]) -> None:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if not isinstance(container, dict) or not _asks_gpu(container):
+            continue
+        current = list(container.get("env") or [])
+        names = {e.get("name"): i for i, e in enumerate(current) if isinstance(e, dict)}
+        for name, value in env.items():
+            entry = {"name": name, "value": value}
+            if name in names:
+                # MPS client settings may only tighten the daemon's limits; KGWE's value is the pod's share.
+                current[names[name]] = entry
+            else:
+                current.append(entry)
+        container["env"] = current
+
+
+def _apply_gang(pod: dict[str, Any], plan: PlacementPlan) -> None:
+    metadata = pod.setdefault("metadata", {})
+    if plan.labels:
+        labels = dict(metadata.get("labels") or {})
+        labels.update(plan.labels)
+        metadata["labels"] = labels
+    if plan.annotations:
+        notes = _annotations(pod)
+        notes.update(plan.annotations)
+    if plan.pod_affinity_terms:
+        affinity = pod.setdefault("spec", {}).setdefault("affinity", {}).setdefault("podAffinity", {})
+        required = list(affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+        for term in plan.pod_affinity_terms:
+            if term not in required:
+                required.append(term)
+        affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+
+
+def decision_document(plan: PlacementPlan, stale_nodes: int, policy_name: str | None) -> str:
+    doc: dict[str, Any] = {"v": 1, "steps": [s for s in plan.steps]}
+    if plan.types:
+        doc["types"] = plan.types
+    if plan.sharing != "exclusive":
+        doc["sharing"] = plan.sharing
+    if plan.mig_profile:
+        doc["mig"] = f"{plan.mig_profile}/{plan.mig_strategy}"
+    if plan.gpu_fraction is not None:
+        doc["fraction"] = str(plan.gpu_fraction)
+    if plan.nvlink:
+        doc["nvlink"] = True
+    if plan.gang:
+        doc["gang"] = plan.gang
+    if plan.profile:
+        doc["profile"] = plan.profile
+    decided = dict(plan.decided_by)
+    if policy_name and not decided:
+        decided["placement"] = policy_name
+    if decided:
+        doc["by"] = dict(sorted(decided.items()))
+    if stale_nodes:
+        doc["topology"] = f"stale on {stale_nodes} node(s): GFD labels used"
+    return orjson.dumps(doc).decode()
+
+
+def compose(*groups: list[Step]) -> list[Step]:
+    out: list[Step] = []
+    for group in groups:
+        out.extend(group)
+    return out
+
+
+StepFactory = Callable[[PlacementPlan], list[Step]]
+__all__ = [
+    "LABEL_GANG",
+    "OUT_ACCELERATOR_TYPE",
+    "OUT_DECISION",
+    "OUT_HOURLY_COST",
+    "OUT_TENANT",
+    "Outputs",
+    "and_into_required_terms",
+    "compose",
+    "decision_document",
+    "output_annotations_step",
+    "placement_steps",
+]

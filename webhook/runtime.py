@@ -1,0 +1,297 @@
+"""Wiring: the configuration, the cluster store and the policy, quota and RBAC collaborators of admission.
+
+`build_runtime` assembles one `Runtime` for `kgwe serve` and `kgwe review` alike, so the server and the
+command line cannot disagree. The runtime also owns the glue that turns webhook facts into the plain
+data the policy layer takes (policies never import the webhook).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter
+
+from policies.api import PolicyContext, Violation
+from policies.gpu_demand import GpuDemand, pod_gpu_demand
+from policies.metrics import record_refusal as _record_refusal
+from policies.quota_check import QuotaService
+from policies.quota_model import PodCharge, resolve_tenant
+from policies.quota_store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
+from policies.rbac import Authorizer, RbacEvaluator, refusal_message
+from webhook.admission.core import AdmissionService
+from webhook.admission.request import AdmissionRequest
+from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
+from webhook.config import Config
+from webhook.costs import pod_gpu_equivalents
+from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT, PodIntent, annotations_of
+from webhook.placement.plan import Decision
+from webhook.quantities import GIB, parse_quantity
+
+if TYPE_CHECKING:
+    from webhook.admission.core import Facts
+
+log = logging.getLogger("kgwe.runtime")
+
+WOULD_MUTATE = Counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
+
+
+@dataclass
+class Runtime:
+    config: Config
+    store: ClusterStore
+    policies: Any | None = None  # policies.runtime.PolicyRuntime
+    quotas: QuotaService | None = None
+    authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
+    admission: AdmissionService = field(init=False)
+    _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
+    _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.admission = AdmissionService(self)
+
+    def set_config(self, config: Config) -> None:
+        self.config = config
+        for listener in self.on_config_change:
+            listener(config)
+
+    # -- tenancy ------------------------------------------------------------------------------
+    def tenant_of(self, request: AdmissionRequest, model: ClusterModel) -> str:
+        tenant, _quotas = self._tenant_and_quotas(request, model)
+        return tenant
+
+    def _tenant_and_quotas(self, request: AdmissionRequest, model: ClusterModel) -> tuple[str, list[dict[str, Any]]]:
+        return resolve_tenant(
+            request.namespace,
+            model.namespace_labels(request.namespace),
+            request.user.groups,
+            list(model.tenant_quotas.values()),
+        )
+
+    # -- policies -----------------------------------------------------------------------------
+    def _policy_request(self, request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:
+        raw = dict(request.raw)
+        raw["object"] = pod
+        return raw
+
+    def decide_placement(
+        self,
+        request: AdmissionRequest,
+        pod: dict[str, Any],
+        intent: PodIntent,
+        demand: GpuDemand,
+        namespace_object: dict[str, Any] | None,
+        model: ClusterModel,
+        tenant: str,
+    ) -> Decision | None:
+        if self.policies is None:
+            return None
+        intent_doc = intent.as_policy_input()
+        intent_doc["gpus"] = demand.whole_gpus + sum(demand.mig.values())
+        intent_doc["inference"] = _is_inference(pod)
+        context = PolicyContext(
+            request=self._policy_request(request, pod),
+            namespace_object=namespace_object,
+            cluster=model.summary(),
+            intent=intent_doc,
+            tenant=tenant,
+        )
+        decision = self.policies.decide_placement(context)
+        if not decision.fields:
+            return None
+        return Decision(dict(decision.fields), dict(decision.decided_by))
+
+    def check_policies(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[Violation]:
+        if self.policies is None:
+            return []
+        context = PolicyContext(
+            request=self._policy_request(request, facts.pod),
+            namespace_object=facts.namespace_object,
+            cluster=facts.model.summary(),
+            intent=facts.intent.as_policy_input(),
+            tenant=facts.tenant,
+        )
+        violations: list[Violation] = self.policies.check(context)
+        if self.config.mode == "audit":
+            # In audit mode nothing is refused: Deny policies act as Audit.
+            violations = [Violation(v.policy, "Audit", v.message) if v.action == "Deny" else v for v in violations]
+        return violations
+
+    # -- RBAC ---------------------------------------------------------------------------------
+    def _authorizer(self, model: ClusterModel) -> Authorizer:
+        if self.authorizer is not None:
+            return self.authorizer
+        cached = self._rbac
+        if cached is None or cached[0] != model.generation:
+            evaluator = RbacEvaluator(obj for objects in model.rbac.values() for obj in objects)
+            self._rbac = cached = (model.generation, evaluator)
+        return cached[1]
+
+    def authorize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[tuple[str, str]]:
+        plan = facts.plan
+        checks: list[tuple[str, str]] = []
+        if plan.profile:
+            checks.append(("hardwareprofiles", plan.profile))
+        if self.config.rbac.accelerator_types:
+            checks.extend(("acceleratortypes", type_id) for type_id in plan.types)
+        if not checks:
+            return []
+        authorizer = self._authorizer(facts.model)
+        user = request.user.as_dict()
+        problems: list[tuple[str, str]] = []
+        for resource, name in checks:
+            try:
+                allowed = authorizer.can_use(user, resource, name, request.namespace, deadline=deadline)
+            except Exception as exc:  # the authorizer's failure (timeout, API down): the configured behaviour
+                log.warning("RBAC check for %s/%s failed: %s", resource, name, exc)
+                if self.config.limits.on_error == "deny":
+                    problems.append(("rbac", f"could not check RBAC for {resource}.kgwe.io/{name}: {exc}"))
+                continue
+            if not allowed:
+                problems.append(("rbac", refusal_message(user, resource, name)))
+        return problems
+
+    # -- quotas -------------------------------------------------------------------------------
+    def _usage_charges(self, model: ClusterModel) -> list[PodCharge]:
+        cached = self._charges
+        if cached is not None and cached[0] == model.generation:
+            return cached[1]
+        charges = []
+        for pod in model.pods.values():
+            if pod_is_finished(pod):
+                continue
+            charge = pod_charge(pod, model, None)
+            if charge is not None:
+                charges.append(charge)
+        self._charges = (model.generation, charges)
+        return charges
+
+    def check_quota(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[tuple[str, str]]:
+        if self.quotas is None or not facts.plan.gpu_pod:
+            return []
+        tenant, quotas = self._tenant_and_quotas(request, facts.model)
+        if not quotas:
+            return []
+        charge = pod_charge(facts.pod, facts.model, facts)
+        if charge is None:
+            return []
+        try:
+            decision = self.quotas.check(
+                charge, tenant, quotas, self._usage_charges(facts.model), dry_run=request.dry_run, deadline=deadline
+            )
+        except QuotaUnavailable as exc:
+            log.warning("quota store unavailable for tenant %s: %s", tenant, exc)
+            if self.config.limits.on_error == "deny":
+                return [("quota", f"tenant {tenant}: quota could not be checked ({exc}); try again")]
+            return []
+        return [] if decision.allowed else [("quota", decision.message)]
+
+    # -- metrics ------------------------------------------------------------------------------
+    def record_refusal(self, reason: str) -> None:
+        _record_refusal(reason)
+
+    def record_would_mutate(self, steps: list[str]) -> None:
+        for step in steps:
+            WOULD_MUTATE.labels(step=step).inc()
+
+
+def _is_inference(pod: dict[str, Any]) -> bool:
+    metadata = pod.get("metadata") or {}
+    for source in (metadata.get("labels") or {}, metadata.get("annotations") or {}):
+        if str(source.get("kgwe.io/workload", "")).lower() == "inference":
+            return True
+    return False
+
+
+def pod_charge(pod: dict[str, Any], model: ClusterModel, facts: Facts | None) -> PodCharge | None:
+    """What a pod counts against quotas: its candidate types (or bound type) and GPU-equivalents."""
+    demand = pod_gpu_demand(pod)
+    if not demand.asks_gpu:
+        return None
+    metadata = pod.get("metadata") or {}
+    notes = annotations_of(pod)
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    node = model.nodes.get(node_name) if node_name else None
+    bound_type = node.accelerator_type if node is not None and node.is_typed else None
+    if facts is not None:
+        candidates = tuple(facts.plan.types)
+        equivalents = facts.plan.gpu_equivalents
+    else:
+        candidates = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t)
+        type_id = bound_type or (candidates[0] if candidates else "")
+        equivalents = pod_gpu_equivalents(pod, node, type_id, model) if type_id else Decimal(demand.whole_gpus)
+    if not candidates and bound_type is None:
+        return None
+    memory: Decimal | None = None
+    units = demand.whole_gpus + sum(demand.mig.values())
+    if notes.get(A_GPU_MEMORY):
+        try:
+            memory = parse_quantity(notes[A_GPU_MEMORY]) * units
+        except ValueError:
+            memory = None
+    elif units and (bound_type or candidates):
+        gb = model.table.memory_gb(bound_type or candidates[0])
+        memory = Decimal(gb) * GIB * units if gb else None
+    namespace = str(metadata.get("namespace") or (facts.request.namespace if facts else ""))
+    return PodCharge(
+        namespace=namespace,
+        name=str(metadata.get("name") or metadata.get("generateName") or ""),
+        uid=metadata.get("uid"),
+        candidate_types=candidates,
+        bound_type=bound_type,
+        profile=notes.get(A_PROFILE),
+        gpu_equivalents=equivalents,
+        gpu_memory_bytes=memory,
+        tenant=notes.get(OUT_TENANT),
+        namespace_labels=model.namespace_labels(namespace),
+    )
+
+
+def build_runtime(
+    config: Config,
+    cluster_dir: str | Path | None,
+    *,
+    store: ClusterStore | None = None,
+    quota_store: QuotaStore | None = None,
+    authorizer: Authorizer | None = None,
+    load_policies: bool = True,
+) -> Runtime:
+    """Assemble a runtime. With `cluster_dir` the YAML directory is loaded now; otherwise the caller
+    attaches an API source to `runtime.store` (see `kgwe serve`)."""
+    store = store or ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
+    if cluster_dir is not None:
+        from webhook.cluster.yaml_source import YamlDirectorySource
+
+        YamlDirectorySource(cluster_dir, store).load()
+    runtime = Runtime(config=config, store=store, authorizer=authorizer)
+    runtime.quotas = QuotaService(
+        quota_store or InMemoryQuotaStore(), config.price_per_gpu_hour, config.quotas.reservation_grace_seconds
+    )
+    if load_policies:
+        runtime.policies = _load_policies(config, store)
+    return runtime
+
+
+def _load_policies(config: Config, store: ClusterStore) -> Any:
+    from policies.runtime import build_runtime as build_policy_runtime
+
+    policy_runtime = build_policy_runtime(
+        rego_engine=config.policies.rego_engine,
+        opa_url=config.policies.opa_url,
+        failure_mode=config.policies.failure_mode,
+    )
+    report = policy_runtime.reload(
+        builtin=config.policies.builtin,
+        directories=list(config.policies.directories),
+        gpu_policies=list(store.snapshot().gpu_policies.values()),
+    )
+    for name, error in report.errors.items():
+        log.error("policy %s refused: %s", name, error)
+    return policy_runtime
