@@ -26,12 +26,16 @@ class MigInstance(_Doc):
     profile: str
     uuid: str | None = None
     gpu_instance_id: int | None = Field(default=None, alias="gpuInstanceId")
+    compute_instance_id: int | None = Field(default=None, alias="computeInstanceId")
+    memory_mib: int | None = Field(default=None, alias="memoryMiB")
 
 
 class Gpu(_Doc):
     index: int
     uuid: str
     product: str
+    # The device name exactly as NVML reports it; `product` is its GFD-style sanitised form.
+    name: str | None = None
     accelerator_type: str = Field(alias="acceleratorType")
     memory_mib: int = Field(alias="memoryMiB")
     pci_bus_id: str | None = Field(default=None, alias="pciBusId")
@@ -41,6 +45,7 @@ class Gpu(_Doc):
     error: str | None = None
     mig_enabled: bool = Field(default=False, alias="migEnabled")
     mig_instances: list[MigInstance] = Field(default_factory=list, alias="migInstances")
+    compute_mode: str | None = Field(default=None, alias="computeMode")
 
 
 class NvLink(_Doc):
@@ -48,6 +53,8 @@ class NvLink(_Doc):
     matrix: list[list[int]] = Field(default_factory=list)
     domain_size: int = Field(default=0, alias="domainSize")
     switched: bool = False
+    # Indices of the GPUs that form the largest all-to-all set (its size is domain_size).
+    domain: list[int] = Field(default_factory=list)
 
 
 class Fabric(_Doc):
@@ -62,6 +69,7 @@ class Fabric(_Doc):
 class Sharing(_Doc):
     strategy: str = "none"  # none | mps | time-slicing
     replicas: int = 1
+    source: str | None = None  # labels | nvml | labels+nvml
 
 
 class TopologyDocument(_Doc):
@@ -71,6 +79,7 @@ class TopologyDocument(_Doc):
     node: str = ""
     accelerator_type: str = Field(default="unknown", alias="acceleratorType")
     driver_version: str | None = Field(default=None, alias="driverVersion")
+    cuda_driver_version: str | None = Field(default=None, alias="cudaDriverVersion")
     gpus: list[Gpu] = Field(default_factory=list)
     nvlink: NvLink = Field(default_factory=NvLink)
     fabric: Fabric | None = None
