@@ -1,0 +1,142 @@
+{{/* Names. */}}
+{{- define "kgwe.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kgwe.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kgwe.webhookName" -}}{{ include "kgwe.fullname" . }}-webhook{{- end }}
+{{- define "kgwe.agentName" -}}{{ include "kgwe.fullname" . }}-agent{{- end }}
+{{- define "kgwe.certsName" -}}{{ include "kgwe.fullname" . }}-certs{{- end }}
+{{- define "kgwe.tlsSecret" -}}{{ default (printf "%s-tls" (include "kgwe.fullname" .)) .Values.certs.secretName }}{{- end }}
+{{- define "kgwe.webhookServiceAccountUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "kgwe.webhookName" . }}
+{{- end }}
+{{- define "kgwe.agentServiceAccountUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "kgwe.agentName" . }}
+{{- end }}
+
+{{- define "kgwe.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Labels. */}}
+{{- define "kgwe.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "kgwe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kgwe
+{{- end }}
+
+{{- define "kgwe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kgwe.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+The configuration file. The chart adds the release namespace to excludedNamespaces and the
+webhook's service account to controllerUsers: both must hold whatever the user writes.
+*/}}
+{{- define "kgwe.configYaml" -}}
+{{- $config := deepCopy (.Values.config | default dict) }}
+{{- $excluded := concat (get $config "excludedNamespaces" | default (list "kube-system")) (list .Release.Namespace) | uniq }}
+{{- $controllers := concat (get $config "controllerUsers" | default list) (list (include "kgwe.webhookServiceAccountUser" .)) | uniq }}
+{{- $_ := set $config "excludedNamespaces" $excluded }}
+{{- $_ := set $config "controllerUsers" $controllers }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/* Namespaces the webhook configurations never send: kube-system, KGWE's own, and the user's list. */}}
+{{- define "kgwe.excludedNamespaces" -}}
+{{- concat (list "kube-system" .Release.Namespace) .Values.webhooks.excludedNamespaces | uniq | toJson }}
+{{- end }}
+
+{{/*
+CEL over a pod (`obj`): does any container or init container request or limit a resource whose
+name starts with one of the GPU prefixes?
+*/}}
+{{- define "kgwe.cel.requestsGpu" -}}
+{{- $prefixes := list }}
+{{- range .Values.webhooks.resourcePrefixes }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
+{{- $matches := join " || " $prefixes }}
+{{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, %s)))" $matches $matches }}
+{{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $container $container }}
+{{- end }}
+
+{{/* CEL: does `obj` carry any kgwe.io/ annotation? */}}
+{{- define "kgwe.cel.kgweAnnotations" -}}
+has({{ . }}.metadata.annotations) && {{ . }}.metadata.annotations.exists(k, k.startsWith('kgwe.io/'))
+{{- end }}
+
+{{/*
+CEL for UPDATE: did any kgwe.io/ key of `field` (annotations or labels) appear, change or go away?
+Other updates (finalizer removal, unrelated labels) never reach the fail-closed webhook.
+*/}}
+{{- define "kgwe.cel.kgweKeysChanged" -}}
+{{- $n := printf "object.metadata.%s" . }}
+{{- $o := printf "oldObject.metadata.%s" . }}
+{{- printf "(has(%s) && %s.exists(k, k.startsWith('kgwe.io/') && (!has(%s) || !(k in %s) || %s[k] != %s[k]))) || (has(%s) && %s.exists(k, k.startsWith('kgwe.io/') && (!has(%s) || !(k in %s))))" $n $n $o $o $o $n $o $o $n $n }}
+{{- end }}
+
+{{/* matchConditions shared by both webhooks. */}}
+{{- define "kgwe.matchConditions" -}}
+- name: exclude-kgwe-namespace
+  expression: {{ printf "request.namespace != '%s'" .Release.Namespace | quote }}
+- name: exclude-mirror-pods
+  expression: "!has(object.metadata.annotations) || !('kubernetes.io/config.mirror' in object.metadata.annotations)"
+- name: gpu-or-kgwe-pod
+  expression: {{ printf "%s || (%s) || (request.operation == 'UPDATE' && %s)" (include "kgwe.cel.requestsGpu" .) (include "kgwe.cel.kgweAnnotations" "object") (include "kgwe.cel.kgweAnnotations" "oldObject") | quote }}
+{{- end }}
+
+{{- define "kgwe.namespaceSelector" -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: {{ include "kgwe.excludedNamespaces" . }}
+{{- with .Values.webhooks.namespaceSelectorExpressions }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "kgwe.webhookClientConfig" -}}
+service:
+  name: {{ include "kgwe.webhookName" .root }}
+  namespace: {{ .root.Release.Namespace }}
+  path: {{ .path }}
+  port: {{ .root.Values.webhook.service.port }}
+{{- end }}
+
+{{- define "kgwe.caInjectionAnnotations" -}}
+{{- if .Values.certManager.enabled }}
+annotations:
+  # cainjector copies the serving certificate's CA into every webhook's caBundle.
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "kgwe.webhookName" . }}
+{{- end }}
+{{- end }}
+
+{{/* Fail rendering on values that would break the promises in docs/operations.md. */}}
+{{- define "kgwe.checks" -}}
+{{- $deadline := dig "limits" "deadlineSeconds" 2.5 (.Values.config | default dict) | float64 }}
+{{- $shortest := min (int .Values.webhooks.mutating.timeoutSeconds) (int .Values.webhooks.validating.timeoutSeconds) | float64 }}
+{{- if ge $deadline $shortest }}
+{{- fail (printf "config.limits.deadlineSeconds (%v) must be below the shortest webhook timeoutSeconds (%v)" $deadline $shortest) }}
+{{- end }}
+{{- end }}
