@@ -1,0 +1,154 @@
+"""The webhook over real HTTPS: protocol edge cases, failure answers, probes and metrics."""
+
+from __future__ import annotations
+
+import base64
+import copy
+
+import orjson
+import pytest
+from conftest import GPU_POD, FakeRuntime, RunningServer, admission_review
+
+from webhook.config import Config, Limits
+
+
+def post(server: RunningServer, path: str, body: bytes | dict) -> tuple[int, dict]:
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    with server.client() as client:
+        response = client.post(path, content=content, headers={"Content-Type": "application/json"})
+    return response.status_code, response.json()
+
+
+def test_mutate_returns_base64_patch_and_echoes_uid(server: RunningServer) -> None:
+    review = admission_review(GPU_POD)
+    status, answer = post(server, "/mutate?timeout=10s", review)
+    assert status == 200
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["uid"] == review["request"]["uid"]
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    assert orjson.loads(base64.b64decode(response["patch"]))[0]["path"] == "/metadata/labels"
+    assert response["warnings"] == ["placed on nvidia-h100-80gb"]
+    assert response["auditAnnotations"] == {"kgwe.io-decision": "x"}
+
+
+def test_validate_never_returns_a_patch_and_denies_with_status(server: RunningServer) -> None:
+    pod = copy.deepcopy(GPU_POD)
+    pod["metadata"]["name"] = "forbidden"
+    status, answer = post(server, "/validate?timeout=10s", admission_review(pod))
+    assert status == 200
+    response = answer["response"]
+    assert "patch" not in response and "patchType" not in response
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert "quota" in response["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[]", "JSON object"),
+        (orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), "no request"),
+        (orjson.dumps({**admission_review(GPU_POD), "apiVersion": "admission.k8s.io/v1beta1"}), "apiVersion"),
+    ],
+)
+def test_malformed_reviews_are_400_with_a_message(server: RunningServer, body: bytes, fragment: str) -> None:
+    status, answer = post(server, "/mutate", body)
+    assert status == 400
+    assert answer["code"] == 400 and fragment in answer["message"]
+
+
+def test_body_over_the_limit_is_413(server: RunningServer, runtime: FakeRuntime) -> None:
+    runtime.config = Config(limits=Limits(maxRequestBytes=4096))
+    pod = copy.deepcopy(GPU_POD)
+    pod["metadata"]["annotations"]["padding"] = "x" * 5000
+    status, answer = post(server, "/validate", admission_review(pod))
+    assert status == 413 and "4096" in answer["message"]
+
+
+def test_chunked_body_over_the_limit_is_413(server: RunningServer, runtime: FakeRuntime) -> None:
+    runtime.config = Config(limits=Limits(maxRequestBytes=4096))
+    body = orjson.dumps(admission_review(GPU_POD)) + b" " * 5000
+    with server.client() as client:
+        response = client.post("/mutate", content=iter([body[:3000], body[3000:]]))
+    assert response.status_code == 413
+
+
+@pytest.mark.parametrize(
+    ("kind", "group", "resource"),
+    [("ConfigMap", "", "configmaps"), ("Deployment", "apps", "deployments")],
+)
+def test_non_pod_kinds_are_allowed_untouched(server: RunningServer, kind: str, group: str, resource: str) -> None:
+    obj = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "x", "namespace": "team-a"}}
+    for path in ("/mutate", "/validate"):
+        _, answer = post(server, path, admission_review(obj, kind=kind, group=group, resource=resource))
+        assert answer["response"]["allowed"] is True
+        assert "patch" not in answer["response"]
+
+
+def test_delete_and_connect_are_allowed_without_patch(server: RunningServer) -> None:
+    delete = admission_review(None, operation="DELETE", old=GPU_POD)
+    connect = admission_review({"kind": "PodExecOptions", "apiVersion": "v1", "command": ["sh"]},
+                               operation="CONNECT", kind="PodExecOptions", resource="pods")
+    connect["request"]["subResource"] = "exec"
+    for review in (delete, connect):
+        status, answer = post(server, "/mutate", review)
+        assert status == 200 and answer["response"]["allowed"] is True
+        assert "patch" not in answer["response"]
+
+
+def test_update_with_old_object_and_dry_run(server: RunningServer) -> None:
+    review = admission_review(GPU_POD, operation="UPDATE", old=GPU_POD, dry_run=True)
+    status, answer = post(server, "/validate", review)
+    assert status == 200 and answer["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+@pytest.mark.parametrize(("name", "kind"), [("explode", "internal"), ("too-slow", "deadline")])
+def test_failures_are_answered_per_on_error_never_500(
+    server: RunningServer, runtime: FakeRuntime, on_error: str, name: str, kind: str
+) -> None:
+    runtime.config = Config(limits=Limits.model_validate({"onError": on_error}))
+    pod = copy.deepcopy(GPU_POD)
+    pod["metadata"]["name"] = name
+    status, answer = post(server, "/mutate", admission_review(pod))
+    assert status == 200
+    response = answer["response"]
+    assert "patch" not in response
+    if on_error == "allow":
+        assert response["allowed"] is True and "unchanged" in response["warnings"][0]
+    else:
+        assert response["allowed"] is False
+        assert response["status"]["code"] == (504 if kind == "deadline" else 500)
+    with server.client() as client:
+        metrics = client.get("/metrics").text
+    assert f'kgwe_admission_errors_total{{endpoint="mutate",kind="{kind}"}}' in metrics
+
+
+def test_api_server_timeout_shortens_the_deadline(server: RunningServer, runtime: FakeRuntime) -> None:
+    post(server, "/mutate?timeout=1s", admission_review(GPU_POD))
+    post(server, "/mutate?timeout=30s", admission_review(GPU_POD))
+    short, configured = runtime.admission.budgets[-2:]
+    assert 0.5 < short <= 0.8
+    assert 2.0 < configured <= runtime.config.limits.deadline_seconds
+
+
+def test_readyz_waits_for_the_cluster_model(server: RunningServer, runtime: FakeRuntime) -> None:
+    with server.client() as client:
+        assert client.get("/healthz").status_code == 200
+        not_ready = client.get("/readyz")
+        assert not_ready.status_code == 503
+        assert "cluster model not loaded yet" in not_ready.json()["reasons"]
+        runtime.store.mark_loaded()
+        assert client.get("/readyz").status_code == 200
+
+
+def test_metrics_count_requests_by_endpoint_decision_and_mode(server: RunningServer) -> None:
+    post(server, "/mutate", admission_review(GPU_POD))
+    with server.client() as client:
+        text = client.get("/metrics").text
+    assert 'kgwe_admission_requests_total{allowed="true",endpoint="mutate",mode="enforce"}' in text
+    assert 'kgwe_admission_duration_seconds_bucket{endpoint="mutate",le="0.0005"}' in text
+    assert "kgwe_certificate_expiry_timestamp_seconds" in text

@@ -1,0 +1,247 @@
+"""The HTTP shell: AdmissionReview in, AdmissionReview out, around the pure admission core.
+
+The admission endpoints are plain Starlette routes that read the raw body and answer with orjson
+bytes; FastAPI's request parsing and response validation would cost more than the decision itself.
+Whatever happens inside admission, the API server gets an AdmissionReview back before its timeout:
+deadline and internal errors are answered per `limits.onError`, never with a 500 or a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Protocol
+
+import orjson
+from fastapi import APIRouter, FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from webhook.admission.outcome import Outcome
+from webhook.admission.request import AdmissionRequest, BadReview, decode_review
+from webhook.admission.response import render_review
+from webhook.config import Config
+from webhook.server import metrics
+from webhook.server.deadline import budget_seconds
+from webhook.server.fallback import FailureKind, failure_outcome
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+# A module providing `create_router(runtime) -> APIRouter` for the web UI and its JSON API.
+UI_MODULE = "webhook.ui.routes"
+# Measured with bench/bench_admission.py: the admission core is CPU-bound and sub-millisecond, so a
+# thread hop costs more than it saves; I/O inside the core (SubjectAccessReview) is cached and
+# bounded by the deadline it is given. See `offload` in create_app to change it.
+OFFLOAD_DEFAULT = False
+OFFLOAD_THREADS = 8
+
+
+class AdmissionCore(Protocol):
+    def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
+
+    def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
+
+
+class LoadState(Protocol):
+    @property
+    def loaded(self) -> bool: ...
+
+
+class ServingRuntime(Protocol):
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def store(self) -> LoadState: ...
+
+    @property
+    def admission(self) -> AdmissionCore: ...
+
+
+class BackgroundTask(Protocol):
+    """Something the server runs for its whole life (certificate and configuration watchers)."""
+
+    async def run(self) -> None: ...
+
+
+def _status_body(code: int, reason: str, message: str) -> bytes:
+    return orjson.dumps(
+        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
+    )
+
+
+async def read_limited_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is (or claims to be) larger than `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit():
+        if int(declared) > limit:
+            return None
+        body = await request.body()
+        return body if len(body) <= limit else None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class AdmissionEndpoint:
+    """One of /mutate and /validate."""
+
+    def __init__(self, runtime: ServingRuntime, name: str, mutating: bool, executor: ThreadPoolExecutor | None):
+        self.runtime = runtime
+        self.name = name
+        self.mutating = mutating
+        self.executor = executor
+        self._duration = metrics.ADMISSION_DURATION.labels(name)
+
+    def _decide(self) -> Callable[..., Outcome]:
+        admission = self.runtime.admission
+        return admission.mutate if self.mutating else admission.validate
+
+    async def handle(self, request: Request) -> Response:
+        started = time.perf_counter()
+        config = self.runtime.config
+        body = await read_limited_body(request, config.limits.max_request_bytes)
+        if body is None:
+            metrics.ADMISSION_ERRORS.labels(self.name, "too_large").inc()
+            message = f"AdmissionReview larger than the limit of {config.limits.max_request_bytes} bytes"
+            return Response(_status_body(413, "RequestEntityTooLarge", message), 413, media_type=JSON)
+        try:
+            admission_request = decode_review(body)
+        except BadReview as exc:
+            metrics.ADMISSION_ERRORS.labels(self.name, "bad_request").inc()
+            return Response(_status_body(400, "BadRequest", str(exc)), 400, media_type=JSON)
+        budget = budget_seconds(config.limits.deadline_seconds, request.query_params.get("timeout"))
+        outcome = await self._outcome(admission_request, budget, config)
+        try:
+            review = render_review(admission_request.uid, admission_request.api_version, outcome, self.mutating)
+        except Exception as exc:
+            log.exception("%s: rendering the response for uid=%s failed", self.name, admission_request.uid)
+            metrics.ADMISSION_ERRORS.labels(self.name, "internal").inc()
+            outcome = failure_outcome("internal", config.limits.on_error, f"internal error: {type(exc).__name__}")
+            review = render_review(admission_request.uid, admission_request.api_version, outcome, self.mutating)
+        content = orjson.dumps(review)
+        metrics.ADMISSION_REQUESTS.labels(self.name, "true" if outcome.allowed else "false", config.mode).inc()
+        self._duration.observe(time.perf_counter() - started)
+        return Response(content, media_type=JSON)
+
+    async def _outcome(self, admission_request: AdmissionRequest, budget: float, config: Config) -> Outcome:
+        deadline = time.monotonic() + budget
+        decide = partial(self._decide(), admission_request, deadline=deadline)
+        failure: FailureKind
+        try:
+            if self.executor is None:
+                outcome = decide()
+            else:
+                future = asyncio.get_running_loop().run_in_executor(self.executor, decide)
+                outcome = await asyncio.wait_for(future, budget)
+            if not isinstance(outcome, Outcome):
+                raise TypeError(f"admission returned {type(outcome).__name__}, not an Outcome")
+            return outcome
+        except TimeoutError:
+            failure, detail = "deadline", f"no decision within {budget:.3g}s"
+        except Exception as exc:
+            log.exception("%s: admission of uid=%s failed", self.name, admission_request.uid)
+            failure, detail = "internal", f"internal error: {type(exc).__name__}"
+        log.warning(
+            "%s uid=%s %s/%s: %s; answering per onError=%s",
+            self.name, admission_request.uid, admission_request.namespace, admission_request.name,
+            detail, config.limits.on_error,
+        )
+        metrics.ADMISSION_ERRORS.labels(self.name, failure).inc()
+        return failure_outcome(failure, config.limits.on_error, detail)
+
+
+def _ui_router(runtime: ServingRuntime) -> APIRouter | None:
+    try:
+        module = importlib.import_module(UI_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and UI_MODULE.startswith(exc.name):
+            log.info("web UI not installed (%s missing); serving the webhooks only", UI_MODULE)
+            return None
+        raise
+    router: APIRouter = module.create_router(runtime)
+    return router
+
+
+def create_app(
+    runtime: ServingRuntime,
+    *,
+    ui: bool = True,
+    extra_routers: Iterable[APIRouter] = (),
+    certificate: LoadState | None = None,
+    background: Iterable[BackgroundTask] = (),
+    offload: bool | None = None,
+) -> FastAPI:
+    """The webhook application.
+
+    `certificate` is the serving certificate's state (readiness needs one loaded); it can also be set
+    later as `app.state.certificate`. `background` tasks run from startup to shutdown. `offload`
+    runs admission on a thread pool instead of the event loop (default: OFFLOAD_DEFAULT).
+    """
+    tasks = list(background)
+    use_threads = OFFLOAD_DEFAULT if offload is None else offload
+    executor = ThreadPoolExecutor(OFFLOAD_THREADS, thread_name_prefix="kgwe-admission") if use_threads else None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        running = [asyncio.create_task(task.run()) for task in tasks]
+        try:
+            yield
+        finally:
+            for item in running:
+                item.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="KGWE", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.runtime = runtime
+    app.state.certificate = certificate
+    app.router.routes.extend([
+        Route("/mutate", AdmissionEndpoint(runtime, "mutate", True, executor).handle, methods=["POST"]),
+        Route("/validate", AdmissionEndpoint(runtime, "validate", False, executor).handle, methods=["POST"]),
+    ])
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> Response:
+        return Response(b'{"status":"ok"}', media_type=JSON)
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        reasons = []
+        if not runtime.store.loaded:
+            reasons.append("cluster model not loaded yet")
+        cert: LoadState | None = app.state.certificate
+        if cert is None or not cert.loaded:
+            reasons.append("no serving certificate loaded")
+        if reasons:
+            return Response(orjson.dumps({"status": "not ready", "reasons": reasons}), 503, media_type=JSON)
+        return Response(b'{"status":"ready"}', media_type=JSON)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    routers: list[APIRouter] = []
+    if ui:
+        ui_router = _ui_router(runtime)
+        if ui_router is not None:
+            routers.append(ui_router)
+    for router in [*routers, *extra_routers]:
+        app.include_router(router)
+    return app
+

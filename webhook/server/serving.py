@@ -1,0 +1,190 @@
+"""`kgwe serve`: TLS material, the runtime, the app and uvicorn, in one process or several.
+
+Several workers share one listening socket bound by the parent; each worker builds its own runtime
+after the fork (threads and watches do not survive a fork) and serves with its own reloading
+SSLContext, so certificate renewals reach every worker.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+from cryptography import x509
+from starlette.types import ASGIApp
+
+from certs.authority import Settings
+from certs.files import ensure_files
+from certs.reloader import ReloadingSSLContext
+from webhook.config import Config
+from webhook.server import metrics
+from webhook.server.app import BackgroundTask, create_app
+from webhook.server.config_watch import ConfigWatcher
+
+log = logging.getLogger(__name__)
+
+SELF_SIGNED_SERVICE = "kgwe-webhook"
+SELF_SIGNED_NAMESPACE = "kgwe"
+# A worker that dies this soon after starting will die again: stop instead of restarting it forever.
+CRASH_LOOP_SECONDS = 5.0
+
+
+@dataclass
+class ServeOptions:
+    config: Config
+    config_file: Path | None = None
+    cluster_dir: Path | None = None
+    host: str = "0.0.0.0"
+    port: int = 8443
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    ui: bool = True
+    workers: int = 1
+    cert_poll_seconds: float = 10.0
+    config_poll_seconds: float = 2.0
+    log_level: str = "info"
+    extra_dns_names: list[str] = field(default_factory=list)
+
+
+def state_dir() -> Path:
+    """Where KGWE keeps what it makes for itself (the self-signed certificates)."""
+    explicit = os.environ.get("KGWE_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "kgwe"
+
+
+def self_signed_pair(host: str, extra_dns_names: list[str], directory: Path | None = None) -> tuple[Path, Path, Path]:
+    """(certificate, key, CA) of a serving certificate made and renewed under the state directory."""
+    ips = ["127.0.0.1", "::1"]
+    dns = list(extra_dns_names)
+    try:
+        address = ipaddress.ip_address(host)
+        if not address.is_unspecified and str(address) not in ips:
+            ips.append(str(address))
+    except ValueError:
+        dns.append(host)
+    settings = Settings(
+        service=SELF_SIGNED_SERVICE, namespace=SELF_SIGNED_NAMESPACE,
+        extra_dns_names=tuple(n for n in dns if n != "localhost"), ip_addresses=tuple(ips),
+    )
+    paths, changes = ensure_files(directory or state_dir() / "certs", settings)
+    if changes.changed:
+        log.info("self-signed certificates updated in %s: %s", paths.directory, "; ".join(changes.reasons))
+    return paths.tls_cert, paths.tls_key, paths.ca_cert
+
+
+def _record_expiry(certificate: x509.Certificate) -> None:
+    metrics.CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
+
+
+def build_server(options: ServeOptions, cert_file: Path, key_file: Path) -> uvicorn.Server:
+    """The runtime, the app and a uvicorn server for them (one worker's worth)."""
+    from webhook.runtime import build_runtime
+
+    runtime = build_runtime(options.config, options.cluster_dir)
+    tls = ReloadingSSLContext(cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry)
+    if not tls.loaded:
+        raise SystemExit(f"kgwe serve: cannot load the serving certificate {cert_file}: {tls.last_error}")
+    background: list[BackgroundTask] = [tls]
+    if options.config_file is not None:
+        background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds))
+    app = create_app(runtime, ui=options.ui, certificate=tls, background=background)
+    return uvicorn_server(app, options.host, options.port, tls, options.log_level)
+
+
+def uvicorn_server(
+    app: ASGIApp, host: str, port: int, tls: ReloadingSSLContext, log_level: str = "info"
+) -> uvicorn.Server:
+    """uvicorn serving `app` over TLS with the reloading context (httptools and uvloop where installed)."""
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        ssl_context_factory=lambda _config, _default: tls.context,
+        loop="auto",
+        http="auto",
+        lifespan="on",
+        access_log=False,
+        log_level=log_level,
+        timeout_keep_alive=30,
+        server_header=False,
+    )
+    return uvicorn.Server(config)
+
+
+def serve(options: ServeOptions) -> int:
+    if options.tls_cert_file is not None and options.tls_key_file is not None:
+        cert_file, key_file = options.tls_cert_file, options.tls_key_file
+    else:
+        cert_file, key_file, ca_file = self_signed_pair(options.host, options.extra_dns_names)
+        print(f"kgwe serve: no --tls-cert-file given; serving a self-signed certificate. CA: {ca_file}", flush=True)
+    if options.workers <= 1:
+        build_server(options, cert_file, key_file).run()
+        return 0
+    return _serve_workers(options, cert_file, key_file)
+
+
+def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> int:
+    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+    sock = socket.create_server((options.host, options.port), family=family, backlog=2048)
+    sock.set_inheritable(True)
+    children: dict[int, tuple[int, float]] = {}
+    stopping = False
+    failed = False
+
+    def start(index: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                build_server(options, cert_file, key_file).run(sockets=[sock])
+            except BaseException:
+                log.exception("worker %d failed", index)
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children[pid] = (index, time.monotonic())
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in children:
+            os.kill(pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for index in range(options.workers):
+        start(index)
+    log.info("serving on %s:%d with %d workers", options.host, options.port, options.workers)
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        index, started = children.pop(pid, (-1, 0.0))
+        if stopping or index < 0:
+            continue
+        if time.monotonic() - started < CRASH_LOOP_SECONDS:
+            log.error("worker %d (pid %d) failed right after starting (status %d); stopping", index, pid, status)
+            stop(signal.SIGTERM, None)
+            failed = True
+            continue
+        log.warning("worker %d (pid %d) exited with status %d; starting a new one", index, pid, status)
+        start(index)
+    sock.close()
+    return 1 if failed else 0
