@@ -1,0 +1,56 @@
+"""The one Rego module that gathers every policy's `deny`, `warn` and `decision` into two documents,
+so a request costs one engine query however many policies there are.
+
+    data.kgwe.aggregate.check     {"deny": {policy: [msg]}, "warn": {policy: [msg]}}
+    data.kgwe.aggregate.decision  {policy: partial decision}
+
+GPUPolicy modules run only when the policy matched the request (`input.kgwe.active[name]`, decided by
+match rules and CEL match conditions before any engine runs) and see their own `params` as
+`input.params`; built-in and admin library policies always run and decide for themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+AGGREGATE_PACKAGE = "kgwe.aggregate"
+AGGREGATE_MODULE = "kgwe-aggregate.rego"
+CHECK_QUERY = f"data.{AGGREGATE_PACKAGE}.check"
+DECISION_QUERY = f"data.{AGGREGATE_PACKAGE}.decision"
+
+
+@dataclass(frozen=True)
+class GatheredPolicy:
+    name: str
+    package: str
+    rules: frozenset[str]
+    gated: bool  # a GPUPolicy: runs only when active, with its params
+
+
+def _rule(kind: str, policy: GatheredPolicy) -> str:
+    key = json.dumps(policy.name)
+    conditions = []
+    value = f"data.{policy.package}.{kind}"
+    if policy.gated:
+        conditions.append(f"input.kgwe.active[{key}]")
+        value += f" with input.params as data.kgwe.params[{key}]"
+    conditions.append(f"v := {value}")
+    return f"{kind}[{key}] := v if {{\n\t" + "\n\t".join(conditions) + "\n}\n"
+
+
+def aggregate_module(policies: Iterable[GatheredPolicy]) -> str:
+    chosen = list(policies)
+    parts = [f"package {AGGREGATE_PACKAGE}\n\nimport rego.v1\n"]
+    for policy in chosen:
+        for kind in ("deny", "warn", "decision"):
+            if kind in policy.rules:
+                parts.append(_rule(kind, policy))
+    check_kinds = [k for k in ("deny", "warn") if any(k in p.rules for p in chosen)]
+    parts.append("check := {" + ", ".join(f'"{k}": {k}' for k in check_kinds) + "}\n")
+    return "\n".join(parts)
+
+
+def has_decisions(policies: Iterable[GatheredPolicy]) -> bool:
+    return any("decision" in p.rules for p in policies)

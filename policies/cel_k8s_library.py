@@ -1,0 +1,198 @@
+"""Kubernetes' CEL library functions that GPU policies need, as plain Python over plain values.
+
+Each CEL engine adapter binds these to its own function mechanism, so both engines behave alike.
+Covered: quantity (`quantity`, `isQuantity`, `sign`, `isInteger`, `asInteger`, `asApproximateFloat`,
+`add`, `sub`, `isLessThan`, `isGreaterThan`, `compareTo`), lists (`sum`, `min`, `max`, `isSorted`,
+`indexOf`, `lastIndexOf`) and regex (`find`, `findAll`). Optional types and string extensions come
+from the engine itself.
+
+A quantity is carried through CEL as a one-key map holding its exact value as a normalised decimal
+string, so `==` between two quantities is semantic equality, as in Kubernetes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+QUANTITY_KEY = "kgwe.io/quantity"
+MAX_QUANTITY_TEXT = 64
+
+
+class CelLibraryError(ValueError):
+    """Raised by a library function; engines turn it into a CEL evaluation error."""
+
+
+def _normalise(value: Decimal) -> str:
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def _as_decimal(quantity: Any) -> Decimal:
+    if isinstance(quantity, dict) and QUANTITY_KEY in quantity:
+        return Decimal(str(quantity[QUANTITY_KEY]))
+    raise CelLibraryError(f"not a quantity: {quantity!r}")
+
+
+def _wrap(value: Decimal) -> dict[str, str]:
+    return {QUANTITY_KEY: _normalise(value)}
+
+
+@lru_cache(maxsize=1024)
+def _parse(text: str) -> Decimal:
+    if len(text) > MAX_QUANTITY_TEXT or text != text.strip() or not text:
+        raise CelLibraryError(f"invalid quantity: {text!r}")
+    try:
+        return Decimal(parse_quantity(text))
+    except (ValueError, InvalidOperation, TypeError) as exc:
+        raise CelLibraryError(f"invalid quantity: {text!r}") from exc
+
+
+def quantity(text: str) -> dict[str, str]:
+    return _wrap(_parse(str(text)))
+
+
+def is_quantity(text: str) -> bool:
+    try:
+        _parse(str(text))
+    except CelLibraryError:
+        return False
+    return True
+
+
+def quantity_sign(q: Any) -> int:
+    value = _as_decimal(q)
+    return (value > 0) - (value < 0)
+
+
+def quantity_is_integer(q: Any) -> bool:
+    value = _as_decimal(q)
+    return value == value.to_integral_value() and -(2**63) <= value < 2**63
+
+
+def quantity_as_integer(q: Any) -> int:
+    if not quantity_is_integer(q):
+        raise CelLibraryError("cannot convert quantity to integer: not an int64 value")
+    return int(_as_decimal(q))
+
+
+def quantity_as_float(q: Any) -> float:
+    return float(_as_decimal(q))
+
+
+def _operand(other: Any) -> Decimal:
+    if isinstance(other, bool):
+        raise CelLibraryError(f"not a quantity: {other!r}")
+    if isinstance(other, int):
+        return Decimal(other)
+    return _as_decimal(other)
+
+
+def quantity_add(q: Any, other: Any) -> dict[str, str]:
+    return _wrap(_as_decimal(q) + _operand(other))
+
+
+def quantity_sub(q: Any, other: Any) -> dict[str, str]:
+    return _wrap(_as_decimal(q) - _operand(other))
+
+
+def quantity_compare(q: Any, other: Any) -> int:
+    left, right = _as_decimal(q), _as_decimal(other)
+    return (left > right) - (left < right)
+
+
+def quantity_less(q: Any, other: Any) -> bool:
+    return quantity_compare(q, other) < 0
+
+
+def quantity_greater(q: Any, other: Any) -> bool:
+    return quantity_compare(q, other) > 0
+
+
+def _comparable(items: Sequence[Any]) -> list[Any]:
+    values = list(items)
+    if any(isinstance(v, dict) and QUANTITY_KEY in v for v in values):
+        return [_as_decimal(v) for v in values]
+    return values
+
+
+def list_sum(items: Sequence[Any]) -> Any:
+    values = list(items)
+    if not values:
+        return 0
+    if all(isinstance(v, dict) and QUANTITY_KEY in v for v in values):
+        return _wrap(sum((_as_decimal(v) for v in values), Decimal(0)))
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+        raise CelLibraryError("sum() needs a list of numbers or quantities")
+    if len({type(v) for v in values}) > 1:
+        raise CelLibraryError("sum() needs a list of one numeric type")
+    return sum(values)
+
+
+def _extreme(items: Sequence[Any], pick: Any, name: str) -> Any:
+    values = list(items)
+    if not values:
+        raise CelLibraryError(f"{name}() of an empty list")
+    keys = _comparable(values)
+    try:
+        index = keys.index(pick(keys))
+    except TypeError as exc:
+        raise CelLibraryError(f"{name}() needs comparable elements") from exc
+    return values[index]
+
+
+def list_min(items: Sequence[Any]) -> Any:
+    return _extreme(items, min, "min")
+
+
+def list_max(items: Sequence[Any]) -> Any:
+    return _extreme(items, max, "max")
+
+
+def list_is_sorted(items: Sequence[Any]) -> bool:
+    keys = _comparable(items)
+    try:
+        return all(keys[i] <= keys[i + 1] for i in range(len(keys) - 1))
+    except TypeError as exc:
+        raise CelLibraryError("isSorted() needs comparable elements") from exc
+
+
+def list_index_of(items: Sequence[Any], value: Any) -> int:
+    for index, item in enumerate(items):
+        if item == value:
+            return index
+    return -1
+
+
+def list_last_index_of(items: Sequence[Any], value: Any) -> int:
+    values = list(items)
+    for index in range(len(values) - 1, -1, -1):
+        if values[index] == value:
+            return index
+    return -1
+
+
+@lru_cache(maxsize=256)
+def _regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise CelLibraryError(f"invalid regex {pattern!r}: {exc}") from exc
+
+
+def regex_find(text: str, pattern: str) -> str:
+    match = _regex(str(pattern)).search(str(text))
+    return match.group(0) if match else ""
+
+
+def regex_find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    if limit == 0:
+        return []
+    found = [m.group(0) for m in _regex(str(pattern)).finditer(str(text))]
+    return found if limit < 0 else found[:limit]

@@ -1,0 +1,21 @@
+"""The policy layer's Prometheus metrics (default registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+POLICY_VIOLATIONS = Counter(
+    "kgwe_policy_violations_total", "Policy violations found at admission, by policy and enforcement action",
+    ["policy", "action"],
+)
+POLICY_LOAD_ERRORS = Counter(
+    "kgwe_policy_load_errors_total", "Policies refused at load because they did not compile", ["policy"],
+)
+POLICY_ENGINE_ERRORS = Counter(
+    "kgwe_policy_engine_errors_total", "Policy engine errors and time-outs during evaluation", ["engine"],
+)
+POLICY_EVALUATION_SECONDS = Histogram(
+    "kgwe_policy_evaluation_seconds", "Time to evaluate the policy set for one request",
+    ["operation"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+)

@@ -1,0 +1,436 @@
+"""The policy runtime the webhook calls: placement decisions, admission checks, hot reload.
+
+Per request the work is: match rules and CEL match conditions in Python (cheap, and they decide which
+GPUPolicies run at all), CEL validations of the matching policies (one activation per distinct
+`params`), then ONE Rego query that gathers every policy's `deny`/`warn` (or `decision`). The compiled
+set is swapped atomically on reload; a request always sees one whole set.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from policies.aggregate import CHECK_QUERY, DECISION_QUERY
+from policies.api import (
+    DECISION_FIELDS,
+    EnforcementAction,
+    PlacementDecision,
+    PolicyContext,
+    PolicyStatus,
+    ReloadReport,
+    Violation,
+)
+from policies.cel_engines import CelEngine, CelEngineName, CelEvaluationError, CelProgram, build_cel_engine
+from policies.gpupolicy import CompiledGPUPolicy, PolicyCompileError
+from policies.loader import PolicySource, collect_sources
+from policies.policy_metrics import (
+    POLICY_ENGINE_ERRORS,
+    POLICY_EVALUATION_SECONDS,
+    POLICY_LOAD_ERRORS,
+    POLICY_VIOLATIONS,
+)
+from policies.policy_set import (
+    CompiledUnit,
+    PolicySet,
+    compile_unit,
+    duplicate_packages,
+    prepare_rego,
+    previous_units,
+)
+from policies.rego_engines import (
+    UNDEFINED,
+    RegoCompileError,
+    RegoEngine,
+    RegoEvaluationError,
+    RegoInput,
+    RegorusEngine,
+    build_rego_engine,
+)
+from rego import LIBRARY_DIR
+
+log = logging.getLogger("kgwe.policies")
+
+FailureMode = Literal["open", "closed"]
+SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")
+TOPOLOGIES = ("nvlink", "none")
+SET_ERROR_KEY = "<policy set>"
+
+
+class PolicyEngineError(RuntimeError):
+    """Raised by `decide_placement` in fail-closed mode when the engine could not decide."""
+
+
+class _EvaluationFailed(Exception):
+    def __init__(self, engine: str, policy: str, reason: str) -> None:
+        super().__init__(reason)
+        self.engine, self.policy, self.reason = engine, policy, reason
+
+
+def _valid_decision_field(name: str, value: Any) -> bool:
+    if name == "acceleratorTypes":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if name == "sharing":
+        return isinstance(value, dict) and value.get("mode") in SHARING_MODES
+    if name == "topology":
+        return value in TOPOLOGIES
+    if name == "gang":
+        return isinstance(value, str) and bool(value)
+    return False
+
+
+class PolicyRuntime:
+    """Thread-safe; holds the last good compiled policy set."""
+
+    def __init__(
+        self,
+        rego_engine: RegoEngine,
+        *,
+        cel_engine: CelEngineName = "cel-expr-python",
+        failure_mode: FailureMode = "open",
+        validator: RegoEngine | None = None,
+        builtin_dir: str | None = None,
+        rego_time_limit: float = 0.1,
+        cel_time_limit: float = 0.01,
+    ) -> None:
+        self._rego_engine = rego_engine
+        # Units are validated one by one on the embedded engine: cheap, local, and it names the culprit.
+        self._validator = validator or (rego_engine if isinstance(rego_engine, RegorusEngine) else RegorusEngine())
+        self._cel_engine_name = cel_engine
+        self._cel: CelEngine | None = None
+        self.failure_mode = failure_mode
+        self._builtin_dir = builtin_dir or str(LIBRARY_DIR)
+        self.rego_time_limit = rego_time_limit
+        self.cel_time_limit = cel_time_limit
+        self._set = PolicySet(units=[], prepared=None)
+        self._statuses: dict[tuple[str, str], PolicyStatus] = {}
+        self._reload_lock = threading.Lock()
+
+    @property
+    def rego_engine_name(self) -> str:
+        return self._rego_engine.name
+
+    @property
+    def cel_engine(self) -> CelEngine:
+        if self._cel is None:
+            self._cel = build_cel_engine(self._cel_engine_name)
+        return self._cel
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def reload(
+        self, *, builtin: bool = True, directories: Iterable[str] = (), gpu_policies: Iterable[Mapping[str, Any]] = ()
+    ) -> ReloadReport:
+        """Compile a new set; never raises for a bad policy (see ReloadReport)."""
+        from pathlib import Path
+
+        with self._reload_lock:
+            sources = collect_sources(
+                builtin_dir=Path(self._builtin_dir) if builtin else None,
+                directories=list(directories),
+                gpu_policies=list(gpu_policies),
+            )
+            return self._reload(sources)
+
+    def _reload(self, sources: list[PolicySource]) -> ReloadReport:
+        report = ReloadReport()
+        previous = previous_units(self._set)
+        errors: dict[tuple[str, str], str] = {}
+        libraries: list[CompiledUnit] = []
+        chosen: list[CompiledUnit] = []
+        # Libraries first, so that policies are validated against the libraries they import.
+        ordered = sorted(sources, key=lambda s: s.is_policy)
+        compiled: dict[tuple[str, str], CompiledUnit] = {}
+        for source in ordered:
+            key: tuple[str, str] = (source.kind, source.name)
+            old = previous.get(key)
+            if old is not None and old.source.fingerprint == source.fingerprint and not source.error:
+                unit = old
+            else:
+                try:
+                    unit = compile_unit(source, self.cel_engine, self._validator, libraries)
+                except PolicyCompileError as exc:
+                    errors[key] = str(exc)
+                    if old is None:
+                        continue
+                    unit = old
+                    report.kept_previous.append(source.name)
+            compiled[key] = unit
+            if not source.is_policy:
+                libraries.append(unit)
+        chosen = [compiled[(s.kind, s.name)] for s in sources if (s.kind, s.name) in compiled]
+        for name, reason in duplicate_packages(chosen).items():
+            errors[next(k for k in compiled if k[1] == name)] = reason
+            chosen = [u for u in chosen if u.name != name]
+        try:
+            prepared, gathered = prepare_rego(self._rego_engine, chosen)
+        except RegoCompileError as exc:
+            # Policies that compile alone but not together (or an engine that refused the set): keep serving
+            # the last good set, and blame every unit that changed since.
+            changed: list[tuple[str, str]] = [
+                (s.kind, s.name) for s in sources
+                if (s.kind, s.name) not in previous or previous[(s.kind, s.name)].source.fingerprint != s.fingerprint
+            ]
+            for key in changed or [("set", SET_ERROR_KEY)]:
+                errors.setdefault(key, f"the policy set did not compile: {exc}")
+            self._rollback_engine()
+            self._record(report, errors, sources, served=self._set)
+            return report
+        self._set = PolicySet(
+            units=chosen,
+            prepared=prepared,
+            gathered=gathered,
+            has_check=any(g.rules & {"deny", "warn"} for g in gathered),
+            has_decision=any("decision" in g.rules for g in gathered),
+        )
+        report.loaded = [u.name for u in chosen]
+        self._record(report, errors, sources, served=self._set)
+        return report
+
+    def _rollback_engine(self) -> None:
+        # A server may hold part of the refused set: push the serving set back.
+        push = getattr(self._set.prepared, "push", None)
+        if push is not None:
+            try:
+                push()
+            except RegoCompileError as exc:
+                log.error("could not restore the serving policy set on the OPA server: %s", exc)
+
+    def _record(
+        self, report: ReloadReport, errors: dict[tuple[str, str], str], sources: list[PolicySource], served: PolicySet
+    ) -> None:
+        serving = {(u.source.kind, u.name) for u in served.units}
+        statuses: dict[tuple[str, str], PolicyStatus] = {}
+        for source in sources:
+            key: tuple[str, str] = (source.kind, source.name)
+            statuses[key] = PolicyStatus(
+                name=source.name, source=source.location, loaded=key in serving, error=errors.get(key),
+                kind=source.kind,
+            )
+        for key, reason in errors.items():
+            report.errors[key[1]] = reason
+            POLICY_LOAD_ERRORS.labels(key[1]).inc()
+            log.error("policy %s refused: %s", key[1], reason)
+        self._statuses = statuses
+
+    def status(self) -> list[PolicyStatus]:
+        return list(self._statuses.values())
+
+    def policy_names(self) -> list[str]:
+        return [u.name for u in self._set.units if u.source.is_policy]
+
+    # -- evaluation ---------------------------------------------------------------------------
+
+    def check(self, ctx: PolicyContext) -> list[Violation]:
+        """Every matching policy's violations: one Rego query and the CEL validations that apply."""
+        policy_set = self._set
+        started = time.perf_counter()
+        violations: list[Violation] = []
+        try:
+            active = self._active(policy_set, ctx, lambda p: bool(p.validations) or _has_rules(p, "deny", "warn"),
+                                  violations)
+            activations: dict[bytes, Any] = {}
+            for policy in active:
+                if policy.validations:
+                    violations.extend(self._validate(policy, ctx, activations))
+            if policy_set.has_check and policy_set.prepared is not None:
+                violations.extend(self._rego_check(policy_set, ctx, active))
+        finally:
+            POLICY_EVALUATION_SECONDS.labels("check").observe(time.perf_counter() - started)
+        for violation in violations:
+            POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
+        return violations
+
+    def decide_placement(self, ctx: PolicyContext) -> PlacementDecision:
+        policy_set = self._set
+        decision = PlacementDecision()
+        if not policy_set.has_decision or policy_set.prepared is None:
+            return decision
+        started = time.perf_counter()
+        failures: list[Violation] = []
+        try:
+            active = self._active(policy_set, ctx, lambda p: _has_rules(p, "decision"), failures)
+            if failures:
+                raise PolicyEngineError(failures[0].message)
+            try:
+                partials = self._query(policy_set, DECISION_QUERY, ctx, active)
+            except _EvaluationFailed as failed:
+                self._count_failure(failed)
+                if self.failure_mode == "closed":
+                    raise PolicyEngineError(f"policy engine failed: {failed.reason}") from None
+                return decision
+        finally:
+            POLICY_EVALUATION_SECONDS.labels("decide").observe(time.perf_counter() - started)
+        if not isinstance(partials, dict):
+            return decision
+        for gathered in policy_set.gathered:
+            partial = partials.get(gathered.name)
+            if not isinstance(partial, dict):
+                continue
+            for name in DECISION_FIELDS:
+                if name not in partial:
+                    continue
+                if _valid_decision_field(name, partial[name]):
+                    decision.fields[name] = partial[name]
+                    decision.decided_by[name] = gathered.name
+                else:
+                    log.warning("policy %s decided an invalid %s: %r", gathered.name, name, partial[name])
+        return decision
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _active(
+        self, policy_set: PolicySet, ctx: PolicyContext, wanted: Callable[[CompiledGPUPolicy], bool],
+        failures: list[Violation],
+    ) -> list[CompiledGPUPolicy]:
+        """GPUPolicies whose match rules and CEL match conditions hold, filtered before any engine runs."""
+        active = []
+        activations: dict[bytes, Any] = {}
+        for policy in policy_set.gpu_policies:
+            if not wanted(policy) or not policy.match.matches(ctx.request, ctx.namespace_object):
+                continue
+            try:
+                if all(self._cel_true(policy, program, ctx, activations) for _, program in policy.match_conditions):
+                    active.append(policy)
+            except _EvaluationFailed as failed:
+                failures.extend(self._failure_violations(failed))
+        return active
+
+    def _activation(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: dict[bytes, Any]) -> Any:
+        activation = cache.get(policy.params_key)
+        if activation is None:
+            request = ctx.request
+            activation = self.cel_engine.activation({
+                "object": request.get("object"),
+                "oldObject": request.get("oldObject"),
+                "request": request,
+                "params": policy.params,
+                "namespaceObject": ctx.namespace_object,
+            })
+            cache[policy.params_key] = activation
+        return activation
+
+    def _eval_cel(
+        self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: dict[bytes, Any]
+    ) -> Any:
+        activation = self._activation(policy, ctx, cache)
+        started = time.perf_counter()
+        try:
+            value = program.evaluate(activation)
+        except CelEvaluationError as exc:
+            raise _EvaluationFailed(self.cel_engine.name, policy.name, f"{program.source!r}: {exc}") from exc
+        if time.perf_counter() - started > self.cel_time_limit:
+            raise _EvaluationFailed(
+                self.cel_engine.name, policy.name,
+                f"{program.source!r} exceeded the CEL time limit of {self.cel_time_limit * 1000:g} ms",
+            )
+        return value
+
+    def _cel_true(self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: dict[bytes, Any]
+                  ) -> bool:
+        value = self._eval_cel(policy, program, ctx, cache)
+        if not isinstance(value, bool):
+            raise _EvaluationFailed(self.cel_engine.name, policy.name, f"{program.source!r} did not return a bool")
+        return value
+
+    def _validate(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: dict[bytes, Any]) -> list[Violation]:
+        found = []
+        for validation in policy.validations:
+            try:
+                if self._cel_true(policy, validation.expression, ctx, cache):
+                    continue
+            except _EvaluationFailed as failed:
+                found.extend(self._failure_violations(failed))
+                continue
+            message = validation.message
+            if validation.message_expression is not None:
+                # As in Kubernetes: a failing or non-string messageExpression falls back to `message`.
+                try:
+                    rendered = self._eval_cel(policy, validation.message_expression, ctx, cache)
+                except _EvaluationFailed as failed:
+                    log.warning("messageExpression of policy %s failed: %s", policy.name, failed.reason)
+                    rendered = None
+                if isinstance(rendered, str) and rendered.strip() and "\n" not in rendered:
+                    message = rendered
+            found.append(Violation(policy.name, policy.action, message))
+        return found
+
+    def _rego_input(self, ctx: PolicyContext, active: Iterable[CompiledGPUPolicy]) -> RegoInput:
+        return RegoInput({
+            "request": ctx.request,
+            "namespaceObject": ctx.namespace_object,
+            "intent": ctx.intent,
+            "tenant": ctx.tenant,
+            "params": {},
+            "kgwe": {"active": {p.name: True for p in active}},
+        })
+
+    def _query(self, policy_set: PolicySet, query: str, ctx: PolicyContext, active: list[CompiledGPUPolicy]) -> Any:
+        prepared = policy_set.prepared
+        assert prepared is not None
+        started = time.perf_counter()
+        try:
+            prepared.set_cluster(ctx.cluster)
+            result = prepared.query(query, self._rego_input(ctx, active))
+        except RegoEvaluationError as exc:
+            raise _EvaluationFailed(prepared.engine_name, "rego", str(exc)) from exc
+        if time.perf_counter() - started > self.rego_time_limit:
+            raise _EvaluationFailed(
+                prepared.engine_name, "rego", f"evaluation exceeded the Rego time limit of {self.rego_time_limit}s"
+            )
+        return {} if result is UNDEFINED else result
+
+    def _rego_check(self, policy_set: PolicySet, ctx: PolicyContext, active: list[CompiledGPUPolicy]
+                    ) -> list[Violation]:
+        try:
+            result = self._query(policy_set, CHECK_QUERY, ctx, active)
+        except _EvaluationFailed as failed:
+            return self._failure_violations(failed)
+        actions = {p.name: p.action for p in active}
+        found = []
+        for kind in ("deny", "warn"):
+            for policy, messages in (result.get(kind) or {}).items():
+                action = _action(kind, actions.get(policy))
+                for message in sorted(str(m) for m in messages or ()):
+                    found.append(Violation(policy, action, message))
+        return found
+
+    def _count_failure(self, failed: _EvaluationFailed) -> None:
+        POLICY_ENGINE_ERRORS.labels(failed.engine).inc()
+        log.error("policy engine %s failed on policy %s: %s", failed.engine, failed.policy, failed.reason)
+
+    def _failure_violations(self, failed: _EvaluationFailed) -> list[Violation]:
+        self._count_failure(failed)
+        if self.failure_mode == "closed":
+            return [Violation(failed.policy, "Deny", f"the policy engine failed: {failed.reason}")]
+        return []
+
+
+def _has_rules(policy: CompiledGPUPolicy, *rules: str) -> bool:
+    return policy.rego_info is not None and bool(policy.rego_info.rules & set(rules))
+
+
+def _action(kind: str, gpu_policy_action: EnforcementAction | None) -> EnforcementAction:
+    """Built-in and library policies: deny -> Deny, warn -> Warn. A GPUPolicy's `deny` takes its
+    enforcementAction; its `warn` stays a warning unless the whole policy is in Audit."""
+    if gpu_policy_action is None:
+        return "Deny" if kind == "deny" else "Warn"
+    if gpu_policy_action == "Audit":
+        return "Audit"
+    return gpu_policy_action if kind == "deny" else "Warn"
+
+
+def build_runtime(
+    *,
+    rego_engine: Literal["embedded", "opa", "opa-go"] = "embedded",
+    opa_url: str | None = None,
+    failure_mode: FailureMode = "open",
+    cel_engine: CelEngineName = "cel-expr-python",
+) -> PolicyRuntime:
+    """A runtime with no policies loaded yet; call `reload()` (in the serving process, after any fork)."""
+    engine_name = {"embedded": "regorus", "opa": "opa", "opa-go": "opa-go"}[rego_engine]
+    engine = build_rego_engine(engine_name, opa_url)  # type: ignore[arg-type]
+    return PolicyRuntime(engine, cel_engine=cel_engine, failure_mode=failure_mode)
