@@ -1,0 +1,55 @@
+"""Quota test fixtures: the example cluster's quotas, prices, and where KubeQuotaStore writes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import yaml
+from quota_fixtures import ROOT, RealCluster, TenantQuotaEndpoint, load_objects
+
+
+@pytest.fixture
+def example_quotas() -> list[dict[str, Any]]:
+    return load_objects("tenant-quotas.yaml")
+
+
+@pytest.fixture
+def price_of() -> Callable[[str], Decimal | None]:
+    prices = yaml.safe_load((ROOT / "examples" / "config.yaml").read_text())["pricing"]["perGPUHour"]
+
+    def lookup(type_id: str) -> Decimal | None:
+        return Decimal(str(prices[type_id])) if type_id in prices else None
+
+    return lookup
+
+
+@pytest.fixture
+def tenantquota_endpoint() -> Iterator[TenantQuotaEndpoint]:
+    endpoint = TenantQuotaEndpoint()
+    endpoint.start()
+    yield endpoint
+    endpoint.stop()
+
+
+@pytest.fixture(params=["http-endpoint", "real-api-server"])
+def kube_quota_api(request: pytest.FixtureRequest) -> Iterator[TenantQuotaEndpoint | RealCluster]:
+    """Where KubeQuotaStore writes: the in-test HTTP endpoint, or the real API server of KGWE_TEST_KUBECONFIG."""
+    if request.param == "http-endpoint":
+        endpoint = TenantQuotaEndpoint()
+        endpoint.start()
+        yield endpoint
+        endpoint.stop()
+        return
+    kubeconfig = os.environ.get("KGWE_TEST_KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("KGWE_TEST_KUBECONFIG is not set: no real API server to run against")
+    cluster = RealCluster(kubeconfig)
+    cluster.ensure_crd()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
