@@ -46,14 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _core_v1(kubeconfig: str | None) -> Any:
     from kubernetes import client, config
 
+    # An own ApiClient rather than the library's process-wide default configuration.
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)
-    else:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-    return client.CoreV1Api()
+        return client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    try:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return client.CoreV1Api(client.ApiClient(configuration))
+    except config.ConfigException:
+        return client.CoreV1Api(config.new_client_from_config())
 
 
 def _dry_run(node_name: str) -> int:

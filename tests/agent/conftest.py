@@ -9,8 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "nvml"))
 
-from agent_node_api import NodeApi, node, serving  # noqa: E402
-from kubernetes import client  # noqa: E402
+from agent_node_api import NodeApi, node, serving
+from kubernetes import client
 
 
 @pytest.fixture

@@ -13,7 +13,12 @@ from fake_nvml import FakeSystem, installed
 from agent.document import build_document
 from agent.nvml_discovery import NodeScan, NvmlUnavailable, mig_profile_name, scan
 from agent.publisher import desired_labels
-from agent.topology_schema import LABEL_ACCELERATOR_TYPE, LABEL_NVLINK_CLIQUE, LABEL_NVLINK_DOMAIN_SIZE, TopologyDocument
+from agent.topology_schema import (
+    LABEL_ACCELERATOR_TYPE,
+    LABEL_NVLINK_CLIQUE,
+    LABEL_NVLINK_DOMAIN_SIZE,
+    TopologyDocument,
+)
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -215,5 +220,7 @@ def test_scan_shuts_nvml_down_even_when_it_fails() -> None:
         (7, 7, 95232, 95830, "7g.94gb"),
     ],
 )
-def test_mig_profile_names_match_the_device_plugin(gi: int, ci: int, memory_mib: int, total_mib: int, name: str) -> None:
+def test_mig_profile_names_match_the_device_plugin(
+    gi: int, ci: int, memory_mib: int, total_mib: int, name: str
+) -> None:
     assert mig_profile_name(gi, ci, memory_mib, total_mib * 1024 * 1024) == name

@@ -73,7 +73,7 @@ def test_clique_requires_completed_success_and_a_non_zero_uuid() -> None:
 
 
 def test_fabric_struct_is_read_from_the_c_layout() -> None:
-    assert FABRIC_INFO_V2 == pynvml.nvmlGpuFabricInfo_v2
+    assert pynvml.nvmlGpuFabricInfo_v2 == FABRIC_INFO_V2
     system = gb200_nvl72_tray()
     system.gpus[0].fabric = FakeFabric(cluster_uuid=b"\x00" * 15 + b"\x01", clique_id=2**32 - 1, health_mask=7)
     with installed(system):
