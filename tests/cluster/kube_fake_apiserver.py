@@ -1,0 +1,397 @@
+"""A small fake Kubernetes API server on 127.0.0.1 for list/watch, merge-patching pods, and Leases.
+
+Enough of the real protocol for a reflector: paged lists with a collection resourceVersion, watches as
+chunked streams of JSON lines from a resourceVersion (with bookmarks on request), 410 Gone for a
+resourceVersion older than the kept history (as an ERROR event or as the HTTP status), and knobs a test
+turns: fail the next N requests of a path, drop open watch streams mid-line, forget history, hide a CRD.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+KGWE = "/apis/kgwe.io/v1alpha1"
+RESOURCES: dict[str, tuple[str, str, bool]] = {
+    # path -> (kind, apiVersion, namespaced)
+    "/api/v1/nodes": ("Node", "v1", False),
+    "/api/v1/pods": ("Pod", "v1", True),
+    "/api/v1/namespaces": ("Namespace", "v1", False),
+    f"{RBAC}/roles": ("Role", "rbac.authorization.k8s.io/v1", True),
+    f"{RBAC}/clusterroles": ("ClusterRole", "rbac.authorization.k8s.io/v1", False),
+    f"{RBAC}/rolebindings": ("RoleBinding", "rbac.authorization.k8s.io/v1", True),
+    f"{RBAC}/clusterrolebindings": ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1", False),
+    f"{KGWE}/hardwareprofiles": ("HardwareProfile", "kgwe.io/v1alpha1", False),
+    f"{KGWE}/tenantquotas": ("TenantQuota", "kgwe.io/v1alpha1", False),
+    f"{KGWE}/gpupolicies": ("GPUPolicy", "kgwe.io/v1alpha1", False),
+}
+PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
+
+
+def key_of(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+
+
+@dataclass
+class Collection:
+    kind: str
+    api_version: str
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    oldest_watchable: int = 0  # watches from an older resourceVersion get 410 Gone
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any = None
+
+
+class FakeApiServer:
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.resource_version = 1000
+        self.collections = {path: Collection(kind, version) for path, (kind, version, _n) in RESOURCES.items()}
+        self.requests: list[Request] = []
+        self.failures: dict[str, list[int]] = {}
+        self.missing: set[str] = set()
+        self.expired_as_http_status = False
+        self.leases: dict[str, dict[str, Any]] = {}
+        self._drop_generation = 0
+        self._closing = False
+        self._pages: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+        self._open: dict[str, int] = {}
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(0.05,), name="fake-apiserver", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def start(self) -> FakeApiServer:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        with self.cond:
+            self._closing = True
+            self.cond.notify_all()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- state a test changes -------------------------------------------------------------------
+    def _next_version(self) -> int:
+        self.resource_version += 1
+        return self.resource_version
+
+    def put(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace an object (ADDED or MODIFIED event); returns it with its new resourceVersion."""
+        collection = self.collections[PATH_OF_KIND[kind]]
+        with self.cond:
+            stored = copy.deepcopy(obj)
+            stored.setdefault("metadata", {})
+            stored["kind"], stored["apiVersion"] = collection.kind, collection.api_version
+            version = self._next_version()
+            stored["metadata"]["resourceVersion"] = str(version)
+            key = key_of(stored)
+            stored["metadata"].setdefault("uid", f"uid-{kind}-{key}")
+            event = "MODIFIED" if key in collection.objects else "ADDED"
+            collection.objects[key] = stored
+            collection.events.append((version, event, copy.deepcopy(stored)))
+            self.cond.notify_all()
+            return copy.deepcopy(stored)
+
+    def delete(self, kind: str, key: str) -> None:
+        collection = self.collections[PATH_OF_KIND[kind]]
+        with self.cond:
+            obj = collection.objects.pop(key)
+            version = self._next_version()
+            obj["metadata"]["resourceVersion"] = str(version)
+            collection.events.append((version, "DELETED", obj))
+            self.cond.notify_all()
+
+    def bookmark(self, kind: str) -> int:
+        """Advance the resourceVersion with a change elsewhere and tell watchers of `kind` by a BOOKMARK."""
+        collection = self.collections[PATH_OF_KIND[kind]]
+        with self.cond:
+            version = self._next_version()
+            marker = {"kind": collection.kind, "apiVersion": collection.api_version,
+                      "metadata": {"resourceVersion": str(version)}}
+            collection.events.append((version, "BOOKMARK", marker))
+            self.cond.notify_all()
+            return version
+
+    def forget_history(self, kind: str) -> None:
+        """Compaction: a watch from any resourceVersion seen so far now gets 410 Gone."""
+        collection = self.collections[PATH_OF_KIND[kind]]
+        with self.cond:
+            collection.oldest_watchable = self.resource_version + 1
+            collection.events.clear()
+
+    def drop_watches(self) -> None:
+        """Break every open watch stream in the middle of an event line, without the closing chunk."""
+        with self.cond:
+            self._drop_generation += 1
+            self.cond.notify_all()
+
+    def fail_next(self, kind_or_path: str, status: int, times: int = 1) -> None:
+        path = PATH_OF_KIND.get(kind_or_path, kind_or_path)
+        with self.cond:
+            self.failures.setdefault(path, []).extend([status] * times)
+
+    def objects(self, kind: str) -> dict[str, dict[str, Any]]:
+        with self.cond:
+            return copy.deepcopy(self.collections[PATH_OF_KIND[kind]].objects)
+
+    def requests_to(self, kind: str, *, watch: bool | None = None) -> list[Request]:
+        path = PATH_OF_KIND[kind]
+        with self.cond:
+            return [
+                r for r in self.requests
+                if r.path == path and (watch is None or (r.query.get("watch") == "true") == watch)
+            ]
+
+    def open_watches(self, kind: str) -> int:
+        with self.cond:
+            return self._open.get(PATH_OF_KIND[kind], 0)
+
+
+def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        # -- plumbing ---------------------------------------------------------------------------
+        def _send_json(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _status(self, code: int, reason: str, message: str) -> None:
+            self._send_json(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                   "message": message, "reason": reason, "code": code})
+
+        def _read_body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(length)) if length else None
+
+        def _begin(self, method: str) -> tuple[str, dict[str, str], Any] | None:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            body = self._read_body() if method in ("POST", "PUT", "PATCH") else None
+            with server.cond:
+                server.requests.append(Request(method, parts.path, query, body))
+                queued = server.failures.get(parts.path)
+                failure = queued.pop(0) if queued else None
+            if failure is not None:
+                self._status(failure, "InternalError", f"injected failure {failure}")
+                return None
+            return parts.path, query, body
+
+        # -- verbs --------------------------------------------------------------------------------
+        def do_GET(self) -> None:
+            begun = self._begin("GET")
+            if begun is None:
+                return
+            path, query, _ = begun
+            if path.startswith(LEASES):
+                return self._get_lease(path)
+            if path not in server.collections or path in server.missing:
+                return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
+            if query.get("watch") == "true":
+                return self._watch(path, query)
+            return self._list(path, query)
+
+        def do_POST(self) -> None:
+            begun = self._begin("POST")
+            if begun is not None and begun[0].startswith(LEASES):
+                self._create_lease(begun[0], begun[2])
+
+        def do_PUT(self) -> None:
+            begun = self._begin("PUT")
+            if begun is not None and begun[0].startswith(LEASES):
+                self._replace_lease(begun[0], begun[2])
+
+        def do_PATCH(self) -> None:
+            begun = self._begin("PATCH")
+            if begun is None:
+                return
+            path, _query, body = begun
+            segments = path.strip("/").split("/")
+            # /api/v1/namespaces/{ns}/pods/{name}
+            if len(segments) != 6 or segments[4] != "pods":
+                return self._status(404, "NotFound", path)
+            if self.headers.get("Content-Type") != "application/merge-patch+json":
+                return self._status(415, "UnsupportedMediaType", str(self.headers.get("Content-Type")))
+            key = f"{segments[3]}/{segments[5]}"
+            current = server.objects("Pod").get(key)
+            if current is None:
+                return self._status(404, "NotFound", f'pods "{segments[5]}" not found')
+            patched = server.put("Pod", _merge_patch(current, body))
+            self._send_json(200, patched)
+
+        # -- list and watch -------------------------------------------------------------------------
+        def _list(self, path: str, query: dict[str, str]) -> None:
+            collection = server.collections[path]
+            token = query.get("continue")
+            with server.cond:
+                if token:
+                    if token not in server._pages:
+                        return self._status(410, "Expired", "continue token expired")
+                    version, items = server._pages.pop(token)
+                else:
+                    version = server.resource_version
+                    items = [copy.deepcopy(o) for _k, o in sorted(collection.objects.items())]
+                limit = int(query.get("limit") or 0)
+                rest: list[dict[str, Any]] = []
+                if limit and len(items) > limit:
+                    items, rest = items[:limit], items[limit:]
+                meta: dict[str, Any] = {"resourceVersion": str(version)}
+                if rest:
+                    next_token = f"page-{version}-{len(server._pages)}-{len(rest)}"
+                    server._pages[next_token] = (version, rest)
+                    meta["continue"] = next_token
+            for item in items:
+                # Like the real server: list items of built-in kinds carry no kind/apiVersion.
+                if not collection.api_version.startswith("kgwe.io/"):
+                    item.pop("kind", None)
+                    item.pop("apiVersion", None)
+            self._send_json(200, {"kind": f"{collection.kind}List", "apiVersion": collection.api_version,
+                                  "metadata": meta, "items": items})
+
+        def _watch(self, path: str, query: dict[str, str]) -> None:
+            collection = server.collections[path]
+            since = int(query.get("resourceVersion") or 0)
+            bookmarks = query.get("allowWatchBookmarks") == "true"
+            deadline = time.monotonic() + float(query.get("timeoutSeconds") or 30)
+            with server.cond:
+                expired = since < collection.oldest_watchable
+                if expired and server.expired_as_http_status:
+                    return self._status(410, "Expired", f"too old resource version: {since}")
+                generation = server._drop_generation
+                server._open[path] = server._open.get(path, 0) + 1
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                if expired:
+                    self._chunk({"type": "ERROR", "object": {
+                        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired",
+                        "message": f"too old resource version: {since}", "code": 410}})
+                    return self._end()
+                sent = since
+                while True:
+                    with server.cond:
+                        if server._drop_generation != generation or server._closing:
+                            break
+                        pending = [e for e in collection.events if e[0] > sent]
+                        if not pending:
+                            remaining = deadline - time.monotonic()
+                            if remaining <= 0:
+                                return self._end()
+                            server.cond.wait(min(remaining, 0.05))
+                            if self._client_gone():
+                                self.close_connection = True
+                                return
+                            continue
+                    for version, event, obj in pending:
+                        sent = version
+                        if event == "BOOKMARK" and not bookmarks:
+                            continue
+                        self._chunk({"type": event, "object": obj})
+                # Dropped: half an event line, then the connection goes without the final chunk.
+                half = b'{"type":"MODIFIED","object":{"kind":'
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(half), half))
+                self.wfile.flush()
+                self.close_connection = True
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+            finally:
+                with server.cond:
+                    server._open[path] -= 1
+
+        def _client_gone(self) -> bool:
+            # A watcher sends nothing after its request: readable means it closed the connection.
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+
+        def _chunk(self, event: dict[str, Any]) -> None:
+            data = json.dumps(event).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def _end(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        # -- leases ---------------------------------------------------------------------------------
+        def _lease_key(self, path: str) -> tuple[str, str]:
+            segments = path[len(LEASES):].strip("/").split("/")  # {ns}/leases[/{name}]
+            return segments[0], segments[2] if len(segments) > 2 else ""
+
+        def _get_lease(self, path: str) -> None:
+            namespace, name = self._lease_key(path)
+            with server.cond:
+                lease = server.leases.get(f"{namespace}/{name}")
+            if lease is None:
+                return self._status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            self._send_json(200, lease)
+
+        def _create_lease(self, path: str, body: dict[str, Any]) -> None:
+            namespace, _ = self._lease_key(path)
+            name = body["metadata"]["name"]
+            with server.cond:
+                if f"{namespace}/{name}" in server.leases:
+                    return self._status(409, "AlreadyExists", f'leases "{name}" already exists')
+                body["metadata"].update(namespace=namespace, resourceVersion=str(server._next_version()))
+                server.leases[f"{namespace}/{name}"] = body
+            self._send_json(201, body)
+
+        def _replace_lease(self, path: str, body: dict[str, Any]) -> None:
+            namespace, name = self._lease_key(path)
+            with server.cond:
+                current = server.leases.get(f"{namespace}/{name}")
+                if current is None:
+                    return self._status(404, "NotFound", name)
+                if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                    return self._status(409, "Conflict", "the object has been modified")
+                body["metadata"].update(namespace=namespace, resourceVersion=str(server._next_version()))
+                server.leases[f"{namespace}/{name}"] = body
+            self._send_json(200, body)
+
+    return Handler
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch(out.get(key), value)
+    return out

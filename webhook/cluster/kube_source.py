@@ -1,0 +1,492 @@
+"""The in-cluster source of the cluster model: list + watch of the Kubernetes API into a `ClusterStore`.
+
+One thread per kind runs the reflector loop client-go's informers use: list (paged), then watch from the
+list's resourceVersion with bookmarks; a stream that ends or breaks is resumed from the last
+resourceVersion seen (event or bookmark), so nothing is missed; when the server answers 410 Gone (as an
+ERROR event or as the HTTP status) the history is gone, so the kind is listed again and replaces the
+store's copy wholesale (`ClusterStore.replace_kind`), which also drops objects deleted meanwhile.
+Errors back off exponentially with jitter. A kgwe.io custom resource whose CRD is not installed counts
+as empty (logged) and is retried every `missing_crd_retry_seconds`.
+
+Objects travel as raw JSON (`orjson` over the ApiClient's connection, auth and TLS; none of the
+client's model classes), so the store holds the API's camelCase shape with `kind` and `apiVersion` set.
+
+Pods are slimmed to what KGWE reads, because pods dominate a cluster's objects (`slim_pod`):
+metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp;
+spec nodeName, schedulerName, affinity, nodeSelector, tolerations, and containers / initContainers
+reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
+status phase. Everything else (images, env, volumes, conditions, container statuses) is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from webhook.cluster.model import ClusterStore
+
+log = logging.getLogger("kgwe.cluster.kube")
+
+TEST_KUBECONFIG_ENV = "KGWE_TEST_KUBECONFIG"
+CRD_GROUP_VERSION = "kgwe.io/v1alpha1"
+RBAC_GROUP_VERSION = "rbac.authorization.k8s.io/v1"
+SHORT_WATCH_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class WatchedKind:
+    kind: str
+    api_version: str
+    path: str  # the cluster-wide collection, e.g. /api/v1/pods
+    namespaced: bool = False
+    custom: bool = False  # served by a CRD that may not be installed
+
+
+WATCHED_KINDS: tuple[WatchedKind, ...] = (
+    WatchedKind("Node", "v1", "/api/v1/nodes"),
+    WatchedKind("Pod", "v1", "/api/v1/pods", namespaced=True),
+    WatchedKind("Namespace", "v1", "/api/v1/namespaces"),
+    WatchedKind("Role", RBAC_GROUP_VERSION, f"/apis/{RBAC_GROUP_VERSION}/roles", namespaced=True),
+    WatchedKind("ClusterRole", RBAC_GROUP_VERSION, f"/apis/{RBAC_GROUP_VERSION}/clusterroles"),
+    WatchedKind("RoleBinding", RBAC_GROUP_VERSION, f"/apis/{RBAC_GROUP_VERSION}/rolebindings", namespaced=True),
+    WatchedKind("ClusterRoleBinding", RBAC_GROUP_VERSION, f"/apis/{RBAC_GROUP_VERSION}/clusterrolebindings"),
+    WatchedKind("HardwareProfile", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/hardwareprofiles", custom=True),
+    WatchedKind("TenantQuota", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/tenantquotas", custom=True),
+    WatchedKind("GPUPolicy", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/gpupolicies", custom=True),
+)
+
+# Errors after which a kind's loop backs off and retries; anything else is a bug and propagates.
+RETRYABLE = (ApiException, urllib3.exceptions.HTTPError, OSError, orjson.JSONDecodeError, ValueError)
+
+
+# -- raw JSON over an ApiClient -------------------------------------------------------------------
+
+
+class KubeJson:
+    """Raw JSON requests through a kubernetes `ApiClient`: its host, auth (token refresh included) and TLS."""
+
+    def __init__(self, api_client: k8s_client.ApiClient) -> None:
+        self.api_client = api_client
+
+    def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Iterable[tuple[str, str]] = (),
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        """Send a request; the caller reads (or streams) and releases the response. Non-2xx raises ApiException."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        serialized = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query) or None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(*serialized, _request_timeout=timeout)
+        raw: urllib3.BaseHTTPResponse = response.response
+        if not 200 <= raw.status <= 299:
+            data = raw.read()
+            raw.release_conn()
+            raise ApiException(status=raw.status, reason=raw.reason, body=data.decode("utf-8", "replace"))
+        return raw
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Iterable[tuple[str, str]] = (),
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> dict[str, Any]:
+        raw = self.open(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        try:
+            data = raw.read()
+        finally:
+            raw.release_conn()
+        loaded = orjson.loads(data) if data else {}
+        return loaded if isinstance(loaded, dict) else {}
+
+
+def load_kube_client(kubeconfig: str | None) -> k8s_client.ApiClient:
+    """An ApiClient from `kubeconfig`, else from $KGWE_TEST_KUBECONFIG, else the in-cluster service account."""
+    configuration = k8s_client.Configuration()
+    path = kubeconfig or os.environ.get(TEST_KUBECONFIG_ENV)
+    if path:
+        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    # One long-lived watch per kind plus patches and lease renewals share the pool.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
+    return k8s_client.ApiClient(configuration)
+
+
+# -- pod slimming ---------------------------------------------------------------------------------
+
+POD_METADATA_FIELDS = (
+    "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "resourceVersion", "creationTimestamp",
+)
+POD_SPEC_FIELDS = ("nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations")
+
+
+def _slim_container(container: dict[str, Any], init: bool) -> dict[str, Any]:
+    out = {"name": container.get("name"), "resources": container.get("resources") or {}}
+    if init and container.get("restartPolicy"):
+        out["restartPolicy"] = container["restartPolicy"]
+    return out
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a pod KGWE reads (see the module docstring); the rest is dropped to save memory."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    slim_spec: dict[str, Any] = {k: spec[k] for k in POD_SPEC_FIELDS if k in spec}
+    for key, init in (("containers", False), ("initContainers", True)):
+        if spec.get(key):
+            slim_spec[key] = [_slim_container(c, init) for c in spec[key] if isinstance(c, dict)]
+    out: dict[str, Any] = {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": "Pod",
+        "metadata": {k: meta[k] for k in POD_METADATA_FIELDS if k in meta},
+        "spec": slim_spec,
+    }
+    phase = (pod.get("status") or {}).get("phase")
+    if phase:
+        out["status"] = {"phase": phase}
+    return out
+
+
+# -- backoff --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter: base, 2 x base, 4 x base ... capped, each scaled by 0.5 to 1."""
+
+    base: float = 0.5
+    cap: float = 30.0
+    rng: random.Random = field(default_factory=random.Random)
+    attempts: int = 0
+
+    def next_delay(self) -> float:
+        delay = min(self.cap, self.base * (2 ** min(self.attempts, 30)))
+        self.attempts += 1
+        return delay * self.rng.uniform(0.5, 1.0)
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+# -- the source -----------------------------------------------------------------------------------
+
+
+class _Expired(Exception):
+    """The resourceVersion we hold is older than the server's history: relist."""
+
+
+class _CrdMissing(Exception):
+    pass
+
+
+@dataclass
+class KindStatus:
+    """What one kind's loop has done; read by readiness and tests."""
+
+    listed: bool = False
+    resource_version: str | None = None
+    lists: int = 0
+    watches: int = 0
+    events: int = 0
+    errors: int = 0
+    crd_missing: bool = False
+    last_error: str = ""
+
+
+NamespaceFilter = Callable[[str], bool] | Collection[str]
+
+
+class KubeClusterSource:
+    """Keeps a `ClusterStore` equal to the API server's objects of the kinds KGWE reads.
+
+    `namespace_filter` limits namespaced kinds (Pods, Roles, RoleBindings): a predicate on the namespace
+    name, or a collection of namespace names to keep. Cluster-scoped kinds are always kept.
+    """
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        api_client: k8s_client.ApiClient,
+        *,
+        namespace_filter: NamespaceFilter | None = None,
+        kinds: Iterable[str] | None = None,
+        watch_timeout_seconds: int = 300,
+        list_page_size: int = 500,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        missing_crd_retry_seconds: float = 60.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.api = KubeJson(api_client)
+        if namespace_filter is None or callable(namespace_filter):
+            self._keep_namespace: Callable[[str], bool] | None = namespace_filter
+        else:
+            allowed = frozenset(namespace_filter)
+            self._keep_namespace = allowed.__contains__
+        wanted = set(kinds) if kinds is not None else None
+        self.kinds = tuple(k for k in WATCHED_KINDS if wanted is None or k.kind in wanted)
+        if wanted is not None and len(self.kinds) != len(wanted):
+            unknown = wanted - {k.kind for k in self.kinds}
+            raise ValueError(f"cannot watch kinds {sorted(unknown)}")
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.list_page_size = list_page_size
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.missing_crd_retry_seconds = missing_crd_retry_seconds
+        self.connect_timeout = connect_timeout
+        self.status: dict[str, KindStatus] = {k.kind: KindStatus() for k in self.kinds}
+        self._stop = threading.Event()
+        self._loaded = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._open_streams: set[urllib3.BaseHTTPResponse] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        for watched in self.kinds:
+            thread = threading.Thread(target=self._run, args=(watched,), name=f"kgwe-watch-{watched.kind}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self._lock:
+            streams = list(self._open_streams)
+        for stream in streams:
+            _interrupt(stream)
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """True once every kind has been listed at least once (the store is then marked loaded)."""
+        return self._loaded.wait(timeout)
+
+    # -- one kind's reflector loop ----------------------------------------------------------------
+    def _run(self, watched: WatchedKind) -> None:
+        status = self.status[watched.kind]
+        backoff = Backoff(self.backoff_base, self.backoff_cap)
+        while not self._stop.is_set():
+            delay = 0.0
+            try:
+                if status.resource_version is None:
+                    self._list(watched, status)
+                    backoff.reset()
+                self._watch(watched, status, backoff)
+            except _Expired:
+                log.info("%s: resourceVersion %s expired, relisting", watched.kind, status.resource_version)
+                status.resource_version = None
+            except _CrdMissing:
+                if not status.crd_missing:
+                    log.warning(
+                        "%s: the CRD for %s is not installed; treating it as empty, retrying every %.0fs",
+                        watched.kind, watched.path, self.missing_crd_retry_seconds,
+                    )
+                status.crd_missing = True
+                status.resource_version = None
+                self.store.replace_kind(watched.kind, [])
+                self._mark_listed(status)
+                delay = self.missing_crd_retry_seconds
+            except RETRYABLE as exc:
+                if self._stop.is_set():
+                    break
+                if isinstance(exc, ApiException) and exc.status == 410:
+                    status.resource_version = None
+                    continue
+                status.errors += 1
+                status.last_error = _describe(exc)
+                delay = backoff.next_delay()
+                log.warning("%s: %s; retrying in %.1fs", watched.kind, status.last_error, delay)
+            if delay:
+                self._stop.wait(delay)
+
+    def _list(self, watched: WatchedKind, status: KindStatus) -> None:
+        items: list[dict[str, Any]] = []
+        continue_token = ""
+        while True:
+            query = [("limit", str(self.list_page_size))]
+            if continue_token:
+                query.append(("continue", continue_token))
+            try:
+                page = self.api.request("GET", watched.path, query=query, timeout=(self.connect_timeout, 120.0))
+            except ApiException as exc:
+                if exc.status == 404 and watched.custom:
+                    raise _CrdMissing from exc
+                if exc.status == 410 and continue_token:
+                    # The paged snapshot expired mid-list: start the list over for a consistent view.
+                    items, continue_token = [], ""
+                    continue
+                raise
+            for item in page.get("items") or []:
+                obj = self._prepare(watched, item)
+                if obj is not None:
+                    items.append(obj)
+            meta = page.get("metadata") or {}
+            continue_token = meta.get("continue") or ""
+            if not continue_token:
+                break
+        self.store.replace_kind(watched.kind, items)
+        status.resource_version = str(meta.get("resourceVersion") or "") or None
+        if status.resource_version is None:
+            raise ValueError(f"list of {watched.path} carried no resourceVersion")
+        status.lists += 1
+        if status.crd_missing:
+            log.info("%s: CRD installed, %d objects", watched.kind, len(items))
+        status.crd_missing = False
+        self._mark_listed(status)
+
+    def _watch(self, watched: WatchedKind, status: KindStatus, backoff: Backoff) -> None:
+        # Spread the stream ends so all kinds do not reconnect at the same instant.
+        timeout = int(self.watch_timeout_seconds * random.uniform(1.0, 1.25))
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", str(status.resource_version)),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout)),
+        ]
+        try:
+            stream = self.api.open("GET", watched.path, query=query, timeout=(self.connect_timeout, timeout + 30.0))
+        except ApiException as exc:
+            if exc.status == 410:
+                raise _Expired from exc
+            if exc.status == 404 and watched.custom:
+                raise _CrdMissing from exc
+            raise
+        status.watches += 1
+        started, delivered = time.monotonic(), 0
+        with self._lock:
+            self._open_streams.add(stream)
+            stopping = self._stop.is_set()  # stop() may have run while this stream was opening
+        try:
+            if stopping:
+                return
+            for event in _events(stream):
+                if self._stop.is_set():
+                    return
+                self._apply(watched, status, event)
+                delivered += 1
+                backoff.reset()
+        finally:
+            with self._lock:
+                self._open_streams.discard(stream)
+            _interrupt(stream)
+        if not delivered and time.monotonic() - started < SHORT_WATCH_SECONDS and not self._stop.is_set():
+            # A server that closes every watch at once would otherwise be hammered in a tight loop.
+            raise ValueError("watch ended immediately without events")
+
+    def _apply(self, watched: WatchedKind, status: KindStatus, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            raise ValueError(f"watch event without an object: {str(event)[:200]}")
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise _Expired
+            raise ApiException(status=code or 500, reason=str(obj.get("message") or obj.get("reason") or "watch error"))
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            if version:
+                status.resource_version = str(version)
+            return
+        prepared = self._prepare(watched, obj)
+        if kind in ("ADDED", "MODIFIED"):
+            if prepared is not None:
+                self.store.upsert(prepared)
+        elif kind == "DELETED":
+            self.store.delete(prepared if prepared is not None else _with_kind(watched, obj))
+        else:
+            raise ValueError(f"unknown watch event type {kind!r}")
+        status.events += 1
+        if version:
+            status.resource_version = str(version)
+
+    def _prepare(self, watched: WatchedKind, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The object as the store keeps it, or None when the namespace filter excludes it."""
+        if watched.namespaced and self._keep_namespace is not None:
+            namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+            if not self._keep_namespace(namespace):
+                return None
+        obj = _with_kind(watched, obj)
+        return slim_pod(obj) if watched.kind == "Pod" else obj
+
+    def _mark_listed(self, status: KindStatus) -> None:
+        status.listed = True
+        if all(s.listed for s in self.status.values()) and not self._loaded.is_set():
+            self.store.mark_loaded()
+            self._loaded.set()
+            log.info("cluster model loaded from the API: %s", ", ".join(k.kind for k in self.kinds))
+
+
+def _with_kind(watched: WatchedKind, obj: dict[str, Any]) -> dict[str, Any]:
+    # List items carry no kind/apiVersion for built-in types; the store files objects by kind.
+    if obj.get("kind") != watched.kind or obj.get("apiVersion") != watched.api_version:
+        obj = {**obj, "kind": watched.kind, "apiVersion": watched.api_version}
+    return obj
+
+
+def _events(stream: urllib3.BaseHTTPResponse) -> Iterator[dict[str, Any]]:
+    """Watch events, one JSON document per line; a line cut off by a broken stream is never yielded."""
+    pending = b""
+    for chunk in stream.stream(65536, decode_content=True):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                event = orjson.loads(line)
+                if isinstance(event, dict):
+                    yield event
+    if pending.strip():
+        event = orjson.loads(pending)
+        if isinstance(event, dict):
+            yield event
+
+
+def _interrupt(stream: urllib3.BaseHTTPResponse) -> None:
+    """Unblock a reader in another thread and drop the connection (a half-read stream cannot be reused)."""
+    shutdown = getattr(stream, "shutdown", None)
+    try:
+        if shutdown is not None:
+            shutdown()
+        stream.close()
+    except (OSError, RuntimeError):
+        # RuntimeError: the stream ended cleanly and its connection is already back in the pool.
+        pass
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"API error {exc.status} {exc.reason or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"
