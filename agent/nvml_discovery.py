@@ -143,10 +143,12 @@ class _Scanner:
     def _nvlinks(self, handle: Any) -> list[NvLinkPort]:
         ports: list[NvLinkPort] = []
         for link in range(self.nvml.NVML_NVLINK_MAX_LINKS):
-            # Links past the GPU's own count answer INVALID_ARGUMENT; GPUs without NVLink NOT_SUPPORTED.
+            # A GPU without NVLink answers NOT_SUPPORTED; a link index past the GPU's own links INVALID_ARGUMENT.
             state = self.optional(
                 "nvmlDeviceGetNvLinkState", handle, link, absent=(*_ABSENT, _INVALID_ARGUMENT)
             )
+            if state is None:
+                break
             if state != _LINK_ACTIVE:
                 continue
             remote = self.call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)

@@ -79,3 +79,14 @@ def test_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for flag in ("--node-name", "--interval", "--heartbeat-interval", "--once", "--dry-run", "--kubeconfig"):
         assert flag in out
+
+
+def test_bench_reports_scan_and_baseline() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from bench_agent import bench_agent_scan
+
+    result = bench_agent_scan(runs=3, warmup=1)
+    assert result["gpus"] == 8 and result["domain_size"] == 8
+    assert {"median_ms", "p99_ms"} <= set(result["scan"]) and result["ratio_median"] > 0
