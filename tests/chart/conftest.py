@@ -41,6 +41,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "webhooks": {
             "excludedNamespaces": ["kube-system", "monitoring"],
             "resourcePrefixes": ["nvidia.com/", "amd.com/"],
+            "namespaceSelectorExpressions": [{"key": "kgwe.io/enabled", "operator": "In", "values": ["true"]}],
         },
     },
 }
@@ -105,9 +106,15 @@ class Cel:
     def __init__(self) -> None:
         self._env = celpy.Environment()
 
-    def evaluate(self, expression: str, **activation: Any) -> Any:
+    def evaluate(self, expression: str, /, **activation: Any) -> Any:
         program = self._env.program(self._env.compile(expression))
         return program.evaluate({name: celpy.json_to_cel(value) for name, value in activation.items()})
+
+    def check(self, expression: str, /, **activation: Any) -> bool:
+        """A condition's value; anything but a bool (an error, a string) is a test failure."""
+        result = self.evaluate(expression, **activation)
+        assert isinstance(result, celpy.celtypes.BoolType), f"{expression!r} gave {result!r}"
+        return bool(result)
 
 
 @pytest.fixture(scope="session")

@@ -112,7 +112,7 @@ matchExpressions:
     operator: NotIn
     values: {{ include "kgwe.excludedNamespaces" . }}
 {{- with .Values.webhooks.namespaceSelectorExpressions }}
-{{ toYaml . }}
+{{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 

@@ -1,0 +1,181 @@
+"""The webhook configurations keep their promise: a KGWE outage never blocks ordinary pods.
+
+The matchConditions are evaluated with cel-python against real pods, as the API server evaluates them
+before it calls the webhook.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from conftest import NAMESPACE, SCENARIOS, Cel, Rendered, render
+
+GPU_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "train", "namespace": "team-a"},
+    "spec": {"containers": [{"name": "main", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+}
+MIG_INIT_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "warmup", "namespace": "team-a"},
+    "spec": {
+        "initContainers": [{"name": "warm", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}],
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
+    },
+}
+INTENT_ONLY_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "notebook", "namespace": "team-a", "annotations": {"kgwe.io/profile": "small-mig"}},
+    "spec": {"containers": [{"name": "main"}]},
+}
+PLAIN_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web", "namespace": "team-a", "labels": {"app": "web"}, "annotations": {"team": "a"}},
+    "spec": {"containers": [{"name": "nginx", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]},
+}
+
+
+def _with(pod: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(pod)
+    for key, value in metadata.items():
+        changed["metadata"].setdefault(key, {}).update(value) if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            changed["metadata"][key] = value
+    return changed
+
+
+def _webhook(rendered: Rendered, kind: str) -> dict[str, Any]:
+    configuration = rendered.one(kind, "kgwe")
+    assert len(configuration["webhooks"]) == 1
+    return dict(configuration["webhooks"][0])
+
+
+def _sent(cel: Cel, webhook: dict[str, Any], operation: str, pod: dict[str, Any], old: dict[str, Any] | None = None,
+          namespace: str | None = None) -> bool:
+    """Would the API server call this webhook? (namespaceSelector and matchConditions, as it applies them.)"""
+    namespace = namespace or pod["metadata"]["namespace"]
+    for expression in webhook["namespaceSelector"]["matchExpressions"]:
+        assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
+        if namespace in expression["values"]:
+            return False
+    assert operation in webhook["rules"][0]["operations"]
+    request = {"operation": operation, "namespace": namespace, "name": pod["metadata"]["name"]}
+    return all(
+        cel.check(condition["expression"], object=pod, oldObject=old, request=request)
+        for condition in webhook["matchConditions"]
+    )
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_scoping_promises_hold_in_every_scenario(rendered_scenarios: dict[str, Rendered], scenario: str) -> None:
+    rendered = rendered_scenarios[scenario]
+    mutate = _webhook(rendered, "MutatingWebhookConfiguration")
+    validate = _webhook(rendered, "ValidatingWebhookConfiguration")
+    assert mutate["name"] == "mutate.kgwe.io" and validate["name"] == "validate.kgwe.io"
+    for webhook in (mutate, validate):
+        excluded = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert {"kube-system", NAMESPACE} <= set(excluded)
+        assert webhook["matchConditions"], "matchConditions must narrow the webhook to GPU pods"
+        assert webhook["sideEffects"] == "NoneOnDryRun"
+        assert webhook["matchPolicy"] == "Equivalent"
+        assert webhook["admissionReviewVersions"] == ["v1"]
+        assert [rule["resources"] for rule in webhook["rules"]] == [["pods"]]
+        assert webhook["timeoutSeconds"] <= 5
+    assert mutate["failurePolicy"] == "Ignore"
+    assert mutate["reinvocationPolicy"] == "IfNeeded"
+    assert mutate["rules"][0]["operations"] == ["CREATE"]
+    assert mutate["clientConfig"]["service"]["path"] == "/mutate"
+    assert validate["failurePolicy"] == "Fail"
+    assert validate["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    assert validate["clientConfig"]["service"]["path"] == "/validate"
+
+
+def test_own_namespace_is_excluded_wherever_kgwe_is_installed() -> None:
+    rendered = render({}, namespace="platform-gpu")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        webhook = _webhook(rendered, kind)
+        assert "platform-gpu" in webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert webhook["clientConfig"]["service"] == {
+            "name": "kgwe-webhook", "namespace": "platform-gpu", "path": webhook["clientConfig"]["service"]["path"],
+            "port": 443,
+        }
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_only_gpu_and_kgwe_pods_reach_the_webhook_on_create(default: Rendered, cel: Cel, kind: str) -> None:
+    webhook = _webhook(default, kind)
+    assert _sent(cel, webhook, "CREATE", GPU_POD)
+    assert _sent(cel, webhook, "CREATE", MIG_INIT_POD)
+    assert _sent(cel, webhook, "CREATE", INTENT_ONLY_POD)
+    assert not _sent(cel, webhook, "CREATE", PLAIN_POD)
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_protected_pods_never_reach_the_webhook(default: Rendered, cel: Cel, kind: str) -> None:
+    webhook = _webhook(default, kind)
+    assert not _sent(cel, webhook, "CREATE", GPU_POD, namespace="kube-system")
+    assert not _sent(cel, webhook, "CREATE", GPU_POD, namespace=NAMESPACE)
+    mirror = _with(GPU_POD, annotations={"kubernetes.io/config.mirror": "0f1e2d"})
+    assert not _sent(cel, webhook, "CREATE", mirror)
+
+
+def test_namespace_condition_holds_even_if_the_selector_is_widened(default: Rendered, cel: Cel) -> None:
+    # The matchCondition repeats the namespace exclusion: a hand-edited namespaceSelector cannot make
+    # KGWE guard the pods it runs on.
+    webhook = _webhook(default, "ValidatingWebhookConfiguration")
+    condition = next(c for c in webhook["matchConditions"] if c["name"] == "exclude-kgwe-namespace")
+    request = {"operation": "CREATE", "namespace": NAMESPACE}
+    assert cel.check(condition["expression"], object=GPU_POD, oldObject=None, request=request) is False
+
+
+def test_updates_reach_the_fail_closed_webhook_only_when_they_touch_kgwe_keys(default: Rendered, cel: Cel) -> None:
+    webhook = _webhook(default, "ValidatingWebhookConfiguration")
+    admitted = _with(GPU_POD, annotations={"kgwe.io/accelerator-type": "nvidia-h100-80gb", "kgwe.io/tenant": "team-a"},
+                     labels={"kgwe.io/gang": "job-1"})
+    # Finalizer removal, relabelling: KGWE being down must not block them.
+    assert not _sent(cel, webhook, "UPDATE", _with(admitted, finalizers=[]), old=_with(admitted, finalizers=["x/y"]))
+    assert not _sent(cel, webhook, "UPDATE", _with(admitted, labels={"app": "trainer"}), old=admitted)
+    # The output-annotation guard sees every change to a kgwe.io/ key.
+    assert _sent(cel, webhook, "UPDATE", _with(admitted, annotations={"kgwe.io/hourly-cost": "0.01"}), old=admitted)
+    assert _sent(cel, webhook, "UPDATE", _with(admitted, labels={"kgwe.io/gang": "job-2"}), old=admitted)
+    removed = copy.deepcopy(admitted)
+    del removed["metadata"]["annotations"]["kgwe.io/tenant"]
+    assert _sent(cel, webhook, "UPDATE", removed, old=admitted)
+    # A plain pod that gains a kgwe.io/ annotation is checked too.
+    assert _sent(cel, webhook, "UPDATE", _with(PLAIN_POD, annotations={"kgwe.io/tenant": "free"}), old=PLAIN_POD)
+    # And one that drops the last one.
+    assert _sent(cel, webhook, "UPDATE", PLAIN_POD, old=_with(PLAIN_POD, annotations={"kgwe.io/tenant": "x"}))
+
+
+def test_extra_resource_prefixes_are_scoped_in(cel: Cel) -> None:
+    rendered = render({"webhooks": {"resourcePrefixes": ["nvidia.com/", "amd.com/"]}})
+    amd = copy.deepcopy(GPU_POD)
+    amd["spec"]["containers"][0]["resources"] = {"limits": {"amd.com/gpu": "1"}}
+    webhook = _webhook(rendered, "MutatingWebhookConfiguration")
+    assert _sent(cel, webhook, "CREATE", amd)
+    assert not _sent(cel, _webhook(render({}), "MutatingWebhookConfiguration"), "CREATE", amd)
+
+
+def test_rollout_selector_is_added_not_substituted() -> None:
+    rendered = render({"webhooks": {"namespaceSelectorExpressions": [
+        {"key": "kgwe.io/enabled", "operator": "In", "values": ["true"]}
+    ]}})
+    expressions = _webhook(rendered, "MutatingWebhookConfiguration")["namespaceSelector"]["matchExpressions"]
+    assert expressions[0]["values"] == ["kube-system", NAMESPACE]
+    assert expressions[1] == {"key": "kgwe.io/enabled", "operator": "In", "values": ["true"]}
+
+
+def test_ca_bundle_is_left_to_its_owner(rendered_scenarios: dict[str, Rendered]) -> None:
+    # Without cert-manager, `kgwe certs ensure` patches caBundle: a Helm upgrade must not blank it.
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        default = rendered_scenarios["default"].one(kind)
+        assert "caBundle" not in _webhook(rendered_scenarios["default"], kind)["clientConfig"]
+        assert "cert-manager.io/inject-ca-from" not in (default["metadata"].get("annotations") or {})
+        managed = rendered_scenarios["cert-manager"].one(kind)
+        assert managed["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/kgwe-webhook"
