@@ -8,13 +8,14 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI
 
 from agent.accelerator_types import AcceleratorTable
@@ -149,23 +150,39 @@ def cert_paths(tmp_path: Path, cert_settings: Settings) -> CertificatePaths:
     return paths
 
 
-def start_server(app: FastAPI, paths: CertificatePaths, tls: ReloadingSSLContext) -> Iterator[RunningServer]:
+def start_server(
+    make_app: Callable[[], FastAPI], paths: CertificatePaths, tls: ReloadingSSLContext
+) -> Iterator[RunningServer]:
+    """Serve the app from a thread. The app is built in that thread: native policy engines are bound to the
+    thread that created them, and in `kgwe serve` the runtime is built on the thread that serves."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn_server(app, "127.0.0.1", port, tls, log_level="warning")
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    servers: list[uvicorn.Server] = []
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            servers.append(uvicorn_server(make_app(), "127.0.0.1", port, tls, log_level="warning"))
+        except BaseException as exc:
+            errors.append(exc)
+            raise
+        servers[0].run(sockets=[sock])
+
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
+    deadline = time.monotonic() + 30
+    while not (servers and servers[0].started):
+        if errors:
+            raise errors[0]
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.01)
     try:
         yield RunningServer(f"https://127.0.0.1:{port}", paths.ca_cert, paths.directory, tls)
     finally:
-        server.should_exit = True
+        servers[0].should_exit = True
         thread.join(10)
         sock.close()
 
@@ -180,5 +197,4 @@ def server(runtime: FakeRuntime, cert_paths: CertificatePaths) -> Iterator[Runni
     from webhook.server.app import create_app
 
     tls = ReloadingSSLContext(cert_paths.tls_cert, cert_paths.tls_key, poll_seconds=0.05)
-    app = create_app(runtime, ui=False, certificate=tls, background=[tls])
-    yield from start_server(app, cert_paths, tls)
+    yield from start_server(lambda: create_app(runtime, ui=False, certificate=tls, background=[tls]), cert_paths, tls)

@@ -36,13 +36,17 @@ from webhook.server.fallback import FailureKind, failure_outcome
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
-# A module providing `create_router(runtime) -> APIRouter` for the web UI and its JSON API.
-UI_MODULE = "webhook.ui.routes"
+# The web UI's static pages: a module providing `ui_router() -> APIRouter` (served at /ui/).
+UI_MODULE = "webhook.server.ui_routes"
 # Measured with bench/bench_admission.py: the admission core is CPU-bound and sub-millisecond, so a
 # thread hop costs more than it saves; I/O inside the core (SubjectAccessReview) is cached and
 # bounded by the deadline it is given. See `offload` in create_app to change it.
 OFFLOAD_DEFAULT = False
 OFFLOAD_THREADS = 8
+
+
+# Everything else raised by admission becomes an answer per onError.
+_NOT_OURS_TO_CATCH = (KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit)
 
 
 class AdmissionCore(Protocol):
@@ -153,7 +157,9 @@ class AdmissionEndpoint:
             return outcome
         except TimeoutError:
             failure, detail = "deadline", f"no decision within {budget:.3g}s"
-        except Exception as exc:
+        except _NOT_OURS_TO_CATCH:
+            raise
+        except BaseException as exc:  # also panics of native engines (pyo3's PanicException is a BaseException)
             log.exception("%s: admission of uid=%s failed", self.name, admission_request.uid)
             failure, detail = "internal", f"internal error: {type(exc).__name__}"
         log.warning(
@@ -165,15 +171,15 @@ class AdmissionEndpoint:
         return failure_outcome(failure, config.limits.on_error, detail)
 
 
-def _ui_router(runtime: ServingRuntime) -> APIRouter | None:
+def _ui_router() -> APIRouter | None:
     try:
         module = importlib.import_module(UI_MODULE)
     except ModuleNotFoundError as exc:
         if exc.name is not None and UI_MODULE.startswith(exc.name):
-            log.info("web UI not installed (%s missing); serving the webhooks only", UI_MODULE)
+            log.info("web UI not installed (%s missing); serving without it", UI_MODULE)
             return None
         raise
-    router: APIRouter = module.create_router(runtime)
+    router: APIRouter = module.ui_router()
     return router
 
 
@@ -238,7 +244,7 @@ def create_app(
 
     routers: list[APIRouter] = []
     if ui:
-        ui_router = _ui_router(runtime)
+        ui_router = _ui_router()
         if ui_router is not None:
             routers.append(ui_router)
     for router in [*routers, *extra_routers]:

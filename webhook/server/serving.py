@@ -14,9 +14,11 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 from cryptography import x509
@@ -25,10 +27,14 @@ from starlette.types import ASGIApp
 from certs.authority import Settings
 from certs.files import ensure_files
 from certs.reloader import ReloadingSSLContext
+from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.server import metrics
 from webhook.server.app import BackgroundTask, create_app
 from webhook.server.config_watch import ConfigWatcher
+
+if TYPE_CHECKING:
+    from webhook.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,11 @@ SELF_SIGNED_SERVICE = "kgwe-webhook"
 SELF_SIGNED_NAMESPACE = "kgwe"
 # A worker that dies this soon after starting will die again: stop instead of restarting it forever.
 CRASH_LOOP_SECONDS = 5.0
+INITIAL_LIST_SECONDS = 60
+
+
+class ServeError(RuntimeError):
+    """`kgwe serve` cannot start; the message says why."""
 
 
 @dataclass
@@ -88,19 +99,57 @@ def _record_expiry(certificate: x509.Certificate) -> None:
     metrics.CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
 
 
-def build_server(options: ServeOptions, cert_file: Path, key_file: Path) -> uvicorn.Server:
-    """The runtime, the app and a uvicorn server for them (one worker's worth)."""
+def assemble_runtime(options: ServeOptions) -> tuple[Runtime, Callable[[], None]]:
+    """The runtime fed by its cluster source (a watched YAML directory, or the API), and how to stop the source."""
     from webhook.runtime import build_runtime
 
-    runtime = build_runtime(options.config, options.cluster_dir)
+    config = options.config
+    store = ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
+    if options.cluster_dir is not None:
+        from webhook.cluster.yaml_source import YamlDirectorySource
+
+        directory = YamlDirectorySource(options.cluster_dir, store)
+        directory.start()
+        return build_runtime(config, None, store=store), directory.stop
+
+    from kubernetes import client as k8s
+
+    from policies.quota_kube_store import KubeQuotaStore
+    from policies.rbac_review import SubjectAccessReviewer
+    from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
+
+    api = load_kube_client(None)
+    source = KubeClusterSource(store, api)
+    source.start()
+    # Policies are compiled from the GPUPolicies listed here; readiness waits for the list anyway.
+    if not source.wait_loaded(INITIAL_LIST_SECONDS):
+        log.warning("cluster objects not all listed after %ds; serving, not ready until they are", INITIAL_LIST_SECONDS)
+    runtime = build_runtime(
+        config,
+        None,
+        store=store,
+        quota_store=KubeQuotaStore(k8s.CustomObjectsApi(api)),
+        authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(api), cache_seconds=config.rbac.cache_seconds),
+    )
+    return runtime, source.stop
+
+
+def run_worker(
+    options: ServeOptions, cert_file: Path, key_file: Path, sockets: list[socket.socket] | None = None
+) -> None:
+    """One worker: its runtime, its reloading TLS context, the app, uvicorn; until told to stop."""
     tls = ReloadingSSLContext(cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry)
     if not tls.loaded:
-        raise SystemExit(f"kgwe serve: cannot load the serving certificate {cert_file}: {tls.last_error}")
+        raise ServeError(f"cannot load the serving certificate {cert_file}: {tls.last_error}")
+    runtime, stop_source = assemble_runtime(options)
     background: list[BackgroundTask] = [tls]
     if options.config_file is not None:
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds))
     app = create_app(runtime, ui=options.ui, certificate=tls, background=background)
-    return uvicorn_server(app, options.host, options.port, tls, options.log_level)
+    try:
+        uvicorn_server(app, options.host, options.port, tls, options.log_level).run(sockets=sockets)
+    finally:
+        stop_source()
 
 
 def uvicorn_server(
@@ -130,7 +179,7 @@ def serve(options: ServeOptions) -> int:
         cert_file, key_file, ca_file = self_signed_pair(options.host, options.extra_dns_names)
         print(f"kgwe serve: no --tls-cert-file given; serving a self-signed certificate. CA: {ca_file}", flush=True)
     if options.workers <= 1:
-        build_server(options, cert_file, key_file).run()
+        run_worker(options, cert_file, key_file)
         return 0
     return _serve_workers(options, cert_file, key_file)
 
@@ -150,7 +199,7 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                build_server(options, cert_file, key_file).run(sockets=[sock])
+                run_worker(options, cert_file, key_file, [sock])
             except BaseException:
                 log.exception("worker %d failed", index)
                 code = 1

@@ -1,0 +1,131 @@
+"""`kgwe certs ...`: make, renew and rotate the webhook's certificates, and publish the CA bundle."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from certs.authority import Changes, Settings
+from certs.files import ensure_files
+
+
+def _validity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ca-validity-days", type=int, default=3650, help="lifetime of a new CA (default 3650)")
+    parser.add_argument("--cert-validity-days", type=int, default=90,
+                        help="lifetime of a new serving certificate (default 90)")
+    parser.add_argument("--renew-before-days", type=int, default=30,
+                        help="renew the serving certificate this many days before it expires (default 30)")
+    parser.add_argument("--rotate-ca", action="store_true",
+                        help="make a new CA now; the old one stays in the bundle until it expires")
+    parser.add_argument("--dns-name", action="append", default=[], metavar="NAME",
+                        help="an extra DNS name for the serving certificate (repeatable)")
+    parser.add_argument("--ip-address", action="append", default=[], metavar="IP",
+                        help="an extra IP address for the serving certificate (127.0.0.1 is always included)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kgwe certs", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    generate = commands.add_parser(
+        "generate", help="write ca.crt, ca.key, tls.crt, tls.key to a directory (reusing its CA)",
+        description="Create the CA and serving certificate in --out-dir, or renew the serving certificate "
+                    "when it is inside the renewal window; an existing CA is reused.",
+    )
+    generate.add_argument("--out-dir", type=Path, required=True, help="directory for the four PEM files")
+    generate.add_argument("--service", default="kgwe-webhook", help="webhook Service name (default kgwe-webhook)")
+    generate.add_argument("--namespace", default="kgwe", help="webhook namespace (default kgwe)")
+    _validity_arguments(generate)
+
+    ensure = commands.add_parser(
+        "ensure", help="in a cluster: create or renew the TLS Secret and patch the webhooks' caBundle",
+        description="Read the TLS Secret, create or renew what needs it, write the CA bundle into the "
+                    "mutating and validating webhook configurations (first), then the Secret.",
+    )
+    ensure.add_argument("--namespace", required=True, help="namespace of the Service and the Secret")
+    ensure.add_argument("--service", required=True, help="webhook Service name")
+    ensure.add_argument("--secret", required=True, help="Secret holding ca.crt, ca.key, tls.crt, tls.key")
+    ensure.add_argument("--mutating-config", help="MutatingWebhookConfiguration to patch")
+    ensure.add_argument("--validating-config", help="ValidatingWebhookConfiguration to patch")
+    ensure.add_argument("--kubeconfig", help="use this kubeconfig instead of the pod's service account")
+    _validity_arguments(ensure)
+
+    patch = commands.add_parser(
+        "patch-ca-bundle", help="write a CA bundle file into webhook configurations' caBundle",
+        description="Set clientConfig.caBundle of every webhook in the named configurations.",
+    )
+    patch.add_argument("--ca-file", type=Path, required=True, help="PEM file with the CA certificate(s)")
+    patch.add_argument("--mutating-config", help="MutatingWebhookConfiguration to patch")
+    patch.add_argument("--validating-config", help="ValidatingWebhookConfiguration to patch")
+    patch.add_argument("--kubeconfig", help="use this kubeconfig instead of the pod's service account")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    ips = ["127.0.0.1", *(ip for ip in args.ip_address if ip != "127.0.0.1")]
+    return Settings(
+        service=args.service,
+        namespace=args.namespace,
+        ca_validity_days=args.ca_validity_days,
+        cert_validity_days=args.cert_validity_days,
+        renew_before_days=args.renew_before_days,
+        extra_dns_names=tuple(args.dns_name),
+        ip_addresses=tuple(ips),
+    )
+
+
+def _report(changes: Changes, where: str) -> None:
+    if not changes.changed:
+        print(f"{where}: certificates are current, nothing to do")
+        return
+    what = "new CA and serving certificate" if changes.ca_rotated else "new serving certificate"
+    print(f"{where}: {what} ({'; '.join(changes.reasons)})")
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.command in {"generate", "ensure"}:
+        if min(args.ca_validity_days, args.cert_validity_days) <= 0 or args.renew_before_days < 0:
+            parser.error("validity days must be positive and --renew-before-days not negative")
+        if args.renew_before_days >= args.cert_validity_days:
+            parser.error("--renew-before-days must be shorter than --cert-validity-days")
+    if args.command in {"ensure", "patch-ca-bundle"} and not (args.mutating_config or args.validating_config):
+        parser.error("name --mutating-config and/or --validating-config")
+
+
+def run(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    _validate(parser, args)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "generate":
+            paths, changes = ensure_files(args.out_dir, _settings(args), rotate_ca=args.rotate_ca)
+            _report(changes, str(paths.directory))
+            print(f"CA bundle: {paths.ca_cert}\ncertificate: {paths.tls_cert}\nkey: {paths.tls_key}")
+            return 0
+        from certs import kube
+
+        if args.command == "ensure":
+            api = kube.api_client(args.kubeconfig)
+            changes = kube.ensure(
+                api, _settings(args), args.secret, args.mutating_config, args.validating_config,
+                rotate_ca=args.rotate_ca,
+            )
+            _report(changes, f"Secret {args.namespace}/{args.secret}")
+            return 0
+        bundle = args.ca_file.read_bytes()
+        if b"-----BEGIN CERTIFICATE-----" not in bundle:
+            print(f"kgwe certs: {args.ca_file} holds no PEM certificate", file=sys.stderr)
+            return 2
+        from kubernetes import client as k8s
+
+        admission = k8s.AdmissionregistrationV1Api(kube.api_client(args.kubeconfig))
+        changed = kube.patch_ca_bundle(admission, bundle, args.mutating_config, args.validating_config)
+        print("caBundle updated" if changed else "caBundle already current")
+        return 0
+    except Exception as exc:
+        print(f"kgwe certs {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

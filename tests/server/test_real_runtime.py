@@ -1,0 +1,162 @@
+"""The server on the real runtime over examples/cluster: parity with `kgwe review`, config hot reload, the CLI."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+import yaml
+from conftest import RunningServer, start_server
+from fastapi import FastAPI
+
+from certs.files import CertificatePaths
+from certs.reloader import ReloadingSSLContext
+from webhook.config import load_config
+from webhook.review import create_review, review_pod
+from webhook.runtime import build_runtime
+from webhook.server.app import create_app
+from webhook.server.config_watch import ConfigWatcher
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "examples" / "cluster"
+CONFIG = ROOT / "examples" / "config.yaml"
+PODS = sorted((ROOT / "examples" / "pods").glob("*.yaml"))
+
+
+def load_pod(path: Path) -> dict[str, Any]:
+    return next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "Pod")
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG.read_text())
+    return path
+
+
+@pytest.fixture
+def real_server(cert_paths: CertificatePaths, config_file: Path) -> Iterator[RunningServer]:
+    tls = ReloadingSSLContext(cert_paths.tls_cert, cert_paths.tls_key, poll_seconds=0.05)
+
+    def make_app() -> FastAPI:
+        runtime = build_runtime(load_config(config_file), CLUSTER)
+        watcher = ConfigWatcher(config_file, runtime.set_config, poll_seconds=0.05)
+        return create_app(runtime, ui=False, certificate=tls, background=[tls, watcher])
+
+    yield from start_server(make_app, cert_paths, tls)
+
+
+def ask(server: RunningServer, path: str, review: dict[str, Any]) -> dict[str, Any]:
+    with server.client() as client:
+        response = client.post(f"{path}?timeout=10s", content=orjson.dumps(review))
+    assert response.status_code == 200
+    answer: dict[str, Any] = response.json()["response"]
+    assert answer["uid"] == review["request"]["uid"]
+    return answer
+
+
+def server_review(server: RunningServer, pod: dict[str, Any]) -> dict[str, Any]:
+    """What the API server would get from the two webhooks, over HTTPS."""
+    mutate_review = create_review(pod, "kgwe-review", [])
+    mutated = ask(server, "/mutate", mutate_review)
+    patch = orjson.loads(base64.b64decode(mutated["patch"])) if "patch" in mutated else []
+    original = mutate_review["request"]["object"]
+    if not mutated["allowed"]:
+        return {"allowed": False, "message": mutated["status"]["message"], "patch": [], "object": original,
+                "warnings": mutated.get("warnings", []), "auditAnnotations": mutated.get("auditAnnotations", {})}
+    patched = jsonpatch.apply_patch(original, patch)
+    validated = ask(server, "/validate", create_review(patched, "kgwe-review", []))
+    assert "patch" not in validated
+    return {
+        "allowed": validated["allowed"],
+        "message": "" if validated["allowed"] else validated["status"]["message"],
+        "patch": patch,
+        "object": patched,
+        "warnings": list(dict.fromkeys([*mutated.get("warnings", []), *validated.get("warnings", [])])),
+        "auditAnnotations": {**mutated.get("auditAnnotations", {}), **validated.get("auditAnnotations", {})},
+    }
+
+
+def test_examples_exist() -> None:
+    assert len(PODS) >= 5
+
+
+def test_review_and_server_answer_identically_on_every_example_pod(real_server: RunningServer) -> None:
+    offline = build_runtime(load_config(CONFIG), CLUSTER)
+    for path in PODS:
+        pod = load_pod(path)
+        expected = review_pod(offline.admission, pod, deadline_seconds=10).as_json()
+        assert server_review(real_server, pod) == expected, path.name
+
+
+def test_config_change_switches_to_audit_mode_without_restart(real_server: RunningServer, config_file: Path) -> None:
+    pod = load_pod(PODS[0])
+    assert "patch" in ask(real_server, "/mutate", create_review(pod, "alice", []))
+    config = yaml.safe_load(config_file.read_text())
+    config_file.write_text("mode: [not valid\n")
+    time.sleep(0.2)
+    assert "patch" in ask(real_server, "/mutate", create_review(pod, "alice", [])), "a bad file must be ignored"
+    config_file.write_text(yaml.safe_dump({**config, "mode": "audit"}))
+    deadline = time.monotonic() + 5
+    while "patch" in ask(real_server, "/mutate", create_review(pod, "alice", [])):
+        assert time.monotonic() < deadline, "audit mode never took effect"
+        time.sleep(0.05)
+    with real_server.client() as client:
+        assert 'mode="audit"' in client.get("/metrics").text
+
+
+def kgwe(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=60)
+
+
+def test_review_cli_json_matches_the_spec_shape() -> None:
+    allowed = PODS[0]
+    refused = next(p for p in PODS if "refused" in p.name)
+    for path in (allowed, refused):
+        result = kgwe("review", str(path), "--cluster", str(CLUSTER), "--config", str(CONFIG), "-o", "json")
+        assert result.returncode == 0, result.stderr
+        document = orjson.loads(result.stdout)
+        assert set(document) == {"allowed", "message", "patch", "object", "warnings", "auditAnnotations"}
+        assert document["allowed"] is (path == allowed)
+        assert (document["message"] == "") is (path == allowed)
+        assert document["object"]["kind"] == "Pod"
+
+
+def test_review_cli_text_and_user_groups() -> None:
+    result = kgwe("review", str(PODS[0]), "--cluster", str(CLUSTER), "--user", "bob", "--group", "team-a")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("pod ") and ("ALLOWED" in result.stdout or "DENIED" in result.stdout)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("review", "missing.yaml", "--cluster", "examples/cluster"), "cannot read"),
+        (("review", "examples/config.yaml", "--cluster", "examples/cluster"), "exactly one Pod"),
+        (("review", "examples/pods/01-single-type.yaml", "--cluster", "nowhere"), "not a directory"),
+        (("serve", "--tls-cert-file", "x.crt"), "both"),
+        (("bogus",), "invalid choice"),
+    ],
+)
+def test_cli_errors_go_to_stderr_with_non_zero_exit(args: tuple[str, ...], fragment: str) -> None:
+    result = kgwe(*args)
+    assert result.returncode != 0
+    assert fragment in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["serve", "review", "certs", "policy"])
+def test_every_command_has_help(command: str) -> None:
+    result = kgwe(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout

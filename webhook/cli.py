@@ -1,0 +1,202 @@
+"""The `kgwe` command line (SPEC section 4)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from webhook.config import Config, ConfigError, load_config
+
+# Commands that belong to other packages: (module, how its `run` is called, one-line help).
+DELEGATED: dict[str, tuple[str, str, str]] = {
+    "policy": ("policies.testing", "args", "policy tools: `kgwe policy test [DIR]` runs Rego tests and CEL cases"),
+    "agent": ("agent.main", "args", "the node agent (NVML discovery, topology publishing)"),
+    "certs": ("certs.cli", "args", "make, renew and rotate certificates; patch caBundle"),
+    "nodes": ("webhook.reports.cli", "command", "the node view: accelerator types, GPUs, topology"),
+    "profiles": ("webhook.reports.cli", "command", "hardware profiles with availability and price"),
+    "audit": ("webhook.reports.cli", "command", "check existing pods against the policies"),
+    "costs": ("webhook.reports.cli", "command", "GPU cost of running pods by tenant and type"),
+}
+
+
+def _add_cluster_and_config(parser: argparse.ArgumentParser, cluster_required: bool) -> None:
+    parser.add_argument("--cluster", type=Path, required=cluster_required, metavar="DIR",
+                        help="directory of Kubernetes YAML manifests (the embedded default)"
+                        + ("" if cluster_required else "; without it, the cluster's API"))
+    parser.add_argument("--config", type=Path, metavar="FILE", help="KGWE configuration file (YAML)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kgwe",
+        description="KGWE, the Kubernetes GPU Workload Enhancer: admission webhooks, policies and a node agent.",
+    )
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        help="log verbosity (default: info for serve and agent, warning otherwise)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the mutating and validating webhooks over HTTPS",
+                                description="Run the webhooks. With --cluster the cluster is read from YAML files "
+                                            "(reloaded on change); without it, from the Kubernetes API.")
+    _add_cluster_and_config(serve, cluster_required=False)
+    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, default=8443, help="port to listen on (default 8443)")
+    serve.add_argument("--tls-cert-file", type=Path, metavar="FILE",
+                       help="serving certificate (PEM); reloaded when the file changes")
+    serve.add_argument("--tls-private-key-file", type=Path, metavar="FILE", help="its private key (PEM)")
+    serve.add_argument("--no-ui", action="store_true", help="do not serve the web UI")
+    serve.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
+
+    review = commands.add_parser("review", help="offline: what the webhooks would answer for a CREATE of a pod",
+                                 description="Send a pod through the mutating webhook, apply its patch, and send "
+                                             "the result through the validating webhook; the exit status is 0 "
+                                             "whether or not the pod is allowed.")
+    review.add_argument("pod", type=Path, metavar="POD.yaml", help="the pod manifest")
+    _add_cluster_and_config(review, cluster_required=True)
+    review.add_argument("--user", default="kgwe-review", help="the requesting user (default kgwe-review)")
+    review.add_argument("--group", action="append", default=[], metavar="G",
+                        help="a group of the user (repeatable; system:authenticated is always added)")
+    review.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+
+    for name, (_module, _style, help_text) in DELEGATED.items():
+        commands.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def _load_config(path: Path | None) -> Config:
+    try:
+        return load_config(path)
+    except (OSError, ConfigError) as exc:
+        raise CommandError(f"configuration: {exc}") from exc
+
+
+class CommandError(Exception):
+    """A user error: printed to stderr, exit status 2."""
+
+
+def _read_pod(path: Path) -> dict[str, Any]:
+    try:
+        documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    except (OSError, yaml.YAMLError) as exc:
+        raise CommandError(f"cannot read {path}: {exc}") from exc
+    pods = [d for d in documents if isinstance(d, dict) and d.get("kind") == "Pod"]
+    if len(pods) != 1:
+        raise CommandError(f"{path}: expected exactly one Pod manifest, found {len(pods)}")
+    return pods[0]
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    from webhook.review import render_text, review_pod
+    from webhook.runtime import build_runtime
+
+    pod = _read_pod(args.pod)
+    if not args.cluster.is_dir():
+        raise CommandError(f"--cluster {args.cluster}: not a directory")
+    config = _load_config(args.config)
+    try:
+        runtime = build_runtime(config, args.cluster)
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
+    result = review_pod(runtime.admission, pod, args.user, args.group, config.limits.deadline_seconds)
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(render_text(result))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from webhook.server.serving import ServeError, ServeOptions, serve
+
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        raise CommandError("give both --tls-cert-file and --tls-private-key-file, or neither")
+    if args.cluster is not None and not args.cluster.is_dir():
+        raise CommandError(f"--cluster {args.cluster}: not a directory")
+    if args.workers < 1:
+        raise CommandError("--workers must be at least 1")
+    options = ServeOptions(
+        config=_load_config(args.config),
+        config_file=args.config,
+        cluster_dir=args.cluster,
+        host=args.host,
+        port=args.port,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_private_key_file,
+        ui=not args.no_ui,
+        workers=args.workers,
+        log_level=args.log_level or "info",
+    )
+    try:
+        return serve(options)
+    except ServeError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def run_delegated(command: str, argv: list[str]) -> int:
+    module_name, style, _help = DELEGATED[command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            print(f"kgwe {command}: not available in this installation ({module_name} is missing)", file=sys.stderr)
+            return 2
+        raise
+    if command == "policy":
+        if not argv or argv[0] in {"-h", "--help"}:
+            print("usage: kgwe policy test [DIR] [options]\n\n"
+                  "  test    run the Rego tests (*_test.rego) and CEL policy test cases in DIR")
+            return 0 if argv else 2
+        if argv[0] != "test":
+            print(f"kgwe policy: unknown command {argv[0]!r} (expected: test)", file=sys.stderr)
+            return 2
+        argv = argv[1:]
+    run: Callable[..., int] = module.run
+    result = run(command, argv) if style == "command" else run(argv)
+    return int(result or 0)
+
+
+def _command_index(argv: list[str]) -> int | None:
+    index = 0
+    while index < len(argv):
+        if argv[index] == "--log-level":
+            index += 2
+        elif argv[index].startswith("-"):
+            index += 1
+        else:
+            return index
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Delegated commands parse their own arguments (and --help).
+    first = _command_index(args_list)
+    if first is not None and args_list[first] in DELEGATED:
+        top = parser.parse_args([*args_list[:first], "serve"])  # validates the global options only
+        level = top.log_level or ("info" if args_list[first] == "agent" else "warning")
+        logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
+        return run_delegated(args_list[first], args_list[first + 1:])
+    args = parser.parse_args(args_list)
+    level = args.log_level or ("info" if args.command == "serve" else "warning")
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {"serve": cmd_serve, "review": cmd_review}
+    try:
+        return commands[args.command](args)
+    except CommandError as exc:
+        print(f"kgwe {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""`kgwe review`: what the two webhooks would answer for a CREATE of a pod, offline.
+
+It goes through exactly the server's code: the AdmissionReview is built as the API server builds
+it, serialized and decoded by `decode_review`, decided by the same `AdmissionService`, rendered by
+`render_review`; the mutating answer's patch is applied, and the mutated pod is sent through the
+validating path, as the API server does between the two webhooks.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jsonpatch
+import orjson
+
+from webhook.admission.outcome import Outcome
+from webhook.admission.request import API_VERSION, KIND, AdmissionRequest, decode_review
+from webhook.admission.response import render_review
+
+AUTHENTICATED = "system:authenticated"
+DEFAULT_USER = "kgwe-review"
+
+
+class Admission(Protocol):
+    def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
+
+    def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
+
+
+@dataclass
+class ReviewResult:
+    allowed: bool
+    message: str
+    patch: list[dict[str, Any]]
+    object: dict[str, Any]
+    warnings: list[str]
+    audit_annotations: dict[str, str]
+
+    def as_json(self) -> dict[str, Any]:
+        """The `kgwe review -o json` document (SPEC section 6)."""
+        return {
+            "allowed": self.allowed,
+            "message": self.message,
+            "patch": self.patch,
+            "object": self.object,
+            "warnings": self.warnings,
+            "auditAnnotations": self.audit_annotations,
+        }
+
+
+def create_review(pod: dict[str, Any], user: str, groups: Sequence[str]) -> dict[str, Any]:
+    """The AdmissionReview kube-apiserver sends for `kubectl create` of `pod`."""
+    pod = copy.deepcopy(pod)
+    metadata = pod.setdefault("metadata", {})
+    namespace = metadata.get("namespace") or "default"
+    metadata["namespace"] = namespace  # the API server fills it in from the URL before admission
+    gvk = {"group": "", "version": "v1", "kind": "Pod"}
+    gvr = {"group": "", "version": "v1", "resource": "pods"}
+    all_groups = [*groups, *([AUTHENTICATED] if AUTHENTICATED not in groups else [])]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": gvk,
+            "resource": gvr,
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "name": metadata.get("name", ""),
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": user, "uid": "", "groups": all_groups, "extra": {}},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+def answer(admission: Admission, review: dict[str, Any], mutating: bool, deadline_seconds: float) -> dict[str, Any]:
+    """The `response` of one webhook for `review`, as it would travel over HTTP."""
+    request = decode_review(orjson.dumps(review))
+    decide = admission.mutate if mutating else admission.validate
+    outcome = decide(request, deadline=time.monotonic() + deadline_seconds)
+    rendered = render_review(request.uid, request.api_version, outcome, mutating)
+    response: dict[str, Any] = orjson.loads(orjson.dumps(rendered))["response"]
+    return response
+
+
+def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    if not response.get("patch"):
+        return []
+    ops: list[dict[str, Any]] = orjson.loads(base64.b64decode(response["patch"]))
+    return ops
+
+
+def review_pod(
+    admission: Admission,
+    pod: dict[str, Any],
+    user: str = DEFAULT_USER,
+    groups: Sequence[str] = (),
+    deadline_seconds: float = 10.0,
+) -> ReviewResult:
+    mutate_review = create_review(pod, user, groups)
+    mutated = answer(admission, mutate_review, True, deadline_seconds)
+    original = mutate_review["request"]["object"]
+    if not mutated["allowed"]:
+        # The API server stops at a mutating webhook's refusal: the validating webhook is never asked.
+        return ReviewResult(
+            False, _message(mutated), [], original, mutated.get("warnings", []), mutated.get("auditAnnotations", {})
+        )
+    patch = decoded_patch(mutated)
+    patched: dict[str, Any] = jsonpatch.apply_patch(original, patch) if patch else original
+    validated = answer(admission, create_review(patched, user, groups), False, deadline_seconds)
+    warnings = list(dict.fromkeys([*mutated.get("warnings", []), *validated.get("warnings", [])]))
+    annotations = {**mutated.get("auditAnnotations", {}), **validated.get("auditAnnotations", {})}
+    allowed = bool(validated["allowed"])
+    return ReviewResult(allowed, "" if allowed else _message(validated), patch, patched, warnings, annotations)
+
+
+def _message(response: dict[str, Any]) -> str:
+    return str((response.get("status") or {}).get("message", ""))
+
+
+def render_text(result: ReviewResult) -> str:
+    """The readable form of a review."""
+    metadata = result.object.get("metadata") or {}
+    name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
+    verdict = "ALLOWED" if result.allowed else "DENIED"
+    lines = [f"pod {metadata.get('namespace', 'default')}/{name}: {verdict}"]
+    if result.message:
+        lines.append(f"  reason: {result.message}")
+    if result.patch:
+        lines.append(f"patch ({len(result.patch)} operation{'s' if len(result.patch) != 1 else ''}):")
+        for op in result.patch:
+            value = f" {orjson.dumps(op['value']).decode()}" if "value" in op else ""
+            source = f" from {op['from']}" if "from" in op else ""
+            lines.append(f"  {op['op']} {op['path']}{source}{value}")
+    else:
+        lines.append("patch: none (the pod is admitted unchanged)")
+    if result.warnings:
+        lines.append("warnings:")
+        lines.extend(f"  - {w}" for w in result.warnings)
+    if result.audit_annotations:
+        lines.append("audit annotations:")
+        lines.extend(f"  {k}: {v}" for k, v in sorted(result.audit_annotations.items()))
+    return "\n".join(lines)
