@@ -108,12 +108,13 @@ class _Scanner:
 
     def _fill(self, info: GpuInfo) -> None:
         handle = self.call("nvmlDeviceGetHandleByIndex", info.index)
+        # The bus id first: it is what peers' links name, so a GPU failing later still shows in their rows.
+        pci = self.call("nvmlDeviceGetPciInfo", handle)
+        info.pci_bus_id = normalise_bus_id(_text(pci.busId))
         info.uuid = _text(self.call("nvmlDeviceGetUUID", handle))
         info.name = _text(self.call("nvmlDeviceGetName", handle))
         memory = self.call("nvmlDeviceGetMemoryInfo", handle)
         info.memory_mib = int(memory.total) // (1024 * 1024)
-        pci = self.call("nvmlDeviceGetPciInfo", handle)
-        info.pci_bus_id = normalise_bus_id(_text(pci.busId))
         capability = self.optional("nvmlDeviceGetCudaComputeCapability", handle)
         if capability is not None:
             info.compute_capability = f"{capability[0]}.{capability[1]}"

@@ -224,3 +224,12 @@ def test_mig_profile_names_match_the_device_plugin(
     gi: int, ci: int, memory_mib: int, total_mib: int, name: str
 ) -> None:
     assert mig_profile_name(gi, ci, memory_mib, total_mib * 1024 * 1024) == name
+
+
+def test_a_gpu_failing_after_its_bus_id_still_shows_in_its_peers_links() -> None:
+    system = machines.h100_nvl_pairs()
+    system.gpus[1].failures["nvmlDeviceGetUUID"] = pynvml.NVML_ERROR_UNKNOWN
+    doc = document_of(system)
+    assert not doc.gpus[1].healthy and doc.gpus[1].pci_bus_id == "00000000:31:00.0"
+    assert doc.nvlink.matrix[0][1] == 12
+    assert doc.nvlink.domain == [2, 3]
