@@ -1,0 +1,226 @@
+"""The bound-pod controller on the example cluster: the patches it sends, the cost gauge, and no churn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_fake_apiserver import FakeApiServer
+from prometheus_client import CollectorRegistry
+
+from webhook.cluster.kube_source import KubeClusterSource
+from webhook.cluster.model import ClusterStore
+from webhook.cluster.yaml_source import YamlDirectorySource, iter_manifests
+from webhook.config import Config, load_config
+from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+METRIC = "kgwe_pod_hourly_cost"
+
+
+def bound_pod(
+    name: str,
+    node: str | None,
+    resources: dict[str, str],
+    annotations: dict[str, str],
+    namespace: str = "team-a",
+    phase: str = "Running",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"limits": resources}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "resourceVersion": "1",
+                     "annotations": annotations},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+# Admitted for either type (priced at the dearer one), then bound to an H100 node.
+TRAINER = bound_pod(
+    "trainer", "dgx-h100-02", {"nvidia.com/gpu": "2"},
+    {"kgwe.io/accelerator-type": "nvidia-h100-80gb,nvidia-h200-141gb", "kgwe.io/hourly-cost": "12",
+     "kgwe.io/tenant": "team-a"},
+)
+
+
+class Recorder:
+    """The controller's patch seam: records what would go to the API server."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __call__(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self.calls.append((namespace, name, body))
+
+
+@pytest.fixture
+def config() -> Config:
+    return load_config(EXAMPLES / "config.yaml")
+
+
+@pytest.fixture
+def store(config: Config) -> ClusterStore:
+    store = ClusterStore(config.accelerator_table(), min_rebuild_interval=0.0)
+    YamlDirectorySource(EXAMPLES / "cluster", store).load()
+    return store
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def controller(store, config, registry) -> tuple[BoundPodController, Recorder]:
+    recorder = Recorder()
+    return BoundPodController(store, config, recorder, registry=registry), recorder
+
+
+def gauge(registry: CollectorRegistry, namespace: str, tenant: str, accelerator_type: str) -> float | None:
+    labels = {"namespace": namespace, "tenant": tenant, "accelerator_type": accelerator_type}
+    return registry.get_sample_value(METRIC, labels)
+
+
+def test_bound_pod_gets_its_node_type_and_that_types_cost(store, controller):
+    ctl, recorder = controller
+    store.upsert(TRAINER)
+    applied = ctl.reconcile_once()
+    trainer = [c for c in recorder.calls if c[1] == "trainer"]
+    assert trainer == [("team-a", "trainer", {"metadata": {"annotations": {
+        "kgwe.io/accelerator-type": "nvidia-h100-80gb", "kgwe.io/hourly-cost": "9"}}})]
+    assert {p.name for p in applied} == {c[1] for c in recorder.calls}
+
+
+def test_example_pods_already_correct_are_left_alone_and_missing_costs_filled(controller):
+    ctl, recorder = controller
+    ctl.reconcile_once()
+    # train-llm-0 says "18.00" for 4 H100s at 4.50: equal to 18, so no patch. notebook-1 has no cost yet:
+    # one 1g.10gb slice of an A100 80GB at 2.80 is 0.4. batch-done has finished.
+    notebook_patch = {"metadata": {"annotations": {"kgwe.io/hourly-cost": "0.4"}}}
+    assert recorder.calls == [("inference", "notebook-1", notebook_patch)]
+
+
+def test_shared_and_profile_pods(store, controller):
+    ctl, recorder = controller
+    store.upsert(bound_pod("mps", "l4-mps-01", {"nvidia.com/gpu": "1"},
+                           {"kgwe.io/accelerator-type": "nvidia-l4-24gb", "kgwe.io/gpu-fraction": "0.5"},
+                           namespace="inference"))
+    store.upsert(bound_pod("premium", "dgx-h100-01", {"nvidia.com/gpu": "1"},
+                           {"kgwe.io/accelerator-type": "nvidia-h100-80gb", "kgwe.io/profile": "nvl72",
+                            "kgwe.io/hourly-cost": "9"}))
+    ctl.reconcile_once()
+    by_name = {name: body["metadata"]["annotations"] for _ns, name, body in recorder.calls}
+    assert by_name["mps"] == {"kgwe.io/hourly-cost": "0.4"}
+    # The nvl72 profile lists only GB200: on an H100 node the pricing config's 4.50 applies.
+    assert by_name["premium"] == {"kgwe.io/hourly-cost": "4.5"}
+
+
+def test_cost_without_a_price_is_removed(store, config, registry):
+    recorder = Recorder()
+    cheap = config.model_copy(update={"pricing": config.pricing.model_copy(update={"per_gpu_hour": {}})})
+    store.upsert(TRAINER)
+    BoundPodController(store, cheap, recorder, registry=registry).reconcile_once()
+    trainer = [body for _ns, name, body in recorder.calls if name == "trainer"]
+    assert trainer == [{"metadata": {"annotations": {
+        "kgwe.io/accelerator-type": "nvidia-h100-80gb", "kgwe.io/hourly-cost": None}}}]
+
+
+def test_pods_not_to_touch(store, controller):
+    ctl, recorder = controller
+    store.upsert(bound_pod("pending", None, {"nvidia.com/gpu": "1"}, {}, phase="Pending"))
+    store.upsert(bound_pod("cpu-only", "dgx-h100-01", {"cpu": "1"}, {}))
+    store.upsert(bound_pod("system", "dgx-h100-01", {"nvidia.com/gpu": "1"}, {}, namespace="kube-system"))
+    store.upsert(bound_pod("unknown-node", "gpu-unlabelled-01", {"nvidia.com/gpu": "1"}, {}))
+    store.upsert(bound_pod("done", "dgx-h100-01", {"nvidia.com/gpu": "1"}, {}, phase="Failed"))
+    ctl.reconcile_once()
+    touched = {name for _ns, name, _body in recorder.calls}
+    assert touched.isdisjoint({"pending", "cpu-only", "system", "unknown-node", "done"})
+
+
+def test_a_patch_is_sent_once_per_pod_version(store, controller):
+    ctl, recorder = controller
+    store.upsert(TRAINER)
+    ctl.reconcile_once()
+    sent = len(recorder.calls)
+    ctl.reconcile_once()
+    assert len(recorder.calls) == sent
+    # The watch brings the patched pod back: nothing left to do.
+    patched = bound_pod("trainer", "dgx-h100-02", {"nvidia.com/gpu": "2"}, {
+        "kgwe.io/accelerator-type": "nvidia-h100-80gb", "kgwe.io/hourly-cost": "9", "kgwe.io/tenant": "team-a"})
+    patched["metadata"]["resourceVersion"] = "2"
+    store.upsert(patched)
+    assert ctl.reconcile_once() == []
+    assert len(recorder.calls) == sent
+
+
+def test_gauge_sums_running_and_pending_pods_and_prunes(store, controller, registry):
+    ctl, _recorder = controller
+    store.upsert(TRAINER)
+    store.upsert(bound_pod("waiting", None, {"nvidia.com/gpu": "1"}, {
+        "kgwe.io/accelerator-type": "nvidia-h100-80gb", "kgwe.io/hourly-cost": "4.5", "kgwe.io/tenant": "team-a"},
+        phase="Pending"))
+    ctl.reconcile_once()
+    # train-llm-0 (18) + trainer as patched (9) + waiting (4.5); batch-done has finished.
+    assert gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") == pytest.approx(31.5)
+    assert gauge(registry, "inference", "inference", "nvidia-a100-80gb") == pytest.approx(0.4)
+
+    for name in ("train-llm-0", "trainer", "waiting"):
+        store.delete({"kind": "Pod", "metadata": {"name": name, "namespace": "team-a"}})
+    ctl.reconcile_once()
+    assert gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") is None
+    assert gauge(registry, "inference", "inference", "nvidia-a100-80gb") == pytest.approx(0.4)
+
+
+def test_a_follower_neither_patches_nor_exports(store, config, registry):
+    recorder = Recorder()
+    store.upsert(TRAINER)
+    follower = BoundPodController(store, config, recorder, registry=registry, is_leader=lambda: False)
+    assert follower.reconcile_once() == []
+    assert recorder.calls == []
+    assert gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") is None
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def test_against_an_api_server_patches_land_and_are_not_repeated(apiserver: FakeApiServer, api_client, config):
+    for _path, obj in iter_manifests(EXAMPLES / "cluster"):
+        if obj["kind"] in ("Node", "Pod", "Namespace", "HardwareProfile"):
+            apiserver.put(obj["kind"], obj)
+    apiserver.put("Pod", TRAINER)
+    store = ClusterStore(config.accelerator_table(), min_rebuild_interval=0.0)
+    source = KubeClusterSource(store, api_client, kinds=["Node", "Pod", "Namespace", "HardwareProfile"],
+                               watch_timeout_seconds=30)
+    source.start()
+    try:
+        assert source.wait_loaded(10)
+        ctl = BoundPodController(store, config, kube_pod_patcher(api_client), registry=CollectorRegistry())
+        assert {p.name for p in ctl.reconcile_once()} == {"trainer", "notebook-1"}
+        annotations = apiserver.objects("Pod")["team-a/trainer"]["metadata"]["annotations"]
+        assert annotations["kgwe.io/accelerator-type"] == "nvidia-h100-80gb"
+        assert annotations["kgwe.io/hourly-cost"] == "9"
+        patches = [r for r in apiserver.requests if r.method == "PATCH"]
+        assert {r.query.get("fieldManager") for r in patches} == {"kgwe-controller"}
+
+        def synced() -> bool:
+            pods = {p["metadata"]["name"]: p for p in store.objects("Pod")}
+            return pods["trainer"]["metadata"]["annotations"].get("kgwe.io/hourly-cost") == "9"
+
+        eventually(synced)
+        eventually(lambda: "kgwe.io/hourly-cost" in next(
+            p for p in store.objects("Pod") if p["metadata"]["name"] == "notebook-1")["metadata"]["annotations"])
+        assert ctl.reconcile_once() == []
+        assert len([r for r in apiserver.requests if r.method == "PATCH"]) == 2
+    finally:
+        source.stop()

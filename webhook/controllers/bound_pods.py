@@ -1,0 +1,257 @@
+"""The bound-pod controller: once a GPU pod is on a node, its cost annotations name that node's type.
+
+At admission a pod may be allowed several accelerator types; after the scheduler binds it, this loop
+rewrites `kgwe.io/accelerator-type` to the node's type and `kgwe.io/hourly-cost` to the price of its GPU
+share on that type (`webhook.costs`), with a JSON merge patch, only where a value differs (costs compare
+as numbers, so "18.00" and "18" are equal). It reads store snapshots only, never the API, and exports
+`kgwe_pod_hourly_cost{namespace,tenant,accelerator_type}`: the sum of the cost annotations of running
+and pending pods (as they will read once its patches land).
+
+Only the leader patches and exports, so replicas neither race each other nor double the metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from policies.gpu_demand import pod_gpu_demand
+from webhook.cluster.kube_source import KubeJson
+from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
+from webhook.config import Config
+from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
+
+log = logging.getLogger("kgwe.controllers.bound_pods")
+
+ANNOTATION_ACCELERATOR_TYPE = "kgwe.io/accelerator-type"
+ANNOTATION_TENANT = "kgwe.io/tenant"
+FIELD_MANAGER = "kgwe-controller"
+COUNTED_PHASES = ("Running", "Pending")
+
+# namespace, name, JSON merge patch
+PatchPod = Callable[[str, str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class PodPatch:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    annotations: dict[str, str | None]  # None removes the annotation
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return {"metadata": {"annotations": dict(self.annotations)}}
+
+
+def kube_pod_patcher(api_client: k8s_client.ApiClient) -> PatchPod:
+    """Patch pods through the API as field manager `kgwe-controller`."""
+    api = KubeJson(api_client)
+
+    def patch(namespace: str, name: str, body: dict[str, Any]) -> None:
+        api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=body,
+            content_type="application/merge-patch+json",
+            timeout=(10.0, 30.0),
+        )
+
+    return patch
+
+
+def _meta(pod: dict[str, Any]) -> dict[str, Any]:
+    return pod.get("metadata") or {}
+
+
+def desired_patch(pod: dict[str, Any], model: ClusterModel, config: Config) -> PodPatch | None:
+    """The annotation changes a bound GPU pod needs, or None when it needs none (or is not ours to touch)."""
+    meta = _meta(pod)
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if not node_name or pod_is_finished(pod) or meta.get("namespace") in config.excluded_namespaces:
+        return None
+    facts = model.nodes.get(str(node_name))
+    if facts is None or not facts.is_typed or not pod_gpu_demand(pod).asks_gpu:
+        return None
+    type_id = facts.accelerator_type
+    annotations = meta.get("annotations") or {}
+    changes: dict[str, str | None] = {}
+    if annotations.get(ANNOTATION_ACCELERATOR_TYPE) != type_id:
+        changes[ANNOTATION_ACCELERATOR_TYPE] = type_id
+    cost = pod_hourly_cost(pod, facts, type_id, model, config)
+    current = annotations.get(ANNOTATION_HOURLY_COST)
+    if cost is None:
+        # No price for the type it runs on: a cost computed for another candidate type would mislead.
+        if current is not None:
+            changes[ANNOTATION_HOURLY_COST] = None
+    else:
+        desired = format_hourly_cost(cost)
+        if parse_hourly_cost(current) != parse_hourly_cost(desired):
+            changes[ANNOTATION_HOURLY_COST] = desired
+    if not changes:
+        return None
+    return PodPatch(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        annotations=changes,
+    )
+
+
+CostKey = tuple[str, str, str]  # namespace, tenant, accelerator_type
+
+
+def hourly_cost_by_labels(pods: Iterable[dict[str, Any]]) -> dict[CostKey, Decimal]:
+    """Sum of `kgwe.io/hourly-cost` over running and pending pods, per namespace, tenant and type."""
+    totals: dict[CostKey, Decimal] = {}
+    for pod in pods:
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        if phase not in COUNTED_PHASES:
+            continue
+        meta = _meta(pod)
+        annotations = meta.get("annotations") or {}
+        cost = parse_hourly_cost(annotations.get(ANNOTATION_HOURLY_COST))
+        if cost is None:
+            continue
+        key = (
+            str(meta.get("namespace") or ""),
+            str(annotations.get(ANNOTATION_TENANT) or ""),
+            str(annotations.get(ANNOTATION_ACCELERATOR_TYPE) or ""),
+        )
+        totals[key] = totals.get(key, Decimal(0)) + cost
+    return totals
+
+
+class HourlyCostCollector(Collector):
+    """Exports the last computed totals; label sets that disappeared are simply not exported again."""
+
+    def __init__(self) -> None:
+        self._totals: dict[CostKey, Decimal] = {}
+
+    def update(self, totals: dict[CostKey, Decimal]) -> None:
+        self._totals = dict(totals)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kgwe_pod_hourly_cost",
+            "Hourly cost of running and pending GPU pods, from their kgwe.io/hourly-cost annotations",
+            labels=["namespace", "tenant", "accelerator_type"],
+        )
+        for labels, total in sorted(self._totals.items()):
+            family.add_metric(list(labels), float(total))
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return self.collect()
+
+
+class BoundPodController:
+    """Every `interval_seconds`, patches bound pods whose annotations lag their node, and updates the gauge."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        config: Config,
+        patch_pod: PatchPod,
+        *,
+        interval_seconds: float = 5.0,
+        is_leader: Callable[[], bool] = lambda: True,
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.patch_pod = patch_pod
+        self.interval_seconds = interval_seconds
+        self.is_leader = is_leader
+        self.collector = HourlyCostCollector()
+        self.registry = registry
+        if registry is not None:
+            registry.register(self.collector)
+        # pod -> version we patched: until the watch shows our change, do not send it twice.
+        self._patched: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def reconcile_once(self) -> list[PodPatch]:
+        """One pass over the current snapshot; returns the patches applied."""
+        if not self.is_leader():
+            self.collector.update({})
+            return []
+        model = self.store.snapshot()
+        applied: list[PodPatch] = []
+        overlay: dict[str, dict[str, Any]] = {}
+        live_pods: set[str] = set()
+        for key, pod in model.pods.items():
+            identity = patch_identity(key, pod)
+            live_pods.add(identity[0])
+            patch = desired_patch(pod, model, self.config)
+            if patch is None:
+                continue
+            if self._patched.get(identity[0]) == identity[1]:
+                overlay[key] = _with_annotations(pod, patch.annotations)
+                continue
+            try:
+                self.patch_pod(patch.namespace, patch.name, patch.body)
+            except ApiException as exc:
+                if exc.status != 404:  # a pod deleted meanwhile needs nothing
+                    log.warning("patching pod %s/%s failed: %s %s", patch.namespace, patch.name, exc.status, exc.reason)
+                continue
+            except Exception:
+                log.exception("patching pod %s/%s failed", patch.namespace, patch.name)
+                continue
+            self._patched[identity[0]] = identity[1]
+            overlay[key] = _with_annotations(pod, patch.annotations)
+            applied.append(patch)
+        self._patched = {uid: rv for uid, rv in self._patched.items() if uid in live_pods}
+        pods = ({**model.pods, **overlay}).values()
+        self.collector.update(hourly_cost_by_labels(pods))
+        return applied
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="kgwe-bound-pods", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.registry is not None:
+            self.registry.unregister(self.collector)
+            self.registry = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            try:
+                patches = self.reconcile_once()
+                if patches:
+                    log.info("updated cost annotations of %d bound pods", len(patches))
+            except Exception:
+                # One bad pass (a malformed object) must not end the controller.
+                log.exception("bound-pod reconcile failed")
+
+
+def patch_identity(key: str, pod: dict[str, Any]) -> tuple[str, str]:
+    """(which pod, which version of it); objects from YAML files have neither uid nor resourceVersion."""
+    meta = _meta(pod)
+    return str(meta.get("uid") or key), str(meta.get("resourceVersion") or f"id:{id(pod)}")
+
+
+def _with_annotations(pod: dict[str, Any], changes: dict[str, str | None]) -> dict[str, Any]:
+    meta = dict(_meta(pod))
+    annotations = {**(meta.get("annotations") or {}), **changes}
+    meta["annotations"] = {k: v for k, v in annotations.items() if v is not None}
+    return {**pod, "metadata": meta}

@@ -1,0 +1,194 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, so one `kgwe serve` replica runs the writing controllers.
+
+The protocol is client-go's: a replica holds the lease while it renews it; a lease whose holder has not
+renewed for `lease_seconds` (measured on this replica's clock from when it last saw the record change,
+so clocks need not agree) may be taken over; every write carries the resourceVersion read, so two
+replicas cannot both win. A leader that cannot renew for `renew_deadline_seconds` (shorter than the
+lease) stops calling itself leader before anyone else may take over. Releasing on shutdown empties the
+holder so a successor does not wait out the lease.
+
+Without an API client (YAML mode) there is nobody to compete with: `is_leader()` is always true.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+
+from webhook.cluster.kube_source import RETRYABLE, KubeJson
+
+log = logging.getLogger("kgwe.controllers.leader")
+
+DEFAULT_LEASE_NAME = "kgwe-controllers"
+
+
+def default_identity() -> str:
+    # The pod name (HOSTNAME) keeps the lease readable; the suffix keeps two processes on one host apart.
+    return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def micro_time(moment: datetime) -> str:
+    """Kubernetes MicroTime: RFC 3339 with exactly six fractional digits, in UTC."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient | None,
+        *,
+        namespace: str = "kgwe-system",
+        name: str = DEFAULT_LEASE_NAME,
+        identity: str | None = None,
+        lease_seconds: float = 15.0,
+        renew_deadline_seconds: float = 10.0,
+        retry_seconds: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        if not 0 < renew_deadline_seconds < lease_seconds:
+            raise ValueError("renew_deadline_seconds must be positive and shorter than lease_seconds")
+        self.api = KubeJson(api_client) if api_client is not None else None
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity or default_identity()
+        self.lease_seconds = lease_seconds
+        self.renew_deadline_seconds = renew_deadline_seconds
+        self.retry_seconds = retry_seconds
+        self.clock = clock
+        self.on_change = on_change
+        self._leader_until = 0.0  # clock() before which we may act as leader
+        self._observed: tuple[Any, ...] | None = None  # the holder record last seen
+        self._observed_at = 0.0
+        self._was_leader = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def path(self) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+
+    def is_leader(self) -> bool:
+        if self.api is None:
+            return True
+        return self.clock() < self._leader_until
+
+    # -- one round ------------------------------------------------------------------------------
+    def try_acquire_or_renew(self) -> bool:
+        """Acquire the lease, or renew it if ours; True when this replica holds it afterwards."""
+        if self.api is None:
+            return True
+        now = self.clock()
+        try:
+            lease: dict[str, Any] | None = self.api.request("GET", f"{self.path}/{self.name}", timeout=(5.0, 10.0))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            lease = None
+        if lease is None:
+            return self._write(None, self._spec(None), now)
+        spec = lease.get("spec") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"),
+                  (lease.get("metadata") or {}).get("resourceVersion"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        holder = spec.get("holderIdentity") or ""
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
+        if holder and holder != self.identity and now < self._observed_at + duration:
+            self._leader_until = 0.0
+            return False
+        return self._write(lease, self._spec(spec if holder == self.identity else None, prior=spec), now)
+
+    def _spec(self, own: dict[str, Any] | None, prior: dict[str, Any] | None = None) -> dict[str, Any]:
+        stamp = micro_time(datetime.now(UTC))
+        transitions = int((prior or {}).get("leaseTransitions") or 0)
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.lease_seconds),
+            "acquireTime": (own or {}).get("acquireTime") or stamp,
+            "renewTime": stamp,
+            "leaseTransitions": transitions if own is not None or prior is None else transitions + 1,
+        }
+
+    def _write(self, lease: dict[str, Any] | None, spec: dict[str, Any], started: float) -> bool:
+        assert self.api is not None
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+        try:
+            if lease is None:
+                self.api.request("POST", self.path, body=body, timeout=(5.0, 10.0))
+            else:
+                metadata["resourceVersion"] = (lease.get("metadata") or {}).get("resourceVersion")
+                self.api.request("PUT", f"{self.path}/{self.name}", body=body, timeout=(5.0, 10.0))
+        except ApiException as exc:
+            if exc.status in (409, 404):  # another replica wrote first (or deleted it): not ours this round
+                self._leader_until = 0.0
+                return False
+            raise
+        self._leader_until = started + self.renew_deadline_seconds
+        return True
+
+    def release(self) -> None:
+        """Give the lease up now (only if we hold it) so a successor need not wait for it to expire."""
+        if self.api is None or not self.is_leader():
+            return
+        self._leader_until = 0.0
+        try:
+            lease = self.api.request("GET", f"{self.path}/{self.name}", timeout=(5.0, 10.0))
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return
+            spec = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,
+                    "renewTime": micro_time(datetime.now(UTC))}
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {
+                "name": self.name, "namespace": self.namespace,
+                "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion")}, "spec": spec}
+            self.api.request("PUT", f"{self.path}/{self.name}", body=body, timeout=(5.0, 10.0))
+        except RETRYABLE as exc:
+            log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
+        finally:
+            self._notify()
+
+    # -- loop -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.api is None:
+            self._notify()
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="kgwe-leader-election", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.release()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.try_acquire_or_renew()
+            except RETRYABLE as exc:
+                log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            self._notify()
+            self._stop.wait(self.retry_seconds)
+
+    def _notify(self) -> None:
+        leader = self.is_leader()
+        if leader != self._was_leader:
+            self._was_leader = leader
+            log.info("%s %s leader (lease %s/%s)", self.identity, "is now" if leader else "is no longer",
+                     self.namespace, self.name)
+            if self.on_change is not None:
+                self.on_change(leader)

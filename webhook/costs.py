@@ -1,0 +1,141 @@
+"""The hourly cost of a pod's GPU share (SPEC section 6), shared by admission and the bound-pod controller.
+
+Cost = GPU-equivalents x price per GPU-hour. Equivalents: a whole GPU on an exclusive node is 1, a MIG
+slice its compute slices / 7, an MPS share the pod's `kgwe.io/gpu-fraction` (else 1 / replicas), a
+time-sliced replica 1 / replicas. The price is the pod's `HardwareProfile` `spec.pricePerGPUHour` when the
+profile lists the type, else the pricing configuration's price for the type.
+
+One rule renders every cost (`format_hourly_cost`), so the webhook and the controller never disagree
+about the same pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+from policies.gpu_demand import GpuDemand, gpu_equivalents, pod_gpu_demand
+from webhook.cluster.model import ClusterModel
+from webhook.cluster.node_facts import NodeFacts
+from webhook.config import Config
+
+ANNOTATION_HOURLY_COST = "kgwe.io/hourly-cost"
+ANNOTATION_PROFILE = "kgwe.io/profile"
+ANNOTATION_SHARING = "kgwe.io/sharing"
+ANNOTATION_GPU_FRACTION = "kgwe.io/gpu-fraction"
+COST_QUANTUM = Decimal("0.0001")
+
+
+def format_hourly_cost(cost: Decimal) -> str:
+    """Round half-up to 4 decimal places, then drop trailing zeros and a bare point: 4.5, 0.6429, 18, 0."""
+    text = format(cost.quantize(COST_QUANTUM, rounding=ROUND_HALF_UP), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+def parse_hourly_cost(text: object) -> Decimal | None:
+    """The cost an annotation states, or None when it is not a finite non-negative decimal."""
+    if not isinstance(text, str):
+        return None
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() and value >= 0 else None
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, Any]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+def _fraction(raw: object) -> Decimal | None:
+    try:
+        value = Decimal(str(raw).strip())
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() and 0 < value <= 1 else None
+
+
+def pod_profile(pod: dict[str, Any], model: ClusterModel) -> dict[str, Any] | None:
+    name = _annotations(pod).get(ANNOTATION_PROFILE)
+    return model.hardware_profiles.get(str(name)) if name else None
+
+
+def price_per_gpu_hour(
+    pod: dict[str, Any], type_id: str, model: ClusterModel, config: Config
+) -> Decimal | None:
+    profile = pod_profile(pod, model)
+    if profile is not None:
+        spec = profile.get("spec") or {}
+        if type_id in (spec.get("acceleratorTypes") or []) and spec.get("pricePerGPUHour") is not None:
+            try:
+                return Decimal(str(spec["pricePerGPUHour"]))
+            except InvalidOperation:
+                pass
+    return config.price_per_gpu_hour(type_id)
+
+
+def _sharing_before_binding(
+    pod: dict[str, Any], profile: dict[str, Any] | None, type_id: str, model: ClusterModel
+) -> tuple[str, int]:
+    """Sharing mode and replicas for a pod not yet on a node: its request, else its profile's mode.
+
+    Replicas come from the type's nodes with that mode; where they differ the smallest count wins, so
+    the cost shown before binding is never lower than the cost after it.
+    """
+    mode = str(_annotations(pod).get(ANNOTATION_SHARING) or "")
+    if not mode and profile is not None:
+        mode = str(((profile.get("spec") or {}).get("sharing") or {}).get("mode") or "")
+    if mode not in ("mps", "time-slicing"):
+        return "exclusive", 1
+    summary = model.types.get(type_id)
+    names = (summary.mps_nodes if mode == "mps" else summary.timeslice_nodes) if summary else []
+    replicas = [model.nodes[n].replicas for n in names if n in model.nodes]
+    return mode, min(replicas) if replicas else 1
+
+
+def _on_node(demand: GpuDemand, facts: NodeFacts) -> GpuDemand:
+    """Under MIG single strategy (and GKE partitions) `nvidia.com/gpu` units are the node's one MIG profile."""
+    if facts.mig_strategy in ("single", "gke") and len(facts.mig_profiles) == 1 and demand.whole_gpus:
+        profile = next(iter(facts.mig_profiles))
+        mig = dict(demand.mig)
+        mig[profile] = mig.get(profile, 0) + demand.whole_gpus
+        return replace(demand, whole_gpus=0, mig=mig)
+    return demand
+
+
+def pod_gpu_equivalents(
+    pod: dict[str, Any], node_facts: NodeFacts | None, type_id: str, model: ClusterModel
+) -> Decimal:
+    demand = pod_gpu_demand(pod)
+    profile = pod_profile(pod, model)
+    if node_facts is not None:
+        demand = _on_node(demand, node_facts)
+        sharing = node_facts.sharing if node_facts.sharing in ("mps", "time-slicing") else "exclusive"
+        replicas = node_facts.replicas
+    else:
+        sharing, replicas = _sharing_before_binding(pod, profile, type_id, model)
+    fraction = _fraction(_annotations(pod).get(ANNOTATION_GPU_FRACTION)) if sharing == "mps" else None
+    if sharing == "mps" and fraction is None and profile is not None:
+        fraction = _fraction(((profile.get("spec") or {}).get("sharing") or {}).get("gpuFraction"))
+    return gpu_equivalents(demand, sharing, fraction, replicas)
+
+
+def pod_hourly_cost(
+    pod: dict[str, Any],
+    node_facts: NodeFacts | None,
+    type_id: str,
+    model: ClusterModel,
+    config: Config,
+) -> Decimal | None:
+    """Price of the pod's GPU share per hour on `type_id`; None when no price is known for that type.
+
+    `node_facts` is the node the pod is bound to (its sharing mode and replicas decide the share); pass
+    None at admission, before binding, and the pod's sharing request or profile stands in for the node.
+    """
+    price = price_per_gpu_hour(pod, type_id, model, config)
+    if price is None:
+        return None
+    return pod_gpu_equivalents(pod, node_facts, type_id, model) * price
