@@ -21,6 +21,13 @@ from agent.publisher import NodePublisher
 NO_NVML_MESSAGE = "kgwe agent: NVML is not available on this node ({reason}): no NVIDIA GPUs to report, exiting."
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kgwe agent",
@@ -30,9 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-name", default=os.environ.get("NODE_NAME", ""),
         help="the Node to publish on (default: $NODE_NAME, set from the downward API)",
     )
-    parser.add_argument("--interval", type=float, default=60.0, help="seconds between scans (default 60)")
+    parser.add_argument("--interval", type=_seconds, default=60.0, help="seconds between scans (default 60)")
     parser.add_argument(
-        "--heartbeat-interval", type=float, default=120.0,
+        "--heartbeat-interval", type=_seconds, default=120.0,
         help="seconds between heartbeat writes when nothing changed; keep well under the webhook's "
         "topologyStalenessSeconds (default 120)",
     )

@@ -90,3 +90,11 @@ def test_bench_reports_scan_and_baseline() -> None:
     result = bench_agent_scan(runs=3, warmup=1)
     assert result["gpus"] == 8 and result["domain_size"] == 8
     assert {"median_ms", "p99_ms"} <= set(result["scan"]) and result["ratio_median"] > 0
+
+
+@pytest.mark.parametrize("flag", ["--interval", "--heartbeat-interval"])
+def test_intervals_must_be_positive(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run([flag, "0", "--dry-run"])
+    assert exit_info.value.code == 2
+    assert "positive" in capsys.readouterr().err
