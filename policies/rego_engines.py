@@ -12,7 +12,9 @@ engines are created lazily in the thread (and so the process) that first queries
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -86,34 +88,60 @@ class RegoEngine(Protocol):
 # -- regorus (embedded) ------------------------------------------------------------------------
 
 
+# regorus engines are "unsendable": usable, cloneable and droppable only in the thread that made them.
+# Each thread therefore keeps its own engines, keyed by prepared set, and evicts them itself.
+_THREAD_ENGINES = threading.local()
+_ENGINES_PER_THREAD = 4
+_tokens = itertools.count()
+
+
+@dataclass
+class _ThreadEngine:
+    engine: Any
+    data_generation: int
+
+
 class _PreparedRegorus:
     engine_name = "regorus"
 
     def __init__(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> None:
+        self._modules = dict(modules)
+        self._data = dict(data)
+        self._cluster: Mapping[str, Any] | None = None
+        self._data_generation = 0
+        self._token = next(_tokens)
+        self._lock = threading.Lock()
+        self._engine()  # parse now, in this thread: a module that does not parse is refused at load
+
+    def _build(self) -> Any:
         import regorus
 
-        base = regorus.Engine()
-        for name, source in modules.items():
+        engine = regorus.Engine()
+        for name, source in self._modules.items():
             try:
-                base.add_policy(name, source)
+                engine.add_policy(name, source)
             except Exception as exc:
                 raise RegoCompileError(f"{name}: {clean_error(str(exc))}") from exc
-        self._data = dict(data)
-        self._base = base
-        self._cluster: Mapping[str, Any] | None = None
-        self._local = threading.local()
-        self._generation = 0
-        self._lock = threading.Lock()
+        return engine
 
     def _engine(self) -> Any:
-        # Engines are not shareable between threads mid-evaluation: each thread clones the compiled base.
-        local = self._local
-        engine = getattr(local, "engine", None)
-        if engine is None or local.generation != self._generation:
-            engine = self._base.clone()
-            engine.add_data_json(orjson.dumps(self._full_data(), default=_json_default).decode())
-            local.engine, local.generation = engine, self._generation
-        return engine
+        cache: OrderedDict[int, _ThreadEngine] | None = getattr(_THREAD_ENGINES, "cache", None)
+        if cache is None:
+            cache = _THREAD_ENGINES.cache = OrderedDict()
+        entry = cache.get(self._token)
+        if entry is None:
+            entry = _ThreadEngine(self._build(), -1)
+            cache[self._token] = entry
+            while len(cache) > _ENGINES_PER_THREAD:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(self._token)
+        generation = self._data_generation
+        if entry.data_generation != generation:
+            entry.engine.clear_data()
+            entry.engine.add_data_json(orjson.dumps(self._full_data(), default=_json_default).decode())
+            entry.data_generation = generation
+        return entry.engine
 
     def _full_data(self) -> dict[str, Any]:
         data = dict(self._data)
@@ -129,13 +157,15 @@ class _PreparedRegorus:
         with self._lock:
             if cluster is not self._cluster:
                 self._cluster = cluster
-                self._generation += 1
+                self._data_generation += 1
 
     def query(self, path: str, rego_input: RegoInput | None = None) -> Any:
-        engine = self._engine()
         try:
+            engine = self._engine()
             engine.set_input_json(rego_input.raw.decode() if rego_input is not None else "{}")
             result = orjson.loads(engine.eval_query_as_json(path))
+        except RegoCompileError as exc:
+            raise RegoEvaluationError(str(exc)) from exc
         except Exception as exc:
             raise RegoEvaluationError(clean_error(str(exc))) from exc
         rows = result.get("result") or []
@@ -144,7 +174,9 @@ class _PreparedRegorus:
         return rows[0]["expressions"][0]["value"]
 
     def close(self) -> None:
-        self._local = threading.local()
+        cache = getattr(_THREAD_ENGINES, "cache", None)
+        if cache is not None:
+            cache.pop(self._token, None)
 
 
 class RegorusEngine:

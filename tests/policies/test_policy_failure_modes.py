@@ -1,0 +1,52 @@
+"""Engine errors: fail open (no violation, a log line, a metric) or closed (a Deny naming the failure)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from policy_fixtures import gpu_pod, gpu_policy
+from prometheus_client import REGISTRY
+
+from policies.api import PolicyContext
+from policies.runtime import build_runtime
+
+REGO_BOOM = gpu_policy("rego-boom", rego={"module": (
+    "package kgwe.policy.boom\nimport rego.v1\n"
+    'deny contains "big" if { to_number(input.request.object.metadata.labels.n) > 1 }\n')})
+CEL_BOOM = gpu_policy("cel-boom", validations=[{"expression": "object.metadata.labels.n == 'NaN?'", "message": "m"}])
+
+
+def _engine_errors(engine: str) -> float:
+    return REGISTRY.get_sample_value("kgwe_policy_engine_errors_total", {"engine": engine}) or 0.0
+
+
+def test_fail_open(make_context: Callable[..., PolicyContext], caplog: pytest.LogCaptureFixture) -> None:
+    runtime = build_runtime(failure_mode="open")
+    assert runtime.reload(builtin=False, gpu_policies=[REGO_BOOM, CEL_BOOM]).ok
+    rego_before, cel_before = _engine_errors("regorus"), _engine_errors("cel-expr-python")
+    assert runtime.check(make_context(gpu_pod(labels={"n": "NaN?"}))) == []
+    assert _engine_errors("regorus") == rego_before + 1
+    # No label `n` at all: CEL's map lookup fails.
+    assert runtime.check(make_context(gpu_pod())) == []
+    assert _engine_errors("cel-expr-python") >= cel_before + 1
+    assert "policy engine" in caplog.text
+
+
+def test_fail_closed(make_context: Callable[..., PolicyContext]) -> None:
+    runtime = build_runtime(failure_mode="closed")
+    assert runtime.reload(builtin=False, gpu_policies=[REGO_BOOM, CEL_BOOM]).ok
+    violations = runtime.check(make_context(gpu_pod()))
+    assert [(v.policy, v.action) for v in violations] == [("cel-boom", "Deny")]
+    assert "the policy engine failed" in violations[0].message
+    violations = runtime.check(make_context(gpu_pod(labels={"n": "NaN?"})))
+    assert ("rego", "Deny") in [(v.policy, v.action) for v in violations]
+
+
+def test_cel_time_limit(make_context: Callable[..., PolicyContext]) -> None:
+    runtime = build_runtime(failure_mode="closed")
+    runtime.cel_time_limit = 0.0  # every evaluation is over the limit
+    slow = gpu_policy("slow", validations=[{"expression": "true"}])
+    assert runtime.reload(builtin=False, gpu_policies=[slow]).ok
+    [violation] = runtime.check(make_context(gpu_pod()))
+    assert "time limit" in violation.message
