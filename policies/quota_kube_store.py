@@ -14,6 +14,7 @@ from typing import Any
 from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from policies.kube_client import deadline_api_client
 from policies.quota_store import QuotaStatus, QuotaUnavailable, Versioned, status_from_json, status_to_json
 
 GROUP = "kgwe.io"
@@ -25,7 +26,8 @@ NOT_FOUND = 404
 
 class KubeQuotaStore:
     def __init__(self, api: CustomObjectsApi | None = None) -> None:
-        self.api = api if api is not None else CustomObjectsApi()
+        """`api` should be built on policies.kube_client.deadline_api_client so that timeouts hold."""
+        self.api = api if api is not None else CustomObjectsApi(deadline_api_client())
         # The object as last read, per quota: written back whole so that only `status` changes.
         self._last_read: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()

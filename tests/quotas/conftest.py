@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from quota_fixtures import ROOT, RealCluster, TenantQuotaEndpoint, load_objects
+from quota_fixtures import ROOT, InMemoryBackend, RealCluster, TenantQuotaEndpoint, load_objects
 
 
 @pytest.fixture
@@ -35,9 +35,13 @@ def tenantquota_endpoint() -> Iterator[TenantQuotaEndpoint]:
     endpoint.stop()
 
 
-@pytest.fixture(params=["http-endpoint", "real-api-server"])
-def kube_quota_api(request: pytest.FixtureRequest) -> Iterator[TenantQuotaEndpoint | RealCluster]:
-    """Where KubeQuotaStore writes: the in-test HTTP endpoint, or the real API server of KGWE_TEST_KUBECONFIG."""
+@pytest.fixture(params=["in-memory", "http-endpoint", "real-api-server"])
+def store_backend(request: pytest.FixtureRequest) -> Iterator[InMemoryBackend | TenantQuotaEndpoint | RealCluster]:
+    """The stores under one contract: in memory, KubeQuotaStore against the in-test HTTP endpoint, and
+    KubeQuotaStore against the real API server of KGWE_TEST_KUBECONFIG (skipped without it)."""
+    if request.param == "in-memory":
+        yield InMemoryBackend()
+        return
     if request.param == "http-endpoint":
         endpoint = TenantQuotaEndpoint()
         endpoint.start()

@@ -15,8 +15,10 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from policies.quota_kube_store import GROUP, PLURAL, VERSION
+from policies.kube_client import deadline_api_client
+from policies.quota_kube_store import GROUP, PLURAL, VERSION, KubeQuotaStore
 from policies.quota_model import PodCharge
+from policies.quota_store import InMemoryQuotaStore
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "cluster"
@@ -73,11 +75,14 @@ class TenantQuotaEndpoint:
 
             def _reply(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up at its deadline
 
             def _status(self, code: int, reason: str, message: str) -> None:
                 self._reply(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -121,8 +126,9 @@ class TenantQuotaEndpoint:
                 self._reply(200, answer)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -139,7 +145,10 @@ class TenantQuotaEndpoint:
             self.objects[obj["metadata"]["name"]] = obj
 
     def api(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(client.ApiClient(client.Configuration(host=self.url)))
+        return client.CustomObjectsApi(deadline_api_client(client.Configuration(host=self.url)))
+
+    def new_store(self) -> KubeQuotaStore:
+        return KubeQuotaStore(self.api())
 
 
 MINIMAL_CRD: dict[str, Any] = {
@@ -213,6 +222,9 @@ class RealCluster:
         # One client per simulated replica, as separate webhook pods would have.
         return client.CustomObjectsApi(config.new_client_from_config(config_file=self.kubeconfig))
 
+    def new_store(self) -> KubeQuotaStore:
+        return KubeQuotaStore(self.api())
+
     def add(self, quota: dict[str, Any]) -> None:
         body = copy.deepcopy(quota)
         body.pop("status", None)
@@ -229,6 +241,19 @@ class RealCluster:
                     raise
         if self.created_crd:
             self.extensions.delete_custom_resource_definition(f"{PLURAL}.{GROUP}")
+
+
+class InMemoryBackend:
+    """The in-memory store behind the same interface as the two API-server backends."""
+
+    def __init__(self) -> None:
+        self.store = InMemoryQuotaStore()
+
+    def add(self, quota: dict[str, Any]) -> None:
+        pass  # the in-memory store keeps a status for any name
+
+    def new_store(self) -> InMemoryQuotaStore:
+        return self.store  # replicas in one process share it
 
 
 def unique_name(prefix: str) -> str:
