@@ -215,3 +215,19 @@ def test_backoff_is_capped_and_jittered_down_only() -> None:
     assert max(delays[10:]) > 15
     backoff.reset()
     assert backoff.next_delay() <= 1
+
+
+def test_an_unreachable_api_server_is_retried_not_fatal() -> None:
+    import socket
+
+    from kubernetes import client
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    configuration.retries = 0
+    publisher = NodePublisher(client.CoreV1Api(client.ApiClient(configuration)), "gpu-node-1")
+    with installed(machines.l4_mps()):
+        assert run_loop(publisher, scan, interval=60, stop=threading.Event(), once=True) == 1
