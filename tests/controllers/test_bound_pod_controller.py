@@ -16,6 +16,7 @@ from webhook.cluster.model import ClusterStore
 from webhook.cluster.yaml_source import YamlDirectorySource, iter_manifests
 from webhook.config import Config, load_config
 from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
+from webhook.controllers.runner import build_controllers
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 METRIC = "kgwe_pod_hourly_cost"
@@ -224,3 +225,42 @@ def test_against_an_api_server_patches_land_and_are_not_repeated(apiserver: Fake
         assert len([r for r in apiserver.requests if r.method == "PATCH"]) == 2
     finally:
         source.stop()
+
+
+def test_yaml_mode_exports_the_gauge_and_patches_nothing(store, config, registry):
+    controllers = build_controllers(store, config, None, registry=registry, interval_seconds=0.01)
+    controllers.start()
+    try:
+        assert controllers.elector.is_leader()
+        eventually(lambda: gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") is not None)
+        assert gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") == pytest.approx(18.0)
+        assert controllers.bound_pods.reconcile_once() == []
+    finally:
+        controllers.stop()
+    assert registry.get_sample_value(METRIC, {"namespace": "team-a", "tenant": "team-a",
+                                              "accelerator_type": "nvidia-h100-80gb"}) is None
+
+
+def test_in_cluster_the_leader_patches_in_the_background(apiserver: FakeApiServer, api_client, config, registry):
+    apiserver.put("Node", next(o for _p, o in iter_manifests(EXAMPLES / "cluster") if o["kind"] == "Node"
+                               and o["metadata"]["name"] == "dgx-h100-02"))
+    apiserver.put("Pod", TRAINER)
+    store = ClusterStore(config.accelerator_table(), min_rebuild_interval=0.0)
+    source = KubeClusterSource(store, api_client, kinds=["Node", "Pod"], watch_timeout_seconds=30)
+    source.start()
+    controllers = build_controllers(store, config, api_client, namespace="kgwe-system", registry=registry,
+                                    interval_seconds=0.02)
+    controllers.elector.retry_seconds = 0.02
+    try:
+        assert source.wait_loaded(10)
+        controllers.start()
+        eventually(lambda: apiserver.objects("Pod")["team-a/trainer"]["metadata"]["annotations"].get(
+            "kgwe.io/hourly-cost") == "9")
+        assert apiserver.leases["kgwe-system/kgwe-controllers"]["spec"]["holderIdentity"] == (
+            controllers.elector.identity)
+        eventually(lambda: gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") == pytest.approx(9.0))
+    finally:
+        controllers.stop()
+        source.stop()
+    assert apiserver.leases["kgwe-system/kgwe-controllers"]["spec"]["holderIdentity"] == ""
+    assert len([r for r in apiserver.requests if r.method == "PATCH"]) == 1

@@ -159,13 +159,16 @@ class HourlyCostCollector(Collector):
 
 
 class BoundPodController:
-    """Every `interval_seconds`, patches bound pods whose annotations lag their node, and updates the gauge."""
+    """Every `interval_seconds`, patches bound pods whose annotations lag their node, and updates the gauge.
+
+    With `patch_pod=None` (no API to write to, as with a YAML cluster directory) it only exports the gauge.
+    """
 
     def __init__(
         self,
         store: ClusterStore,
         config: Config,
-        patch_pod: PatchPod,
+        patch_pod: PatchPod | None,
         *,
         interval_seconds: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
@@ -199,6 +202,8 @@ class BoundPodController:
             live_pods.add(identity[0])
             patch = desired_patch(pod, model, self.config)
             if patch is None:
+                continue
+            if self.patch_pod is None:
                 continue
             if self._patched.get(identity[0]) == identity[1]:
                 overlay[key] = _with_annotations(pod, patch.annotations)

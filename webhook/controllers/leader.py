@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s_client
@@ -30,11 +31,22 @@ from webhook.cluster.kube_source import RETRYABLE, KubeJson
 log = logging.getLogger("kgwe.controllers.leader")
 
 DEFAULT_LEASE_NAME = "kgwe-controllers"
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 def default_identity() -> str:
     # The pod name (HOSTNAME) keeps the lease readable; the suffix keeps two processes on one host apart.
     return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def pod_namespace(default: str = "kgwe-system") -> str:
+    """The namespace this pod runs in: $POD_NAMESPACE (downward API), else the service account's, else `default`."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or default
+    except OSError:
+        return default
 
 
 def micro_time(moment: datetime) -> str:
