@@ -97,6 +97,8 @@ def pod_gpu_demand(pod: dict[str, Any]) -> GpuDemand:
     for key, amount in init_max.items():
         effective[key] = max(effective.get(key, Decimal(0)), amount)
     for key, amount in effective.items():
+        if amount == 0:
+            continue  # asking for zero devices is asking for none
         if key in (GPU, "amd.com/gpu"):
             demand.whole_gpus += int(amount)
         elif key.startswith(MIG_PREFIX):

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from policies.gpu_demand import pod_gpu_demand
+from policies.gpu_demand import GpuDemand, pod_gpu_demand
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
@@ -31,6 +31,7 @@ from webhook.intent import (
 )
 from webhook.mutation.pipeline import NotConverging, run_pipeline
 from webhook.mutation.steps import Outputs, decision_document, output_annotations_step, placement_steps
+from webhook.placement.constraints import conflicts_with_pod
 from webhook.placement.plan import Decision, PlacementPlan, build_plan
 from webhook.scheduling.predicates import first_feasible
 
@@ -56,7 +57,19 @@ class Facts:
     namespace_object: dict[str, Any] | None
     plan: PlacementPlan
     decision: Decision | None
+    demand: GpuDemand
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def renderable(self) -> bool:
+        """Placement is written only for pods `/validate` would admit: bad input gets no half-mutation."""
+        return (
+            self.plan.gpu_pod
+            and not self.plan.refusals
+            and not self.intent.problems
+            and not self.demand.invalid
+            and not conflicts_with_pod(self.pod, self.plan.requirements)
+        )
 
     @property
     def stale_nodes(self) -> int:
@@ -85,13 +98,13 @@ class AdmissionService:
         tenant = runtime.tenant_of(request, model)
         decision: Decision | None = None
         warnings: list[str] = []
-        if runtime.policies is not None and (intent.problems == []):
-            demand = pod_gpu_demand(pod)
-            if demand.asks_gpu or not intent.empty:
-                decision = runtime.decide_placement(request, pod, intent, demand, namespace_object, model, tenant)
+        demand = pod_gpu_demand(pod)
+        wants_decision = demand.asks_gpu or not intent.empty
+        if runtime.policies is not None and wants_decision and not intent.problems and not demand.invalid:
+            decision = runtime.decide_placement(request, pod, intent, demand, namespace_object, model, tenant)
         _check_deadline(deadline)
         plan = build_plan(pod, intent, decision, model, runtime.config)
-        return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, warnings)
+        return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, warnings)
 
     # -- mutate -------------------------------------------------------------------------------
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
@@ -116,7 +129,7 @@ class AdmissionService:
         outputs: dict[str, str | None] = dict.fromkeys(OUTPUT_ANNOTATIONS)
         if plan.gpu_pod:
             outputs[OUT_TENANT] = facts.tenant
-            if not plan.refusals:
+            if facts.renderable:
                 policy_name = None
                 if facts.decision is not None and facts.decision.decided_by:
                     policy_name = next(iter(facts.decision.decided_by.values()))
@@ -126,14 +139,9 @@ class AdmissionService:
                 if plan.price_per_gpu_hour is not None and plan.gpu_equivalents:
                     outputs[OUT_HOURLY_COST] = format_hourly_cost(plan.gpu_equivalents * plan.price_per_gpu_hour)
         steps = [output_annotations_step(Outputs(outputs))]
-        if plan.gpu_pod and not plan.refusals and not self._contradictions(facts):
+        if facts.renderable:
             steps.extend(placement_steps(plan))
         return steps
-
-    def _contradictions(self, facts: Facts) -> list[str]:
-        from webhook.placement.constraints import conflicts_with_pod
-
-        return conflicts_with_pod(facts.pod, facts.plan.requirements)
 
     def _mutate_update(self, request: AdmissionRequest) -> Outcome:
         """On UPDATE users may not change KGWE's output keys: restore them from the old object."""
@@ -188,17 +196,15 @@ class AdmissionService:
         problems: list[tuple[str, str]] = []  # (reason, message)
         warnings: list[str] = list(facts.plan.warnings)
         audit: dict[str, str] = {}
-        pod = request.object
         for problem in facts.intent.problems:
             problems.append(("invalid", problem))
-        demand = pod_gpu_demand(pod)
-        for problem in demand.invalid:
+        for problem in facts.demand.invalid:
             problems.append(("invalid", problem))
         if not facts.plan.gpu_pod:
             return self._verdict(problems, warnings, audit, request)
         for refusal in facts.plan.refusals:
             problems.append(("placement", refusal))
-        for conflict in self._contradictions(facts):
+        for conflict in conflicts_with_pod(facts.pod, facts.plan.requirements):
             problems.append(("placement", conflict))
         if not problems:
             pending = self._pending_mutation(facts)
@@ -239,7 +245,7 @@ class AdmissionService:
 
     def _pending_mutation(self, facts: Facts) -> str | None:
         """Placement the mutating webhook should have written but did not (it failed open or was skipped)."""
-        if self.runtime.config.mode == "audit" or not facts.plan.placement_applies:
+        if self.runtime.config.mode == "audit" or not facts.renderable:
             return None
         result = run_pipeline(facts.pod, placement_steps(facts.plan))
         touched = [op["path"] for op in result.patch]
@@ -257,8 +263,7 @@ class AdmissionService:
         model = facts.model
         types = plan.types or model.type_ids()
         candidates = (model.nodes[n] for t in types for n in model.types[t].nodes)
-        demand = pod_gpu_demand(facts.pod)
-        if not demand.asks_gpu and not plan.steps:
+        if not facts.demand.asks_gpu and not plan.steps:
             return None
         if first_feasible(facts.pod, candidates) is not None:
             return None

@@ -17,6 +17,7 @@ from webhook.placement.constraints import (
     apply_tolerations,
 )
 from webhook.placement.plan import PlacementPlan
+from webhook.quantities import parse_quantity
 
 
 @dataclass
@@ -117,7 +118,15 @@ def _rename_resources(pod: dict[str, Any], renames: dict[str, str]) -> None:
             for old, new in renames.items():
                 if old in values:
                     amount = values.pop(old)
-                    values.setdefault(new, amount)
+                    # A container that asked for both keeps the sum: no device the user asked for is dropped.
+                    values[new] = _add_counts(values[new], amount) if new in values else amount
+
+
+def _add_counts(first: Any, second: Any) -> str:
+    try:
+        return str(int(parse_quantity(first) + parse_quantity(second)))
+    except ValueError:
+        return str(first)
 
 
 def _asks_gpu(container: dict[str, Any]) -> bool:

@@ -324,7 +324,9 @@ def build_plan(
 
     # NVLink: every GPU of the pod in one NVLink domain.
     if topology == "nvlink":
-        if whole_gpus > 1:
+        if plan.sharing == "mig":
+            plan.warnings.append("kgwe.io/topology nvlink ignored: MIG slices cannot use NVLink")
+        elif whole_gpus > 1:
             if not _plan_nvlink(plan, candidates, whole_gpus, model):
                 return plan
             candidates = plan.types
