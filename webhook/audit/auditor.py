@@ -1,0 +1,154 @@
+"""The periodic background audit of `kgwe serve`: a bounded slice of the pods per tick, round-robin.
+
+Each tick judges at most `pods_per_tick` pods, continuing after the last pod it judged (in key order),
+plus the tenants' quotas; it keeps the findings of every pod judged since, drops those of pods that are
+gone, and writes the reports whose results changed. A full pass over N pods therefore takes
+ceil(N / pods_per_tick) ticks and never one long stall of the webhook's process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Gauge
+
+from webhook.audit.checks import audit_pod, quota_findings
+from webhook.audit.findings import Finding
+from webhook.audit.reports import render_reports, report_key
+from webhook.audit.writers import ReportWriter
+from webhook.inventory import usage_charges
+
+if TYPE_CHECKING:
+    from webhook.runtime import Runtime
+
+log = logging.getLogger("kgwe.audit")
+
+AUDIT_VIOLATIONS = Gauge(
+    "kgwe_audit_violations",
+    "Violations the background audit currently sees, by category (policy, quota, placement) and namespace "
+    "(empty for cluster-wide quota findings).",
+    ["category", "namespace"],
+)
+
+
+@dataclass(frozen=True)
+class TickResult:
+    audited: int  # pods judged in this tick
+    findings: int  # findings held after the tick
+    written: int  # reports written
+    completed_pass: bool  # this tick reached the end of the pod list
+
+
+class Auditor:
+    def __init__(
+        self,
+        runtime: Runtime,
+        writer: ReportWriter,
+        *,
+        interval_seconds: float = 60.0,
+        pods_per_tick: int = 500,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if pods_per_tick < 1:
+            raise ValueError("pods_per_tick must be at least 1")
+        self.runtime = runtime
+        self.writer = writer
+        self.interval_seconds = interval_seconds
+        self.pods_per_tick = pods_per_tick
+        self.clock = clock
+        self._cursor = ""  # the key of the last pod judged
+        self._keys: tuple[int, list[str]] = (-1, [])
+        self._pod_findings: dict[str, list[Finding]] = {}
+        self._cluster_findings: list[Finding] = []
+        self._first_seen: dict[Finding, float] = {}
+        self._written: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._gauge_labels: set[tuple[str, str]] = set()
+
+    @property
+    def findings(self) -> list[Finding]:
+        held = [f for items in self._pod_findings.values() for f in items]
+        return sorted(held + self._cluster_findings)
+
+    def _pod_keys(self, generation: int, pods: dict[str, Any]) -> list[str]:
+        if self._keys[0] != generation:
+            self._keys = (generation, sorted(pods))
+        return self._keys[1]
+
+    def _next_slice(self, keys: list[str]) -> tuple[list[str], bool]:
+        start = bisect.bisect_right(keys, self._cursor)
+        chosen = keys[start:start + self.pods_per_tick]
+        wrapped = start + self.pods_per_tick >= len(keys)
+        if wrapped and len(chosen) < self.pods_per_tick:
+            # Wrap around, without judging a pod twice in one tick.
+            chosen += keys[: min(start, self.pods_per_tick - len(chosen))]
+        return chosen, wrapped
+
+    def tick(self) -> TickResult:
+        runtime = self.runtime
+        model = runtime.store.snapshot()
+        keys = self._pod_keys(model.generation, model.pods)
+        for gone in [k for k in self._pod_findings if k not in model.pods]:
+            del self._pod_findings[gone]
+        chosen, wrapped = self._next_slice(keys)
+        for key in chosen:
+            found = audit_pod(runtime, model, model.pods[key])
+            if found:
+                self._pod_findings[key] = found
+            else:
+                self._pod_findings.pop(key, None)
+        if chosen:
+            self._cursor = chosen[-1]
+        self._cluster_findings = quota_findings(runtime, model, usage_charges(model))
+        findings = self.findings
+        now = self.clock()
+        current = set(findings)
+        self._first_seen = {f: self._first_seen.get(f, now) for f in current}
+        self._publish_metrics(findings)
+        written = self._write(findings)
+        return TickResult(len(chosen), len(findings), written, wrapped)
+
+    def _publish_metrics(self, findings: list[Finding]) -> None:
+        counts = Counter((f.category, f.namespace) for f in findings)
+        for labels in self._gauge_labels - set(counts):
+            AUDIT_VIOLATIONS.remove(*labels)
+        for labels, count in counts.items():
+            AUDIT_VIOLATIONS.labels(*labels).set(count)
+        self._gauge_labels = set(counts)
+
+    def _write(self, findings: list[Finding]) -> int:
+        previous_namespaces = [namespace for _kind, namespace, _name in self._written if namespace]
+        reports = render_reports(findings, self._first_seen.__getitem__, previous_namespaces)
+        written = 0
+        for report in reports:
+            key = report_key(report)
+            if self._written.get(key) == report:
+                continue
+            try:
+                self.writer.write(report)
+            except Exception as exc:  # the API may be down: try again next tick
+                log.warning("writing %s %s/%s failed: %s", *key, exc)
+                continue
+            written += 1
+            if report["results"] or key[0] == "ClusterPolicyReport":
+                self._written[key] = report
+            else:
+                # An emptied namespace report was written once; stop tracking that namespace.
+                self._written.pop(key, None)
+        return written
+
+    async def run(self) -> None:
+        """Tick forever, every `interval_seconds`, off the event loop (a BackgroundTask of the server)."""
+        while True:
+            try:
+                result = await asyncio.to_thread(self.tick)
+                log.debug("audit tick: %s", result)
+            except Exception:
+                log.exception("audit tick failed")
+            await asyncio.sleep(self.interval_seconds)

@@ -1,0 +1,273 @@
+"""`kgwe nodes`, `kgwe profiles`, `kgwe audit` and `kgwe costs`: the read-only views on the command line.
+
+Each reads the cluster from `--cluster DIR` (YAML manifests) or, without it, from the Kubernetes API
+(kubeconfig or in-cluster service account), builds the same runtime `kgwe serve` uses, prints one
+view as a table (default) or JSON, and exits 0; errors go to stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import yaml
+
+from webhook.config import ConfigError, load_config
+from webhook.inventory import Inventory, costs_view, hardware_profiles_view, nodes_view
+from webhook.reports.tables import format_table
+
+if TYPE_CHECKING:
+    from webhook.runtime import Runtime
+
+LOAD_TIMEOUT_SECONDS = 60.0
+
+
+class CommandError(Exception):
+    pass
+
+
+DESCRIPTIONS = {
+    "nodes": "The node view: every node's accelerator type (and where it came from), GPUs, GPU resources "
+             "allocatable and in use, MIG, sharing, NVLink and topology freshness; then a summary by type.",
+    "profiles": "Hardware profiles with availability and price. With --from-nodes, propose a HardwareProfile "
+                "manifest for the selected nodes instead.",
+    "audit": "Check the existing GPU pods against the current policies, quotas and placement rules, and report "
+             "the violations (as a table, JSON, or wgpolicyk8s.io PolicyReports with -o yaml).",
+    "costs": "GPU chargeback: the hourly rate of the running GPU pods by tenant and accelerator type, from their "
+             "kgwe.io/hourly-cost annotations (computed from the pricing configuration where a pod has none).",
+}
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"kgwe {command}", description=DESCRIPTIONS[command])
+    parser.add_argument("--cluster", type=Path, metavar="DIR",
+                        help="directory of Kubernetes YAML manifests; without it, the cluster's API")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="KGWE configuration file (YAML)")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="kubeconfig for the API (default: in-cluster service account)")
+    formats = ["table", "json", "yaml"] if command in ("audit", "profiles") else ["table", "json"]
+    parser.add_argument("-o", "--output", choices=formats, default="table", help="output format (default table)")
+    if command == "profiles":
+        parser.add_argument("--from-nodes", metavar="SELECTOR",
+                            help="propose a profile for these nodes: names (a,b) or a label selector "
+                                 "(key=value,key2 in (x,y))")
+        parser.add_argument("--type", dest="type_id", metavar="TYPE",
+                            help="propose a profile for every node of this accelerator type")
+        parser.add_argument("--name", help="metadata.name of the proposed profile")
+    if command == "audit":
+        parser.add_argument("--exit-code", action="store_true",
+                            help="exit 1 when any violation fails (for CI); default: exit 0")
+    if command == "costs":
+        parser.add_argument("--pods", action="store_true", help="list every pod's hourly cost too")
+    return parser
+
+
+def _runtime(args: argparse.Namespace) -> Runtime:
+    from webhook.cluster.yaml_source import ClusterDirectoryError
+    from webhook.runtime import build_runtime
+
+    try:
+        config = load_config(args.config)
+    except (OSError, ConfigError) as exc:
+        raise CommandError(f"configuration: {exc}") from exc
+    if args.cluster is not None:
+        if not args.cluster.is_dir():
+            raise CommandError(f"--cluster {args.cluster}: not a directory")
+        try:
+            return build_runtime(config, args.cluster)
+        except (OSError, ClusterDirectoryError) as exc:
+            raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
+    return _runtime_from_api(config, args.kubeconfig)
+
+
+def _runtime_from_api(config: Any, kubeconfig: str | None) -> Runtime:
+    from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
+    from webhook.cluster.model import ClusterStore
+    from webhook.runtime import build_runtime
+
+    try:
+        client = load_kube_client(kubeconfig)
+    except Exception as exc:  # no kubeconfig, not in a pod: say how to run offline
+        raise CommandError(f"cannot reach the Kubernetes API ({exc}); use --cluster DIR to read YAML files") from exc
+    store = ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
+    source = KubeClusterSource(store, client)
+    source.start()
+    try:
+        if not source.wait_loaded(LOAD_TIMEOUT_SECONDS):
+            raise CommandError(f"the cluster's objects were not all listed within {LOAD_TIMEOUT_SECONDS:.0f}s")
+    finally:
+        source.stop()
+    # Built after the store is loaded, so the cluster's GPUPolicy objects are compiled too.
+    return build_runtime(config, None, store=store)
+
+
+def _json(document: Any) -> str:
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+
+
+def _gpu_resources(resources: dict[str, Any]) -> str:
+    return ",".join(f"{k.split('/')[-1]}={v}" for k, v in sorted(resources.items()) if v) or "-"
+
+
+def cmd_nodes(args: argparse.Namespace, runtime: Runtime) -> str:
+    view = nodes_view(Inventory(runtime.store.snapshot(), runtime.config))
+    if args.output == "json":
+        return _json(view)
+    rows = []
+    for node in view["nodes"]:
+        mig = node["mig"]
+        sharing = node["sharing"]
+        topology = node["topology"]
+        rows.append([
+            node["name"],
+            node["acceleratorType"] or "-",
+            node["typeSource"] if node["acceleratorType"] else "-",
+            node["gpus"],
+            _gpu_resources(node["allocatable"]),
+            _gpu_resources(node["used"]),
+            f"{mig['strategy']}{'' if mig['ready'] else ' (not ready)'}" if mig["profiles"] else "-",
+            f"{sharing['strategy']}x{sharing['replicas']}" if sharing["strategy"] != "none" else "-",
+            node["nvlinkDomainSize"] or "-",
+            ("stale" if topology["stale"] else f"{topology['ageSeconds']:.0f}s") if topology["present"] else "-",
+            "cordoned" if node["unschedulable"] else "",
+        ])
+    nodes = format_table(
+        ["NAME", "TYPE", "SOURCE", "GPUS", "ALLOCATABLE", "USED", "MIG", "SHARING", "NVLINK", "TOPOLOGY", "STATUS"],
+        rows, right=["GPUS", "NVLINK"],
+    )
+    types = format_table(
+        ["TYPE", "PRODUCT", "NODES", "GPUS", "AVAILABLE"],
+        [[t["id"], t["productName"], t["nodes"], t["gpus"], t["available"]] for t in view["types"]],
+        right=["NODES", "GPUS", "AVAILABLE"],
+    )
+    return f"{nodes}\n\n{types}"
+
+
+def _sharing_text(sharing: dict[str, Any]) -> str:
+    if sharing["mode"] == "mig":
+        return f"mig {sharing.get('migProfile', '?')}"
+    if sharing["mode"] == "mps" and "gpuFraction" in sharing:
+        return f"mps {sharing['gpuFraction']:g}"
+    return str(sharing["mode"])
+
+
+def cmd_profiles(args: argparse.Namespace, runtime: Runtime) -> str:
+    if args.from_nodes or args.type_id:
+        return _proposal(args, runtime)
+    view = hardware_profiles_view(Inventory(runtime.store.snapshot(), runtime.config))
+    if args.output == "json":
+        return _json(view)
+    if args.output == "yaml":
+        return yaml.safe_dump(view, sort_keys=False).rstrip()
+    rows = [
+        [p["name"], p["displayName"], _sharing_text(p["sharing"]), ",".join(t["id"] for t in p["acceleratorTypes"]),
+         p["total"], p["available"], p["pending"], p["pricePerGPUHour"]]
+        for p in view["profiles"]
+    ]
+    if not rows:
+        return "No HardwareProfiles. Propose one with: kgwe profiles --from-nodes NODE[,NODE...]"
+    return format_table(
+        ["NAME", "DISPLAY NAME", "SHARING", "TYPES", "TOTAL", "AVAILABLE", "PENDING", f"{view['currency']}/GPU-H"],
+        rows, right=["TOTAL", "AVAILABLE", "PENDING"],
+    )
+
+
+def _proposal(args: argparse.Namespace, runtime: Runtime) -> str:
+    from webhook.profile_proposal import ProposalError, propose_profile
+
+    try:
+        proposal = propose_profile(
+            runtime.store.snapshot(), runtime.config, selection=args.from_nodes, type_id=args.type_id, name=args.name
+        )
+    except ProposalError as exc:
+        raise CommandError(str(exc)) from exc
+    if args.output == "json":
+        return _json(proposal.as_document())
+    notes = "".join(f"# note: {note}\n" for note in proposal.notes)
+    return f"# Proposed from nodes: {', '.join(proposal.nodes)}\n{notes}{proposal.to_yaml().rstrip()}"
+
+
+def cmd_audit(args: argparse.Namespace, runtime: Runtime) -> tuple[str, int]:
+    import time
+
+    from webhook.audit import audit_cluster, render_reports
+
+    findings = audit_cluster(runtime)
+    failing = any(f.result in ("fail", "error") for f in findings)
+    status = 1 if args.exit_code and failing else 0
+    if args.output == "json":
+        return _json({"findings": [f.as_dict() for f in findings]}), status
+    if args.output == "yaml":
+        now = time.time()
+        return yaml.safe_dump_all(render_reports(findings, lambda _f: now), sort_keys=False).rstrip(), status
+    if not findings:
+        return "No violations found.", status
+    rows = [
+        [f.namespace or "-", f.pod or (f"tenant {f.tenant}" if f.tenant else "-"), f.category, f.severity, f.result,
+         f.policy, f.message]
+        for f in findings
+    ]
+    table = format_table(["NAMESPACE", "POD", "CATEGORY", "SEVERITY", "RESULT", "POLICY", "MESSAGE"], rows)
+    return f"{table}\n\n{len(findings)} finding(s)", status
+
+
+def cmd_costs(args: argparse.Namespace, runtime: Runtime) -> str:
+    view = costs_view(Inventory(runtime.store.snapshot(), runtime.config))
+    if args.output == "json":
+        return _json(view)
+    currency = view["currency"]
+    rows = [
+        [r["tenant"], r["acceleratorType"], r["pods"], r["hourlyCost"], r["dailyCost"], r["monthlyCost"]]
+        for r in view["rows"]
+    ]
+    if not rows:
+        return "No running GPU pods."
+    headers = ["TENANT", "TYPE", "PODS", f"{currency}/HOUR", f"{currency}/DAY", f"{currency}/MONTH"]
+    text = format_table(headers, rows, right=headers[2:])
+    text += f"\n\nTotal: {view['hourlyCost']} {currency}/hour (now; a month is 730 hours)"
+    unpriced = sum(r["unpricedPods"] for r in view["rows"])
+    if unpriced:
+        text += f"\n{unpriced} pod(s) have no price: their type has none in the pricing configuration"
+    if args.pods:
+        pods = format_table(
+            ["NAMESPACE", "POD", "TENANT", "TYPE", f"{currency}/HOUR", "FROM"],
+            [[p["namespace"], p["pod"], p["tenant"], p["acceleratorType"], p["hourlyCost"], p["source"]]
+             for p in view["pods"]],
+            right=[f"{currency}/HOUR"],
+        )
+        text += f"\n\n{pods}"
+    return text
+
+
+Command = Callable[[argparse.Namespace, "Runtime"], "str | tuple[str, int]"]
+COMMANDS: dict[str, Command] = {
+    "nodes": cmd_nodes,
+    "profiles": cmd_profiles,
+    "audit": cmd_audit,
+    "costs": cmd_costs,
+}
+
+
+def run(command: str, argv: list[str]) -> int:
+    """Run `kgwe COMMAND ARGV...`; returns the exit status."""
+    if command not in COMMANDS:
+        print(f"kgwe: unknown report {command!r} (expected: {', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    parser = _parser(command)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
+        return int(exc.code or 0)
+    try:
+        runtime = _runtime(args)
+        output = COMMANDS[command](args, runtime)
+    except CommandError as exc:
+        print(f"kgwe {command}: {exc}", file=sys.stderr)
+        return 2
+    text, status = output if isinstance(output, tuple) else (output, 0)
+    sys.stdout.write(text + "\n")
+    return status
