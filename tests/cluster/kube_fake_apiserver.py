@@ -69,6 +69,7 @@ class FakeApiServer:
         self.failures: dict[str, list[int]] = {}
         self.missing: set[str] = set()
         self.expired_as_http_status = False
+        self.expire_next_continue = False  # the next paged-list continue token is answered 410
         self.leases: dict[str, dict[str, Any]] = {}
         self._drop_generation = 0
         self._closing = False
@@ -257,6 +258,9 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             token = query.get("continue")
             with server.cond:
                 if token:
+                    if server.expire_next_continue:
+                        server.expire_next_continue = False
+                        server._pages.clear()
                     if token not in server._pages:
                         return self._status(410, "Expired", "continue token expired")
                     version, items = server._pages.pop(token)

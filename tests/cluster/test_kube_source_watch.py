@@ -19,6 +19,7 @@ from webhook.cluster.kube_source import (
     KubeClusterSource,
     KubeJson,
     load_kube_client,
+    slim_object,
     slim_pod,
 )
 from webhook.cluster.model import ClusterStore, object_key
@@ -82,7 +83,7 @@ def seed(server: FakeApiServer) -> None:
 
 def expected(server: FakeApiServer, kind: str) -> dict[str, dict[str, Any]]:
     objects = server.objects(kind)
-    return {k: slim_pod(v) if kind == "Pod" else v for k, v in objects.items()}
+    return {k: slim_pod(v) if kind == "Pod" else slim_object(v) for k, v in objects.items()}
 
 
 def stored(store: ClusterStore, kind: str) -> dict[str, dict[str, Any]]:
@@ -125,6 +126,18 @@ def test_initial_list_loads_every_kind_in_api_shape(apiserver, store, make_sourc
     assert store.snapshot(force=True).nodes["h100-a"].accelerator_type == "nvidia-h100-80gb"
 
 
+def test_expired_continue_token_restarts_the_list(apiserver, store, make_source):
+    seed(apiserver)
+    apiserver.expire_next_continue = True
+    source = make_source(kinds=["Pod"], list_page_size=2)
+    assert source.wait_loaded(10)
+    assert stored(store, "Pod") == expected(apiserver, "Pod")
+    # First page, expired continue, then the three pages of a fresh list.
+    assert [r.query.get("continue", "") != "" for r in apiserver.requests_to("Pod", watch=False)] == [
+        False, True, False, True, True]
+    assert source.status["Pod"].errors == 0
+
+
 def test_pods_are_slimmed_to_what_kgwe_reads(apiserver, store, make_source):
     apiserver.put("Pod", pod("p0"))
     make_source(kinds=["Pod"]).wait_loaded(10)
@@ -137,6 +150,20 @@ def test_pods_are_slimmed_to_what_kgwe_reads(apiserver, store, make_source):
     assert "managedFields" not in kept["metadata"]
     assert "volumes" not in kept["spec"]
     assert kept["metadata"]["annotations"] == {"kgwe.io/tenant": "team-a"}
+
+
+def test_nodes_lose_only_managed_fields_and_image_lists(apiserver, store, make_source):
+    big = node("h100-a")
+    big["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update"}]
+    big["status"]["images"] = [{"names": [f"registry/image-{i}:latest"], "sizeBytes": 1 << 30} for i in range(50)]
+    big["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    apiserver.put("Node", big)
+    make_source(kinds=["Node"]).wait_loaded(10)
+    kept = stored(store, "Node")["h100-a"]
+    assert "managedFields" not in kept["metadata"] and "images" not in kept["status"]
+    assert kept["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
+    assert kept["metadata"]["labels"] == big["metadata"]["labels"]
+    assert kept["status"]["allocatable"] == big["status"]["allocatable"]
 
 
 def test_watch_events_update_the_store(apiserver, store, make_source):

@@ -16,6 +16,7 @@ metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVer
 spec nodeName, schedulerName, affinity, nodeSelector, tolerations, and containers / initContainers
 reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
 status phase. Everything else (images, env, volumes, conditions, container statuses) is dropped.
+Other kinds are kept whole except `metadata.managedFields` and a node's `status.images` (`slim_object`).
 """
 
 from __future__ import annotations
@@ -177,6 +178,18 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
+    """Any other kind without what KGWE never reads and what is large: managedFields, a node's image list."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status")
+    if "managedFields" not in meta and not (isinstance(status, dict) and "images" in status):
+        return obj
+    out = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    if isinstance(status, dict) and "images" in status:
+        out["status"] = {k: v for k, v in status.items() if k != "images"}
+    return out
+
+
 # -- backoff --------------------------------------------------------------------------------------
 
 
@@ -303,11 +316,13 @@ class KubeClusterSource:
             try:
                 if status.resource_version is None:
                     self._list(watched, status)
-                    backoff.reset()
                 self._watch(watched, status, backoff)
             except _Expired:
                 log.info("%s: resourceVersion %s expired, relisting", watched.kind, status.resource_version)
                 status.resource_version = None
+                # Relist at once; only expiries with no events in between back off (a server stuck in 410).
+                delay = backoff.next_delay() if backoff.attempts else 0.0
+                backoff.attempts = max(backoff.attempts, 1)
             except _CrdMissing:
                 if not status.crd_missing:
                     log.warning(
@@ -322,9 +337,6 @@ class KubeClusterSource:
             except RETRYABLE as exc:
                 if self._stop.is_set():
                     break
-                if isinstance(exc, ApiException) and exc.status == 410:
-                    status.resource_version = None
-                    continue
                 status.errors += 1
                 status.last_error = _describe(exc)
                 delay = backoff.next_delay()
@@ -335,6 +347,7 @@ class KubeClusterSource:
     def _list(self, watched: WatchedKind, status: KindStatus) -> None:
         items: list[dict[str, Any]] = []
         continue_token = ""
+        restarted = False
         while True:
             query = [("limit", str(self.list_page_size))]
             if continue_token:
@@ -344,9 +357,9 @@ class KubeClusterSource:
             except ApiException as exc:
                 if exc.status == 404 and watched.custom:
                     raise _CrdMissing from exc
-                if exc.status == 410 and continue_token:
-                    # The paged snapshot expired mid-list: start the list over for a consistent view.
-                    items, continue_token = [], ""
+                if exc.status == 410 and continue_token and not restarted:
+                    # The paged snapshot expired mid-list: start over once for a consistent view.
+                    items, continue_token, restarted = [], "", True
                     continue
                 raise
             for item in page.get("items") or []:
@@ -440,7 +453,9 @@ class KubeClusterSource:
             if not self._keep_namespace(namespace):
                 return None
         obj = _with_kind(watched, obj)
-        return slim_pod(obj) if watched.kind == "Pod" else obj
+        if watched.kind == "Pod":
+            return slim_pod(obj)
+        return slim_object(obj)
 
     def _mark_listed(self, status: KindStatus) -> None:
         status.listed = True
