@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from agent.accelerator_types import UNKNOWN, AcceleratorTable
+from webhook.cluster.metrics import export_topology_ages
 from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts, Taint, node_facts
 
 # Kinds the model keeps; everything else in a cluster directory is ignored.
@@ -323,6 +324,7 @@ class ClusterStore:
             facts[item.name] = item
             fresh_cache[key] = (version, item)
         self._facts = fresh_cache
+        export_topology_ages(facts.values())
         objs = self._objects
         return ClusterModel(
             nodes=facts,
