@@ -39,7 +39,8 @@ COPY --from=build /opt/kgwe /opt/kgwe
 ENV PATH=/opt/kgwe/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    TMPDIR=/tmp
+    TMPDIR=/tmp \
+    KGWE_STATE_DIR=/tmp/kgwe
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8443

@@ -83,7 +83,15 @@ def _patch_configuration(
     """Set caBundle on every webhook of one configuration; True when something changed."""
     encoded = _b64(ca_bundle)
     for _attempt in range(CONFLICT_RETRIES):
-        configuration = read(name)
+        try:
+            configuration = read(name)
+        except ApiException as exc:
+            # The chart's pre-install hook runs before Helm creates the configurations; its post-install
+            # hook patches them.
+            if exc.status == 404:
+                log.info("%s does not exist yet: caBundle not patched", name)
+                return False
+            raise
         webhooks = configuration.webhooks or []
         stale = [w for w in webhooks if w.client_config.ca_bundle != encoded]
         if not stale:

@@ -127,16 +127,20 @@ def test_certificates_are_ensured_by_hooks_and_renewed_daily(default: Rendered) 
         "--mutating-config", "kgwe", "--validating-config", "kgwe",
         "--ca-validity-days", "3650", "--cert-validity-days", "90", "--renew-before-days", "30",
     ]
-    job = default.one("Job", "kgwe-certs-hook")
-    hooks = set(job["metadata"]["annotations"]["helm.sh/hook"].split(","))
+    pre = default.one("Job", "kgwe-certs-hook-pre")
+    post = default.one("Job", "kgwe-certs-hook-post")
     # pre-*: the Secret exists before the pods that mount it; post-*: caBundle once the configurations exist.
-    assert hooks == {"pre-install", "pre-upgrade", "post-install", "post-upgrade"}
-    assert _certs_args(job["spec"]["template"]["spec"]) == expected
-    _assert_hardened(job["spec"]["template"]["spec"])
-    # The hook's RBAC comes first (lower weight) and goes away with it.
+    assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert post["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    for job in (pre, post):
+        assert _certs_args(job["spec"]["template"]["spec"]) == expected
+        _assert_hardened(job["spec"]["template"]["spec"])
+    # The hook's RBAC comes first (lower weight), in both phases, and goes away after each.
     for kind in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
         annotations = default.one(kind, "kgwe-certs-hook")["metadata"]["annotations"]
-        assert int(annotations["helm.sh/hook-weight"]) < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+        assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade", "post-install",
+                                                               "post-upgrade"}
+        assert int(annotations["helm.sh/hook-weight"]) < int(pre["metadata"]["annotations"]["helm.sh/hook-weight"])
         assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"]
     cronjob = default.one("CronJob", "kgwe-certs")
     assert cronjob["spec"]["schedule"] == "17 3 * * *"

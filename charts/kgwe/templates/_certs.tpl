@@ -1,12 +1,16 @@
 {{/*
-`kgwe certs ensure` runs twice over: as a Helm hook (pre-install and pre-upgrade create or renew the
-Secret before the pods that mount it; post-install and post-upgrade patch caBundle once the webhook
-configurations exist) and as a daily CronJob that renews the serving certificate before it expires.
+`kgwe certs ensure` runs as Helm hooks and as a daily CronJob:
+- pre-install/pre-upgrade: create or renew the Secret before the pods that mount it start. On an upgrade
+  it patches caBundle first, so a rotated CA is trusted before a certificate signed by it is served; on an
+  install the configurations do not exist yet and it skips them.
+- post-install/post-upgrade: make the configurations trust the CA (new ones, or ones re-created after
+  the emergency switch-off).
+- the CronJob renews the serving certificate (and, near its end, the CA) before it expires.
 Hook objects are deleted once the hook succeeds, so the CronJob has its own service account.
 */}}
 
 {{- define "kgwe.certs.hookAnnotations" -}}
-helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
+helm.sh/hook: {{ .events | default "pre-install,pre-upgrade,post-install,post-upgrade" }}
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
