@@ -58,6 +58,7 @@ class Request:
     path: str
     query: dict[str, str]
     body: Any = None
+    authorization: str | None = None
 
 
 class FakeApiServer:
@@ -202,7 +203,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             body = self._read_body() if method in ("POST", "PUT", "PATCH") else None
             with server.cond:
-                server.requests.append(Request(method, parts.path, query, body))
+                server.requests.append(Request(method, parts.path, query, body, self.headers.get("Authorization")))
                 queued = server.failures.get(parts.path)
                 failure = queued.pop(0) if queued else None
             if failure is not None:

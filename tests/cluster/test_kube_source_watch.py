@@ -348,3 +348,28 @@ def test_real_api_server_lists_and_watches_nodes_and_namespaces():
         source.stop()
         if created:
             api.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def test_kubeconfig_file_and_test_variable_reach_the_server(apiserver, store, tmp_path, monkeypatch):
+    seed(apiserver)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""
+apiVersion: v1
+kind: Config
+clusters: [{{name: fake, cluster: {{server: "{apiserver.url}"}}}}]
+users: [{{name: tester, user: {{token: secret-token}}}}]
+contexts: [{{name: fake, context: {{cluster: fake, user: tester}}}}]
+current-context: fake
+""")
+    from_file = load_kube_client(str(kubeconfig))
+    assert KubeJson(from_file).request("GET", "/api/v1/namespaces")["items"]
+    monkeypatch.setenv(TEST_KUBECONFIG_ENV, str(kubeconfig))
+    from_env = load_kube_client(None)
+    source = KubeClusterSource(store, from_env, kinds=["Namespace"])
+    source.start()
+    try:
+        assert source.wait_loaded(10)
+        assert set(stored(store, "Namespace")) == {"team-a", "kube-system"}
+        assert {r.authorization for r in apiserver.requests} == {"Bearer secret-token"}
+    finally:
+        source.stop()
