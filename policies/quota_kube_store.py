@@ -15,7 +15,14 @@ from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from policies.kube_client import deadline_api_client
-from policies.quota_store import QuotaStatus, QuotaUnavailable, Versioned, status_from_json, status_to_json
+from policies.quota_store import (
+    QuotaNotFound,
+    QuotaStatus,
+    QuotaUnavailable,
+    Versioned,
+    status_from_json,
+    status_to_json,
+)
 
 GROUP = "kgwe.io"
 VERSION = "v1alpha1"
@@ -37,7 +44,7 @@ class KubeQuotaStore:
             obj = self.api.get_cluster_custom_object_status(GROUP, VERSION, PLURAL, quota, _request_timeout=timeout)
         except ApiException as exc:
             if exc.status == NOT_FOUND:
-                raise QuotaUnavailable(f"TenantQuota {quota} not found (deleted while in use?)") from exc
+                raise QuotaNotFound(f"TenantQuota {quota} not found (deleted while in use?)") from exc
             raise QuotaUnavailable(f"TenantQuota {quota}: reading status failed: HTTP {exc.status}") from exc
         except Exception as exc:  # connection errors, timeouts: urllib3 raises many kinds
             raise QuotaUnavailable(f"TenantQuota {quota}: reading status failed: {exc}") from exc
@@ -57,6 +64,8 @@ class KubeQuotaStore:
         except ApiException as exc:
             if exc.status == CONFLICT:
                 return False
+            if exc.status == NOT_FOUND:
+                raise QuotaNotFound(f"TenantQuota {quota} not found (deleted while in use?)") from exc
             raise QuotaUnavailable(f"TenantQuota {quota}: writing status failed: HTTP {exc.status}") from exc
         except Exception as exc:
             raise QuotaUnavailable(f"TenantQuota {quota}: writing status failed: {exc}") from exc

@@ -26,6 +26,10 @@ class QuotaUnavailable(RuntimeError):
     """The quota store could not be read or written in time: the webhook applies its failure behaviour."""
 
 
+class QuotaNotFound(QuotaUnavailable):
+    """The TenantQuota object is gone; trying again will not help."""
+
+
 @dataclass(frozen=True)
 class Reservation:
     """GPUs held for a pod between its admission and the moment the pod list shows it."""
@@ -82,20 +86,31 @@ def update_status(
     *,
     deadline: float | None,
     max_attempts: int = 100,
+    max_errors: int = 2,
 ) -> T:
     """Read, apply `change`, write if it returned a new status; on a lost race read again.
 
-    `change` must be pure: it runs once per attempt on a fresh read.
+    `change` must be pure: it runs once per attempt on a fresh read. A failed call is tried again (up to
+    `max_errors` times, within the deadline): that is safe because a write whose answer was lost shows up in
+    the next read, and `change` sees it there.
     """
+    errors = 0
     for attempt in range(max_attempts):
-        current = store.read(quota, timeout=remaining(deadline))
-        new_status, result = change(current.status)
-        if new_status is None or new_status == current.status:
-            return result
-        if store.write(quota, new_status, current.version, timeout=remaining(deadline)):
-            return result
+        try:
+            current = store.read(quota, timeout=remaining(deadline))
+            new_status, result = change(current.status)
+            if new_status is None or new_status == current.status:
+                return result
+            if store.write(quota, new_status, current.version, timeout=remaining(deadline)):
+                return result
+        except QuotaNotFound:
+            raise
+        except QuotaUnavailable:
+            errors += 1
+            if errors > max_errors or (deadline is not None and time.monotonic() >= deadline):
+                raise
         # Jittered backoff so that replicas racing for the same quota do not collide in lockstep.
-        time.sleep(random.uniform(0, min(0.05, 0.002 * (attempt + 1))))
+        time.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))
     raise QuotaUnavailable(f"TenantQuota {quota}: gave up after {max_attempts} conflicting writes")
 
 

@@ -125,6 +125,7 @@ class TenantQuotaEndpoint:
                     answer = copy.deepcopy(current)
                 self._reply(200, answer)
 
+        ThreadingHTTPServer.request_queue_size = 256  # many admissions connect at once
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

@@ -62,6 +62,7 @@ class ReviewEndpoint:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (the deadline test)
 
+        ThreadingHTTPServer.request_queue_size = 256  # many admissions connect at once
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True  # a reply still sleeping after a timed-out review must not hold shutdown
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
