@@ -131,12 +131,3 @@ annotations:
   cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "kgwe.webhookName" . }}
 {{- end }}
 {{- end }}
-
-{{/* Fail rendering on values that would break the promises in docs/operations.md. */}}
-{{- define "kgwe.checks" -}}
-{{- $deadline := dig "limits" "deadlineSeconds" 2.5 (.Values.config | default dict) | float64 }}
-{{- $shortest := min (int .Values.webhooks.mutating.timeoutSeconds) (int .Values.webhooks.validating.timeoutSeconds) | float64 }}
-{{- if ge $deadline $shortest }}
-{{- fail (printf "config.limits.deadlineSeconds (%v) must be below the shortest webhook timeoutSeconds (%v)" $deadline $shortest) }}
-{{- end }}
-{{- end }}
