@@ -1,0 +1,206 @@
+"""The background audit on a cluster directory with planted violations, and its PolicyReports."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod, plant, set_quota_limit
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY
+
+from webhook.audit import Auditor, Finding, KubeReportWriter, MemoryReportWriter, audit_cluster
+from webhook.config import load_config
+from webhook.runtime import Runtime, build_runtime
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Runtime:
+    cluster = copy_example_cluster(tmp_path / "cluster")
+    plant(
+        cluster, "violations.yaml",
+        # A Deny policy (kgwe.admission.privileged) that arrived after the pod did.
+        gpu_pod("root-trainer", "ml-research", gpus=2, node="dgx-h100-02", privileged=True,
+                annotations={"kgwe.io/tenant": "ml-research"}),
+        # Asked for A100, yet runs on an H100 node (admitted while KGWE was down, or the node was relabelled).
+        gpu_pod("misplaced", "ml-research", gpus=1, node="dgx-h100-02",
+                annotations={"kgwe.io/accelerator": "nvidia-a100-80gb"}),
+        # Asks for a type the cluster no longer has.
+        gpu_pod("orphan", "team-a", gpus=1, phase="Pending", annotations={"kgwe.io/accelerator": "nvidia-v100-16gb"}),
+        # Clean: right type, memory limit set.
+        gpu_pod("fine", "ml-research", gpus=1, node="dgx-h100-02",
+                annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"}),
+    )
+    # team-a runs 4 H100 GPUs; its limit is lowered to 2.
+    set_quota_limit(cluster, "team-a", "nvidia-h100-80gb", 2)
+    return build_runtime(load_config(EXAMPLE_CONFIG), cluster)
+
+
+def _only(findings: list[Finding], **match: Any) -> Finding:
+    found = [f for f in findings if all(getattr(f, k) == v for k, v in match.items())]
+    assert len(found) == 1, (match, findings)
+    return found[0]
+
+
+def test_audit_cluster_finds_every_planted_violation(planted: Runtime) -> None:
+    findings = audit_cluster(planted)
+
+    policy = _only(findings, pod="root-trainer", policy="kgwe.admission.privileged")
+    assert (policy.category, policy.namespace) == ("policy", "ml-research")
+    assert (policy.severity, policy.result) == ("high", "fail")
+    assert "privileged" in policy.message
+
+    wrong = _only(findings, pod="misplaced", category="placement")
+    assert (wrong.rule, wrong.severity) == ("wrong-type", "high")
+    assert "dgx-h100-02 (nvidia-h100-80gb)" in wrong.message and "nvidia-a100-80gb" in wrong.message
+
+    refused = _only(findings, pod="orphan", category="placement")
+    assert refused.rule == "refused"
+    assert "nvidia-v100-16gb" in refused.message and "not scheduled yet" in refused.message
+
+    quota = _only(findings, category="quota")
+    assert (quota.namespace, quota.pod, quota.tenant, quota.quota) == ("", "", "team-a", "team-a")
+    assert "4 of 2 GPUs" in quota.message
+
+    assert not [f for f in findings if f.pod == "fine" and f.result == "fail"]
+    assert not [f for f in findings if f.pod == "batch-done"]  # finished pods are not judged
+
+
+def test_the_clean_example_cluster_has_no_failures(tmp_path: Path) -> None:
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
+    findings = audit_cluster(runtime)
+    assert [f for f in findings if f.result != "warn"] == []
+    assert {f.policy for f in findings} == {"kgwe.admission.memory_limit"}  # a Warn policy: low severity
+
+
+def _gauge(category: str, namespace: str) -> float | None:
+    return REGISTRY.get_sample_value("kgwe_audit_violations", {"category": category, "namespace": namespace})
+
+
+def test_auditor_writes_reports_and_metrics(planted: Runtime) -> None:
+    writer = MemoryReportWriter()
+    clock = iter(range(1_800_000_000, 1_800_001_000, 60))
+    auditor = Auditor(planted, writer, pods_per_tick=2, clock=lambda: float(next(clock)))
+    pods = len(planted.store.snapshot().pods)
+    ticks = [auditor.tick() for _ in range(-(-pods // 2))]
+    assert all(t.audited == 2 for t in ticks)  # bounded work: never more than pods_per_tick
+    assert ticks[-1].completed_pass and not ticks[0].completed_pass
+
+    reports = writer.reports
+    research = reports[("PolicyReport", "ml-research", "kgwe-audit")]
+    assert research["apiVersion"] == "wgpolicyk8s.io/v1alpha2"
+    assert research["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kgwe"
+    assert research["summary"] == {"pass": 0, "fail": 2, "warn": 0, "error": 0, "skip": 0}
+    privileged = next(r for r in research["results"] if r["policy"] == "kgwe.admission.privileged")
+    assert privileged["resources"] == [{"apiVersion": "v1", "kind": "Pod", "namespace": "ml-research",
+                                        "name": "root-trainer"}]
+    assert (privileged["result"], privileged["severity"], privileged["source"]) == ("fail", "high", "kgwe")
+    assert privileged["timestamp"]["nanos"] == 0 and privileged["timestamp"]["seconds"] >= 1_800_000_000
+
+    cluster = reports[("ClusterPolicyReport", "", "kgwe-audit")]
+    assert "namespace" not in cluster["metadata"]
+    [quota] = cluster["results"]
+    assert quota["resources"] == [{"apiVersion": "kgwe.io/v1alpha1", "kind": "TenantQuota", "name": "team-a"}]
+    assert quota["properties"] == {"tenant": "team-a"}
+
+    assert _gauge("quota", "") == 1
+    assert _gauge("placement", "ml-research") == 1
+    assert _gauge("policy", "ml-research") == 1
+    assert _gauge("placement", "team-a") == 1
+
+
+def test_auditor_writes_only_changes_and_clears_fixed_violations(planted: Runtime) -> None:
+    writer = MemoryReportWriter()
+    auditor = Auditor(planted, writer, pods_per_tick=100)
+    auditor.tick()
+    first = len(writer.writes)
+    assert auditor.tick().written == 0  # nothing changed: nothing rewritten
+    assert len(writer.writes) == first
+
+    store = planted.store
+    store.min_rebuild_interval = 0
+    for pod in list(store.objects("Pod")):
+        if pod["metadata"]["name"] in ("root-trainer", "misplaced"):
+            store.delete(pod)
+    result = auditor.tick()
+    assert result.written == 1
+    research = writer.reports[("PolicyReport", "ml-research", "kgwe-audit")]
+    assert research["results"] == [] and research["summary"]["fail"] == 0
+    assert _gauge("policy", "ml-research") is None and _gauge("placement", "ml-research") is None
+    # The emptied report is written once, then left alone.
+    assert auditor.tick().written == 0
+
+
+def test_round_robin_covers_every_pod_one_slice_at_a_time(planted: Runtime) -> None:
+    auditor = Auditor(planted, MemoryReportWriter(), pods_per_tick=1)
+    pods = len(planted.store.snapshot().pods)
+    for _ in range(pods):
+        assert auditor.tick().audited == 1
+    assert {f.pod for f in auditor.findings if f.pod} >= {"root-trainer", "misplaced", "orphan"}
+
+
+class FakeCustomObjects:
+    """The four calls of kubernetes.client.CustomObjectsApi the writer makes, over a dict, with real ApiExceptions."""
+
+    def __init__(self, installed: bool = True) -> None:
+        self.installed = installed
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.version = 0
+
+    def _store(self, plural: str, namespace: str, body: dict[str, Any], replace: bool) -> dict[str, Any]:
+        if not self.installed:
+            raise ApiException(status=404, reason="Not Found")
+        key = (plural, namespace, body["metadata"]["name"])
+        if key in self.objects and not replace:
+            raise ApiException(status=409, reason="AlreadyExists")
+        if replace and body["metadata"].get("resourceVersion") != self.objects[key]["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+        self.version += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        self.objects[key] = stored
+        return stored
+
+    def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
+                                        body: dict[str, Any]) -> dict[str, Any]:
+        return self._store(plural, namespace, body, replace=False)
+
+    def create_cluster_custom_object(self, group: str, version: str, plural: str, body: dict[str, Any]) -> Any:
+        return self._store(plural, "", body, replace=False)
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> Any:
+        return self.objects[(plural, namespace, name)]
+
+    def get_cluster_custom_object(self, group: str, version: str, plural: str, name: str) -> Any:
+        return self.objects[(plural, "", name)]
+
+    def replace_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
+                                         body: dict[str, Any]) -> Any:
+        return self._store(plural, namespace, body, replace=True)
+
+    def replace_cluster_custom_object(self, group: str, version: str, plural: str, name: str, body: Any) -> Any:
+        return self._store(plural, "", body, replace=True)
+
+
+def test_kube_writer_creates_then_replaces(planted: Runtime) -> None:
+    api = FakeCustomObjects()
+    auditor = Auditor(planted, KubeReportWriter(api), pods_per_tick=100)
+    auditor.tick()
+    assert ("policyreports", "ml-research", "kgwe-audit") in api.objects
+    assert ("clusterpolicyreports", "", "kgwe-audit") in api.objects
+    version = api.objects[("policyreports", "ml-research", "kgwe-audit")]["metadata"]["resourceVersion"]
+    planted.store.min_rebuild_interval = 0
+    planted.store.upsert(gpu_pod("root-2", "ml-research", node="dgx-h100-02", privileged=True))
+    auditor.tick()
+    replaced = api.objects[("policyreports", "ml-research", "kgwe-audit")]
+    assert replaced["metadata"]["resourceVersion"] != version
+    assert any(r["resources"][0]["name"] == "root-2" for r in replaced["results"])
+
+
+def test_kube_writer_without_the_crds_skips_reports(planted: Runtime) -> None:
+    api = FakeCustomObjects(installed=False)
+    auditor = Auditor(planted, KubeReportWriter(api), pods_per_tick=100)
+    result = auditor.tick()
+    assert result.findings > 0 and api.objects == {}
