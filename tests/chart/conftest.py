@@ -26,6 +26,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "audit-mode": {"config": {"mode": "audit"}},
     "agent-off": {"agent": {"enabled": False}},
+    "agent-volume-mount-devices": {"agent": {"devicesAsVolumeMount": True}},
     "ui-off": {"ui": {"enabled": False}},
     "monitoring": {
         "metrics": {

@@ -73,6 +73,20 @@ def test_names_scope_and_subresources(chart_crds: dict[str, dict[str, Any]]) -> 
         assert "status" in version["schema"]["openAPIV3Schema"]["properties"]
 
 
+def test_printer_columns_point_at_schema_fields(chart_crds: dict[str, dict[str, Any]]) -> None:
+    for kind, crd in chart_crds.items():
+        (version,) = crd["spec"]["versions"]
+        for column in version["additionalPrinterColumns"]:
+            path = column["jsonPath"].split("[")[0].strip(".").split(".")
+            if path[0] == "metadata":
+                continue
+            node = version["schema"]["openAPIV3Schema"]
+            for part in path:
+                assert part in node.get("properties", {}), f"{kind} column {column['name']}: no field {part}"
+                node = node["properties"][part]
+                node = node.get("items", node) if node.get("type") == "array" else node
+
+
 def test_status_shapes(chart_crds: dict[str, dict[str, Any]]) -> None:
     def status(kind: str) -> dict[str, Any]:
         return dict(_schema(chart_crds[kind])["properties"]["status"]["properties"])

@@ -31,6 +31,13 @@ def test_lint_is_clean(scenario: str) -> None:
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
 
+def test_chart_lints_for_its_oldest_kubernetes() -> None:
+    with helm.Chart.load(CHART) as chart:
+        assert chart.metadata["kubeVersion"] == ">=1.30.0-0"
+    report = helm.lint(CHART, strict=True, kube_version="v1.30.0")
+    assert report["errors"] == [] and report["messages"] == []
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_every_object_is_valid_kubernetes(rendered_scenarios: dict[str, Rendered], version: str) -> None:
     # Most objects are the same in every scenario: each distinct one is validated once.

@@ -98,6 +98,16 @@ def test_agent_runs_on_gpu_nodes_only(default: Rendered) -> None:
     assert not any(key.startswith("nvidia.com/") for key in container["resources"].get("limits", {}))
 
 
+def test_agent_can_ask_for_gpus_by_volume_mount(rendered_scenarios: dict[str, Rendered]) -> None:
+    pod = rendered_scenarios["agent-volume-mount-devices"].one("DaemonSet")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in _container(pod)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["all-gpus"]["mountPath"] == "/var/run/nvidia-container-devices/all"
+    assert volumes["all-gpus"]["hostPath"]["path"] == "/dev/null"
+    default_pod = rendered_scenarios["default"].one("DaemonSet")["spec"]["template"]["spec"]
+    assert not any("hostPath" in volume for volume in default_pod["volumes"])
+
+
 def test_agent_selector_and_runtime_are_configurable() -> None:
     # Helm merges maps: a default key is removed by setting it to null.
     selector = {"nvidia.com/gpu.present": None, "kgwe.io/gpu": "yes"}
