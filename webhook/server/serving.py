@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from cryptography import x509
@@ -99,8 +99,17 @@ def _record_expiry(certificate: x509.Certificate) -> None:
     metrics.CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
 
 
-def assemble_runtime(options: ServeOptions) -> tuple[Runtime, Callable[[], None]]:
-    """The runtime fed by its cluster source (a watched YAML directory, or the API), and how to stop the source."""
+@dataclass
+class Assembly:
+    """A worker's runtime and the parts that run beside it."""
+
+    runtime: Runtime
+    api_client: Any | None  # kubernetes ApiClient in a cluster; None with a cluster directory
+    stop_source: Callable[[], None]
+
+
+def assemble_runtime(options: ServeOptions) -> Assembly:
+    """The runtime fed by its cluster source: a watched YAML directory, or the API."""
     from webhook.runtime import build_runtime
 
     config = options.config
@@ -110,7 +119,7 @@ def assemble_runtime(options: ServeOptions) -> tuple[Runtime, Callable[[], None]
 
         directory = YamlDirectorySource(options.cluster_dir, store)
         directory.start()
-        return build_runtime(config, None, store=store), directory.stop
+        return Assembly(build_runtime(config, None, store=store), None, directory.stop)
 
     from kubernetes import client as k8s
 
@@ -131,25 +140,43 @@ def assemble_runtime(options: ServeOptions) -> tuple[Runtime, Callable[[], None]
         quota_store=KubeQuotaStore(k8s.CustomObjectsApi(api)),
         authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(api), cache_seconds=config.rbac.cache_seconds),
     )
-    return runtime, source.stop
+    return Assembly(runtime, api, source.stop)
 
 
 def run_worker(
     options: ServeOptions, cert_file: Path, key_file: Path, sockets: list[socket.socket] | None = None
 ) -> None:
-    """One worker: its runtime, its reloading TLS context, the app, uvicorn; until told to stop."""
+    """One worker: runtime, controllers, reloading TLS context, the app and uvicorn; until told to stop.
+
+    Everything is built on the thread that serves: native policy engines are bound to their thread.
+    """
+    from webhook.controllers.runner import build_controllers
+    from webhook.server.api_routes import api_router
+
     tls = ReloadingSSLContext(cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry)
     if not tls.loaded:
         raise ServeError(f"cannot load the serving certificate {cert_file}: {tls.last_error}")
-    runtime, stop_source = assemble_runtime(options)
+    assembly = assemble_runtime(options)
+    runtime = assembly.runtime
+    # Every worker runs the controllers; the Lease lets one of them act at a time.
+    controllers = build_controllers(runtime.store, options.config, assembly.api_client)
+
+    def follow_config(config: Config) -> None:
+        controllers.bound_pods.config = config
+
+    runtime.on_config_change.append(follow_config)
     background: list[BackgroundTask] = [tls]
     if options.config_file is not None:
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds))
-    app = create_app(runtime, ui=options.ui, certificate=tls, background=background)
+    app = create_app(
+        runtime, ui=options.ui, extra_routers=[api_router(runtime)], certificate=tls, background=background
+    )
+    controllers.start()
     try:
         uvicorn_server(app, options.host, options.port, tls, options.log_level).run(sockets=sockets)
     finally:
-        stop_source()
+        controllers.stop()
+        assembly.stop_source()
 
 
 def uvicorn_server(
