@@ -119,9 +119,6 @@ class Runtime:
             tenant=facts.tenant,
         )
         violations: list[Violation] = self.policies.check(context)
-        if self.config.mode == "audit":
-            # In audit mode nothing is refused: Deny policies act as Audit.
-            violations = [Violation(v.policy, "Audit", v.message) if v.action == "Deny" else v for v in violations]
         return violations
 
     # -- RBAC ---------------------------------------------------------------------------------

@@ -121,7 +121,11 @@ class AdmissionService:
             return Outcome(warnings=[f"KGWE could not compute a stable mutation: {exc}"], object=request.object)
         outcome = Outcome(patch=result.patch, object=result.pod, warnings=list(facts.plan.warnings))
         if self.runtime.config.mode == "audit":
-            return self._audit_only(outcome, result.changed_steps, request.object)
+            # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
+            reported = list(facts.plan.steps) if facts.renderable else []
+            if "output-annotations" in result.changed_steps and not reported:
+                reported.append("attribution")
+            return self._audit_only(outcome, reported, request.object)
         return outcome
 
     def _steps(self, facts: Facts) -> list[Any]:
@@ -170,7 +174,7 @@ class AdmissionService:
         if result.patch:
             outcome.warnings.append("kgwe.io/ output annotations are set by KGWE; your change to them was undone")
         if self.runtime.config.mode == "audit":
-            return self._audit_only(outcome, result.changed_steps, request.object)
+            return self._audit_only(outcome, ["output-guard"], request.object)
         return outcome
 
     def _is_controller(self, request: AdmissionRequest) -> bool:
@@ -220,7 +224,10 @@ class AdmissionService:
         if self.runtime.policies is not None:
             for violation in self.runtime.check_policies(request, facts, deadline):
                 if violation.action == "Deny":
+                    # In audit mode `_verdict` turns this into a warning and an audit annotation.
                     problems.append(("policy", f"[{violation.policy}] {violation.message}"))
+                    if self.runtime.config.mode == "audit":
+                        audit[f"policy-{violation.policy}"[:63]] = violation.message[:256]
                 elif violation.action == "Warn":
                     warnings.append(f"[{violation.policy}] {violation.message}")
                 else:

@@ -21,6 +21,7 @@ Other kinds are kept whole except `metadata.managedFields` and a node's `status.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -492,13 +493,13 @@ def _events(stream: urllib3.BaseHTTPResponse) -> Iterator[dict[str, Any]]:
 def _interrupt(stream: urllib3.BaseHTTPResponse) -> None:
     """Unblock a reader in another thread and drop the connection (a half-read stream cannot be reused)."""
     shutdown = getattr(stream, "shutdown", None)
-    try:
-        if shutdown is not None:
-            shutdown()
-        stream.close()
-    except (OSError, RuntimeError):
+    if shutdown is not None:
+        # ValueError: urllib3 has not wired the socket for shutdown (the body is not being read yet);
         # RuntimeError: the stream ended cleanly and its connection is already back in the pool.
-        pass
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            shutdown()
+    with contextlib.suppress(OSError, RuntimeError, ValueError):
+        stream.close()
 
 
 def _describe(exc: BaseException) -> str:
