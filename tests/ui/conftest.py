@@ -1,0 +1,59 @@
+"""Fixtures of the web UI tests: Debian's chromium (installed when missing, else skipped), a real
+`kgwe serve --cluster examples/cluster`, and a fresh browser page that may talk to that server only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ui_harness import (
+    VIEWPORT,
+    BrowserUnavailable,
+    KgweServer,
+    PageProblems,
+    chromium_browser,
+    ensure_chromium,
+    kgwe_serve,
+)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (pip install .[test])")
+    try:
+        return ensure_chromium()
+    except BrowserUnavailable as exc:
+        pytest.skip(f"no headless browser: {exc}")
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: Path) -> Iterator[Any]:
+    with chromium_browser(chromium) as launched:
+        yield launched
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgweServer]:
+    with kgwe_serve(tmp_path_factory.mktemp("kgwe-serve")) as running:
+        yield running
+
+
+def open_page(browser: Any, server: KgweServer) -> tuple[Any, Any, PageProblems]:
+    context = browser.new_context(ignore_https_errors=True, viewport=VIEWPORT, accept_downloads=True)
+    page = context.new_page()
+    problems = PageProblems()
+    problems.watch(context, page, server.url)
+    return context, page, problems
+
+
+@pytest.fixture
+def page(browser: Any, server: KgweServer) -> Iterator[Any]:
+    """A page in a fresh browser context; the test fails if the page logged an error or left the server."""
+    context, opened, problems = open_page(browser, server)
+    opened.set_default_timeout(10_000)
+    yield opened
+    context.close()
+    assert problems.errors == [], "the page reported errors"
+    assert problems.foreign_requests == [], "the page asked for something other than the KGWE server"

@@ -1,0 +1,197 @@
+"""What the web UI tests and the screenshot script share: a real `kgwe serve` and a real headless Chromium.
+
+The browser is Debian's chromium driven by Playwright over CDP (never `playwright install`, which needs
+the internet). It is installed with apt-get when missing and we are root; otherwise the tests skip and
+say why. Every request the page makes to anywhere but the server is refused and recorded, so a page
+that needed a CDN or a web font would fail its tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from certs.authority import Settings
+from certs.files import ensure_files
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_CLUSTER = ROOT / "examples" / "cluster"
+EXAMPLE_CONFIG = ROOT / "examples" / "config.yaml"
+DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
+APT_TIMEOUT_SECONDS = 240
+SERVER_START_SECONDS = 60
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+class BrowserUnavailable(RuntimeError):
+    """No Chromium can be found or installed here; the reason is the message."""
+
+
+def find_chromium() -> Path | None:
+    if DEBIAN_CHROMIUM.is_file():
+        return DEBIAN_CHROMIUM
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    return Path(found) if found else None
+
+
+def ensure_chromium() -> Path:
+    """Debian's chromium, installed with apt-get when it is missing and we are root."""
+    found = find_chromium()
+    if found is not None:
+        return found
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        raise BrowserUnavailable("chromium is not installed and installing it needs root")
+    if shutil.which("apt-get") is None:
+        raise BrowserUnavailable("chromium is not installed and there is no apt-get to install it")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    deadline = time.monotonic() + APT_TIMEOUT_SECONDS
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
+    for command in (["apt-get", "update", "-q"], install):
+        left = deadline - time.monotonic()
+        try:
+            subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=max(left, 1))
+        except subprocess.TimeoutExpired:
+            raise BrowserUnavailable(f"`{' '.join(command)}` did not finish in {APT_TIMEOUT_SECONDS}s") from None
+        except (OSError, subprocess.CalledProcessError) as exc:
+            detail = getattr(exc, "stderr", "") or str(exc)
+            raise BrowserUnavailable(f"`{' '.join(command)}` failed: {detail.strip()[-300:]}") from None
+    found = find_chromium()
+    if found is None:
+        raise BrowserUnavailable("apt-get installed chromium but no chromium binary is on the PATH")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _kgwe_command() -> list[str]:
+    script = Path(sys.executable).with_name("kgwe")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
+
+
+@dataclass
+class KgweServer:
+    url: str
+    ca_file: Path
+    process: subprocess.Popen[bytes]
+    log_file: Path
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.ca_file)), timeout=10)
+
+    def get_json(self, path: str, **params: str) -> Any:
+        with self.api() as client:
+            response = client.get(path, params=params)
+            response.raise_for_status()
+            return response.json()
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")
+
+
+@contextmanager
+def kgwe_serve(workdir: Path, cluster: Path = EXAMPLE_CLUSTER, *extra_args: str) -> Iterator[KgweServer]:
+    """`kgwe serve --cluster CLUSTER` on 127.0.0.1 with a serving certificate from our own CA."""
+    paths, _ = ensure_files(workdir / "certs", Settings(ip_addresses=("127.0.0.1",)))
+    port = free_port()
+    log_file = workdir / f"kgwe-serve-{port}.log"
+    command = [
+        *_kgwe_command(), "serve", "--cluster", str(cluster), "--config", str(EXAMPLE_CONFIG),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--tls-cert-file", str(paths.tls_cert), "--tls-private-key-file", str(paths.tls_key), *extra_args,
+    ]
+    with log_file.open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    server = KgweServer(f"https://127.0.0.1:{port}", paths.ca_cert, process, log_file)
+    try:
+        _wait_ready(server)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def _wait_ready(server: KgweServer) -> None:
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    with server.api() as client:
+        while True:
+            if server.process.poll() is not None:
+                raise RuntimeError(f"kgwe serve exited with {server.process.returncode}:\n{server.log()[-3000:]}")
+            try:
+                if client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kgwe serve not ready after {SERVER_START_SECONDS}s:\n{server.log()[-3000:]}")
+            time.sleep(0.1)
+
+
+@dataclass
+class PageProblems:
+    """What went wrong inside the page: script errors, console errors (CSP violations among them), and
+    requests to anywhere but the server."""
+
+    errors: list[str] = field(default_factory=list)
+    foreign_requests: list[str] = field(default_factory=list)
+
+    def watch(self, context: Any, page: Any, origin: str) -> None:
+        def route(request_route: Any) -> None:
+            url = request_route.request.url
+            if url.startswith(origin) or url.startswith(("data:", "blob:")):
+                request_route.continue_()
+            else:
+                self.foreign_requests.append(url)
+                request_route.abort()
+
+        context.route("**/*", route)
+        def console(message: Any) -> None:
+            if message.type == "error":
+                self.errors.append(f"console: {message.text}")
+
+        page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
+        page.on("console", console)
+
+
+@contextmanager
+def chromium_browser(executable: Path) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # launch() gives every run a fresh, temporary user-data-dir.
+        browser = playwright.chromium.launch(executable_path=str(executable), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -1,0 +1,599 @@
+// KGWE's read-only pages: nodes by GPU type, hardware profiles with availability, tenants with quotas.
+// Hash routing (#/nodes, #/profiles, #/tenants) keeps it one static page that works without a server-side router.
+import {
+  DASH, append, errorBox, getJSON, gib, h, money, plural, replaceChildren, shortResource, timestamp,
+} from "./dom.js";
+
+const view = document.getElementById("view");
+const asOf = document.getElementById("as-of");
+let current = null;
+
+function route() {
+  const name = location.hash.replace(/^#\/?/, "").split(/[/?]/)[0] || "nodes";
+  for (const link of document.querySelectorAll("nav a")) {
+    if (link.dataset.route === name) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  const Page = ROUTES[name];
+  if (!Page) {
+    current = null;
+    replaceChildren(view, h("p", { class: "error", role: "alert" }, `No page "${name}". `,
+      h("a", { href: "#/nodes" }, "Go to the nodes.")));
+    return;
+  }
+  current = new Page(view);
+  current.load();
+}
+
+function showAsOf(data) {
+  asOf.textContent = data && data.generatedAt ? `data as of ${timestamp(data.generatedAt)}` : "";
+}
+
+// A page that loads one or more API documents and ignores answers that arrive after the user moved on.
+class Page {
+  constructor(root) {
+    this.root = root;
+    this.generation = 0;
+  }
+
+  async load() {
+    const generation = ++this.generation;
+    this.root.setAttribute("aria-busy", "true");
+    try {
+      const data = await this.fetch();
+      if (generation !== this.generation || current !== this) return;
+      showAsOf(data);
+      this.show(data);
+    } catch (error) {
+      if (current !== this) return;
+      replaceChildren(this.root, errorBox(error));
+    } finally {
+      this.root.removeAttribute("aria-busy");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Nodes: every node with its GPUs, filterable and sortable by type, grouped by type with totals; selecting nodes
+// (or a whole type) proposes a HardwareProfile as YAML.
+
+const NO_GPUS = "none";
+const SPECIAL_TYPES = {
+  unknown: "unknown (no labels)",
+  mixed: "mixed GPU types",
+  [NO_GPUS]: "no GPUs",
+};
+const SPECIAL_ORDER = ["mixed", "unknown", NO_GPUS];
+
+function typeKey(node) {
+  return node.acceleratorType || NO_GPUS;
+}
+
+function selectable(node) {
+  return Boolean(node.acceleratorType) && node.acceleratorType !== "unknown";
+}
+
+function resourceSum(resources) {
+  return Object.values(resources || {}).reduce((total, value) => total + value, 0);
+}
+
+function freeResources(node) {
+  const free = {};
+  for (const [name, value] of Object.entries(node.allocatable || {})) {
+    free[name] = value - ((node.used || {})[name] || 0);
+  }
+  return free;
+}
+
+const COLUMNS = [
+  { key: "select", label: "", sortable: false },
+  { key: "name", label: "Node", value: (n) => n.name },
+  { key: "type", label: "GPU type", value: null },
+  { key: "gpus", label: "GPUs", value: (n) => n.gpus ?? 0, numeric: true },
+  { key: "memory", label: "Memory", title: "memory per GPU", value: (n) => n.memoryMiB ?? -1, numeric: true },
+  { key: "mig", label: "MIG", sortable: false },
+  { key: "sharing", label: "Sharing", value: (n) => sharingText(n.sharing) },
+  { key: "nvlink", label: "NVLink", title: "GPUs in the node's largest NVLink domain", value: (n) => n.nvlinkDomainSize ?? 0,
+    numeric: true },
+  { key: "clique", label: "Clique", title: "multi-node NVLink clique", value: (n) => n.clique || "" },
+  { key: "used", label: "Used / allocatable", value: (n) => resourceSum(n.used), numeric: true },
+  { key: "free", label: "Free", value: (n) => resourceSum(freeResources(n)), numeric: true },
+];
+
+function sharingText(sharing) {
+  if (!sharing || !sharing.strategy || sharing.strategy === "none") return "exclusive";
+  const replicas = sharing.replicas && sharing.replicas > 1 ? ` ×${sharing.replicas}` : "";
+  return `${sharing.strategy === "mps" ? "MPS" : sharing.strategy}${replicas}`;
+}
+
+function migText(mig) {
+  if (!mig || !mig.strategy || mig.strategy === "none") return null;
+  const layout = Object.entries(mig.profiles || {}).map(([profile, count]) => `${count}× ${profile}`);
+  return { strategy: mig.strategy, layout: layout.length ? layout : ["no instances"], ready: mig.ready !== false };
+}
+
+class NodesPage extends Page {
+  constructor(root) {
+    super(root);
+    this.state = { type: "", search: "", sort: "type", direction: 1, group: true };
+    this.selected = new Set();
+    this.data = null;
+  }
+
+  fetch() {
+    return getJSON("nodes");
+  }
+
+  show(data) {
+    this.data = data;
+    this.types = new Map((data.types || []).map((t) => [t.id, t]));
+    this.nodesByName = new Map(data.nodes.map((n) => [n.name, n]));
+    for (const name of [...this.selected]) {
+      const node = this.nodesByName.get(name);
+      if (!node || !selectable(node)) this.selected.delete(name);
+    }
+    this.table = h("table", { class: "nodes", id: "node-table" });
+    this.actions = h("div", { class: "selection-bar", id: "selection-bar" });
+    this.proposal = h("section", { class: "proposal", id: "proposal", "aria-labelledby": "proposal-title" });
+    replaceChildren(this.root,
+      h("h1", {}, "Nodes by GPU type"),
+      this.summaryCards(),
+      this.toolbar(),
+      h("div", { class: "table-wrap" }, this.table),
+      this.actions,
+      this.proposal);
+    this.draw();
+    this.drawProposalIntro();
+  }
+
+  typeLabel(key) {
+    if (key in SPECIAL_TYPES) return SPECIAL_TYPES[key];
+    const type = this.types.get(key);
+    const node = type ? null : this.data.nodes.find((n) => n.acceleratorType === key);
+    return (type && type.productName) || (node && node.productName) || key;
+  }
+
+  groupOrder(key) {
+    const special = SPECIAL_ORDER.indexOf(key);
+    return special === -1 ? 0 : special + 1;
+  }
+
+  compareGroups(a, b) {
+    return this.groupOrder(a) - this.groupOrder(b) || this.typeLabel(a).localeCompare(this.typeLabel(b));
+  }
+
+  summaryCards() {
+    const cards = (this.data.types || []).map((type) =>
+      h("button", {
+        type: "button", class: type.id in SPECIAL_TYPES ? "type-card special" : "type-card", dataset: { type: type.id },
+        title: `Show only ${this.typeLabel(type.id)}`, onclick: () => this.setFilter(type.id),
+      },
+      h("span", { class: type.id === "unknown" ? "type-name unknown" : "type-name" }, this.typeLabel(type.id)),
+      type.id in SPECIAL_TYPES ? null : h("code", {}, type.id),
+      h("span", { class: "type-numbers" },
+        h("span", { dataset: { field: "available" } }, String(type.available)), " of ",
+        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), " GPUs available on ",
+        h("span", { dataset: { field: "nodes" } }, String(type.nodes)), type.nodes === 1 ? " node" : " nodes")));
+    return h("div", { class: "type-cards", id: "type-cards" }, cards);
+  }
+
+  toolbar() {
+    const groups = [...new Set(this.data.nodes.map(typeKey))].sort((a, b) => this.compareGroups(a, b));
+    const counts = {};
+    for (const node of this.data.nodes) counts[typeKey(node)] = (counts[typeKey(node)] || 0) + 1;
+    this.filter = h("select", { id: "type-filter", onchange: (e) => this.setFilter(e.target.value) },
+      h("option", { value: "" }, `All types (${plural(this.data.nodes.length, "node")})`),
+      groups.map((key) => h("option", { value: key },
+        `${this.typeLabel(key)}${key in SPECIAL_TYPES ? "" : ` · ${key}`} (${counts[key]})`)));
+    this.filter.value = this.state.type;
+    return h("div", { class: "toolbar", role: "search" },
+      h("label", {}, "GPU type ", this.filter),
+      h("label", {}, "Node name ", h("input", {
+        type: "search", id: "node-search", placeholder: "filter by name", value: this.state.search,
+        oninput: (e) => { this.state.search = e.target.value.trim().toLowerCase(); this.draw(); },
+      })),
+      h("label", { class: "check" }, h("input", {
+        type: "checkbox", id: "group-by-type", checked: this.state.group,
+        onchange: (e) => { this.state.group = e.target.checked; this.draw(); },
+      }), " Group by type"));
+  }
+
+  setFilter(type) {
+    this.state.type = type;
+    this.filter.value = type;
+    this.draw();
+  }
+
+  visibleNodes() {
+    const { type, search } = this.state;
+    return this.data.nodes.filter((node) =>
+      (!type || typeKey(node) === type) && (!search || node.name.toLowerCase().includes(search)));
+  }
+
+  sortRows(nodes) {
+    const column = COLUMNS.find((c) => c.key === this.state.sort);
+    const direction = this.state.direction;
+    const value = column.key === "type" ? (n) => this.typeLabel(typeKey(n)) : column.value;
+    return [...nodes].sort((a, b) => {
+      const left = value(a);
+      const right = value(b);
+      const order = column.numeric ? left - right : String(left).localeCompare(String(right));
+      if (column.key === "type" && order === 0) return a.name.localeCompare(b.name);
+      return order * direction || a.name.localeCompare(b.name);
+    });
+  }
+
+  setSort(key) {
+    if (this.state.sort === key) this.state.direction = -this.state.direction;
+    else Object.assign(this.state, { sort: key, direction: 1 });
+    this.draw();
+  }
+
+  draw() {
+    const nodes = this.sortRows(this.visibleNodes());
+    const head = h("thead", {}, h("tr", {}, COLUMNS.map((column) => this.headerCell(column))));
+    const body = h("tbody");
+    if (this.state.group) {
+      const groups = new Map();
+      for (const node of nodes) {
+        if (!groups.has(typeKey(node))) groups.set(typeKey(node), []);
+        groups.get(typeKey(node)).push(node);
+      }
+      const keys = [...groups.keys()].sort((a, b) => this.compareGroups(a, b) *
+        (this.state.sort === "type" ? this.state.direction : 1));
+      for (const key of keys) {
+        body.append(this.groupRow(key, groups.get(key)));
+        for (const node of groups.get(key)) body.append(this.nodeRow(node));
+      }
+    } else {
+      for (const node of nodes) body.append(this.nodeRow(node));
+    }
+    if (!nodes.length) {
+      body.append(h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, "No node matches the filter.")));
+    }
+    const foot = h("tfoot", {}, this.totalsRow("total", `All shown: ${plural(nodes.length, "node")}`, nodes));
+    replaceChildren(this.table, head, body, foot);
+    this.drawSelectionBar();
+  }
+
+  headerCell(column) {
+    if (column.sortable === false) {
+      return h("th", { scope: "col" }, column.key === "select" ? h("span", { class: "visually-hidden" }, "Select") :
+        column.label);
+    }
+    const active = this.state.sort === column.key;
+    const sort = active ? (this.state.direction > 0 ? "ascending" : "descending") : "none";
+    return h("th", { scope: "col", "aria-sort": sort, class: column.numeric ? "num" : null, title: column.title },
+      h("button", { type: "button", class: "sort", dataset: { sort: column.key }, onclick: () => this.setSort(column.key) },
+        column.label, h("span", { class: "sort-mark", "aria-hidden": "true" }, active ? (sort === "ascending" ? " ▲" : " ▼") : "")));
+  }
+
+  groupRow(key, nodes) {
+    const choosable = this.data.nodes.filter((n) => typeKey(n) === key && selectable(n));
+    const chosen = choosable.filter((n) => this.selected.has(n.name)).length;
+    const checkbox = h("input", {
+      type: "checkbox", class: "select-group", "aria-label": `Select every ${this.typeLabel(key)} node`,
+      disabled: choosable.length === 0, checked: choosable.length > 0 && chosen === choosable.length,
+      indeterminate: chosen > 0 && chosen < choosable.length,
+      onchange: (e) => this.selectNodes(choosable, e.target.checked),
+    });
+    const type = this.types.get(key);
+    const available = type ? h("span", {},
+      " · ", h("span", { dataset: { field: "available" } }, String(type.available)), " available") : null;
+    const label = h("div", { class: "group-label" },
+      h("span", { class: "type-name" }, this.typeLabel(key)),
+      key in SPECIAL_TYPES ? null : h("code", {}, key),
+      h("span", { class: "muted" }, plural(nodes.length, "node"), available));
+    return this.totalsRow("group", label, nodes, { checkbox, key });
+  }
+
+  totalsRow(kind, label, nodes, { checkbox = null, key = null } = {}) {
+    const sum = (field) => {
+      const totals = {};
+      for (const node of nodes) {
+        const resources = field === "free" ? freeResources(node) : node[field] || {};
+        for (const [name, value] of Object.entries(resources)) totals[name] = (totals[name] || 0) + value;
+      }
+      return totals;
+    };
+    const gpus = nodes.reduce((total, node) => total + (node.gpus || 0), 0);
+    return h("tr", { class: kind, dataset: key ? { group: key } : {} },
+      h("td", { class: "select" }, checkbox),
+      h("th", { scope: kind === "group" ? "rowgroup" : "row", colspan: 2 }, label),
+      h("td", { class: "num", dataset: { field: "gpus" } }, String(gpus)),
+      h("td", { colspan: 5 }),
+      h("td", { class: "num" }, usage(sum("used"), sum("allocatable"))),
+      h("td", { class: "num" }, freeList(sum("free"))));
+  }
+
+  nodeRow(node) {
+    const mig = migText(node.mig);
+    const key = typeKey(node);
+    const badges = [];
+    if (node.unschedulable) badges.push(h("span", { class: "badge warn" }, "cordoned"));
+    if (node.topology && node.topology.present && node.topology.stale) {
+      badges.push(h("span", { class: "badge warn", title: `topology ${Math.round(node.topology.ageSeconds)} s old` },
+        "topology stale"));
+    }
+    const canSelect = selectable(node);
+    return h("tr", { class: "node", dataset: { node: node.name, type: key } },
+      h("td", { class: "select" }, h("input", {
+        type: "checkbox", class: "select-node", value: node.name, "aria-label": `Select ${node.name}`,
+        checked: this.selected.has(node.name), disabled: !canSelect,
+        title: canSelect ? null : "Only nodes with a known GPU type can go into a profile",
+        onchange: (e) => this.selectNodes([node], e.target.checked),
+      })),
+      h("th", { scope: "row" }, h("span", { dataset: { field: "name" } }, node.name),
+        badges.length ? h("span", { class: "badges" }, badges) : null,
+        (node.notes || []).map((note) => h("span", { class: "note" }, note))),
+      h("td", { class: "type", dataset: { field: "type" }, title: node.typeSource ? `type from ${node.typeSource}` : null },
+        h("span", { class: key === "unknown" ? "type-name unknown" : "type-name" }, this.typeLabel(key)),
+        key in SPECIAL_TYPES ? null : h("code", {}, key),
+        node.architecture ? h("span", { class: "muted small" }, node.architecture) : null),
+      h("td", { class: "num", dataset: { field: "gpus" } }, String(node.gpus ?? 0)),
+      h("td", { class: "num", dataset: { field: "memory" } }, gib(node.memoryMiB)),
+      h("td", { class: "mig", dataset: { field: "mig" } }, mig ? [
+        mig.layout.map((line) => h("span", { class: "line" }, line)),
+        h("span", { class: "muted small" }, `${mig.strategy} strategy${mig.ready ? "" : " · not ready"}`),
+      ] : DASH),
+      h("td", { dataset: { field: "sharing" } }, node.gpus ? sharingText(node.sharing) : DASH),
+      h("td", { class: "num", dataset: { field: "nvlink" } }, node.nvlinkDomainSize ? String(node.nvlinkDomainSize) : DASH),
+      h("td", { class: "clique", dataset: { field: "clique" }, title: node.clique || null }, node.clique || DASH),
+      h("td", { class: "num" }, usage(node.used, node.allocatable)),
+      h("td", { class: "num" }, freeList(freeResources(node))));
+  }
+
+  selectNodes(nodes, on) {
+    for (const node of nodes) {
+      if (!selectable(node)) continue;
+      if (on) this.selected.add(node.name);
+      else this.selected.delete(node.name);
+    }
+    this.draw();
+    this.drawProposalIntro();
+  }
+
+  // The selection as the proposal API takes it: a whole type by id, otherwise the node names.
+  selectionQuery() {
+    const names = [...this.selected].sort();
+    const types = new Set(names.map((name) => this.nodesByName.get(name).acceleratorType));
+    if (types.size === 1) {
+      const [type] = types;
+      const all = this.data.nodes.filter((n) => n.acceleratorType === type).map((n) => n.name);
+      if (all.length === names.length && type !== "mixed") return { type };
+    }
+    return { nodes: names.join(",") };
+  }
+
+  drawSelectionBar() {
+    const count = this.selected.size;
+    const types = [...new Set([...this.selected].map((n) => this.nodesByName.get(n).acceleratorType))];
+    replaceChildren(this.actions,
+      h("span", { id: "selection-count" }, count ? `${plural(count, "node")} selected (${types.join(", ")})` :
+        "Select nodes, or a whole type with its group box, to propose a hardware profile."),
+      h("button", { type: "button", id: "propose", class: "primary", disabled: count === 0, onclick: () => this.propose() },
+        "Create profile YAML"),
+      h("button", { type: "button", id: "clear-selection", disabled: count === 0, onclick: () => {
+        this.selected.clear();
+        this.draw();
+        this.drawProposalIntro();
+      } }, "Clear selection"));
+    this.actions.classList.toggle("active", count > 0);
+  }
+
+  drawProposalIntro() {
+    replaceChildren(this.proposal,
+      h("h2", { id: "proposal-title" }, "Create a hardware profile from a selection"),
+      h("p", { class: "muted" }, "KGWE proposes a HardwareProfile for the selected nodes: their type ids, a node ",
+        "selector for exactly those types, the sharing they offer and the price from the pricing configuration. ",
+        "Copy or download it, review it, and apply it with kubectl or your GitOps repository."));
+  }
+
+  async propose() {
+    const query = this.selectionQuery();
+    const generation = this.generation;
+    replaceChildren(this.proposal, h("h2", { id: "proposal-title" }, "Proposed hardware profile"),
+      h("p", { class: "loading" }, "Asking KGWE…"));
+    let answer;
+    try {
+      answer = await getJSON("hardware-profiles/proposal", query);
+    } catch (error) {
+      if (generation === this.generation) append(replaceChildren(this.proposal), errorBox(error));
+      return;
+    }
+    if (generation !== this.generation) return;
+    const name = (answer.object && answer.object.metadata && answer.object.metadata.name) || "hardware-profile";
+    const filename = `${name}.yaml`;
+    const pre = h("pre", { id: "proposal-yaml", tabindex: "0" }, h("code", {}, answer.yaml));
+    const status = h("span", { class: "copy-status", id: "copy-status", role: "status" });
+    const from = query.type ? `every ${query.type} node` : plural(query.nodes.split(",").length, "selected node");
+    replaceChildren(this.proposal,
+      h("h2", { id: "proposal-title" }, "Proposed hardware profile"),
+      h("p", {}, `From ${from}. Save it as `, h("code", {}, filename), ", review it, then ",
+        h("code", {}, `kubectl apply -f ${filename}`), " (or commit it to your GitOps repository)."),
+      (answer.notes || []).map((note) => h("p", { class: "note" }, note)),
+      h("div", { class: "buttons" },
+        h("button", { type: "button", id: "copy-yaml", onclick: () => copyText(answer.yaml, pre, status) }, "Copy"),
+        h("button", { type: "button", id: "download-yaml", onclick: () => download(answer.yaml, filename) }, "Download"),
+        status),
+      pre);
+    this.proposal.scrollIntoView({ block: "nearest" });
+  }
+}
+
+// One line per GPU resource the node offers or uses: "4 / 8 gpu", "1 / 16 mig-1g.10gb".
+function usage(used, allocatable) {
+  const names = [...new Set([...Object.keys(allocatable || {}), ...Object.keys(used || {})])].sort()
+    .filter((name) => (allocatable || {})[name] || (used || {})[name]);
+  if (!names.length) return DASH;
+  return names.map((name) => h("span", { class: "resource", dataset: { resource: name } },
+    h("span", { class: "value", dataset: { kind: "used" } }, String((used || {})[name] || 0)), " / ",
+    h("span", { class: "value", dataset: { kind: "allocatable" } }, String((allocatable || {})[name] || 0)), " ",
+    h("span", { class: "muted", title: name }, shortResource(name))));
+}
+
+function freeList(free) {
+  const names = Object.keys(free).sort().filter((name) => free[name] !== 0);
+  if (!names.length) return DASH;
+  return names.map((name) => h("span", { class: "resource", dataset: { resource: name } },
+    h("span", { class: "value", dataset: { kind: "free" } }, String(free[name])), " ",
+    h("span", { class: "muted", title: name }, shortResource(name))));
+}
+
+async function copyText(text, pre, status) {
+  try {
+    await navigator.clipboard.writeText(text);
+    status.textContent = "Copied to the clipboard.";
+  } catch {
+    // No clipboard permission (plain HTTP, an embedded browser): select the text for Ctrl+C instead.
+    const range = document.createRange();
+    range.selectNodeContents(pre);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    status.textContent = document.execCommand("copy") ? "Copied to the clipboard." : "Selected: press Ctrl+C to copy.";
+  }
+}
+
+function download(text, filename) {
+  const url = URL.createObjectURL(new Blob([text], { type: "application/yaml" }));
+  const link = h("a", { href: url, download: filename, hidden: true });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hardware profiles: what a user gets from each profile and how much of it is free right now.
+
+function profileSharing(sharing) {
+  const mode = (sharing && sharing.mode) || "exclusive";
+  if (mode === "mig") return `MIG slice ${sharing.migProfile || ""}`.trim();
+  if (mode === "mps") return sharing.gpuFraction ? `MPS, ${Math.round(sharing.gpuFraction * 100)}% of a GPU` : "MPS";
+  if (mode === "time-slicing") return "time-sliced GPU";
+  return "whole GPUs (exclusive)";
+}
+
+class ProfilesPage extends Page {
+  fetch() {
+    return getJSON("hardware-profiles");
+  }
+
+  show(data) {
+    const profiles = data.profiles || [];
+    replaceChildren(this.root,
+      h("h1", {}, "Hardware profiles"),
+      h("p", { class: "muted" }, "Ask for a profile with the pod annotation ", h("code", {}, "kgwe.io/profile: NAME"),
+        ". Availability counts GPUs (MIG slices for MIG profiles) on schedulable nodes, minus what running pods use. ",
+        h("a", { href: "#/nodes" }, "Create a profile from nodes"), "."),
+      profiles.length ? h("div", { class: "profiles", id: "profiles" }, profiles.map((p) => this.card(p, data.currency))) :
+        h("p", { class: "empty" }, "No HardwareProfile exists yet. ", h("a", { href: "#/nodes" }, "Create one from nodes"),
+          "."));
+  }
+
+  card(profile, currency) {
+    const slices = profile.sharing && profile.sharing.mode === "mig";
+    const count = (n) => plural(n, slices ? "slice" : "GPU").replace(/^\S+ /, "");
+    const none = !profile.available;
+    const price = money(profile.pricePerGPUHour, currency);
+    const pending = profile.pending || 0;
+    return h("article", { class: none ? "profile none-available" : "profile", dataset: { profile: profile.name } },
+      h("header", {},
+        h("h2", {}, profile.displayName || profile.name),
+        h("code", {}, profile.name),
+        none ? h("span", { class: "badge warn" }, "none available now") : null),
+      h("p", { class: "summary" }, h("span", { class: "muted" }, "Users see "),
+        h("q", { dataset: { field: "summary" } }, profile.summary)),
+      profile.description ? h("p", { class: "description" }, profile.description) : null,
+      h("dl", {},
+        h("dt", {}, "Available now"),
+        h("dd", {}, h("span", { class: "big", dataset: { field: "available" } }, String(profile.available)), " of ",
+          h("span", { dataset: { field: "total" } }, String(profile.total)), ` ${count(profile.total)}`,
+          profile.total ? h("meter", { min: 0, max: profile.total, value: profile.available, low: profile.total * 0.2,
+            optimum: profile.total, "aria-label": "share available" }) : null),
+        h("dt", {}, "Pending"),
+        h("dd", { class: pending ? "pending" : "muted" },
+          h("span", { dataset: { field: "pending" } }, String(pending)),
+          pending ? ` ${count(pending)} asked by pods waiting to be scheduled` : ` ${count(0)} waiting`),
+        h("dt", {}, "Sharing"),
+        h("dd", { dataset: { field: "sharing" } }, profileSharing(profile.sharing)),
+        h("dt", {}, "Price"),
+        h("dd", { dataset: { field: "price" } }, price ? `${price} per GPU-hour` : "no price configured")),
+      h("table", { class: "profile-types" },
+        h("thead", {}, h("tr", {},
+          h("th", { scope: "col" }, "GPU type"), h("th", { scope: "col" }, "Memory"),
+          h("th", { scope: "col" }, "Architecture"), h("th", { scope: "col", class: "num" }, "Available"),
+          h("th", { scope: "col", class: "num" }, "Pending"))),
+        h("tbody", {}, (profile.acceleratorTypes || []).map((type) => h("tr", { dataset: { type: type.id } },
+          h("th", { scope: "row" }, h("span", { class: "type-name" }, type.productName || type.id), h("code", {}, type.id)),
+          h("td", { dataset: { field: "memory" } }, type.memoryGB ? `${type.memoryGB} GB` : DASH),
+          h("td", { dataset: { field: "architecture" } }, type.architecture || DASH),
+          h("td", { class: "num" }, h("span", { dataset: { field: "available" } }, String(type.available)), " of ",
+            h("span", { dataset: { field: "total" } }, String(type.total))),
+          h("td", { class: "num", dataset: { field: "pending" } }, String(type.pending || 0)))))));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tenants: each tenant's quota use per accelerator type or profile, and what its running pods cost per hour.
+
+class TenantsPage extends Page {
+  fetch() {
+    return getJSON("tenants");
+  }
+
+  show(data) {
+    const tenants = data.tenants || [];
+    replaceChildren(this.root,
+      h("h1", {}, "Tenants"),
+      h("p", { class: "muted" }, "GPU quotas from TenantQuota objects, what bound pods use of them, and the hourly cost ",
+        "of each tenant's running pods (the sum of their ", h("code", {}, "kgwe.io/hourly-cost"), ")."),
+      tenants.length ? h("div", { class: "tenants", id: "tenants" }, tenants.map((t) => this.card(t, data.currency))) :
+        h("p", { class: "empty" }, "No TenantQuota exists."));
+  }
+
+  card(tenant, currency) {
+    const meta = [
+      ["Namespaces", tenant.namespaces],
+      ["Groups", tenant.groups],
+      ["TenantQuota", tenant.quotas],
+    ].filter(([, values]) => values && values.length);
+    return h("article", { class: "tenant", dataset: { tenant: tenant.tenant } },
+      h("header", {},
+        h("h2", {}, tenant.tenant),
+        h("span", { class: "cost" },
+          h("span", { class: "big", dataset: { field: "hourlyCost" } }, money(tenant.hourlyCost ?? "0", currency)),
+          " per hour for ", h("span", { dataset: { field: "pods" } }, String(tenant.pods ?? 0)),
+          tenant.pods === 1 ? " running pod" : " running pods")),
+      h("dl", { class: "inline" }, meta.map(([label, values]) => [h("dt", {}, label), h("dd", {}, values.join(", "))])),
+      tenant.limits && tenant.limits.length ? h("table", { class: "limits" },
+        h("thead", {}, h("tr", {},
+          h("th", { scope: "col" }, "Limit on"), h("th", { scope: "col", class: "num" }, "GPUs used / limit"),
+          h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Share used")),
+          h("th", { scope: "col", class: "num" }, "Memory used / limit"))),
+        h("tbody", {}, tenant.limits.map((limit) => this.limitRow(limit)))) :
+        h("p", { class: "muted no-quota" }, "No TenantQuota limits this tenant; its pods are charged to it."));
+  }
+
+  limitRow(limit) {
+    const capped = limit.gpus !== null && limit.gpus !== undefined;
+    const full = capped && limit.used >= limit.gpus;
+    return h("tr", { class: full ? "full" : null, dataset: { limit: `${limit.kind}/${limit.name}` } },
+      h("th", { scope: "row" }, h("span", { class: "muted small" }, limit.kind === "profile" ? "profile " : "type "),
+        h("code", {}, limit.name)),
+      h("td", { class: "num" }, h("span", { dataset: { field: "used" } }, String(limit.used ?? 0)), " / ",
+        h("span", { dataset: { field: "gpus" } }, capped ? String(limit.gpus) : DASH)),
+      h("td", { class: "use" }, limit.gpus ? h("meter", { min: 0, max: limit.gpus, value: limit.used ?? 0,
+        low: limit.gpus * 0.7, high: limit.gpus * 0.9, optimum: 0, "aria-label": "share of the limit used" }) : null,
+        full ? h("span", { class: "badge warn" }, "full") : null),
+      h("td", { class: "num", dataset: { field: "memory" } },
+        limit.gpuMemory ? `${limit.usedMemory ?? "0"} / ${limit.gpuMemory}` : DASH));
+  }
+}
+
+const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage };
+
+document.getElementById("refresh").addEventListener("click", () => current && current.load());
+window.addEventListener("hashchange", route);
+route();
