@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonpatch
 import orjson
 import pytest
@@ -160,3 +163,41 @@ def test_every_command_has_help(command: str) -> None:
     result = kgwe(command, "--help")
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_kgwe_serve_makes_its_certificate_says_where_and_serves(tmp_path: Path, workers: str) -> None:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path)}
+    command = [sys.executable, "-m", "webhook.cli", "serve", "--cluster", str(CLUSTER), "--config", str(CONFIG),
+               "--host", "127.0.0.1", "--port", str(port), "--workers", workers, "--no-ui"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        ca_file = Path(line.rsplit("CA: ", 1)[1].strip())
+        assert ca_file == tmp_path / "certs" / "ca.crt"
+        server = RunningServer(f"https://127.0.0.1:{port}", ca_file, ca_file.parent, None)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with server.client() as client:
+                    if client.get("/readyz").status_code == 200:
+                        break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "kgwe serve never became ready"
+            time.sleep(0.1)
+        answer = ask(server, "/mutate", create_review(load_pod(PODS[0]), "alice", []))
+        assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+    finally:
+        process.terminate()
+        # uvicorn shuts down gracefully, then re-raises SIGTERM so supervisors see why it stopped.
+        assert process.wait(20) in (0, -signal.SIGTERM)
