@@ -35,7 +35,7 @@ from policies.quota_model import (
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
-from webhook.costs import format_hourly_cost, parse_hourly_cost, pod_hourly_cost
+from webhook.costs import format_hourly_cost, parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, annotations_of
 from webhook.runtime import pod_charge
 
@@ -199,9 +199,11 @@ class Inventory:
             if charge is not None:
                 self.charges.append(charge)
             if node_name:
-                self.pod_costs.append(self._pod_cost(pod, notes, facts))
+                self.pod_costs.append(self._pod_cost(pod, notes, facts, charge))
 
-    def _pod_cost(self, pod: dict[str, Any], notes: dict[str, str], facts: NodeFacts | None) -> PodCost:
+    def _pod_cost(
+        self, pod: dict[str, Any], notes: dict[str, str], facts: NodeFacts | None, charge: PodCharge | None
+    ) -> PodCost:
         metadata = pod.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "")
         tenant = notes.get(OUT_TENANT) or self._tenant_of_namespace(namespace)
@@ -216,6 +218,11 @@ class Inventory:
         if stated is not None:
             hourly: Decimal | None = stated
             source = "annotation"
+        elif charge is not None and charge.bound_type == type_id:
+            # The charge already holds the pod's GPU-equivalents on its node: only the price is missing.
+            price = price_per_gpu_hour(pod, type_id, self.model, self.config)
+            hourly = charge.gpu_equivalents * price if price is not None else None
+            source = "computed" if hourly is not None else "unpriced"
         else:
             typed = facts if facts is not None and facts.is_typed else None
             hourly = pod_hourly_cost(pod, typed, type_id, self.model, self.config) if type_id != UNKNOWN else None
@@ -523,9 +530,12 @@ View = Callable[[Inventory], dict[str, Any]]
 class InventoryCache:
     """One `Inventory` and its rendered views per (snapshot generation, configuration).
 
-    A changed snapshot is picked up at most `refresh_seconds` after the last rebuild, so a busy watch
-    stream does not make every request pay the O(nodes + pods) precompute; an unchanged snapshot is
-    re-rendered after `max_age_seconds` so `generatedAt` and topology ages stay fresh.
+    A changed snapshot is picked up at most `refresh_seconds` after the last build, so a busy watch
+    stream does not make every request pay the O(nodes + pods) precompute; an unchanged one is rebuilt
+    after `max_age_seconds` so `generatedAt` and topology ages stay fresh. With `background` (the
+    server's setting) the rebuild runs on a thread and callers keep getting the previous answer until
+    the new one, with every view asked for so far rendered, replaces it: no request waits for a
+    rebuild except the very first.
     """
 
     def __init__(
@@ -535,43 +545,79 @@ class InventoryCache:
         *,
         refresh_seconds: float = 1.0,
         max_age_seconds: float = 30.0,
+        background: bool = True,
     ) -> None:
         self._model_source = model_source
         self._config_source = config_source
         self.refresh_seconds = refresh_seconds
         self.max_age_seconds = max_age_seconds
+        self.background = background
         self._lock = threading.Lock()
+        self._state: tuple[Inventory, dict[str, Any]] | None = None
         self._key: tuple[int, int] | None = None
         self._built = 0.0
-        self._inventory: Inventory | None = None
-        self._rendered: dict[str, Any] = {}
+        self._views: dict[str, tuple[View, Callable[[dict[str, Any]], Any]]] = {}
+        self._rebuilding = False
 
-    def _current(self) -> tuple[Inventory, dict[str, Any]]:
-        now = time.monotonic()
-        inventory = self._inventory
-        age = now - self._built
-        if inventory is not None and age < self.refresh_seconds:
-            return inventory, self._rendered
+    def _wanted_key(self) -> tuple[tuple[int, int], ClusterModel, Config] | None:
+        """The snapshot and configuration to build from, or None while the current build is good."""
+        age = time.monotonic() - self._built
+        if self._state is not None and age < self.refresh_seconds:
+            return None
         model = self._model_source()
         config = self._config_source()
         key = (model.generation, id(config))
-        if inventory is not None and key == self._key and age < self.max_age_seconds:
-            return inventory, self._rendered
+        if self._state is not None and key == self._key and age < self.max_age_seconds:
+            return None
+        return key, model, config
+
+    def _build(self, model: ClusterModel, config: Config) -> tuple[Inventory, dict[str, Any]]:
+        inventory = Inventory(model, config)
+        rendered = {name: render(build(inventory)) for name, (build, render) in list(self._views.items())}
+        return inventory, rendered
+
+    def _install(self, key: tuple[int, int], state: tuple[Inventory, dict[str, Any]]) -> None:
+        self._state = state
+        self._key = key
+        self._built = time.monotonic()
+
+    def _rebuild_in_background(self, key: tuple[int, int], model: ClusterModel, config: Config) -> None:
+        def rebuild() -> None:
+            try:
+                state = self._build(model, config)
+                with self._lock:
+                    self._install(key, state)
+            finally:
+                self._rebuilding = False
+
         with self._lock:
-            fresh = time.monotonic() - self._built < self.max_age_seconds
-            if self._inventory is not None and self._key == key and fresh:
-                return self._inventory, self._rendered
-            self._inventory = Inventory(model, config)
-            self._rendered = {}
-            self._key = key
-            self._built = time.monotonic()
-            return self._inventory, self._rendered
+            if self._rebuilding:
+                return
+            self._rebuilding = True
+        threading.Thread(target=rebuild, name="kgwe-inventory", daemon=True).start()
+
+    def _current(self) -> tuple[Inventory, dict[str, Any]]:
+        wanted = self._wanted_key()
+        state = self._state
+        if wanted is None and state is not None:
+            return state
+        if state is not None and self.background and wanted is not None:
+            self._rebuild_in_background(*wanted)
+            return state
+        with self._lock:
+            wanted = self._wanted_key()
+            if wanted is not None:
+                key, model, config = wanted
+                self._install(key, self._build(model, config))
+            assert self._state is not None
+            return self._state
 
     def inventory(self) -> Inventory:
         return self._current()[0]
 
     def view(self, name: str, build: View, render: Callable[[dict[str, Any]], Any] = lambda doc: doc) -> Any:
         """`render(build(inventory))`, computed once per inventory and shared by every caller."""
+        self._views.setdefault(name, (build, render))
         inventory, rendered = self._current()
         cached = rendered.get(name)
         if cached is None:

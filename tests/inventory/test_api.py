@@ -236,10 +236,33 @@ def test_a_new_snapshot_is_served_after_the_refresh_interval(tmp_path: Path) -> 
 
     runtime = _runtime_for(copy_example_cluster(tmp_path / "cluster"))
     runtime.store.min_rebuild_interval = 0
-    cache = InventoryCache(runtime.store.snapshot, lambda: runtime.config, refresh_seconds=0)
+    cache = InventoryCache(runtime.store.snapshot, lambda: runtime.config, refresh_seconds=0, background=False)
     with TestClient(api_app(runtime, cache)) as client:
         before = _by(client.get("/api/v1/hardware-profiles").json()["profiles"], "name", "premium-h100")
         runtime.store.upsert(gpu_pod("late", "team-a", gpus=3, node="dgx-h100-02"))
         after = _by(client.get("/api/v1/hardware-profiles").json()["profiles"], "name", "premium-h100")
     assert (before["available"], after["available"]) == (12, 9)
     assert cache.view("profiles", hardware_profiles_view)["profiles"]  # the same cache serves Python callers
+
+
+def test_background_refresh_serves_the_previous_answer_until_the_new_one_is_ready(tmp_path: Path) -> None:
+    import time
+
+    from webhook.inventory import hardware_profiles_view
+
+    runtime = _runtime_for(copy_example_cluster(tmp_path / "cluster"))
+    runtime.store.min_rebuild_interval = 0
+    cache = InventoryCache(runtime.store.snapshot, lambda: runtime.config, refresh_seconds=0, background=True)
+
+    def premium() -> Any:
+        return _by(cache.view("profiles", hardware_profiles_view)["profiles"], "name", "premium-h100")["available"]
+
+    assert premium() == 12
+    runtime.store.upsert(gpu_pod("late", "team-a", gpus=3, node="dgx-h100-02"))
+    seen = [premium()]
+    deadline = time.monotonic() + 30
+    while seen[-1] != 9 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        seen.append(premium())
+    assert seen[-1] == 9
+    assert set(seen) <= {12, 9}  # never anything but a whole old or a whole new answer
