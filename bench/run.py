@@ -1,0 +1,353 @@
+"""Every KGWE benchmark in one run: one table of ratios against baselines measured in the same run, and the
+raw results as JSON under bench/results/ (`<date>-<host>.json` and `latest.json`) with the machine's
+description, so that a change in speed is a diff anyone can read.
+
+    python bench/run.py [--quick] [--only NAME,...] [--no-write]
+    python -m bench      (the same)
+
+Benchmarks (each module also runs alone): admission (bench_admission), policies (bench_policies),
+placement and memory (bench_placement), agent (bench_agent), inventory (bench_inventory), soak (soak).
+A benchmark that fails or is not installed is reported as such; the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+_ROOT = Path(__file__).resolve().parents[1]
+_BENCH = _ROOT / "bench"
+for _path in (_ROOT, _BENCH):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from machine import describe_machine  # noqa: E402
+
+RESULTS = _BENCH / "results"
+
+# The project's goals, next to the numbers they judge (docs/performance.md says where they come from).
+GATEKEEPER_REQ_PER_S = 1000.0  # measured on this machine class with 16 connections
+GOAL_REQ_PER_S = 1.5 * GATEKEEPER_REQ_PER_S
+GOAL_VS_NOOP = 0.5
+POLICY_P99_BUDGET_MS = 1.0
+PLACEMENT_RATIO_LIMIT = 1.5
+SOAK_MEMORY_GROWTH_LIMIT = 0.10
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long each benchmark runs: the full run, or --quick."""
+
+    admission_seconds: float
+    policy_runs: int
+    policy_slow_runs: int
+    placement_runs: int
+    agent_runs: int
+    soak_seconds: float
+
+
+FULL = Plan(admission_seconds=8, policy_runs=3000, policy_slow_runs=300, placement_runs=2000, agent_runs=200,
+            soak_seconds=60)
+QUICK = Plan(admission_seconds=3, policy_runs=500, policy_slow_runs=50, placement_runs=300, agent_runs=50,
+             soak_seconds=10)
+
+
+def _call(module: str, function: str, **kwargs: Any) -> Any:
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), function)
+    return fn(**kwargs)
+
+
+BENCHMARKS: dict[str, Callable[[Plan], Any]] = {
+    "admission": lambda p: _call("bench_admission", "bench_admission", seconds=p.admission_seconds),
+    "policies": lambda p: _call("bench_policies", "bench_policies", runs=p.policy_runs,
+                                slow_runs=p.policy_slow_runs),
+    "placement": lambda p: _call("bench_placement", "bench_placement", runs=p.placement_runs),
+    "memory": lambda p: _call("bench_placement", "bench_cluster_memory"),
+    "agent": lambda p: _call("bench_agent", "bench_agent_scan", runs=p.agent_runs, warmup=max(5, p.agent_runs // 10)),
+    "inventory": lambda p: _call("bench_inventory", "bench_inventory"),
+    "soak": lambda p: _call("soak", "soak", seconds=p.soak_seconds),
+}
+
+
+def run_benchmarks(plan: Plan, only: list[str] | None = None, echo: Callable[[str], None] = print
+                   ) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    for name, bench in BENCHMARKS.items():
+        if only and name not in only:
+            continue
+        echo(f"[bench] {name} ...")
+        started = time.perf_counter()
+        try:
+            results[name] = {"status": "ok", "result": bench(plan)}
+        except ModuleNotFoundError as exc:
+            results[name] = {"status": "missing", "error": f"{exc.name} is not installed in this checkout"}
+        except Exception as exc:
+            results[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                             "traceback": traceback.format_exc(limit=8)}
+        finally:
+            # Some benchmarks pin this process to one CPU for their client; the next one starts unpinned.
+            if affinity is not None:
+                os.sched_setaffinity(0, affinity)
+        results[name]["seconds"] = round(time.perf_counter() - started, 1)
+        echo(f"[bench] {name}: {results[name]['status']} in {results[name]['seconds']}s")
+    return results
+
+
+# -- the table -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    benchmark: str
+    measured: float | None
+    baseline: float | None
+    unit: str
+    baseline_name: str
+    goal: str = ""
+    ok: bool | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.measured is None or not self.baseline:
+            return None
+        return self.measured / self.baseline
+
+    def as_json(self) -> dict[str, Any]:
+        return {"benchmark": self.benchmark, "measured": self.measured, "baseline": self.baseline, "unit": self.unit,
+                "baseline_name": self.baseline_name, "ratio": self.ratio, "goal": self.goal, "ok": self.ok}
+
+
+def _get(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _admission_rows(result: dict[str, Any]) -> list[Row]:
+    rows = []
+    noop = result.get("noop") or {}
+    noop_rate = noop.get("req_per_s")
+    for name in ("mutate", "validate"):
+        measured = result.get(name) or {}
+        rate = measured.get("req_per_s")
+        ok = None
+        if rate is not None and noop_rate:
+            ok = rate >= GOAL_REQ_PER_S and rate >= GOAL_VS_NOOP * noop_rate
+        rows.append(Row(f"/{name} throughput", rate, noop_rate, "req/s", "no-op FastAPI route, same server",
+                        f">= {GOAL_REQ_PER_S:.0f} and >= {GOAL_VS_NOOP} x no-op", ok))
+        for percentile in ("p50_ms", "p99_ms"):
+            rows.append(Row(f"/{name} {percentile[:3]} latency", measured.get(percentile), noop.get(percentile),
+                            "ms", "no-op FastAPI route, same server"))
+        cpu = measured.get("server_cpu_ms_per_request")
+        rows.append(Row(f"/{name} server CPU per request", cpu, noop.get("server_cpu_ms_per_request"), "ms",
+                        "no-op FastAPI route, same server"))
+    ceiling = _get(result, "client_ceiling", "req_per_s")
+    rows.append(Row("load client ceiling", ceiling, noop_rate, "req/s", "no-op FastAPI route",
+                    "far above the server", ceiling is not None and noop_rate is not None and ceiling > 3 * noop_rate))
+    return rows
+
+
+def _policy_rows(result: dict[str, Any]) -> list[Row]:
+    baseline = _get(result, "baseline_orjson_roundtrip", "p50_ms")
+    rows = []
+    for key, label in (("total_check", "policies: all of /validate (check)"),
+                       ("total_decide", "policies: all of /mutate (decide)")):
+        p99 = _get(result, key, "p99_ms")
+        rows.append(Row(f"{label} p99", p99, _get(result, "baseline_orjson_roundtrip", "p99_ms"), "ms",
+                        "orjson parse+serialise of the request", f"<= {POLICY_P99_BUDGET_MS} ms",
+                        None if p99 is None else p99 <= POLICY_P99_BUDGET_MS))
+    for engine, timing in (result.get("engines") or {}).items():
+        rows.append(Row(f"policy engine {engine} p50", timing.get("p50_ms"), baseline, "ms",
+                        "orjson parse+serialise of the request"))
+    return rows
+
+
+def _placement_rows(result: dict[str, Any]) -> list[Row]:
+    sizes = result.get("sizes") or {}
+    if not sizes:
+        return []
+    smallest = min(sizes, key=int)
+    rows = []
+    for key, label in (("mutate_core", "placement: mutate core"), ("validate_core", "placement: validate core"),
+                       ("build_plan", "placement: build_plan")):
+        base = _get(sizes[smallest], key, "p50_ms")
+        for size in sorted(sizes, key=int):
+            measured = _get(sizes[size], key, "p50_ms")
+            ratio = measured / base if measured is not None and base else None
+            rows.append(Row(f"{label} p50 at {int(size):,} nodes", measured, base, "ms",
+                            f"the same at {int(smallest):,} nodes", f"< {PLACEMENT_RATIO_LIMIT}x",
+                            None if ratio is None else ratio < PLACEMENT_RATIO_LIMIT))
+    for size in sorted(sizes, key=int):
+        rows.append(Row(f"snapshot rebuild after 1 node change at {int(size):,} nodes",
+                        _get(sizes[size], "snapshot_after_one_node_change", "p50_ms"),
+                        _get(sizes[smallest], "snapshot_after_one_node_change", "p50_ms"), "ms",
+                        f"the same at {int(smallest):,} nodes"))
+    return rows
+
+
+def _memory_rows(result: dict[str, Any]) -> list[Row]:
+    rows = []
+    node_bytes = result.get("node_json_bytes")
+    for size, values in sorted((result.get("sizes") or {}).items(), key=lambda item: int(item[0])):
+        rows.append(Row(f"cluster model memory per node at {int(size):,} nodes", values.get("bytes_per_node"),
+                        node_bytes, "bytes", "the node object's JSON size"))
+    return rows
+
+
+def _agent_rows(result: dict[str, Any]) -> list[Row]:
+    return [Row("agent scan (DGX H100) median", _get(result, "scan", "median_ms"),
+                _get(result, "baseline_raw_fake_nvml_calls", "median_ms"), "ms", "the same NVML calls, raw")]
+
+
+def _inventory_rows(result: dict[str, Any]) -> list[Row]:
+    rows = []
+    table = result.get("table")
+    if isinstance(table, list):  # the inventory bench may describe its own rows
+        for item in table:
+            if isinstance(item, dict) and "benchmark" in item:
+                rows.append(Row(str(item["benchmark"]), item.get("measured"), item.get("baseline"),
+                                str(item.get("unit", "")), str(item.get("baseline_name", ""))))
+        return rows
+    for key, value in result.items():
+        if isinstance(value, dict) and "p50_ms" in value and key != "baseline":
+            rows.append(Row(f"API {key} p50", value.get("p50_ms"), _get(result, "baseline", "p50_ms"), "ms",
+                            str(_get(result, "baseline", "name") or "baseline")))
+    return rows
+
+
+def _soak_rows(result: dict[str, Any], admission: dict[str, Any] | None) -> list[Row]:
+    noop = _get(admission, "noop") or {}
+    growth = result.get("rss_growth")
+    return [
+        Row(f"soak {result.get('measured_seconds')} s: sustained req/s (mixed /mutate+/validate)",
+            result.get("req_per_s"), noop.get("req_per_s"), "req/s", "no-op FastAPI route (admission bench)",
+            "0 errors", result.get("errors") == 0),
+        Row("soak p99 latency", result.get("p99_ms"), noop.get("p99_ms"), "ms",
+            "no-op FastAPI route (admission bench)"),
+        Row("soak server RSS, last window", result.get("rss_last_window_mib"), result.get("rss_first_window_mib"),
+            "MiB", "first window", f"growth < {SOAK_MEMORY_GROWTH_LIMIT:.0%}",
+            None if growth is None else growth < SOAK_MEMORY_GROWTH_LIMIT),
+    ]
+
+
+def table_rows(results: dict[str, Any]) -> list[Row]:
+    ok = {name: entry["result"] for name, entry in results.items() if entry.get("status") == "ok"}
+    rows: list[Row] = []
+    if "admission" in ok:
+        rows += _admission_rows(ok["admission"])
+    if "policies" in ok:
+        rows += _policy_rows(ok["policies"])
+    if "placement" in ok:
+        rows += _placement_rows(ok["placement"])
+    if "memory" in ok:
+        rows += _memory_rows(ok["memory"])
+    if "agent" in ok:
+        rows += _agent_rows(ok["agent"])
+    if "inventory" in ok and isinstance(ok["inventory"], dict):
+        rows += _inventory_rows(ok["inventory"])
+    if "soak" in ok:
+        rows += _soak_rows(ok["soak"], ok.get("admission"))
+    return rows
+
+
+def _number(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.4f}"
+
+
+def render_table(rows: list[Row], results: dict[str, Any]) -> str:
+    header = ("benchmark", "measured", "baseline", "ratio", "unit", "baseline is", "goal", "")
+    lines = [header]
+    for row in rows:
+        mark = "" if row.ok is None else ("ok" if row.ok else "MISS")
+        lines.append((row.benchmark, _number(row.measured), _number(row.baseline),
+                      "-" if row.ratio is None else f"{row.ratio:.2f}x", row.unit, row.baseline_name, row.goal, mark))
+    for name, entry in results.items():
+        if entry.get("status") != "ok":
+            lines.append((f"{name}: {entry['status'].upper()}", "-", "-", "-", "", entry.get("error", "")[:70], "", ""))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    rendered = []
+    for index, line in enumerate(lines):
+        rendered.append("| " + " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)) + " |")
+        if index == 0:
+            rendered.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(rendered)
+
+
+def _node_json_bytes() -> float | None:
+    """The average size of a generated node object as JSON: what the memory rows are compared with."""
+    try:
+        import orjson
+        from generate_cluster import generate_nodes
+    except ModuleNotFoundError:
+        return None
+    nodes = [o for o in generate_nodes(1000) if o.get("kind", "Node") == "Node"]
+    return sum(len(orjson.dumps(n)) for n in nodes) / len(nodes) if nodes else None
+
+
+def write_results(document: dict[str, Any], directory: Path = RESULTS) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in document["machine"]["host"])
+    path = directory / f"{stamp}-{host}.json"
+    text = json.dumps(document, indent=2, sort_keys=False, default=str) + "\n"
+    path.write_text(text)
+    (directory / "latest.json").write_text(text)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs (about a minute and a half)")
+    parser.add_argument("--only", metavar="NAME,...", help=f"run only these: {', '.join(BENCHMARKS)}")
+    parser.add_argument("--no-write", action="store_true", help="print the table, write no JSON")
+    args = parser.parse_args(argv)
+    only = [n.strip() for n in args.only.split(",")] if args.only else None
+    unknown = [n for n in only or [] if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+    plan = QUICK if args.quick else FULL
+    machine = describe_machine()
+    started = time.perf_counter()
+    results = run_benchmarks(plan, only, echo=lambda line: print(line, file=sys.stderr, flush=True))
+    if "memory" in results and results["memory"].get("status") == "ok":
+        results["memory"]["result"]["node_json_bytes"] = _node_json_bytes()
+    rows = table_rows(results)
+    document = {
+        "machine": machine,
+        "mode": "quick" if args.quick else "full",
+        "plan": plan.__dict__,
+        "seconds": round(time.perf_counter() - started, 1),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "table": [row.as_json() for row in rows],
+        "results": results,
+    }
+    print(render_table(rows, results))
+    print(f"\n{machine['cpu_model']}, {machine['cpus_usable']} CPUs, Python {machine['python']}, "
+          f"load average {machine['load_average_at_start']} at start; {document['seconds']} s in all")
+    if not args.no_write:
+        path = write_results(document)
+        print(f"results: {path.relative_to(_ROOT)} (and bench/results/latest.json)")
+    return 0 if all(entry.get("status") == "ok" for entry in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
