@@ -22,6 +22,7 @@ function route() {
     return;
   }
   current = new Page(view);
+  window.scrollTo(0, 0);
   current.load();
 }
 
@@ -349,8 +350,14 @@ class NodesPage extends Page {
       if (on) this.selected.add(node.name);
       else this.selected.delete(node.name);
     }
+    // Redrawing replaces the check box that had the focus; give it to its successor for keyboard users.
+    const focused = document.activeElement;
+    const row = focused && focused.closest ? focused.closest("tr") : null;
+    const selector = row && row.dataset.node ? `tr.node[data-node="${CSS.escape(row.dataset.node)}"] input` :
+      row && row.dataset.group ? `tr.group[data-group="${CSS.escape(row.dataset.group)}"] input` : null;
     this.draw();
     this.drawProposalIntro();
+    if (selector) this.table.querySelector(selector)?.focus();
   }
 
   // The selection as the proposal API takes it: a whole type by id, otherwise the node names.

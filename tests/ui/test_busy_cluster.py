@@ -1,0 +1,79 @@
+"""A profile with nothing free is shown, not hidden, with what is waiting for it: the example cluster plus
+training pods that fill every GB200 GPU and two gang members still waiting to be scheduled."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from conftest import open_page
+from ui_harness import EXAMPLE_CLUSTER, KgweServer, kgwe_serve
+
+pytestmark = pytest.mark.timeout(300)
+
+GB200 = "nvidia-gb200-186gb"
+GB200_NODES = ["gb200-racka-tray1", "gb200-racka-tray2", "gb200-rackb-tray1", "gb200-rackb-tray2"]
+
+
+def training_pod(name: str, node: str | None, phase: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                        "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml-research",
+                     "annotations": {"kgwe.io/accelerator-type": GB200, "kgwe.io/tenant": "ml-research",
+                                     "kgwe.io/profile": "nvl72"}},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+@pytest.fixture(scope="module")
+def busy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgweServer]:
+    workdir = tmp_path_factory.mktemp("busy-cluster")
+    cluster = workdir / "cluster"
+    shutil.copytree(EXAMPLE_CLUSTER, cluster)
+    pods = [training_pod(f"llm-{i}", node, "Running") for i, node in enumerate(GB200_NODES)]
+    pods += [training_pod(f"llm-waiting-{i}", None, "Pending") for i in range(2)]
+    (cluster / "pods-gb200-busy.yaml").write_text(yaml.safe_dump_all(pods))
+    with kgwe_serve(workdir, cluster) as running:
+        yield running
+
+
+def test_profile_with_none_available_is_shown_with_its_pending_gpus(browser: Any, busy_server: KgweServer) -> None:
+    api = {p["name"]: p for p in busy_server.get_json("/api/v1/hardware-profiles")["profiles"]}
+    nvl72 = api["nvl72"]
+    assert nvl72["available"] == 0 and nvl72["pending"] > 0, "the cluster fixture should leave nvl72 full"
+
+    context, page, problems = open_page(browser, busy_server)
+    try:
+        page.goto(f"{busy_server.url}/ui/#/profiles")
+        page.wait_for_selector("article.profile")
+        assert page.locator("article.profile").count() == len(api)
+        card = page.locator('article.profile[data-profile="nvl72"]')
+        assert "none-available" in (card.get_attribute("class") or "")
+        assert card.locator(".badge").inner_text() == "none available now"
+        assert card.locator('dd [data-field="available"]').inner_text() == "0"
+        assert card.locator('dd [data-field="pending"]').inner_text() == str(nvl72["pending"])
+        assert "waiting to be scheduled" in card.locator("dd.pending").inner_text()
+        assert card.locator(f'tr[data-type="{GB200}"] [data-field="pending"]').inner_text() == str(
+            nvl72["acceleratorTypes"][0]["pending"])
+        # Profiles with GPUs free are not marked.
+        full = sum(1 for p in api.values() if not p["available"])
+        assert page.locator("article.profile.none-available").count() == full
+
+        page.goto(f"{busy_server.url}/ui/#/nodes")
+        page.wait_for_selector("#node-table tr.node")
+        free = page.locator(f'tr.group[data-group="{GB200}"] [data-kind="free"]')
+        assert free.count() == 0  # nothing free on the type: the Free cell says so with a dash
+    finally:
+        context.close()
+    assert problems.errors == [] and problems.foreign_requests == []
