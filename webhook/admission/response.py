@@ -122,17 +122,27 @@ def repair_audit_key(key: str) -> str | None:
     return repaired if repaired and _AUDIT_KEY.match(repaired) else None
 
 
+_reported_keys: set[str] = set()
+
+
+def _report_once(key: str, message: str, *args: object) -> None:
+    # The same producer sends the same key on every request: one log line per key is enough.
+    if key not in _reported_keys and len(_reported_keys) < 1000:
+        _reported_keys.add(key)
+        log.warning(message, *args)
+
+
 def sanitize_audit_annotations(annotations: Mapping[str, Any]) -> dict[str, str]:
     result: dict[str, str] = {}
     for key, value in annotations.items():
         valid = repair_audit_key(str(key))
         if valid is None:
-            log.warning("audit annotation %r dropped: no valid key can be made from it", key)
+            _report_once(str(key), "audit annotation %r dropped: no valid key can be made from it", key)
             continue
         if valid in result:
-            log.warning("audit annotation %r dropped: its repaired key %r is already used", key, valid)
+            _report_once(str(key), "audit annotation %r dropped: its repaired key %r is already used", key, valid)
             continue
         if valid != key:
-            log.warning("audit annotation key %r repaired to %r", key, valid)
+            _report_once(str(key), "audit annotation key %r repaired to %r", key, valid)
         result[valid] = value if isinstance(value, str) else str(value)
     return result
