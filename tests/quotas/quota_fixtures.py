@@ -35,7 +35,7 @@ def load_objects(*names: str) -> list[dict[str, Any]]:
 def charge(
     namespace: str,
     name: str,
-    gpus: str | int,
+    gpus: str | int | Decimal,
     *types: str,
     bound: str | None = None,
     profile: str | None = None,
@@ -209,7 +209,9 @@ class RealCluster:
         except client.exceptions.ApiException as exc:
             if exc.status != 404:
                 raise
-            self.extensions.create_custom_resource_definition(_chart_crd() or MINIMAL_CRD)
+            crd = client.V1CustomResourceDefinition.from_dict(_chart_crd() or MINIMAL_CRD)
+            assert crd is not None
+            self.extensions.create_custom_resource_definition(crd)
             self.created_crd = True
         for _ in range(100):
             crd = self.extensions.read_custom_resource_definition(crd_name)
@@ -221,7 +223,9 @@ class RealCluster:
 
     def api(self) -> client.CustomObjectsApi:
         # One client per simulated replica, as separate webhook pods would have.
-        return client.CustomObjectsApi(config.new_client_from_config(config_file=self.kubeconfig))
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=self.kubeconfig, client_configuration=configuration)
+        return client.CustomObjectsApi(deadline_api_client(configuration))
 
     def new_store(self) -> KubeQuotaStore:
         return KubeQuotaStore(self.api())
