@@ -492,7 +492,7 @@ class ProfilesPage extends Page {
     replaceChildren(this.root,
       h("h1", {}, "Hardware profiles"),
       h("p", { class: "muted" }, "Ask for a profile with the pod annotation ", h("code", {}, "kgwe.io/profile: NAME"),
-        ". Availability counts GPUs (MIG slices for MIG profiles) on schedulable nodes, minus what running pods use. ",
+        ". Availability counts GPUs (MIG slices for MIG profiles) on schedulable nodes, minus what bound pods request. ",
         h("a", { href: "#/nodes" }, "Create a profile from nodes"), "."),
       profiles.length ? h("div", { class: "profiles", id: "profiles" }, profiles.map((p) => this.card(p, data.currency))) :
         h("p", { class: "empty" }, "No HardwareProfile exists yet. ", h("a", { href: "#/nodes" }, "Create one from nodes"),
