@@ -5,8 +5,8 @@ so a request costs one engine query however many policies there are.
     data.kgwe.aggregate.decision  {policy: partial decision}
 
 GPUPolicy modules run only when the policy matched the request (`input.kgwe.active[name]`, decided by
-match rules and CEL match conditions before any engine runs) and see their own `params` as
-`input.params`; built-in and admin library policies always run and decide for themselves.
+match rules and CEL match conditions before any engine runs); their `input.params` is bound to
+`data.kgwe.params[name]` when they are loaded (`rego_source.bind_params`); built-in and admin library policies always run and decide for themselves.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ def _rule(kind: str, policy: GatheredPolicy) -> str:
     value = f"data.{policy.package}.{kind}"
     if policy.gated:
         conditions.append(f"input.kgwe.active[{key}]")
-        value += f" with input.params as data.kgwe.params[{key}]"
     conditions.append(f"v := {value}")
     return f"{kind}[{key}] := v if {{\n\t" + "\n\t".join(conditions) + "\n}\n"
 

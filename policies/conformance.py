@@ -94,6 +94,29 @@ def hobofan_regorus_runner() -> RegoRunner:
     return run
 
 
+def regorus_rvm_runner() -> RegoRunner:
+    """regorus' compiled VM (RVM), measured for the engine decision only: no `with`, `walk` or `print`
+    yet, and evaluation errors come back as undefined instead of failing the query."""
+    import json
+
+    import regorus
+
+    def run(module: str, rego_input: Mapping[str, Any]) -> Mapping[str, Any]:
+        try:
+            program = regorus.Program.compile_from_modules("{}", [("c.rego", module)], ["data.c.x"])
+            vm = regorus.Rvm()
+            vm.load_program(program)
+            vm.set_data_json("{}")
+            vm.set_input_json(json.dumps(rego_input))
+            raw = vm.execute_entry_point("data.c.x")
+        except Exception as exc:
+            return {"error": str(exc).split("Stack backtrace")[0]}
+        value = json.loads(raw)
+        return {"undefined": True} if value == "<undefined>" else {"value": value}
+
+    return run
+
+
 def run_rego_cases(cases: list[dict[str, Any]], runner: RegoRunner) -> list[CaseResult]:
     return [_judge(c["name"], runner(c["module"], c.get("input") or {}), c["expect"]) for c in cases]
 

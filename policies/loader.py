@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from policies.gpupolicy import fingerprint, policy_name
-from policies.rego_source import RegoModuleInfo, RegoSourceError, inspect_module
+from policies.rego_source import RegoModuleInfo, RegoSourceError, bind_params, inspect_module
 
 Origin = Literal["builtin", "directory", "cluster"]
 ORIGIN_RANK: dict[str, int] = {"builtin": 0, "directory": 1, "cluster": 2}
@@ -101,7 +101,7 @@ def gpu_policy_sources(objects: Iterable[Mapping[str, Any]], origin: Origin) -> 
             except RegoSourceError:
                 info = None  # compile_gpu_policy reports it with the rest of the spec's problems
             if info is not None:
-                unit.modules[f"GPUPolicy:{name}.rego"] = str(module)
+                unit.modules[f"GPUPolicy:{name}.rego"] = bind_params(str(module), name)
                 unit.infos.append(info)
         units.append(unit)
     return units

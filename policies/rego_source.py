@@ -3,6 +3,7 @@ the rules the runtime gathers (`deny`, `warn`, `decision`) it defines, and wheth
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -33,5 +34,13 @@ def inspect_module(source: str) -> RegoModuleInfo:
     return RegoModuleInfo(match.group(1), rules, tests)
 
 
-def data_ref(package: str) -> str:
-    return f"data.{package}"
+_INPUT_PARAMS = re.compile(r"\binput\.params\b")
+
+
+def bind_params(source: str, policy: str) -> str:
+    """Point a GPUPolicy module's `input.params` at its own params in `data.kgwe.params[policy]`.
+
+    Every policy sees its own params while all of them run in one query, without `with input.params`
+    (which would make the engine recompute every input-dependent library rule once per policy).
+    """
+    return _INPUT_PARAMS.sub(f"data.kgwe.params[{json.dumps(policy)}]", source)

@@ -3,31 +3,26 @@ package kgwe.lib.pod
 
 import rego.v1
 
-gpu_resource_prefixes := ["nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu"]
-
 pod := input.request.object
 
-# Every container of the pod, init and ephemeral ones included, with the list it came from.
-containers contains c if {
-	some kind in ["containers", "initContainers", "ephemeralContainers"]
-	some c in object.get(pod.spec, kind, [])
-}
+# Every container of the pod, init and ephemeral ones included. An array, not a set: sets of whole
+# container objects cost a hash of each object per query.
+containers := array.concat(
+	array.concat(object.get(pod.spec, "containers", []), object.get(pod.spec, "initContainers", [])),
+	object.get(pod.spec, "ephemeralContainers", []),
+)
 
-gpu_resource(name) if {
-	some prefix in gpu_resource_prefixes
-	startswith(name, prefix)
-}
+# Extended resources must appear in limits (requests may only repeat them), so limits decide.
+is_gpu_container(c) if c.resources.limits["nvidia.com/gpu"]
+
+is_gpu_container(c) if c.resources.limits["amd.com/gpu"]
 
 is_gpu_container(c) if {
-	some section in ["limits", "requests"]
-	some name, _ in object.get(object.get(c, "resources", {}), section, {})
-	gpu_resource(name)
+	some name, _ in c.resources.limits
+	startswith(name, "nvidia.com/mig-")
 }
 
-gpu_containers contains c if {
-	some c in containers
-	is_gpu_container(c)
-}
+gpu_containers := [c | some c in containers; is_gpu_container(c)]
 
 is_gpu_pod if count(gpu_containers) > 0
 

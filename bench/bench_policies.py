@@ -1,0 +1,284 @@
+"""Policy evaluation benchmark: the built-in default set plus the example admin policies
+(`examples/policies/`) on a typical ~4.7 KB GPU pod AdmissionReview request (bench/data/).
+
+Measured per request, as the webhooks call it:
+- `check`  (/validate): match rules, CEL validations of the matching GPUPolicies, one Rego query.
+- `decide` (/mutate):   match rules, one Rego query for the placement decision document.
+and per engine, on exactly the same policies and input:
+- Rego: the embedded regorus (default), OPA's Go engine in-process (reference), the 2024 regorus build,
+  and the OPA-server client path (opa-python-client over loopback HTTP to a stand-in server that answers
+  with regorus: the REST hop only, since no `opa` binary is available here).
+- CEL: cel-expr-python (default) and cel-python, the example policies' match conditions and validations.
+The baseline, measured in the same run, is an orjson round trip of the request (parse + serialise),
+the floor of any per-request work. Conformance counts for every engine come from the same run.
+
+Run: `.venv/bin/python bench/bench_policies.py` (prints JSON).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+_ROOT = Path(__file__).resolve().parents[1]
+for _path in (_ROOT, _ROOT / "tests" / "policies"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from agent.accelerator_types import default_table  # noqa: E402
+from policies.aggregate import CHECK_QUERY  # noqa: E402
+from policies.api import PolicyContext  # noqa: E402
+from policies.cel_engines import build_cel_engine  # noqa: E402
+from policies.conformance import (  # noqa: E402
+    hobofan_regorus_runner,
+    load_cases,
+    regorus_rvm_runner,
+    run_cel_cases,
+    run_rego_cases,
+    supported_rego_runner,
+)
+from policies.rego_engines import RegoInput, opa_go_available  # noqa: E402
+from policies.runtime import PolicyRuntime, build_runtime  # noqa: E402
+from webhook.cluster.model import ClusterStore  # noqa: E402
+from webhook.cluster.yaml_source import YamlDirectorySource  # noqa: E402
+
+REQUEST_FILE = _ROOT / "bench" / "data" / "typical-gpu-pod-request.json"
+EXAMPLE_POLICIES = _ROOT / "examples" / "policies"
+CONFORMANCE = _ROOT / "tests" / "policies" / "conformance"
+BUDGET_MS = 1.0
+# Eight GPU-policy style checks in the CEL both engines parse (cel-python has no optional syntax),
+# to compare the CEL engines on equal terms.
+CEL_COMPARISON = (
+    "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
+    " || !c.securityContext.privileged)",
+    "object.spec.containers.map(c, has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits"
+    " ? int(c.resources.limits['nvidia.com/gpu']) : 0).sum() <= 8",
+    "object.spec.containers.all(c, !has(c.resources.limits) || !('nvidia.com/gpu' in c.resources.limits)"
+    " || 'memory' in c.resources.limits)",
+    "has(object.metadata.labels) && 'owner' in object.metadata.labels",
+    "object.metadata.namespace != 'kube-system'",
+    "request.userInfo.groups.exists(g, g == 'system:authenticated')",
+    "quantity(object.spec.containers[0].resources.limits.memory).isLessThan(quantity('1Ti'))",
+    "object.spec.containers.all(c, c.image.matches('^[a-z0-9.-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$'))",
+)
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def _time(fn: Callable[[], Any], runs: int, warmup: int) -> dict[str, float]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    gc.collect()
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return {
+        "p50_ms": round(statistics.median(samples) * 1000, 4),
+        "p99_ms": round(_percentile(samples, 0.99) * 1000, 4),
+        "runs": runs,
+    }
+
+
+def _context() -> PolicyContext:
+    store = ClusterStore(default_table())
+    YamlDirectorySource(_ROOT / "examples" / "cluster", store).load()
+    model = store.snapshot(force=True)
+    request = json.loads(REQUEST_FILE.read_text())
+    intent = {"acceleratorTypes": ["nvidia-h100-80gb", "nvidia-a100-80gb"], "profile": None,
+              "gpuMemory": 40 * 1024**3, "sharing": None, "gpuFraction": None, "topology": None,
+              "gang": "llm-7b", "gpus": 8, "inference": False}
+    return PolicyContext(request=request, namespace_object=model.namespaces.get(request["namespace"]),
+                         cluster=model.summary(), intent=intent, tenant="ml-research")
+
+
+def _runtime(rego_engine: str = "embedded", opa_url: str | None = None, cel_engine: str = "cel-expr-python"
+             ) -> PolicyRuntime:
+    runtime = build_runtime(rego_engine=rego_engine, opa_url=opa_url, cel_engine=cel_engine)  # type: ignore[arg-type]
+    report = runtime.reload(builtin=True, directories=[str(EXAMPLE_POLICIES)])
+    if not report.ok:
+        raise RuntimeError(f"policies did not load: {report.errors}")
+    return runtime
+
+
+def _rego_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
+    policy_set = runtime._set
+    prepared = policy_set.prepared
+    assert prepared is not None
+    active = {p.name: True for p in policy_set.gpu_policies}
+
+    def run() -> Any:
+        prepared.set_cluster(ctx.cluster)
+        return prepared.query(CHECK_QUERY, RegoInput({
+            "request": ctx.request, "namespaceObject": ctx.namespace_object, "intent": ctx.intent,
+            "tenant": ctx.tenant, "params": {}, "kgwe": {"active": active},
+        }))
+
+    return run
+
+
+def _cel_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
+    cel = runtime.cel_engine
+    policies = runtime._set.gpu_policies
+    request = ctx.request
+
+    def run() -> None:
+        activations: dict[bytes, Any] = {}
+        for policy in policies:
+            activation = activations.get(policy.params_key)
+            if activation is None:
+                activation = activations[policy.params_key] = cel.activation({
+                    "object": request["object"], "oldObject": request.get("oldObject"), "request": request,
+                    "params": policy.params, "namespaceObject": ctx.namespace_object,
+                })
+            for _, program in policy.match_conditions:
+                program.evaluate(activation)
+            for validation in policy.validations:
+                validation.expression.evaluate(activation)
+
+    return run
+
+
+def _rvm_check(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
+    """The same check on regorus' compiled VM. The RVM has no partial object rules with constant keys,
+    so the aggregate is written as complete rules with defaults (same document)."""
+    import regorus
+
+    from policies.policy_set import _modules
+
+    policy_set = runtime._set
+    lines = ["package kgwe.aggregate", "import rego.v1"]
+    entries: dict[str, list[str]] = {"deny": [], "warn": []}
+    for index, policy in enumerate(policy_set.gathered):
+        for kind in ("deny", "warn"):
+            if kind in policy.rules:
+                guard = f"input.kgwe.active[{json.dumps(policy.name)}]; " if policy.gated else ""
+                lines += [f"default _{kind}_{index} := []",
+                          f"_{kind}_{index} := v if {{ {guard}v := data.{policy.package}.{kind} }}"]
+                entries[kind].append(f"{json.dumps(policy.name)}: _{kind}_{index}")
+    lines.append("check := {" + ", ".join(f'"{k}": {{{", ".join(v)}}}' for k, v in entries.items()) + "}")
+    modules = _modules(policy_set.units)
+    modules["kgwe-aggregate.rego"] = "\n".join(lines) + "\n"
+    data = orjson.dumps({"kgwe": {"params": {p.name: p.params for p in policy_set.gpu_policies},
+                                  "cluster": ctx.cluster}}).decode()
+    program = regorus.Program.compile_from_modules(data, list(modules.items()), [CHECK_QUERY])
+    vm = regorus.Rvm()
+    vm.load_program(program)
+    vm.set_data_json(data)
+    active = {p.name: True for p in policy_set.gpu_policies}
+
+    def run() -> Any:
+        vm.set_input_json(RegoInput({
+            "request": ctx.request, "namespaceObject": ctx.namespace_object, "intent": ctx.intent,
+            "tenant": ctx.tenant, "params": {}, "kgwe": {"active": active},
+        }).raw.decode())
+        return orjson.loads(vm.execute_entry_point(CHECK_QUERY))
+
+    return run
+
+
+def _cel_comparison(engine_name: str, ctx: PolicyContext) -> Callable[[], Any]:
+    engine = build_cel_engine(engine_name)  # type: ignore[arg-type]
+    programs = [engine.compile(expression) for expression in CEL_COMPARISON]
+    request = ctx.request
+
+    def run() -> None:
+        activation = engine.activation({"object": request["object"], "request": request,
+                                        "namespaceObject": ctx.namespace_object})
+        for program in programs:
+            if program.evaluate(activation) is not True:
+                raise AssertionError(program.source)
+
+    return run
+
+
+def _conformance() -> dict[str, Any]:
+    rego_cases = load_cases(CONFORMANCE / "rego_cases.yaml")
+    cel_cases = load_cases(CONFORMANCE / "cel_cases.yaml")
+    runners: dict[str, Any] = {"regorus (gordon-to-regorus 0.13)": supported_rego_runner("regorus")}
+    if opa_go_available():
+        runners["opa-go (OPA v1.20 in-process, reference)"] = supported_rego_runner("opa-go")
+    runners["regorus RVM (compiled VM, not used)"] = regorus_rvm_runner()
+    with contextlib.suppress(ImportError):
+        runners["hobofan-regorus 0.2.5"] = hobofan_regorus_runner()
+    result: dict[str, Any] = {"rego_cases": len(rego_cases), "cel_cases": len(cel_cases), "rego": {}, "cel": {}}
+    for name, runner in runners.items():
+        results = run_rego_cases(rego_cases, runner)
+        result["rego"][name] = {"agree": sum(r.agrees for r in results),
+                                "differ": [r.name for r in results if not r.agrees]}
+    for engine in ("cel-expr-python", "cel-python"):
+        results = run_cel_cases(cel_cases, engine)
+        result["cel"][engine] = {"agree": sum(r.agrees for r in results),
+                                 "differ": [r.name for r in results if not r.agrees]}
+    return result
+
+
+def bench_policies(runs: int = 3000, slow_runs: int = 300) -> dict[str, Any]:
+    """p50/p99 per engine and in total for the default set + example policies on a typical GPU pod."""
+    ctx = _context()
+    raw = REQUEST_FILE.read_bytes()
+    runtime = _runtime()
+    results: dict[str, Any] = {
+        "request_bytes": len(orjson.dumps(ctx.request)),
+        "policies": runtime.policy_names(),
+        "baseline_orjson_roundtrip": _time(lambda: orjson.dumps(orjson.loads(raw)), runs, 200),
+    }
+    results["total_check"] = _time(lambda: runtime.check(ctx), runs, 200)
+    results["total_decide"] = _time(lambda: runtime.decide_placement(ctx), runs, 200)
+    results["total_check_plus_decide"] = _time(
+        lambda: (runtime.check(ctx), runtime.decide_placement(ctx)), runs, 200
+    )
+    engines: dict[str, Any] = {
+        "rego:regorus": _time(_rego_only(runtime, ctx), runs, 200),
+        "rego:regorus RVM (compiled VM, not used)": _time(_rvm_check(runtime, ctx), runs, 200),
+        "cel:cel-expr-python (example policies)": _time(_cel_only(runtime, ctx), runs, 200),
+    }
+    if opa_go_available():
+        opa_go = _runtime("opa-go")
+        engines["rego:opa-go"] = _time(_rego_only(opa_go, ctx), slow_runs, 50)
+        results["total_check_opa_go"] = _time(lambda: opa_go.check(ctx), slow_runs, 50)
+    for cel_engine, count in (("cel-expr-python", runs), ("cel-python", slow_runs)):
+        engines[f"cel:{cel_engine} (8 comparison expressions)"] = _time(_cel_comparison(cel_engine, ctx), count, 20)
+    try:
+        from opa_rest_stub import OpaRestStub
+
+        with OpaRestStub() as stub:
+            remote = _runtime("opa", stub.url)
+            engines["rego:opa-server-client (REST hop to a regorus stand-in)"] = _time(
+                _rego_only(remote, ctx), slow_runs, 20
+            )
+    except ImportError:
+        pass
+    results["engines"] = engines
+    baseline = results["baseline_orjson_roundtrip"]["p50_ms"]
+    results["ratios_p50_vs_baseline"] = {
+        name: round(value["p50_ms"] / baseline, 1)
+        for name, value in {**{k: results[k] for k in ("total_check", "total_decide")}, **engines}.items()
+    }
+    worst = max(results["total_check"]["p99_ms"], results["total_decide"]["p99_ms"])
+    results["budget"] = {
+        "p99_limit_ms": BUDGET_MS,
+        "check_p99_ms": results["total_check"]["p99_ms"],
+        "decide_p99_ms": results["total_decide"]["p99_ms"],
+        "within": worst <= BUDGET_MS,
+        "miss_ms": round(max(0.0, worst - BUDGET_MS), 4),
+    }
+    results["conformance"] = _conformance()
+    return results
+
+
+if __name__ == "__main__":
+    print(json.dumps(bench_policies(), indent=2))
