@@ -7,11 +7,14 @@ rendering. Only the proposal endpoint, whose answer depends on the query, is com
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import orjson
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
+from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
@@ -50,44 +53,41 @@ def _error(status: int, message: str) -> Response:
 
 
 def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIRouter:
-    """Routes of the read-only API over `runtime`'s cluster store and configuration."""
+    """Routes of the read-only API over `runtime`'s cluster store and configuration.
+
+    Plain Starlette routes inside the router, as for the admission endpoints: FastAPI's per-request
+    parameter handling would cost more than serving the cached bytes (bench/bench_inventory.py).
+    """
     inventory = cache or InventoryCache(lambda: runtime.store.snapshot(), lambda: runtime.config)
-    router = APIRouter(prefix=PREFIX, tags=["inventory"])
 
-    def cached(name: str, view: View) -> Response:
-        return _json(inventory.view(name, view, orjson.dumps))
+    def cached(name: str, view: View) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(_request: Request) -> Response:
+            return _json(inventory.view(name, view, orjson.dumps))
 
-    @router.get("/hardware-profiles")
-    async def hardware_profiles() -> Response:
-        return cached("hardware-profiles", hardware_profiles_view)
+        return endpoint
 
-    @router.get("/hardware-profiles/proposal")
-    async def hardware_profile_proposal(
-        nodes: str | None = Query(None, description="node names, comma-separated, or a label selector"),
-        type: str | None = Query(None, description="an accelerator type id: every node of that type"),
-        name: str | None = Query(None, description="metadata.name of the proposed profile"),
-    ) -> Response:
-        if not nodes and not type:
+    async def proposal(request: Request) -> Response:
+        nodes = request.query_params.get("nodes")
+        type_id = request.query_params.get("type")
+        if not nodes and not type_id:
             return _error(400, "give ?nodes=NAME,NAME (or a label selector) or ?type=ACCELERATOR_TYPE")
         model = runtime.store.snapshot()
         try:
-            proposal = propose_profile(model, runtime.config, selection=nodes, type_id=type, name=name)
+            found = propose_profile(
+                model, runtime.config, selection=nodes, type_id=type_id, name=request.query_params.get("name")
+            )
         except NoSuchNodes as exc:
             return _error(404, str(exc))
         except ProposalError as exc:
             return _error(400, str(exc))
-        return _json(orjson.dumps(proposal.as_document()))
+        return _json(orjson.dumps(found.as_document()))
 
-    @router.get("/nodes")
-    async def nodes() -> Response:
-        return cached("nodes", nodes_view)
-
-    @router.get("/tenants")
-    async def tenants() -> Response:
-        return cached("tenants", tenants_view)
-
-    @router.get("/costs")
-    async def costs() -> Response:
-        return cached("costs", costs_view)
-
+    router = APIRouter()
+    router.routes.extend([
+        Route(f"{PREFIX}/hardware-profiles", cached("hardware-profiles", hardware_profiles_view), methods=["GET"]),
+        Route(f"{PREFIX}/hardware-profiles/proposal", proposal, methods=["GET"]),
+        Route(f"{PREFIX}/nodes", cached("nodes", nodes_view), methods=["GET"]),
+        Route(f"{PREFIX}/tenants", cached("tenants", tenants_view), methods=["GET"]),
+        Route(f"{PREFIX}/costs", cached("costs", costs_view), methods=["GET"]),
+    ])
     return router
