@@ -35,7 +35,8 @@ def test_chart_lints_for_its_oldest_kubernetes() -> None:
     with helm.Chart.load(CHART) as chart:
         assert chart.metadata["kubeVersion"] == ">=1.30.0-0"
     report = helm.lint(CHART, strict=True, kube_version="v1.30.0")
-    assert report["errors"] == [] and report["messages"] == []
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
