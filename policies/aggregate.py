@@ -6,7 +6,8 @@ so a request costs one engine query however many policies there are.
 
 GPUPolicy modules run only when the policy matched the request (`input.kgwe.active[name]`, decided by
 match rules and CEL match conditions before any engine runs); their `input.params` is bound to
-`data.kgwe.params[name]` when they are loaded (`rego_source.bind_params`); built-in and admin library policies always run and decide for themselves.
+`data.kgwe.params[name]` when they are loaded (`rego_source.bind_params`). Built-in and admin
+library policies always run and decide for themselves.
 """
 
 from __future__ import annotations
