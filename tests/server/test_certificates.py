@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 from conftest import GPU_POD, RunningServer, admission_review
 from cryptography import x509
 
@@ -181,3 +182,41 @@ def test_ip_san_is_an_address() -> None:
     material, _ = reconcile(None, Settings(ip_addresses=("127.0.0.1", "::1")), now=NOW)
     san = material.leaf().extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert ipaddress.ip_address("::1") in san.get_values_for_type(x509.IPAddress)
+
+
+def test_certs_generate_reuses_the_ca_and_renews_only_inside_the_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from certs.cli import run
+
+    out = tmp_path / "tls"
+    assert run(["generate", "--out-dir", str(out), "--service", "hook", "--namespace", "gpu"]) == 0
+    assert "new CA and serving certificate" in capsys.readouterr().out
+    first = read_material(out)
+    assert first is not None and "hook.gpu.svc" in sans(first.tls_cert)
+    assert run(["generate", "--out-dir", str(out), "--service", "hook", "--namespace", "gpu"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert read_material(out) == first
+    # A window longer than what is left of the certificate: renewed, with the same CA.
+    assert run(["generate", "--out-dir", str(out), "--service", "hook", "--namespace", "gpu",
+                "--cert-validity-days", "200", "--renew-before-days", "150"]) == 0
+    assert "new serving certificate" in capsys.readouterr().out
+    renewed = read_material(out)
+    assert renewed is not None and renewed.ca_bundle == first.ca_bundle and renewed.tls_cert != first.tls_cert
+    assert run(["generate", "--out-dir", str(out), "--service", "hook", "--namespace", "gpu", "--rotate-ca"]) == 0
+    rotated = read_material(out)
+    assert rotated is not None and len(x509.load_pem_x509_certificates(rotated.ca_bundle)) == 2
+
+
+def test_certs_cli_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from certs.cli import run
+
+    with pytest.raises(SystemExit) as exit_info:
+        run(["generate", "--out-dir", str(tmp_path), "--renew-before-days", "90"])
+    assert exit_info.value.code == 2
+    assert "--renew-before-days" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run(["patch-ca-bundle", "--ca-file", str(tmp_path / "x")])
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("hello")
+    assert run(["patch-ca-bundle", "--ca-file", str(not_pem), "--mutating-config", "kgwe"]) == 2

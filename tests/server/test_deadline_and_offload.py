@@ -1,0 +1,75 @@
+"""Deadlines: the API server's `?timeout=` as Go durations, and admission on a thread pool answered at the deadline."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from conftest import GPU_POD, FakeRuntime, RunningServer, admission_review, start_server
+
+from certs.files import CertificatePaths
+from certs.reloader import ReloadingSSLContext
+from webhook.config import Config, Limits
+from webhook.server.app import create_app
+from webhook.server.deadline import budget_seconds, parse_go_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10s", 10.0), ("1m30s", 90.0), ("500ms", 0.5), ("1.5s", 1.5), ("2h", 7200.0), ("250us", 0.00025)],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "10", "s", "10x", "ten seconds", "10s garbage", "-5s"])
+def test_invalid_go_durations(text: str) -> None:
+    assert parse_go_duration(text) is None
+
+
+def test_budget_is_the_smaller_of_ours_and_the_api_servers_minus_a_margin() -> None:
+    assert budget_seconds(2.5, None) == 2.5
+    assert budget_seconds(2.5, "30s") == 2.5
+    assert budget_seconds(2.5, "1s") == pytest.approx(0.8)
+    assert budget_seconds(2.5, "10s") == 2.5
+    assert budget_seconds(20.0, "10s") == pytest.approx(9.5)
+    assert budget_seconds(2.5, "nonsense") == 2.5
+    assert budget_seconds(2.5, "10ms") > 0  # never zero or negative
+
+
+@pytest.fixture
+def offloaded(runtime: FakeRuntime, cert_paths: CertificatePaths) -> Iterator[RunningServer]:
+    tls = ReloadingSSLContext(cert_paths.tls_cert, cert_paths.tls_key)
+    yield from start_server(
+        lambda: create_app(runtime, ui=False, certificate=tls, background=[tls], offload=True), cert_paths, tls
+    )
+
+
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+def test_a_core_that_hangs_is_answered_at_the_deadline(
+    offloaded: RunningServer, runtime: FakeRuntime, on_error: str
+) -> None:
+    runtime.config = Config(limits=Limits.model_validate({"deadlineSeconds": 0.2, "onError": on_error}))
+    runtime.admission.delay = 2.0
+    started = time.monotonic()
+    with offloaded.client() as client:
+        response = client.post("/validate?timeout=10s", content=orjson.dumps(admission_review(GPU_POD)))
+        waited = time.monotonic() - started
+        runtime.admission.delay = 0.0
+        metrics = client.get("/metrics").text
+    assert response.status_code == 200 and waited < 2.0
+    answer = response.json()["response"]
+    assert answer["allowed"] is (on_error == "allow")
+    if on_error == "deny":
+        assert answer["status"]["code"] == 504 and "0.2s" in answer["status"]["message"]
+    assert 'kgwe_admission_errors_total{endpoint="validate",kind="deadline"}' in metrics
+
+
+def test_offloaded_admission_answers_normally(offloaded: RunningServer) -> None:
+    pod = copy.deepcopy(GPU_POD)
+    with offloaded.client() as client:
+        response = client.post("/mutate", content=orjson.dumps(admission_review(pod)))
+    assert response.json()["response"]["patchType"] == "JSONPatch"
