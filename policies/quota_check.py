@@ -60,19 +60,13 @@ class _Amount:
     memory: Decimal
 
 
-def _contribution(charge: PodCharge, key: LimitKey, price_of: PriceOf) -> _Amount | None:
-    if not hits(charge, key, charged_type(charge, price_of)):
-        return None
-    return _Amount(charge.gpu_equivalents, charge.gpu_memory_bytes or ZERO)
-
-
 def _pod_usage(pods: Iterable[PodCharge], keys: Iterable[LimitKey], price_of: PriceOf) -> dict[LimitKey, _Amount]:
     totals = {key: _Amount(ZERO, ZERO) for key in keys}
     for pod in pods:
+        charged = charged_type(pod, price_of)
         for key, total in totals.items():
-            part = _contribution(pod, key, price_of)
-            if part is not None:
-                totals[key] = _Amount(total.gpus + part.gpus, total.memory + part.memory)
+            if hits(pod, key, charged):
+                totals[key] = _Amount(total.gpus + pod.gpu_equivalents, total.memory + (pod.gpu_memory_bytes or ZERO))
     return totals
 
 
@@ -122,12 +116,8 @@ class QuotaService:
         `deadline` is a `time.monotonic()` value; raises QuotaUnavailable when the store cannot answer by then.
         Touches the store only when the pod hits at least one limit of its tenant.
         """
-        hit = [
-            limit
-            for quota in quotas
-            for limit in quota_limits(quota)
-            if _contribution(charge, limit.key, self.price_of) is not None
-        ]
+        charged = charged_type(charge, self.price_of)
+        hit = [limit for quota in quotas for limit in quota_limits(quota) if hits(charge, limit.key, charged)]
         asked = _Amount(charge.gpu_equivalents, charge.gpu_memory_bytes or ZERO)
         if not hit or (asked.gpus <= 0 and asked.memory <= 0):
             return QuotaDecision(True, tenant=tenant)
