@@ -8,15 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_harness import (
-    VIEWPORT,
-    BrowserUnavailable,
-    KgweServer,
-    PageProblems,
-    chromium_browser,
-    ensure_chromium,
-    kgwe_serve,
-)
+from ui_harness import BrowserUnavailable, KgweServer, chromium_browser, ensure_chromium, kgwe_serve, open_page
 
 
 @pytest.fixture(scope="session")
@@ -38,14 +30,6 @@ def browser(chromium: Path) -> Iterator[Any]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgweServer]:
     with kgwe_serve(tmp_path_factory.mktemp("kgwe-serve")) as running:
         yield running
-
-
-def open_page(browser: Any, server: KgweServer) -> tuple[Any, Any, PageProblems]:
-    context = browser.new_context(ignore_https_errors=True, viewport=VIEWPORT, accept_downloads=True)
-    page = context.new_page()
-    problems = PageProblems()
-    problems.watch(context, page, server.url)
-    return context, page, problems
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import open_page
-from ui_harness import EXAMPLE_CLUSTER, KgweServer, kgwe_serve
+from ui_harness import EXAMPLE_CLUSTER, KgweServer, kgwe_serve, open_page
 
 pytestmark = pytest.mark.timeout(300)
 

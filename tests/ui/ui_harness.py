@@ -184,6 +184,15 @@ class PageProblems:
         page.on("console", console)
 
 
+def open_page(browser: Any, server: KgweServer) -> tuple[Any, Any, PageProblems]:
+    """A page in a fresh browser context (1280x800, certificate errors ignored), watched for problems."""
+    context = browser.new_context(ignore_https_errors=True, viewport=VIEWPORT, accept_downloads=True)
+    page = context.new_page()
+    problems = PageProblems()
+    problems.watch(context, page, server.url)
+    return context, page, problems
+
+
 @contextmanager
 def chromium_browser(executable: Path) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
