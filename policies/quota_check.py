@@ -144,16 +144,23 @@ class QuotaService:
                 reservation_id=reservation_id,
                 dry_run=dry_run,
             )
-            refusal = update_status(self.store, name, reserve, deadline=deadline)
+            try:
+                refusal = update_status(self.store, name, reserve, deadline=deadline)
+            except QuotaUnavailable:
+                self._give_back(reserved, reservation_id, deadline)
+                raise
             if refusal is not None:
-                # Limits in several TenantQuota objects cannot be taken in one write: give back what we took.
-                for done in reserved:
-                    with contextlib.suppress(QuotaUnavailable):  # unreleased, it expires after the grace period
-                        self.release(done, reservation_id, deadline=deadline)
+                self._give_back(reserved, reservation_id, deadline)
                 record_refusal("quota")
                 return QuotaDecision(False, refusal, None, tenant)
             reserved.append(name)
         return QuotaDecision(True, "", None if dry_run else reservation_id, tenant)
+
+    def _give_back(self, quota_names: list[str], reservation_id: str, deadline: float | None) -> None:
+        # Limits in several TenantQuota objects cannot be taken in one write: undo the ones already taken.
+        for name in quota_names:
+            with contextlib.suppress(QuotaUnavailable):  # not given back, it expires after the grace period
+                self.release(name, reservation_id, deadline=deadline)
 
     def _steering_note(self, charge: PodCharge) -> str:
         charged = charged_type(charge, self.price_of)
@@ -189,7 +196,7 @@ class QuotaService:
                 base[limit.key].gpus + sum((r.gpus for r in reserved), ZERO),
                 base[limit.key].memory + sum((r.gpu_memory or ZERO for r in reserved), ZERO),
             )
-            refusal = _over_limit(tenant, limit, used, asked, note)
+            refusal = _over_limit(tenant, limit, used, asked, note if limit.key.kind == "acceleratorType" else "")
             if refusal is not None:
                 return None, refusal
         if dry_run:

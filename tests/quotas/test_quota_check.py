@@ -290,3 +290,10 @@ def test_usage_lines_and_metrics(service: QuotaService, example_quotas: list[dic
     sample = REGISTRY.get_sample_value
     assert sample("kgwe_quota_used", {"tenant": "ml-research", "type": H100}) == 4
     assert sample("kgwe_quota_limit", {"tenant": "ml-research", "type": "profile:premium-h100"}) == 12
+
+
+def test_profile_refusal_carries_no_type_note(service: QuotaService) -> None:
+    quotas = [{"metadata": {"name": "p"}, "spec": {"tenant": "t", "namespaces": ["t"],
+                                                   "limits": [{"profile": "flex", "gpus": 2}]}}]
+    refused = admit(service, charge("t", "a", 3, A100, H100, profile="flex"), "t", quotas)
+    assert refused.message == "tenant t: profile flex 0 of 2 GPUs in use, this pod asks for 3"
