@@ -109,6 +109,7 @@ class PolicyRuntime:
         self.cel_time_limit = cel_time_limit
         self._set = PolicySet(units=[], prepared=None)
         self._statuses: dict[tuple[str, str], PolicyStatus] = {}
+        self._failed: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (fingerprint, error) of refused versions
         self._reload_lock = threading.Lock()
 
     @property
@@ -141,6 +142,7 @@ class PolicyRuntime:
         report = ReloadReport()
         previous = previous_units(self._set)
         errors: dict[tuple[str, str], str] = {}
+        repeated: set[tuple[str, str]] = set()
         libraries: list[CompiledUnit] = []
         chosen: list[CompiledUnit] = []
         # Libraries first, so that policies are validated against the libraries they import.
@@ -149,13 +151,23 @@ class PolicyRuntime:
         for source in ordered:
             key: tuple[str, str] = (source.kind, source.name)
             old = previous.get(key)
+            known_failure = self._failed.get(key)
             if old is not None and old.source.fingerprint == source.fingerprint and not source.error:
                 unit = old
+            elif known_failure is not None and known_failure[0] == source.fingerprint:
+                # The same broken version again (a directory poll, a resync): no recompile, no new count.
+                errors[key] = known_failure[1]
+                repeated.add(key)
+                if old is None:
+                    continue
+                unit = old
+                report.kept_previous.append(source.name)
             else:
                 try:
                     unit = compile_unit(source, self.cel_engine, self._validator, libraries)
                 except PolicyCompileError as exc:
                     errors[key] = str(exc)
+                    self._failed[key] = (source.fingerprint, str(exc))
                     if old is None:
                         continue
                     unit = old
@@ -167,6 +179,12 @@ class PolicyRuntime:
         for name, reason in duplicate_packages(chosen).items():
             errors[next(k for k in compiled if k[1] == name)] = reason
             chosen = [u for u in chosen if u.name != name]
+        self._failed = {k: v for k, v in self._failed.items() if k in errors}
+        if [id(u) for u in chosen] == [id(u) for u in self._set.units]:
+            # Nothing changed: keep the prepared set (no recompilation, no re-push to an OPA server).
+            report.loaded = [u.name for u in chosen]
+            self._record(report, errors, sources, served=self._set, repeated=repeated)
+            return report
         try:
             prepared, gathered = prepare_rego(self._rego_engine, chosen)
         except RegoCompileError as exc:
@@ -176,10 +194,13 @@ class PolicyRuntime:
                 (s.kind, s.name) for s in sources
                 if (s.kind, s.name) not in previous or previous[(s.kind, s.name)].source.fingerprint != s.fingerprint
             ]
+            fingerprints = {(s.kind, s.name): s.fingerprint for s in sources}
             for key in changed or [("set", SET_ERROR_KEY)]:
                 errors.setdefault(key, f"the policy set did not compile: {exc}")
+                if key in fingerprints:
+                    self._failed[key] = (fingerprints[key], errors[key])
             self._rollback_engine()
-            self._record(report, errors, sources, served=self._set)
+            self._record(report, errors, sources, served=self._set, repeated=repeated)
             return report
         self._set = PolicySet(
             units=chosen,
@@ -189,7 +210,7 @@ class PolicyRuntime:
             has_decision=any("decision" in g.rules for g in gathered),
         )
         report.loaded = [u.name for u in chosen]
-        self._record(report, errors, sources, served=self._set)
+        self._record(report, errors, sources, served=self._set, repeated=repeated)
         return report
 
     def _rollback_engine(self) -> None:
@@ -202,7 +223,8 @@ class PolicyRuntime:
                 log.error("could not restore the serving policy set on the OPA server: %s", exc)
 
     def _record(
-        self, report: ReloadReport, errors: dict[tuple[str, str], str], sources: list[PolicySource], served: PolicySet
+        self, report: ReloadReport, errors: dict[tuple[str, str], str], sources: list[PolicySource],
+        served: PolicySet, repeated: set[tuple[str, str]],
     ) -> None:
         serving = {(u.source.kind, u.name) for u in served.units}
         statuses: dict[tuple[str, str], PolicyStatus] = {}
@@ -214,8 +236,9 @@ class PolicyRuntime:
             )
         for key, reason in errors.items():
             report.errors[key[1]] = reason
-            POLICY_LOAD_ERRORS.labels(key[1]).inc()
-            log.error("policy %s refused: %s", key[1], reason)
+            if key not in repeated:
+                POLICY_LOAD_ERRORS.labels(key[1]).inc()
+                log.error("policy %s refused: %s", key[1], reason)
         self._statuses = statuses
 
     def status(self) -> list[PolicyStatus]:

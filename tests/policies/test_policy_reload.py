@@ -96,3 +96,15 @@ def test_unchanged_policies_are_not_recompiled(runtime: PolicyRuntime) -> None:
     first = runtime._set.gpu_policies[0]
     runtime.reload(builtin=False, gpu_policies=[policy])
     assert runtime._set.gpu_policies[0] is first
+
+
+def test_repeated_reload_of_a_broken_policy_counts_once(runtime: PolicyRuntime) -> None:
+    broken = gpu_policy("still-broken", rego={"module": BROKEN_MODULE.replace("limit", "still_broken")})
+    runtime.reload(builtin=False, gpu_policies=[broken])
+    count = _load_errors("still-broken")
+    served = runtime._set
+    for _ in range(3):
+        report = runtime.reload(builtin=False, gpu_policies=[broken])
+        assert "still-broken" in report.errors
+    assert _load_errors("still-broken") == count
+    assert runtime._set is served  # nothing changed: the prepared set is kept as it is
