@@ -530,8 +530,10 @@ View = Callable[[Inventory], dict[str, Any]]
 class InventoryCache:
     """One `Inventory` and its rendered views per (snapshot generation, configuration).
 
-    A changed snapshot is picked up at most `refresh_seconds` after the last build, so a busy watch
-    stream does not make every request pay the O(nodes + pods) precompute; an unchanged one is rebuilt
+    A changed snapshot is picked up `refresh_seconds` after the last build, or `build_share` times the
+    last build's duration when that is longer (so rebuilds of a large, busy cluster take at most about
+    1 / (1 + build_share) of a CPU), never later than `max_age_seconds`: a busy watch stream does not
+    make every request pay the O(nodes + pods) precompute. An unchanged snapshot is rebuilt
     after `max_age_seconds` so `generatedAt` and topology ages stay fresh. With `background` (the
     server's setting) the rebuild runs on a thread and callers keep getting the previous answer until
     the new one, with every view asked for so far rendered, replaces it: no request waits for a
@@ -545,13 +547,16 @@ class InventoryCache:
         *,
         refresh_seconds: float = 1.0,
         max_age_seconds: float = 30.0,
+        build_share: float = 4.0,
         background: bool = True,
     ) -> None:
         self._model_source = model_source
         self._config_source = config_source
         self.refresh_seconds = refresh_seconds
         self.max_age_seconds = max_age_seconds
+        self.build_share = build_share
         self.background = background
+        self.last_build_seconds = 0.0
         self._lock = threading.Lock()
         self._state: tuple[Inventory, dict[str, Any]] | None = None
         self._key: tuple[int, int] | None = None
@@ -562,7 +567,8 @@ class InventoryCache:
     def _wanted_key(self) -> tuple[tuple[int, int], ClusterModel, Config] | None:
         """The snapshot and configuration to build from, or None while the current build is good."""
         age = time.monotonic() - self._built
-        if self._state is not None and age < self.refresh_seconds:
+        interval = min(self.max_age_seconds, max(self.refresh_seconds, self.build_share * self.last_build_seconds))
+        if self._state is not None and age < interval:
             return None
         model = self._model_source()
         config = self._config_source()
@@ -572,8 +578,10 @@ class InventoryCache:
         return key, model, config
 
     def _build(self, model: ClusterModel, config: Config) -> tuple[Inventory, dict[str, Any]]:
+        started = time.perf_counter()
         inventory = Inventory(model, config)
         rendered = {name: render(build(inventory)) for name, (build, render) in list(self._views.items())}
+        self.last_build_seconds = time.perf_counter() - started
         return inventory, rendered
 
     def _install(self, key: tuple[int, int], state: tuple[Inventory, dict[str, Any]]) -> None:

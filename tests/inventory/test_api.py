@@ -236,7 +236,9 @@ def test_a_new_snapshot_is_served_after_the_refresh_interval(tmp_path: Path) -> 
 
     runtime = _runtime_for(copy_example_cluster(tmp_path / "cluster"))
     runtime.store.min_rebuild_interval = 0
-    cache = InventoryCache(runtime.store.snapshot, lambda: runtime.config, refresh_seconds=0, background=False)
+    cache = InventoryCache(
+        runtime.store.snapshot, lambda: runtime.config, refresh_seconds=0, build_share=0, background=False
+    )
     with TestClient(api_app(runtime, cache)) as client:
         before = _by(client.get("/api/v1/hardware-profiles").json()["profiles"], "name", "premium-h100")
         runtime.store.upsert(gpu_pod("late", "team-a", gpus=3, node="dgx-h100-02"))

@@ -1,4 +1,4 @@
-"""The read-only JSON API of `kgwe serve` (docs/api.md): hardware profiles, nodes, tenants, costs.
+"""The read-only JSON API of `kgwe serve` (docs/inventory.md): hardware profiles, nodes, tenants, costs.
 
 Every answer comes from the in-memory cluster model through one `InventoryCache`: the body is rendered
 once per snapshot generation and the same bytes go to every caller, so 100 concurrent callers cost one
