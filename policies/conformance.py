@@ -56,8 +56,8 @@ def _judge(name: str, outcome: Mapping[str, Any], expect: Mapping[str, Any]) -> 
 RegoRunner = Callable[[str, Mapping[str, Any]], Mapping[str, Any]]
 
 
-def supported_rego_runner(engine_name: str) -> RegoRunner:
-    engine = build_rego_engine(engine_name)  # type: ignore[arg-type]
+def supported_rego_runner(engine_name: str, opa_url: str | None = None) -> RegoRunner:
+    engine = build_rego_engine(engine_name, opa_url)  # type: ignore[arg-type]
 
     def run(module: str, rego_input: Mapping[str, Any]) -> Mapping[str, Any]:
         try:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -53,3 +57,32 @@ def make_context(cluster_model: ClusterModel, cluster_summary: dict[str, Any]) -
 @pytest.fixture
 def runtime() -> PolicyRuntime:
     return build_runtime()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def opa_server() -> Iterator[str]:
+    binary = shutil.which("opa")
+    if binary is None:
+        pytest.skip("no `opa` binary on PATH: the real OPA server test needs one")
+    port = _free_port()
+    process = subprocess.Popen([binary, "run", "--server", "--addr", f"127.0.0.1:{port}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

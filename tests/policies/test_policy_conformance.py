@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from opa_rest_stub import OpaRestStub
 
 from policies.conformance import load_cases, run_cel_cases, run_rego_cases, supported_rego_runner
 from policies.rego_engines import opa_go_available
@@ -36,6 +37,19 @@ def test_rego_conformance(engine: str) -> None:
     results = run_rego_cases(REGO_CASES, supported_rego_runner(engine))
     assert len(results) >= 60
     assert {r.name for r in results if not r.agrees} == KNOWN_REGO_DIVERGENCES[engine]
+
+
+def test_rego_conformance_through_opa_client() -> None:
+    # The client path (policy API, data API, JSON both ways) must not change any answer: against a
+    # stand-in server that evaluates with regorus, the divergences are exactly regorus' own.
+    with OpaRestStub() as stub:
+        results = run_rego_cases(REGO_CASES, supported_rego_runner("opa", stub.url))
+    assert {r.name for r in results if not r.agrees} == KNOWN_REGO_DIVERGENCES["regorus"]
+
+
+def test_rego_conformance_on_real_opa_server(opa_server: str) -> None:
+    results = run_rego_cases(REGO_CASES, supported_rego_runner("opa", opa_server))
+    assert {r.name for r in results if not r.agrees} == set()
 
 
 @pytest.mark.parametrize("engine", ["cel-expr-python", "cel-python"])

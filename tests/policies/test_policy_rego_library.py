@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,35 +34,6 @@ def test_library_suite_through_opa_client_against_rest_stub() -> None:
         _assert_all_pass(OpaServerEngine(stub.url))
         assert stub.state.policy_puts >= 10
         assert any(key.startswith("kgwe/") for key in stub.state.modules)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def opa_server() -> Iterator[str]:
-    binary = shutil.which("opa")
-    if binary is None:
-        pytest.skip("no `opa` binary on PATH: the real OPA server test needs one")
-    port = _free_port()
-    process = subprocess.Popen([binary, "run", "--server", "--addr", f"127.0.0.1:{port}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def test_library_suite_on_real_opa_server(opa_server: str) -> None:
