@@ -38,9 +38,11 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 # The web UI's static pages: a module providing `ui_router() -> APIRouter` (served at /ui/).
 UI_MODULE = "webhook.server.ui_routes"
-# Measured with bench/bench_admission.py: the admission core is CPU-bound and sub-millisecond, so a
-# thread hop costs more than it saves; I/O inside the core (SubjectAccessReview) is cached and
-# bounded by the deadline it is given. See `offload` in create_app to change it.
+# Admission runs on the event loop. Measured with bench/bench_admission.py: the core is CPU-bound and
+# sub-millisecond, and a thread hop costs as much or more CPU per request than it saves (the GIL
+# serialises the work anyway). The native Rego engine is also bound to the thread that built it, so
+# with policies loaded a thread pool cannot evaluate them at all. I/O inside the core
+# (SubjectAccessReview, quota reservation) is cached and bounded by the deadline it is given.
 OFFLOAD_DEFAULT = False
 OFFLOAD_THREADS = 8
 
