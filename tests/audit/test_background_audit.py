@@ -204,3 +204,16 @@ def test_kube_writer_without_the_crds_skips_reports(planted: Runtime) -> None:
     auditor = Auditor(planted, KubeReportWriter(api), pods_per_tick=100)
     result = auditor.tick()
     assert result.findings > 0 and api.objects == {}
+
+
+def test_only_the_leader_audits(planted: Runtime) -> None:
+    leader = [True]
+    writer = MemoryReportWriter()
+    auditor = Auditor(planted, writer, pods_per_tick=100, is_leader=lambda: leader[0])
+    assert auditor.tick().findings > 0
+    assert _gauge("quota", "") == 1
+    leader[0] = False
+    writes = len(writer.writes)
+    assert auditor.tick() == auditor.tick()
+    assert auditor.findings == [] and len(writer.writes) == writes
+    assert _gauge("quota", "") is None

@@ -3,7 +3,8 @@
 Each tick judges at most `pods_per_tick` pods, continuing after the last pod it judged (in key order),
 plus the tenants' quotas; it keeps the findings of every pod judged since, drops those of pods that are
 gone, and writes the reports whose results changed. A full pass over N pods therefore takes
-ceil(N / pods_per_tick) ticks and never one long stall of the webhook's process.
+ceil(N / pods_per_tick) ticks and never one long stall of the webhook's process. With several replicas
+only the leader (`is_leader`, e.g. the bound-pod controller's lease) audits, writes and exports.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Auditor:
         interval_seconds: float = 60.0,
         pods_per_tick: int = 500,
         clock: Callable[[], float] = time.time,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         if pods_per_tick < 1:
             raise ValueError("pods_per_tick must be at least 1")
@@ -63,6 +65,7 @@ class Auditor:
         self.interval_seconds = interval_seconds
         self.pods_per_tick = pods_per_tick
         self.clock = clock
+        self.is_leader = is_leader
         self._cursor = ""  # the key of the last pod judged
         self._keys: tuple[int, list[str]] = (-1, [])
         self._pod_findings: dict[str, list[Finding]] = {}
@@ -91,6 +94,13 @@ class Auditor:
         return chosen, wrapped
 
     def tick(self) -> TickResult:
+        if not self.is_leader():
+            # A follower forgets what it knew: the leader owns the reports and the metric.
+            self._publish_metrics([])
+            self._pod_findings.clear()
+            self._cluster_findings = []
+            self._written.clear()
+            return TickResult(0, 0, 0, False)
         runtime = self.runtime
         model = runtime.store.snapshot()
         keys = self._pod_keys(model.generation, model.pods)
