@@ -23,7 +23,7 @@ from policies.metrics import record_refusal as _record_refusal
 from policies.quota_check import QuotaService
 from policies.quota_model import PodCharge, resolve_tenant
 from policies.quota_store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
-from policies.rbac import Authorizer, RbacEvaluator, refusal_message
+from policies.rbac import Authorizer, RbacEvaluator, Resource, refusal_message
 from webhook.admission.core import AdmissionService
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
@@ -133,7 +133,7 @@ class Runtime:
 
     def authorize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[tuple[str, str]]:
         plan = facts.plan
-        checks: list[tuple[str, str]] = []
+        checks: list[tuple[Resource, str]] = []
         if plan.profile:
             checks.append(("hardwareprofiles", plan.profile))
         if self.config.rbac.accelerator_types:

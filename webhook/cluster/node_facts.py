@@ -242,10 +242,10 @@ def node_facts(
         for key, value in allocatable.items():
             if key.startswith(MIG_RESOURCE_PREFIX) and value > 0:
                 mig_profiles[key[len(MIG_RESOURCE_PREFIX) :]] = int(value)
-        for key, value in labels.items():
+        for key, label_value in labels.items():
             if key.startswith("nvidia.com/mig-") and key.endswith(".count"):
                 profile = key[len("nvidia.com/mig-") : -len(".count")]
-                mig_profiles.setdefault(profile, _int(value) or 0)
+                mig_profiles.setdefault(profile, _int(label_value) or 0)
     elif mig_strategy == "single" and single_profile:
         mig_profiles[single_profile] = _int(labels.get(L_COUNT)) or int(allocatable.get(GPU_RESOURCE, 0))
     elif labels.get(L_GKE_PARTITION):
@@ -263,7 +263,8 @@ def node_facts(
     if nvlink is None:
         accel = table.get(type_id)
         # Without the agent, an NVSwitch SXM board is all-to-all; PCIe cards are not.
-        sxm = bool(product) and ("SXM" in product.upper() or "HBM" in product.upper() or "GB200" in product.upper())
+        board = (product or "").upper()
+        sxm = "SXM" in board or "HBM" in board or "GB200" in board
         nvlink = gpu_count if accel is not None and accel.nvswitch and sxm else (1 if gpu_count else 0)
     clique, clique_label = None, None
     if labels.get(LABEL_NVLINK_CLIQUE) and not stale:

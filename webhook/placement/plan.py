@@ -380,10 +380,10 @@ def build_plan(
         _replicas(model, candidates, plan.sharing),
     )
     plan.gpu_equivalents = equivalents
-    priced = [(t, _price(t, profile_spec, config)) for t in candidates]
-    known = [(t, p) for t, p in priced if p is not None]
-    if known:
-        plan.charge_type, plan.price_per_gpu_hour = max(known, key=lambda item: item[1])
+    prices = [(type_id, _price(type_id, profile_spec, config)) for type_id in candidates]
+    priced = [(type_id, price) for type_id, price in prices if price is not None]
+    if priced:
+        plan.charge_type, plan.price_per_gpu_hour = max(priced, key=lambda item: item[1])
     elif candidates:
         plan.charge_type = candidates[0]
     if demand.asks_gpu:
@@ -483,14 +483,14 @@ def _plan_mig(
         profile = best[1]
     types = [t for t in candidates if any(o[0] == t and o[1] == profile and o[3] == strategy for o in offers)]
     # Slices per pod: the count of whole GPUs asked becomes the count of slices.
-    asked = demand.whole_gpus + demand.mig.get(profile, 0)
+    slices = demand.whole_gpus + demand.mig.get(profile, 0)
     most = max(
         (model.nodes[n].mig_profiles.get(profile, 0) for t in types for n in model.types[t].mig[profile].nodes[:50]),
         default=0,
     )
-    if asked > most:
+    if slices > most:
         plan.refusals.append(
-            f"this pod asks for {asked} MIG {profile} slices on one node; the most any node has is {most}"
+            f"this pod asks for {slices} MIG {profile} slices on one node; the most any node has is {most}"
         )
         return False
     other_mig = [p for p in demand.mig if p != profile]
