@@ -121,6 +121,12 @@ def test_filter_by_type_and_name(page: Any, server: KgweServer) -> None:
     page.fill("#node-search", "rackb")
     assert {row["name"] for row in node_rows(page)} == {"gb200-rackb-tray1", "gb200-rackb-tray2"}
     assert page.locator('tr.total [data-field="gpus"]').inner_text() == "8"
+    # Refresh reads the API again and keeps the filter.
+    with page.expect_response(lambda response: response.url.endswith("/api/v1/nodes")):
+        page.click("#refresh")
+    page.wait_for_selector("#view:not([aria-busy])")
+    assert {row["name"] for row in node_rows(page)} == {"gb200-rackb-tray1", "gb200-rackb-tray2"}
+    assert page.locator("#node-search").input_value() == "rackb"
 
     page.fill("#node-search", "")
     page.select_option("#type-filter", "")
