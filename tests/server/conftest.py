@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import uvicorn
+import yaml
 from fastapi import FastAPI
 
 from agent.accelerator_types import AcceleratorTable
@@ -27,6 +29,22 @@ from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.server.serving import uvicorn_server
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "examples" / "cluster"
+CONFIG = ROOT / "examples" / "config.yaml"
+PODS = sorted((ROOT / "examples" / "pods").glob("*.yaml"))
+
+
+def load_pod(path: Path) -> dict[str, Any]:
+    return next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "Pod")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
 
 GPU_POD: dict[str, Any] = {
     "apiVersion": "v1",
@@ -198,3 +216,13 @@ def server(runtime: FakeRuntime, cert_paths: CertificatePaths) -> Iterator[Runni
 
     tls = ReloadingSSLContext(cert_paths.tls_cert, cert_paths.tls_key, poll_seconds=0.05)
     yield from start_server(lambda: create_app(runtime, ui=False, certificate=tls, background=[tls]), cert_paths, tls)
+
+
+def ask(server: RunningServer, path: str, review: dict[str, Any]) -> dict[str, Any]:
+    """POST `review` to `path` as the API server does and return the checked `response`."""
+    with server.client() as client:
+        response = client.post(f"{path}?timeout=10s", content=orjson.dumps(review))
+    assert response.status_code == 200
+    answer: dict[str, Any] = response.json()["response"]
+    assert answer["uid"] == review["request"]["uid"]
+    return answer

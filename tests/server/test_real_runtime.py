@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import jsonpatch
 import orjson
 import pytest
 import yaml
-from conftest import RunningServer, start_server
+from conftest import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod, start_server
 from fastapi import FastAPI
 
 from certs.files import CertificatePaths
@@ -28,15 +27,6 @@ from webhook.review import create_review, review_pod
 from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 from webhook.server.config_watch import ConfigWatcher
-
-ROOT = Path(__file__).resolve().parents[2]
-CLUSTER = ROOT / "examples" / "cluster"
-CONFIG = ROOT / "examples" / "config.yaml"
-PODS = sorted((ROOT / "examples" / "pods").glob("*.yaml"))
-
-
-def load_pod(path: Path) -> dict[str, Any]:
-    return next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "Pod")
 
 
 @pytest.fixture
@@ -56,15 +46,6 @@ def real_server(cert_paths: CertificatePaths, config_file: Path) -> Iterator[Run
         return create_app(runtime, ui=False, certificate=tls, background=[tls, watcher])
 
     yield from start_server(make_app, cert_paths, tls)
-
-
-def ask(server: RunningServer, path: str, review: dict[str, Any]) -> dict[str, Any]:
-    with server.client() as client:
-        response = client.post(f"{path}?timeout=10s", content=orjson.dumps(review))
-    assert response.status_code == 200
-    answer: dict[str, Any] = response.json()["response"]
-    assert answer["uid"] == review["request"]["uid"]
-    return answer
 
 
 def server_review(server: RunningServer, pod: dict[str, Any]) -> dict[str, Any]:
@@ -163,12 +144,6 @@ def test_every_command_has_help(command: str) -> None:
     result = kgwe(command, "--help")
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
