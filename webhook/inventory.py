@@ -14,6 +14,7 @@ on each). Cordoned nodes hold no capacity. See docs/inventory.md.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,8 @@ from webhook.config import Config
 from webhook.costs import format_hourly_cost, parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, annotations_of
 from webhook.runtime import pod_charge
+
+log = logging.getLogger("kgwe.inventory")
 
 ZERO = Decimal(0)
 # 365 * 24 / 12: the month OpenCost and cloud price lists use.
@@ -595,6 +598,8 @@ class InventoryCache:
                 state = self._build(model, config)
                 with self._lock:
                     self._install(key, state)
+            except Exception:  # keep serving the previous answer; the next request tries again
+                log.exception("rebuilding the inventory failed")
             finally:
                 self._rebuilding = False
 

@@ -70,6 +70,7 @@ class Auditor:
         self._keys: tuple[int, list[str]] = (-1, [])
         self._pod_findings: dict[str, list[Finding]] = {}
         self._cluster_findings: list[Finding] = []
+        self._quota_key: tuple[int, int] | None = None
         self._first_seen: dict[Finding, float] = {}
         self._written: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._gauge_labels: set[tuple[str, str]] = set()
@@ -100,6 +101,7 @@ class Auditor:
             self._pod_findings.clear()
             self._cluster_findings = []
             self._written.clear()
+            self._quota_key = None
             return TickResult(0, 0, 0, False)
         runtime = self.runtime
         model = runtime.store.snapshot()
@@ -115,7 +117,11 @@ class Auditor:
                 self._pod_findings.pop(key, None)
         if chosen:
             self._cursor = chosen[-1]
-        self._cluster_findings = quota_findings(runtime, model, usage_charges(model))
+        # Quota use sums every pod: recomputed once per snapshot (and configuration), not per tick.
+        quota_key = (model.generation, id(runtime.config))
+        if quota_key != self._quota_key:
+            self._cluster_findings = quota_findings(runtime, model, usage_charges(model))
+            self._quota_key = quota_key
         findings = self.findings
         now = self.clock()
         current = set(findings)
