@@ -217,3 +217,24 @@ def test_only_the_leader_audits(planted: Runtime) -> None:
     assert auditor.tick() == auditor.tick()
     assert auditor.findings == [] and len(writer.writes) == writes
     assert _gauge("quota", "") is None
+
+
+def test_auditor_runs_as_a_background_task(planted: Runtime) -> None:
+    import asyncio
+
+    writer = MemoryReportWriter()
+    auditor = Auditor(planted, writer, pods_per_tick=3, interval_seconds=0.01)
+
+    async def run_until_a_full_pass() -> None:
+        task = asyncio.create_task(auditor.run())
+        try:
+            for _ in range(3000):
+                if any(f.pod == "root-trainer" for f in auditor.findings) and writer.writes:
+                    return
+                await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run_until_a_full_pass())
+    assert ("PolicyReport", "ml-research", "kgwe-audit") in writer.reports

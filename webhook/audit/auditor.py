@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -160,11 +161,20 @@ class Auditor:
         return written
 
     async def run(self) -> None:
-        """Tick forever, every `interval_seconds`, off the event loop (a BackgroundTask of the server)."""
-        while True:
-            try:
-                result = await asyncio.to_thread(self.tick)
-                log.debug("audit tick: %s", result)
-            except Exception:
-                log.exception("audit tick failed")
-            await asyncio.sleep(self.interval_seconds)
+        """Tick forever, every `interval_seconds`, off the event loop (a BackgroundTask of the server).
+
+        Ticks run on one dedicated thread: policy engines keep one native engine per thread, so a single
+        audit thread costs one more engine, not one per thread of a pool.
+        """
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgwe-audit")
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    result = await loop.run_in_executor(executor, self.tick)
+                    log.debug("audit tick: %s", result)
+                except Exception:
+                    log.exception("audit tick failed")
+                await asyncio.sleep(self.interval_seconds)
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
