@@ -146,11 +146,15 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
 def run_worker(
     options: ServeOptions, cert_file: Path, key_file: Path, sockets: list[socket.socket] | None = None
 ) -> None:
-    """One worker: runtime, controllers, reloading TLS context, the app and uvicorn; until told to stop.
+    """One worker: runtime, controllers, background audit and policy sync, reloading TLS context, the app and
+    uvicorn; until told to stop.
 
     Everything is built on the thread that serves: native policy engines are bound to their thread.
     """
+    from webhook.audit.auditor import Auditor
+    from webhook.audit.writers import KubeReportWriter, MemoryReportWriter, ReportWriter
     from webhook.controllers.runner import build_controllers
+    from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
 
     tls = ReloadingSSLContext(cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry)
@@ -165,7 +169,18 @@ def run_worker(
         controllers.bound_pods.config = config
 
     runtime.on_config_change.append(follow_config)
-    background: list[BackgroundTask] = [tls]
+    writer: ReportWriter
+    if assembly.api_client is not None:
+        from kubernetes import client as k8s
+
+        writer = KubeReportWriter(k8s.CustomObjectsApi(assembly.api_client))
+    else:
+        writer = MemoryReportWriter()
+    background: list[BackgroundTask] = [
+        tls,
+        PolicySync(runtime),  # GPUPolicy objects and policy directories, recompiled on change
+        Auditor(runtime, writer, is_leader=controllers.elector.is_leader),  # existing pods, PolicyReports
+    ]
     if options.config_file is not None:
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds))
     app = create_app(
