@@ -214,6 +214,8 @@ def bench_inventory(sizes: tuple[int, ...] = SIZES, clients: int = CLIENTS, seco
             "where there are two or more"
         ),
         "machine": describe_machine(),
+        # Other work on the machine skews every number: recorded so a noisy run can be recognised.
+        "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "sizes": {},
     }
     for nodes in sizes:
