@@ -32,6 +32,7 @@ from webhook.config import Config
 from webhook.server import metrics
 from webhook.server.app import BackgroundTask, create_app
 from webhook.server.config_watch import ConfigWatcher
+from webhook.server.quota_sync import QuotaSync
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -181,6 +182,8 @@ def run_worker(
         PolicySync(runtime),  # GPUPolicy objects and policy directories, recompiled on change
         Auditor(runtime, writer, is_leader=controllers.elector.is_leader),  # existing pods, PolicyReports
     ]
+    if runtime.quotas is not None:
+        background.append(QuotaSync(runtime, controllers.elector.is_leader))  # TenantQuota status
     if options.config_file is not None:
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds))
     app = create_app(
