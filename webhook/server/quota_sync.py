@@ -25,7 +25,10 @@ class QuotaSync:
         self.runtime = runtime
         self.is_leader = is_leader
         self.interval = interval
-        self.reconciler = QuotaReconciler(runtime.quotas.store, runtime.config.price_per_gpu_hour)
+        # Prices follow configuration reloads: looked up on the runtime's current configuration each time.
+        self.reconciler = QuotaReconciler(
+            runtime.quotas.store, lambda type_id: runtime.config.price_per_gpu_hour(type_id)
+        )
 
     def sync_once(self) -> None:
         model = self.runtime.store.snapshot()
