@@ -219,6 +219,13 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             path, query, _ = begun
             if path.startswith(LEASES):
                 return self._get_lease(path)
+            segments = path.strip("/").split("/")
+            if len(segments) == 6 and segments[:3] == ["api", "v1", "namespaces"] and segments[4] == "pods":
+                # GET /api/v1/namespaces/{ns}/pods/{name}: one whole pod.
+                pod = server.objects("Pod").get(f"{segments[3]}/{segments[5]}")
+                if pod is None:
+                    return self._status(404, "NotFound", f'pods "{segments[5]}" not found')
+                return self._send_json(200, pod)
             if path not in server.collections or path in server.missing:
                 return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
             if query.get("watch") == "true":

@@ -23,6 +23,7 @@ from prometheus_client import Gauge
 
 from webhook.audit.checks import audit_pod, quota_findings
 from webhook.audit.findings import Finding
+from webhook.audit.pods import PodReader
 from webhook.audit.reports import render_reports, report_key
 from webhook.audit.writers import ReportWriter
 from webhook.inventory import usage_charges
@@ -58,6 +59,7 @@ class Auditor:
         pods_per_tick: int = 500,
         clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
+        read_pod: PodReader | None = None,
     ) -> None:
         if pods_per_tick < 1:
             raise ValueError("pods_per_tick must be at least 1")
@@ -67,6 +69,7 @@ class Auditor:
         self.pods_per_tick = pods_per_tick
         self.clock = clock
         self.is_leader = is_leader
+        self.read_pod = read_pod
         self._cursor = ""  # the key of the last pod judged
         self._keys: tuple[int, list[str]] = (-1, [])
         self._pod_findings: dict[str, list[Finding]] = {}
@@ -111,7 +114,7 @@ class Auditor:
             del self._pod_findings[gone]
         chosen, wrapped = self._next_slice(keys)
         for key in chosen:
-            found = audit_pod(runtime, model, model.pods[key])
+            found = audit_pod(runtime, model, model.pods[key], self.read_pod)
             if found:
                 self._pod_findings[key] = found
             else:

@@ -23,6 +23,7 @@ from policies.gpu_demand import pod_gpu_demand
 from policies.quota_check import UsageLine, usage_lines
 from policies.quota_model import format_gpus, format_memory, quota_name, resolve_tenant, tenant_of_quota
 from webhook.audit.findings import Finding, Result, Severity
+from webhook.audit.pods import PodReader
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.intent import OUT_TENANT, PodIntent, annotations_of, parse_intent
 from webhook.inventory import usage_charges
@@ -137,12 +138,20 @@ def placement_findings(runtime: Runtime, model: ClusterModel, pod: dict[str, Any
     )]
 
 
-def audit_pod(runtime: Runtime, model: ClusterModel, pod: dict[str, Any]) -> list[Finding]:
-    """Policy and placement findings of one pod (nothing for pods admission would not judge)."""
+def audit_pod(
+    runtime: Runtime, model: ClusterModel, pod: dict[str, Any], read_pod: PodReader | None = None
+) -> list[Finding]:
+    """Policy and placement findings of one pod (nothing for pods admission would not judge).
+
+    `read_pod` gives the whole pod for the policies where the model holds a slimmed copy (in a cluster).
+    """
     intent = parse_intent(pod)
     if not is_audited(pod, intent, runtime.config.excluded_namespaces):
         return []
-    return placement_findings(runtime, model, pod, intent) + policy_findings(runtime, model, pod, intent)
+    whole = read_pod(pod) if read_pod is not None else pod
+    if whole is None:  # deleted meanwhile
+        return []
+    return placement_findings(runtime, model, pod, intent) + policy_findings(runtime, model, whole, intent)
 
 
 def _quota_finding(line: UsageLine) -> Finding | None:
@@ -182,11 +191,11 @@ def quota_findings(runtime: Runtime, model: ClusterModel, charges: list[Any] | N
     return findings
 
 
-def audit_cluster(runtime: Runtime) -> list[Finding]:
+def audit_cluster(runtime: Runtime, read_pod: PodReader | None = None) -> list[Finding]:
     """Every finding of the current snapshot: each GPU pod, then each tenant's quotas."""
     model = runtime.store.snapshot()
     findings: list[Finding] = []
     for key in sorted(model.pods):
-        findings.extend(audit_pod(runtime, model, model.pods[key]))
+        findings.extend(audit_pod(runtime, model, model.pods[key], read_pod))
     findings.extend(quota_findings(runtime, model))
     return findings

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,13 @@ def _parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _runtime(args: argparse.Namespace) -> Runtime:
+@dataclass
+class Cluster:
+    runtime: Runtime
+    api_client: Any = None  # a kubernetes ApiClient when the cluster is read from the API
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
     from webhook.cluster.yaml_source import ClusterDirectoryError
     from webhook.runtime import build_runtime
 
@@ -78,13 +85,13 @@ def _runtime(args: argparse.Namespace) -> Runtime:
         if not args.cluster.is_dir():
             raise CommandError(f"--cluster {args.cluster}: not a directory")
         try:
-            return build_runtime(config, args.cluster)
+            return Cluster(build_runtime(config, args.cluster))
         except (OSError, ClusterDirectoryError) as exc:
             raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
-    return _runtime_from_api(config, args.kubeconfig)
+    return _cluster_from_api(config, args.kubeconfig)
 
 
-def _runtime_from_api(config: Any, kubeconfig: str | None) -> Runtime:
+def _cluster_from_api(config: Any, kubeconfig: str | None) -> Cluster:
     from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
     from webhook.cluster.model import ClusterStore
     from webhook.runtime import build_runtime
@@ -102,7 +109,7 @@ def _runtime_from_api(config: Any, kubeconfig: str | None) -> Runtime:
     finally:
         source.stop()
     # Built after the store is loaded, so the cluster's GPUPolicy objects are compiled too.
-    return build_runtime(config, None, store=store)
+    return Cluster(build_runtime(config, None, store=store), client)
 
 
 def _json(document: Any) -> str:
@@ -113,7 +120,8 @@ def _gpu_resources(resources: dict[str, Any]) -> str:
     return ",".join(f"{k.split('/')[-1]}={v}" for k, v in sorted(resources.items()) if v) or "-"
 
 
-def cmd_nodes(args: argparse.Namespace, runtime: Runtime) -> str:
+def cmd_nodes(args: argparse.Namespace, cluster: Cluster) -> str:
+    runtime = cluster.runtime
     view = nodes_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output == "json":
         return _json(view)
@@ -155,7 +163,8 @@ def _sharing_text(sharing: dict[str, Any]) -> str:
     return str(sharing["mode"])
 
 
-def cmd_profiles(args: argparse.Namespace, runtime: Runtime) -> str:
+def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
+    runtime = cluster.runtime
     if args.from_nodes or args.type_id:
         return _proposal(args, runtime)
     view = hardware_profiles_view(Inventory(runtime.store.snapshot(), runtime.config))
@@ -191,12 +200,14 @@ def _proposal(args: argparse.Namespace, runtime: Runtime) -> str:
     return f"# Proposed from nodes: {', '.join(proposal.nodes)}\n{notes}{proposal.to_yaml().rstrip()}"
 
 
-def cmd_audit(args: argparse.Namespace, runtime: Runtime) -> tuple[str, int]:
+def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
     import time
 
-    from webhook.audit import audit_cluster, render_reports
+    from webhook.audit import ApiPodReader, audit_cluster, render_reports
 
-    findings = audit_cluster(runtime)
+    # From the API the model's pods are slimmed; policies are judged on the whole pod.
+    reader = ApiPodReader(cluster.api_client) if cluster.api_client is not None else None
+    findings = audit_cluster(cluster.runtime, reader)
     failing = any(f.result in ("fail", "error") for f in findings)
     status = 1 if args.exit_code and failing else 0
     if args.output == "json":
@@ -215,7 +226,8 @@ def cmd_audit(args: argparse.Namespace, runtime: Runtime) -> tuple[str, int]:
     return f"{table}\n\n{len(findings)} finding(s)", status
 
 
-def cmd_costs(args: argparse.Namespace, runtime: Runtime) -> str:
+def cmd_costs(args: argparse.Namespace, cluster: Cluster) -> str:
+    runtime = cluster.runtime
     view = costs_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output == "json":
         return _json(view)
@@ -243,7 +255,7 @@ def cmd_costs(args: argparse.Namespace, runtime: Runtime) -> str:
     return text
 
 
-Command = Callable[[argparse.Namespace, "Runtime"], "str | tuple[str, int]"]
+Command = Callable[[argparse.Namespace, Cluster], "str | tuple[str, int]"]
 COMMANDS: dict[str, Command] = {
     "nodes": cmd_nodes,
     "profiles": cmd_profiles,
@@ -263,8 +275,7 @@ def run(command: str, argv: list[str]) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
         return int(exc.code or 0)
     try:
-        runtime = _runtime(args)
-        output = COMMANDS[command](args, runtime)
+        output = COMMANDS[command](args, _cluster(args))
     except CommandError as exc:
         print(f"kgwe {command}: {exc}", file=sys.stderr)
         return 2
