@@ -8,7 +8,8 @@ on top of the HTTP stack. The load generator is raw asyncio HTTP/1.1 keep-alive 
 client). Also measured in process: the per-snapshot precompute (`Inventory`) that a background thread
 pays once per cluster change, and whether 100 concurrent callers got identical bodies.
 
-Run: `.venv/bin/python bench/bench_inventory.py [--sizes 1000,10000] [--seconds 3]` (prints JSON).
+Run: `.venv/bin/python bench/bench_inventory.py [--sizes 1000,10000] [--seconds 2] [--rounds 3]` (prints
+JSON; `--out FILE` also writes it; bench/results/inventory.json is a recorded run).
 """
 
 from __future__ import annotations
@@ -162,7 +163,14 @@ def _precompute_ms(nodes: int, runs: int = 3) -> dict[str, Any]:
     return {"nodes": len(model.nodes), "pods": len(model.pods), "precompute_ms": min(times)}
 
 
-def _one_size(nodes: int, clients: int, seconds: float) -> dict[str, Any]:
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each number over the rounds (distinct bodies: the most seen in any round)."""
+    merged = {key: statistics.median(r[key] for r in runs) for key in ("req_per_s", "p50_ms", "p99_ms", "max_ms")}
+    return {**runs[0], **merged, "rounds": len(runs), "requests": sum(r["requests"] for r in runs),
+            "distinct_bodies": max(r["distinct_bodies"] for r in runs)}
+
+
+def _one_size(nodes: int, clients: int, seconds: float, rounds: int) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     ports = context.Queue()
     server = context.Process(target=_serve, args=(nodes, ports), daemon=True)
@@ -181,13 +189,13 @@ def _one_size(nodes: int, clients: int, seconds: float) -> dict[str, Any]:
                     break
                 except (OSError, asyncio.IncompleteReadError):
                     await asyncio.sleep(0.1)
-            result: dict[str, Any] = {}
-            for name, path in (("baseline_healthz", BASELINE), ("hardware_profiles", PROFILES)):
-                result[name] = {
-                    "single_client": await _load(port, path, 1, seconds),
-                    "concurrent": await _load(port, path, clients, seconds),
-                }
-            return result
+            # Rounds alternate baseline and API, so a burst of other work on the machine hits both.
+            runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+            for _round in range(rounds):
+                for name, path in (("baseline_healthz", BASELINE), ("hardware_profiles", PROFILES)):
+                    for mode, count in (("single_client", 1), ("concurrent", clients)):
+                        runs.setdefault(name, {}).setdefault(mode, []).append(await _load(port, path, count, seconds))
+            return {name: {mode: _median_run(r) for mode, r in modes.items()} for name, modes in runs.items()}
 
         measured = asyncio.run(measure())
     finally:
@@ -202,24 +210,24 @@ def _one_size(nodes: int, clients: int, seconds: float) -> dict[str, Any]:
     return {**_precompute_ms(nodes), **measured, "profiles_vs_healthz": ratios}
 
 
-def bench_inventory(sizes: tuple[int, ...] = SIZES, clients: int = CLIENTS, seconds: float = 3.0) -> dict[str, Any]:
+def bench_inventory(
+    sizes: tuple[int, ...] = SIZES, clients: int = CLIENTS, seconds: float = 2.0, rounds: int = 3
+) -> dict[str, Any]:
     from machine import describe_machine
 
     results: dict[str, Any] = {
         "benchmark": "inventory",
         "setup": (
             f"uvicorn (1 process, plain HTTP, 127.0.0.1) serving create_app + api_router over "
-            f"generate_cluster(N); raw asyncio keep-alive clients: 1 and {clients} connections, {seconds:g}s each; "
-            "baseline /healthz on the same server in the same run; server and client pinned to different CPUs "
-            "where there are two or more"
+            f"generate_cluster(N); raw asyncio keep-alive clients: 1 and {clients} connections, {seconds:g}s each, "
+            f"{rounds} rounds alternating with the baseline /healthz on the same server (medians); server and "
+            "client pinned to different CPUs where there are two or more"
         ),
         "machine": describe_machine(),
-        # Other work on the machine skews every number: recorded so a noisy run can be recognised.
-        "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "sizes": {},
     }
     for nodes in sizes:
-        results["sizes"][str(nodes)] = _one_size(nodes, clients, seconds)
+        results["sizes"][str(nodes)] = _one_size(nodes, clients, seconds, rounds)
     return results
 
 
@@ -241,11 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="node counts, comma-separated")
     parser.add_argument("--clients", type=int, default=CLIENTS, help="concurrent clients (default 100)")
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement (default 3)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per measurement (default 2)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per endpoint and client count (default 3)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     sizes = tuple(int(s) for s in args.sizes.split(",") if s)
-    results = bench_inventory(sizes, args.clients, args.seconds)
+    results = bench_inventory(sizes, args.clients, args.seconds, args.rounds)
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:
