@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod, plant, set_quota_limit
+import yaml
+from cluster_dirs import EXAMPLE_CONFIG, ROOT, copy_example_cluster, gpu_pod, plant, set_quota_limit
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
@@ -219,22 +220,36 @@ def test_only_the_leader_audits(planted: Runtime) -> None:
     assert _gauge("quota", "") is None
 
 
-def test_auditor_runs_as_a_background_task(planted: Runtime) -> None:
+def test_auditor_runs_as_a_background_task_with_rego_and_cel_policies(tmp_path: Path) -> None:
     import asyncio
 
+    cluster = copy_example_cluster(tmp_path / "cluster")
+    plant(cluster, "root.yaml", gpu_pod("root-trainer", "ml-research", gpus=2, node="dgx-h100-02", privileged=True))
+    # A CEL GPUPolicy tightened after train-llm-0 (4 GPUs) was admitted.
+    cap = yaml.safe_load((ROOT / "examples" / "policies" / "max-gpus-per-pod.yaml").read_text())
+    cap["spec"]["params"]["maxGpus"] = 2
+    plant(cluster, "cap.yaml", cap)
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), cluster)
     writer = MemoryReportWriter()
-    auditor = Auditor(planted, writer, pods_per_tick=3, interval_seconds=0.01)
+    auditor = Auditor(runtime, writer, pods_per_tick=2, interval_seconds=0.01)
 
-    async def run_until_a_full_pass() -> None:
+    def done() -> bool:
+        pods = {(f.pod, f.policy) for f in auditor.findings}
+        return {("root-trainer", "kgwe.admission.privileged"), ("train-llm-0", "max-gpus-per-pod")} <= pods
+
+    async def run_until_both_are_found() -> None:
         task = asyncio.create_task(auditor.run())
         try:
             for _ in range(3000):
-                if any(f.pod == "root-trainer" for f in auditor.findings) and writer.writes:
+                if done() and writer.writes:
                     return
                 await asyncio.sleep(0.01)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    asyncio.run(run_until_a_full_pass())
-    assert ("PolicyReport", "ml-research", "kgwe-audit") in writer.reports
+    asyncio.run(run_until_both_are_found())
+    assert done()
+    capped = next(f for f in auditor.findings if f.policy == "max-gpus-per-pod")
+    assert (capped.severity, capped.message) == ("high", "the pod asks for 4 GPUs; at most 2 are allowed per pod")
+    assert ("PolicyReport", "team-a", "kgwe-audit") in writer.reports
