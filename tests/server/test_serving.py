@@ -7,9 +7,12 @@ import copy
 
 import orjson
 import pytest
-from conftest import GPU_POD, FakeRuntime, RunningServer, admission_review
+from conftest import GPU_POD, FakeRuntime, RunningServer, admission_review, start_server
 
+from certs.files import CertificatePaths
+from certs.reloader import ReloadingSSLContext
 from webhook.config import Config, Limits
+from webhook.server.app import create_app
 
 
 def post(server: RunningServer, path: str, body: bytes | dict) -> tuple[int, dict]:
@@ -152,3 +155,13 @@ def test_metrics_count_requests_by_endpoint_decision_and_mode(server: RunningSer
     assert 'kgwe_admission_requests_total{allowed="true",endpoint="mutate",mode="enforce"}' in text
     assert 'kgwe_admission_duration_seconds_bucket{endpoint="mutate",le="0.0005"}' in text
     assert "kgwe_certificate_expiry_timestamp_seconds" in text
+
+
+def test_readyz_needs_a_serving_certificate(runtime: FakeRuntime, cert_paths: CertificatePaths) -> None:
+    tls = ReloadingSSLContext(cert_paths.tls_cert, cert_paths.tls_key)
+    runtime.store.mark_loaded()
+    for server in start_server(lambda: create_app(runtime, ui=False, certificate=None), cert_paths, tls):
+        with server.client() as client:
+            response = client.get("/readyz")
+        assert response.status_code == 503
+        assert response.json()["reasons"] == ["no serving certificate loaded"]
