@@ -32,6 +32,7 @@ from webhook.config import Config
 from webhook.server import metrics
 from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
+from webhook.server.openapi import add_shell_routes
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,9 @@ def create_app(
 
     app = FastAPI(title="KGWE", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
+    generated_openapi = app.openapi
+    # FastAPI describes only its own routes; the plain routes below are described in webhook/server/openapi.py.
+    app.openapi = lambda: add_shell_routes(generated_openapi())  # type: ignore[method-assign]
     app.state.certificate = certificate
     app.router.routes.extend([
         Route("/mutate", AdmissionEndpoint(runtime, "mutate", True, executor).handle, methods=["POST"]),
