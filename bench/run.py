@@ -54,13 +54,15 @@ class Plan:
     policy_slow_runs: int
     placement_runs: int
     agent_runs: int
+    inventory_seconds: float
+    inventory_rounds: int
     soak_seconds: float
 
 
-FULL = Plan(admission_seconds=8, policy_runs=3000, policy_slow_runs=300, placement_runs=2000, agent_runs=200,
-            soak_seconds=60)
+FULL = Plan(admission_seconds=6, policy_runs=3000, policy_slow_runs=300, placement_runs=2000, agent_runs=200,
+            inventory_seconds=1.5, inventory_rounds=2, soak_seconds=60)
 QUICK = Plan(admission_seconds=3, policy_runs=500, policy_slow_runs=50, placement_runs=300, agent_runs=50,
-             soak_seconds=10)
+             inventory_seconds=0.5, inventory_rounds=1, soak_seconds=10)
 
 
 def _call(module: str, function: str, **kwargs: Any) -> Any:
@@ -75,7 +77,8 @@ BENCHMARKS: dict[str, Callable[[Plan], Any]] = {
     "placement": lambda p: _call("bench_placement", "bench_placement", runs=p.placement_runs),
     "memory": lambda p: _call("bench_placement", "bench_cluster_memory"),
     "agent": lambda p: _call("bench_agent", "bench_agent_scan", runs=p.agent_runs, warmup=max(5, p.agent_runs // 10)),
-    "inventory": lambda p: _call("bench_inventory", "bench_inventory"),
+    "inventory": lambda p: _call("bench_inventory", "bench_inventory", seconds=p.inventory_seconds,
+                                 rounds=p.inventory_rounds),
     "soak": lambda p: _call("soak", "soak", seconds=p.soak_seconds),
 }
 
@@ -214,17 +217,17 @@ def _agent_rows(result: dict[str, Any]) -> list[Row]:
 
 def _inventory_rows(result: dict[str, Any]) -> list[Row]:
     rows = []
-    table = result.get("table")
-    if isinstance(table, list):  # the inventory bench may describe its own rows
-        for item in table:
-            if isinstance(item, dict) and "benchmark" in item:
-                rows.append(Row(str(item["benchmark"]), item.get("measured"), item.get("baseline"),
-                                str(item.get("unit", "")), str(item.get("baseline_name", ""))))
-        return rows
-    for key, value in result.items():
-        if isinstance(value, dict) and "p50_ms" in value and key != "baseline":
-            rows.append(Row(f"API {key} p50", value.get("p50_ms"), _get(result, "baseline", "p50_ms"), "ms",
-                            str(_get(result, "baseline", "name") or "baseline")))
+    for size, measured in sorted((result.get("sizes") or {}).items(), key=lambda item: int(item[0])):
+        profiles, healthz = measured.get("hardware_profiles") or {}, measured.get("baseline_healthz") or {}
+        label = f"GET /api/v1/hardware-profiles at {int(size):,} nodes"
+        rows.append(Row(f"{label}, 1 client p50", _get(profiles, "single_client", "p50_ms"),
+                        _get(healthz, "single_client", "p50_ms"), "ms", "/healthz, same server"))
+        rows.append(Row(f"{label}, {_get(profiles, 'concurrent', 'clients')} clients", _get(
+            profiles, "concurrent", "req_per_s"), _get(healthz, "concurrent", "req_per_s"), "req/s",
+            "/healthz, same server"))
+        rows.append(Row(f"{label}, {_get(profiles, 'concurrent', 'clients')} clients p99",
+                        _get(profiles, "concurrent", "p99_ms"), _get(healthz, "concurrent", "p99_ms"), "ms",
+                        "/healthz, same server"))
     return rows
 
 
