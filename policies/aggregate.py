@@ -20,6 +20,8 @@ AGGREGATE_PACKAGE = "kgwe.aggregate"
 AGGREGATE_MODULE = "kgwe-aggregate.rego"
 CHECK_QUERY = f"data.{AGGREGATE_PACKAGE}.check"
 DECISION_QUERY = f"data.{AGGREGATE_PACKAGE}.decision"
+# The whole package: `check` and `decision` in one query, for a request that needs both (`/validate`).
+EVERYTHING_QUERY = f"data.{AGGREGATE_PACKAGE}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from policies.aggregate import CHECK_QUERY, DECISION_QUERY
+from policies.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.api import (
     DECISION_FIELDS,
     EnforcementAction,
@@ -289,21 +289,48 @@ class PolicyRuntime:
                 return decision
         finally:
             POLICY_EVALUATION_SECONDS.labels("decide").observe(time.perf_counter() - started)
-        if not isinstance(partials, dict):
-            return decision
-        for gathered in policy_set.gathered:
-            partial = partials.get(gathered.name)
-            if not isinstance(partial, dict):
-                continue
-            for name in DECISION_FIELDS:
-                if name not in partial:
-                    continue
-                if _valid_decision_field(name, partial[name]):
-                    decision.fields[name] = partial[name]
-                    decision.decided_by[name] = gathered.name
-                else:
-                    log.warning("policy %s decided an invalid %s: %r", gathered.name, name, partial[name])
-        return decision
+        return _merge_partials(policy_set, partials)
+
+    def evaluate(self, ctx: PolicyContext) -> tuple[PlacementDecision, list[Violation]]:
+        """`decide_placement` and `check` of one request with ONE Rego query (the whole aggregate package).
+
+        For a request that needs both, as `/validate` does: the engine converts the input once and shared
+        library rules are computed once.
+        """
+        policy_set = self._set
+        if policy_set.prepared is None or not (policy_set.has_decision and policy_set.has_check):
+            return self.decide_placement(ctx), self.check(ctx)
+        started = time.perf_counter()
+        violations: list[Violation] = []
+        decision = PlacementDecision()
+        try:
+            activations: dict[bytes, Any] = {}
+            active = self._active(
+                policy_set, ctx, lambda p: bool(p.validations) or _has_rules(p, "deny", "warn", "decision"),
+                violations, activations,
+            )
+            decision_failure = list(violations)
+            for policy in active:
+                if policy.validations:
+                    violations.extend(self._validate(policy, ctx, activations))
+            try:
+                everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active)
+            except _EvaluationFailed as failed:
+                violations.extend(self._failure_violations(failed))
+                if self.failure_mode == "closed":
+                    raise PolicyEngineError(f"policy engine failed: {failed.reason}") from None
+                everything = {}
+            if decision_failure and self.failure_mode == "closed":
+                raise PolicyEngineError(decision_failure[0].message)
+            if not isinstance(everything, dict):
+                everything = {}
+            decision = _merge_partials(policy_set, everything.get("decision"))
+            violations.extend(self._violations_from(everything.get("check") or {}, active))
+        finally:
+            POLICY_EVALUATION_SECONDS.labels("evaluate").observe(time.perf_counter() - started)
+        for violation in violations:
+            POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
+        return decision, violations
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -413,6 +440,12 @@ class PolicyRuntime:
             result = self._query(policy_set, CHECK_QUERY, ctx, active)
         except _EvaluationFailed as failed:
             return self._failure_violations(failed)
+        return self._violations_from(result, active)
+
+    @staticmethod
+    def _violations_from(result: Any, active: list[CompiledGPUPolicy]) -> list[Violation]:
+        if not isinstance(result, dict):
+            return []
         actions = {p.name: p.action for p in active}
         found = []
         for kind in ("deny", "warn"):
@@ -431,6 +464,26 @@ class PolicyRuntime:
         if self.failure_mode == "closed":
             return [Violation(failed.policy, "Deny", f"the policy engine failed: {failed.reason}")]
         return []
+
+
+def _merge_partials(policy_set: PolicySet, partials: Any) -> PlacementDecision:
+    """Merge every policy's partial decision in load order (later policies override earlier ones)."""
+    decision = PlacementDecision()
+    if not isinstance(partials, dict):
+        return decision
+    for gathered in policy_set.gathered:
+        partial = partials.get(gathered.name)
+        if not isinstance(partial, dict):
+            continue
+        for name in DECISION_FIELDS:
+            if name not in partial:
+                continue
+            if _valid_decision_field(name, partial[name]):
+                decision.fields[name] = partial[name]
+                decision.decided_by[name] = gathered.name
+            else:
+                log.warning("policy %s decided an invalid %s: %r", gathered.name, name, partial[name])
+    return decision
 
 
 def _has_rules(policy: CompiledGPUPolicy, *rules: str) -> bool:

@@ -81,7 +81,7 @@ class Runtime:
         raw["object"] = pod
         return raw
 
-    def decide_placement(
+    def evaluate_policies(
         self,
         request: AdmissionRequest,
         pod: dict[str, Any],
@@ -90,36 +90,32 @@ class Runtime:
         namespace_object: dict[str, Any] | None,
         model: ClusterModel,
         tenant: str,
-    ) -> Decision | None:
-        if self.policies is None:
-            return None
+        *,
+        decide: bool,
+        check: bool,
+    ) -> tuple[Decision | None, list[Violation]]:
+        """The placement decision and/or the admission checks of one pod, in one engine call when both."""
+        if self.policies is None or not (decide or check):
+            return None, []
         intent_doc = intent.as_policy_input()
         intent_doc["gpus"] = demand.whole_gpus + sum(demand.mig.values())
         intent_doc["inference"] = _is_inference(pod)
         context = PolicyContext(
             request=self._policy_request(request, pod),
             namespace_object=namespace_object,
-            cluster=model.summary(),
+            cluster=model.summary(),  # the same object per snapshot: engines reload cluster data only on change
             intent=intent_doc,
             tenant=tenant,
         )
-        decision = self.policies.decide_placement(context)
-        if not decision.fields:
-            return None
-        return Decision(dict(decision.fields), dict(decision.decided_by))
-
-    def check_policies(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[Violation]:
-        if self.policies is None:
-            return []
-        context = PolicyContext(
-            request=self._policy_request(request, facts.pod),
-            namespace_object=facts.namespace_object,
-            cluster=facts.model.summary(),
-            intent=facts.intent.as_policy_input(),
-            tenant=facts.tenant,
-        )
-        violations: list[Violation] = self.policies.check(context)
-        return violations
+        violations: list[Violation] = []
+        if decide and check:
+            placement, violations = self.policies.evaluate(context)
+        elif decide:
+            placement = self.policies.decide_placement(context)
+        else:
+            return None, list(self.policies.check(context))
+        decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
+        return decision, violations
 
     # -- RBAC ---------------------------------------------------------------------------------
     def _authorizer(self, model: ClusterModel) -> Authorizer:

@@ -90,3 +90,20 @@ def test_decision_engine_failure(failure_mode: str, make_context: Callable[..., 
     else:
         with pytest.raises(PolicyEngineError):
             runtime.decide_placement(ctx)
+
+
+def test_one_query_evaluation_equals_decide_and_check_apart(
+    runtime: PolicyRuntime, make_context: Callable[..., PolicyContext]
+) -> None:
+    runtime.reload()
+    privileged = gpu_pod(namespace="team-a")
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    ctx = make_context(privileged, intent={"gpus": 2})
+    decision, violations = runtime.evaluate(ctx)
+    assert any(v.action == "Deny" for v in violations), "the privileged GPU container is found in the same query"
+    assert decision == runtime.decide_placement(ctx)
+    for namespace, intent in (("inference", {"gpuMemory": 8 * GIB}), ("team-a", {}), ("team-a", {"gpus": 4})):
+        ctx = make_context(gpu_pod(namespace=namespace), intent=intent)
+        decision, violations = runtime.evaluate(ctx)
+        assert decision == runtime.decide_placement(ctx)
+        assert sorted(map(repr, violations)) == sorted(map(repr, runtime.check(ctx)))

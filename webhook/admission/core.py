@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from policies.api import Violation
 from policies.gpu_demand import GpuDemand, pod_gpu_demand
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
@@ -58,7 +59,7 @@ class Facts:
     plan: PlacementPlan
     decision: Decision | None
     demand: GpuDemand
-    warnings: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
 
     @property
     def renderable(self) -> bool:
@@ -90,21 +91,27 @@ class AdmissionService:
             return False
         return request.namespace not in self.runtime.config.excluded_namespaces
 
-    def gather(self, request: AdmissionRequest, pod: dict[str, Any], deadline: float | None) -> Facts:
+    def gather(
+        self, request: AdmissionRequest, pod: dict[str, Any], deadline: float | None, *, with_checks: bool = False
+    ) -> Facts:
+        """Everything about one pod; with `with_checks` also the policies' violations, in the same engine call."""
         runtime = self.runtime
         model = runtime.store.snapshot()
         intent = parse_intent(pod)
         namespace_object = model.namespaces.get(request.namespace)
         tenant = runtime.tenant_of(request, model)
         decision: Decision | None = None
-        warnings: list[str] = []
+        violations: list[Violation] = []
         demand = pod_gpu_demand(pod)
-        wants_decision = demand.asks_gpu or not intent.empty
-        if runtime.policies is not None and wants_decision and not intent.problems and not demand.invalid:
-            decision = runtime.decide_placement(request, pod, intent, demand, namespace_object, model, tenant)
+        wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
+        if runtime.policies is not None and (wants_decision or with_checks):
+            decision, violations = runtime.evaluate_policies(
+                request, pod, intent, demand, namespace_object, model, tenant,
+                decide=wants_decision, check=with_checks,
+            )
         _check_deadline(deadline)
         plan = build_plan(pod, intent, decision, model, runtime.config)
-        return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, warnings)
+        return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)
 
     # -- mutate -------------------------------------------------------------------------------
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
@@ -196,7 +203,7 @@ class AdmissionService:
         assert request.object is not None
         if request.operation == "UPDATE":
             return self._verdict(self._validate_update(request), [], {}, request)
-        facts = self.gather(request, request.object, deadline)
+        facts = self.gather(request, request.object, deadline, with_checks=True)
         problems: list[tuple[str, str]] = []  # (reason, message)
         warnings: list[str] = list(facts.plan.warnings)
         audit: dict[str, str] = {}
@@ -204,37 +211,41 @@ class AdmissionService:
             problems.append(("invalid", problem))
         for problem in facts.demand.invalid:
             problems.append(("invalid", problem))
-        if not facts.plan.gpu_pod:
-            return self._verdict(problems, warnings, audit, request)
-        for refusal in facts.plan.refusals:
-            problems.append(("placement", refusal))
-        for conflict in conflicts_with_pod(facts.pod, facts.plan.requirements):
-            problems.append(("placement", conflict))
-        if not problems:
-            pending = self._pending_mutation(facts)
-            if pending:
-                problems.append(("not-mutated", pending))
-            else:
-                infeasible = self._infeasible(facts)
-                if infeasible:
-                    problems.append(("placement", infeasible))
-        _check_deadline(deadline)
-        if not problems:
-            problems.extend(self.runtime.authorize(request, facts, deadline))
-        if self.runtime.policies is not None:
-            for violation in self.runtime.check_policies(request, facts, deadline):
-                if violation.action == "Deny":
-                    # In audit mode `_verdict` turns this into a warning and an audit annotation.
-                    problems.append(("policy", f"[{violation.policy}] {violation.message}"))
-                    if self.runtime.config.mode == "audit":
-                        audit[f"policy-{violation.policy}"[:63]] = violation.message[:256]
-                elif violation.action == "Warn":
-                    warnings.append(f"[{violation.policy}] {violation.message}")
-                else:
-                    audit[f"policy-{violation.policy}"[:63]] = violation.message[:256]
-        if not problems:
+        if facts.plan.gpu_pod:
+            problems.extend(self._placement_problems(facts))
+            _check_deadline(deadline)
+            if not problems:
+                problems.extend(self.runtime.authorize(request, facts, deadline))
+        self._apply_violations(facts.violations, problems, warnings, audit)
+        if facts.plan.gpu_pod and not problems:
             problems.extend(self.runtime.check_quota(request, facts, deadline))
         return self._verdict(problems, warnings, audit, request)
+
+    def _placement_problems(self, facts: Facts) -> list[tuple[str, str]]:
+        problems = [("placement", refusal) for refusal in facts.plan.refusals]
+        problems.extend(("placement", c) for c in conflicts_with_pod(facts.pod, facts.plan.requirements))
+        if problems:
+            return problems
+        pending = self._pending_mutation(facts)
+        if pending:
+            return [("not-mutated", pending)]
+        infeasible = self._infeasible(facts)
+        return [("placement", infeasible)] if infeasible else []
+
+    def _apply_violations(
+        self, violations: list[Violation], problems: list[tuple[str, str]], warnings: list[str], audit: dict[str, str]
+    ) -> None:
+        for violation in violations:
+            key = f"policy-{violation.policy}"[:63]
+            if violation.action == "Deny":
+                # In audit mode `_verdict` turns this into a warning and an audit annotation.
+                problems.append(("policy", f"[{violation.policy}] {violation.message}"))
+                if self.runtime.config.mode == "audit":
+                    audit[key] = violation.message[:256]
+            elif violation.action == "Warn":
+                warnings.append(f"[{violation.policy}] {violation.message}")
+            else:
+                audit[key] = violation.message[:256]
 
     def _validate_update(self, request: AdmissionRequest) -> list[tuple[str, str]]:
         if self._is_controller(request):
@@ -272,7 +283,11 @@ class AdmissionService:
         candidates = (model.nodes[n] for t in types for n in model.types[t].nodes)
         if not facts.demand.asks_gpu and not plan.steps:
             return None
-        if first_feasible(facts.pod, candidates) is not None:
+        pod = facts.pod
+        if self.runtime.config.mode == "audit" and facts.renderable:
+            # Audit mode returned no patch: judge the pod as KGWE would have written it.
+            pod = run_pipeline(facts.pod, placement_steps(plan)).pod
+        if first_feasible(pod, candidates) is not None:
             return None
         wanted = ", ".join(types) if plan.types else "any GPU node"
         return (
