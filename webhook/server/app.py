@@ -20,7 +20,7 @@ from typing import Protocol
 
 import orjson
 from fastapi import APIRouter, FastAPI
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -113,6 +113,15 @@ class AdmissionEndpoint:
         self.mutating = mutating
         self.executor = executor
         self._duration = metrics.ADMISSION_DURATION.labels(name)
+        # Counter children per (allowed, mode): `labels()` takes a lock and builds a key on every call.
+        self._answered: dict[tuple[bool, str], Counter] = {}
+
+    def _answered_counter(self, allowed: bool, mode: str) -> Counter:
+        counter = self._answered.get((allowed, mode))
+        if counter is None:
+            counter = metrics.ADMISSION_REQUESTS.labels(self.name, "true" if allowed else "false", mode)
+            self._answered[(allowed, mode)] = counter
+        return counter
 
     def _decide(self) -> Callable[..., Outcome]:
         admission = self.runtime.admission
@@ -141,7 +150,7 @@ class AdmissionEndpoint:
             outcome = failure_outcome("internal", config.limits.on_error, f"internal error: {type(exc).__name__}")
             review = render_review(admission_request.uid, admission_request.api_version, outcome, self.mutating)
         content = orjson.dumps(review)
-        metrics.ADMISSION_REQUESTS.labels(self.name, "true" if outcome.allowed else "false", config.mode).inc()
+        self._answered_counter(outcome.allowed, config.mode).inc()
         self._duration.observe(time.perf_counter() - started)
         return Response(content, media_type=JSON)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -13,6 +14,8 @@ MARGIN_MAX_SECONDS = 0.5
 MIN_BUDGET_SECONDS = 0.05
 
 
+# The API server sends the same `?timeout=` on every call of a webhook: parse each distinct value once.
+@lru_cache(maxsize=64)
 def parse_go_duration(text: str) -> float | None:
     """Seconds in a Go duration string as the API server writes it (`10s`, `1m30s`, `500ms`); None if invalid."""
     text = text.strip()
