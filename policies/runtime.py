@@ -108,6 +108,7 @@ class PolicyRuntime:
         self.rego_time_limit = rego_time_limit
         self.cel_time_limit = cel_time_limit
         self._set = PolicySet(units=[], prepared=None)
+        self._generation = 0
         self._statuses: dict[tuple[str, str], PolicyStatus] = {}
         self._failed: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (fingerprint, error) of refused versions
         self._reload_lock = threading.Lock()
@@ -209,6 +210,9 @@ class PolicyRuntime:
             has_check=any(g.rules & {"deny", "warn"} for g in gathered),
             has_decision=any("decision" in g.rules for g in gathered),
         )
+        # After the swap: a decision computed with the old set is never cached under the new generation
+        # (the cache reads the generation before it evaluates).
+        self._generation += 1
         report.loaded = [u.name for u in chosen]
         self._record(report, errors, sources, served=self._set, repeated=repeated)
         return report
@@ -243,6 +247,11 @@ class PolicyRuntime:
 
     def status(self) -> list[PolicyStatus]:
         return list(self._statuses.values())
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a new policy set starts serving (callers key caches of decisions on it)."""
+        return self._generation
 
     def policy_names(self) -> list[str]:
         return [u.name for u in self._set.units if u.source.is_policy]

@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from prometheus_client import Counter
 
 from policies.api import PolicyContext, Violation
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kgwe.runtime")
 
+DECISION_CACHE_SIZE = 2048
+_MISSING = object()
+
 WOULD_MUTATE = Counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
 
 
@@ -52,6 +56,7 @@ class Runtime:
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _decisions: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -111,11 +116,45 @@ class Runtime:
         if decide and check:
             placement, violations = self.policies.evaluate(context)
         elif decide:
-            placement = self.policies.decide_placement(context)
+            return self._cached_decision(context, model), []
         else:
             return None, list(self.policies.check(context))
         decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
         return decision, violations
+
+    def _cached_decision(self, context: PolicyContext, model: ClusterModel) -> Decision | None:
+        """The placement decision, reused for byte-identical pods (the replicas of one workload).
+
+        A ReplicaSet, Job or StatefulSet creates many pods that reach the mutating webhook identical
+        except for the request uid: at mutation time a generated name is not yet set. The decision is a
+        pure function of the policy input, so it is cached by that input (with the uid left out of it:
+        placement policies see `input.request.uid` as ""), the policy set and the cluster snapshot.
+        """
+        assert self.policies is not None
+        request = dict(context.request)
+        request["uid"] = ""
+        context = PolicyContext(request, context.namespace_object, context.cluster, context.intent, context.tenant)
+        key = (
+            self.policies.generation,
+            model.generation,  # the cluster summary is per snapshot
+            orjson.dumps(
+                [request, context.namespace_object, context.intent, context.tenant], option=orjson.OPT_SORT_KEYS
+            ),
+        )
+        cache = self._decisions
+        if cache.get("key") != key[:2]:
+            cache.clear()
+            cache["key"] = key[:2]
+        found = cache.get(key[2], _MISSING)
+        if found is not _MISSING:
+            return found  # type: ignore[return-value]
+        placement = self.policies.decide_placement(context)
+        decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
+        if len(cache) > DECISION_CACHE_SIZE:
+            cache.clear()
+            cache["key"] = key[:2]
+        cache[key[2]] = decision
+        return decision
 
     # -- RBAC ---------------------------------------------------------------------------------
     def _authorizer(self, model: ClusterModel) -> Authorizer:

@@ -62,13 +62,14 @@ mig_offers contains [info.memoryGB, compute_slices(profile), profile, type_id] i
 	is_number(info.memoryGB)
 }
 
-# The smallest MIG profile with at least `need_bytes` of memory (a profile's GB are decimal GB) on
-# one of `types` (any type when empty): [profile, [type ids offering it]].
+# The smallest MIG profile with at least `need_bytes` of memory on one of `types` (any type when empty):
+# [profile, [type ids offering it]]. A profile's "<N>gb" is read as GiB, as the webhook reads it and
+# as users write memory (10Gi fits 1g.10gb).
 smallest_mig(need_bytes, types) := [profile, offering] if {
 	fitting := {[mem, slices, profile] |
 		some [mem, slices, profile, type_id] in mig_offers
 		allowed_type(type_id, types)
-		mem * 1000000000 >= need_bytes
+		mem * 1073741824 >= need_bytes
 	}
 	count(fitting) > 0
 	best := min(fitting)

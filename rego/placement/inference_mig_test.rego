@@ -19,7 +19,7 @@ test_small_inference_pod_gets_smallest_fitting_slice if {
 test_twenty_gi_is_the_limit if {
 	d := inference_mig.decision with input as inference_input({"gpus": 1, "gpuMemory": 21474836480})
 		with data.kgwe.cluster as testdata.cluster
-	d.sharing.migProfile == "3g.40gb"
+	d.sharing.migProfile == "2g.20gb"
 	not inference_mig.decision with input as inference_input({"gpus": 1, "gpuMemory": 21474836481})
 		with data.kgwe.cluster as testdata.cluster
 }
