@@ -244,7 +244,7 @@ def _is_inference(pod: dict[str, Any]) -> bool:
 
 def pod_charge(pod: dict[str, Any], model: ClusterModel, facts: Facts | None) -> PodCharge | None:
     """What a pod counts against quotas: its candidate types (or bound type) and GPU-equivalents."""
-    demand = pod_gpu_demand(pod)
+    demand = facts.demand if facts is not None else pod_gpu_demand(pod)
     if not demand.asks_gpu:
         return None
     metadata = pod.get("metadata") or {}

@@ -110,7 +110,7 @@ class AdmissionService:
                 decide=wants_decision, check=with_checks,
             )
         _check_deadline(deadline)
-        plan = build_plan(pod, intent, decision, model, runtime.config)
+        plan = build_plan(pod, intent, decision, model, runtime.config, demand)
         return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)
 
     # -- mutate -------------------------------------------------------------------------------

@@ -160,8 +160,10 @@ def build_plan(
     decision: Decision | None,
     model: ClusterModel,
     config: Config,
+    demand: GpuDemand | None = None,
 ) -> PlacementPlan:
-    demand = pod_gpu_demand(pod)
+    """`demand` is the pod's GPU demand when the caller has it already (it is derived from `pod`)."""
+    demand = demand if demand is not None else pod_gpu_demand(pod)
     plan = PlacementPlan(gpu_pod=demand.asks_gpu or not intent.empty)
     if not plan.gpu_pod:
         return plan
