@@ -1,7 +1,7 @@
 """Fuzzing the webhook: hypothesis over AdmissionReviews and pods, schemathesis over the JSON API's OpenAPI.
 
 Example counts are bounded so the suite stays fast; `KGWE_FUZZ_EXAMPLES` raises them for a longer hunt, and
-the `slow` variants run ten times as many.
+the `slow` variant runs five times as many.
 """
 
 from __future__ import annotations

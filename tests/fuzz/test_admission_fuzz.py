@@ -24,7 +24,7 @@ from webhook.server.app import create_app
 
 # No example database: a stale entry from another version of the strategies must not decide a run.
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
-LONG = settings(FUZZ, max_examples=EXAMPLES * 10)
+LONG = settings(FUZZ, max_examples=EXAMPLES * 5)
 
 
 class App:
