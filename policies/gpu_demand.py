@@ -31,11 +31,17 @@ class GpuDemand:
         return bool(self.whole_gpus or self.mig or self.other or self.invalid)
 
 
+# Kubernetes reads quantities into int64; larger ones (or `inf`) are not device counts, and int() of
+# `1e999999` would take tens of seconds.
+MAX_DEVICES = Decimal(2**63 - 1)
+
+
 def _quantity(value: Any) -> Decimal | None:
     try:
-        return Decimal(parse_quantity(value if not isinstance(value, int | float) else str(value)))
+        amount = Decimal(parse_quantity(value if not isinstance(value, int | float) else str(value)))
     except (ValueError, InvalidOperation, TypeError):
         return None
+    return amount if amount.is_finite() and abs(amount) <= MAX_DEVICES else None
 
 
 def _container_gpu(container: dict[str, Any], where: str) -> tuple[dict[str, Decimal], list[str]]:

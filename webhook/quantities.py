@@ -8,6 +8,15 @@ from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
 
 GIB = Decimal(1024**3)
 MIB = Decimal(1024**2)
+# Kubernetes reads quantities into int64; anything larger (or `inf`) is not a real amount, and turning
+# `1e999999` into an int would hold the event loop for tens of seconds (docs/performance.md).
+MAX_MAGNITUDE = Decimal(2**63 - 1)
+
+
+def _bounded(amount: Decimal, value: object) -> Decimal:
+    if not amount.is_finite() or abs(amount) > MAX_MAGNITUDE:
+        raise ValueError(f"not a quantity: {value!r} is out of range")
+    return amount
 
 
 def parse_quantity(value: object) -> Decimal:
@@ -15,14 +24,18 @@ def parse_quantity(value: object) -> Decimal:
     if isinstance(value, bool) or value is None:
         raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int | float | Decimal):
-        return Decimal(str(value))
+        try:
+            return _bounded(Decimal(str(value)), value)
+        except InvalidOperation as exc:
+            raise ValueError(f"not a quantity: {value!r}") from exc
     text = str(value).strip()
     if not text or len(text) > 64:
         raise ValueError(f"not a quantity: {value!r}")
     try:
-        return Decimal(_k8s_parse_quantity(text))
+        amount = Decimal(_k8s_parse_quantity(text))
     except (ValueError, InvalidOperation, TypeError) as exc:
         raise ValueError(f"not a quantity: {value!r}") from exc
+    return _bounded(amount, value)
 
 
 def whole_number(value: Decimal) -> int | None:

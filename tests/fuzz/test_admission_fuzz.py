@@ -129,13 +129,34 @@ def _pod(limits: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 # Found by the fuzzers above; each is answered per limits.onError (fail open by default), not by a decision.
 KNOWN_GAPS = [
-    pytest.param("validate", _pod({"nvidia.com/gpu": "inf"}), id="gpu-count-inf", marks=pytest.mark.xfail(
-        strict=True, reason="webhook/quantities.parse_quantity accepts 'inf'; policies/gpu_demand.py int() raises")),
-    pytest.param("validate", _pod({"nvidia.com/gpu": "Infinity"}), id="gpu-count-Infinity", marks=pytest.mark.xfail(
-        strict=True, reason="webhook/quantities.parse_quantity accepts 'Infinity'; gpu_demand int() raises")),
     pytest.param("mutate", _pod({"nvidia.com/gpu": "1"}, affinity=None), id="affinity-null", marks=pytest.mark.xfail(
         strict=True, reason="webhook/placement/constraints.py and_into_required_terms: affinity None")),
 ]
+
+
+def _huge(annotations: dict[str, str], limits: dict[str, str]) -> dict[str, Any]:
+    pod = _pod(limits)
+    pod["metadata"]["annotations"].update(annotations)
+    return pod
+
+
+# Quantities no device count or size can be: refused as invalid, quickly. `1e999999` used to make int()
+# build a million-digit number and hold the event loop for ~27 s; `inf` raised OverflowError.
+OUT_OF_RANGE = [
+    pytest.param(_pod({"nvidia.com/gpu": "inf"}), id="gpu-inf"),
+    pytest.param(_pod({"nvidia.com/gpu": "Infinity"}), id="gpu-Infinity"),
+    pytest.param(_pod({"nvidia.com/gpu": "1e999999"}), id="gpu-1e999999"),
+    pytest.param(_pod({"nvidia.com/mig-1g.10gb": "1e999999"}), id="mig-1e999999"),
+    pytest.param(_huge({"kgwe.io/gpu-memory": "1e999999"}, {"nvidia.com/gpu": "1"}), id="gpu-memory-1e999999"),
+]
+
+
+@pytest.mark.parametrize("pod", OUT_OF_RANGE)
+def test_out_of_range_quantities_are_refused_as_invalid(app: App, pod: dict[str, Any]) -> None:
+    validated = ask(app, "validate", create_review(pod, "alice", ["team-a"]))
+    assert validated is not None and not validated["allowed"]
+    assert any(quantity in validated["status"]["message"] for quantity in ("inf", "Infinity", "1e999999")), validated
+    ask(app, "mutate", create_review(pod, "alice", ["team-a"]))
 
 
 @pytest.mark.parametrize(("endpoint", "pod"), KNOWN_GAPS)
