@@ -127,10 +127,10 @@ def _pod(limits: dict[str, Any], **spec: Any) -> dict[str, Any]:
             "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}], **spec}}
 
 
-# Found by the fuzzers above; each is answered per limits.onError (fail open by default), not by a decision.
-KNOWN_GAPS = [
-    pytest.param("mutate", _pod({"nvidia.com/gpu": "1"}, affinity=None), id="affinity-null", marks=pytest.mark.xfail(
-        strict=True, reason="webhook/placement/constraints.py and_into_required_terms: affinity None")),
+# Found by the fuzzers above (they used to be answered per limits.onError instead of by a decision).
+FOUND_BY_FUZZING = [
+    pytest.param("mutate", _pod({"nvidia.com/gpu": "1"}, affinity=None), id="affinity-null"),
+    pytest.param("mutate", _pod({"nvidia.com/gpu": "1"}, affinity={"nodeAffinity": None}), id="node-affinity-null"),
 ]
 
 
@@ -159,10 +159,14 @@ def test_out_of_range_quantities_are_refused_as_invalid(app: App, pod: dict[str,
     ask(app, "mutate", create_review(pod, "alice", ["team-a"]))
 
 
-@pytest.mark.parametrize(("endpoint", "pod"), KNOWN_GAPS)
-def test_known_gaps_found_by_fuzzing(app: App, endpoint: str, pod: dict[str, Any]) -> None:
-    """Each such pod should get a decision (a refusal with a message, or a patch that applies)."""
-    ask(app, endpoint, create_review(pod, "alice", ["team-a"]))
+@pytest.mark.parametrize(("endpoint", "pod"), FOUND_BY_FUZZING)
+def test_pods_found_by_fuzzing_get_a_decision(app: App, endpoint: str, pod: dict[str, Any]) -> None:
+    """Each such pod gets a decision (a refusal with a message, or a patch that applies), not the fallback."""
+    reply = ask(app, endpoint, create_review(pod, "alice", ["team-a"]))
+    assert reply is not None
+    assert not any("internal error" in w for w in reply.get("warnings") or [])
+    patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(reply["patch"])))
+    assert patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
 
 
 @pytest.mark.slow

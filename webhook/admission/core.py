@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from policies.api import Violation
 from policies.gpu_demand import GpuDemand, pod_gpu_demand
+from policies.runtime import PolicyEngineError
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
@@ -105,10 +106,17 @@ class AdmissionService:
         demand = pod_gpu_demand(pod)
         wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
         if runtime.policies is not None and (wants_decision or with_checks):
-            decision, violations = runtime.evaluate_policies(
-                request, pod, intent, demand, namespace_object, model, tenant,
-                decide=wants_decision, check=with_checks,
-            )
+            try:
+                decision, violations = runtime.evaluate_policies(
+                    request, pod, intent, demand, namespace_object, model, tenant,
+                    decide=wants_decision, check=with_checks,
+                )
+            except PolicyEngineError as exc:
+                # policies.failureMode: closed. /validate refuses; /mutate places without a decision
+                # (it fails open by design, and /validate has the last word).
+                log.warning("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
+                if with_checks:
+                    violations = [Violation("kgwe.policy-engine", "Deny", str(exc))]
         _check_deadline(deadline)
         plan = build_plan(pod, intent, decision, model, runtime.config, demand)
         return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)

@@ -9,6 +9,7 @@ indexes (`TypeSummary`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -20,6 +21,8 @@ from typing import Any
 from agent.accelerator_types import UNKNOWN, AcceleratorTable
 from webhook.cluster.metrics import export_topology_ages
 from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts, Taint, node_facts
+
+log = logging.getLogger("kgwe.cluster")
 
 # Kinds the model keeps; everything else in a cluster directory is ignored.
 KINDS = (
@@ -248,7 +251,8 @@ class ClusterStore:
         self._snapshot: ClusterModel | None = None
         self._snapshot_generation = -1
         self._loaded = False
-        self._listeners: list[Any] = []
+        self._rebuilder: threading.Thread | None = None
+        self._rebuilder_guard = threading.Lock()
 
     # -- writes (sources) -------------------------------------------------------------------
     def upsert(self, obj: dict[str, Any]) -> None:
@@ -297,17 +301,45 @@ class ClusterStore:
 
     # -- reads (admission) ------------------------------------------------------------------
     def snapshot(self, force: bool = False) -> ClusterModel:
+        """The latest snapshot. After a change it is rebuilt on a background thread (at most every
+        `min_rebuild_interval` seconds) while requests keep reading the previous one, so no request
+        waits for a rebuild (about 50 ms at 10,000 nodes). The first build, `force`, and
+        `min_rebuild_interval <= 0` rebuild at once."""
         current = self._snapshot
         if current is not None and self._snapshot_generation == self._generation:
             return current
-        if current is not None and not force and time.monotonic() - current.built_at < self.min_rebuild_interval:
-            return current
+        if current is None or force or self.min_rebuild_interval <= 0:
+            return self._rebuild()
+        self._rebuild_in_background()
+        return current
+
+    def _rebuild(self) -> ClusterModel:
         with self._lock:
             if self._snapshot is not None and self._snapshot_generation == self._generation:
                 return self._snapshot
+            generation = self._generation  # writers hold the lock too: the build sees exactly this generation
             self._snapshot = self._build()
-            self._snapshot_generation = self._generation
+            self._snapshot_generation = generation
             return self._snapshot
+
+    def _rebuild_in_background(self) -> None:
+        with self._rebuilder_guard:
+            if self._rebuilder is not None and self._rebuilder.is_alive():
+                return
+            self._rebuilder = threading.Thread(target=self._rebuild_loop, name="kgwe-model-rebuild", daemon=True)
+            self._rebuilder.start()
+
+    def _rebuild_loop(self) -> None:
+        try:
+            while self._snapshot_generation != self._generation:
+                current = self._snapshot
+                if current is not None:
+                    wait = self.min_rebuild_interval - (time.monotonic() - current.built_at)
+                    if wait > 0:
+                        time.sleep(wait)
+                self._rebuild()
+        except Exception:  # the next request starts another try; the last good snapshot keeps serving
+            log.exception("cluster model rebuild failed; serving the previous snapshot")
 
     def _build(self) -> ClusterModel:
         now = datetime.now(UTC)

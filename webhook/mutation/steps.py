@@ -15,6 +15,7 @@ from webhook.placement.constraints import (
     apply_preferences,
     apply_requirements,
     apply_tolerations,
+    mapping_at,
 )
 from webhook.placement.plan import PlacementPlan
 from webhook.quantities import parse_quantity
@@ -28,7 +29,7 @@ class Outputs:
 
 
 def _annotations(pod: dict[str, Any]) -> dict[str, Any]:
-    metadata = pod.setdefault("metadata", {})
+    metadata = mapping_at(pod, "metadata")
     notes = metadata.get("annotations")
     if not isinstance(notes, dict):
         notes = {}
@@ -86,8 +87,7 @@ def _and_alternatives(pod: dict[str, Any], alternatives: list[list[Any]]) -> Non
     A term that already holds one alternative whole (from an earlier pass) is left alone, so a second
     pass adds nothing.
     """
-    affinity = pod.setdefault("spec", {}).setdefault("affinity", {}).setdefault("nodeAffinity", {})
-    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    required = mapping_at(pod, "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
     terms = required.get("nodeSelectorTerms") or [{}]
     wanted = [[r.as_expression() for r in alternative] for alternative in alternatives]
     new_terms = []
@@ -155,7 +155,7 @@ def _set_env(pod: dict[str, Any], env: dict[str, str]) -> None:
 
 
 def _apply_gang(pod: dict[str, Any], plan: PlacementPlan) -> None:
-    metadata = pod.setdefault("metadata", {})
+    metadata = mapping_at(pod, "metadata")
     if plan.labels:
         labels = dict(metadata.get("labels") or {})
         labels.update(plan.labels)
@@ -164,7 +164,7 @@ def _apply_gang(pod: dict[str, Any], plan: PlacementPlan) -> None:
         notes = _annotations(pod)
         notes.update(plan.annotations)
     if plan.pod_affinity_terms:
-        affinity = pod.setdefault("spec", {}).setdefault("affinity", {}).setdefault("podAffinity", {})
+        affinity = mapping_at(pod, "spec", "affinity", "podAffinity")
         required = list(affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
         for term in plan.pod_affinity_terms:
             if term not in required:

@@ -48,8 +48,20 @@ def merge(requirements: list[Requirement]) -> tuple[list[Requirement], list[str]
     return merged, problems
 
 
+def mapping_at(obj: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """The mapping at `keys` under `obj`, created where absent or null (`affinity: null` is valid JSON)."""
+    current = obj
+    for key in keys:
+        child = current.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            current[key] = child
+        current = child
+    return current
+
+
 def _spec(pod: dict[str, Any]) -> dict[str, Any]:
-    return pod.setdefault("spec", {})
+    return mapping_at(pod, "spec")
 
 
 def conflicts_with_pod(pod: dict[str, Any], requirements: list[Requirement]) -> list[str]:
@@ -98,9 +110,7 @@ def _has_required_terms(pod: dict[str, Any]) -> bool:
 
 
 def and_into_required_terms(pod: dict[str, Any], expressions: list[dict[str, Any]]) -> None:
-    affinity = _spec(pod).setdefault("affinity", {})
-    node_affinity = affinity.setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    required = mapping_at(pod, "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
     terms = required.get("nodeSelectorTerms") or [{}]
     new_terms = []
     for term in terms:
@@ -117,8 +127,7 @@ def and_into_required_terms(pod: dict[str, Any], expressions: list[dict[str, Any
 def apply_preferences(pod: dict[str, Any], preferences: list[tuple[int, Requirement]]) -> None:
     if not preferences:
         return
-    affinity = _spec(pod).setdefault("affinity", {})
-    node_affinity = affinity.setdefault("nodeAffinity", {})
+    node_affinity = mapping_at(pod, "spec", "affinity", "nodeAffinity")
     preferred = list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
     for weight, req in preferences:
         term = {"weight": weight, "preference": {"matchExpressions": [req.as_expression()]}}
