@@ -145,6 +145,7 @@ def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = ()) -> Iter
             sys.executable, "-m", "webhook.cli", "--log-level", "warning", "serve",
             "--cluster", str(CLUSTER), "--config", str(CONFIG), "--host", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", str(paths.tls_cert), "--tls-private-key-file", str(paths.tls_key), "--no-ui",
+            "--workers", "1",  # one process to pin and whose memory to watch (extra_args may override)
             *extra_args,
         ]
         with log_file.open("wb") as log:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,7 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serving certificate (PEM); reloaded when the file changes")
     serve.add_argument("--tls-private-key-file", type=Path, metavar="FILE", help="its private key (PEM)")
     serve.add_argument("--no-ui", action="store_true", help="do not serve the web UI")
-    serve.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    serve.add_argument(
+        "--workers", type=int, default=None, metavar="N",
+        help="worker processes (default: with --cluster one per usable CPU, at most 4; in a cluster 1, "
+        "scale with replicas)",
+    )
 
     review = commands.add_parser("review", help="offline: what the webhooks would answer for a CREATE of a pod",
                                  description="Send a pod through the mutating webhook, apply its patch, and send "
@@ -120,6 +125,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CommandError("give both --tls-cert-file and --tls-private-key-file, or neither")
     if args.cluster is not None and not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
+    if args.workers is None:
+        # Admission is CPU-bound and each worker is one event loop: one per core serves the most. In a
+        # cluster the chart scales with replicas instead (each worker would watch the API on its own).
+        args.workers = min(len(os.sched_getaffinity(0)), 4) if args.cluster is not None else 1
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
     options = ServeOptions(

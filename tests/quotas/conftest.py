@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from quota_fixtures import ROOT, InMemoryBackend, RealCluster, TenantQuotaEndpoint, load_objects
+from quota_fixtures import ROOT, FileBackend, InMemoryBackend, RealCluster, TenantQuotaEndpoint, load_objects
 
 
 @pytest.fixture
@@ -35,12 +36,17 @@ def tenantquota_endpoint() -> Iterator[TenantQuotaEndpoint]:
     endpoint.stop()
 
 
-@pytest.fixture(params=["in-memory", "http-endpoint", "real-api-server"])
-def store_backend(request: pytest.FixtureRequest) -> Iterator[InMemoryBackend | TenantQuotaEndpoint | RealCluster]:
+@pytest.fixture(params=["in-memory", "file", "http-endpoint", "real-api-server"])
+def store_backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[InMemoryBackend | FileBackend | TenantQuotaEndpoint | RealCluster]:
     """The stores under one contract: in memory, KubeQuotaStore against the in-test HTTP endpoint, and
     KubeQuotaStore against the real API server of KGWE_TEST_KUBECONFIG (skipped without it)."""
     if request.param == "in-memory":
         yield InMemoryBackend()
+        return
+    if request.param == "file":
+        yield FileBackend(tmp_path)
         return
     if request.param == "http-endpoint":
         endpoint = TenantQuotaEndpoint()

@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client, config
 
 from policies.kube_client import deadline_api_client
+from policies.quota_file_store import FileQuotaStore
 from policies.quota_kube_store import GROUP, PLURAL, VERSION, KubeQuotaStore
 from policies.quota_model import PodCharge
 from policies.quota_store import InMemoryQuotaStore
@@ -259,6 +260,19 @@ class InMemoryBackend:
 
     def new_store(self) -> InMemoryQuotaStore:
         return self.store  # replicas in one process share it
+
+
+class FileBackend:
+    """The file store shared by `kgwe serve` workers: every replica opens the file on its own."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "quota-state.json"
+
+    def add(self, quota: dict[str, Any]) -> None:
+        pass  # a status appears on the first write
+
+    def new_store(self) -> FileQuotaStore:
+        return FileQuotaStore(self.path)
 
 
 def unique_name(prefix: str) -> str:

@@ -183,6 +183,9 @@ def node_facts(
     product = labels.get(L_PRODUCT)
     memory_mib = _int(labels.get(L_MEMORY))
     mig_strategy = labels.get(L_MIG_STRATEGY, "none")
+    if mig_strategy == "none" and any(k.startswith(MIG_RESOURCE_PREFIX) and v > 0 for k, v in allocatable.items()):
+        # The resources say mixed even where the strategy label is missing (hand-made or older labelling).
+        mig_strategy = "mixed"
     base_product, single_profile, _shared = split_product(product) if product else ("", None, False)
 
     # Accelerator type.
@@ -206,6 +209,8 @@ def node_facts(
     # Sharing (MPS, time-slicing) and replicas.
     sharing = labels.get(L_SHARING, "none")
     replicas = _int(labels.get(L_REPLICAS)) or 1
+    if sharing == "none" and labels.get("nvidia.com/mps.capable", "").lower() == "true":
+        sharing = "mps"
     gke_sharing = labels.get(L_GKE_SHARING)
     if gke_sharing:
         sharing = "mps" if gke_sharing.lower() == "mps" else "time-slicing"

@@ -285,12 +285,7 @@ def build_plan(
         if intent.gpu_memory_bytes is not None:
             mib = int((intent.gpu_memory_bytes / MIB).to_integral_value(rounding="ROUND_CEILING"))
             plan.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mib}M"
-        key = (
-            L_GKE_SHARING
-            if all(model.nodes[n].labels.get(L_GKE_SHARING) for t in mps_types for n in model.types[t].mps_nodes[:1])
-            else L_SHARING
-        )
-        plan.requirements.append(Requirement(key, "In", ("mps",)))
+        plan.requirements.append(_sharing_requirement(model, [n for t in mps_types for n in model.types[t].mps_nodes]))
         plan.steps.append("mps")
     elif sharing == "time-slicing":
         ts_types = [t for t in candidates if model.types[t].timeslice_nodes]
@@ -406,6 +401,20 @@ def _max_container_gpus(pod: dict[str, Any]) -> int:
     return most
 
 
+# Labels that mark an MPS-shared node, best first: GFD's sharing strategy, the device plugin's MPS
+# daemon selector, GKE's sharing strategy.
+MPS_MARKERS = ((L_SHARING, "mps"), ("nvidia.com/mps.capable", "true"), (L_GKE_SHARING, "mps"))
+
+
+def _sharing_requirement(model: ClusterModel, nodes: list[str]) -> Requirement:
+    """A requirement on a label every MPS node carries (checked on a bounded sample per request)."""
+    sample = [model.nodes[n].labels for n in nodes[:64]]
+    for key, value in MPS_MARKERS:
+        if all(labels.get(key, "").lower() == value for labels in sample):
+            return Requirement(key, "In", (value,))
+    return Requirement(L_SHARING, "In", ("mps",))
+
+
 def _gpu_capacity(summary: TypeSummary, sharing: str) -> int:
     if sharing in ("mps", "time-slicing"):
         return summary.max_gpus_per_node
@@ -449,14 +458,8 @@ def _plan_mig(
         scope = "/".join(candidates) if candidates else "GPU"
         plan.refusals.append(f"MIG: no {scope} node offers MIG slices; this cluster has {describe_cluster(model)}")
         return False
-    # One strategy for the pod: mixed (named resources) before single (product label) before GKE.
-    for strategy in ("mixed", "single", "gke"):
-        chosen = [o for o in offers if o[3] == strategy]
-        if chosen:
-            break
     if wanted_profile:
-        matching = [o for o in chosen if o[1] == wanted_profile] or [o for o in offers if o[1] == wanted_profile]
-        if not matching:
+        if not any(o[1] == wanted_profile for o in offers):
             plan.refusals.append(
                 f"MIG profile {wanted_profile}: no node offers it; this cluster has {describe_cluster(model)}"
             )
@@ -468,21 +471,16 @@ def _plan_mig(
             )
             return False
         profile = wanted_profile
-        strategy = matching[0][3]
     else:
-        best = _smallest_fitting([(t, p, i) for t, p, i, _s in chosen], intent.gpu_memory_bytes)
-        if best is None:
-            # The preferred strategy has no slice that big: look at every strategy, in the same order.
-            best = _smallest_fitting([(t, p, i) for t, p, i, _s in offers], intent.gpu_memory_bytes)
-            if best is not None:
-                strategy = next(
-                    s for s in ("mixed", "single", "gke") if any(o[1] == best[1] and o[3] == s for o in offers)
-                )
+        # The smallest fitting slice anywhere (SPEC), whatever the strategy of the nodes offering it.
+        best = _smallest_fitting([(t, p, i) for t, p, i, _s in offers], intent.gpu_memory_bytes)
         if best is None:
             asked = _format_bytes(intent.gpu_memory_bytes) if intent.gpu_memory_bytes else "the memory asked"
             plan.refusals.append(f"MIG: no slice has {asked}; this cluster has {describe_cluster(model)}")
             return False
         profile = best[1]
+    # One strategy for the pod: mixed (named resources) before single (product label) before GKE.
+    strategy = next(s for s in ("mixed", "single", "gke") if any(o[1] == profile and o[3] == s for o in offers))
     types = [t for t in candidates if any(o[0] == t and o[1] == profile and o[3] == strategy for o in offers)]
     # Slices per pod: the count of whole GPUs asked becomes the count of slices.
     slices = demand.whole_gpus + demand.mig.get(profile, 0)

@@ -120,10 +120,17 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
 
         directory = YamlDirectorySource(options.cluster_dir, store)
         directory.start()
-        return Assembly(build_runtime(config, None, store=store), None, directory.stop)
+        quota_store = None
+        if options.workers > 1:
+            # Workers are processes: their quota reservations meet in one file (the parent's pid names it).
+            from policies.quota_file_store import FileQuotaStore
+
+            quota_store = FileQuotaStore(state_dir() / "quota" / f"{options.port}-{os.getppid()}.json")
+        return Assembly(build_runtime(config, None, store=store, quota_store=quota_store), None, directory.stop)
 
     from kubernetes import client as k8s
 
+    from policies.kube_client import deadline_api_client
     from policies.quota_kube_store import KubeQuotaStore
     from policies.rbac_review import SubjectAccessReviewer
     from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
@@ -134,12 +141,14 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     # Policies are compiled from the GPUPolicies listed here; readiness waits for the list anyway.
     if not source.wait_loaded(INITIAL_LIST_SECONDS):
         log.warning("cluster objects not all listed after %ds; serving, not ready until they are", INITIAL_LIST_SECONDS)
+    # Calls on the request path get a client that never retries past the admission deadline.
+    bounded = deadline_api_client(api.configuration)
     runtime = build_runtime(
         config,
         None,
         store=store,
-        quota_store=KubeQuotaStore(k8s.CustomObjectsApi(api)),
-        authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(api), cache_seconds=config.rbac.cache_seconds),
+        quota_store=KubeQuotaStore(k8s.CustomObjectsApi(bounded)),
+        authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
     )
     return Assembly(runtime, api, source.stop)
 
