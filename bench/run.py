@@ -80,6 +80,7 @@ BENCHMARKS: dict[str, Callable[[Plan], Any]] = {
     "inventory": lambda p: _call("bench_inventory", "bench_inventory", seconds=p.inventory_seconds,
                                  rounds=p.inventory_rounds),
     "soak": lambda p: _call("soak", "soak", seconds=p.soak_seconds),
+    "serve": lambda p: _call("bench_serve", "bench_serve", seconds=p.admission_seconds),
 }
 
 
@@ -248,6 +249,23 @@ def _soak_rows(result: dict[str, Any], admission: dict[str, Any] | None) -> list
     ]
 
 
+def _serve_rows(result: dict[str, Any], admission: dict[str, Any] | None) -> list[Row]:
+    noop = (_get(admission, "noop") or {}).get("req_per_s")
+    workers = result.get("default_workers")
+    rows = []
+    for endpoint in ("mutate", "validate"):
+        entry = result.get(endpoint) or {}
+        one, default = entry.get("one_worker") or {}, entry.get("default_workers") or {}
+        rows.append(Row(f"kgwe serve /{endpoint}, {workers} workers (default), every example pod",
+                        default.get("req_per_s"), one.get("req_per_s"), "req/s", "kgwe serve --workers 1",
+                        ">= 1500", None if default.get("req_per_s") is None else default["req_per_s"] >= 1500))
+        rows.append(Row(f"kgwe serve /{endpoint}, {workers} workers, vs no-op", default.get("req_per_s"), noop,
+                        "req/s", "no-op FastAPI route, one worker (admission bench)", ">= 0.5 x no-op",
+                        None if not noop or default.get("req_per_s") is None
+                        else default["req_per_s"] >= 0.5 * noop))
+    return rows
+
+
 def table_rows(results: dict[str, Any]) -> list[Row]:
     ok = {name: entry["result"] for name, entry in results.items() if entry.get("status") == "ok"}
     rows: list[Row] = []
@@ -265,6 +283,8 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         rows += _inventory_rows(ok["inventory"])
     if "soak" in ok:
         rows += _soak_rows(ok["soak"], ok.get("admission"))
+    if "serve" in ok:
+        rows += _serve_rows(ok["serve"], ok.get("admission"))
     return rows
 
 

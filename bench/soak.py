@@ -132,7 +132,7 @@ class Server:
 
 
 @contextlib.contextmanager
-def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = ()) -> Iterator[Server]:
+def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = (), workers: int | None = 1) -> Iterator[Server]:
     """`kgwe serve` on 127.0.0.1 over the example cluster, with its own CA; stopped on exit."""
     from certs.authority import Settings
     from certs.files import ensure_files
@@ -145,7 +145,8 @@ def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = ()) -> Iter
             sys.executable, "-m", "webhook.cli", "--log-level", "warning", "serve",
             "--cluster", str(CLUSTER), "--config", str(CONFIG), "--host", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", str(paths.tls_cert), "--tls-private-key-file", str(paths.tls_key), "--no-ui",
-            "--workers", "1",  # one process to pin and whose memory to watch (extra_args may override)
+            # One process to pin and whose memory to watch; None leaves kgwe serve's default worker count.
+            *(("--workers", str(workers)) if workers is not None else ()),
             *extra_args,
         ]
         with log_file.open("wb") as log:
