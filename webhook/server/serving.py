@@ -33,6 +33,7 @@ from webhook.server import metrics
 from webhook.server.app import BackgroundTask, create_app
 from webhook.server.config_watch import ConfigWatcher
 from webhook.server.quota_sync import QuotaSync
+from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -186,11 +187,17 @@ def run_worker(
         writer = KubeReportWriter(k8s.CustomObjectsApi(assembly.api_client))
     else:
         writer = MemoryReportWriter()
+    api_client = assembly.api_client
     background: list[BackgroundTask] = [
         tls,
-        PolicySync(runtime),  # GPUPolicy objects and policy directories, recompiled on change
+        # GPUPolicy objects and policy directories, recompiled on change; in a cluster, Ready conditions.
+        PolicySync(runtime, write_status=gpu_policy_condition_writer(api_client) if api_client else None),
         Auditor(runtime, writer, is_leader=controllers.elector.is_leader),  # existing pods, PolicyReports
     ]
+    if api_client is not None:
+        background.append(ProfileStatusSync(  # HardwareProfile.status.available
+            runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.elector.is_leader
+        ))
     if runtime.quotas is not None:
         background.append(QuotaSync(runtime, controllers.elector.is_leader))  # TenantQuota status
     if options.config_file is not None:
