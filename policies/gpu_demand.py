@@ -64,12 +64,10 @@ def _container_gpu(container: dict[str, Any], where: str) -> tuple[dict[str, Dec
             if amount < 0:
                 problems.append(f"{where} {name}: {section}[{key}] = {raw!r} is negative")
                 continue
-            if key == GPU or key.startswith(MIG_PREFIX) or key == "amd.com/gpu":
-                if amount != amount.to_integral_value():
-                    problems.append(
-                        f"{where} {name}: {section}[{key}] = {raw!r} is not a whole number of devices"
-                    )
-                    continue
+            counts_devices = key == GPU or key.startswith(MIG_PREFIX) or key == "amd.com/gpu"
+            if counts_devices and amount != amount.to_integral_value():
+                problems.append(f"{where} {name}: {section}[{key}] = {raw!r} is not a whole number of devices")
+                continue
             amounts.setdefault(key, amount)
     return amounts, problems
 
