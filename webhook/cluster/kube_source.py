@@ -132,13 +132,16 @@ class KubeJson:
 
 
 def load_kube_client(kubeconfig: str | None) -> k8s_client.ApiClient:
-    """An ApiClient from `kubeconfig`, else from $KGWE_TEST_KUBECONFIG, else the in-cluster service account."""
+    """An ApiClient from `kubeconfig`, else $KGWE_TEST_KUBECONFIG, else the in-cluster service account when
+    running in a pod, else the usual kubeconfig ($KUBECONFIG or ~/.kube/config) as kubectl finds it."""
     configuration = k8s_client.Configuration()
     path = kubeconfig or os.environ.get(TEST_KUBECONFIG_ENV)
     if path:
         k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
-    else:
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         k8s_config.load_incluster_config(client_configuration=configuration)
+    else:
+        k8s_config.load_kube_config(client_configuration=configuration)
     # One long-lived watch per kind plus patches and lease renewals share the pool.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
     return k8s_client.ApiClient(configuration)
