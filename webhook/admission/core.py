@@ -35,7 +35,7 @@ from webhook.mutation.pipeline import NotConverging, run_pipeline
 from webhook.mutation.steps import Outputs, decision_document, output_annotations_step, placement_steps
 from webhook.placement.constraints import conflicts_with_pod
 from webhook.placement.plan import Decision, PlacementPlan, build_plan
-from webhook.scheduling.predicates import first_feasible
+from webhook.scheduling.predicates import explain_infeasible, first_feasible
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -284,24 +284,22 @@ class AdmissionService:
         )
 
     def _infeasible(self, facts: Facts) -> str | None:
-        """No node of the eligible types could ever run the final pod (selectors, taints, capacity)."""
+        """No node could ever run the final pod (selectors, affinity, taints, capacity), and why."""
         plan = facts.plan
         model = facts.model
-        types = plan.types or model.type_ids()
-        candidates = (model.nodes[n] for t in types for n in model.types[t].nodes)
         if not facts.demand.asks_gpu and not plan.steps:
             return None
+        # A pod KGWE placed may run on its plan's types; any other GPU pod on any GPU node, unknown ones too.
+        types = plan.types or list(model.types)
         pod = facts.pod
         if self.runtime.config.mode == "audit" and facts.renderable:
             # Audit mode returned no patch: judge the pod as KGWE would have written it.
             pod = run_pipeline(facts.pod, placement_steps(plan)).pod
-        if first_feasible(pod, candidates) is not None:
+        if first_feasible(pod, (model.nodes[n] for t in types for n in model.types[t].nodes)) is not None:
             return None
-        wanted = ", ".join(types) if plan.types else "any GPU node"
-        return (
-            f"no node can ever run this pod: among {wanted}, none matches its nodeSelector, node affinity, "
-            f"tolerations and GPU requests together; this cluster has {_describe(model)}"
-        )
+        why = explain_infeasible(pod, (model.nodes[n] for t in types for n in model.types[t].nodes))
+        wanted = ", ".join(types) if plan.types else "every GPU node"
+        return f"no node can ever run this pod: of {wanted}, {why}"
 
     def _verdict(
         self,

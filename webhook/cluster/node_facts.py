@@ -225,8 +225,12 @@ def node_facts(
     if fresh is not None and fresh.gpus:
         gpu_count = len(fresh.gpus)
     elif mig_strategy == "single" and labels.get(L_COUNT):
-        # Under MIG single gpu.count counts MIG devices; the parents are not visible as a number.
-        gpu_count = _int(labels.get(L_COUNT)) or 0
+        # Under MIG single gpu.count counts MIG devices, not GPUs: devices / instances per GPU of the
+        # profile gives the physical GPUs (a pod's whole-GPU count is judged against those).
+        devices = _int(labels.get(L_COUNT)) or 0
+        accel = table.get(type_id)
+        slice_profile = accel.mig_profile(single_profile) if accel is not None and single_profile else None
+        gpu_count = -(-devices // slice_profile.max_instances) if slice_profile is not None else devices
     else:
         gpu_count = (
             _int(labels.get(L_COUNT)) or _int(labels.get(L_GKE_COUNT)) or _int(labels.get(L_KARPENTER_COUNT)) or 0
@@ -270,7 +274,10 @@ def node_facts(
         # Without the agent, an NVSwitch SXM board is all-to-all; PCIe cards are not.
         board = (product or "").upper()
         sxm = "SXM" in board or "HBM" in board or "GB200" in board
-        nvlink = gpu_count if accel is not None and accel.nvswitch and sxm else (1 if gpu_count else 0)
+        # MIG slices never use NVLink: a node whose GPUs are all partitioned has no NVLink domain to offer.
+        partitioned = mig_strategy in ("single", "gke") and bool(single_profile or labels.get(L_GKE_PARTITION))
+        nvswitched = accel is not None and accel.nvswitch and sxm and not partitioned
+        nvlink = gpu_count if nvswitched else (1 if gpu_count else 0)
     clique, clique_label = None, None
     if labels.get(LABEL_NVLINK_CLIQUE) and not stale:
         clique, clique_label = labels[LABEL_NVLINK_CLIQUE], LABEL_NVLINK_CLIQUE

@@ -337,7 +337,8 @@ def build_plan(
         candidates = plan.types
 
     plan.types = candidates
-    narrowed = explicit_types or bool(plan.steps)
+    # A pod with any KGWE intent runs on typed GPU nodes only, with their GPU taints tolerated.
+    narrowed = explicit_types or bool(plan.steps) or not intent.empty
     if narrowed and candidates:
         summaries = [model.types[t] for t in candidates]
         alternatives, unselectable = _selector_requirements(summaries)

@@ -158,3 +158,39 @@ def first_feasible(pod: dict[str, Any], nodes: Iterable[NodeFacts]) -> str | Non
         if not node.unschedulable and node_can_run(pod, node, requests):
             return node.name
     return None
+
+
+def explain_infeasible(pod: dict[str, Any], nodes: Iterable[NodeFacts], limit: int = 3) -> str:
+    """Why no node can run the pod, by the first predicate each node fails, most common first:
+    `2 nodes do not match its nodeSelector or node affinity; 14 nodes have taints it does not tolerate
+    (nvidia.com/gpu=present:NoSchedule); 3 nodes have too little nvidia.com/gpu (asks 16)`."""
+    requests = pod_requests(pod)
+    counts: dict[str, int] = {}
+    taints_seen: dict[str, None] = {}
+    short: dict[str, None] = {}
+    for node in nodes:
+        if node.unschedulable:
+            reason = "unschedulable"
+        elif not node_selector_matches(pod, node.labels) or not node_affinity_matches(pod, node.labels, node.name):
+            reason = "selector"
+        elif not tolerates_taints(pod, node.taints):
+            reason = "taints"
+            for taint in node.taints:
+                text = f"{taint.key}={taint.value}:{taint.effect}" if taint.value else f"{taint.key}:{taint.effect}"
+                taints_seen[text] = None
+        elif not resources_fit(requests, node.allocatable):
+            reason = "resources"
+            for key, amount in requests.items():
+                if amount > 0 and amount > node.allocatable.get(key, Decimal(0)) and key not in ("cpu", "memory"):
+                    short[f"{key} (asks {amount.normalize():f})"] = None
+        else:
+            continue
+        counts[reason] = counts.get(reason, 0) + 1
+    words = {
+        "unschedulable": "are cordoned",
+        "selector": "do not match its nodeSelector or node affinity",
+        "taints": f"have taints it does not tolerate ({', '.join(list(taints_seen)[:limit])})",
+        "resources": f"have too little {', '.join(list(short)[:limit]) or 'of what it requests'}",
+    }
+    parts = [f"{n} node{'s' if n != 1 else ''} {words[r]}" for r, n in sorted(counts.items(), key=lambda i: -i[1])]
+    return "; ".join(parts) if parts else "no node has the GPUs it requests"
