@@ -163,6 +163,7 @@ def run_worker(
     Everything is built on the thread that serves: native policy engines are bound to their thread.
     """
     from webhook.audit.auditor import Auditor
+    from webhook.audit.pods import ApiPodReader
     from webhook.audit.writers import KubeReportWriter, MemoryReportWriter, ReportWriter
     from webhook.controllers.runner import build_controllers
     from webhook.policy_sync import PolicySync
@@ -192,7 +193,10 @@ def run_worker(
         tls,
         # GPUPolicy objects and policy directories, recompiled on change; in a cluster, Ready conditions.
         PolicySync(runtime, write_status=gpu_policy_condition_writer(api_client) if api_client else None),
-        Auditor(runtime, writer, is_leader=controllers.elector.is_leader),  # existing pods, PolicyReports
+        # Existing pods against the policies, PolicyReports. The model keeps pods slimmed, so in a cluster
+        # the auditor reads each pod whole (securityContext, env) before judging it.
+        Auditor(runtime, writer, is_leader=controllers.elector.is_leader,
+                read_pod=ApiPodReader(api_client) if api_client is not None else None),
     ]
     if api_client is not None:
         background.append(ProfileStatusSync(  # HardwareProfile.status.available
