@@ -7,10 +7,10 @@ the effective request applies: the larger of the sum over app containers and the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from policies.quantities import parse_quantity
 
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -31,17 +31,11 @@ class GpuDemand:
         return bool(self.whole_gpus or self.mig or self.other or self.invalid)
 
 
-# Kubernetes reads quantities into int64; larger ones (or `inf`) are not device counts, and int() of
-# `1e999999` would take tens of seconds.
-MAX_DEVICES = Decimal(2**63 - 1)
-
-
 def _quantity(value: Any) -> Decimal | None:
     try:
-        amount = Decimal(parse_quantity(value if not isinstance(value, int | float) else str(value)))
-    except (ValueError, InvalidOperation, TypeError):
+        return parse_quantity(value)
+    except ValueError:
         return None
-    return amount if amount.is_finite() and abs(amount) <= MAX_DEVICES else None
 
 
 def _container_gpu(container: dict[str, Any], where: str) -> tuple[dict[str, Decimal], list[str]]:

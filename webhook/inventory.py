@@ -137,18 +137,6 @@ def demand_resources(demand: GpuDemand, facts: NodeFacts | None) -> dict[str, De
     return out
 
 
-def usage_charges(model: ClusterModel) -> list[PodCharge]:
-    """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check)."""
-    charges = []
-    for pod in model.pods.values():
-        if pod_is_finished(pod):
-            continue
-        charge = pod_charge(pod, model, None)
-        if charge is not None:
-            charges.append(charge)
-    return charges
-
-
 class Inventory:
     """The per-snapshot precompute behind every view."""
 

@@ -8,7 +8,6 @@ data the policy layer takes (policies never import the webhook).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -55,7 +54,6 @@ class Runtime:
     admission: AdmissionService = field(init=False)
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _decisions: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
 
@@ -193,17 +191,9 @@ class Runtime:
     # -- quotas -------------------------------------------------------------------------------
     def _usage_charges(self, model: ClusterModel) -> list[PodCharge]:
         cached = self._charges
-        if cached is not None and cached[0] == model.generation:
-            return cached[1]
-        charges = []
-        for pod in model.pods.values():
-            if pod_is_finished(pod):
-                continue
-            charge = pod_charge(pod, model, None)
-            if charge is not None:
-                charges.append(charge)
-        self._charges = (model.generation, charges)
-        return charges
+        if cached is None or cached[0] != model.generation:
+            self._charges = cached = (model.generation, usage_charges(model))
+        return cached[1]
 
     def check_quota(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[tuple[str, str]]:
         if self.quotas is None or not facts.plan.gpu_pod:
@@ -284,6 +274,18 @@ def pod_charge(pod: dict[str, Any], model: ClusterModel, facts: Facts | None) ->
         tenant=notes.get(OUT_TENANT),
         namespace_labels=model.namespace_labels(namespace),
     )
+
+
+def usage_charges(model: ClusterModel) -> list[PodCharge]:
+    """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check)."""
+    charges = []
+    for pod in model.pods.values():
+        if pod_is_finished(pod):
+            continue
+        charge = pod_charge(pod, model, None)
+        if charge is not None:
+            charges.append(charge)
+    return charges
 
 
 def build_runtime(

@@ -14,10 +14,14 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from kubernetes import client as k8s_client
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 KGWE = "/apis/kgwe.io/v1alpha1"
@@ -407,3 +411,21 @@ def _merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = _merge_patch(out.get(key), value)
     return out
+
+
+# Fixtures for every test folder that talks to the fake server (import them into its conftest.py).
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    server = FakeApiServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def api_client(apiserver: FakeApiServer) -> Iterator[k8s_client.ApiClient]:
+    configuration = k8s_client.Configuration()
+    configuration.host = apiserver.url
+    with k8s_client.ApiClient(configuration) as client:
+        yield client

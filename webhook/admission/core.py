@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from policies.api import Violation
@@ -62,7 +63,12 @@ class Facts:
     demand: GpuDemand
     violations: list[Violation] = field(default_factory=list)
 
-    @property
+    @cached_property
+    def conflicts(self) -> list[str]:
+        """The user's own node constraints that contradict the plan (never overwritten: refused)."""
+        return conflicts_with_pod(self.pod, self.plan.requirements)
+
+    @cached_property
     def renderable(self) -> bool:
         """Placement is written only for pods `/validate` would admit: bad input gets no half-mutation."""
         return (
@@ -70,7 +76,7 @@ class Facts:
             and not self.plan.refusals
             and not self.intent.problems
             and not self.demand.invalid
-            and not conflicts_with_pod(self.pod, self.plan.requirements)
+            and not self.conflicts
         )
 
     @property
@@ -231,7 +237,7 @@ class AdmissionService:
 
     def _placement_problems(self, facts: Facts) -> list[tuple[str, str]]:
         problems = [("placement", refusal) for refusal in facts.plan.refusals]
-        problems.extend(("placement", c) for c in conflicts_with_pod(facts.pod, facts.plan.requirements))
+        problems.extend(("placement", c) for c in facts.conflicts)
         if problems:
             return problems
         pending = self._pending_mutation(facts)
@@ -325,12 +331,6 @@ class AdmissionService:
         denial.audit_annotations = audit
         denial.object = request.object
         return denial
-
-
-def _describe(model: ClusterModel) -> str:
-    from webhook.placement.plan import describe_cluster
-
-    return describe_cluster(model)
 
 
 def _check_deadline(deadline: float | None) -> None:

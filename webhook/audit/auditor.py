@@ -26,7 +26,7 @@ from webhook.audit.findings import Finding
 from webhook.audit.pods import PodReader
 from webhook.audit.reports import render_reports, report_key
 from webhook.audit.writers import ReportWriter
-from webhook.inventory import usage_charges
+from webhook.runtime import usage_charges
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime

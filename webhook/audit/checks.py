@@ -26,8 +26,8 @@ from webhook.audit.findings import Finding, Result, Severity
 from webhook.audit.pods import PodReader
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.intent import OUT_TENANT, PodIntent, annotations_of, parse_intent
-from webhook.inventory import usage_charges
 from webhook.placement.plan import build_plan
+from webhook.runtime import usage_charges
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime

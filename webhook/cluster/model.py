@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from agent.accelerator_types import UNKNOWN, AcceleratorTable
@@ -36,7 +37,6 @@ KINDS = (
     "ClusterRole",
     "RoleBinding",
     "ClusterRoleBinding",
-    "ConfigMap",
 )
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -67,8 +67,6 @@ class TypeSummary:
     gpus_total: int = 0
     max_gpus_per_node: int = 0
     max_nvlink_domain: int = 0
-    # Largest allocatable `nvidia.com/gpu` on one node (replicas included): what resource fit allows.
-    max_allocatable_gpu: int = 0
     # label key -> values seen on every node of this type; used to select the type's nodes.
     selector_candidates: dict[str, set[str]] = field(default_factory=dict)
     gpu_taints: set[Taint] = field(default_factory=set)
@@ -100,7 +98,6 @@ class ClusterModel:
     tenant_quotas: dict[str, dict[str, Any]]
     gpu_policies: dict[str, dict[str, Any]]
     rbac: dict[str, list[dict[str, Any]]]
-    config_maps: dict[str, dict[str, Any]]
     types: dict[str, TypeSummary]
     generation: int
     built_at: float
@@ -117,16 +114,13 @@ class ClusterModel:
         return merged
 
     def summary(self) -> dict[str, Any]:
-        """`data.kgwe.cluster` for policies: types with counts, MIG offers, NVLink and sharing."""
+        """`data.kgwe.cluster` for policies: types with counts, MIG offers, NVLink and sharing. The same
+        object for the whole snapshot (engines reload cluster data only when it changes)."""
         return self._summary
 
-    @property
+    @cached_property
     def _summary(self) -> dict[str, Any]:
-        cached = self.__dict__.get("_summary_cache")
-        if cached is None:
-            cached = build_summary(self)
-            object.__setattr__(self, "_summary_cache", cached)
-        return cached
+        return build_summary(self)
 
 
 def build_summary(model: ClusterModel) -> dict[str, Any]:
@@ -168,9 +162,6 @@ def build_type_index(nodes: Iterable[NodeFacts], gpu_taint_keys: Iterable[str]) 
         summary.max_gpus_per_node = max(summary.max_gpus_per_node, facts.gpu_count)
         summary.max_nvlink_domain = max(summary.max_nvlink_domain, facts.nvlink_domain_size)
         summary.nvlink_domains[facts.nvlink_domain_size] = summary.nvlink_domains.get(facts.nvlink_domain_size, 0) + 1
-        summary.max_allocatable_gpu = max(
-            summary.max_allocatable_gpu, int(facts.allocatable.get(GPU_RESOURCE, Decimal(0)))
-        )
         # Keep only selector keys every node of the type carries.
         labels = facts.selector_labels()
         if first:
@@ -369,7 +360,6 @@ class ClusterStore:
             rbac={
                 kind: list(objs[kind].values()) for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
             },
-            config_maps=dict(objs["ConfigMap"]),
             types=build_type_index(facts.values(), self.gpu_taint_keys),
             generation=self._generation,
             built_at=time.monotonic(),
@@ -385,8 +375,3 @@ def _version(obj: dict[str, Any]) -> str:
     # YAML objects carry no resourceVersion: identity of the dict is enough (they are replaced, not edited).
     return f"id:{id(obj)}"
 
-
-def iter_gpu_nodes(model: ClusterModel) -> Iterator[NodeFacts]:
-    for facts in model.nodes.values():
-        if facts.accelerator_type:
-            yield facts

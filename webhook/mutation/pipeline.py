@@ -22,12 +22,6 @@ class NotConverging(RuntimeError):
 
 
 @dataclass
-class StepResult:
-    name: str
-    changed: bool
-
-
-@dataclass
 class PipelineResult:
     pod: dict[str, Any]
     patch: JsonPatch

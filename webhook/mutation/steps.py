@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from webhook.intent import LABEL_GANG, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_HOURLY_COST, OUT_TENANT
 from webhook.mutation.pipeline import Step
 from webhook.placement.constraints import (
-    and_into_required_terms,
     apply_preferences,
     apply_requirements,
     apply_tolerations,
@@ -196,26 +193,3 @@ def decision_document(plan: PlacementPlan, stale_nodes: int, policy_name: str | 
     if stale_nodes:
         doc["topology"] = f"stale on {stale_nodes} node(s): GFD labels used"
     return orjson.dumps(doc).decode()
-
-
-def compose(*groups: list[Step]) -> list[Step]:
-    out: list[Step] = []
-    for group in groups:
-        out.extend(group)
-    return out
-
-
-StepFactory = Callable[[PlacementPlan], list[Step]]
-__all__ = [
-    "LABEL_GANG",
-    "OUT_ACCELERATOR_TYPE",
-    "OUT_DECISION",
-    "OUT_HOURLY_COST",
-    "OUT_TENANT",
-    "Outputs",
-    "and_into_required_terms",
-    "compose",
-    "decision_document",
-    "output_annotations_step",
-    "placement_steps",
-]

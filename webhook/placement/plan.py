@@ -69,10 +69,6 @@ class PlacementPlan:
     steps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def placement_applies(self) -> bool:
-        return not self.refusals and bool(self.steps)
-
 
 def _memory_gib(type_id: str, model: ClusterModel) -> int | None:
     return model.table.memory_gb(type_id)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -33,12 +32,11 @@ from webhook.server import metrics
 from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
 from webhook.server.openapi import add_shell_routes
+from webhook.server.ui_routes import ui_router
 
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
-# The web UI's static pages: a module providing `ui_router() -> APIRouter` (served at /ui/).
-UI_MODULE = "webhook.server.ui_routes"
 # Admission runs on the event loop. Measured with bench/bench_admission.py: the core is CPU-bound and
 # sub-millisecond, and a thread hop costs as much or more CPU per request than it saves (the GIL
 # serialises the work anyway). The native Rego engine is also bound to the thread that built it, so
@@ -183,18 +181,6 @@ class AdmissionEndpoint:
         return failure_outcome(failure, config.limits.on_error, detail)
 
 
-def _ui_router() -> APIRouter | None:
-    try:
-        module = importlib.import_module(UI_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and UI_MODULE.startswith(exc.name):
-            log.info("web UI not installed (%s missing); serving without it", UI_MODULE)
-            return None
-        raise
-    router: APIRouter = module.ui_router()
-    return router
-
-
 def create_app(
     runtime: ServingRuntime,
     *,
@@ -257,11 +243,8 @@ def create_app(
     async def prometheus_metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    routers: list[APIRouter] = []
-    if ui:
-        ui_router = _ui_router()
-        if ui_router is not None:
-            routers.append(ui_router)
+    # The web UI's static pages, served at /ui/ (read once into memory).
+    routers = [ui_router()] if ui else []
     for router in [*routers, *extra_routers]:
         app.include_router(router)
     return app

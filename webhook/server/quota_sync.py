@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from policies.quota_reconciler import QuotaReconciler
-from webhook.inventory import usage_charges
+from webhook.runtime import usage_charges
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
