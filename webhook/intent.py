@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -15,7 +16,9 @@ A_SHARING = "kgwe.io/sharing"
 A_GPU_FRACTION = "kgwe.io/gpu-fraction"
 A_TOPOLOGY = "kgwe.io/topology"
 A_GANG = "kgwe.io/gang"
-INTENT_KEYS = (A_ACCELERATOR, A_PROFILE, A_GPU_MEMORY, A_SHARING, A_GPU_FRACTION, A_TOPOLOGY, A_GANG)
+A_GANG_SIZE = "kgwe.io/gang-size"
+A_WORKLOAD = "kgwe.io/workload"  # `inference` lets built-in policies pick a MIG slice
+INTENT_KEYS = (A_ACCELERATOR, A_PROFILE, A_GPU_MEMORY, A_SHARING, A_GPU_FRACTION, A_TOPOLOGY, A_GANG, A_GANG_SIZE)
 
 OUT_ACCELERATOR_TYPE = "kgwe.io/accelerator-type"
 OUT_HOURLY_COST = "kgwe.io/hourly-cost"
@@ -26,6 +29,16 @@ LABEL_GANG = "kgwe.io/gang"
 
 SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")
 TOPOLOGIES = ("nvlink", "none")
+
+# Input bounds on what a pod creator writes (see docs/security.md). A preference list longer than the
+# number of GPU models anyone runs is an attack, not an intent; checking the length before splitting
+# keeps parsing linear in the annotation's size.
+MAX_INTENT_VALUE_CHARS = 1024
+MAX_ACCELERATOR_TYPES = 16
+# Every `kgwe.io/` annotation key KGWE knows (intent, output, and the ones other parts read); any
+# other one is most likely a typo and gets a warning naming the closest known key.
+KNOWN_ANNOTATION_KEYS: set[str] = {*INTENT_KEYS, *OUTPUT_ANNOTATIONS, A_WORKLOAD}
+MAX_UNKNOWN_KEY_WARNINGS = 3
 
 
 @dataclass
@@ -38,6 +51,7 @@ class PodIntent:
     topology: str | None = None
     gang: str | None = None
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -52,8 +66,9 @@ class PodIntent:
         )
 
     def as_policy_input(self) -> dict[str, Any]:
+        # Unset fields are null, never empty: policies test absence with `intent_absent`.
         return {
-            "acceleratorTypes": list(self.accelerator_types),
+            "acceleratorTypes": list(self.accelerator_types) or None,
             "profile": self.profile,
             "gpuMemory": int(self.gpu_memory_bytes) if self.gpu_memory_bytes is not None else None,
             "sharing": self.sharing,
@@ -69,15 +84,28 @@ def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def parse_intent(pod: dict[str, Any]) -> PodIntent:
+    """The intent of a pod's annotations, in time linear in their size; bad values become `problems`."""
     notes = annotations_of(pod)
     intent = PodIntent()
+    for key in INTENT_KEYS:
+        value = notes.get(key)
+        if value is not None and len(value) > MAX_INTENT_VALUE_CHARS:
+            intent.problems.append(f"{key} is {len(value)} characters long; the limit is {MAX_INTENT_VALUE_CHARS}")
+    if intent.problems:
+        return intent
     if notes.get(A_ACCELERATOR, "").strip():
-        seen: list[str] = []
-        for part in notes[A_ACCELERATOR].split(","):
-            type_id = part.strip().lower()
-            if type_id and type_id not in seen:
-                seen.append(type_id)
-        intent.accelerator_types = seen
+        raw = notes[A_ACCELERATOR]
+        if raw.count(",") >= MAX_ACCELERATOR_TYPES:
+            intent.problems.append(
+                f"{A_ACCELERATOR} lists {raw.count(',') + 1} types; at most {MAX_ACCELERATOR_TYPES} are allowed"
+            )
+        else:
+            seen: dict[str, None] = {}
+            for part in raw.split(","):
+                type_id = part.strip().lower()
+                if type_id:
+                    seen.setdefault(type_id)
+            intent.accelerator_types = list(seen)
     if notes.get(A_PROFILE, "").strip():
         intent.profile = notes[A_PROFILE].strip()
     if A_GPU_MEMORY in notes:
@@ -116,4 +144,21 @@ def parse_intent(pod: dict[str, Any]) -> PodIntent:
             intent.problems.append(f"{A_GANG}: {gang!r} must be a valid label value (63 characters, alphanumeric, -_.)")
         else:
             intent.gang = gang
+    intent.warnings.extend(unknown_key_warnings(notes))
     return intent
+
+
+def unknown_key_warnings(notes: dict[str, str]) -> list[str]:
+    """A warning for each unknown `kgwe.io/` annotation key (a typo is otherwise silently ignored)."""
+    warnings: list[str] = []
+    for key in notes:
+        if not key.startswith("kgwe.io/") or key in KNOWN_ANNOTATION_KEYS:
+            continue
+        if len(warnings) == MAX_UNKNOWN_KEY_WARNINGS:
+            warnings.append("further unknown kgwe.io/ annotations are not listed")
+            break
+        shown = key[:80]
+        close = difflib.get_close_matches(key[:80], sorted(KNOWN_ANNOTATION_KEYS), n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        warnings.append(f"unknown annotation {shown} is ignored{hint}")
+    return warnings

@@ -155,6 +155,18 @@ class Runtime:
         return decision
 
     # -- RBAC ---------------------------------------------------------------------------------
+    @property
+    def rbac_blocks_io(self) -> bool:
+        """Whether an RBAC check may wait on the network (a SubjectAccessReview), not only on memory."""
+        return self.authorizer is not None
+
+    @property
+    def quota_blocks_io(self) -> bool:
+        """Whether a quota check may wait on a lock, a file or the API server."""
+        if self.quotas is None:
+            return False
+        return not isinstance(self.quotas.store, InMemoryQuotaStore)
+
     def _authorizer(self, model: ClusterModel) -> Authorizer:
         if self.authorizer is not None:
             return self.authorizer
@@ -179,10 +191,9 @@ class Runtime:
         for resource, name in checks:
             try:
                 allowed = authorizer.can_use(user, resource, name, request.namespace, deadline=deadline)
-            except Exception as exc:  # the authorizer's failure (timeout, API down): the configured behaviour
+            except Exception as exc:  # the authorizer's failure (timeout, API down): never an admission
                 log.warning("RBAC check for %s/%s failed: %s", resource, name, exc)
-                if self.config.limits.on_error == "deny":
-                    problems.append(("rbac", f"could not check RBAC for {resource}.kgwe.io/{name}: {exc}"))
+                problems.append(("rbac", f"could not check RBAC for {resource}.kgwe.io/{name} ({exc}); try again"))
                 continue
             if not allowed:
                 problems.append(("rbac", refusal_message(user, resource, name)))
@@ -208,11 +219,9 @@ class Runtime:
             decision = self.quotas.check(
                 charge, tenant, quotas, self._usage_charges(facts.model), dry_run=request.dry_run, deadline=deadline
             )
-        except QuotaUnavailable as exc:
+        except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
             log.warning("quota store unavailable for tenant %s: %s", tenant, exc)
-            if self.config.limits.on_error == "deny":
-                return [("quota", f"tenant {tenant}: quota could not be checked ({exc}); try again")]
-            return []
+            return [("quota", f"tenant {tenant}: quota could not be checked ({exc}); try again")]
         return [] if decision.allowed else [("quota", decision.message)]
 
     # -- metrics ------------------------------------------------------------------------------

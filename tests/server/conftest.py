@@ -135,6 +135,9 @@ class FakeAdmission:
             return Outcome.deny("nvidia-h100-80gb quota of team-a exhausted")
         return Outcome()
 
+    async def validate_async(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        return self.validate(request, deadline)
+
 
 @dataclass
 class FakeRuntime:

@@ -48,24 +48,40 @@ def offloaded(runtime: FakeRuntime, cert_paths: CertificatePaths) -> Iterator[Ru
     )
 
 
-@pytest.mark.parametrize("on_error", ["allow", "deny"])
+CPU_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "team-a"},
+           "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "pod", "on_error", "allowed"),
+    [
+        # /validate never admits a GPU pod it could not judge, whatever onError says ...
+        ("validate", GPU_POD, "allow", False),
+        ("validate", GPU_POD, "deny", False),
+        # ... onError keeps its meaning for pods that ask nothing of KGWE, and for /mutate.
+        ("validate", CPU_POD, "allow", True),
+        ("validate", CPU_POD, "deny", False),
+        ("mutate", GPU_POD, "allow", True),
+        ("mutate", GPU_POD, "deny", False),
+    ],
+)
 def test_a_core_that_hangs_is_answered_at_the_deadline(
-    offloaded: RunningServer, runtime: FakeRuntime, on_error: str
+    offloaded: RunningServer, runtime: FakeRuntime, endpoint: str, pod: dict, on_error: str, allowed: bool
 ) -> None:
     runtime.config = Config(limits=Limits.model_validate({"deadlineSeconds": 0.2, "onError": on_error}))
     runtime.admission.delay = 2.0
     started = time.monotonic()
     with offloaded.client() as client:
-        response = client.post("/validate?timeout=10s", content=orjson.dumps(admission_review(GPU_POD)))
+        response = client.post(f"/{endpoint}?timeout=10s", content=orjson.dumps(admission_review(pod)))
         waited = time.monotonic() - started
         runtime.admission.delay = 0.0
         metrics = client.get("/metrics").text
     assert response.status_code == 200 and waited < 2.0
     answer = response.json()["response"]
-    assert answer["allowed"] is (on_error == "allow")
-    if on_error == "deny":
+    assert answer["allowed"] is allowed
+    if not allowed:
         assert answer["status"]["code"] == 504 and "0.2s" in answer["status"]["message"]
-    assert 'kgwe_admission_errors_total{endpoint="validate",kind="deadline"}' in metrics
+    assert f'kgwe_admission_errors_total{{endpoint="{endpoint}",kind="deadline"}}' in metrics
 
 
 def test_offloaded_admission_answers_normally(offloaded: RunningServer) -> None:

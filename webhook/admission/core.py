@@ -8,8 +8,11 @@ and quota reservation), which the collaborators make within the request's deadli
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -18,22 +21,17 @@ from policies.api import Violation
 from policies.gpu_demand import GpuDemand, pod_gpu_demand
 from policies.runtime import PolicyEngineError
 from webhook.admission.outcome import Outcome
+from webhook.admission.ownership import (
+    changed_kgwe_keys,
+    expected_outputs,
+    output_mismatches,
+    restore_kgwe_keys_step,
+)
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
-from webhook.costs import format_hourly_cost
-from webhook.intent import (
-    LABEL_GANG,
-    OUT_ACCELERATOR_TYPE,
-    OUT_DECISION,
-    OUT_HOURLY_COST,
-    OUT_TENANT,
-    OUTPUT_ANNOTATIONS,
-    PodIntent,
-    annotations_of,
-    parse_intent,
-)
+from webhook.intent import LABEL_GANG, PodIntent, parse_intent
 from webhook.mutation.pipeline import NotConverging, run_pipeline
-from webhook.mutation.steps import Outputs, decision_document, output_annotations_step, placement_steps
+from webhook.mutation.steps import Outputs, output_annotations_step, output_labels_step, placement_steps
 from webhook.placement.constraints import conflicts_with_pod
 from webhook.placement.plan import Decision, PlacementPlan, build_plan
 from webhook.scheduling.predicates import explain_infeasible, first_feasible
@@ -46,6 +44,32 @@ log = logging.getLogger("kgwe.admission")
 
 class DeadlineExceeded(TimeoutError):
     pass
+
+
+Problem = tuple[str, str]  # (reason, message)
+# Gates that may wait on the network (SubjectAccessReview, quota compare-and-swap) run on this many
+# threads, never on the event loop: a slow API server stalls only the requests that need it.
+GATE_THREADS = 8
+
+
+@dataclass
+class Gate:
+    """One check that may do I/O: `run(deadline)` returns its problems; it runs only while none exist."""
+
+    name: str
+    run: Callable[[float | None], list[Problem]]
+    blocking: bool  # True when it may wait on the network: run off the event loop
+
+
+@dataclass
+class PendingVerdict:
+    """A validation whose CPU-bound part is done; the I/O gates are still to run, in order."""
+
+    request: AdmissionRequest
+    problems: list[Problem]
+    warnings: list[str]
+    audit: dict[str, str]
+    gates: list[Gate] = field(default_factory=list)
 
 
 @dataclass
@@ -89,6 +113,7 @@ class Facts:
 class AdmissionService:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self._gates: ThreadPoolExecutor | None = None
 
     # -- facts --------------------------------------------------------------------------------
     def _in_scope(self, request: AdmissionRequest) -> bool:
@@ -129,6 +154,8 @@ class AdmissionService:
 
     # -- mutate -------------------------------------------------------------------------------
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        if request.invalid is not None:
+            return _refuse_invalid(request)
         if not self._in_scope(request):
             return Outcome(object=request.object)
         assert request.object is not None
@@ -140,7 +167,7 @@ class AdmissionService:
         except NotConverging as exc:
             log.error("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
             return Outcome(warnings=[f"KGWE could not compute a stable mutation: {exc}"], object=request.object)
-        outcome = Outcome(patch=result.patch, object=result.pod, warnings=list(facts.plan.warnings))
+        outcome = Outcome(patch=result.patch, object=result.pod, warnings=facts.intent.warnings + facts.plan.warnings)
         if self.runtime.config.mode == "audit":
             # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
             reported = list(facts.plan.steps) if facts.renderable else []
@@ -150,50 +177,32 @@ class AdmissionService:
         return outcome
 
     def _steps(self, facts: Facts) -> list[Any]:
-        plan = facts.plan
-        outputs: dict[str, str | None] = dict.fromkeys(OUTPUT_ANNOTATIONS)
-        if plan.gpu_pod:
-            outputs[OUT_TENANT] = facts.tenant
-            if facts.renderable:
-                policy_name = None
-                if facts.decision is not None and facts.decision.decided_by:
-                    policy_name = next(iter(facts.decision.decided_by.values()))
-                outputs[OUT_DECISION] = decision_document(plan, facts.stale_nodes, policy_name)
-                if plan.types:
-                    outputs[OUT_ACCELERATOR_TYPE] = ",".join(plan.types)
-                if plan.price_per_gpu_hour is not None and plan.gpu_equivalents:
-                    outputs[OUT_HOURLY_COST] = format_hourly_cost(plan.gpu_equivalents * plan.price_per_gpu_hour)
-        steps = [output_annotations_step(Outputs(outputs))]
+        outputs = expected_outputs(facts.plan, facts.tenant, facts.renderable, facts.decision, facts.stale_nodes)
+        steps = [
+            output_annotations_step(Outputs(outputs)),
+            # The gang label groups pods for co-location: only KGWE's plan may set it.
+            output_labels_step({LABEL_GANG: facts.plan.labels.get(LABEL_GANG) if facts.renderable else None}),
+        ]
         if facts.renderable:
-            steps.extend(placement_steps(plan))
+            steps.extend(placement_steps(facts.plan))
         return steps
 
     def _mutate_update(self, request: AdmissionRequest) -> Outcome:
-        """On UPDATE users may not change KGWE's output keys: restore them from the old object."""
+        """`kgwe.io/` keys are fixed at creation, like a pod's resources: restore them from the old object.
+
+        KGWE's own controllers may change its output keys (the accelerator type after binding), never
+        the user's intent.
+        """
         assert request.object is not None
-        if self._is_controller(request):
-            return Outcome(object=request.object)
-        old = annotations_of(request.old_object or {})
-        old_labels = ((request.old_object or {}).get("metadata") or {}).get("labels") or {}
-        outputs: dict[str, str | None] = {key: old.get(key) for key in OUTPUT_ANNOTATIONS}
-
-        def restore_gang_label(pod: dict[str, Any]) -> None:
-            labels = (pod.get("metadata") or {}).get("labels")
-            if old_labels.get(LABEL_GANG) is None:
-                if isinstance(labels, dict):
-                    labels.pop(LABEL_GANG, None)
-            else:
-                pod.setdefault("metadata", {}).setdefault("labels", {})[LABEL_GANG] = old_labels[LABEL_GANG]
-
+        old = request.old_object or {}
+        step = restore_kgwe_keys_step(old, outputs_too=not self._is_controller(request))
         try:
-            result = run_pipeline(
-                request.object, [output_annotations_step(Outputs(outputs)), ("gang-label", restore_gang_label)]
-            )
-        except NotConverging as exc:  # pragma: no cover - two fixed steps always converge
+            result = run_pipeline(request.object, [step])
+        except NotConverging as exc:  # pragma: no cover - one fixed step always converges
             return Outcome(warnings=[str(exc)], object=request.object)
         outcome = Outcome(patch=result.patch, object=result.pod)
         if result.patch:
-            outcome.warnings.append("kgwe.io/ output annotations are set by KGWE; your change to them was undone")
+            outcome.warnings.append("kgwe.io/ annotations and labels are fixed at creation; your change was undone")
         if self.runtime.config.mode == "audit":
             return self._audit_only(outcome, ["output-guard"], request.object)
         return outcome
@@ -212,28 +221,121 @@ class AdmissionService:
 
     # -- validate -----------------------------------------------------------------------------
     def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        """The validating answer, gates run inline (for `kgwe review` and tests)."""
+        pending = self.prepare_verdict(request, deadline)
+        if isinstance(pending, Outcome):
+            return pending
+        for gate in pending.gates:
+            if pending.problems:
+                break
+            pending.problems.extend(gate.run(deadline))
+        return self._verdict(pending.problems, pending.warnings, pending.audit, request)
+
+    async def validate_async(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        """The validating answer for the server: gates that may block run on threads, each bounded by
+        what is left of the deadline. A gate that cannot answer in time refuses (fail closed)."""
+        pending = self.prepare_verdict(request, deadline)
+        if isinstance(pending, Outcome):
+            return pending
+        loop = asyncio.get_running_loop()
+        for gate in pending.gates:
+            if pending.problems:
+                break
+            if not gate.blocking:
+                pending.problems.extend(gate.run(deadline))
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                pending.problems.append((gate.name, f"no time was left to check {gate.name}; try again"))
+                break
+            try:
+                found = await asyncio.wait_for(loop.run_in_executor(self._gate_pool(), gate.run, deadline), left)
+            except TimeoutError:
+                log.warning("%s check for %s/%s did not answer in time", gate.name, request.namespace, request.name)
+                found = [(gate.name, f"the {gate.name} check did not answer in time; try again")]
+            pending.problems.extend(found)
+        return self._verdict(pending.problems, pending.warnings, pending.audit, request)
+
+    def _gate_pool(self) -> ThreadPoolExecutor:
+        if self._gates is None:
+            self._gates = ThreadPoolExecutor(GATE_THREADS, thread_name_prefix="kgwe-gate")
+        return self._gates
+
+    def prepare_verdict(self, request: AdmissionRequest, deadline: float | None) -> Outcome | PendingVerdict:
+        """The CPU-bound part of validation: an answer, or the gates still to run."""
+        if request.invalid is not None:
+            return _refuse_invalid(request)
         if not self._in_scope(request):
             return Outcome(object=request.object)
         assert request.object is not None
         if request.operation == "UPDATE":
-            return self._verdict(self._validate_update(request), [], {}, request)
+            return self._prepare_update(request, deadline)
         facts = self.gather(request, request.object, deadline, with_checks=True)
-        problems: list[tuple[str, str]] = []  # (reason, message)
-        warnings: list[str] = list(facts.plan.warnings)
+        problems: list[Problem] = [("invalid", p) for p in facts.intent.problems + facts.demand.invalid]
+        warnings: list[str] = facts.intent.warnings + facts.plan.warnings
         audit: dict[str, str] = {}
-        for problem in facts.intent.problems:
-            problems.append(("invalid", problem))
-        for problem in facts.demand.invalid:
-            problems.append(("invalid", problem))
-        if facts.plan.gpu_pod:
-            problems.extend(self._placement_problems(facts))
-            _check_deadline(deadline)
-            if not problems:
-                problems.extend(self.runtime.authorize(request, facts, deadline))
+        # A policy's own refusal leads the message: it is what the user must change.
         self._apply_violations(facts.violations, problems, warnings, audit)
-        if facts.plan.gpu_pod and not problems:
-            problems.extend(self.runtime.check_quota(request, facts, deadline))
-        return self._verdict(problems, warnings, audit, request)
+        if not problems:
+            problems.extend(self._ownership_problems(facts))
+        if facts.plan.gpu_pod and not facts.intent.problems and not facts.demand.invalid:
+            _check_deadline(deadline)
+            placement = self._placement_problems(facts)
+            if facts.intent.empty and not facts.plan.steps:
+                # A pod without KGWE intent passes as it came (SPEC section 1): admission plugins KGWE does
+                # not see may tolerate taints, nodes may lack labels. At most a warning.
+                warnings.extend(f"KGWE sees no node for this pod now: {m}" for _r, m in placement)
+            else:
+                problems.extend(placement)
+        pending = PendingVerdict(request, problems, warnings, audit)
+        if facts.plan.gpu_pod:
+            rt = self.runtime
+            pending.gates.append(Gate("RBAC", lambda d: rt.authorize(request, facts, d), rt.rbac_blocks_io))
+            pending.gates.append(Gate("quota", lambda d: rt.check_quota(request, facts, d), rt.quota_blocks_io))
+        return pending
+
+    def _prepare_update(self, request: AdmissionRequest, deadline: float | None) -> PendingVerdict:
+        """UPDATE: `kgwe.io/` keys are fixed at creation; GPUPolicies apply as their `match.operations` say."""
+        problems: list[Problem] = []
+        controller = self._is_controller(request)
+        changed = changed_kgwe_keys(request.old_object or {}, request.object or {}, outputs_too=not controller)
+        if changed:
+            problems.append(("output-guard", f"{', '.join(changed)}: kgwe.io/ keys are fixed at creation"))
+        warnings: list[str] = []
+        audit: dict[str, str] = {}
+        if not controller:
+            self._apply_violations(self._update_violations(request, deadline), problems, warnings, audit)
+        return PendingVerdict(request, problems, warnings, audit)
+
+    def _update_violations(self, request: AdmissionRequest, deadline: float | None) -> list[Violation]:
+        runtime = self.runtime
+        if runtime.policies is None:
+            return []
+        pod = request.object or {}
+        model = runtime.store.snapshot()
+        intent = parse_intent(pod)
+        try:
+            _decision, violations = runtime.evaluate_policies(
+                request, pod, intent, pod_gpu_demand(pod), model.namespaces.get(request.namespace), model,
+                runtime.tenant_of(request, model), decide=False, check=True,
+            )
+        except PolicyEngineError as exc:
+            return [Violation("kgwe.policy-engine", "Deny", str(exc))]
+        _check_deadline(deadline)
+        return violations
+
+    def _ownership_problems(self, facts: Facts) -> list[Problem]:
+        """Output keys present on the pod must be exactly what KGWE writes for it (mutate may have been
+        skipped: its failurePolicy is Ignore), so nobody can pick a tenant, a price or a gang."""
+        if self.runtime.config.mode == "audit":
+            return []  # audit mode writes nothing, and refuses nothing
+        expected = expected_outputs(facts.plan, facts.tenant, facts.renderable, facts.decision, facts.stale_nodes)
+        gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
+        wrong = output_mismatches(facts.pod, expected, {LABEL_GANG: gang})
+        if not wrong:
+            return []
+        return [("not-mutated", f"{', '.join(wrong)} must be written by KGWE, not by the pod's creator; "
+                                "remove them and create the pod again")]
 
     def _placement_problems(self, facts: Facts) -> list[tuple[str, str]]:
         problems = [("placement", refusal) for refusal in facts.plan.refusals]
@@ -260,20 +362,6 @@ class AdmissionService:
                 warnings.append(f"[{violation.policy}] {violation.message}")
             else:
                 audit[key] = violation.message[:256]
-
-    def _validate_update(self, request: AdmissionRequest) -> list[tuple[str, str]]:
-        if self._is_controller(request):
-            return []
-        new = annotations_of(request.object or {})
-        old = annotations_of(request.old_object or {})
-        changed = [key for key in OUTPUT_ANNOTATIONS if new.get(key) != old.get(key)]
-        new_labels = ((request.object or {}).get("metadata") or {}).get("labels") or {}
-        old_labels = ((request.old_object or {}).get("metadata") or {}).get("labels") or {}
-        if new_labels.get(LABEL_GANG) != old_labels.get(LABEL_GANG):
-            changed.append(f"label {LABEL_GANG}")
-        if not changed:
-            return []
-        return [("output-guard", f"{', '.join(changed)} are written by KGWE and cannot be changed by users")]
 
     def _pending_mutation(self, facts: Facts) -> str | None:
         """Placement the mutating webhook should have written but did not (it failed open or was skipped)."""
@@ -331,6 +419,37 @@ class AdmissionService:
         denial.audit_annotations = audit
         denial.object = request.object
         return denial
+
+
+def _refuse_invalid(request: AdmissionRequest) -> Outcome:
+    outcome = Outcome.deny(f"KGWE cannot judge this request: {request.invalid}", code=400, reason="BadRequest")
+    outcome.object = request.object
+    return outcome
+
+
+def fails_closed(request: AdmissionRequest) -> bool:
+    """Whether `/validate` must refuse this request when it cannot decide (deadline, internal error).
+
+    True for GPU pods, pods with any `kgwe.io/` key and every other object sent to the webhook (the
+    webhook configuration sends workloads only for their GPU templates); only pods shown to ask for
+    nothing of KGWE follow `limits.onError`. Any doubt, an exception included, counts as True.
+    """
+    try:
+        if request.invalid is not None:
+            return True
+        obj = request.object
+        if obj is None:
+            return False
+        if not request.is_pod:
+            return True
+        for candidate in (obj, request.old_object or {}):
+            metadata = candidate.get("metadata") or {}
+            for key in (*(metadata.get("annotations") or {}), *(metadata.get("labels") or {})):
+                if key.startswith("kgwe.io/"):
+                    return True
+        return pod_gpu_demand(obj).asks_gpu
+    except Exception:
+        return True
 
 
 def _check_deadline(deadline: float | None) -> None:

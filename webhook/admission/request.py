@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from webhook.admission.bounds import ObjectOutOfBounds, check_bounds, check_pod_shape
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 
@@ -45,6 +47,9 @@ class AdmissionRequest:
     raw: dict[str, Any]  # the whole `request` as received
     api_version: str = API_VERSION
     sub_resource: str = ""
+    # Why the object cannot be judged (out of bounds, or a shape the API server never sends): the
+    # core refuses such a request with this message instead of deciding on it.
+    invalid: str | None = None
 
     @property
     def is_pod(self) -> bool:
@@ -97,7 +102,7 @@ def decode_review(body: bytes | dict[str, Any]) -> AdmissionRequest:
     resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     obj = request.get("object")
     old = request.get("oldObject")
-    return AdmissionRequest(
+    decoded = AdmissionRequest(
         uid=uid,
         kind={str(k): str(v) for k, v in (kind or {}).items()},
         resource={str(k): str(v) for k, v in (resource or {}).items()},
@@ -111,3 +116,22 @@ def decode_review(body: bytes | dict[str, Any]) -> AdmissionRequest:
         raw=request,
         sub_resource=_str(request.get("subResource")),
     )
+    decoded.invalid = _out_of_bounds(decoded, body)
+    return decoded
+
+
+def _out_of_bounds(request: AdmissionRequest, body: bytes | dict[str, Any]) -> str | None:
+    """The input bound the request breaks, if any (see webhook/admission/bounds.py)."""
+    try:
+        # Nesting cannot exceed the number of brackets: most reviews skip the walk.
+        if not isinstance(body, bytes) or body.count(b"{") + body.count(b"[") > 60:
+            check_bounds(request.raw)
+        if request.is_pod:
+            for name, value in (("object", request.object), ("oldObject", request.old_object)):
+                if value is not None:
+                    check_pod_shape(value, name)
+            if request.raw.get("object") is not None and request.object is None:
+                raise ObjectOutOfBounds("object must be a JSON object")
+    except ObjectOutOfBounds as exc:
+        return str(exc)
+    return None

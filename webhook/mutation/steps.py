@@ -57,6 +57,25 @@ def output_annotations_step(outputs: Outputs) -> Step:
     return ("output-annotations", step)
 
 
+def output_labels_step(labels: dict[str, str | None]) -> Step:
+    """Label ownership: KGWE's labels hold exactly KGWE's values; None means the label must be absent."""
+
+    def step(pod: dict[str, Any]) -> None:
+        metadata = mapping_at(pod, "metadata")
+        current = metadata.get("labels")
+        current = current if isinstance(current, dict) else {}
+        wanted = dict(current)
+        for key, value in labels.items():
+            if value is None:
+                wanted.pop(key, None)
+            else:
+                wanted[key] = value
+        if wanted != current:
+            metadata["labels"] = wanted
+
+    return ("output-labels", step)
+
+
 def placement_steps(plan: PlacementPlan) -> list[Step]:
     steps: list[Step] = []
     if plan.requirements or plan.type_alternatives or plan.preferences or plan.tolerations:

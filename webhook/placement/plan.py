@@ -22,6 +22,7 @@ from webhook.cluster.node_facts import L_CLIQUE, L_GKE_PARTITION, L_GKE_SHARING,
 from webhook.config import Config
 from webhook.intent import PodIntent
 from webhook.placement.constraints import Requirement, merge
+from webhook.placement.suggest import with_hints
 from webhook.quantities import GIB, MIB
 
 GPU = "nvidia.com/gpu"
@@ -229,10 +230,12 @@ def build_plan(
         missing = [t for t in requested if t not in model.types or t == UNKNOWN]
         candidates = [t for t in requested if t in model.types and t != UNKNOWN]
         if not candidates:
-            plan.refusals.append(f"{', '.join(missing)}: no such GPUs; this cluster has {describe_cluster(model)}")
+            named = with_hints(missing, present, model.table)
+            plan.refusals.append(f"{named}: no such GPUs; this cluster has {describe_cluster(model)}")
             return plan
         if missing:
-            plan.warnings.append(f"{', '.join(missing)}: not in this cluster; using {', '.join(candidates)}")
+            named = with_hints(missing, present, model.table)
+            plan.warnings.append(f"{named}: not in this cluster; using {', '.join(candidates)}")
         plan.steps.append("accelerator")
     else:
         candidates = list(present)

@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Protocol
+from typing import Literal, Protocol
 
 import orjson
 from fastapi import APIRouter, FastAPI
@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from webhook.admission.core import fails_closed
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest, BadReview, decode_review
 from webhook.admission.response import render_review
@@ -54,6 +55,8 @@ class AdmissionCore(Protocol):
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
 
     def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
+
+    async def validate_async(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
 
 
 class LoadState(Protocol):
@@ -125,6 +128,13 @@ class AdmissionEndpoint:
         admission = self.runtime.admission
         return admission.mutate if self.mutating else admission.validate
 
+    def _on_error(self, admission_request: AdmissionRequest, config: Config) -> Literal["allow", "deny"]:
+        """`/validate` never turns an error into the admission of a GPU pod or a pod with KGWE intent;
+        `limits.onError` applies to `/mutate` and to pods that ask nothing of KGWE."""
+        if not self.mutating and fails_closed(admission_request):
+            return "deny"
+        return config.limits.on_error
+
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
         config = self.runtime.config
@@ -145,7 +155,8 @@ class AdmissionEndpoint:
         except Exception as exc:
             log.exception("%s: rendering the response for uid=%s failed", self.name, admission_request.uid)
             metrics.ADMISSION_ERRORS.labels(self.name, "internal").inc()
-            outcome = failure_outcome("internal", config.limits.on_error, f"internal error: {type(exc).__name__}")
+            on_error = self._on_error(admission_request, config)
+            outcome = failure_outcome("internal", on_error, f"internal error: {type(exc).__name__}")
             review = render_review(admission_request.uid, admission_request.api_version, outcome, self.mutating)
         content = orjson.dumps(review)
         self._answered_counter(outcome.allowed, config.mode).inc()
@@ -157,7 +168,9 @@ class AdmissionEndpoint:
         decide = partial(self._decide(), admission_request, deadline=deadline)
         failure: FailureKind
         try:
-            if self.executor is None:
+            if not self.mutating and self.executor is None:
+                outcome = await self.runtime.admission.validate_async(admission_request, deadline=deadline)
+            elif self.executor is None:
                 outcome = decide()
             else:
                 future = asyncio.get_running_loop().run_in_executor(self.executor, decide)
@@ -172,13 +185,14 @@ class AdmissionEndpoint:
         except BaseException as exc:  # also panics of native engines (pyo3's PanicException is a BaseException)
             log.exception("%s: admission of uid=%s failed", self.name, admission_request.uid)
             failure, detail = "internal", f"internal error: {type(exc).__name__}"
+        on_error = self._on_error(admission_request, config)
         log.warning(
-            "%s uid=%s %s/%s: %s; answering per onError=%s",
+            "%s uid=%s %s/%s: %s; answering %s",
             self.name, admission_request.uid, admission_request.namespace, admission_request.name,
-            detail, config.limits.on_error,
+            detail, "allowed (onError=allow)" if on_error == "allow" else "refused (fail closed)",
         )
         metrics.ADMISSION_ERRORS.labels(self.name, failure).inc()
-        return failure_outcome(failure, config.limits.on_error, detail)
+        return failure_outcome(failure, on_error, detail)
 
 
 def create_app(

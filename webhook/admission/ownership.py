@@ -1,0 +1,115 @@
+"""Who owns which `kgwe.io/` key: KGWE's outputs are KGWE's alone, and every key is fixed at creation.
+
+Output annotations (tenant, price, accelerator type, decision) and the gang label decide what a pod
+is charged and what it is co-located with, so a pod creator must never choose them: `/mutate` writes
+them, `/validate` refuses a pod whose outputs differ from what KGWE computes for it (the mutating
+webhook fails open and may have been skipped). After creation every `kgwe.io/` annotation and label
+is immutable like the pod's resources: quota use is computed from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.costs import format_hourly_cost
+from webhook.intent import (
+    OUT_ACCELERATOR_TYPE,
+    OUT_DECISION,
+    OUT_HOURLY_COST,
+    OUT_TENANT,
+    OUTPUT_ANNOTATIONS,
+)
+from webhook.mutation.pipeline import Step
+from webhook.mutation.steps import decision_document
+from webhook.placement.plan import Decision, PlacementPlan
+
+PREFIX = "kgwe.io/"
+
+
+def expected_outputs(
+    plan: PlacementPlan, tenant: str, renderable: bool, decision: Decision | None, stale_nodes: int
+) -> dict[str, str | None]:
+    """KGWE's output annotations for a pod with this plan; None means the key must be absent."""
+    outputs: dict[str, str | None] = dict.fromkeys(OUTPUT_ANNOTATIONS)
+    if not plan.gpu_pod:
+        return outputs
+    outputs[OUT_TENANT] = tenant
+    if not renderable:
+        return outputs
+    policy_name = None
+    if decision is not None and decision.decided_by:
+        policy_name = next(iter(decision.decided_by.values()))
+    outputs[OUT_DECISION] = decision_document(plan, stale_nodes, policy_name)
+    if plan.types:
+        outputs[OUT_ACCELERATOR_TYPE] = ",".join(plan.types)
+    if plan.price_per_gpu_hour is not None and plan.gpu_equivalents:
+        outputs[OUT_HOURLY_COST] = format_hourly_cost(plan.gpu_equivalents * plan.price_per_gpu_hour)
+    return outputs
+
+
+def _metadata_map(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = (obj.get("metadata") or {}).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def output_mismatches(
+    pod: dict[str, Any], annotations: dict[str, str | None], labels: dict[str, str | None]
+) -> list[str]:
+    """Output keys present on `pod` with a value other than the expected one (absent ones are fine:
+    the placement check catches a pod the mutating webhook never saw)."""
+    wrong = []
+    notes = _metadata_map(pod, "annotations")
+    for key, value in annotations.items():
+        if key in notes and notes[key] != value:
+            wrong.append(key)
+    present = _metadata_map(pod, "labels")
+    for key, value in labels.items():
+        if key in present and present[key] != value:
+            wrong.append(f"label {key}")
+    return wrong
+
+
+def _kgwe_items(obj: dict[str, Any], key: str, outputs_too: bool) -> dict[str, Any]:
+    return {
+        k: v for k, v in _metadata_map(obj, key).items()
+        if k.startswith(PREFIX) and (outputs_too or k not in OUTPUT_ANNOTATIONS)
+    }
+
+
+def changed_kgwe_keys(old: dict[str, Any], new: dict[str, Any], *, outputs_too: bool) -> list[str]:
+    """`kgwe.io/` annotations and labels that differ between `old` and `new` (added, removed, changed).
+
+    With `outputs_too` False, KGWE's output annotations may change (its own controllers write them).
+    """
+    changed: list[str] = []
+    for key, prefix in (("annotations", ""), ("labels", "label ")):
+        before = _kgwe_items(old, key, outputs_too or key == "labels")
+        after = _kgwe_items(new, key, outputs_too or key == "labels")
+        for name in sorted(before.keys() | after.keys()):
+            if before.get(name) != after.get(name):
+                changed.append(f"{prefix}{name}"[:120])
+                if len(changed) >= 8:
+                    return changed
+    return changed
+
+
+def restore_kgwe_keys_step(old: dict[str, Any], *, outputs_too: bool) -> Step:
+    """A mutation step that puts back the `kgwe.io/` keys of `old` (the object before an UPDATE)."""
+    wanted = {key: _kgwe_items(old, key, outputs_too or key == "labels") for key in ("annotations", "labels")}
+
+    def step(pod: dict[str, Any]) -> None:
+        metadata = pod.get("metadata")
+        if not isinstance(metadata, dict):
+            return
+        for key, keep in wanted.items():
+            current = metadata.get(key)
+            current = current if isinstance(current, dict) else {}
+            fixed = {
+                k: v for k, v in current.items()
+                if not (k.startswith(PREFIX) and (outputs_too or key == "labels" or k not in OUTPUT_ANNOTATIONS))
+            }
+            fixed.update(keep)
+            if fixed != current and (fixed or key in metadata):
+                metadata[key] = fixed
+
+    return ("kgwe-keys-fixed", step)
