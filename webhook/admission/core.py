@@ -281,10 +281,10 @@ class AdmissionService:
         if facts.plan.gpu_pod and not facts.intent.problems and not facts.demand.invalid:
             _check_deadline(deadline)
             placement = self._placement_problems(facts)
-            if facts.intent.empty and not facts.plan.steps:
+            if not _kgwe_placed(facts):
                 # A pod without KGWE intent passes as it came (SPEC section 1): admission plugins KGWE does
                 # not see may tolerate taints, nodes may lack labels. At most a warning.
-                warnings.extend(f"KGWE sees no node for this pod now: {m}" for _r, m in placement)
+                warnings.extend(f"KGWE: {m}" for _r, m in placement)
             else:
                 problems.extend(placement)
         pending = PendingVerdict(request, problems, warnings, audit)
@@ -384,7 +384,8 @@ class AdmissionService:
         if not facts.demand.asks_gpu and not plan.steps:
             return None
         # A pod KGWE placed may run on its plan's types; any other GPU pod on any GPU node, unknown ones too.
-        types = plan.types or list(model.types)
+        placed = _kgwe_placed(facts) and bool(plan.types)
+        types = plan.types if placed else list(model.types)
         pod = facts.pod
         if self.runtime.config.mode == "audit" and facts.renderable:
             # Audit mode returned no patch: judge the pod as KGWE would have written it.
@@ -392,7 +393,7 @@ class AdmissionService:
         if first_feasible(pod, (model.nodes[n] for t in types for n in model.types[t].nodes)) is not None:
             return None
         why = explain_infeasible(pod, (model.nodes[n] for t in types for n in model.types[t].nodes))
-        wanted = ", ".join(types) if plan.types else "every GPU node"
+        wanted = ", ".join(types) if placed else "every GPU node"
         return f"no node can ever run this pod: of {wanted}, {why}"
 
     def _verdict(
@@ -419,6 +420,11 @@ class AdmissionService:
         denial.audit_annotations = audit
         denial.object = request.object
         return denial
+
+
+def _kgwe_placed(facts: Facts) -> bool:
+    """Whether KGWE steers this pod (user intent, or a policy's placement), beyond attribution."""
+    return not facts.intent.empty or any(step != "cost" for step in facts.plan.steps)
 
 
 def _refuse_invalid(request: AdmissionRequest) -> Outcome:

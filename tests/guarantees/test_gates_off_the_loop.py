@@ -1,0 +1,88 @@
+"""Issue 13 item 11: a SubjectAccessReview that waits on a slow API server stalls only the request that
+needs it; every other admission of the same worker is answered meanwhile."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CLUSTER, CONFIG, gpu_pod, review, serve
+from kubernetes import client as k8s_client
+
+from policies.kube_client import deadline_api_client
+from policies.rbac_review import SubjectAccessReviewer
+from webhook.config import load_config
+from webhook.runtime import build_runtime
+
+
+class HeldReviews:
+    """A SubjectAccessReview endpoint that answers `allowed` only when released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.asked = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.asked.set()
+                owner.release.wait(20)
+                data = json.dumps({**body, "status": {"allowed": True}}).encode()
+                try:
+                    self.send_response(201)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def held() -> Iterator[HeldReviews]:
+    reviews = HeldReviews()
+    thread = threading.Thread(target=reviews.server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield reviews
+    reviews.release.set()
+    reviews.server.shutdown()
+    reviews.server.server_close()
+
+
+def test_a_slow_rbac_check_does_not_stall_other_admissions(held: HeldReviews, tmp_path: Path) -> None:
+    def runtime():  # type: ignore[no-untyped-def]
+        api = k8s_client.AuthorizationV1Api(deadline_api_client(k8s_client.Configuration(host=held.url)))
+        return build_runtime(load_config(CONFIG), CLUSTER, authorizer=SubjectAccessReviewer(api, cache_seconds=0))
+
+    order: list[str] = []
+    for webhook in serve(runtime, tmp_path):
+        profile_pod = webhook.mutate(gpu_pod("premium", annotations={"kgwe.io/profile": "premium-h100"}))[1]
+
+        def ask_slow(hook: Any = webhook, pod: dict[str, Any] = profile_pod) -> None:
+            hook.ask("validate", review(pod), timeout="20s")
+            order.append("slow")
+
+        slow = threading.Thread(target=ask_slow)
+        slow.start()
+        assert held.asked.wait(10), "the SubjectAccessReview was asked"
+        # While that review waits, the same worker answers a request that needs no review.
+        plain = webhook.mutate(gpu_pod("plain", annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"}))[1]
+        answer = webhook.ask("validate", review(plain))
+        order.append("plain")
+        assert answer["allowed"] is True
+        held.release.set()
+        slow.join(20)
+        assert order == ["plain", "slow"]
