@@ -47,7 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ensure.add_argument("--namespace", required=True, help="namespace of the Service and the Secret")
     ensure.add_argument("--service", required=True, help="webhook Service name")
-    ensure.add_argument("--secret", required=True, help="Secret holding ca.crt, ca.key, tls.crt, tls.key")
+    ensure.add_argument("--secret", required=True,
+                        help="Secret the webhook mounts: ca.crt, tls.crt, tls.key (and ca.key without --ca-secret)")
+    ensure.add_argument("--ca-secret",
+                        help="Secret holding ca.crt and ca.key, so the CA key stays out of the mounted Secret; "
+                             "a ca.key found in --secret is moved here")
     ensure.add_argument("--mutating-config", help="MutatingWebhookConfiguration to patch")
     ensure.add_argument("--validating-config", help="ValidatingWebhookConfiguration to patch")
     ensure.add_argument("--kubeconfig", help="use this kubeconfig instead of the pod's service account")
@@ -162,7 +166,7 @@ def run(argv: Sequence[str]) -> int:
             api = kube.api_client(args.kubeconfig)
             changes = kube.ensure(
                 api, _settings(args), args.secret, args.mutating_config, args.validating_config,
-                rotate_ca=args.rotate_ca,
+                rotate_ca=args.rotate_ca, ca_secret_name=args.ca_secret,
             )
             _report(changes, f"Secret {args.namespace}/{args.secret}")
             return 0
