@@ -184,6 +184,10 @@ def run_worker(
 
     def follow_config(config: Config) -> None:
         controllers.bound_pods.config = config
+        if config.authentication != options.config.authentication or config.server != options.config.server:
+            # Both are fixed when the listener and its TLS context are built.
+            log.warning("configuration sections authentication and server changed: they take effect at the next "
+                        "restart; serving with the ones read at start")
 
     runtime.on_config_change.append(follow_config)
     writer: ReportWriter
