@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import logging
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -183,3 +184,15 @@ def test_authentication_settings_are_checked() -> None:
         parse_config("authentication: {mode: required}")
     with pytest.raises(ConfigError, match="allowedNames"):
         parse_config("authentication: {clientCAFile: /x, allowedNames: []}")
+
+
+def test_startup_says_loudly_when_nobody_is_checked(caplog: pytest.LogCaptureFixture) -> None:
+    from webhook.config import Authentication
+    from webhook.server.callers import CallerAuthenticator
+
+    with caplog.at_level(logging.INFO, logger="webhook.server.callers"):
+        CallerAuthenticator(Authentication()).announce()
+        CallerAuthenticator(Authentication(client_ca_file="/ca.crt")).announce()
+    off, on = caplog.records
+    assert off.levelno == logging.WARNING and "authentication is OFF" in off.getMessage()
+    assert on.levelno == logging.INFO and "kgwe-apiserver-client" in on.getMessage()
