@@ -202,3 +202,20 @@ def test_agent_may_not_change_finalizers_or_owners(default: Rendered, cel: Cel, 
     tampered["metadata"][field] = value
     verdict = _policy_verdict(cel, default, _agent_request("gpu-node-1", "gpu-node-1"), tampered, NODE)
     assert verdict == f"the KGWE agent may not change a node's {message}"
+
+
+def test_chart_can_carry_the_client_ca_secret(tmp_path: Any) -> None:
+    import base64
+
+    from certs.client import CLIENT_CA_CERT, ClientSettings, ensure_client_files
+
+    ensure_client_files(tmp_path, ClientSettings())
+    pem = (tmp_path / CLIENT_CA_CERT).read_text()
+    rendered = render({"authentication": {"enabled": True, "clientCACert": pem}})
+    secret = rendered.one("Secret", "kgwe-apiserver-client-ca")
+    assert secret["metadata"]["namespace"] == NAMESPACE
+    assert secret["data"] == {"ca.crt": base64.b64encode(pem.encode()).decode()}
+    assert _volume(_webhook_pod(rendered), "client-ca")["secret"]["secretName"] == "kgwe-apiserver-client-ca"
+    assert render({"authentication": {"enabled": True}}).of_kind("Secret") == []
+    with pytest.raises(Exception, match="PEM certificate"):
+        render({"authentication": {"enabled": True, "clientCACert": "not a certificate"}})
