@@ -196,3 +196,55 @@ def test_startup_says_loudly_when_nobody_is_checked(caplog: pytest.LogCaptureFix
     off, on = caplog.records
     assert off.levelno == logging.WARNING and "authentication is OFF" in off.getMessage()
     assert on.levelno == logging.INFO and "kgwe-apiserver-client" in on.getMessage()
+
+
+@pytest.mark.parametrize("authenticated", [True, False], ids=["client-ca", "no-client-ca"])
+def test_kgwe_serve_wires_authentication_and_says_when_it_is_off(tmp_path: Path, authenticated: bool) -> None:
+    """The real `kgwe serve` process: its TLS context asks for client certificates from the configured CA,
+    its admission endpoints check them, and its log says when nothing is checked."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT, free_port
+
+    client_dir = tmp_path / "apiserver"
+    ensure_client_files(client_dir, ClientSettings())
+    config = yaml.safe_load(CONFIG.read_text())
+    if authenticated:
+        config["authentication"] = {"clientCAFile": str(client_dir / CLIENT_CA_CERT)}
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
+    command = [sys.executable, "-m", "webhook.cli", "serve", "--cluster", str(CLUSTER), "--config", str(config_file),
+               "--host", "127.0.0.1", "--port", str(port), "--no-ui"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        assert process.stdout is not None
+        ca_file = Path(process.stdout.readline().rsplit("CA: ", 1)[1].strip())
+        server = AuthServer(f"https://127.0.0.1:{port}", ca_file, client_dir, FileQuotaStore(tmp_path / "unused"))
+        give_up = time.monotonic() + 30
+        while True:
+            try:
+                with server.client() as client:
+                    if client.get("/readyz").status_code == 200:
+                        break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < give_up, "kgwe serve never became ready"
+            time.sleep(0.1)
+        with server.client() as client:
+            anonymous = post(client, "/validate", admission_review(GPU_POD)).status_code
+        with server.client(client_dir) as client:
+            api_server = post(client, "/validate", admission_review(GPU_POD)).status_code
+        assert (anonymous, api_server) == ((401, 200) if authenticated else (200, 200))
+    finally:
+        process.terminate()
+        assert process.wait(20) in (0, -signal.SIGTERM)
+    assert process.stderr is not None
+    log = process.stderr.read()
+    assert ("authentication is OFF" in log) is not authenticated
