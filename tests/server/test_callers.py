@@ -248,3 +248,22 @@ def test_kgwe_serve_wires_authentication_and_says_when_it_is_off(tmp_path: Path,
     assert process.stderr is not None
     log = process.stderr.read()
     assert ("authentication is OFF" in log) is not authenticated
+
+
+def test_kgwe_serve_refuses_to_start_without_its_client_ca(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, free_port
+
+    config = yaml.safe_load(CONFIG.read_text())
+    config["authentication"] = {"clientCAFile": str(tmp_path / "missing-ca.crt")}
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
+    command = [sys.executable, "-m", "webhook.cli", "serve", "--cluster", str(CLUSTER), "--config", str(config_file),
+               "--host", "127.0.0.1", "--port", str(free_port()), "--no-ui"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert result.returncode != 0
+    assert "cannot load the client CA" in result.stderr and "missing-ca.crt" in result.stderr

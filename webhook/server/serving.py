@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -171,10 +172,14 @@ def run_worker(
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
 
-    tls = ReloadingSSLContext(
-        cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry,
-        client_ca_file=options.config.authentication.client_ca_file,
-    )
+    client_ca_file = options.config.authentication.client_ca_file
+    try:
+        tls = ReloadingSSLContext(
+            cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry, client_ca_file=client_ca_file
+        )
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        # Only the client CA is read eagerly like this; a bad serving pair shows as `not tls.loaded`.
+        raise ServeError(f"cannot load the client CA {client_ca_file} (authentication.clientCAFile): {exc}") from exc
     if not tls.loaded:
         raise ServeError(f"cannot load the serving certificate {cert_file}: {tls.last_error}")
     assembly = assemble_runtime(options)
