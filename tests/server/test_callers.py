@@ -9,7 +9,12 @@ from __future__ import annotations
 import base64
 import copy
 import logging
+import os
+import signal
 import ssl
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +25,7 @@ import jsonpatch
 import orjson
 import pytest
 import yaml
-from conftest import CLUSTER, CONFIG, GPU_POD, admission_review, start_server
+from conftest import CLUSTER, CONFIG, GPU_POD, ROOT, admission_review, free_port, start_server
 from fastapi import FastAPI
 
 from certs.client import CLIENT_CA_CERT, CLIENT_CERT, CLIENT_KEY, ClientSettings, ensure_client_files
@@ -202,13 +207,6 @@ def test_startup_says_loudly_when_nobody_is_checked(caplog: pytest.LogCaptureFix
 def test_kgwe_serve_wires_authentication_and_says_when_it_is_off(tmp_path: Path, authenticated: bool) -> None:
     """The real `kgwe serve` process: its TLS context asks for client certificates from the configured CA,
     its admission endpoints check them, and its log says when nothing is checked."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from conftest import ROOT, free_port
 
     client_dir = tmp_path / "apiserver"
     ensure_client_files(client_dir, ClientSettings())
@@ -251,11 +249,6 @@ def test_kgwe_serve_wires_authentication_and_says_when_it_is_off(tmp_path: Path,
 
 
 def test_kgwe_serve_refuses_to_start_without_its_client_ca(tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
-
-    from conftest import ROOT, free_port
 
     config = yaml.safe_load(CONFIG.read_text())
     config["authentication"] = {"clientCAFile": str(tmp_path / "missing-ca.crt")}
