@@ -219,3 +219,9 @@ def test_chart_can_carry_the_client_ca_secret(tmp_path: Any) -> None:
     assert render({"authentication": {"enabled": True}}).of_kind("Secret") == []
     with pytest.raises(Exception, match="PEM certificate"):
         render({"authentication": {"enabled": True, "clientCACert": "not a certificate"}})
+
+
+def test_notes_say_when_callers_are_not_authenticated(default: Rendered) -> None:
+    assert "WARNING: caller authentication is OFF" in default.notes
+    notes = render({"authentication": {"enabled": True}}).notes
+    assert "OFF" not in notes and "kgwe-apiserver-client" in notes
