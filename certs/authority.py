@@ -98,12 +98,14 @@ def _load_key(pem: bytes) -> ec.EllipticCurvePrivateKey:
     return key
 
 
-def new_ca(validity_days: int, now: dt.datetime | None = None) -> tuple[bytes, bytes]:
+def new_ca(
+    validity_days: int, now: dt.datetime | None = None, common_name: str = CA_COMMON_NAME
+) -> tuple[bytes, bytes]:
     """(CA certificate PEM, CA key PEM)."""
     now = now or _utcnow()
     key = _new_key()
     name = x509.Name([
-        x509.NameAttribute(NameOID.COMMON_NAME, CA_COMMON_NAME),
+        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
         x509.NameAttribute(NameOID.ORGANIZATION_NAME, f"kgwe {now:%Y%m%d%H%M%S}"),
     ])
     cert = (
@@ -166,6 +168,46 @@ def new_serving_cert(
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def new_client_cert(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    common_name: str,
+    validity_days: int = 365,
+    now: dt.datetime | None = None,
+) -> tuple[bytes, bytes]:
+    """(client certificate PEM, its key PEM) for TLS client authentication, signed by the CA.
+
+    This is the certificate the API server presents to the webhook (docs/security.md); the webhook
+    accepts it when `common_name` is in `authentication.allowedNames`.
+    """
+    now = now or _utcnow()
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = _load_key(ca_key_pem)
+    key = _new_key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(min(now + dt.timedelta(days=validity_days), ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)

@@ -47,11 +47,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ensure.add_argument("--namespace", required=True, help="namespace of the Service and the Secret")
     ensure.add_argument("--service", required=True, help="webhook Service name")
-    ensure.add_argument("--secret", required=True, help="Secret holding ca.crt, ca.key, tls.crt, tls.key")
+    ensure.add_argument("--secret", required=True,
+                        help="Secret the webhook mounts: ca.crt, tls.crt, tls.key (and ca.key without --ca-secret)")
+    ensure.add_argument("--ca-secret",
+                        help="Secret holding ca.crt and ca.key, so the CA key stays out of the mounted Secret; "
+                             "a ca.key found in --secret is moved here")
     ensure.add_argument("--mutating-config", help="MutatingWebhookConfiguration to patch")
     ensure.add_argument("--validating-config", help="ValidatingWebhookConfiguration to patch")
     ensure.add_argument("--kubeconfig", help="use this kubeconfig instead of the pod's service account")
     _validity_arguments(ensure)
+
+    client = commands.add_parser(
+        "client", help="make the API server's client certificate, its kubeconfig and AdmissionConfiguration",
+        description="Create (or reuse) a client CA in --out-dir and issue the certificate the API server presents "
+                    "to the webhook; write the kubeconfig and AdmissionConfiguration for kube-apiserver "
+                    "--admission-control-config-file. Put client-ca.crt in the Secret named by the chart's "
+                    "authentication.clientCASecret (docs/security.md).",
+    )
+    client.add_argument("--out-dir", type=Path, required=True, help="directory for the files")
+    client.add_argument("--name", default="kgwe-apiserver-client",
+                        help="the certificate's common name; must be in authentication.allowedNames "
+                             "(default kgwe-apiserver-client)")
+    client.add_argument("--service", default="kgwe-webhook", help="webhook Service name (default kgwe-webhook)")
+    client.add_argument("--namespace", default="kgwe", help="webhook namespace (default kgwe)")
+    client.add_argument("--port", type=int, default=443, help="the Service port the API server calls (default 443)")
+    client.add_argument("--cert-validity-days", type=int, default=365,
+                        help="lifetime of a new client certificate (default 365)")
+    client.add_argument("--renew-before-days", type=int, default=30,
+                        help="reissue the client certificate this many days before it expires (default 30)")
+    client.add_argument("--kubeconfig-path", default="/etc/kubernetes/kgwe/apiserver-webhook-kubeconfig.yaml",
+                        help="where the kubeconfig will be on the control-plane hosts (written into the "
+                             "AdmissionConfiguration)")
 
     patch = commands.add_parser(
         "patch-ca-bundle", help="write a CA bundle file into webhook configurations' caBundle",
@@ -91,8 +117,34 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             parser.error("validity days must be positive and --renew-before-days not negative")
         if args.renew_before_days >= args.cert_validity_days:
             parser.error("--renew-before-days must be shorter than --cert-validity-days")
+    if args.command == "client":
+        if args.cert_validity_days <= 0 or not 0 <= args.renew_before_days < args.cert_validity_days:
+            parser.error("--cert-validity-days must be positive and above --renew-before-days (not negative)")
+        if not 0 < args.port < 65536 or not args.name:
+            parser.error("--port must be a TCP port and --name not empty")
     if args.command in {"ensure", "patch-ca-bundle"} and not (args.mutating_config or args.validating_config):
         parser.error("name --mutating-config and/or --validating-config")
+
+
+def _client(args: argparse.Namespace) -> int:
+    from certs import client
+
+    settings = client.ClientSettings(
+        name=args.name, service=args.service, namespace=args.namespace, port=args.port,
+        cert_validity_days=args.cert_validity_days, renew_before_days=args.renew_before_days,
+        kubeconfig_path=args.kubeconfig_path,
+    )
+    files = client.ensure_client_files(args.out_dir, settings)
+    what = "new client CA and certificate" if files.ca_created else (
+        "new client certificate" if files.issued else "client certificate is current")
+    print(f"{files.directory}: {what} (name {settings.name})")
+    print(f"client CA (for the chart's authentication.clientCASecret, key ca.crt): {files.path(client.CLIENT_CA_CERT)}")
+    print(f"kubeconfig for the API server (copy to {settings.kubeconfig_path} on each control-plane host): "
+          f"{files.path(client.KUBECONFIG)}")
+    print(f"AdmissionConfiguration (kube-apiserver --admission-control-config-file): "
+          f"{files.path(client.ADMISSION_CONFIG)}")
+    print(f"the client CA key stays here, with you: {files.path(client.CLIENT_CA_KEY)}")
+    return 0
 
 
 def run(argv: Sequence[str]) -> int:
@@ -106,13 +158,15 @@ def run(argv: Sequence[str]) -> int:
             _report(changes, str(paths.directory))
             print(f"CA bundle: {paths.ca_cert}\ncertificate: {paths.tls_cert}\nkey: {paths.tls_key}")
             return 0
+        if args.command == "client":
+            return _client(args)
         from certs import kube
 
         if args.command == "ensure":
             api = kube.api_client(args.kubeconfig)
             changes = kube.ensure(
                 api, _settings(args), args.secret, args.mutating_config, args.validating_config,
-                rotate_ca=args.rotate_ca,
+                rotate_ca=args.rotate_ca, ca_secret_name=args.ca_secret,
             )
             _report(changes, f"Secret {args.namespace}/{args.secret}")
             return 0

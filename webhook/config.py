@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.accelerator_types import AcceleratorTable, extra_types_from_config
 
@@ -51,6 +51,54 @@ class Quotas(_Section):
     reservation_grace_seconds: float = Field(default=60.0, alias="reservationGraceSeconds")
 
 
+class Authentication(_Section):
+    """Who may call /mutate and /validate (docs/security.md, "Transport and callers").
+
+    With `clientCAFile` set, the TLS listener asks every client for a certificate (optional at the
+    handshake, so probes and Prometheus still connect) and verifies any it gets against that CA; the
+    admission endpoints then demand one whose subject common name or a DNS name is in `allowedNames`.
+    Read when `kgwe serve` starts: a change needs a restart.
+    """
+
+    # PEM bundle of the CA that signs the API server's client certificate (`kgwe certs client`).
+    client_ca_file: str | None = Field(default=None, alias="clientCAFile")
+    # Certificate names accepted on the admission endpoints (common name or DNS SAN).
+    allowed_names: list[str] = Field(default_factory=lambda: ["kgwe-apiserver-client"], alias="allowedNames")
+    # required: 401 without a good certificate. permissive: answer, but as dryRun (no side effects),
+    # for rolling the API server's kubeconfig out. off (default without clientCAFile): no check at all.
+    mode: Literal["off", "permissive", "required"] | None = None
+
+    @property
+    def effective_mode(self) -> Literal["off", "permissive", "required"]:
+        if self.mode is not None:
+            return self.mode
+        return "required" if self.client_ca_file else "off"
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Authentication:
+        if self.effective_mode != "off":
+            if not self.client_ca_file:
+                raise ValueError(f"authentication.mode {self.effective_mode} needs authentication.clientCAFile")
+            if not [name for name in self.allowed_names if name]:
+                raise ValueError("authentication.allowedNames must name at least one client certificate name")
+        return self
+
+
+class Server(_Section):
+    """Connection limits of the HTTPS listener (docs/security.md, "Transport and callers"); read at start."""
+
+    # A connection that has no request in flight is closed after this long (the API server reconnects).
+    idle_timeout_seconds: float = Field(default=30.0, gt=0, le=3600, alias="idleTimeoutSeconds")
+    # The TLS handshake must complete within this.
+    handshake_timeout_seconds: float = Field(default=5.0, gt=0, le=300, alias="handshakeTimeoutSeconds")
+    # From a request's first byte to the end of its headers.
+    header_timeout_seconds: float = Field(default=5.0, gt=0, le=300, alias="headerTimeoutSeconds")
+    # From the end of the headers to the end of the body.
+    body_timeout_seconds: float = Field(default=10.0, gt=0, le=300, alias="bodyTimeoutSeconds")
+    # Open connections per worker; a connection beyond this is closed as soon as it is accepted.
+    max_connections: int = Field(default=1000, ge=1, le=1_000_000, alias="maxConnections")
+
+
 class Config(_Section):
     mode: Literal["enforce", "audit"] = "enforce"
     pricing: Pricing = Field(default_factory=Pricing)
@@ -58,6 +106,8 @@ class Config(_Section):
     policies: Policies = Field(default_factory=Policies)
     limits: Limits = Field(default_factory=Limits)
     quotas: Quotas = Field(default_factory=Quotas)
+    authentication: Authentication = Field(default_factory=Authentication)
+    server: Server = Field(default_factory=Server)
     # Topology annotations older than this are stale: the webhook falls back to GFD labels.
     topology_staleness_seconds: float = Field(default=300.0, alias="topologyStalenessSeconds")
     # Taint keys that mark GPU nodes; eligible nodes' taints with these keys get tolerated.

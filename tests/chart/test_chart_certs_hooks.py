@@ -118,8 +118,8 @@ def _args(rendered: Rendered, kind: str, name: str) -> list[str]:
     return list(container["args"][1:])
 
 
-def _secret(server: FakeApiServer) -> dict[str, bytes]:
-    data = server.objects[f"{SECRETS}/kgwe-tls"]["data"]
+def _secret(server: FakeApiServer, name: str = "kgwe-tls") -> dict[str, bytes]:
+    data = server.objects[f"{SECRETS}/{name}"]["data"]
     return {key: base64.b64decode(value) for key, value in data.items()}
 
 
@@ -138,7 +138,10 @@ def test_install_then_daily_renewal(default: Rendered, api: tuple[FakeApiServer,
     # pre-install: no webhook configurations yet. The Secret the pods mount is created.
     assert certs_cli([*_args(default, "Job", "kgwe-certs-hook-pre"), *flags]) == 0
     secret = _secret(server)
-    assert {"ca.crt", "ca.key", "tls.crt", "tls.key"} <= secret.keys()
+    # The Secret the webhook pods mount holds no CA key; the CA's own Secret does.
+    assert secret.keys() == {"ca.crt", "tls.crt", "tls.key"}
+    authority = _secret(server, "kgwe-ca")
+    assert authority.keys() == {"ca.crt", "ca.key"} and authority["ca.crt"] == secret["ca.crt"]
     leaf = x509.load_pem_x509_certificate(secret["tls.crt"])
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert f"kgwe-webhook.{NAMESPACE}.svc" in names
@@ -173,3 +176,22 @@ def test_upgrade_repairs_configurations_recreated_after_a_switch_off(
     server.put_object(f"{ADMISSION}/validatingwebhookconfigurations", default.one("ValidatingWebhookConfiguration"))
     assert certs_cli([*_args(default, "Job", "kgwe-certs-hook-post"), *flags]) == 0
     assert _ca_bundles(server) == [_secret(server)["ca.crt"]] * 2
+
+
+def test_single_secret_layout_is_split_keeping_the_ca(default: Rendered, api: tuple[FakeApiServer, Path]) -> None:
+    """An install from before the CA Secret: its serving Secret holds ca.key. The next run moves the key
+    into the CA Secret and keeps the CA (no rotation, no new caBundle), and the serving pair."""
+    from certs.authority import Settings, reconcile
+
+    server, kubeconfig = api
+    material, _ = reconcile(None, Settings(service="kgwe-webhook", namespace=NAMESPACE))
+    old = {"ca.crt": material.ca_bundle, "ca.key": material.ca_key, "tls.crt": material.tls_cert,
+           "tls.key": material.tls_key}
+    server.put_object(SECRETS, {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "kgwe-tls", "namespace": NAMESPACE},
+        "data": {key: base64.b64encode(value).decode() for key, value in old.items()},
+    })
+    assert certs_cli([*_args(default, "CronJob", "kgwe-certs"), "--kubeconfig", str(kubeconfig)]) == 0
+    assert _secret(server) == {key: old[key] for key in ("ca.crt", "tls.crt", "tls.key")}
+    assert _secret(server, "kgwe-ca") == {"ca.crt": old["ca.crt"], "ca.key": old["ca.key"]}

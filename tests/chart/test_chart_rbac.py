@@ -58,8 +58,6 @@ def test_agent_may_only_get_and_patch_nodes(default: Rendered) -> None:
     ("patch", "", "pods", None, None),
     ("create", "wgpolicyk8s.io", "policyreports", None, None),
     ("update", "wgpolicyk8s.io", "clusterpolicyreports", None, None),
-    ("get", "", "secrets", "kgwe-tls", NAMESPACE),
-    ("update", "", "secrets", "kgwe-tls", NAMESPACE),
     ("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "kgwe", None),
     ("get", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "kgwe", None),
     ("update", "coordination.k8s.io", "leases", "kgwe-leader", NAMESPACE),
@@ -79,6 +77,11 @@ def test_webhook_has_what_it_needs(default: Rendered, verb: str, group: str, res
     ("delete", "kgwe.io", "gpupolicies", None, None),
     ("get", "", "secrets", "other-secret", NAMESPACE),
     ("get", "", "secrets", "kgwe-tls", "team-a"),
+    # The pair is mounted; the CA key is readable by the certs runners alone.
+    ("get", "", "secrets", "kgwe-tls", NAMESPACE),
+    ("update", "", "secrets", "kgwe-tls", NAMESPACE),
+    ("get", "", "secrets", "kgwe-ca", NAMESPACE),
+    ("list", "", "secrets", None, NAMESPACE),
     ("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "someone-else", None),
     ("update", "coordination.k8s.io", "leases", "kgwe-leader", "kube-system"),
     ("escalate", "rbac.authorization.k8s.io", "clusterroles", None, None),
@@ -92,6 +95,7 @@ def test_webhook_has_nothing_more(default: Rendered, verb: str, group: str, reso
 def test_certs_runners_touch_only_the_secret_and_the_configurations(default: Rendered, account: str) -> None:
     assert _allows(default, account, "create", "", "secrets", None, NAMESPACE)
     assert _allows(default, account, "update", "", "secrets", "kgwe-tls", NAMESPACE)
+    assert _allows(default, account, "get", "", "secrets", "kgwe-ca", NAMESPACE)
     assert _allows(default, account, "patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "kgwe")
     assert not _allows(default, account, "get", "", "secrets", "other", NAMESPACE)
     assert not _allows(default, account, "create", "", "secrets", None, "team-a")
@@ -133,9 +137,9 @@ def _agent_request(node_name: str, target: str, user: str = AGENT_USER, sub_reso
 
 
 def _policy_verdict(cel: Cel, rendered: Rendered, request: dict[str, Any], new: dict[str, Any],
-                    old: dict[str, Any]) -> str:
+                    old: dict[str, Any], policy_name: str = "kgwe-agent-node-scope") -> str:
     """"skipped" (policy does not apply), "allowed" or the message of the first failing validation."""
-    policy = rendered.one("ValidatingAdmissionPolicy")["spec"]
+    policy = rendered.one("ValidatingAdmissionPolicy", policy_name)["spec"]
     activation: dict[str, Any] = {"object": new, "oldObject": old, "request": request}
     if not all(cel.check(c["expression"], **activation) for c in policy["matchConditions"]):
         return "skipped"
@@ -222,8 +226,8 @@ def test_policy_leaves_everyone_else_alone(default: Rendered, cel: Cel) -> None:
 
 
 def test_policy_is_bound_to_deny(default: Rendered) -> None:
-    policy = default.one("ValidatingAdmissionPolicy")
-    binding = default.one("ValidatingAdmissionPolicyBinding")
+    policy = default.one("ValidatingAdmissionPolicy", "kgwe-agent-node-scope")
+    binding = default.one("ValidatingAdmissionPolicyBinding", "kgwe-agent-node-scope")
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert policy["spec"]["failurePolicy"] == "Fail"

@@ -120,7 +120,8 @@ def test_agent_selector_and_runtime_are_configurable() -> None:
 def test_agent_off_removes_everything_of_the_agent(rendered_scenarios: dict[str, Rendered]) -> None:
     rendered = rendered_scenarios["agent-off"]
     assert rendered.of_kind("DaemonSet") == []
-    assert rendered.of_kind("ValidatingAdmissionPolicy") == []
+    policies = rendered.names("ValidatingAdmissionPolicy")
+    assert not any(name.startswith("kgwe-agent") for name in policies)
     assert not any("agent" in obj["metadata"]["name"] for obj in rendered.objects)
     assert rendered.one("Deployment", "kgwe-webhook")
 
@@ -134,7 +135,7 @@ def _certs_args(pod_spec: dict[str, Any]) -> list[str]:
 def test_certificates_are_ensured_by_hooks_and_renewed_daily(default: Rendered) -> None:
     expected = [
         "certs", "ensure", "--namespace", NAMESPACE, "--service", "kgwe-webhook", "--secret", "kgwe-tls",
-        "--mutating-config", "kgwe", "--validating-config", "kgwe",
+        "--ca-secret", "kgwe-ca", "--mutating-config", "kgwe", "--validating-config", "kgwe",
         "--ca-validity-days", "3650", "--cert-validity-days", "90", "--renew-before-days", "30",
     ]
     pre = default.one("Job", "kgwe-certs-hook-pre")

@@ -29,6 +29,7 @@ from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.server.serving import uvicorn_server
+from webhook.server.transport import ConnectionLimits
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster"
@@ -172,7 +173,8 @@ def cert_paths(tmp_path: Path, cert_settings: Settings) -> CertificatePaths:
 
 
 def start_server(
-    make_app: Callable[[], FastAPI], paths: CertificatePaths, tls: ReloadingSSLContext
+    make_app: Callable[[], FastAPI], paths: CertificatePaths, tls: ReloadingSSLContext,
+    limits: ConnectionLimits | None = None,
 ) -> Iterator[RunningServer]:
     """Serve the app from a thread. The app is built in that thread: native policy engines are bound to the
     thread that created them, and in `kgwe serve` the runtime is built on the thread that serves."""
@@ -185,7 +187,7 @@ def start_server(
 
     def serve() -> None:
         try:
-            servers.append(uvicorn_server(make_app(), "127.0.0.1", port, tls, log_level="warning"))
+            servers.append(uvicorn_server(make_app(), "127.0.0.1", port, tls, log_level="warning", limits=limits))
         except BaseException as exc:
             errors.append(exc)
             raise

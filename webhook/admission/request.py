@@ -50,6 +50,10 @@ class AdmissionRequest:
     # Why the object cannot be judged (out of bounds, or a shape the API server never sends): the
     # core refuses such a request with this message instead of deciding on it.
     invalid: str | None = None
+    # Whether the caller proved to be the API server (docs/security.md). True when authentication is
+    # not configured. A request that is not authenticated always has `dry_run` set: whatever answers
+    # it, nothing is reserved or written for it.
+    authenticated: bool = True
 
     @property
     def is_pod(self) -> bool:
@@ -76,8 +80,11 @@ def _user(raw: Any) -> UserInfo:
     return UserInfo(_str(raw.get("username")), _str(raw.get("uid")), groups, extra)
 
 
-def decode_review(body: bytes | dict[str, Any]) -> AdmissionRequest:
-    """Decode an AdmissionReview body; raise BadReview with a message saying what is wrong."""
+def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -> AdmissionRequest:
+    """Decode an AdmissionReview body; raise BadReview with a message saying what is wrong.
+
+    `authenticated` is the HTTP shell's verdict on the caller; `False` makes the request dry-run.
+    """
     if isinstance(body, dict):
         review = body
     else:
@@ -112,9 +119,10 @@ def decode_review(body: bytes | dict[str, Any]) -> AdmissionRequest:
         user=_user(request.get("userInfo")),
         object=obj if isinstance(obj, dict) else None,
         old_object=old if isinstance(old, dict) else None,
-        dry_run=bool(request.get("dryRun")),
+        dry_run=bool(request.get("dryRun")) or not authenticated,
         raw=request,
         sub_resource=_str(request.get("subResource")),
+        authenticated=authenticated,
     )
     decoded.invalid = _out_of_bounds(decoded, body)
     return decoded

@@ -20,7 +20,7 @@ from typing import Literal, Protocol
 import orjson
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -30,6 +30,7 @@ from webhook.admission.request import AdmissionRequest, BadReview, decode_review
 from webhook.admission.response import render_review
 from webhook.config import Config
 from webhook.server import metrics
+from webhook.server.callers import CallerAuthenticator
 from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
 from webhook.server.openapi import add_shell_routes
@@ -108,8 +109,16 @@ async def read_limited_body(request: Request, limit: int) -> bytes | None:
 class AdmissionEndpoint:
     """One of /mutate and /validate."""
 
-    def __init__(self, runtime: ServingRuntime, name: str, mutating: bool, executor: ThreadPoolExecutor | None):
+    def __init__(
+        self,
+        runtime: ServingRuntime,
+        name: str,
+        mutating: bool,
+        executor: ThreadPoolExecutor | None,
+        authenticator: CallerAuthenticator | None = None,
+    ):
         self.runtime = runtime
+        self.authenticator = authenticator or CallerAuthenticator(runtime.config.authentication)
         self.name = name
         self.mutating = mutating
         self.executor = executor
@@ -138,13 +147,24 @@ class AdmissionEndpoint:
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
         config = self.runtime.config
-        body = await read_limited_body(request, config.limits.max_request_bytes)
+        # Before the body is read: an unauthenticated caller costs nothing and changes nothing.
+        caller = self.authenticator.check(request.scope, self.name)
+        if caller.refused:
+            message = f"the {self.name} endpoint only answers the API server: {caller.reason}"
+            return Response(_status_body(401, "Unauthorized", message), 401, media_type=JSON)
+        try:
+            body = await read_limited_body(request, config.limits.max_request_bytes)
+        except ClientDisconnect:
+            # The caller went away (or the server's body timeout closed it): nothing to answer.
+            log.debug("%s: client disconnected before sending the whole body", self.name)
+            metrics.ADMISSION_ERRORS.labels(self.name, "disconnected").inc()
+            return Response(b"", 400)
         if body is None:
             metrics.ADMISSION_ERRORS.labels(self.name, "too_large").inc()
             message = f"AdmissionReview larger than the limit of {config.limits.max_request_bytes} bytes"
             return Response(_status_body(413, "RequestEntityTooLarge", message), 413, media_type=JSON)
         try:
-            admission_request = decode_review(body)
+            admission_request = decode_review(body, authenticated=caller.authenticated)
         except BadReview as exc:
             metrics.ADMISSION_ERRORS.labels(self.name, "bad_request").inc()
             return Response(_status_body(400, "BadRequest", str(exc)), 400, media_type=JSON)
@@ -203,12 +223,15 @@ def create_app(
     certificate: LoadState | None = None,
     background: Iterable[BackgroundTask] = (),
     offload: bool | None = None,
+    authenticator: CallerAuthenticator | None = None,
 ) -> FastAPI:
     """The webhook application.
 
     `certificate` is the serving certificate's state (readiness needs one loaded); it can also be set
     later as `app.state.certificate`. `background` tasks run from startup to shutdown. `offload`
     runs admission on a thread pool instead of the event loop (default: OFFLOAD_DEFAULT).
+    `authenticator` decides who may call /mutate and /validate (default: from the runtime's config
+    `authentication` section as it is now).
     """
     tasks = list(background)
     use_threads = OFFLOAD_DEFAULT if offload is None else offload
@@ -232,9 +255,10 @@ def create_app(
     # FastAPI describes only its own routes; the plain routes below are described in webhook/server/openapi.py.
     app.openapi = lambda: add_shell_routes(generated_openapi())  # type: ignore[method-assign]
     app.state.certificate = certificate
+    callers = authenticator or CallerAuthenticator(runtime.config.authentication)
     app.router.routes.extend([
-        Route("/mutate", AdmissionEndpoint(runtime, "mutate", True, executor).handle, methods=["POST"]),
-        Route("/validate", AdmissionEndpoint(runtime, "validate", False, executor).handle, methods=["POST"]),
+        Route("/mutate", AdmissionEndpoint(runtime, "mutate", True, executor, callers).handle, methods=["POST"]),
+        Route("/validate", AdmissionEndpoint(runtime, "validate", False, executor, callers).handle, methods=["POST"]),
     ])
 
     @app.get("/healthz", include_in_schema=False)

@@ -23,7 +23,8 @@ ADMISSION_DURATION = Histogram(
 )
 ADMISSION_ERRORS = Counter(
     "kgwe_admission_errors_total",
-    "Admission requests that could not be decided normally, by kind: bad_request, too_large, deadline, internal.",
+    "Admission requests that could not be decided normally, by kind: bad_request, too_large, deadline, internal,"
+    " disconnected (the client left before sending its whole body).",
     ["endpoint", "kind"],
 )
 CERTIFICATE_EXPIRY = Gauge(

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -31,9 +32,11 @@ from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.server import metrics
 from webhook.server.app import BackgroundTask, create_app
+from webhook.server.callers import CallerAuthenticator
 from webhook.server.config_watch import ConfigWatcher
 from webhook.server.quota_sync import QuotaSync
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
+from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -169,7 +172,14 @@ def run_worker(
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
 
-    tls = ReloadingSSLContext(cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry)
+    client_ca_file = options.config.authentication.client_ca_file
+    try:
+        tls = ReloadingSSLContext(
+            cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry, client_ca_file=client_ca_file
+        )
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        # Only the client CA is read eagerly like this; a bad serving pair shows as `not tls.loaded`.
+        raise ServeError(f"cannot load the client CA {client_ca_file} (authentication.clientCAFile): {exc}") from exc
     if not tls.loaded:
         raise ServeError(f"cannot load the serving certificate {cert_file}: {tls.last_error}")
     assembly = assemble_runtime(options)
@@ -179,6 +189,10 @@ def run_worker(
 
     def follow_config(config: Config) -> None:
         controllers.bound_pods.config = config
+        if config.authentication != options.config.authentication or config.server != options.config.server:
+            # Both are fixed when the listener and its TLS context are built.
+            log.warning("configuration sections authentication and server changed: they take effect at the next "
+                        "restart; serving with the ones read at start")
 
     runtime.on_config_change.append(follow_config)
     writer: ReportWriter
@@ -206,35 +220,63 @@ def run_worker(
         background.append(QuotaSync(runtime, controllers.elector.is_leader))  # TenantQuota status
     if options.config_file is not None:
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds))
+    # Who may call the admission endpoints is fixed for the process's life, like the TLS context's client CA.
+    callers = CallerAuthenticator(options.config.authentication)
+    callers.announce()
     app = create_app(
-        runtime, ui=options.ui, extra_routers=[api_router(runtime)], certificate=tls, background=background
+        runtime, ui=options.ui, extra_routers=[api_router(runtime)], certificate=tls, background=background,
+        authenticator=callers,
     )
     controllers.start()
     try:
-        uvicorn_server(app, options.host, options.port, tls, options.log_level).run(sockets=sockets)
+        uvicorn_server(
+            app, options.host, options.port, tls, options.log_level, limits=connection_limits(options.config)
+        ).run(sockets=sockets)
     finally:
         controllers.stop()
         assembly.stop_source()
 
 
+def connection_limits(config: Config) -> ConnectionLimits:
+    """The listener's limits from the config's `server` section (read at start)."""
+    server = config.server
+    return ConnectionLimits(
+        idle_timeout=server.idle_timeout_seconds,
+        handshake_timeout=server.handshake_timeout_seconds,
+        header_timeout=server.header_timeout_seconds,
+        body_timeout=server.body_timeout_seconds,
+        max_connections=server.max_connections,
+    )
+
+
 def uvicorn_server(
-    app: ASGIApp, host: str, port: int, tls: ReloadingSSLContext, log_level: str = "info"
+    app: ASGIApp,
+    host: str,
+    port: int,
+    tls: ReloadingSSLContext,
+    log_level: str = "info",
+    *,
+    limits: ConnectionLimits | None = None,
 ) -> uvicorn.Server:
-    """uvicorn serving `app` over TLS with the reloading context (httptools and uvloop where installed)."""
+    """uvicorn serving `app` over TLS with the reloading context, httptools and uvloop, and the connection
+    limits of webhook/server/transport.py (defaults: the config's defaults)."""
+    limits = limits or connection_limits(Config())
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         ssl_context_factory=lambda _config, _default: tls.context,
         loop="auto",
-        http="auto",
+        http=limited_protocol(limits),
         lifespan="on",
         access_log=False,
         log_level=log_level,
-        timeout_keep_alive=30,
+        # Between two requests on one connection; the protocol applies the same before the first one.
+        # uvicorn takes whole seconds here.
+        timeout_keep_alive=max(1, round(limits.idle_timeout)),
         server_header=False,
     )
-    return uvicorn.Server(config)
+    return BoundedServer(config, limits.handshake_timeout)
 
 
 def serve(options: ServeOptions) -> int:

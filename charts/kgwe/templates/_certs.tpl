@@ -35,7 +35,8 @@ rules:
     verbs: [create]
   - apiGroups: [""]
     resources: [secrets]
-    resourceNames: [{{ include "kgwe.tlsSecret" $root | quote }}]
+    # The serving Secret the webhook mounts, and the CA's own Secret that nothing else can read.
+    resourceNames: [{{ include "kgwe.tlsSecret" $root | quote }}, {{ include "kgwe.caSecret" $root | quote }}]
     verbs: [get, update, patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -126,6 +127,8 @@ containers:
       - {{ include "kgwe.webhookName" $root }}
       - --secret
       - {{ include "kgwe.tlsSecret" $root }}
+      - --ca-secret
+      - {{ include "kgwe.caSecret" $root }}
       - --mutating-config
       - {{ include "kgwe.fullname" $root }}
       - --validating-config

@@ -19,6 +19,8 @@
 {{- define "kgwe.webhookName" -}}{{ include "kgwe.fullname" . }}-webhook{{- end }}
 {{- define "kgwe.agentName" -}}{{ include "kgwe.fullname" . }}-agent{{- end }}
 {{- define "kgwe.certsName" -}}{{ include "kgwe.fullname" . }}-certs{{- end }}
+{{/* The CA's own Secret (ca.crt, ca.key): only the certificate runners may read it. */}}
+{{- define "kgwe.caSecret" -}}{{ default (printf "%s-ca" (include "kgwe.fullname" .)) .Values.certs.caSecretName }}{{- end }}
 {{- define "kgwe.tlsSecret" -}}{{ default (printf "%s-tls" (include "kgwe.fullname" .)) .Values.certs.secretName }}{{- end }}
 {{- define "kgwe.webhookServiceAccountUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "kgwe.webhookName" . }}
@@ -61,6 +63,9 @@ webhook's service account to controllerUsers: both must hold whatever the user w
 {{- $controllers := concat (get $config "controllerUsers" | default list) (list (include "kgwe.webhookServiceAccountUser" .)) | uniq }}
 {{- $_ := set $config "excludedNamespaces" $excluded }}
 {{- $_ := set $config "controllerUsers" $controllers }}
+{{- if .Values.authentication.enabled }}
+{{- $_ := set $config "authentication" (dict "clientCAFile" "/etc/kgwe/client-ca/ca.crt" "mode" .Values.authentication.mode "allowedNames" .Values.authentication.allowedNames) }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 

@@ -1,0 +1,203 @@
+"""The HTTPS listener's own rules: connection cap, timeouts for every phase, and the peer certificate.
+
+uvicorn bounds only the pause between two requests on a connection (`timeout_keep_alive`). Left
+alone it keeps a TLS connection that never sends a request, or sends its headers or body one byte
+at a time, open forever, and it accepts every connection offered. `LimitedHttpToolsProtocol` adds:
+
+- a cap on open connections per worker: a connection beyond it is closed as soon as it is accepted;
+- an idle timeout from the moment a connection is accepted until its first request begins (uvicorn
+  arms its keep-alive timer only after a response), with the same length as the keep-alive one;
+- a header timeout (first byte of a request to the end of its headers) and a body timeout (end of
+  the headers to the end of the body); the connection is closed when one passes;
+- the ASGI `tls` extension (scope["extensions"]["tls"]), which uvicorn does not provide, carrying
+  the client certificate the handshake verified, so the app can tell the API server from others.
+
+`BoundedServer` runs uvicorn on an event loop whose TLS servers abort a handshake that takes longer
+than the configured time (asyncio's default is 60 s). Each closed connection is counted in
+kgwe_connections_closed_total; nothing here logs above debug for a client's own misbehaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from asyncio import TimerHandle
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from prometheus_client import Counter, Gauge
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger(__name__)
+
+CONNECTIONS_CLOSED = Counter(
+    "kgwe_connections_closed_total",
+    "Connections the server closed on its own, by reason: over_limit, idle, header_timeout, body_timeout.",
+    ["reason"],
+)
+OPEN_CONNECTIONS = Gauge("kgwe_open_connections", "Open HTTPS connections (after the TLS handshake).")
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long each phase of a connection may take and how many may be open (config section `server`)."""
+
+    idle_timeout: float = 30.0
+    handshake_timeout: float = 5.0
+    header_timeout: float = 5.0
+    body_timeout: float = 10.0
+    max_connections: int = 1000
+
+
+def tls_extension(transport: asyncio.BaseTransport) -> dict[str, Any] | None:
+    """The ASGI TLS extension for a connection, or None on plain TCP.
+
+    `client_cert_chain` holds the client's leaf certificate (PEM) when it presented one; the
+    handshake has then already verified it against the client CA (a certificate that fails
+    verification fails the handshake). Python exposes only the leaf, so the chain has one entry.
+    """
+    ssl_object = transport.get_extra_info("ssl_object")
+    if not isinstance(ssl_object, ssl.SSLObject | ssl.SSLSocket):
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    cipher = ssl_object.cipher()
+    return {
+        "server_cert": None,
+        "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else [],
+        "client_cert_name": None,
+        "client_cert_error": None,
+        "tls_version": None,
+        "cipher_suite": None,
+        "kgwe_tls_version_name": ssl_object.version(),
+        "kgwe_cipher_name": cipher[0] if cipher else None,
+    }
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits above; `limits` is set by `limited_protocol()`."""
+
+    limits: ConnectionLimits = ConnectionLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn's Config takes whole seconds; the limits may be finer.
+        self.timeout_keep_alive = self.limits.idle_timeout  # type: ignore[assignment]
+        self._phase_timer: TimerHandle | None = None
+        self._tls: dict[str, Any] | None = None
+        self._counted = False
+
+    # -- connection --------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.server_state.connections) >= self.limits.max_connections:
+            # Not registered with the server: uvicorn's bookkeeping never sees this connection.
+            self.transport = transport
+            CONNECTIONS_CLOSED.labels("over_limit").inc()
+            log.debug("connection refused: %d connections open (server.maxConnections)",
+                      len(self.server_state.connections))
+            transport.abort()
+            return
+        super().connection_made(transport)
+        self._counted = True
+        OPEN_CONNECTIONS.inc()
+        self._tls = tls_extension(transport)
+        # Until the first request begins: the same allowance as between two requests.
+        self._arm("idle", self.limits.idle_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._counted:
+            return
+        self._counted = False
+        OPEN_CONNECTIONS.dec()
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._counted:
+            return
+        super().data_received(data)
+
+    # -- request phases ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._tls is not None:
+            # The ASGI TLS extension; uvicorn's scope type does not declare it.
+            self.scope["extensions"] = {"tls": self._tls}  # type: ignore[dict-item]
+        self._arm("header_timeout", self.limits.header_timeout)
+
+    def on_headers_complete(self) -> None:
+        self._arm("body_timeout", self.limits.body_timeout)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        # The request is in; the app's own deadline bounds the answer.
+        self._disarm()
+        super().on_message_complete()
+
+    # -- timers ------------------------------------------------------------------------------
+    def _arm(self, reason: str, seconds: float) -> None:
+        self._disarm()
+        self._phase_timer = self.loop.call_later(seconds, self._expire, reason)
+
+    def _disarm(self) -> None:
+        if self._phase_timer is not None:
+            self._phase_timer.cancel()
+            self._phase_timer = None
+
+    def _expire(self, reason: str) -> None:
+        self._phase_timer = None
+        if self.transport.is_closing():
+            return
+        CONNECTIONS_CLOSED.labels(reason).inc()
+        log.debug("connection from %s closed: %s", self.client, reason.replace("_", " "))
+        self.transport.close()
+
+    def timeout_keep_alive_handler(self) -> None:
+        if not self.transport.is_closing():
+            CONNECTIONS_CLOSED.labels("idle").inc()
+        super().timeout_keep_alive_handler()
+
+
+def limited_protocol(limits: ConnectionLimits) -> type[LimitedHttpToolsProtocol]:
+    """A protocol class bound to `limits` (uvicorn instantiates the class it is given per connection)."""
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
+
+
+def _bounded_loop_class(base: type[asyncio.AbstractEventLoop], handshake_timeout: float) -> type[Any]:
+    """`base` with every TLS server it creates aborting handshakes after `handshake_timeout` seconds."""
+
+    class BoundedHandshakeLoop(base):  # type: ignore[valid-type,misc]
+        async def create_server(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("ssl") is not None:
+                kwargs.setdefault("ssl_handshake_timeout", handshake_timeout)
+            return await super().create_server(*args, **kwargs)
+
+    return BoundedHandshakeLoop
+
+
+def event_loop_factory(handshake_timeout: float) -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's loop where installed (as uvicorn's `loop="auto"` picks), else asyncio's, with the handshake bound."""
+    base: type[asyncio.AbstractEventLoop]
+    try:
+        import uvloop
+
+        base = uvloop.Loop
+    except ImportError:
+        base = asyncio.SelectorEventLoop
+    loop_class = _bounded_loop_class(base, handshake_timeout)
+    return loop_class  # type: ignore[no-any-return]
+
+
+class BoundedServer(uvicorn.Server):
+    """uvicorn.Server on `event_loop_factory(handshake_timeout)`."""
+
+    def __init__(self, config: uvicorn.Config, handshake_timeout: float) -> None:
+        super().__init__(config)
+        self.handshake_timeout = handshake_timeout
+
+    def run(self, sockets: list[Any] | None = None) -> None:
+        serving: Coroutine[Any, Any, None] = self.serve(sockets=sockets)
+        with asyncio.Runner(loop_factory=event_loop_factory(self.handshake_timeout)) as runner:
+            runner.run(serving)
