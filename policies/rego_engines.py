@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from policies.aggregate import AGGREGATE_MODULE, CHECK_QUERY, EVERYTHING_QUERY
+
 RegoEngineName = Literal["regorus", "opa", "opa-go"]
 
 
@@ -31,6 +33,22 @@ class RegoCompileError(ValueError):
 
 class RegoEvaluationError(RuntimeError):
     pass
+
+
+class RegoEngineUnavailable(RegoCompileError):
+    """The engine could not be reached to load a module set (as opposed to refusing it): try again later."""
+
+
+class RegoEngineUnreachable(RegoEvaluationError):
+    """A query could not reach the engine, or the engine no longer holds the module set (it restarted)."""
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A failure to talk to the server at all (refused, reset, timed out), not an answer from it."""
+    import requests
+    from opa_client.errors import ConnectionsError
+
+    return isinstance(exc, ConnectionsError | requests.exceptions.ConnectionError | requests.exceptions.Timeout)
 
 
 class _Undefined:
@@ -247,6 +265,8 @@ def opa_go_available() -> bool:
 # -- OPA server over its REST API ---------------------------------------------------------------
 
 POLICY_ID_PREFIX = "kgwe/"
+# Documents of the aggregate module that exist whenever it is loaded.
+ALWAYS_DEFINED = frozenset({EVERYTHING_QUERY, CHECK_QUERY})
 
 
 def _data_documents(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -270,6 +290,7 @@ class _PreparedOpaServer:
         self._data = dict(data)
         self._cluster: Mapping[str, Any] | None = None
         self._lock = threading.Lock()
+        self._always_defined = ALWAYS_DEFINED if AGGREGATE_MODULE in self._modules else frozenset()
         self.push()
 
     def push(self) -> None:
@@ -288,8 +309,10 @@ class _PreparedOpaServer:
         except RegoParseError as exc:
             raise RegoCompileError(str(exc)) from exc
         except ConnectionsError as exc:
-            raise RegoCompileError(f"OPA server unreachable: {exc}") from exc
+            raise RegoEngineUnavailable(f"OPA server unreachable: {exc}") from exc
         except Exception as exc:
+            if _unreachable(exc):
+                raise RegoEngineUnavailable(f"OPA server unreachable: {exc}") from exc
             raise RegoCompileError(f"OPA server refused the policy set: {exc}") from exc
 
     def set_cluster(self, cluster: Mapping[str, Any]) -> None:
@@ -300,6 +323,8 @@ class _PreparedOpaServer:
                 try:
                     self._client.update_or_create_data(dict(cluster), "kgwe/cluster")
                 except Exception as exc:
+                    if _unreachable(exc):
+                        raise RegoEngineUnreachable(f"OPA server unreachable: {exc}") from exc
                     raise RegoEvaluationError(f"OPA server refused the cluster summary: {exc}") from exc
                 self._cluster = cluster
 
@@ -312,8 +337,13 @@ class _PreparedOpaServer:
                 rule_name=rule if package else None,
             )
         except Exception as exc:
+            if _unreachable(exc):
+                raise RegoEngineUnreachable(f"OPA server unreachable: {exc}") from exc
             raise RegoEvaluationError(f"OPA server query failed: {exc}") from exc
         if "result" not in answer:
+            if path in self._always_defined:
+                # The aggregate's `check` is defined whenever its module is loaded: the server lost the set.
+                raise RegoEngineUnreachable("OPA server no longer holds the KGWE policy set (restarted?)")
             return UNDEFINED
         return answer["result"]
 
