@@ -13,6 +13,7 @@ engines are created lazily in the thread (and so the process) that first queries
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -41,6 +42,21 @@ class RegoEngineUnavailable(RegoCompileError):
 
 class RegoEngineUnreachable(RegoEvaluationError):
     """A query could not reach the engine, or the engine no longer holds the module set (it restarted)."""
+
+
+_OS_ERROR = re.compile(r"\[Errno -?\d+\] [^'\")]+")
+
+
+def _why_unreachable(exc: BaseException) -> str:
+    """The useful end of a connection failure ("[Errno 111] Connection refused", "timed out"), not the whole
+    urllib3 retry chain: it is shown in refusal messages and warnings, which are short."""
+    text = str(exc)
+    found = _OS_ERROR.search(text)
+    if found:
+        return found.group(0).strip()
+    if "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
+        return "timed out"
+    return text[:200]
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -284,8 +300,9 @@ def _data_documents(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
 class _PreparedOpaServer:
     engine_name = "opa"
 
-    def __init__(self, client: Any, modules: Mapping[str, str], data: Mapping[str, Any]) -> None:
+    def __init__(self, client: Any, modules: Mapping[str, str], data: Mapping[str, Any], url: str = "") -> None:
         self._client = client
+        self._url = url
         self._modules = dict(modules)
         self._data = dict(data)
         self._cluster: Mapping[str, Any] | None = None
@@ -309,10 +326,10 @@ class _PreparedOpaServer:
         except RegoParseError as exc:
             raise RegoCompileError(str(exc)) from exc
         except ConnectionsError as exc:
-            raise RegoEngineUnavailable(f"OPA server unreachable: {exc}") from exc
+            raise RegoEngineUnavailable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
         except Exception as exc:
             if _unreachable(exc):
-                raise RegoEngineUnavailable(f"OPA server unreachable: {exc}") from exc
+                raise RegoEngineUnavailable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
             raise RegoCompileError(f"OPA server refused the policy set: {exc}") from exc
 
     def set_cluster(self, cluster: Mapping[str, Any]) -> None:
@@ -324,7 +341,8 @@ class _PreparedOpaServer:
                     self._client.update_or_create_data(dict(cluster), "kgwe/cluster")
                 except Exception as exc:
                     if _unreachable(exc):
-                        raise RegoEngineUnreachable(f"OPA server unreachable: {exc}") from exc
+                        raise RegoEngineUnreachable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}"
+                                                    ) from exc
                     raise RegoEvaluationError(f"OPA server refused the cluster summary: {exc}") from exc
                 self._cluster = cluster
 
@@ -338,12 +356,12 @@ class _PreparedOpaServer:
             )
         except Exception as exc:
             if _unreachable(exc):
-                raise RegoEngineUnreachable(f"OPA server unreachable: {exc}") from exc
+                raise RegoEngineUnreachable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
             raise RegoEvaluationError(f"OPA server query failed: {exc}") from exc
         if "result" not in answer:
             if path in self._always_defined:
                 # The aggregate's `check` is defined whenever its module is loaded: the server lost the set.
-                raise RegoEngineUnreachable("OPA server no longer holds the KGWE policy set (restarted?)")
+                raise RegoEngineUnreachable(f"OPA server {self._url} no longer holds the KGWE policy set (restarted?)")
             return UNDEFINED
         return answer["result"]
 
@@ -372,7 +390,7 @@ class OpaServerEngine:
         return OpaClient(host=self._host, port=self._port, ssl=self._ssl, timeout=self._timeout, retries=0)
 
     def prepare(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> PreparedRego:
-        return _PreparedOpaServer(self.client(), modules, data)
+        return _PreparedOpaServer(self.client(), modules, data, self.url)
 
 
 def build_rego_engine(name: RegoEngineName = "regorus", opa_url: str | None = None) -> RegoEngine:

@@ -533,13 +533,13 @@ class PolicyRuntime:
         action: EnforcementAction = "Deny" if self.failure_mode == "closed" else "Warn"
         unavailable = f"policy engine {failed.engine} unavailable ({failed.reason})"
         found = [
-            Violation(p.name, action, f"{unavailable}: the Rego part of policy {p.name} could not be evaluated")
+            Violation(p.name, action, f"the Rego part of policy {p.name} could not be evaluated: {unavailable}")
             for p in active if _has_rules(p, *kinds)
         ]
         ungated = [g.name for g in policy_set.gathered if not g.gated and g.rules & kinds]
         if ungated:
             named = ", ".join(ungated[:5]) + (f" and {len(ungated) - 5} more" if len(ungated) > 5 else "")
-            message = f"{unavailable}: Rego policies {named} could not be evaluated"
+            message = f"Rego policies {named} could not be evaluated: {unavailable}"
             found.append(Violation(ENGINE_POLICY, action, message))
         return found
 

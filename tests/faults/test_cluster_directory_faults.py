@@ -5,98 +5,20 @@ thread lives on to pick up the fix. A directory that is bad from the start is ne
 
 from __future__ import annotations
 
-import base64
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
-import jsonpatch
-import orjson
 import pytest
-from fault_support import CLUSTER, ROOT, eventually, gpu_pod
+from fault_support import CLUSTER, Served, eventually, gpu_pod
 from prometheus_client import REGISTRY
 
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.yaml_source import ClusterDirectoryError, YamlDirectorySource
 from webhook.config import Config
-from webhook.review import create_review
 
 QUOTAS = "tenant-quotas.yaml"
 EMPTY_KIND = "apiVersion: v1\nkind:\nmetadata:\n  name: oops\n"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Served:
-    """`kgwe serve --cluster DIR` in its own process, asked over HTTPS with the CA it made."""
-
-    def __init__(self, directory: Path, state: Path) -> None:
-        self.port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(state)}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "webhook.cli", "serve", "--cluster", str(directory), "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1", "--no-ui"],
-            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        self.ca = state / "certs" / "ca.crt"
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=f"https://127.0.0.1:{self.port}", verify=str(self.ca), timeout=20)
-
-    def up(self) -> bool:
-        assert self.process.poll() is None, "kgwe serve exited"
-        try:
-            with self.client() as client:
-                client.get("/healthz")
-        except (httpx.TransportError, OSError):
-            return False
-        return True
-
-    def readyz(self) -> tuple[int, dict[str, Any]]:
-        with self.client() as client:
-            reply = client.get("/readyz")
-        return reply.status_code, reply.json()
-
-    def problems(self) -> str:
-        return "\n".join(self.readyz()[1].get("problems", []))
-
-    def quotas_of(self, tenant: str) -> list[str]:
-        with self.client() as client:
-            tenants = client.get("/api/v1/tenants").json()["tenants"]
-        return next((t["quotas"] for t in tenants if t["tenant"] == tenant), [])
-
-    def ask(self, endpoint: str, pod: dict[str, Any]) -> dict[str, Any]:
-        with self.client() as client:
-            reply = client.post(f"/{endpoint}?timeout=10s", content=orjson.dumps(create_review(pod, "alice", [])))
-        assert reply.status_code == 200, reply.text
-        response: dict[str, Any] = reply.json()["response"]
-        return response
-
-    def validate(self, pod: dict[str, Any]) -> dict[str, Any]:
-        """/mutate, its patch applied, then /validate: what the API server does."""
-        mutated = self.ask("mutate", pod)
-        patch = orjson.loads(base64.b64decode(mutated["patch"])) if "patch" in mutated else []
-        return self.ask("validate", jsonpatch.apply_patch(create_review(pod, "x", [])["request"]["object"], patch))
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            _, errors = self.process.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            _, errors = self.process.communicate()
-        return errors
 
 
 @pytest.fixture
