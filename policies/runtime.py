@@ -482,7 +482,8 @@ class PolicyRuntime:
             prepared.set_cluster(ctx.cluster)
             result = prepared.query(query, self._rego_input(ctx, active))
         except RegoEngineUnreachable as exc:
-            self.engine_health.mark_down(str(exc))
+            if policy_set is self._set:  # a request still on a set the reconnect loop just replaced says nothing
+                self.engine_health.mark_down(str(exc))
             raise _EvaluationFailed(prepared.engine_name, "rego", str(exc), unavailable=True) from exc
         except RegoEvaluationError as exc:
             raise _EvaluationFailed(prepared.engine_name, "rego", str(exc)) from exc
