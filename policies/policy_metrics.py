@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 POLICY_VIOLATIONS = Counter(
     "kgwe_policy_violations_total", "Policy violations found at admission, by policy and enforcement action",
@@ -18,4 +18,10 @@ POLICY_EVALUATION_SECONDS = Histogram(
     "kgwe_policy_evaluation_seconds", "Time to evaluate the policy set for one request",
     ["operation"],
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+)
+POLICY_ENGINE_UP = Gauge(
+    "kgwe_policy_engine_up",
+    "1 while the Rego engine serves the loaded policy set, 0 while it is unreachable (its Rego policies then "
+    "follow policies.failureMode)",
+    ["engine"],
 )

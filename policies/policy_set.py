@@ -27,6 +27,8 @@ from policies.rego_engines import (
     PreparedRego,
     RegoCompileError,
     RegoEngine,
+    RegoEngineUnavailable,
+    RegoEngineUnreachable,
     RegoEvaluationError,
     RegoInput,
 )
@@ -101,9 +103,14 @@ def _params(units: Iterable[CompiledUnit]) -> dict[str, Any]:
     return {u.name: u.gpu_policy.params for u in units if u.gpu_policy is not None}
 
 
+def gathered_policies(units: Iterable[CompiledUnit]) -> list[GatheredPolicy]:
+    return [g for g in (u.gathered() for u in units) if g is not None]
+
+
 def prepare_rego(engine: RegoEngine, units: list[CompiledUnit]) -> tuple[PreparedRego | None, list[GatheredPolicy]]:
-    """Compile the units' modules plus the aggregate on `engine` and warm it up; raises RegoCompileError."""
-    gathered = [g for g in (u.gathered() for u in units) if g is not None]
+    """Compile the units' modules plus the aggregate on `engine` and warm it up; raises RegoCompileError
+    (RegoEngineUnavailable when the engine could not be reached at all)."""
+    gathered = gathered_policies(units)
     modules = _modules(units)
     if not modules:
         return None, gathered
@@ -114,6 +121,9 @@ def prepare_rego(engine: RegoEngine, units: list[CompiledUnit]) -> tuple[Prepare
         prepared.query(CHECK_QUERY, probe)
         if has_decisions(gathered):
             prepared.query(DECISION_QUERY, probe)
+    except RegoEngineUnreachable as exc:
+        prepared.close()
+        raise RegoEngineUnavailable(str(exc)) from exc
     except RegoEvaluationError as exc:
         prepared.close()
         raise RegoCompileError(str(exc)) from exc

@@ -13,6 +13,7 @@ engines are created lazily in the thread (and so the process) that first queries
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -21,6 +22,8 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import orjson
+
+from policies.aggregate import AGGREGATE_MODULE, CHECK_QUERY, EVERYTHING_QUERY
 
 RegoEngineName = Literal["regorus", "opa", "opa-go"]
 
@@ -31,6 +34,37 @@ class RegoCompileError(ValueError):
 
 class RegoEvaluationError(RuntimeError):
     pass
+
+
+class RegoEngineUnavailable(RegoCompileError):
+    """The engine could not be reached to load a module set (as opposed to refusing it): try again later."""
+
+
+class RegoEngineUnreachable(RegoEvaluationError):
+    """A query could not reach the engine, or the engine no longer holds the module set (it restarted)."""
+
+
+_OS_ERROR = re.compile(r"\[Errno -?\d+\] [^'\")]+")
+
+
+def _why_unreachable(exc: BaseException) -> str:
+    """The useful end of a connection failure ("[Errno 111] Connection refused", "timed out"), not the whole
+    urllib3 retry chain: it is shown in refusal messages and warnings, which are short."""
+    text = str(exc)
+    found = _OS_ERROR.search(text)
+    if found:
+        return found.group(0).strip()
+    if "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
+        return "timed out"
+    return text[:200]
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A failure to talk to the server at all (refused, reset, timed out), not an answer from it."""
+    import requests
+    from opa_client.errors import ConnectionsError
+
+    return isinstance(exc, ConnectionsError | requests.exceptions.ConnectionError | requests.exceptions.Timeout)
 
 
 class _Undefined:
@@ -247,6 +281,8 @@ def opa_go_available() -> bool:
 # -- OPA server over its REST API ---------------------------------------------------------------
 
 POLICY_ID_PREFIX = "kgwe/"
+# Documents of the aggregate module that exist whenever it is loaded.
+ALWAYS_DEFINED = frozenset({EVERYTHING_QUERY, CHECK_QUERY})
 
 
 def _data_documents(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -264,12 +300,14 @@ def _data_documents(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
 class _PreparedOpaServer:
     engine_name = "opa"
 
-    def __init__(self, client: Any, modules: Mapping[str, str], data: Mapping[str, Any]) -> None:
+    def __init__(self, client: Any, modules: Mapping[str, str], data: Mapping[str, Any], url: str = "") -> None:
         self._client = client
+        self._url = url
         self._modules = dict(modules)
         self._data = dict(data)
         self._cluster: Mapping[str, Any] | None = None
         self._lock = threading.Lock()
+        self._always_defined = ALWAYS_DEFINED if AGGREGATE_MODULE in self._modules else frozenset()
         self.push()
 
     def push(self) -> None:
@@ -288,8 +326,10 @@ class _PreparedOpaServer:
         except RegoParseError as exc:
             raise RegoCompileError(str(exc)) from exc
         except ConnectionsError as exc:
-            raise RegoCompileError(f"OPA server unreachable: {exc}") from exc
+            raise RegoEngineUnavailable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
         except Exception as exc:
+            if _unreachable(exc):
+                raise RegoEngineUnavailable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
             raise RegoCompileError(f"OPA server refused the policy set: {exc}") from exc
 
     def set_cluster(self, cluster: Mapping[str, Any]) -> None:
@@ -300,6 +340,9 @@ class _PreparedOpaServer:
                 try:
                     self._client.update_or_create_data(dict(cluster), "kgwe/cluster")
                 except Exception as exc:
+                    if _unreachable(exc):
+                        raise RegoEngineUnreachable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}"
+                                                    ) from exc
                     raise RegoEvaluationError(f"OPA server refused the cluster summary: {exc}") from exc
                 self._cluster = cluster
 
@@ -312,8 +355,13 @@ class _PreparedOpaServer:
                 rule_name=rule if package else None,
             )
         except Exception as exc:
+            if _unreachable(exc):
+                raise RegoEngineUnreachable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
             raise RegoEvaluationError(f"OPA server query failed: {exc}") from exc
         if "result" not in answer:
+            if path in self._always_defined:
+                # The aggregate's `check` is defined whenever its module is loaded: the server lost the set.
+                raise RegoEngineUnreachable(f"OPA server {self._url} no longer holds the KGWE policy set (restarted?)")
             return UNDEFINED
         return answer["result"]
 
@@ -342,7 +390,7 @@ class OpaServerEngine:
         return OpaClient(host=self._host, port=self._port, ssl=self._ssl, timeout=self._timeout, retries=0)
 
     def prepare(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> PreparedRego:
-        return _PreparedOpaServer(self.client(), modules, data)
+        return _PreparedOpaServer(self.client(), modules, data, self.url)
 
 
 def build_rego_engine(name: RegoEngineName = "regorus", opa_url: str | None = None) -> RegoEngine:

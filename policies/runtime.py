@@ -25,6 +25,7 @@ from policies.api import (
     Violation,
 )
 from policies.cel_engines import CelEngine, CelEngineName, CelEvaluationError, CelProgram, build_cel_engine
+from policies.engine_health import EngineHealth, UnreachablePrepared
 from policies.gpupolicy import CompiledGPUPolicy, PolicyCompileError
 from policies.loader import PolicySource, collect_sources
 from policies.policy_metrics import (
@@ -38,6 +39,7 @@ from policies.policy_set import (
     PolicySet,
     compile_unit,
     duplicate_packages,
+    gathered_policies,
     prepare_rego,
     previous_units,
 )
@@ -45,6 +47,8 @@ from policies.rego_engines import (
     UNDEFINED,
     RegoCompileError,
     RegoEngine,
+    RegoEngineUnavailable,
+    RegoEngineUnreachable,
     RegoEvaluationError,
     RegoInput,
     RegorusEngine,
@@ -58,6 +62,7 @@ FailureMode = Literal["open", "closed"]
 SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")
 TOPOLOGIES = ("nvlink", "none")
 SET_ERROR_KEY = "<policy set>"
+ENGINE_POLICY = "kgwe.policy-engine"  # the name violations about the engine itself carry
 
 
 class PolicyEngineError(RuntimeError):
@@ -65,9 +70,10 @@ class PolicyEngineError(RuntimeError):
 
 
 class _EvaluationFailed(Exception):
-    def __init__(self, engine: str, policy: str, reason: str) -> None:
+    def __init__(self, engine: str, policy: str, reason: str, *, unavailable: bool = False) -> None:
         super().__init__(reason)
         self.engine, self.policy, self.reason = engine, policy, reason
+        self.unavailable = unavailable  # the engine could not be reached (not: a policy failed on it)
 
 
 def _valid_decision_field(name: str, value: Any) -> bool:
@@ -112,6 +118,8 @@ class PolicyRuntime:
         self._statuses: dict[tuple[str, str], PolicyStatus] = {}
         self._failed: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (fingerprint, error) of refused versions
         self._reload_lock = threading.Lock()
+        # Only an engine in another process can be unreachable; the embedded ones are always "up".
+        self.engine_health = EngineHealth(rego_engine.name, self._reconnect)
 
     @property
     def rego_engine_name(self) -> str:
@@ -188,6 +196,12 @@ class PolicyRuntime:
             return report
         try:
             prepared, gathered = prepare_rego(self._rego_engine, chosen)
+            self.engine_health.mark_up()
+        except RegoEngineUnavailable as exc:
+            # The engine is unreachable, not refusing: serve the new set anyway. CEL runs as usual, the Rego
+            # part answers per failureMode until the reconnect loop has loaded it on the engine.
+            prepared, gathered = UnreachablePrepared(self._rego_engine.name, str(exc)), gathered_policies(chosen)
+            self.engine_health.mark_down(str(exc))
         except RegoCompileError as exc:
             # Policies that compile alone but not together (or an engine that refused the set): keep serving
             # the last good set, and blame every unit that changed since.
@@ -216,6 +230,26 @@ class PolicyRuntime:
         report.loaded = [u.name for u in chosen]
         self._record(report, errors, sources, served=self._set, repeated=repeated)
         return report
+
+    def _reconnect(self) -> None:
+        """Load the serving set on the engine again (the reconnect loop calls this); raises
+        RegoEngineUnavailable while the engine cannot be reached."""
+        with self._reload_lock:
+            current = self._set
+            prepared, gathered = prepare_rego(self._rego_engine, current.units)
+            self._set = PolicySet(
+                units=current.units, prepared=prepared, gathered=gathered,
+                has_check=current.has_check, has_decision=current.has_decision,
+            )
+            self._generation += 1  # cached placement decisions made while the engine was down are stale
+
+    def engine_problems(self) -> list[str]:
+        """For `/readyz`: the Rego engine's current problem, if any."""
+        return self.engine_health.problems()
+
+    def close(self) -> None:
+        """Stop the reconnect loop (a runtime being replaced or shut down)."""
+        self.engine_health.close()
 
     def _rollback_engine(self) -> None:
         # A server may hold part of the refused set: push the serving set back.
@@ -308,7 +342,14 @@ class PolicyRuntime:
         """
         policy_set = self._set
         if policy_set.prepared is None or not (policy_set.has_decision and policy_set.has_check):
-            return self.decide_placement(ctx), self.check(ctx)
+            checked = self.check(ctx)
+            try:
+                return self.decide_placement(ctx), checked
+            except PolicyEngineError as exc:
+                if self.engine_health.up:
+                    raise
+                # Engine unreachable in closed mode: refuse, with the CEL policies' own messages first.
+                return PlacementDecision(), [*checked, Violation(ENGINE_POLICY, "Deny", str(exc))]
         started = time.perf_counter()
         violations: list[Violation] = []
         decision = PlacementDecision()
@@ -325,10 +366,15 @@ class PolicyRuntime:
             try:
                 everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active)
             except _EvaluationFailed as failed:
-                violations.extend(self._failure_violations(failed))
-                if self.failure_mode == "closed":
-                    raise PolicyEngineError(f"policy engine failed: {failed.reason}") from None
                 everything = {}
+                if failed.unavailable:
+                    # Not a PolicyEngineError: the CEL violations found above are answered too, first.
+                    self._count_failure(failed)
+                    violations.extend(self._unavailable_violations(policy_set, active, failed, with_decision=True))
+                else:
+                    violations.extend(self._failure_violations(failed))
+                    if self.failure_mode == "closed":
+                        raise PolicyEngineError(f"policy engine failed: {failed.reason}") from None
             if decision_failure and self.failure_mode == "closed":
                 raise PolicyEngineError(decision_failure[0].message)
             if not isinstance(everything, dict):
@@ -435,6 +481,10 @@ class PolicyRuntime:
         try:
             prepared.set_cluster(ctx.cluster)
             result = prepared.query(query, self._rego_input(ctx, active))
+        except RegoEngineUnreachable as exc:
+            if policy_set is self._set:  # a request still on a set the reconnect loop just replaced says nothing
+                self.engine_health.mark_down(str(exc))
+            raise _EvaluationFailed(prepared.engine_name, "rego", str(exc), unavailable=True) from exc
         except RegoEvaluationError as exc:
             raise _EvaluationFailed(prepared.engine_name, "rego", str(exc)) from exc
         if time.thread_time() - started > self.rego_time_limit:
@@ -448,6 +498,9 @@ class PolicyRuntime:
         try:
             result = self._query(policy_set, CHECK_QUERY, ctx, active)
         except _EvaluationFailed as failed:
+            if failed.unavailable:
+                self._count_failure(failed)
+                return self._unavailable_violations(policy_set, active, failed, with_decision=False)
             return self._failure_violations(failed)
         return self._violations_from(result, active)
 
@@ -466,7 +519,30 @@ class PolicyRuntime:
 
     def _count_failure(self, failed: _EvaluationFailed) -> None:
         POLICY_ENGINE_ERRORS.labels(failed.engine).inc()
-        log.error("policy engine %s failed on policy %s: %s", failed.engine, failed.policy, failed.reason)
+        if not failed.unavailable:  # an unreachable engine is logged once per state change (EngineHealth)
+            log.error("policy engine %s failed on policy %s: %s", failed.engine, failed.policy, failed.reason)
+
+    def _unavailable_violations(
+        self, policy_set: PolicySet, active: list[CompiledGPUPolicy], failed: _EvaluationFailed, *,
+        with_decision: bool,
+    ) -> list[Violation]:
+        """The Rego policies that would have run on this pod, answered per failureMode: closed, a Deny each;
+        open, a warning each. A GPUPolicy counts when its match rules and CEL match conditions held (they
+        were evaluated without the engine); built-in and library Rego policies decide for themselves whether
+        a pod concerns them, so without the engine they count for every pod."""
+        kinds = {"deny", "warn", "decision"} if with_decision else {"deny", "warn"}
+        action: EnforcementAction = "Deny" if self.failure_mode == "closed" else "Warn"
+        unavailable = f"policy engine {failed.engine} unavailable ({failed.reason})"
+        found = [
+            Violation(p.name, action, f"the Rego part of policy {p.name} could not be evaluated: {unavailable}")
+            for p in active if _has_rules(p, *kinds)
+        ]
+        ungated = [g.name for g in policy_set.gathered if not g.gated and g.rules & kinds]
+        if ungated:
+            named = ", ".join(ungated[:5]) + (f" and {len(ungated) - 5} more" if len(ungated) > 5 else "")
+            message = f"Rego policies {named} could not be evaluated: {unavailable}"
+            found.append(Violation(ENGINE_POLICY, action, message))
+        return found
 
     def _failure_violations(self, failed: _EvaluationFailed) -> list[Violation]:
         self._count_failure(failed)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import yaml
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serving certificate (PEM); reloaded when the file changes")
     serve.add_argument("--tls-private-key-file", type=Path, metavar="FILE", help="its private key (PEM)")
     serve.add_argument("--no-ui", action="store_true", help="do not serve the web UI")
+    serve.add_argument("--opa-url", metavar="URL",
+                       help="evaluate Rego on the OPA server at URL (http:// or https://), as policies.regoEngine: "
+                            "opa with policies.opaUrl would; CEL policies stay in process")
     serve.add_argument(
         "--workers", type=int, default=None, metavar="N",
         help="worker processes (default: with --cluster one per usable CPU, at most 4; in a cluster 1, "
@@ -131,8 +135,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.workers = min(len(os.sched_getaffinity(0)), 4) if args.cluster is not None else 1
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
+    config = _load_config(args.config)
+    if args.opa_url is not None:
+        config = _with_opa_url(config, args.opa_url)
     options = ServeOptions(
-        config=_load_config(args.config),
+        config=config,
         config_file=args.config,
         cluster_dir=args.cluster,
         host=args.host,
@@ -147,6 +154,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return serve(options)
     except ServeError as exc:
         raise CommandError(str(exc)) from exc
+
+
+def _with_opa_url(config: Config, url: str) -> Config:
+    """`config` with Rego on the OPA server at `url` (the flag wins over the file, also on config reloads:
+    the policy engine is chosen once, at start)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CommandError(f"--opa-url {url!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
+    policies = config.policies.model_copy(update={"rego_engine": "opa", "opa_url": url})
+    return config.model_copy(update={"policies": policies})
 
 
 def run_delegated(command: str, argv: list[str]) -> int:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,3 +74,83 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "co
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {timeout}s")
         time.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Served:
+    """`kgwe serve --cluster DIR` in its own process, asked over HTTPS with the CA it made."""
+
+    def __init__(self, directory: Path, state: Path, *extra: str) -> None:
+        self.port = free_port()
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(state)}
+        state.mkdir(parents=True, exist_ok=True)
+        self.log = state / "serve.log"  # a file, not a pipe: a pipe nobody reads would block the server's logging
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "webhook.cli", "serve", "--cluster", str(directory), "--host", "127.0.0.1",
+                 "--port", str(self.port), "--workers", "1", "--no-ui", *extra],
+                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            )
+        self.ca = state / "certs" / "ca.crt"
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=f"https://127.0.0.1:{self.port}", verify=str(self.ca), timeout=20)
+
+    def up(self) -> bool:
+        assert self.process.poll() is None, "kgwe serve exited"
+        try:
+            with self.client() as client:
+                client.get("/healthz")
+        except (httpx.TransportError, OSError):
+            return False
+        return True
+
+    def readyz(self) -> tuple[int, dict[str, Any]]:
+        with self.client() as client:
+            reply = client.get("/readyz")
+        return reply.status_code, reply.json()
+
+    def problems(self) -> str:
+        return "\n".join(self.readyz()[1].get("problems", []))
+
+    def metric(self, name: str, labels: str = "") -> float | None:
+        """A sample of /metrics, e.g. metric("kgwe_policy_engine_up", '{engine="opa"}')."""
+        with self.client() as client:
+            text = client.get("/metrics").text
+        for line in text.splitlines():
+            if line.startswith(name + labels + " "):
+                return float(line.split()[-1])
+        return None
+
+    def quotas_of(self, tenant: str) -> list[str]:
+        with self.client() as client:
+            tenants = client.get("/api/v1/tenants").json()["tenants"]
+        return next((t["quotas"] for t in tenants if t["tenant"] == tenant), [])
+
+    def ask(self, endpoint: str, pod: dict[str, Any]) -> dict[str, Any]:
+        with self.client() as client:
+            reply = client.post(f"/{endpoint}?timeout=10s", content=orjson.dumps(create_review(pod, "alice", [])))
+        assert reply.status_code == 200, reply.text
+        response: dict[str, Any] = reply.json()["response"]
+        return response
+
+    def validate(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """/mutate, its patch applied, then /validate: what the API server does."""
+        mutated = self.ask("mutate", pod)
+        patch = orjson.loads(base64.b64decode(mutated["patch"])) if "patch" in mutated else []
+        return self.ask("validate", jsonpatch.apply_patch(create_review(pod, "x", [])["request"]["object"], patch))
+
+    def stop(self) -> str:
+        """Stop the server; its log."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return self.log.read_text(errors="replace")

@@ -121,10 +121,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class OpaRestStub:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
+        """`port` 0 picks a free one; a fixed port lets a test start "OPA" where a webhook already looks for it."""
         self.state = OpaState()
         handler = type("Handler", (_Handler,), {"state": self.state})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

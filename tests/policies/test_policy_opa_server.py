@@ -54,8 +54,19 @@ def test_refused_upload_keeps_last_good_set(opa_runtime: PolicyRuntime, stub: Op
     assert "deny contains \"no\"" in stub.state.modules["kgwe/GPUPolicy:cap.rego"]
 
 
-def test_unreachable_server_is_a_load_error(make_context: Callable[..., PolicyContext]) -> None:
-    runtime = build_runtime(rego_engine="opa", opa_url="http://127.0.0.1:9")
-    report = runtime.reload(builtin=True)
-    assert not report.ok
-    assert "unreachable" in next(iter(report.errors.values())) or "refused" in next(iter(report.errors.values()))
+@pytest.mark.parametrize(("failure_mode", "action"), [("closed", "Deny"), ("open", "Warn")])
+def test_unreachable_server_serves_the_set_per_failure_mode(
+    make_context: Callable[..., PolicyContext], failure_mode: str, action: str
+) -> None:
+    # Unreachable is not "refused": every policy is loaded, and its Rego part answers per failureMode.
+    runtime = build_runtime(rego_engine="opa", opa_url="http://127.0.0.1:9", failure_mode=failure_mode)  # type: ignore[arg-type]
+    try:
+        report = runtime.reload(builtin=True)
+        assert report.ok and "kgwe.admission.privileged" in report.loaded
+        assert not runtime.engine_health.up
+        assert "policy engine opa unavailable" in runtime.engine_problems()[0]
+        violations = runtime.check(make_context(gpu_pod()))
+        assert [(v.policy, v.action) for v in violations] == [("kgwe.policy-engine", action)]
+        assert "kgwe.admission.privileged" in violations[0].message
+    finally:
+        runtime.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 from webhook.cluster.node_facts import NodeFacts
 
@@ -25,3 +25,14 @@ def export_topology_ages(nodes: Iterable[NodeFacts]) -> None:
         TOPOLOGY_AGE.remove(gone)
     _exported.clear()
     _exported.update(seen)
+
+
+CLUSTER_DIRECTORY_ERRORS = Gauge(
+    "kgwe_cluster_directory_errors",
+    "Local mode: files of the cluster directory whose current version is refused (their last good version, if "
+    "any, is served), plus 1 while the directory cannot be listed",
+)
+CLUSTER_DIRECTORY_REFUSED = Counter(
+    "kgwe_cluster_directory_refused",
+    "Local mode: versions of cluster directory files refused (invalid YAML, empty, not a Kubernetes object)",
+)

@@ -244,6 +244,7 @@ class ClusterStore:
         self._loaded = False
         self._rebuilder: threading.Thread | None = None
         self._rebuilder_guard = threading.Lock()
+        self._source_problems: dict[str, tuple[str, ...]] = {}
 
     # -- writes (sources) -------------------------------------------------------------------
     def upsert(self, obj: dict[str, Any]) -> None:
@@ -285,6 +286,16 @@ class ClusterStore:
     @property
     def loaded(self) -> bool:
         return self._loaded
+
+    def set_source_problems(self, source: str, problems: Iterable[str]) -> None:
+        """What `source` could not load right now (shown in `/readyz`); an empty list clears it."""
+        with self._lock:
+            self._source_problems[source] = tuple(problems)
+
+    def source_problems(self) -> list[str]:
+        """Every source's current problems, each line prefixed with the source's name."""
+        with self._lock:
+            return [f"{source}: {line}" for source, lines in self._source_problems.items() for line in lines]
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
         with self._lock:

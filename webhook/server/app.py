@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 from fastapi import APIRouter, FastAPI
@@ -33,6 +33,7 @@ from webhook.server import metrics
 from webhook.server.callers import CallerAuthenticator
 from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
+from webhook.server.health import readiness_problems
 from webhook.server.openapi import add_shell_routes
 from webhook.server.ui_routes import ui_router
 
@@ -273,8 +274,14 @@ def create_app(
         cert: LoadState | None = app.state.certificate
         if cert is None or not cert.loaded:
             reasons.append("no serving certificate loaded")
+        problems = readiness_problems(runtime)  # degraded but serving: shown, not a reason to be unready
         if reasons:
-            return Response(orjson.dumps({"status": "not ready", "reasons": reasons}), 503, media_type=JSON)
+            body: dict[str, Any] = {"status": "not ready", "reasons": reasons}
+            if problems:
+                body["problems"] = problems
+            return Response(orjson.dumps(body), 503, media_type=JSON)
+        if problems:
+            return Response(orjson.dumps({"status": "ready", "problems": problems}), media_type=JSON)
         return Response(b'{"status":"ready"}', media_type=JSON)
 
     @app.get("/metrics", include_in_schema=False)
