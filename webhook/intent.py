@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from webhook.gangs.spec import A_GANG_SIZE, parse_gang_size
 from webhook.quantities import parse_quantity
 
 A_ACCELERATOR = "kgwe.io/accelerator"
@@ -37,6 +38,7 @@ class PodIntent:
     gpu_fraction: Decimal | None = None
     topology: str | None = None
     gang: str | None = None
+    gang_size: int | None = None  # kgwe.io/gang-size: the gang is placed all or nothing (webhook.gangs)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -116,4 +118,11 @@ def parse_intent(pod: dict[str, Any]) -> PodIntent:
             intent.problems.append(f"{A_GANG}: {gang!r} must be a valid label value (63 characters, alphanumeric, -_.)")
         else:
             intent.gang = gang
+    if A_GANG_SIZE in notes:
+        intent.gang_size, problem = parse_gang_size(notes[A_GANG_SIZE])
+        if problem is None and intent.gang is None:
+            problem = f"{A_GANG_SIZE} needs {A_GANG}: the name of the gang it counts"
+        if problem is not None:
+            intent.gang_size = None
+            intent.problems.append(problem)
     return intent

@@ -127,7 +127,12 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
             from policies.quota_file_store import FileQuotaStore
 
             quota_store = FileQuotaStore(state_dir() / "quota" / f"{options.port}-{os.getppid()}.json")
-        return Assembly(build_runtime(config, None, store=store, quota_store=quota_store), None, directory.stop)
+        # Gang records outlive a restart: a file beside the quota reservations, named by the port.
+        from webhook.gangs.ledger import FileGangStore
+
+        gang_store = FileGangStore(state_dir() / "quota" / f"gangs-{options.port}.json")
+        runtime = build_runtime(config, None, store=store, quota_store=quota_store, gang_store=gang_store)
+        return Assembly(runtime, None, directory.stop)
 
     from kubernetes import client as k8s
 
@@ -135,6 +140,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     from policies.quota_kube_store import KubeQuotaStore
     from policies.rbac_review import SubjectAccessReviewer
     from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
+    from webhook.gangs.ledger import KubeGangStore
 
     api = load_kube_client(None)
     source = KubeClusterSource(store, api)
@@ -150,6 +156,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         store=store,
         quota_store=KubeQuotaStore(k8s.CustomObjectsApi(bounded)),
         authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
+        gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
     )
     return Assembly(runtime, api, source.stop)
 
@@ -166,6 +173,7 @@ def run_worker(
     from webhook.audit.pods import ApiPodReader
     from webhook.audit.writers import KubeReportWriter, MemoryReportWriter, ReportWriter
     from webhook.controllers.runner import build_controllers
+    from webhook.gangs.routes import gangs_router
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
 
@@ -175,10 +183,15 @@ def run_worker(
     assembly = assemble_runtime(options)
     runtime = assembly.runtime
     # Every worker runs the controllers; the Lease lets one of them act at a time.
-    controllers = build_controllers(runtime.store, options.config, assembly.api_client)
+    controllers = build_controllers(
+        runtime.store, options.config, assembly.api_client,
+        gang_store=runtime.gangs.store if runtime.gangs is not None else None,
+    )
 
     def follow_config(config: Config) -> None:
         controllers.bound_pods.config = config
+        if controllers.gangs is not None:
+            controllers.gangs.config = config
 
     runtime.on_config_change.append(follow_config)
     writer: ReportWriter
@@ -207,7 +220,8 @@ def run_worker(
     if options.config_file is not None:
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds))
     app = create_app(
-        runtime, ui=options.ui, extra_routers=[api_router(runtime)], certificate=tls, background=background
+        runtime, ui=options.ui, extra_routers=[api_router(runtime), gangs_router(runtime)], certificate=tls,
+        background=background,
     )
     controllers.start()
     try:
