@@ -4,6 +4,7 @@ and the fake API server extended with the GangLedger object, pod patch precondit
 from __future__ import annotations
 
 import copy
+import io
 import json
 import time
 import uuid
@@ -12,7 +13,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from kube_fake_apiserver import FakeApiServer
+from kube_fake_apiserver import FakeApiServer, Request
 
 from agent.accelerator_types import AcceleratorTable
 from webhook.admission.request import decode_review
@@ -189,7 +190,10 @@ def _gang_handler(server: GangApiServer, base: Any) -> Any:
     class Handler(base):  # type: ignore[misc, valid-type]
         def _json_body(self) -> Any:
             length = int(self.headers.get("Content-Length") or 0)
-            return json.loads(self.rfile.read(length)) if length else None
+            body = json.loads(self.rfile.read(length)) if length else None
+            with server.cond:
+                server.requests.append(Request(self.command, self.path.split("?")[0], {}, body))
+            return body
 
         def do_GET(self) -> None:
             if self.path.split("?")[0] == f"{LEDGER_PATH}/kgwe-gangs":
@@ -245,10 +249,14 @@ def _gang_handler(server: GangApiServer, base: Any) -> Any:
                 gates_after = (body.get("spec") or {}).get("schedulingGates")
                 if gates_after and {g["name"] for g in gates_after} - gates_before:
                     return self._status(422, "Invalid", "spec.schedulingGates: only deletion is allowed")
-                # Hand the body on to the base handler, which reads it again.
-                import io
-
+                # Hand the body on to the base handler, which reads it again; the connection's own
+                # stream comes back afterwards for the next request on this keep-alive connection.
+                connection_stream = self.rfile
                 self.rfile = io.BufferedReader(io.BytesIO(raw))  # type: ignore[assignment]
+                try:
+                    return super().do_PATCH()
+                finally:
+                    self.rfile = connection_stream
             return super().do_PATCH()
 
     return Handler
