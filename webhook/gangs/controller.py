@@ -35,7 +35,7 @@ from prometheus_client import Counter, Gauge
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.gangs.accounting import GangPods, candidate_rooms, gang_pods, older_or_released, promised_gpus
-from webhook.gangs.ledger import GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
+from webhook.gangs.ledger import MAX_RECORDS, GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
 from webhook.gangs.rooms import RoomId, best_fit, fit, free_gpus
 from webhook.gangs.spec import GATE
 from webhook.intent import OUT_ACCELERATOR_TYPE
@@ -185,11 +185,15 @@ class GangController:
                 del out[key]  # every member deleted (or finished)
         for key in sorted(members, key=lambda k: (records[k].created_at, k) if k in records else (now, k)):
             group = members[key]
-            record = out.get(key) or _new_record(key, group, now)
             gated = group.gated
+            if key not in out and (not gated or len(out) >= MAX_RECORDS):
+                continue  # nothing to hold back, or the ledger is full: the gang stays gated until there is room
+            record = out.get(key) or _new_record(key, group, now)
             if not gated:
                 bound = len(group.bound) >= record.size
-                stuck = record.released_at is not None and now - record.released_at > settings.timeout_seconds
+                # Ungated but not bound fully for too long (released and unschedulable, or a gate removed by
+                # someone else): the record stops promising anything.
+                stuck = now - (record.released_at or record.created_at) > settings.timeout_seconds
                 if (bound or stuck) and key in out:
                     del out[key]
                     if bound:
