@@ -195,8 +195,21 @@ def _gang_handler(server: GangApiServer, base: Any) -> Any:
                 server.requests.append(Request(self.command, self.path.split("?")[0], {}, body))
             return body
 
+        def _injected(self) -> bool:
+            """A failure the test queued with fail_next for this path: answered, and True."""
+            with server.cond:
+                queued = server.failures.get(self.path.split("?")[0])
+                failure = queued.pop(0) if queued else None
+            if failure is None:
+                return False
+            self._json_body()
+            self._status(failure, "InternalError", f"injected failure {failure}")
+            return True
+
         def do_GET(self) -> None:
             if self.path.split("?")[0] == f"{LEDGER_PATH}/kgwe-gangs":
+                if self._injected():
+                    return None
                 with server.cond:
                     ledger = copy.deepcopy(server.ledger)
                 if ledger is None:
@@ -207,6 +220,8 @@ def _gang_handler(server: GangApiServer, base: Any) -> Any:
         def do_POST(self) -> None:
             path = self.path.split("?")[0]
             if path == LEDGER_PATH:
+                if self._injected():
+                    return None
                 body = self._json_body()
                 with server.cond:
                     if server.ledger is not None:
@@ -223,6 +238,8 @@ def _gang_handler(server: GangApiServer, base: Any) -> Any:
 
         def do_PUT(self) -> None:
             if self.path.split("?")[0] == f"{LEDGER_PATH}/kgwe-gangs":
+                if self._injected():
+                    return None
                 body = self._json_body()
                 with server.cond:
                     if server.ledger is None:

@@ -17,7 +17,7 @@ from gang_support import (
 )
 
 from webhook.admission.request import decode_review
-from webhook.gangs.ledger import MemoryGangStore
+from webhook.gangs.ledger import GangStoreUnavailable, MemoryGangStore, Versioned
 
 
 def test_member_is_labelled_and_gated_and_the_gang_gets_the_best_fitting_clique() -> None:
@@ -144,3 +144,27 @@ def test_a_second_pass_changes_nothing() -> None:
     runtime = make_runtime(make_store(*cliques(2)))
     once = admit(runtime, member("w-0", "llm", 2)).pod
     assert runtime.admission.mutate(decode_review(review(once))).patch == []
+
+
+def test_the_gang_is_sized_by_its_largest_member() -> None:
+    gangs = MemoryGangStore()
+    runtime = make_runtime(make_store(*cliques(4)), gangs)
+    leader = member("leader", "lws", 3, gpus=0)
+    leader["spec"]["containers"][0]["resources"] = {}
+    assert admit(runtime, leader).allowed
+    assert gangs.records["ml/lws"].gpus_per_pod == 0
+    assert admit(runtime, member("worker-0", "lws", 3, gpus=4)).allowed
+    assert gangs.records["ml/lws"].gpus_per_pod == 4
+
+
+class DownStore(MemoryGangStore):
+    def read(self, *, timeout: float | None = None) -> Versioned:
+        raise GangStoreUnavailable("the API server is not answering")
+
+
+def test_an_unreachable_store_admits_the_member_gated_with_a_warning() -> None:
+    runtime = make_runtime(make_store(*cliques(2)), DownStore())
+    result = admit(runtime, member("w-0", "llm", 2))
+    assert result.allowed
+    assert result.pod["spec"]["schedulingGates"] == [{"name": "kgwe.io/gang"}]
+    assert any("could not be written" in w and "waits gated" in w for w in result.warnings)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from gang_support import (
+    LEDGER_PATH,
     GangApiServer,
     admit,
     bind,
@@ -316,3 +317,20 @@ def test_two_replicas_racing_for_one_clique_never_promise_the_same_room(
     assert {records["a"], records["b"]} == {clique_of(nodes, "rack0-tray0"), clique_of(nodes, "rack1-tray0")}
     creates = [r for r in gang_apiserver.requests if r.method == "POST" and r.path.endswith("/gangledgers")]
     assert len(creates) == 2  # both tried to create the ledger; one lost with 409 and retried as an update
+
+
+def test_a_gang_admission_could_not_record_is_planned_by_the_controller(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2)
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    gang_apiserver.fail_next(LEDGER_PATH + "/kgwe-gangs", 503, times=50)
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    assert gang_apiserver.ledger_records() == []
+    gang_apiserver.failures.clear()
+    cluster.controller().reconcile_once()
+    assert cluster.gated() == set()
+    (record,) = gang_apiserver.ledger_records()
+    assert record["room"]["value"] == clique_of(nodes, "rack0-tray0") and record["gpusPerPod"] == 4

@@ -61,8 +61,13 @@ class GangService:
         def change(records: Records) -> Records | None:
             outcome.clear()
             if record.key in records:
-                outcome["joined"] = records[record.key]
-                return None
+                existing = records[record.key]
+                outcome["joined"] = existing
+                if record.gpus_per_pod <= existing.gpus_per_pod:
+                    return None
+                # Members may differ (a leader without GPUs, workers with 4): the gang is sized by its largest.
+                records[record.key] = replace(existing, gpus_per_pod=record.gpus_per_pod)
+                return records
             model = facts.model
             chosen, rooms = choose_room(model, record, pod, records, gang_pods(model))
             if chosen is not None:

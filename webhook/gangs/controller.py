@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
+from policies.gpu_demand import pod_gpu_demand
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.gangs.accounting import GangPods, candidate_rooms, gang_pods, older_or_released, promised_gpus
@@ -228,8 +229,9 @@ class GangController:
             if expired:
                 reason += f"; waiting over {self.config.gangs.timeout_seconds:.0f}s, its room is no longer held"
             return replace(record, reason=reason, expired=expired, short_gpus=0)
-        # Complete: the gang claims its room again (an expired promise is renewed).
-        record = replace(record, expired=False)
+        # Complete: the gang claims its room again (an expired promise is renewed), sized by its largest member.
+        largest = max(pod_gpu_demand(p).whole_gpus for p in group.pods)
+        record = replace(record, expired=False, gpus_per_pod=max(record.gpus_per_pod, largest))
         needed = size - len(group.bound)
         free = free_gpus(model)
         gpus = record.gpus_per_pod
@@ -329,9 +331,7 @@ class GangController:
 
 def _new_record(key: str, group: GangPods, now: float) -> GangRecord:
     """A record for a gang admission did not record (the store was down, or it expired and came back)."""
-    from policies.gpu_demand import pod_gpu_demand
-
-    sample = group.pods[0]
+    sample = group.pods[0]  # every member carries the types admission chose for the gang
     namespace, gang = key.split("/", 1)
     notes = (sample.get("metadata") or {}).get("annotations") or {}
     types = tuple(t for t in str(notes.get(OUT_ACCELERATOR_TYPE) or "").split(",") if t)
@@ -339,7 +339,7 @@ def _new_record(key: str, group: GangPods, now: float) -> GangRecord:
         namespace=namespace,
         gang=gang,
         size=group.size,
-        gpus_per_pod=pod_gpu_demand(sample).whole_gpus,
+        gpus_per_pod=max(pod_gpu_demand(p).whole_gpus for p in group.pods),
         types=types,
         room=None,
         created_at=now,
