@@ -13,7 +13,7 @@ from typing import Any
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.gangs.ledger import GangRecord, Records
 from webhook.gangs.placement import holding_rooms
-from webhook.gangs.rooms import Fit, Room, RoomId, best_fit, fit, free_gpus
+from webhook.gangs.rooms import Fit, Room, RoomId, best_fit, fit, free_gpus, per_snapshot
 from webhook.gangs.spec import is_bound, is_gated, membership
 from webhook.scheduling.predicates import node_affinity_matches, node_selector_matches
 
@@ -37,8 +37,10 @@ class GangPods:
         return [p for p in self.pods if is_gated(p)]
 
 
+@per_snapshot
 def gang_pods(model: ClusterModel) -> dict[str, GangPods]:
-    """namespace/gang -> its unfinished members (pods with the gang label and a valid gang size)."""
+    """namespace/gang -> its unfinished members (pods with the gang label and a valid gang size).
+    Computed once per snapshot: callers must not change the answer."""
     out: dict[str, GangPods] = {}
     for pod in model.pods.values():
         if pod_is_finished(pod):

@@ -174,7 +174,7 @@ class GangController:
         return actions
 
     def plan(self, model: ClusterModel, records: Records) -> tuple[Records, list[Action]]:
-        """The records after this pass and the actions that follow from them (pure but for the clock)."""
+        """The records after this pass and the actions that follow from them (no API call is made here)."""
         now = self.clock()
         settings = self.config.gangs
         members = gang_pods(model)

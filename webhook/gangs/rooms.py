@@ -12,10 +12,11 @@ that are not bound yet counts as used, so two gangs never get the same room.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from policies.gpu_demand import pod_gpu_demand
 from webhook.cluster.model import ClusterModel, pod_is_finished
@@ -97,8 +98,30 @@ def rooms_for(model: ClusterModel, types: Iterable[str], *, node_rooms: bool) ->
     return sorted(cliques.values(), key=lambda r: r.id.value) + sorted(nodes, key=lambda r: r.id.value)
 
 
+T = TypeVar("T")
+
+
+def per_snapshot(compute: Callable[[ClusterModel], T]) -> Callable[[ClusterModel], T]:
+    """`compute` once per cluster snapshot: snapshots are immutable, and admissions and controller passes
+    of one snapshot would otherwise each walk every pod. The last snapshot is held, so its id stays its own."""
+    last: list[tuple[ClusterModel, T]] = []
+    lock = threading.Lock()
+
+    def cached(model: ClusterModel) -> T:
+        with lock:
+            if last and last[0][0] is model:
+                return last[0][1]
+        value = compute(model)
+        with lock:
+            last[:] = [(model, value)]
+        return value
+
+    return cached
+
+
+@per_snapshot
 def free_gpus(model: ClusterModel) -> dict[str, int]:
-    """GPUs not held by an unfinished bound pod, per schedulable node."""
+    """GPUs not held by an unfinished bound pod, per schedulable node (callers must not change the answer)."""
     used: dict[str, Decimal] = {}
     for pod in model.pods.values():
         node = (pod.get("spec") or {}).get("nodeName")
