@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from gang_support import (
+    H100,
     LEDGER_PATH,
     GangApiServer,
     admit,
@@ -20,6 +21,7 @@ from gang_support import (
     clique_of,
     cliques,
     gang_apiserver,  # noqa: F401  (fixture)
+    h100_node,
     make_runtime,
     member,
 )
@@ -334,3 +336,18 @@ def test_a_gang_admission_could_not_record_is_planned_by_the_controller(
     assert cluster.gated() == set()
     (record,) = gang_apiserver.ledger_records()
     assert record["room"]["value"] == clique_of(nodes, "rack0-tray0") and record["gpusPerPod"] == 4
+
+
+def test_a_gang_in_one_nodes_nvlink_domain_is_pinned_to_that_node(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    with_nodes(gang_apiserver, [h100_node("dgx-1"), h100_node("dgx-2")])
+    gang_apiserver.put("Pod", bind(member("busy", "none", None, gpus=4, accelerator=None), "dgx-1"))
+    cluster = replica(gang_apiserver, api)
+    for index in range(2):
+        cluster.create(member(f"w-{index}", "pair", 2, gpus=2, accelerator=H100))
+    cluster.controller().reconcile_once()
+    assert cluster.gated() == set()
+    for index in range(2):
+        # dgx-1 has exactly the 4 GPUs left: best fit keeps dgx-2 whole for a bigger gang.
+        assert gang_apiserver.pod(f"ml/w-{index}")["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "dgx-1"
