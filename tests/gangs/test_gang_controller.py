@@ -149,6 +149,9 @@ def test_gates_come_off_only_when_the_gang_is_complete_then_the_record_goes_when
     assert "releasedAt" in record and record["room"]["value"] == clique
     patches = [r for r in gang_apiserver.requests if r.method == "PATCH"]
     assert all(r.body["metadata"]["resourceVersion"] for r in patches)  # never a blind write
+    released = [e for e in gang_apiserver.events if e["reason"] == "GangReleased"]
+    assert sorted(e["involvedObject"]["name"] for e in released) == ["w-0", "w-1", "w-2"]
+    assert all(e["type"] == "Normal" and clique in e["message"] for e in released)
 
     for index in range(3):
         cluster.schedule(f"ml/w-{index}", f"rack0-tray{index}")

@@ -67,8 +67,8 @@ class PodWriter(Protocol):
     def ungate(self, pod: dict[str, Any], resource_version: str) -> None:
         """Remove the `kgwe.io/gang` gate (the pod's other gates stay)."""
 
-    def event(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        """A Warning Event on the pod."""
+    def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
+        """An Event (`kind` Warning or Normal) on the pod."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class _KubePodWriter:
         body = {"metadata": {"resourceVersion": resource_version}, "spec": {"schedulingGates": gates or None}}
         self._patch(pod, body)
 
-    def event(self, pod: dict[str, Any], reason: str, message: str) -> None:
+    def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
         meta = pod.get("metadata") or {}
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = str(meta.get("namespace") or "default")
@@ -125,7 +125,7 @@ class _KubePodWriter:
                                    "name": meta.get("name"), "uid": meta.get("uid")},
                 "reason": reason,
                 "message": message[:1024],
-                "type": "Warning",
+                "type": kind,
                 "source": {"component": "kgwe"},
                 "firstTimestamp": now,
                 "lastTimestamp": now,
@@ -285,6 +285,8 @@ class GangController:
                 if selector.get(record.room.key) != record.room.value:
                     version = self.writer.pin(pod, record.room)
                 self.writer.ungate(pod, version)
+                self.writer.event(pod, "GangReleased", f"gang {record.gang}: all {record.size} pods start together "
+                                  f"in {record.room} ({record.room.key}={record.room.value})", "Normal")
             except ApiException as exc:
                 if exc.status not in (404, 409):  # deleted, or changed since read: the next pass sees it
                     log.warning("gang %s: pod %s: %s %s", record.key, name, exc.status, exc.reason)
