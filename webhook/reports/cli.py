@@ -274,8 +274,10 @@ def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
     else:
         from webhook.server.serving import state_dir
 
+        if args.state is not None and not args.state.is_file():
+            raise CommandError(f"--state {args.state}: no such file")
         path = args.state or state_dir() / "quota" / "gangs-8443.json"
-        store = FileGangStore(path) if path.exists() else None
+        store = FileGangStore(path) if path.is_file() else None  # no server ran here yet: no records
     try:
         records = store.read(timeout=30).records if store is not None else {}
     except GangStoreUnavailable as exc:
