@@ -354,3 +354,30 @@ def test_a_gang_in_one_nodes_nvlink_domain_is_pinned_to_that_node(
     for index in range(2):
         # dgx-1 has exactly the 4 GPUs left: best fit keeps dgx-2 whole for a bigger gang.
         assert gang_apiserver.pod(f"ml/w-{index}")["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "dgx-1"
+
+
+def test_a_replaced_member_joins_the_members_that_run_in_their_clique(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2, 4)  # an 8-GPU and a 16-GPU clique
+    with_nodes(gang_apiserver, nodes)
+    gang_apiserver.put("Pod", bind(member("busy", "none", None, accelerator=None), "rack0-tray0"))
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    controller.reconcile_once()
+    big = clique_of(nodes, "rack1-tray0")
+    assert gang_apiserver.pod("ml/w-0")["spec"]["nodeSelector"]["kgwe.io/nvlink-clique"] == big
+    cluster.schedule("ml/w-0", "rack1-tray0")
+    cluster.schedule("ml/w-1", "rack1-tray1")
+    controller.reconcile_once()
+    assert gang_apiserver.ledger_records() == []  # bound fully: the record is released
+    # The small clique frees up (best fit for one more pod), then a worker fails and is replaced.
+    cluster.delete("ml/busy")
+    cluster.delete("ml/w-1")
+    cluster.create(member("w-1b", "llm", 2))
+    controller.reconcile_once()
+    pinned = gang_apiserver.pod("ml/w-1b")["spec"]
+    assert "schedulingGates" not in pinned
+    assert pinned["nodeSelector"]["kgwe.io/nvlink-clique"] == big  # with its gang, not in the best fit

@@ -35,9 +35,17 @@ from prometheus_client import Counter, Gauge
 from policies.gpu_demand import pod_gpu_demand
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
-from webhook.gangs.accounting import GangPods, candidate_rooms, gang_pods, older_or_released, promised_gpus
+from webhook.gangs.accounting import (
+    GangPods,
+    candidate_rooms,
+    choose_room,
+    gang_pods,
+    older_or_released,
+    promised_gpus,
+    room_of_bound,
+)
 from webhook.gangs.ledger import MAX_RECORDS, GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
-from webhook.gangs.rooms import RoomId, best_fit, fit, free_gpus
+from webhook.gangs.rooms import RoomId, fit, free_gpus
 from webhook.gangs.spec import GATE
 from webhook.intent import OUT_ACCELERATOR_TYPE
 
@@ -236,6 +244,9 @@ class GangController:
         free = free_gpus(model)
         gpus = record.gpus_per_pod
         sample = group.gated[0]
+        joined = room_of_bound(model, candidate_rooms(model, record, sample), group)
+        if joined is not None and record.room != joined.id:
+            record = replace(record, room=joined.id)  # members already run there: the rest must follow
         if record.room is not None:
             before = promised_gpus(records, members, exclude=record.key, counts=older_or_released(record))
             room = next((r for r in candidate_rooms(model, record, sample) if r.id == record.room), None)
@@ -243,10 +254,10 @@ class GangController:
                 found = fit(room, gpus, needed, free, before.get(room.id, 0))
                 if found.fits:
                     return replace(record, released_at=now, reason="", short_gpus=0)
-        # Re-plan: the best room with space for the whole gang, every other promise counted.
-        rooms = candidate_rooms(model, record, sample)
+        # Re-plan: the best room with space for the whole gang, every other promise counted; a gang with
+        # members bound already (a replaced worker) can only go where they are.
+        chosen, rooms = choose_room(model, record, sample, records, members)
         others = promised_gpus(records, members, exclude=record.key)
-        chosen = best_fit(rooms, gpus, needed, free, others)
         if chosen is not None:
             if record.room != chosen.room.id:
                 REPLANS.inc()
