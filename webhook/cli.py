@@ -26,6 +26,7 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
     "profiles": ("webhook.reports.cli", "command", "hardware profiles with availability and price"),
     "audit": ("webhook.reports.cli", "command", "check existing pods against the policies"),
     "costs": ("webhook.reports.cli", "command", "GPU cost of running pods by tenant and type"),
+    "gangs": ("webhook.reports.cli", "command", "gangs: size, members present and bound, room, why waiting"),
 }
 
 

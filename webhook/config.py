@@ -99,6 +99,14 @@ class Server(_Section):
     max_connections: int = Field(default=1000, ge=1, le=1_000_000, alias="maxConnections")
 
 
+class Gangs(_Section):
+    # A gang waiting gated this long gets an Event on its members, a reason in `kgwe gangs`, and a metric.
+    wait_warning_seconds: float = Field(default=300.0, gt=0, alias="waitWarningSeconds")
+    # An incomplete gang (fewer members than kgwe.io/gang-size) keeps its room promise this long; a gang
+    # released to the scheduler that never binds fully drops its record after this long too.
+    timeout_seconds: float = Field(default=900.0, gt=0, alias="timeoutSeconds")
+
+
 class Config(_Section):
     mode: Literal["enforce", "audit"] = "enforce"
     pricing: Pricing = Field(default_factory=Pricing)
@@ -108,6 +116,7 @@ class Config(_Section):
     quotas: Quotas = Field(default_factory=Quotas)
     authentication: Authentication = Field(default_factory=Authentication)
     server: Server = Field(default_factory=Server)
+    gangs: Gangs = Field(default_factory=Gangs)
     # Topology annotations older than this are stale: the webhook falls back to GFD labels.
     topology_staleness_seconds: float = Field(default=300.0, alias="topologyStalenessSeconds")
     # Taint keys that mark GPU nodes; eligible nodes' taints with these keys get tolerated.

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from webhook.gangs.spec import A_GANG_SIZE, parse_gang_size
 from webhook.quantities import parse_quantity
 
 A_ACCELERATOR = "kgwe.io/accelerator"
@@ -16,7 +17,6 @@ A_SHARING = "kgwe.io/sharing"
 A_GPU_FRACTION = "kgwe.io/gpu-fraction"
 A_TOPOLOGY = "kgwe.io/topology"
 A_GANG = "kgwe.io/gang"
-A_GANG_SIZE = "kgwe.io/gang-size"
 A_WORKLOAD = "kgwe.io/workload"  # `inference` lets built-in policies pick a MIG slice
 INTENT_KEYS = (A_ACCELERATOR, A_PROFILE, A_GPU_MEMORY, A_SHARING, A_GPU_FRACTION, A_TOPOLOGY, A_GANG, A_GANG_SIZE)
 
@@ -50,6 +50,7 @@ class PodIntent:
     gpu_fraction: Decimal | None = None
     topology: str | None = None
     gang: str | None = None
+    gang_size: int | None = None  # kgwe.io/gang-size: the gang is placed all or nothing (webhook.gangs)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -144,6 +145,13 @@ def parse_intent(pod: dict[str, Any]) -> PodIntent:
             intent.problems.append(f"{A_GANG}: {gang!r} must be a valid label value (63 characters, alphanumeric, -_.)")
         else:
             intent.gang = gang
+    if A_GANG_SIZE in notes:
+        intent.gang_size, problem = parse_gang_size(notes[A_GANG_SIZE])
+        if problem is None and intent.gang is None:
+            problem = f"{A_GANG_SIZE} needs {A_GANG}: the name of the gang it counts"
+        if problem is not None:
+            intent.gang_size = None
+            intent.problems.append(problem)
     intent.warnings.extend(unknown_key_warnings(notes))
     return intent
 

@@ -29,6 +29,8 @@ from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
 from webhook.config import Config
 from webhook.costs import pod_gpu_equivalents
+from webhook.gangs.admission import GangService
+from webhook.gangs.ledger import GangStore, MemoryGangStore
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT, PodIntent, annotations_of
 from webhook.placement.plan import Decision
 from webhook.quantities import GIB, parse_quantity
@@ -51,6 +53,7 @@ class Runtime:
     policies: Any | None = None  # policies.runtime.PolicyRuntime
     quotas: QuotaService | None = None
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
+    gangs: GangService | None = None  # gang records written at /mutate (webhook.gangs)
     admission: AdmissionService = field(init=False)
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
@@ -305,6 +308,7 @@ def build_runtime(
     quota_store: QuotaStore | None = None,
     authorizer: Authorizer | None = None,
     load_policies: bool = True,
+    gang_store: GangStore | None = None,
 ) -> Runtime:
     """Assemble a runtime. With `cluster_dir` the YAML directory is loaded now; otherwise the caller
     attaches an API source to `runtime.store` (see `kgwe serve`)."""
@@ -317,6 +321,7 @@ def build_runtime(
     runtime.quotas = QuotaService(
         quota_store or InMemoryQuotaStore(), config.price_per_gpu_hour, config.quotas.reservation_grace_seconds
     )
+    runtime.gangs = GangService(gang_store or MemoryGangStore())
     if load_policies:
         runtime.policies = _load_policies(config, store)
     return runtime

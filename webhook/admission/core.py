@@ -168,6 +168,9 @@ class AdmissionService:
             log.error("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
             return Outcome(warnings=[f"KGWE could not compute a stable mutation: {exc}"], object=request.object)
         outcome = Outcome(patch=result.patch, object=result.pod, warnings=facts.intent.warnings + facts.plan.warnings)
+        gangs = self.runtime.gangs
+        if gangs is not None and facts.renderable and not request.dry_run and self.runtime.config.mode != "audit":
+            outcome.warnings.extend(gangs.admit(facts, result.pod, deadline))  # a gang's record (webhook.gangs)
         if self.runtime.config.mode == "audit":
             # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
             reported = list(facts.plan.steps) if facts.renderable else []

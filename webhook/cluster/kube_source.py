@@ -13,8 +13,8 @@ client's model classes), so the store holds the API's camelCase shape with `kind
 
 Pods are slimmed to what KGWE reads, because pods dominate a cluster's objects (`slim_pod`):
 metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp;
-spec nodeName, schedulerName, affinity, nodeSelector, tolerations, and containers / initContainers
-reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
+spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, and containers /
+initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
 status phase. Everything else (images, env, volumes, conditions, container statuses) is dropped.
 Other kinds are kept whole except `metadata.managedFields` and a node's `status.images` (`slim_object`).
 """
@@ -152,7 +152,7 @@ def load_kube_client(kubeconfig: str | None) -> k8s_client.ApiClient:
 POD_METADATA_FIELDS = (
     "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "resourceVersion", "creationTimestamp",
 )
-POD_SPEC_FIELDS = ("nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations")
+POD_SPEC_FIELDS = ("nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates")
 
 
 def _slim_container(container: dict[str, Any], init: bool) -> dict[str, Any]:

@@ -84,7 +84,7 @@ def placement_steps(plan: PlacementPlan) -> list[Step]:
         steps.append(("mig-resources", lambda pod: _rename_resources(pod, plan.resource_renames)))
     if plan.env:
         steps.append(("mps-env", lambda pod: _set_env(pod, plan.env)))
-    if plan.labels or plan.pod_affinity_terms or plan.annotations:
+    if plan.labels or plan.pod_affinity_terms or plan.annotations or plan.scheduling_gates:
         steps.append(("gang", lambda pod: _apply_gang(pod, plan)))
     return steps
 
@@ -186,6 +186,13 @@ def _apply_gang(pod: dict[str, Any], plan: PlacementPlan) -> None:
             if term not in required:
                 required.append(term)
         affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    if plan.scheduling_gates:
+        spec = mapping_at(pod, "spec")
+        gates = list(spec.get("schedulingGates") or [])
+        names = {g.get("name") for g in gates if isinstance(g, dict)}
+        missing = [{"name": gate} for gate in plan.scheduling_gates if gate not in names]
+        if missing:
+            spec["schedulingGates"] = gates + missing
 
 
 def decision_document(plan: PlacementPlan, stale_nodes: int, policy_name: str | None) -> str:

@@ -20,6 +20,7 @@ from policies.gpu_demand import GpuDemand, gpu_equivalents, mig_compute_slices, 
 from webhook.cluster.model import ClusterModel, TypeSummary
 from webhook.cluster.node_facts import L_CLIQUE, L_GKE_PARTITION, L_GKE_SHARING, L_MIG_STATE, L_PRODUCT, L_SHARING
 from webhook.config import Config
+from webhook.gangs.placement import plan_sized_gang
 from webhook.intent import PodIntent
 from webhook.placement.constraints import Requirement, merge
 from webhook.placement.suggest import with_hints
@@ -61,6 +62,7 @@ class PlacementPlan:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     pod_affinity_terms: list[dict[str, Any]] = field(default_factory=list)
+    scheduling_gates: list[str] = field(default_factory=list)
     gpu_equivalents: Decimal = Decimal(0)
     price_per_gpu_hour: Decimal | None = None
     charge_type: str | None = None  # the type the pod is charged as until bound (the most expensive)
@@ -331,7 +333,10 @@ def build_plan(
 
     # Gang: co-locate the job's pods in one NVLink clique.
     if gang:
-        if not _plan_gang(plan, pod, candidates, gang, model):
+        if intent.gang_size is not None:
+            if not plan_sized_gang(plan, pod, candidates, gang, intent.gang_size, whole_gpus, model):
+                return plan
+        elif not _plan_gang(plan, pod, candidates, gang, model):
             return plan
         candidates = plan.types
 

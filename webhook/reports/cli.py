@@ -38,6 +38,9 @@ DESCRIPTIONS = {
                 "manifest for the selected nodes instead.",
     "audit": "Check the existing GPU pods against the current policies, quotas and placement rules, and report "
              "the violations (as a table, JSON, or wgpolicyk8s.io PolicyReports with -o yaml).",
+    "gangs": "Gangs (kgwe.io/gang with kgwe.io/gang-size): size, members present, bound and gated, the NVLink room "
+             "KGWE chose, and why a gang waits. In a cluster the records come from the GangLedger kgwe-gangs; with "
+             "--cluster DIR from the state file of `kgwe serve --cluster` (--state).",
     "costs": "GPU chargeback: the hourly rate of the running GPU pods by tenant and accelerator type, from their "
              "kgwe.io/hourly-cost annotations (computed from the pricing configuration where a pod has none).",
 }
@@ -64,6 +67,10 @@ def _parser(command: str) -> argparse.ArgumentParser:
                             help="exit 1 when any violation fails (for CI); default: exit 0")
     if command == "costs":
         parser.add_argument("--pods", action="store_true", help="list every pod's hourly cost too")
+    if command == "gangs":
+        parser.add_argument("--state", type=Path, metavar="FILE",
+                            help="with --cluster: the gang records file of `kgwe serve --cluster` "
+                                 "(default: the state directory's quota/gangs-8443.json)")
     return parser
 
 
@@ -255,12 +262,46 @@ def cmd_costs(args: argparse.Namespace, cluster: Cluster) -> str:
     return text
 
 
+def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
+    from webhook.gangs.ledger import FileGangStore, GangStore, GangStoreUnavailable, KubeGangStore
+    from webhook.gangs.view import gangs_view
+
+    store: GangStore | None
+    if cluster.api_client is not None:
+        from kubernetes import client as k8s
+
+        store = KubeGangStore(k8s.CustomObjectsApi(cluster.api_client))
+    else:
+        from webhook.server.serving import state_dir
+
+        if args.state is not None and not args.state.is_file():
+            raise CommandError(f"--state {args.state}: no such file")
+        path = args.state or state_dir() / "quota" / "gangs-8443.json"
+        store = FileGangStore(path) if path.is_file() else None  # no server ran here yet: no records
+    try:
+        records = store.read(timeout=30).records if store is not None else {}
+    except GangStoreUnavailable as exc:
+        raise CommandError(str(exc)) from exc
+    view = gangs_view(cluster.runtime.store.snapshot(), records)
+    if args.output == "json":
+        return _json(view)
+    if not view["gangs"]:
+        return "No gangs (pods with kgwe.io/gang and kgwe.io/gang-size)."
+    rows = [
+        [g["namespace"], g["gang"], g["size"], g["present"], g["bound"], g["room"] or "-", g["state"], g["reason"]]
+        for g in view["gangs"]
+    ]
+    return format_table(["NAMESPACE", "GANG", "SIZE", "PRESENT", "BOUND", "ROOM", "STATE", "REASON"], rows,
+                        right=["SIZE", "PRESENT", "BOUND"])
+
+
 Command = Callable[[argparse.Namespace, Cluster], "str | tuple[str, int]"]
 COMMANDS: dict[str, Command] = {
     "nodes": cmd_nodes,
     "profiles": cmd_profiles,
     "audit": cmd_audit,
     "costs": cmd_costs,
+    "gangs": cmd_gangs,
 }
 
 

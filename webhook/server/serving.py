@@ -130,7 +130,12 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
             from policies.quota_file_store import FileQuotaStore
 
             quota_store = FileQuotaStore(state_dir() / "quota" / f"{options.port}-{os.getppid()}.json")
-        return Assembly(build_runtime(config, None, store=store, quota_store=quota_store), None, directory.stop)
+        # Gang records outlive a restart: a file beside the quota reservations, named by the port.
+        from webhook.gangs.ledger import FileGangStore
+
+        gang_store = FileGangStore(state_dir() / "quota" / f"gangs-{options.port}.json")
+        runtime = build_runtime(config, None, store=store, quota_store=quota_store, gang_store=gang_store)
+        return Assembly(runtime, None, directory.stop)
 
     from kubernetes import client as k8s
 
@@ -138,6 +143,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     from policies.quota_kube_store import KubeQuotaStore
     from policies.rbac_review import SubjectAccessReviewer
     from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
+    from webhook.gangs.ledger import KubeGangStore
 
     api = load_kube_client(None)
     source = KubeClusterSource(store, api)
@@ -153,6 +159,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         store=store,
         quota_store=KubeQuotaStore(k8s.CustomObjectsApi(bounded)),
         authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
+        gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
     )
     return Assembly(runtime, api, source.stop)
 
@@ -169,6 +176,7 @@ def run_worker(
     from webhook.audit.pods import ApiPodReader
     from webhook.audit.writers import KubeReportWriter, MemoryReportWriter, ReportWriter
     from webhook.controllers.runner import build_controllers
+    from webhook.gangs.routes import gangs_router
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
 
@@ -185,7 +193,10 @@ def run_worker(
     assembly = assemble_runtime(options)
     runtime = assembly.runtime
     # Every worker runs the controllers; the Lease lets one of them act at a time.
-    controllers = build_controllers(runtime.store, options.config, assembly.api_client)
+    controllers = build_controllers(
+        runtime.store, options.config, assembly.api_client,
+        gang_store=runtime.gangs.store if runtime.gangs is not None else None,
+    )
 
     def follow_config(config: Config) -> None:
         controllers.bound_pods.config = config
@@ -193,6 +204,8 @@ def run_worker(
             # Both are fixed when the listener and its TLS context are built.
             log.warning("configuration sections authentication and server changed: they take effect at the next "
                         "restart; serving with the ones read at start")
+        if controllers.gangs is not None:
+            controllers.gangs.config = config
 
     runtime.on_config_change.append(follow_config)
     writer: ReportWriter
@@ -224,8 +237,8 @@ def run_worker(
     callers = CallerAuthenticator(options.config.authentication)
     callers.announce()
     app = create_app(
-        runtime, ui=options.ui, extra_routers=[api_router(runtime)], certificate=tls, background=background,
-        authenticator=callers,
+        runtime, ui=options.ui, extra_routers=[api_router(runtime), gangs_router(runtime)], certificate=tls,
+        background=background, authenticator=callers,
     )
     controllers.start()
     try:

@@ -1,4 +1,4 @@
-// KGWE's read-only pages: nodes by GPU type, hardware profiles with availability, tenants with quotas.
+// KGWE's read-only pages: nodes by GPU type, hardware profiles with availability, tenants with quotas, gangs.
 // Hash routing (#/nodes, #/profiles, #/tenants) keeps it one static page that works without a server-side router.
 import {
   DASH, append, errorBox, getJSON, gib, h, money, plural, replaceChildren, shortResource, timestamp,
@@ -599,7 +599,43 @@ class TenantsPage extends Page {
   }
 }
 
-const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage };
+// ---------------------------------------------------------------------------------------------------------------
+// Gangs: every gang (kgwe.io/gang with kgwe.io/gang-size), its members, the NVLink room KGWE chose and why it waits.
+
+class GangsPage extends Page {
+  fetch() {
+    return getJSON("gangs");
+  }
+
+  show(data) {
+    const gangs = data.gangs || [];
+    replaceChildren(this.root,
+      h("h1", {}, "Gangs"),
+      h("p", { class: "muted" }, "Pods with ", h("code", {}, "kgwe.io/gang"), " and ", h("code", {}, "kgwe.io/gang-size"),
+        " start all together in one NVLink room, or wait gated holding no GPU."),
+      gangs.length ? h("table", { class: "gangs", id: "gangs" },
+        h("thead", {}, h("tr", {},
+          ["Namespace", "Gang", "Size", "Present", "Bound", "Room", "State", "Why it waits"].map((label) =>
+            h("th", { scope: "col", class: ["Size", "Present", "Bound"].includes(label) ? "num" : null }, label)))),
+        h("tbody", {}, gangs.map((gang) => this.row(gang)))) :
+        h("p", { class: "empty" }, "No gangs."));
+  }
+
+  row(gang) {
+    const waiting = gang.state === "Waiting";
+    return h("tr", { class: waiting ? "waiting" : null, dataset: { gang: `${gang.namespace}/${gang.gang}` } },
+      h("td", {}, gang.namespace),
+      h("th", { scope: "row" }, gang.gang),
+      h("td", { class: "num" }, String(gang.size)),
+      h("td", { class: "num" }, String(gang.present)),
+      h("td", { class: "num" }, String(gang.bound)),
+      h("td", {}, gang.room ? h("code", {}, gang.room) : DASH),
+      h("td", {}, waiting ? h("span", { class: "badge warn" }, gang.state) : gang.state),
+      h("td", { dataset: { field: "reason" } }, gang.reason || DASH));
+  }
+}
+
+const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage };
 
 document.getElementById("refresh").addEventListener("click", () => current && current.load());
 window.addEventListener("hashchange", route);

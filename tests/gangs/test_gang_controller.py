@@ -1,0 +1,383 @@
+"""The gang controller against the fake API server: gates come off only when the whole gang exists and its
+room has space; a gang waits gated (holding no GPU), is re-planned, reports why, and its record goes away
+when it binds, times out or its pods are deleted; a new leader picks up where the old one stopped; two
+replicas racing for one clique never promise the same room."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from gang_support import (
+    H100,
+    LEDGER_PATH,
+    GangApiServer,
+    admit,
+    bind,
+    clique_of,
+    cliques,
+    gang_apiserver,  # noqa: F401  (fixture)
+    h100_node,
+    make_runtime,
+    member,
+)
+from kubernetes import client as k8s_client
+from prometheus_client import REGISTRY
+
+from agent.accelerator_types import AcceleratorTable
+from webhook.cluster.kube_source import KubeClusterSource
+from webhook.cluster.model import ClusterStore
+from webhook.config import Config, Gangs
+from webhook.gangs.admission import GangService
+from webhook.gangs.controller import NEW_RECORD_GRACE_SECONDS, GangController, kube_pod_writer
+from webhook.gangs.ledger import KubeGangStore, Versioned
+from webhook.runtime import Runtime
+
+
+@dataclass
+class Clock:
+    offset: float = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass
+class Cluster:
+    """One webhook replica (runtime and controller) over the fake API server."""
+
+    server: GangApiServer
+    api: k8s_client.ApiClient
+    store: ClusterStore
+    runtime: Runtime
+    clock: Clock = field(default_factory=Clock)
+    config: Config = field(default_factory=lambda: Config(gangs=Gangs(waitWarningSeconds=120, timeoutSeconds=600)))
+
+    def controller(self, *, writer: bool = True) -> GangController:
+        return GangController(
+            self.store, KubeGangStore(k8s_client.CustomObjectsApi(self.api)), self.config,
+            kube_pod_writer(self.api) if writer else None, clock=self.clock,
+        )
+
+    def create(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """A pod CREATE through the webhooks, then stored by the API server; the model catches up."""
+        result = admit(self.runtime, pod)
+        assert result.allowed, result.message
+        stored = self.server.put("Pod", result.pod)
+        self.sync()
+        return stored
+
+    def schedule(self, key: str, node: str) -> None:
+        pod = self.server.pod(key)
+        assert "schedulingGates" not in pod["spec"], f"{key} is still gated"
+        self.server.put("Pod", bind(pod, node))
+        self.sync()
+
+    def delete(self, key: str) -> None:
+        self.server.delete("Pod", key)
+        self.sync()
+
+    def sync(self) -> None:
+        """Wait until the model shows every pod as the API server has it."""
+        wanted = {k: p["metadata"]["resourceVersion"] for k, p in self.server.objects("Pod").items()}
+
+        def caught_up() -> bool:
+            pods = self.store.snapshot(force=True).pods
+            return {k: p["metadata"]["resourceVersion"] for k, p in pods.items()} == wanted
+
+        self.server.wait_for(caught_up)
+
+    def gated(self) -> set[str]:
+        return {k for k, p in self.server.objects("Pod").items() if p["spec"].get("schedulingGates")}
+
+
+def replica(server: GangApiServer, api: k8s_client.ApiClient) -> Cluster:
+    store = ClusterStore(AcceleratorTable.build(), min_rebuild_interval=0)
+    source = KubeClusterSource(store, api, kinds=("Node", "Pod", "Namespace"))
+    source.start()
+    assert source.wait_loaded(10)
+    _sources.append(source)
+    runtime = make_runtime(store, KubeGangStore(k8s_client.CustomObjectsApi(api)))
+    return Cluster(server, api, store, runtime)
+
+
+_sources: list[KubeClusterSource] = []
+
+
+@pytest.fixture
+def api(gang_apiserver: GangApiServer) -> Iterator[k8s_client.ApiClient]:  # noqa: F811
+    configuration = k8s_client.Configuration()
+    configuration.host = gang_apiserver.url
+    with k8s_client.ApiClient(configuration) as client:
+        yield client
+    while _sources:
+        _sources.pop().stop()
+
+
+def with_nodes(server: GangApiServer, nodes: list[dict[str, Any]]) -> None:
+    for node in nodes:
+        server.put("Node", node)
+
+
+def test_gates_come_off_only_when_the_gang_is_complete_then_the_record_goes_when_bound(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(4)
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("w-0", "llm", 3))
+    cluster.create(member("w-1", "llm", 3))
+    assert controller.reconcile_once() == []
+    assert cluster.gated() == {"ml/w-0", "ml/w-1"}
+    (record,) = gang_apiserver.ledger_records()
+    assert record["reason"] == "2 of 3 members exist"
+
+    cluster.create(member("w-2", "llm", 3))
+    actions = controller.reconcile_once()
+    assert [a.kind for a in actions] == ["release"]
+    clique = clique_of(nodes, "rack0-tray0")
+    for key in ("ml/w-0", "ml/w-1", "ml/w-2"):
+        pod = gang_apiserver.pod(key)
+        assert "schedulingGates" not in pod["spec"]
+        assert pod["spec"]["nodeSelector"]["kgwe.io/nvlink-clique"] == clique
+    (record,) = gang_apiserver.ledger_records()
+    assert "releasedAt" in record and record["room"]["value"] == clique
+    patches = [r for r in gang_apiserver.requests if r.method == "PATCH"]
+    assert all(r.body["metadata"]["resourceVersion"] for r in patches)  # never a blind write
+    released = [e for e in gang_apiserver.events if e["reason"] == "GangReleased"]
+    assert sorted(e["involvedObject"]["name"] for e in released) == ["w-0", "w-1", "w-2"]
+    assert all(e["type"] == "Normal" and clique in e["message"] for e in released)
+
+    for index in range(3):
+        cluster.schedule(f"ml/w-{index}", f"rack0-tray{index}")
+    controller.reconcile_once()
+    assert gang_apiserver.ledger_records() == []
+
+
+def test_a_complete_gang_without_room_waits_gated_says_why_and_is_replanned(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2)
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    # Another workload takes a tray of the promised clique before the gang starts.
+    gang_apiserver.put("Pod", bind(member("squatter", "none", None, accelerator=None), "rack0-tray1"))
+    cluster.sync()
+    controller.reconcile_once()
+    assert cluster.gated() == {"ml/w-0", "ml/w-1"}  # nothing half placed, no GPU held
+    (record,) = gang_apiserver.ledger_records()
+    assert "4 GPUs short" in record["reason"] and record["shortGPUs"] == 4
+
+    # New capacity: a second clique appears; the waiting gang moves there and starts.
+    more = cliques(3, prefix="new")
+    with_nodes(gang_apiserver, more)
+    cluster.server.wait_for(lambda: "new0-tray2" in cluster.store.snapshot(force=True).nodes)
+    controller.reconcile_once()
+    assert cluster.gated() == set()
+    moved = clique_of(more, "new0-tray0")
+    assert gang_apiserver.pod("ml/w-0")["spec"]["nodeSelector"]["kgwe.io/nvlink-clique"] == moved
+
+
+def test_a_member_deleted_while_gated_keeps_the_gang_waiting_and_deleting_all_drops_the_record(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    with_nodes(gang_apiserver, cliques(4))
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    for index in range(3):
+        cluster.create(member(f"w-{index}", "llm", 4))
+    cluster.delete("ml/w-1")
+    controller.reconcile_once()
+    assert cluster.gated() == {"ml/w-0", "ml/w-2"}
+    assert gang_apiserver.ledger_records()[0]["reason"] == "2 of 4 members exist"
+    cluster.delete("ml/w-0")
+    cluster.delete("ml/w-2")
+    controller.reconcile_once()
+    # A record without pods may be one admission just wrote (the watch lags): kept for a grace period.
+    assert len(gang_apiserver.ledger_records()) == 1
+    cluster.clock.offset = NEW_RECORD_GRACE_SECONDS + 1
+    controller.reconcile_once()
+    assert gang_apiserver.ledger_records() == []
+
+
+def test_an_incomplete_gang_past_the_timeout_releases_its_promise(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    with_nodes(gang_apiserver, cliques(2))
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("a-0", "a", 2))  # promised the only clique, but its second member never comes
+    cluster.create(member("b-0", "b", 2))
+    cluster.create(member("b-1", "b", 2))
+    controller.reconcile_once()
+    assert cluster.gated() == {"ml/a-0", "ml/b-0", "ml/b-1"}  # b waits behind a's promise
+    cluster.clock.offset = 700  # past gangs.timeoutSeconds
+    controller.reconcile_once()
+    assert cluster.gated() == {"ml/a-0"}
+    record = next(r for r in gang_apiserver.ledger_records() if r["gang"] == "a")
+    assert record["expired"] is True and "no longer held" in record["reason"]
+
+
+def test_a_gang_waiting_too_long_gets_an_event_and_a_metric(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    with_nodes(gang_apiserver, cliques(2))
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("w-0", "llm", 2))
+    controller.reconcile_once()
+    assert gang_apiserver.events == []
+    cluster.clock.offset = 130  # past gangs.waitWarningSeconds
+    controller.reconcile_once()
+    (event,) = gang_apiserver.events
+    assert event["involvedObject"]["name"] == "w-0" and event["reason"] == "GangWaiting"
+    assert "1 of 2 members exist" in event["message"]
+    assert REGISTRY.get_sample_value("kgwe_gang_waiting_too_long", {"namespace": "ml"}) == 1
+    controller.reconcile_once()
+    assert len(gang_apiserver.events) == 1  # once per wait, not every pass
+
+
+def test_a_new_leader_finishes_a_release_the_old_one_committed(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2, 4)
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    # The old leader commits the release in the ledger and stops before touching a pod.
+    cluster.controller(writer=False).reconcile_once()
+    assert "releasedAt" in gang_apiserver.ledger_records()[0]
+    assert cluster.gated() == {"ml/w-0", "ml/w-1"}
+    # A new leader (another replica, its own model and store clients) picks the record up.
+    successor = replica(gang_apiserver, api)
+    successor.controller().reconcile_once()
+    assert cluster.gated() == set()
+    clique = clique_of(nodes, "rack0-tray0")
+    assert {gang_apiserver.pod(k)["spec"]["nodeSelector"]["kgwe.io/nvlink-clique"] for k in ("ml/w-0", "ml/w-1")} == {
+        clique
+    }
+
+
+def test_other_scheduling_gates_are_kept(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    with_nodes(gang_apiserver, cliques(2))
+    cluster = replica(gang_apiserver, api)
+    pod = member("w-0", "solo", 1)
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    cluster.create(pod)
+    cluster.controller().reconcile_once()
+    assert gang_apiserver.pod("ml/w-0")["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
+
+
+class RacingStore(KubeGangStore):
+    """Both replicas read before either writes: the race the compare-and-swap must settle."""
+
+    def __init__(self, api: Any, barrier: threading.Barrier) -> None:
+        super().__init__(api)
+        self.barrier = barrier
+        self.first = True
+
+    def read(self, *, timeout: float | None = None) -> Versioned:
+        found = super().read(timeout=timeout)
+        if self.first:
+            self.first = False
+            self.barrier.wait(10)
+        return found
+
+
+def test_two_replicas_racing_for_one_clique_never_promise_the_same_room(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2, 4)  # both gangs best fit the 8-GPU clique
+    with_nodes(gang_apiserver, nodes)
+    barrier = threading.Barrier(2)
+    replicas = [replica(gang_apiserver, api) for _ in range(2)]
+    for one in replicas:
+        one.runtime.gangs = GangService(RacingStore(k8s_client.CustomObjectsApi(api), barrier))
+    results: dict[str, Any] = {}
+
+    def first_member(one: Cluster, gang: str) -> None:
+        results[gang] = admit(one.runtime, member(f"{gang}-0", gang, 2))
+
+    pairs = zip(replicas, "ab", strict=True)
+    threads = [threading.Thread(target=first_member, args=(one, gang)) for one, gang in pairs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert all(r.allowed for r in results.values())
+    records = {r["gang"]: r["room"]["value"] for r in gang_apiserver.ledger_records()}
+    assert set(records) == {"a", "b"}
+    assert records["a"] != records["b"]  # the loser re-read and took the other clique
+    assert {records["a"], records["b"]} == {clique_of(nodes, "rack0-tray0"), clique_of(nodes, "rack1-tray0")}
+    creates = [r for r in gang_apiserver.requests if r.method == "POST" and r.path.endswith("/gangledgers")]
+    assert len(creates) == 2  # both tried to create the ledger; one lost with 409 and retried as an update
+
+
+def test_a_gang_admission_could_not_record_is_planned_by_the_controller(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2)
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    gang_apiserver.fail_next(LEDGER_PATH + "/kgwe-gangs", 503, times=50)
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    assert gang_apiserver.ledger_records() == []
+    gang_apiserver.failures.clear()
+    cluster.controller().reconcile_once()
+    assert cluster.gated() == set()
+    (record,) = gang_apiserver.ledger_records()
+    assert record["room"]["value"] == clique_of(nodes, "rack0-tray0") and record["gpusPerPod"] == 4
+
+
+def test_a_gang_in_one_nodes_nvlink_domain_is_pinned_to_that_node(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    with_nodes(gang_apiserver, [h100_node("dgx-1"), h100_node("dgx-2")])
+    gang_apiserver.put("Pod", bind(member("busy", "none", None, gpus=4, accelerator=None), "dgx-1"))
+    cluster = replica(gang_apiserver, api)
+    for index in range(2):
+        cluster.create(member(f"w-{index}", "pair", 2, gpus=2, accelerator=H100))
+    cluster.controller().reconcile_once()
+    assert cluster.gated() == set()
+    for index in range(2):
+        # dgx-1 has exactly the 4 GPUs left: best fit keeps dgx-2 whole for a bigger gang.
+        assert gang_apiserver.pod(f"ml/w-{index}")["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "dgx-1"
+
+
+def test_a_replaced_member_joins_the_members_that_run_in_their_clique(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2, 4)  # an 8-GPU and a 16-GPU clique
+    with_nodes(gang_apiserver, nodes)
+    gang_apiserver.put("Pod", bind(member("busy", "none", None, accelerator=None), "rack0-tray0"))
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    controller.reconcile_once()
+    big = clique_of(nodes, "rack1-tray0")
+    assert gang_apiserver.pod("ml/w-0")["spec"]["nodeSelector"]["kgwe.io/nvlink-clique"] == big
+    cluster.schedule("ml/w-0", "rack1-tray0")
+    cluster.schedule("ml/w-1", "rack1-tray1")
+    controller.reconcile_once()
+    assert gang_apiserver.ledger_records() == []  # bound fully: the record is released
+    # The small clique frees up (best fit for one more pod), then a worker fails and is replaced.
+    cluster.delete("ml/busy")
+    cluster.delete("ml/w-1")
+    cluster.create(member("w-1b", "llm", 2))
+    controller.reconcile_once()
+    pinned = gang_apiserver.pod("ml/w-1b")["spec"]
+    assert "schedulingGates" not in pinned
+    assert pinned["nodeSelector"]["kgwe.io/nvlink-clique"] == big  # with its gang, not in the best fit

@@ -1,0 +1,106 @@
+"""`kgwe serve --cluster DIR` with gangs, over real HTTPS with AdmissionReviews as kube-apiserver sends them:
+the refusal of a gang no clique can hold, the record of a first member in the state file beside the quota
+reservations, `/api/v1/gangs`, and `kgwe gangs`."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import sys
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+import yaml
+from gang_support import clique_of, cliques, member, review
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ui"))
+from ui_harness import KgweServer, kgwe_serve
+
+from webhook.cli import main
+
+NODES = cliques(2, 18)  # an 8-GPU and a 72-GPU clique (an NVL72 rack)
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "cluster"
+    directory.mkdir()
+    (directory / "nodes.yaml").write_text(yaml.safe_dump_all(NODES))
+    (directory / "namespaces.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace",
+                                                                "metadata": {"name": "ml"}}))
+    return directory
+
+
+@pytest.fixture
+def served(tmp_path: Path, cluster_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KgweServer]:
+    monkeypatch.setenv("KGWE_STATE_DIR", str(tmp_path / "state"))
+    with kgwe_serve(tmp_path, cluster_dir) as server:
+        yield server
+
+
+def ask(server: KgweServer, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    with server.api() as client:
+        answer = client.post(f"{path}?timeout=10s", content=orjson.dumps(body),
+                             headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200
+    response: dict[str, Any] = answer.json()["response"]
+    assert response["uid"] == body["request"]["uid"]
+    return response
+
+
+def create(server: KgweServer, pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two webhook calls of a pod CREATE: (the pod after /mutate, the /validate response)."""
+    mutated = ask(server, "/mutate", review(pod))
+    patch = orjson.loads(base64.b64decode(mutated["patch"])) if "patch" in mutated else []
+    obj = jsonpatch.apply_patch(copy.deepcopy(pod), patch)
+    return obj, ask(server, "/validate", review(obj))
+
+
+def test_a_gang_no_clique_can_hold_is_refused_over_https(served: KgweServer) -> None:
+    _pod, verdict = create(served, member("w-0", "huge", 19))  # 76 GPUs; the largest clique has 72
+    assert verdict["allowed"] is False
+    assert verdict["status"]["code"] == 403
+    message = verdict["status"]["message"]
+    assert "19 pods x 4 GPUs = 76 GPUs" in message
+    assert f"the largest NVLink clique, {clique_of(NODES, 'rack1-tray0')}, has 72 GPUs" in message
+
+
+def test_a_first_member_is_recorded_beside_the_quota_state_and_shown(
+    served: KgweServer, tmp_path: Path, cluster_dir: Path
+) -> None:
+    pod, verdict = create(served, member("w-0", "llm", 2))
+    assert verdict["allowed"] is True
+    assert pod["spec"]["schedulingGates"] == [{"name": "kgwe.io/gang"}]
+    # A dry run is answered the same and records nothing.
+    dry = ask(served, "/mutate", review(member("w-0", "dry", 2), dry_run=True))
+    assert dry["allowed"] is True
+
+    state = tmp_path / "state" / "quota"
+    (ledger,) = state.glob("gangs-*.json")
+    records = orjson.loads(ledger.read_bytes())["gangs"]
+    assert [(r["gang"], r["room"]["value"]) for r in records] == [("llm", clique_of(NODES, "rack0-tray0"))]
+
+    gangs = served.get_json("/api/v1/gangs")["gangs"]
+    assert [(g["gang"], g["size"], g["room"], g["state"]) for g in gangs] == [
+        ("llm", 2, clique_of(NODES, "rack0-tray0"), "Waiting")
+    ]
+
+    # The member lands in the cluster directory; `kgwe gangs` joins it with the record.
+    (cluster_dir / "pods.yaml").write_text(yaml.safe_dump(pod))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        status = main(["gangs", "--cluster", str(cluster_dir), "--state", str(ledger), "-o", "json"])
+    assert status == 0
+    (row,) = orjson.loads(out.getvalue())["gangs"]
+    assert (row["gang"], row["present"], row["gated"], row["bound"]) == ("llm", 1, 1, 0)
+    assert row["reason"] == "1 of 2 members exist"
+    table = io.StringIO()
+    with redirect_stdout(table):
+        assert main(["gangs", "--cluster", str(cluster_dir), "--state", str(ledger)]) == 0
+    assert "llm" in table.getvalue() and "Waiting" in table.getvalue()

@@ -1,0 +1,359 @@
+"""The gang controller: ungates a gang only when all of it can start in one room (leader only).
+
+Every `interval_seconds`, from a store snapshot and the gang records:
+
+- a gang with fewer members than `kgwe.io/gang-size` waits gated; past `gangs.timeoutSeconds` its
+  promise stops counting (other gangs may take the room) and it is planned afresh when complete;
+- a complete gang is checked against its room: free GPUs minus what older or released gangs were
+  promised. Without space it is re-planned into the best-fit room that has space (counting every
+  other promise), or waits with the reason (which room, how many GPUs short);
+- a gang that fits is released: the record says so first (the commit point), then every gated member
+  is pinned to the room (`spec.nodeSelector` gains the room's label: an addition, which Kubernetes
+  allows while a pod is gated) and its `kgwe.io/gang` gate is removed, each with the resourceVersion
+  read so a concurrent change is never overwritten; an interrupted release is finished next pass;
+- a gang waiting longer than `gangs.waitWarningSeconds` gets an Event on its gated members;
+- a record is dropped when its gang is bound fully, when its pods are gone, or when a released gang
+  has not bound fully within `gangs.timeoutSeconds`.
+
+Members are never pinned before the release, so a waiting gang can move to any room: KEP-3838 lets a
+gated pod's node constraints only grow, and a pin is the one growth made, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import Counter, Gauge
+
+from policies.gpu_demand import pod_gpu_demand
+from webhook.cluster.model import ClusterModel, ClusterStore
+from webhook.config import Config
+from webhook.gangs.accounting import (
+    GangPods,
+    candidate_rooms,
+    choose_room,
+    gang_pods,
+    older_or_released,
+    promised_gpus,
+    room_of_bound,
+)
+from webhook.gangs.ledger import MAX_RECORDS, GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
+from webhook.gangs.rooms import RoomId, fit, free_gpus
+from webhook.gangs.spec import GATE
+from webhook.intent import OUT_ACCELERATOR_TYPE
+
+log = logging.getLogger("kgwe.gangs.controller")
+
+# A record whose pods the model does not show yet (the watch lags the admission) is kept this long.
+NEW_RECORD_GRACE_SECONDS = 60.0
+FIELD_MANAGER = "kgwe-controller"
+
+RECORDS = Gauge("kgwe_gang_records", "Gang records, by state (waiting: gated; released: being scheduled)", ["state"])
+WAITING_TOO_LONG = Gauge(
+    "kgwe_gang_waiting_too_long", "Gangs waiting gated longer than gangs.waitWarningSeconds, by namespace",
+    ["namespace"],
+)
+SHORT_GPUS = Gauge("kgwe_gang_short_gpus", "GPUs missing in their rooms for the complete gangs that wait")
+RELEASED = Counter("kgwe_gang_released_total", "Gangs whose gates were removed (all members, one room)")
+REPLANS = Counter("kgwe_gang_replans_total", "Waiting gangs moved to another room")
+BOUND = Counter("kgwe_gang_bound_total", "Gangs bound fully (their records released)")
+
+
+class PodWriter(Protocol):
+    """What the controller changes in the cluster."""
+
+    def pin(self, pod: dict[str, Any], room: RoomId) -> str:
+        """Add the room's label to the pod's nodeSelector; returns the new resourceVersion."""
+
+    def ungate(self, pod: dict[str, Any], resource_version: str) -> None:
+        """Remove the `kgwe.io/gang` gate (the pod's other gates stay)."""
+
+    def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
+        """An Event (`kind` Warning or Normal) on the pod."""
+
+
+@dataclass(frozen=True)
+class Action:
+    record: GangRecord
+    pods: list[dict[str, Any]]
+    kind: str  # release | warn | bound (the record was dropped: the gang is bound fully)
+
+
+def kube_pod_writer(api_client: Any) -> PodWriter:
+    from webhook.cluster.kube_source import KubeJson
+
+    return _KubePodWriter(KubeJson(api_client))
+
+
+class _KubePodWriter:
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def _patch(self, pod: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        meta = pod.get("metadata") or {}
+        answer = self.api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}",
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=body,
+            content_type="application/merge-patch+json",
+            timeout=(10.0, 30.0),
+        )
+        return answer if isinstance(answer, dict) else {}
+
+    def pin(self, pod: dict[str, Any], room: RoomId) -> str:
+        version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+        body = {"metadata": {"resourceVersion": version}, "spec": {"nodeSelector": {room.key: room.value}}}
+        return str((self._patch(pod, body).get("metadata") or {}).get("resourceVersion") or "")
+
+    def ungate(self, pod: dict[str, Any], resource_version: str) -> None:
+        gates = [g for g in (pod.get("spec") or {}).get("schedulingGates") or [] if g.get("name") != GATE]
+        body = {"metadata": {"resourceVersion": resource_version}, "spec": {"schedulingGates": gates or None}}
+        self._patch(pod, body)
+
+    def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
+        meta = pod.get("metadata") or {}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace = str(meta.get("namespace") or "default")
+        self.api.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/events",
+            body={
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": namespace,
+                                   "name": meta.get("name"), "uid": meta.get("uid")},
+                "reason": reason,
+                "message": message[:1024],
+                "type": kind,
+                "source": {"component": "kgwe"},
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+            timeout=(10.0, 30.0),
+        )
+
+
+class GangController:
+    def __init__(
+        self,
+        store: ClusterStore,
+        gangs: GangStore,
+        config: Config,
+        writer: PodWriter | None,
+        *,
+        interval_seconds: float = 5.0,
+        is_leader: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.gangs = gangs
+        self.config = config
+        self.writer = writer
+        self.interval_seconds = interval_seconds
+        self.is_leader = is_leader
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- one pass ------------------------------------------------------------------------------
+    def reconcile_once(self) -> list[Action]:
+        """One pass; returns what it did (releases and warnings), after the records were stored."""
+        if not self.is_leader():
+            return []
+        model = self.store.snapshot()
+        current = self.gangs.read()
+        records, actions = self.plan(model, current.records)
+        changed = records_to_json(records) != records_to_json(current.records)
+        if changed and not self.gangs.write(records, current.version):
+            return []  # another writer (an admission) came first: the next pass sees its record
+        self._export(records, model)
+        for action in actions:
+            self._apply(action)
+        return actions
+
+    def plan(self, model: ClusterModel, records: Records) -> tuple[Records, list[Action]]:
+        """The records after this pass and the actions that follow from them (no API call is made here)."""
+        now = self.clock()
+        settings = self.config.gangs
+        members = gang_pods(model)
+        out: Records = dict(records)
+        actions: list[Action] = []
+        for key, record in records.items():
+            settled = record.released_at is not None or now - record.created_at > NEW_RECORD_GRACE_SECONDS
+            if key not in members and settled:
+                del out[key]  # every member deleted (or finished)
+        for key in sorted(members, key=lambda k: (records[k].created_at, k) if k in records else (now, k)):
+            group = members[key]
+            gated = group.gated
+            if key not in out and (not gated or len(out) >= MAX_RECORDS):
+                continue  # nothing to hold back, or the ledger is full: the gang stays gated until there is room
+            record = out.get(key) or _new_record(key, group, now)
+            if not gated:
+                bound = len(group.bound) >= record.size
+                # Ungated but not bound fully for too long (released and unschedulable, or a gate removed by
+                # someone else): the record stops promising anything.
+                stuck = now - (record.released_at or record.created_at) > settings.timeout_seconds
+                if (bound or stuck) and key in out:
+                    del out[key]
+                    if bound:
+                        actions.append(Action(record, [], "bound"))
+                continue
+            if record.released_at is not None:  # an interrupted release: finish it
+                actions.append(Action(record, gated, "release"))
+                continue
+            record = self._plan_waiting(model, record, group, out, members, now)
+            out[key] = record
+            if record.released_at is not None:
+                actions.append(Action(record, gated, "release"))
+            elif now - record.created_at > settings.wait_warning_seconds and not record.warned:
+                out[key] = record = replace(record, warned=True)
+                actions.append(Action(record, gated, "warn"))
+        return out, actions
+
+    def _plan_waiting(
+        self,
+        model: ClusterModel,
+        record: GangRecord,
+        group: GangPods,
+        records: Records,
+        members: dict[str, GangPods],
+        now: float,
+    ) -> GangRecord:
+        present = len(group.pods)
+        size = record.size
+        if present < size:
+            reason = f"{present} of {size} members exist"
+            expired = record.expired or now - record.created_at > self.config.gangs.timeout_seconds
+            if expired:
+                reason += f"; waiting over {self.config.gangs.timeout_seconds:.0f}s, its room is no longer held"
+            return replace(record, reason=reason, expired=expired, short_gpus=0)
+        # Complete: the gang claims its room again (an expired promise is renewed), sized by its largest member.
+        largest = max(pod_gpu_demand(p).whole_gpus for p in group.pods)
+        record = replace(record, expired=False, gpus_per_pod=max(record.gpus_per_pod, largest))
+        needed = size - len(group.bound)
+        free = free_gpus(model)
+        gpus = record.gpus_per_pod
+        sample = group.gated[0]
+        joined = room_of_bound(model, candidate_rooms(model, record, sample), group)
+        if joined is not None and record.room != joined.id:
+            record = replace(record, room=joined.id)  # members already run there: the rest must follow
+        if record.room is not None:
+            before = promised_gpus(records, members, exclude=record.key, counts=older_or_released(record))
+            room = next((r for r in candidate_rooms(model, record, sample) if r.id == record.room), None)
+            if room is not None:
+                found = fit(room, gpus, needed, free, before.get(room.id, 0))
+                if found.fits:
+                    return replace(record, released_at=now, reason="", short_gpus=0)
+        # Re-plan: the best room with space for the whole gang, every other promise counted; a gang with
+        # members bound already (a replaced worker) can only go where they are.
+        chosen, rooms = choose_room(model, record, sample, records, members)
+        others = promised_gpus(records, members, exclude=record.key)
+        if chosen is not None:
+            if record.room != chosen.room.id:
+                REPLANS.inc()
+                log.info("gang %s: re-planned from %s to %s", record.key, record.room, chosen.room.id)
+            return replace(record, room=chosen.room.id, released_at=now, reason="", short_gpus=0)
+        if record.room is not None:
+            room = next((r for r in rooms if r.id == record.room), None)
+            if room is not None:
+                short = fit(room, gpus, needed, free, others.get(room.id, 0)).short_gpus(gpus)
+                reason = f"{room.id} is {short} GPUs short for {needed} pods x {gpus} GPUs"
+                return replace(record, reason=reason, short_gpus=short)
+        if not rooms:
+            return replace(record, room=None, reason="no NVLink room of its types could hold it", short_gpus=0)
+        closest = min(rooms, key=lambda r: fit(r, gpus, needed, free, others.get(r.id, 0)).short_gpus(gpus))
+        short = fit(closest, gpus, needed, free, others.get(closest.id, 0)).short_gpus(gpus)
+        reason = f"no NVLink room has {needed * gpus} GPUs free; the closest, {closest.id}, is {short} GPUs short"
+        return replace(record, room=closest.id, reason=reason, short_gpus=short)
+
+    # -- effects ---------------------------------------------------------------------------------
+    def _apply(self, action: Action) -> None:
+        record = action.record
+        if action.kind == "bound":
+            BOUND.inc()
+            return
+        if self.writer is None:
+            return
+        for pod in action.pods:
+            name = f"{(pod.get('metadata') or {}).get('namespace')}/{(pod.get('metadata') or {}).get('name')}"
+            try:
+                if action.kind == "warn":
+                    self.writer.event(pod, "GangWaiting", f"gang {record.gang} ({record.size} pods): {record.reason}")
+                    continue
+                assert record.room is not None
+                selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+                version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+                if selector.get(record.room.key) != record.room.value:
+                    version = self.writer.pin(pod, record.room)
+                self.writer.ungate(pod, version)
+                self.writer.event(pod, "GangReleased", f"gang {record.gang}: all {record.size} pods start together "
+                                  f"in {record.room} ({record.room.key}={record.room.value})", "Normal")
+            except ApiException as exc:
+                if exc.status not in (404, 409):  # deleted, or changed since read: the next pass sees it
+                    log.warning("gang %s: pod %s: %s %s", record.key, name, exc.status, exc.reason)
+            except Exception:
+                log.exception("gang %s: pod %s could not be changed", record.key, name)
+        if action.kind == "release":
+            RELEASED.inc()
+            log.info("gang %s: %d members released into %s", record.key, len(action.pods), record.room)
+
+    def _export(self, records: Records, model: ClusterModel) -> None:
+        now = self.clock()
+        waiting = [r for r in records.values() if r.released_at is None]
+        RECORDS.labels(state="waiting").set(len(waiting))
+        RECORDS.labels(state="released").set(len(records) - len(waiting))
+        late: dict[str, int] = {}
+        for record in waiting:
+            if now - record.created_at > self.config.gangs.wait_warning_seconds:
+                late[record.namespace] = late.get(record.namespace, 0) + 1
+        WAITING_TOO_LONG.clear()
+        for namespace, count in late.items():
+            WAITING_TOO_LONG.labels(namespace=namespace).set(count)
+        SHORT_GPUS.set(sum(r.short_gpus for r in waiting))
+
+    # -- loop ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="kgwe-gangs", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            try:
+                self.reconcile_once()
+            except GangStoreUnavailable as exc:
+                log.warning("gang records unavailable: %s", exc)
+            except Exception:
+                log.exception("gang reconcile failed")  # one bad pass must not end the controller
+
+
+def _new_record(key: str, group: GangPods, now: float) -> GangRecord:
+    """A record for a gang admission did not record (the store was down, or it expired and came back)."""
+    sample = group.pods[0]  # every member carries the types admission chose for the gang
+    namespace, gang = key.split("/", 1)
+    notes = (sample.get("metadata") or {}).get("annotations") or {}
+    types = tuple(t for t in str(notes.get(OUT_ACCELERATOR_TYPE) or "").split(",") if t)
+    return GangRecord(
+        namespace=namespace,
+        gang=gang,
+        size=group.size,
+        gpus_per_pod=max(pod_gpu_demand(p).whole_gpus for p in group.pods),
+        types=types,
+        room=None,
+        created_at=now,
+    )

@@ -1,0 +1,331 @@
+"""Gang records: which room each unbound gang was promised, shared by every webhook replica.
+
+All records live in one document so that choosing a room and promising it is one compare-and-swap:
+two replicas admitting the first members of two gangs at once both read version V, both write, and
+the second write fails and is retried against the first's promise, so two gangs never get the same
+room. The contract of every store (the same as the quota stores'): `read()` returns the records and an
+opaque version; `write(records, version)` stores them only if the version is still the one read and
+returns True, else writes nothing and returns False. Failures to reach the store raise
+`GangStoreUnavailable`.
+
+Stores: `MemoryGangStore` (one process, `kgwe review`), `FileGangStore` (the YAML directory mode: a
+JSON file beside the quota reservations, serialised by `flock`, replaced atomically) and
+`KubeGangStore` (a cluster-scoped `GangLedger` object named `kgwe-gangs`, written with its
+`resourceVersion`, so the API server answers 409 to the loser of a race).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from webhook.gangs.rooms import RoomId
+from webhook.gangs.spec import MAX_GANG_SIZE
+
+GROUP = "kgwe.io"
+VERSION = "v1alpha1"
+PLURAL = "gangledgers"
+KIND = "GangLedger"
+LEDGER_NAME = "kgwe-gangs"
+# One API object holds every record: bounded so it stays far below etcd's object size limit.
+MAX_RECORDS = 2000
+MAX_WRITE_ATTEMPTS = 8
+
+
+class GangStoreUnavailable(RuntimeError):
+    """The gang store could not be read or written in time."""
+
+
+@dataclass(frozen=True)
+class GangRecord:
+    """One gang's promise and what the controller last saw of it."""
+
+    namespace: str
+    gang: str
+    size: int
+    gpus_per_pod: int
+    types: tuple[str, ...]
+    room: RoomId | None  # None: no room had space when the gang was last planned
+    created_at: float  # seconds since the epoch (replicas share wall-clock time, not monotonic time)
+    released_at: float | None = None  # the gates were removed (pinned to `room`) at this time
+    expired: bool = False  # an incomplete gang waited past the timeout: its promise no longer counts
+    reason: str = ""  # why the gang waits, in words (empty once released)
+    short_gpus: int = 0
+    warned: bool = False  # the waiting Event was sent for the current wait
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.gang}"
+
+    @property
+    def promising(self) -> bool:
+        """The record holds capacity in its room for members not yet bound."""
+        return self.room is not None and not self.expired
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "namespace": self.namespace,
+            "gang": self.gang,
+            "size": self.size,
+            "gpusPerPod": self.gpus_per_pod,
+            "types": list(self.types),
+            "createdAt": self.created_at,
+        }
+        if self.room is not None:
+            out["room"] = self.room.as_json()
+        if self.released_at is not None:
+            out["releasedAt"] = self.released_at
+        if self.expired:
+            out["expired"] = True
+        if self.reason:
+            out["reason"] = self.reason
+        if self.short_gpus:
+            out["shortGPUs"] = self.short_gpus
+        if self.warned:
+            out["warned"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any) -> GangRecord | None:
+        """A record from stored JSON; None for an entry that is not one (never trusted blindly)."""
+        if not isinstance(raw, dict):
+            return None
+        try:
+            size = int(raw["size"])
+            gpus = int(raw.get("gpusPerPod") or 0)
+            record = cls(
+                namespace=str(raw["namespace"]),
+                gang=str(raw["gang"]),
+                size=size,
+                gpus_per_pod=gpus,
+                types=tuple(str(t) for t in raw.get("types") or ())[:32],
+                room=RoomId.from_json(raw.get("room")),
+                created_at=float(raw["createdAt"]),
+                released_at=float(raw["releasedAt"]) if raw.get("releasedAt") is not None else None,
+                expired=bool(raw.get("expired")),
+                reason=str(raw.get("reason") or "")[:512],
+                short_gpus=int(raw.get("shortGPUs") or 0),
+                warned=bool(raw.get("warned")),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not 1 <= size <= MAX_GANG_SIZE or gpus < 0:
+            return None
+        return record
+
+
+Records = dict[str, GangRecord]
+
+
+def records_to_json(records: Records) -> list[dict[str, Any]]:
+    return [records[key].as_json() for key in sorted(records)]
+
+
+def records_from_json(raw: Any) -> Records:
+    out: Records = {}
+    for item in raw if isinstance(raw, list) else []:
+        record = GangRecord.from_json(item)
+        if record is not None:
+            out[record.key] = record
+    return out
+
+
+@dataclass(frozen=True)
+class Versioned:
+    records: Records
+    version: str
+
+
+class GangStore(Protocol):
+    def read(self, *, timeout: float | None = None) -> Versioned: ...
+
+    def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool: ...
+
+
+def update_records(
+    store: GangStore,
+    change: Callable[[Records], Records | None],
+    *,
+    deadline: float | None = None,
+    attempts: int = MAX_WRITE_ATTEMPTS,
+) -> Records:
+    """Read, apply `change` (None: nothing to write), write with compare-and-swap; retried on conflict.
+
+    `change` gets a copy it may edit and is called again on every retry, against the records that won.
+    Returns the records as stored. Raises GangStoreUnavailable when the store fails, the deadline (a
+    `time.monotonic()` value) passes, or every attempt lost a race.
+    """
+    for attempt in range(attempts):
+        current = store.read(timeout=_left(deadline))
+        wanted = change(dict(current.records))
+        if wanted is None:
+            return current.records
+        if len(wanted) > MAX_RECORDS and len(wanted) > len(current.records):
+            raise GangStoreUnavailable(f"{len(current.records)} gangs are recorded already (at most {MAX_RECORDS})")
+        if store.write(wanted, current.version, timeout=_left(deadline)):
+            return wanted
+        time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # spread the retries of racing replicas
+    raise GangStoreUnavailable(f"the gang records changed under every one of {attempts} attempts")
+
+
+def _left(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise GangStoreUnavailable("the deadline passed before the gang store answered")
+    return left
+
+
+@dataclass
+class MemoryGangStore:
+    """Records in this process only."""
+
+    records: Records = field(default_factory=dict)
+    version: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def read(self, *, timeout: float | None = None) -> Versioned:
+        with self._lock:
+            return Versioned(dict(self.records), str(self.version))
+
+    def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool:
+        with self._lock:
+            if str(self.version) != version:
+                return False
+            self.records = dict(records)
+            self.version += 1
+            return True
+
+
+class FileGangStore:
+    """Records in a JSON file shared by the processes of one `kgwe serve` and its restarts."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_path = self.path.with_suffix(self.path.suffix + ".lock")
+
+    @contextlib.contextmanager
+    def _locked(self, timeout: float | None) -> Iterator[None]:
+        with open(self._lock_path, "a+b") as handle:
+            give_up = None if timeout is None else time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if give_up is not None and time.monotonic() >= give_up:
+                        raise GangStoreUnavailable(f"gang records {self.path} are locked by another process") from None
+                    time.sleep(0.0005)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = orjson.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise GangStoreUnavailable(f"gang records {self.path} unreadable: {exc}") from exc
+        return data if isinstance(data, dict) else {}
+
+    def read(self, *, timeout: float | None = None) -> Versioned:
+        with self._locked(timeout):
+            data = self._load()
+        return Versioned(records_from_json(data.get("gangs")), str(data.get("version", 0)))
+
+    def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool:
+        with self._locked(timeout):
+            current = int(self._load().get("version", 0))
+            if str(current) != version:
+                return False
+            scratch = self.path.with_suffix(self.path.suffix + f".{os.getpid()}.tmp")
+            scratch.write_bytes(orjson.dumps({"version": current + 1, "gangs": records_to_json(records)}))
+            os.replace(scratch, self.path)
+            return True
+
+
+class KubeGangStore:
+    """Records in the cluster-scoped `GangLedger` object `kgwe-gangs` (`spec.gangs`)."""
+
+    def __init__(self, api: Any, name: str = LEDGER_NAME) -> None:
+        """`api`: a kubernetes CustomObjectsApi (on the request path: built on `deadline_api_client`)."""
+        self.api = api
+        self.name = name
+        self._last: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def read(self, *, timeout: float | None = None) -> Versioned:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            obj = self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, self.name, _request_timeout=timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                with self._lock:
+                    self._last = None
+                return Versioned({}, "")
+            raise GangStoreUnavailable(f"{KIND} {self.name}: reading failed: HTTP {exc.status}") from exc
+        except Exception as exc:  # connection errors and timeouts come in many kinds
+            raise GangStoreUnavailable(f"{KIND} {self.name}: reading failed: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise GangStoreUnavailable(f"{KIND} {self.name}: the API server answered with {type(obj).__name__}")
+        with self._lock:
+            self._last = obj
+        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        return Versioned(records_from_json((obj.get("spec") or {}).get("gangs")), version)
+
+    def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        body = self._body(records, version)
+        try:
+            if version == "":
+                self.api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body, _request_timeout=timeout)
+            else:
+                self.api.replace_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, self.name, body, _request_timeout=timeout
+                )
+        except ApiException as exc:
+            if exc.status == 409:  # AlreadyExists on create, Conflict on replace: someone wrote first
+                return False
+            if exc.status == 404 and version:
+                return False  # deleted since it was read: read again (and create it)
+            raise GangStoreUnavailable(f"{KIND} {self.name}: writing failed: HTTP {exc.status}") from exc
+        except Exception as exc:
+            raise GangStoreUnavailable(f"{KIND} {self.name}: writing failed: {exc}") from exc
+        return True
+
+    def _body(self, records: Records, version: str) -> dict[str, Any]:
+        with self._lock:
+            last = copy.deepcopy(self._last) if self._last is not None else None
+        if last is not None and str((last.get("metadata") or {}).get("resourceVersion")) == version:
+            body = last
+        else:
+            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": self.name}}
+        meta = body.setdefault("metadata", {})
+        meta.pop("managedFields", None)
+        if version:
+            meta["resourceVersion"] = version
+        else:
+            meta.pop("resourceVersion", None)
+        body["spec"] = {"gangs": records_to_json(records)}
+        return body
+
+
+def with_changes(record: GangRecord, **changes: Any) -> GangRecord:
+    return replace(record, **changes)

@@ -1,0 +1,49 @@
+"""`GET /api/v1/gangs`: the gang view of `kgwe serve` (the same rows as `kgwe gangs -o json`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from webhook.gangs.ledger import GangStoreUnavailable, Records
+from webhook.gangs.view import gangs_view
+
+# Records are read from the store (an API call in a cluster) at most this often, whatever the callers.
+RECORDS_TTL_SECONDS = 2.0
+
+
+def gangs_router(runtime: Any) -> APIRouter:
+    """Routes over `runtime.store` (the cluster model) and `runtime.gangs.store` (the records)."""
+    cache: dict[str, tuple[float, Records]] = {}
+    lock = threading.Lock()
+
+    def records() -> Records:
+        with lock:
+            found = cache.get("records")
+            if found is not None and time.monotonic() - found[0] < RECORDS_TTL_SECONDS:
+                return found[1]
+            service = runtime.gangs
+            current = service.store.read(timeout=5.0).records if service is not None else {}
+            cache["records"] = (time.monotonic(), current)
+            return current
+
+    async def endpoint(_request: Request) -> Response:
+        try:
+            current = await run_in_threadpool(records)
+        except GangStoreUnavailable as exc:
+            body = orjson.dumps({"error": f"gang records unavailable: {exc}"})
+            return Response(body, 503, media_type="application/json", headers={"Cache-Control": "no-store"})
+        view = gangs_view(runtime.store.snapshot(), current)
+        return Response(orjson.dumps(view), media_type="application/json", headers={"Cache-Control": "no-store"})
+
+    router = APIRouter()
+    router.routes.append(Route("/api/v1/gangs", endpoint, methods=["GET"]))
+    return router

@@ -1,0 +1,71 @@
+"""Gang names and the bounded reading of a pod's gang membership.
+
+Everything here reads what a pod creator wrote, so every value is bounded before it is used: the
+gang size is a decimal integer between 1 and `MAX_GANG_SIZE`, the gang name a label value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+A_GANG = "kgwe.io/gang"
+A_GANG_SIZE = "kgwe.io/gang-size"
+LABEL_GANG = "kgwe.io/gang"
+GATE = "kgwe.io/gang"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# More pods than any NVLink system has GPUs (an NVL576 has 576): larger values are typing mistakes, and
+# the bound keeps every loop over a gang's members short.
+MAX_GANG_SIZE = 1024
+_MAX_DIGITS = 6
+
+
+def parse_gang_size(value: str) -> tuple[int | None, str | None]:
+    """(size, None) for a valid `kgwe.io/gang-size`, else (None, the problem in words)."""
+    text = value.strip()
+    if not text or len(text) > _MAX_DIGITS or not text.isascii() or not text.isdigit():
+        return None, f"{A_GANG_SIZE}: {value[:32]!r} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
+    size = int(text)
+    if not 1 <= size <= MAX_GANG_SIZE:
+        return None, f"{A_GANG_SIZE}: {size} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
+    return size, None
+
+
+@dataclass(frozen=True)
+class Membership:
+    """A pod's place in a gang, as read from the pod KGWE admitted (label and size annotation)."""
+
+    namespace: str
+    gang: str
+    size: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.gang}"
+
+
+def membership(pod: dict[str, Any]) -> Membership | None:
+    """The gang a pod belongs to, or None (no gang label, no valid size: a v1 gang or no gang)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    notes = meta.get("annotations") or {}
+    if not isinstance(labels, dict) or not isinstance(notes, dict):
+        return None
+    gang = labels.get(LABEL_GANG)
+    raw = notes.get(A_GANG_SIZE)
+    if not isinstance(gang, str) or not gang or not isinstance(raw, str):
+        return None
+    size, _problem = parse_gang_size(raw)
+    if size is None:
+        return None
+    return Membership(str(meta.get("namespace") or ""), gang, size)
+
+
+def is_gated(pod: dict[str, Any]) -> bool:
+    """The pod still carries KGWE's scheduling gate."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, dict) and g.get("name") == GATE for g in gates)
+
+
+def is_bound(pod: dict[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))

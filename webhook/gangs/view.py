@@ -1,0 +1,55 @@
+"""What `kgwe gangs`, `GET /api/v1/gangs` and the web page show: every gang, its members and why it waits.
+
+Rows come from the pods of the cluster model (members present, bound, gated) joined with the gang
+records (chosen room, waiting reason). A gang with members but no record yet shows as planned by
+nobody so far; a record without members (just admitted, or pods deleted) shows with zero members.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from webhook.cluster.model import ClusterModel
+from webhook.gangs.accounting import gang_pods
+from webhook.gangs.ledger import Records
+
+
+def gangs_view(model: ClusterModel, records: Records, now: float | None = None) -> dict[str, Any]:
+    moment = time.time() if now is None else now
+    members = gang_pods(model)
+    rows = []
+    for key in sorted(set(members) | set(records)):
+        group = members.get(key)
+        record = records.get(key)
+        namespace, gang = key.split("/", 1)
+        size = record.size if record else (group.size if group else 0)
+        present = len(group.pods) if group else 0
+        bound = len(group.bound) if group else 0
+        gated = len(group.gated) if group else 0
+        if record is not None and record.released_at is not None:
+            state, reason = "Released", ""
+        elif record is not None:
+            state, reason = "Waiting", record.reason or (
+                f"{present} of {size} members exist" if present < size else "waiting for the controller"
+            )
+        elif gated:
+            state, reason = "Waiting", "no record yet: the controller plans it on its next pass"
+        else:
+            state, reason = ("Bound" if bound >= size else "Scheduling"), ""
+        rows.append({
+            "namespace": namespace,
+            "gang": gang,
+            "size": size,
+            "gpusPerPod": record.gpus_per_pod if record else None,
+            "present": present,
+            "bound": bound,
+            "gated": gated,
+            "room": str(record.room) if record and record.room else None,
+            "roomSelector": record.room.as_json() if record and record.room else None,
+            "state": state,
+            "reason": reason,
+            "shortGPUs": record.short_gpus if record else 0,
+            "waitingSeconds": round(moment - record.created_at) if record and record.released_at is None else None,
+        })
+    return {"gangs": rows}
