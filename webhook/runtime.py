@@ -24,7 +24,6 @@ from policies.quota_check import QuotaService
 from policies.quota_model import PodCharge, resolve_tenant
 from policies.quota_store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
 from policies.rbac import Authorizer, RbacEvaluator, Resource, refusal_message
-from webhook.admission.core import AdmissionService
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
 from webhook.config import Config
@@ -32,6 +31,7 @@ from webhook.costs import pod_gpu_equivalents
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT, PodIntent, annotations_of
 from webhook.placement.plan import Decision
 from webhook.quantities import GIB, parse_quantity
+from webhook.workloads.admission import WorkloadAwareAdmission
 
 if TYPE_CHECKING:
     from webhook.admission.core import Facts
@@ -51,14 +51,14 @@ class Runtime:
     policies: Any | None = None  # policies.runtime.PolicyRuntime
     quotas: QuotaService | None = None
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
-    admission: AdmissionService = field(init=False)
+    admission: WorkloadAwareAdmission = field(init=False)
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
     _decisions: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.admission = AdmissionService(self)
+        self.admission = WorkloadAwareAdmission(self)
 
     def set_config(self, config: Config) -> None:
         self.config = config

@@ -26,6 +26,7 @@ from webhook.intent import (
     OUT_ACCELERATOR_TYPE,
     OUT_DECISION,
     OUT_HOURLY_COST,
+    OUT_REQUESTED_BY,
     OUT_TENANT,
     OUTPUT_ANNOTATIONS,
     PodIntent,
@@ -37,6 +38,7 @@ from webhook.mutation.steps import Outputs, decision_document, output_annotation
 from webhook.placement.constraints import conflicts_with_pod
 from webhook.placement.plan import Decision, PlacementPlan, build_plan
 from webhook.scheduling.predicates import explain_infeasible, first_feasible
+from webhook.workloads.identity import requested_by_refusal, with_via
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -158,11 +160,13 @@ class AdmissionService:
                 policy_name = None
                 if facts.decision is not None and facts.decision.decided_by:
                     policy_name = next(iter(facts.decision.decided_by.values()))
-                outputs[OUT_DECISION] = decision_document(plan, facts.stale_nodes, policy_name)
+                document = decision_document(plan, facts.stale_nodes, policy_name)
+                outputs[OUT_DECISION] = with_via(document, facts.request.via)
                 if plan.types:
                     outputs[OUT_ACCELERATOR_TYPE] = ",".join(plan.types)
                 if plan.price_per_gpu_hour is not None and plan.gpu_equivalents:
                     outputs[OUT_HOURLY_COST] = format_hourly_cost(plan.gpu_equivalents * plan.price_per_gpu_hour)
+        outputs[OUT_REQUESTED_BY] = facts.request.requested_by
         steps = [output_annotations_step(Outputs(outputs))]
         if facts.renderable:
             steps.extend(placement_steps(plan))
@@ -230,8 +234,10 @@ class AdmissionService:
             _check_deadline(deadline)
             if not problems:
                 problems.extend(self.runtime.authorize(request, facts, deadline))
+        if annotations_of(facts.pod).get(OUT_REQUESTED_BY) != request.requested_by:
+            problems.append(("output-guard", requested_by_refusal(request)))
         self._apply_violations(facts.violations, problems, warnings, audit)
-        if facts.plan.gpu_pod and not problems:
+        if facts.plan.gpu_pod and not problems and not request.template:  # templates are charged by their pods
             problems.extend(self.runtime.check_quota(request, facts, deadline))
         return self._verdict(problems, warnings, audit, request)
 

@@ -45,6 +45,12 @@ class AdmissionRequest:
     raw: dict[str, Any]  # the whole `request` as received
     api_version: str = API_VERSION
     sub_resource: str = ""
+    # Set by workload admission (webhook/workloads): the pod is a workload's pod template, judged as a pod
+    # made from it but charged to no quota (the pods' own admission is).
+    template: bool = False
+    # The `kgwe.io/requested-by` value the pod must carry (None: none) and how it was decided ("template").
+    requested_by: str | None = None
+    via: str = ""
 
     @property
     def is_pod(self) -> bool:
