@@ -210,7 +210,12 @@ class WorkloadAwareAdmission(AdmissionService):
             member = gang if gang is not None and pod_gpu_demand(pod).asks_gpu else None
             if member is None and own_gang is not None:
                 member = own_gang
-            requester = self.identity.for_template(request, template.value, old_templates.get(template.pointer))
+            if _in_kgwe_scope(pod, template.value):
+                requester = self.identity.for_template(request, template.value, old_templates.get(template.pointer))
+            else:
+                # Like the webhook configurations' matchConditions: a template with no GPU and no kgwe.io/ key
+                # is none of KGWE's business, and gets no attribution written into it.
+                requester = Requester(request.user, None, "", False)
             plan.items.append(TemplateItem(template, self._pod_request(request, pod, requester), member, count))
         return plan
 
@@ -279,6 +284,14 @@ class WorkloadPlan:
 def _num(value: Decimal) -> str:
     text = format(value.normalize(), "f")
     return text
+
+
+def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any]) -> bool:
+    if pod_gpu_demand(pod).asks_gpu:
+        return True
+    metadata = template.get("metadata") or {}
+    keys = [*(metadata.get("annotations") or {}), *(metadata.get("labels") or {}), *annotations_of(pod)]
+    return any(str(key).startswith("kgwe.io/") for key in keys)
 
 
 def _intent_of(workload: dict[str, Any]) -> dict[str, str]:
