@@ -54,7 +54,7 @@ def test_a_copied_requested_by_on_a_bare_pod_does_nothing(server: Server) -> Non
     stolen = notes(mutated["spec"]["template"])["kgwe.io/requested-by"]
     pod = pod_from_template(mutated["spec"]["template"], "default", "mallory")
     # mallory creates the pod herself, with bob's annotation copied: it is removed and she is her own tenant.
-    validated, final, patch = server.admit(review(pod, user="mallory", groups=()))
+    _validated, final, patch = server.admit(review(pod, user="mallory", groups=()))
     assert "kgwe.io/requested-by" not in notes(final)
     assert notes(final)["kgwe.io/tenant"] == "default"
     assert "via" not in orjson.loads(notes(final)["kgwe.io/decision"])
@@ -91,7 +91,7 @@ def test_a_user_setting_requested_by_on_a_workload_gets_it_overwritten(server: S
     genuine = Signer(KEY).sign(UserInfo("bob", groups=["ml-researchers"]), "default")
     workload = deployment("default", 1)
     workload["spec"]["template"]["metadata"]["annotations"] = {"kgwe.io/requested-by": genuine}
-    validated, mutated, _ = server.admit(review(workload, user="mallory", groups=()))
+    _validated, mutated, _ = server.admit(review(workload, user="mallory", groups=()))
     signed = orjson.loads(notes(mutated["spec"]["template"])["kgwe.io/requested-by"])
     assert signed["user"] == "mallory"
     assert notes(mutated["spec"]["template"])["kgwe.io/tenant"] == "default"

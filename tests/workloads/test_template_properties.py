@@ -47,7 +47,8 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
         template_metadata["annotations"] = own
     spec: dict[str, Any] = {"containers": [{"name": "m", "image": "cuda", "resources": {"limits": limits}}]}
     if draw(st.booleans()):
-        spec["nodeSelector"] = {"kgwe.io/accelerator-type": draw(st.sampled_from(["nvidia-h100-80gb", "nvidia-l4-24gb"]))}
+        pinned = draw(st.sampled_from(["nvidia-h100-80gb", "nvidia-l4-24gb"]))
+        spec["nodeSelector"] = {"kgwe.io/accelerator-type": pinned}
     if draw(st.booleans()):
         spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     return {
