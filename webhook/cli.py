@@ -145,8 +145,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.workers = min(len(os.sched_getaffinity(0)), 4) if args.cluster is not None else 1
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
+    config = _load_config(args.config)
+    _check_identity_key(config)
     options = ServeOptions(
-        config=_load_config(args.config),
+        config=config,
         config_file=args.config,
         cluster_dir=args.cluster,
         host=args.host,
@@ -160,6 +162,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         return serve(options)
     except ServeError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def _check_identity_key(config: Config) -> None:
+    """The requested-by signing key is read (or made) before serving: without it no workload is admitted."""
+    from webhook.workloads.identity import IdentityKeyError, load_key
+
+    try:
+        load_key(config.workloads.identity_key_file)
+    except IdentityKeyError as exc:
         raise CommandError(str(exc)) from exc
 
 
