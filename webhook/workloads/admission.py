@@ -16,8 +16,7 @@ gang label and the `kgwe.io/gang` and `kgwe.io/gang-size` annotations.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,14 @@ from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE
 from webhook.mutation.patch import diff
 from webhook.mutation.pipeline import copy_json
 from webhook.workloads.identity import Identity, Requester, Signer, load_key, with_requester
-from webhook.workloads.kinds import KindSpec, KindTable, Template, WorkloadShapeError, extract_templates
+from webhook.workloads.kinds import (
+    KindSpec,
+    KindTable,
+    Template,
+    TemplatePath,
+    WorkloadShapeError,
+    extract_templates,
+)
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
 
 if TYPE_CHECKING:
@@ -72,11 +78,8 @@ class WorkloadAwareAdmission(AdmissionService):
     def kinds(self) -> KindTable:
         config = self.runtime.config
         if self._kinds is None or self._kinds[0] != id(config):
-            from webhook.workloads.kinds import KindSpec as Spec
-            from webhook.workloads.kinds import TemplatePath
-
             extra = [
-                Spec(k.group, k.kind, k.resource, (k.version,), tuple(TemplatePath.parse(p) for p in k.templates))
+                KindSpec(k.group, k.kind, k.resource, (k.version,), tuple(TemplatePath.parse(p) for p in k.templates))
                 for k in config.workloads.kinds
             ]
             self._kinds = (id(config), KindTable.build(extra))
@@ -134,7 +137,6 @@ class WorkloadAwareAdmission(AdmissionService):
             assert mutated is not None
             mutated_pods.append(mutated)
             _put(workload, item.template.pointer, _as_template(item.template.value, mutated, item.gang))
-        outcome.warnings.extend(plan.warnings)
         outcome.warnings.extend(self._demand_warnings(plan, mutated_pods))
         outcome.patch = diff(request.object, workload)
         return outcome
@@ -153,7 +155,7 @@ class WorkloadAwareAdmission(AdmissionService):
         refusals: list[str] = list(plan.problems)
         warnings: list[str] = []
         audit: dict[str, str] = {}
-        code = 422 if plan.problems else 403
+        codes = {422} if plan.problems else set()
         for item in plan.items:
             answer = super().validate(item.request, deadline)
             warnings.extend(f"{item.template.path}: {w}" for w in answer.warnings)
@@ -161,9 +163,10 @@ class WorkloadAwareAdmission(AdmissionService):
             gang_problem = _gang_mismatch(item.template.value, item.gang)
             if gang_problem:
                 refusals.append(f"{item.template.path}: {gang_problem}")
+                codes.add(403)
             if not answer.allowed:
                 refusals.append(f"{item.template.path}: {answer.message}")
-                code = answer.code if code != 403 else 403
+                codes.add(answer.code)
         if not refusals:
             return Outcome(warnings=warnings, audit_annotations=audit, object=request.object)
         if self.runtime.config.mode == "audit":
@@ -171,6 +174,8 @@ class WorkloadAwareAdmission(AdmissionService):
             warnings.insert(0, f"KGWE audit mode: would deny: {message}")
             audit["would-deny"] = message[:1024]
             return Outcome(warnings=warnings, audit_annotations=audit, object=request.object)
+        # 422 only when every refusal is about the object itself (bad intent, bad shape), as for pods.
+        code = 422 if codes == {422} else 403
         denial = Outcome.deny("; ".join(refusals), code=code, reason="Invalid" if code == 422 else "Forbidden")
         denial.warnings = warnings
         denial.audit_annotations = audit
@@ -191,7 +196,7 @@ class WorkloadAwareAdmission(AdmissionService):
                 old_templates = {}
         inherited = _intent_of(workload)
         pods = [template_pod(t, inherited, request.namespace) for t in templates]
-        plan = WorkloadPlan(spec, templates, [])
+        plan = WorkloadPlan()
         try:
             plan.counts = pods_per_template(workload, spec, templates)
         except CountError as exc:
@@ -263,27 +268,25 @@ class WorkloadAwareAdmission(AdmissionService):
         return warnings
 
 
+@dataclass
 class TemplateItem:
-    def __init__(self, template: Template, request: AdmissionRequest, gang: WorkloadGang | None, count: int | None):
-        self.template = template
-        self.request = request
-        self.gang = gang
-        self.count = count
+    """One template and the pod CREATE it is judged as."""
+
+    template: Template
+    request: AdmissionRequest  # the pod request: object = the template's pod, for the template's requester
+    gang: WorkloadGang | None  # the gang its pods join (written as label + annotations only)
+    count: int | None  # pods made from it at once; None when unknown
 
 
+@dataclass
 class WorkloadPlan:
-    def __init__(self, spec: KindSpec, templates: list[Template], problems: list[str]) -> None:
-        self.spec = spec
-        self.templates = templates
-        self.problems = problems
-        self.items: list[TemplateItem] = []
-        self.counts: list[int | None] = []
-        self.warnings: list[str] = []
+    items: list[TemplateItem] = field(default_factory=list)
+    counts: list[int | None] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # about the workload as a whole (422)
 
 
 def _num(value: Decimal) -> str:
-    text = format(value.normalize(), "f")
-    return text
+    return format(value.normalize(), "f")
 
 
 def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any]) -> bool:
@@ -301,7 +304,8 @@ def _intent_of(workload: dict[str, Any]) -> dict[str, str]:
 
 
 def template_pod(template: Template, inherited: dict[str, str], namespace: str) -> dict[str, Any]:
-    """The pod a controller creates from `template`, as admission sees it (before a name is given)."""
+    """The pod a controller creates from `template`, as admission sees it (before a name is given), with
+    the workload's intent annotations added where a GPU template does not set the key."""
     value = template.value
     metadata = value.get("metadata")
     spec = value.get("spec")
@@ -314,12 +318,16 @@ def template_pod(template: Template, inherited: dict[str, str], namespace: str) 
     if notes is not None and not isinstance(notes, dict):
         raise WorkloadShapeError(f"{template.path}.metadata.annotations: expected an object")
     notes = dict(notes or {})
-    for key, val in inherited.items():
-        notes.setdefault(key, val)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": copy_json(spec or {})}
+    # Only GPU templates inherit: a Ray head or a parameter server asking for no GPU must not be steered
+    # onto GPU nodes by the intent written for its workers (docs/workloads.md).
+    if pod_gpu_demand(pod).asks_gpu:
+        for key, val in inherited.items():
+            notes.setdefault(key, val)
     if notes:
         pod_metadata["annotations"] = notes
     pod_metadata["namespace"] = namespace
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": copy_json(spec or {})}
+    return pod
 
 
 def _take_gang(pod: dict[str, Any]) -> WorkloadGang | None:
@@ -371,11 +379,3 @@ def _put(workload: dict[str, Any], pointer: tuple[str, ...], value: dict[str, An
     for token in pointer[:-1]:
         obj = obj[int(token)] if isinstance(obj, list) else obj[token]
     obj[pointer[-1]] = value
-
-
-def iter_templates(workload: dict[str, Any], spec: KindSpec) -> Iterator[Template]:
-    """The templates of a workload (for reports); shape errors end the iteration quietly."""
-    try:
-        yield from extract_templates(workload, spec)
-    except WorkloadShapeError:
-        return

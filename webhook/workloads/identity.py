@@ -21,6 +21,7 @@ import hmac
 import logging
 import os
 import secrets
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -220,8 +221,6 @@ def load_key(path: Path | None) -> bytes:
 
 
 def _read_when_written(file: Path) -> bytes:
-    import time
-
     for _ in range(100):
         key = file.read_bytes().strip()
         if len(key) >= 16:
