@@ -195,6 +195,10 @@ class WorkloadAwareAdmission(AdmissionService):
             except WorkloadShapeError:
                 old_templates = {}
         inherited = _intent_of(workload)
+        gang_value = gang_request(workload, spec, inherited)
+        if gang_value is not None:
+            # A workload gang is the gang of all its GPU pods, not a gang name for each template.
+            inherited.pop(A_GANG, None)
         pods = [template_pod(t, inherited, request.namespace) for t in templates]
         plan = WorkloadPlan()
         try:
@@ -203,7 +207,6 @@ class WorkloadAwareAdmission(AdmissionService):
             plan.counts = [None for _ in templates]
             plan.problems.append(str(exc))
         gang: WorkloadGang | None = None
-        gang_value = gang_request(workload, spec, inherited)
         if gang_value is not None and not plan.problems:
             gpu = [pod_gpu_demand(pod).asks_gpu for pod in pods]
             try:
