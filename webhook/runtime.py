@@ -82,6 +82,8 @@ class Runtime:
     def _policy_request(self, request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:
         raw = dict(request.raw)
         raw["object"] = pod
+        if request.via:  # decided for who asked (webhook/workloads/identity.py): policies see that user too
+            raw["userInfo"] = request.user.as_dict()
         return raw
 
     def evaluate_policies(

@@ -4,12 +4,27 @@
 from __future__ import annotations
 
 import copy
+import shutil
+from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import orjson
-from workload_support import KEY, REPLICASET_CONTROLLER, Server, pod_from_template, review
+from workload_support import (
+    CLUSTER,
+    CONFIG,
+    KEY,
+    REPLICASET_CONTROLLER,
+    Server,
+    pod_from_template,
+    real_runtime,
+    review,
+)
 
 from webhook.admission.request import UserInfo
+from webhook.config import load_config
+from webhook.review import answer, create_review, decoded_patch
+from webhook.runtime import build_runtime
 from webhook.workloads.identity import Signer
 
 H100 = {"kgwe.io/accelerator": "nvidia-h100-80gb"}
@@ -110,3 +125,35 @@ def test_an_update_that_leaves_the_template_alone_keeps_the_creator(server: Serv
     changed["spec"]["template"]["spec"]["containers"][0]["image"] = "cuda:13"
     _, final, _ = server.admit(review(changed, user="alice", groups=("team-a",), operation="UPDATE", old=mutated))
     assert orjson.loads(notes(final["spec"]["template"])["kgwe.io/requested-by"])["user"] == "alice"
+
+
+def test_policies_judge_a_template_and_its_pods_for_the_same_person(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster"
+    shutil.copytree(CLUSTER, cluster)
+    (cluster / "policy.yaml").write_text("""
+apiVersion: kgwe.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: researchers-only-in-default}
+spec:
+  enforcementAction: Deny
+  match: {namespaces: [default]}
+  validations:
+  - expression: "'ml-researchers' in request.userInfo.groups"
+    message: only researchers run GPU work in default
+""")
+    runtime = build_runtime(load_config(CONFIG), cluster)
+    runtime.admission.identity = real_runtime().admission.identity
+    workload = deployment("default", 1)
+    body = review(workload, user="bob")
+    patch = decoded_patch(answer(runtime.admission, body, True, 10.0))
+    mutated = jsonpatch.apply_patch(body["request"]["object"], patch)
+    assert answer(runtime.admission, review(mutated, user="bob"), False, 10.0)["allowed"]
+    refused = answer(runtime.admission, review(workload, user="mallory", groups=()), False, 10.0)
+    assert "only researchers run GPU work in default" in refused["status"]["message"]
+    # The ReplicaSet controller is no researcher, but the pod it makes is bob's.
+    pod = pod_from_template(mutated["spec"]["template"], "default", "big-1")
+    controller = review(pod, user=REPLICASET_CONTROLLER, groups=("system:serviceaccounts",))
+    assert "patch" not in answer(runtime.admission, controller, True, 10.0)
+    assert answer(runtime.admission, controller, False, 10.0)["allowed"]
+    bare = create_review(pod | {"metadata": {**pod["metadata"], "annotations": {}}}, REPLICASET_CONTROLLER, [])
+    assert not answer(runtime.admission, bare, False, 10.0)["allowed"]
