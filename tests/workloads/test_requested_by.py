@@ -157,3 +157,13 @@ spec:
     assert answer(runtime.admission, controller, False, 10.0)["allowed"]
     bare = create_review(pod | {"metadata": {**pod["metadata"], "annotations": {}}}, REPLICASET_CONTROLLER, [])
     assert not answer(runtime.admission, bare, False, 10.0)["allowed"]
+
+
+def test_the_creator_making_a_pod_from_his_own_template_changes_nothing(server: Server) -> None:
+    _, mutated, _ = server.admit(review(deployment("default", 2), user="bob"))
+    pod = pod_from_template(mutated["spec"]["template"], "default", "by-hand")
+    answer = server.ask("/mutate", review(pod, user="bob"))
+    assert "patch" not in answer
+    assert server.ask("/validate", review(pod, user="bob"))["allowed"]
+    # bob with other groups is another requester: re-attributed, and the annotation goes.
+    assert "patch" in server.ask("/mutate", review(pod, user="bob", groups=("team-a",)))

@@ -7,7 +7,8 @@ admission the mutating webhook therefore writes, on every pod template, the outp
 only the webhook holds. The pods inherit it from the template. At pod admission, when the API
 server's requester is one of the configured controller identities and the signature verifies for
 the pod's namespace, tenancy and RBAC are evaluated for the signed user; in every other case for the
-requester, and the annotation is removed (mutate) or refused (validate).
+requester, and the annotation is removed (mutate) or refused (validate), unless it names exactly that
+requester (a user creating a pod by hand from their own template gains nothing by it).
 
 The annotation value is compact JSON: `{"v":1,"user":..,"groups":[..],"ns":..,"sig":hex}`; the
 signature covers the canonical JSON of the other four fields, so neither the user, the groups nor
@@ -122,14 +123,23 @@ class Identity:
         return user.username in self.controllers
 
     def _inherited(self, request: AdmissionRequest, obj: dict[str, Any]) -> Requester | None:
+        """The signed requester of `obj`, when the API server's requester may act on it: a controller
+        identity, or the very user (name and groups) it names, who gains nothing by it."""
         value = annotations_of(obj).get(REQUESTED_BY)
-        if value is None or not self.is_controller(request.user):
+        if value is None:
             return None
         user = self.signer.verify(value, request.namespace)
-        return Requester(user, value, VIA_TEMPLATE, True) if user is not None else None
+        if user is None:
+            return None
+        if self.is_controller(request.user):
+            return Requester(user, value, VIA_TEMPLATE, True)
+        if _same_person(user, request.user):
+            return Requester(request.user, value, VIA_TEMPLATE, False)
+        return None
 
     def for_pod(self, request: AdmissionRequest, pod: dict[str, Any]) -> Requester:
-        """A pod's requester: the signed user for a controller-made pod from an admitted template, else the caller."""
+        """A pod's requester: the signed user for a controller-made pod from an admitted template, else the
+        caller (who keeps an annotation that names exactly them: a pod made by hand from their template)."""
         return self._inherited(request, pod) or Requester(request.user, None, "", False)
 
     def for_template(
@@ -151,6 +161,10 @@ class Identity:
             if user is not None and _without_requester(unchanged_from) == _without_requester(template):
                 return Requester(user, value, VIA_TEMPLATE, True)
         return Requester(request.user, self.signer.sign(request.user, request.namespace), VIA_TEMPLATE, False)
+
+
+def _same_person(signed: UserInfo, caller: UserInfo) -> bool:
+    return signed.username == caller.username and sorted(set(signed.groups)) == sorted(set(caller.groups))
 
 
 def _without_requester(template: dict[str, Any]) -> bytes:
