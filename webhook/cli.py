@@ -116,6 +116,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     config = _load_config(args.config)
+    _check_identity_key(config)
     try:
         runtime = build_runtime(config, args.cluster)
     except (OSError, ValueError) as exc:

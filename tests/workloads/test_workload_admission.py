@@ -216,3 +216,22 @@ def test_a_workload_whose_mutation_was_skipped_is_refused(server: Server) -> Non
     answer = server.ask("/validate", review(workload, user="alice", groups=("team-a",)))
     assert not answer["allowed"]
     assert answer["status"]["message"].startswith("spec.template: ")
+
+
+def test_a_replicaset_the_deployment_controller_makes_passes_unchanged(server: Server) -> None:
+    _, mutated, _ = server.admit(review(deployment(1, 1, {"kgwe.io/accelerator": "nvidia-h100-80gb"}),
+                                        user="alice", groups=("team-a",)))
+    deployment_controller = "system:serviceaccount:kube-system:deployment-controller"
+    for template in (mutated["spec"]["template"], deployment(1, 1, {})["spec"]["template"]):
+        replicaset = {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "serve-5d8f7c9b4", "namespace": "team-a", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve", "uid": "u1", "controller": True}]},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "serve"}}, "template": template},
+        }
+        body = review(replicaset, user=deployment_controller, groups=("system:serviceaccounts",))
+        assert "patch" not in server.ask("/mutate", body)
+        assert server.ask("/validate", body)["allowed"]
+    # The same ReplicaSet written by a user is admitted as hers.
+    _answer, _, patch = server.admit(review(replicaset, user="alice", groups=("team-a",)))
+    assert patch

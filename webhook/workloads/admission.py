@@ -114,7 +114,20 @@ class WorkloadAwareAdmission(AdmissionService):
             request.object is not None
             and request.operation in ("CREATE", "UPDATE")
             and request.namespace not in self.runtime.config.excluded_namespaces
+            and not self._made_for_an_owner(request)
         )
+
+    def _made_for_an_owner(self, request: AdmissionRequest) -> bool:
+        """A workload a controller writes for the workload that owns it (a Deployment's ReplicaSet, a
+        CronJob's or JobSet's Job, a LeaderWorkerSet's StatefulSet) passes unchanged: its template was
+        written and judged at the owner's admission, its pods are admitted on their own, and a template
+        changed under the owner's controller makes it churn (the Deployment controller finds its
+        ReplicaSet by comparing templates, and would make new ones without end)."""
+        assert request.object is not None
+        owners = (request.object.get("metadata") or {}).get("ownerReferences")
+        if not isinstance(owners, list) or not any(isinstance(o, dict) and o.get("controller") is True for o in owners):
+            return False
+        return self.identity.is_controller(request.user)
 
     # -- mutate -------------------------------------------------------------------------------
     def _mutate_workload(self, request: AdmissionRequest, spec: KindSpec, deadline: float | None) -> Outcome:
