@@ -66,10 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     review = commands.add_parser("review", help="offline: what the webhooks would answer for a CREATE of a pod",
-                                 description="Send a pod through the mutating webhook, apply its patch, and send "
-                                             "the result through the validating webhook; the exit status is 0 "
-                                             "whether or not the pod is allowed.")
-    review.add_argument("pod", type=Path, metavar="POD.yaml", help="the pod manifest")
+                                 description="Send a pod or workload (Deployment, Job, JobSet, ...; every document "
+                                             "of a multi-document file) through the mutating webhook, apply its "
+                                             "patch, and send the result through the validating webhook; the exit "
+                                             "status is 0 whether or not it is allowed. -o json prints one object, "
+                                             "or a JSON array of one object per document for several.")
+    review.add_argument("pod", type=Path, metavar="FILE", help="the pod or workload manifest(s)")
     _add_cluster_and_config(review, cluster_required=True)
     review.add_argument("--user", default="kgwe-review", help="the requesting user (default kgwe-review)")
     review.add_argument("--group", action="append", default=[], metavar="G",
@@ -92,34 +94,47 @@ class CommandError(Exception):
     """A user error: printed to stderr, exit status 2."""
 
 
-def _read_pod(path: Path) -> dict[str, Any]:
+def _read_documents(path: Path) -> list[dict[str, Any]]:
+    """The manifests of a (multi-document) YAML file, in order; a `kind: List` is expanded."""
     try:
         documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except (OSError, yaml.YAMLError) as exc:
         raise CommandError(f"cannot read {path}: {exc}") from exc
-    pods = [d for d in documents if isinstance(d, dict) and d.get("kind") == "Pod"]
-    if len(pods) != 1:
-        raise CommandError(f"{path}: expected exactly one Pod manifest, found {len(pods)}")
-    return pods[0]
+    manifests: list[dict[str, Any]] = []
+    for document in documents:
+        items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else [document]
+        for item in items if isinstance(items, list) else []:
+            if not isinstance(item, dict) or not item.get("kind"):
+                raise CommandError(f"{path}: every document must be a Kubernetes manifest with a kind")
+            manifests.append(item)
+    if not manifests:
+        raise CommandError(f"{path}: no manifest found")
+    return manifests
 
 
 def cmd_review(args: argparse.Namespace) -> int:
-    from webhook.review import render_text, review_pod
+    from webhook.review import render_text
     from webhook.runtime import build_runtime
+    from webhook.workloads.review import review_document
 
-    pod = _read_pod(args.pod)
+    documents = _read_documents(args.pod)
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     config = _load_config(args.config)
+    _check_identity_key(config)
     try:
         runtime = build_runtime(config, args.cluster)
     except (OSError, ValueError) as exc:
         raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
-    result = review_pod(runtime.admission, pod, args.user, args.group, config.limits.deadline_seconds)
+    results = [
+        review_document(runtime.admission, document, args.user, args.group, config.limits.deadline_seconds)
+        for document in documents
+    ]
     if args.output == "json":
-        sys.stdout.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        body: Any = results[0].as_json() if len(results) == 1 else [r.as_json() for r in results]
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print(render_text(result))
+        print("\n---\n".join(render_text(result) for result in results))
     return 0
 
 
@@ -139,6 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _load_config(args.config)
     if args.opa_url is not None:
         config = _with_opa_url(config, args.opa_url)
+    _check_identity_key(config)
     options = ServeOptions(
         config=config,
         config_file=args.config,
@@ -165,6 +181,16 @@ def _with_opa_url(config: Config, url: str) -> Config:
         raise CommandError(f"--opa-url {url!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
     policies = config.policies.model_copy(update={"rego_engine": "opa", "opa_url": url})
     return config.model_copy(update={"policies": policies})
+
+
+def _check_identity_key(config: Config) -> None:
+    """The requested-by signing key is read (or made) before serving: without it no workload is admitted."""
+    from webhook.workloads.identity import IdentityKeyError, load_key
+
+    try:
+        load_key(config.workloads.identity_key_file)
+    except IdentityKeyError as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def run_delegated(command: str, argv: list[str]) -> int:

@@ -107,6 +107,44 @@ class Gangs(_Section):
     timeout_seconds: float = Field(default=900.0, gt=0, alias="timeoutSeconds")
 
 
+class WorkloadKind(_Section):
+    """A workload kind an admin adds (or redefines): where its pod templates are (see docs/workloads.md)."""
+
+    group: str = ""
+    kind: str
+    resource: str  # the plural, as in the webhook configuration's rules
+    version: str = "v1"
+    templates: list[str] = Field(min_length=1, max_length=16)
+
+    @field_validator("templates")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        from webhook.workloads.kinds import TemplatePath
+
+        for path in value:
+            TemplatePath.parse(path)  # ValueError names the bad segment
+        return value
+
+
+class Workloads(_Section):
+    # Admit the pod templates of workloads (SPEC section 7).
+    enabled: bool = True
+    kinds: list[WorkloadKind] = Field(default_factory=list)
+    max_templates: int = Field(default=64, ge=1, le=1024, alias="maxTemplates")
+    # Requesters whose pods are judged as the user who wrote the template (a verified kgwe.io/requested-by).
+    controller_identities: list[str] = Field(
+        default_factory=lambda: list(_default_controllers()), alias="controllerIdentities"
+    )
+    # The requested-by signing key (the chart's Secret, mounted); unset: made once under the state directory.
+    identity_key_file: Path | None = Field(default=None, alias="identityKeyFile")
+
+
+def _default_controllers() -> tuple[str, ...]:
+    from webhook.workloads.identity import DEFAULT_CONTROLLER_IDENTITIES
+
+    return DEFAULT_CONTROLLER_IDENTITIES
+
+
 class Config(_Section):
     mode: Literal["enforce", "audit"] = "enforce"
     pricing: Pricing = Field(default_factory=Pricing)
@@ -129,6 +167,7 @@ class Config(_Section):
     accelerator_types: list[dict[str, Any]] = Field(default_factory=list, alias="acceleratorTypes")
     # Namespaces the webhook never touches, in addition to the webhook configuration's selector.
     excluded_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"], alias="excludedNamespaces")
+    workloads: Workloads = Field(default_factory=Workloads)
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -24,7 +24,8 @@ OUT_ACCELERATOR_TYPE = "kgwe.io/accelerator-type"
 OUT_HOURLY_COST = "kgwe.io/hourly-cost"
 OUT_TENANT = "kgwe.io/tenant"
 OUT_DECISION = "kgwe.io/decision"
-OUTPUT_ANNOTATIONS = (OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, OUT_DECISION)
+OUT_REQUESTED_BY = "kgwe.io/requested-by"  # who asked, signed (webhook/workloads/identity.py)
+OUTPUT_ANNOTATIONS = (OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, OUT_DECISION, OUT_REQUESTED_BY)
 LABEL_GANG = "kgwe.io/gang"
 
 SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")

@@ -1,4 +1,4 @@
-"""`kgwe review`: what the two webhooks would answer for a CREATE of a pod, offline.
+"""`kgwe review`: what the two webhooks would answer for a CREATE of a pod or workload, offline.
 
 It goes through exactly the server's code: the AdmissionReview is built as the API server builds
 it, serialized and decoded by `decode_review`, decided by the same `AdmissionService`, rendered by
@@ -22,6 +22,7 @@ import orjson
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import API_VERSION, KIND, AdmissionRequest, decode_review
 from webhook.admission.response import render_review
+from webhook.workloads.kinds import KindTable
 
 AUTHENTICATED = "system:authenticated"
 DEFAULT_USER = "kgwe-review"
@@ -54,14 +55,34 @@ class ReviewResult:
         }
 
 
-def create_review(pod: dict[str, Any], user: str, groups: Sequence[str]) -> dict[str, Any]:
-    """The AdmissionReview kube-apiserver sends for `kubectl create` of `pod`."""
+def group_version_resource(
+    obj: dict[str, Any], kinds: KindTable | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(kind, resource) of `obj` as the API server names them in an AdmissionReview; ValueError when
+    its kind is neither a Pod nor a workload kind KGWE admits."""
+    api_version = str(obj.get("apiVersion") or "v1")
+    kind = str(obj.get("kind") or "Pod")
+    group, _, version = api_version.rpartition("/")
+    if (group, kind) == ("", "Pod"):
+        return {"group": "", "version": version, "kind": "Pod"}, {"group": "", "version": version, "resource": "pods"}
+    spec = (kinds or KindTable.build()).lookup(group, kind)
+    if spec is None:
+        raise ValueError(f"KGWE does not admit {kind} ({api_version})")
+    return (
+        {"group": group, "version": version, "kind": kind},
+        {"group": group, "version": version, "resource": spec.resource},
+    )
+
+
+def create_review(
+    pod: dict[str, Any], user: str, groups: Sequence[str], kinds: KindTable | None = None
+) -> dict[str, Any]:
+    """The AdmissionReview kube-apiserver sends for `kubectl create` of `pod` (or of a workload)."""
     pod = copy.deepcopy(pod)
     metadata = pod.setdefault("metadata", {})
     namespace = metadata.get("namespace") or "default"
     metadata["namespace"] = namespace  # the API server fills it in from the URL before admission
-    gvk = {"group": "", "version": "v1", "kind": "Pod"}
-    gvr = {"group": "", "version": "v1", "resource": "pods"}
+    gvk, gvr = group_version_resource(pod, kinds)
     all_groups = [*groups, *([AUTHENTICATED] if AUTHENTICATED not in groups else [])]
     return {
         "apiVersion": API_VERSION,
@@ -107,8 +128,10 @@ def review_pod(
     user: str = DEFAULT_USER,
     groups: Sequence[str] = (),
     deadline_seconds: float = 10.0,
+    kinds: KindTable | None = None,
 ) -> ReviewResult:
-    mutate_review = create_review(pod, user, groups)
+    """Both webhooks' answers for a CREATE of `pod`, or of a workload of a kind in `kinds`."""
+    mutate_review = create_review(pod, user, groups, kinds)
     mutated = answer(admission, mutate_review, True, deadline_seconds)
     original = mutate_review["request"]["object"]
     if not mutated["allowed"]:
@@ -118,7 +141,7 @@ def review_pod(
         )
     patch = decoded_patch(mutated)
     patched: dict[str, Any] = jsonpatch.apply_patch(original, patch) if patch else original
-    validated = answer(admission, create_review(patched, user, groups), False, deadline_seconds)
+    validated = answer(admission, create_review(patched, user, groups, kinds), False, deadline_seconds)
     warnings = list(dict.fromkeys([*mutated.get("warnings", []), *validated.get("warnings", [])]))
     annotations = {**mutated.get("auditAnnotations", {}), **validated.get("auditAnnotations", {})}
     allowed = bool(validated["allowed"])
@@ -134,7 +157,8 @@ def render_text(result: ReviewResult) -> str:
     metadata = result.object.get("metadata") or {}
     name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
     verdict = "ALLOWED" if result.allowed else "DENIED"
-    lines = [f"pod {metadata.get('namespace', 'default')}/{name}: {verdict}"]
+    kind = str(result.object.get("kind") or "Pod").lower()
+    lines = [f"{kind} {metadata.get('namespace', 'default')}/{name}: {verdict}"]
     if result.message:
         lines.append(f"  reason: {result.message}")
     if result.patch:
@@ -144,7 +168,7 @@ def render_text(result: ReviewResult) -> str:
             source = f" from {op['from']}" if "from" in op else ""
             lines.append(f"  {op['op']} {op['path']}{source}{value}")
     else:
-        lines.append("patch: none (the pod is admitted unchanged)")
+        lines.append(f"patch: none (the {kind} is admitted unchanged)")
     if result.warnings:
         lines.append("warnings:")
         lines.extend(f"  - {w}" for w in result.warnings)

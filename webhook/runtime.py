@@ -24,7 +24,6 @@ from policies.quota_check import QuotaService
 from policies.quota_model import PodCharge, resolve_tenant
 from policies.quota_store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
 from policies.rbac import Authorizer, RbacEvaluator, Resource, refusal_message
-from webhook.admission.core import AdmissionService
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
 from webhook.config import Config
@@ -34,6 +33,7 @@ from webhook.gangs.ledger import GangStore, MemoryGangStore
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT, PodIntent, annotations_of
 from webhook.placement.plan import Decision
 from webhook.quantities import GIB, parse_quantity
+from webhook.workloads.admission import WorkloadAwareAdmission
 
 if TYPE_CHECKING:
     from webhook.admission.core import Facts
@@ -54,14 +54,14 @@ class Runtime:
     quotas: QuotaService | None = None
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
     gangs: GangService | None = None  # gang records written at /mutate (webhook.gangs)
-    admission: AdmissionService = field(init=False)
+    admission: WorkloadAwareAdmission = field(init=False)
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
     _decisions: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.admission = AdmissionService(self)
+        self.admission = WorkloadAwareAdmission(self)
 
     def set_config(self, config: Config) -> None:
         self.config = config
@@ -85,6 +85,8 @@ class Runtime:
     def _policy_request(self, request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:
         raw = dict(request.raw)
         raw["object"] = pod
+        if request.via:  # decided for who asked (webhook/workloads/identity.py): policies see that user too
+            raw["userInfo"] = request.user.as_dict()
         return raw
 
     def evaluate_policies(

@@ -51,9 +51,12 @@ def _with(pod: dict[str, Any], **metadata: Any) -> dict[str, Any]:
 
 
 def _webhook(rendered: Rendered, kind: str) -> dict[str, Any]:
+    """The pod webhook (the workload webhooks beside it are tested in tests/workloads/test_chart_rules.py)."""
     configuration = rendered.one(kind, "kgwe")
-    assert len(configuration["webhooks"]) == 1
-    return dict(configuration["webhooks"][0])
+    name = "mutate.kgwe.io" if kind.startswith("Mutating") else "validate.kgwe.io"
+    found = [w for w in configuration["webhooks"] if w["name"] == name]
+    assert len(found) == 1
+    return dict(found[0])
 
 
 def _sent(cel: Cel, webhook: dict[str, Any], operation: str, pod: dict[str, Any], old: dict[str, Any] | None = None,

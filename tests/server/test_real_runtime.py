@@ -127,7 +127,7 @@ def test_review_cli_text_and_user_groups() -> None:
     ("args", "fragment"),
     [
         (("review", "missing.yaml", "--cluster", "examples/cluster"), "cannot read"),
-        (("review", "examples/config.yaml", "--cluster", "examples/cluster"), "exactly one Pod"),
+        (("review", "examples/config.yaml", "--cluster", "examples/cluster"), "manifest with a kind"),
         (("review", "examples/pods/01-single-type.yaml", "--cluster", "nowhere"), "not a directory"),
         (("serve", "--tls-cert-file", "x.crt"), "both"),
         (("bogus",), "invalid choice"),

@@ -180,7 +180,7 @@ class AdmissionService:
         return outcome
 
     def _steps(self, facts: Facts) -> list[Any]:
-        outputs = expected_outputs(facts.plan, facts.tenant, facts.renderable, facts.decision, facts.stale_nodes)
+        outputs = expected_outputs(facts)
         steps = [
             output_annotations_step(Outputs(outputs)),
             # The gang label groups pods for co-location: only KGWE's plan may set it.
@@ -294,7 +294,8 @@ class AdmissionService:
         if facts.plan.gpu_pod:
             rt = self.runtime
             pending.gates.append(Gate("RBAC", lambda d: rt.authorize(request, facts, d), rt.rbac_blocks_io))
-            pending.gates.append(Gate("quota", lambda d: rt.check_quota(request, facts, d), rt.quota_blocks_io))
+            if not request.template:  # a workload's templates are charged by their pods
+                pending.gates.append(Gate("quota", lambda d: rt.check_quota(request, facts, d), rt.quota_blocks_io))
         return pending
 
     def _prepare_update(self, request: AdmissionRequest, deadline: float | None) -> PendingVerdict:
@@ -332,7 +333,7 @@ class AdmissionService:
         skipped: its failurePolicy is Ignore), so nobody can pick a tenant, a price or a gang."""
         if self.runtime.config.mode == "audit":
             return []  # audit mode writes nothing, and refuses nothing
-        expected = expected_outputs(facts.plan, facts.tenant, facts.renderable, facts.decision, facts.stale_nodes)
+        expected = expected_outputs(facts)
         gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
         wrong = output_mismatches(facts.pod, expected, {LABEL_GANG: gang})
         if not wrong:

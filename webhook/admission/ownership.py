@@ -9,37 +9,43 @@ is immutable like the pod's resources: quota use is computed from them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.costs import format_hourly_cost
 from webhook.intent import (
     OUT_ACCELERATOR_TYPE,
     OUT_DECISION,
     OUT_HOURLY_COST,
+    OUT_REQUESTED_BY,
     OUT_TENANT,
     OUTPUT_ANNOTATIONS,
 )
 from webhook.mutation.pipeline import Step
 from webhook.mutation.steps import decision_document
-from webhook.placement.plan import Decision, PlacementPlan
+from webhook.workloads.identity import with_via
+
+if TYPE_CHECKING:
+    from webhook.admission.core import Facts
 
 PREFIX = "kgwe.io/"
 
 
-def expected_outputs(
-    plan: PlacementPlan, tenant: str, renderable: bool, decision: Decision | None, stale_nodes: int
-) -> dict[str, str | None]:
-    """KGWE's output annotations for a pod with this plan; None means the key must be absent."""
+def expected_outputs(facts: Facts) -> dict[str, str | None]:
+    """KGWE's output annotations for the pod of `facts`; None means the key must be absent."""
+    plan = facts.plan
     outputs: dict[str, str | None] = dict.fromkeys(OUTPUT_ANNOTATIONS)
+    # Who asked: set only where workload admission verified it (webhook/workloads/identity.py).
+    outputs[OUT_REQUESTED_BY] = facts.request.requested_by
     if not plan.gpu_pod:
         return outputs
-    outputs[OUT_TENANT] = tenant
-    if not renderable:
+    outputs[OUT_TENANT] = facts.tenant
+    if not facts.renderable:
         return outputs
     policy_name = None
-    if decision is not None and decision.decided_by:
-        policy_name = next(iter(decision.decided_by.values()))
-    outputs[OUT_DECISION] = decision_document(plan, stale_nodes, policy_name)
+    if facts.decision is not None and facts.decision.decided_by:
+        policy_name = next(iter(facts.decision.decided_by.values()))
+    document = decision_document(plan, facts.stale_nodes, policy_name)
+    outputs[OUT_DECISION] = with_via(document, facts.request.via)
     if plan.types:
         outputs[OUT_ACCELERATOR_TYPE] = ",".join(plan.types)
     if plan.price_per_gpu_hour is not None and plan.gpu_equivalents:

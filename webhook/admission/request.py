@@ -54,6 +54,12 @@ class AdmissionRequest:
     # not configured. A request that is not authenticated always has `dry_run` set: whatever answers
     # it, nothing is reserved or written for it.
     authenticated: bool = True
+    # Set by workload admission (webhook/workloads): the pod is a workload's pod template, judged as a pod
+    # made from it but charged to no quota (the pods' own admission is).
+    template: bool = False
+    # The `kgwe.io/requested-by` value the pod must carry (None: none) and how it was decided ("template").
+    requested_by: str | None = None
+    via: str = ""
 
     @property
     def is_pod(self) -> bool:

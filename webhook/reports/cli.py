@@ -62,6 +62,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--type", dest="type_id", metavar="TYPE",
                             help="propose a profile for every node of this accelerator type")
         parser.add_argument("--name", help="metadata.name of the proposed profile")
+        parser.add_argument("--kueue", action="store_true",
+                            help="print Kueue ResourceFlavors (one per accelerator type) and a ClusterQueue "
+                                 "resourceGroups skeleton (whole GPUs, MIG slices) as YAML")
     if command == "audit":
         parser.add_argument("--exit-code", action="store_true",
                             help="exit 1 when any violation fails (for CI); default: exit 0")
@@ -174,6 +177,11 @@ def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
     runtime = cluster.runtime
     if args.from_nodes or args.type_id:
         return _proposal(args, runtime)
+    if args.kueue:
+        from webhook.workloads.kueue import kueue_manifests, render_kueue
+
+        snapshot = runtime.store.snapshot()
+        return _json(kueue_manifests(snapshot)) if args.output == "json" else render_kueue(snapshot)
     view = hardware_profiles_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output == "json":
         return _json(view)

@@ -21,6 +21,7 @@
 {{- define "kgwe.certsName" -}}{{ include "kgwe.fullname" . }}-certs{{- end }}
 {{/* The CA's own Secret (ca.crt, ca.key): only the certificate runners may read it. */}}
 {{- define "kgwe.caSecret" -}}{{ default (printf "%s-ca" (include "kgwe.fullname" .)) .Values.certs.caSecretName }}{{- end }}
+{{- define "kgwe.identitySecret" -}}{{ include "kgwe.fullname" . }}-identity{{- end }}
 {{- define "kgwe.tlsSecret" -}}{{ default (printf "%s-tls" (include "kgwe.fullname" .)) .Values.certs.secretName }}{{- end }}
 {{- define "kgwe.webhookServiceAccountUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "kgwe.webhookName" . }}
@@ -66,6 +67,9 @@ webhook's service account to controllerUsers: both must hold whatever the user w
 {{- if .Values.authentication.enabled }}
 {{- $_ := set $config "authentication" (dict "clientCAFile" "/etc/kgwe/client-ca/ca.crt" "mode" .Values.authentication.mode "allowedNames" .Values.authentication.allowedNames) }}
 {{- end }}
+{{- $workloads := deepCopy (get $config "workloads" | default dict) }}
+{{- $_ := set $workloads "identityKeyFile" "/etc/kgwe/identity/key" }}
+{{- $_ := set $config "workloads" $workloads }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -134,5 +138,63 @@ service:
 annotations:
   # cainjector copies the serving certificate's CA into every webhook's caBundle.
   cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "kgwe.webhookName" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+CEL over a pod spec (`.spec`, an expression): does any container or init container request or limit a
+GPU resource? Every optional field is guarded with has(): a matchCondition error would apply the
+webhook's failurePolicy.
+*/}}
+{{- define "kgwe.cel.specRequestsGpu" -}}
+{{- $prefixes := list }}
+{{- range .root.Values.webhooks.resourcePrefixes }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
+{{- $matches := join " || " $prefixes }}
+{{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, %s)))" $matches $matches }}
+{{- printf "(has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s))" .spec .spec $container .spec .spec $container }}
+{{- end }}
+
+{{/*
+The workload webhooks (SPEC section 7, docs/workloads.md): one per kind in webhooks.workloads.kinds, on
+CREATE and UPDATE, sent only when a pod template asks for a GPU or carries kgwe.io/ keys, or the
+workload itself carries kgwe.io/ annotations. A kind whose CRD is not installed never matches a
+request: the rule is inert, nothing breaks.
+*/}}
+{{- define "kgwe.workloadWebhooks" -}}
+{{- $root := .root }}
+{{- $verb := .verb }}
+{{- if $root.Values.webhooks.workloads.enabled }}
+{{- range $root.Values.webhooks.workloads.kinds }}
+{{- $template := printf "(has(t.spec) && (%s)) || (has(t.metadata) && has(t.metadata.annotations) && t.metadata.annotations.exists(k, k.startsWith('kgwe.io/')))" (include "kgwe.cel.specRequestsGpu" (dict "root" $root "spec" "t.spec")) }}
+- name: {{ printf "%s.%s.kgwe.io" (lower .kind) $verb }}
+  admissionReviewVersions: [v1]
+  clientConfig:
+    {{- include "kgwe.webhookClientConfig" (dict "root" $root "path" (printf "/%s" $verb)) | nindent 4 }}
+  rules:
+    - apiGroups: [{{ .apiGroup | quote }}]
+      apiVersions: {{ .apiVersions | toJson }}
+      operations: [CREATE, UPDATE]
+      resources: [{{ .resource }}]
+      scope: Namespaced
+  matchPolicy: Equivalent
+  namespaceSelector:
+    {{- include "kgwe.namespaceSelector" $root | nindent 4 }}
+  matchConditions:
+    - name: exclude-kgwe-namespace
+      expression: {{ printf "request.namespace != '%s'" $root.Release.Namespace | quote }}
+    - name: gpu-or-kgwe-template
+      expression: {{ printf "(%s) || (%s).exists(t, %s)" (include "kgwe.cel.kgweAnnotations" "object") .templates $template | quote }}
+  {{- if eq $verb "mutate" }}
+  failurePolicy: {{ $root.Values.webhooks.mutating.failurePolicy }}
+  timeoutSeconds: {{ $root.Values.webhooks.mutating.timeoutSeconds }}
+  sideEffects: NoneOnDryRun
+  # A Kueue or other mutating webhook that changes the template after KGWE gets KGWE called again.
+  reinvocationPolicy: {{ $root.Values.webhooks.mutating.reinvocationPolicy }}
+  {{- else }}
+  failurePolicy: {{ $root.Values.webhooks.workloads.validatingFailurePolicy }}
+  timeoutSeconds: {{ $root.Values.webhooks.validating.timeoutSeconds }}
+  sideEffects: NoneOnDryRun
+  {{- end }}
+{{- end }}
 {{- end }}
 {{- end }}

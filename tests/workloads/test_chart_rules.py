@@ -1,0 +1,103 @@
+"""The chart's workload webhooks, rendered by the real Helm engine, their CEL run by cel-python."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from workload_support import ROOT, WORKLOADS, load
+
+from webhook.workloads.kinds import BUILTIN_KINDS
+
+_spec = importlib.util.spec_from_file_location("chart_support", ROOT / "tests" / "chart" / "conftest.py")
+assert _spec is not None and _spec.loader is not None
+chart = importlib.util.module_from_spec(_spec)
+sys.modules["chart_support"] = chart  # dataclasses look their module up while the module runs
+_spec.loader.exec_module(chart)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> Any:
+    return chart.render({})
+
+
+def workload_webhooks(rendered: Any, kind: str) -> dict[str, dict[str, Any]]:
+    configuration = rendered.one(kind, "kgwe")
+    return {w["rules"][0]["resources"][0]: w for w in configuration["webhooks"] if w["name"].count(".") == 3}
+
+
+def sent(webhook: dict[str, Any], obj: dict[str, Any], namespace: str = "team-a") -> bool:
+    cel = chart.Cel()
+    request = {"operation": "CREATE", "namespace": namespace, "name": obj["metadata"]["name"]}
+    conditions = webhook["matchConditions"]
+    return all(cel.check(c["expression"], object=obj, oldObject=None, request=request) for c in conditions)
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_every_builtin_kind_has_a_webhook_on_create_and_update(rendered: Any, kind: str) -> None:
+    webhooks = workload_webhooks(rendered, kind)
+    assert set(webhooks) == {k.resource for k in BUILTIN_KINDS}
+    for spec in BUILTIN_KINDS:
+        webhook = webhooks[spec.resource]
+        rule = webhook["rules"][0]
+        assert rule["apiGroups"] == [spec.group] and rule["apiVersions"] == list(spec.versions)
+        assert rule["operations"] == ["CREATE", "UPDATE"]
+        assert webhook["clientConfig"]["service"]["path"] == ("/mutate" if kind.startswith("Mutating") else "/validate")
+        assert "kube-system" in webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+    if kind.startswith("Mutating"):
+        assert {w["reinvocationPolicy"] for w in webhooks.values()} == {"IfNeeded"}
+
+
+def test_gpu_and_kgwe_templates_are_sent_and_others_are_not(rendered: Any) -> None:
+    webhooks = workload_webhooks(rendered, "ValidatingWebhookConfiguration")
+    resource = {k.kind: k.resource for k in BUILTIN_KINDS}
+    for path in WORKLOADS:
+        workload = load(path)
+        webhook = webhooks[resource[workload["kind"]]]
+        assert sent(webhook, workload), path.name
+        assert not sent(webhook, workload, namespace=chart.NAMESPACE)
+        plain = _strip_gpus(copy.deepcopy(workload))
+        assert not sent(webhook, plain), path.name
+
+
+def test_partial_objects_never_make_the_conditions_fail(rendered: Any) -> None:
+    # A matchCondition error applies failurePolicy (Fail for validation): every optional field is guarded.
+    webhooks = workload_webhooks(rendered, "ValidatingWebhookConfiguration")
+    minimal = {
+        "jobsets": {"spec": {}},
+        "leaderworkersets": {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": []}}}}},
+        "rayjobs": {"spec": {"entrypoint": "python x.py"}},
+        "rayclusters": {"spec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "h"}]}}}}},
+        "pytorchjobs": {"spec": {"pytorchReplicaSpecs": {"Worker": {"template": {"metadata": {}, "spec": {}}}}}},
+    }
+    for resource, body in minimal.items():
+        assert not sent(webhooks[resource], {"metadata": {"name": "x"}, **body}), resource
+
+
+def _strip_gpus(value: Any) -> Any:
+    """The same workload with no GPU resources and no kgwe.io/ keys anywhere."""
+    if isinstance(value, dict):
+        return {k: _strip_gpus(v) for k, v in value.items() if not (isinstance(k, str) and (
+            k.startswith("kgwe.io/") or k.startswith("nvidia.com/")))}
+    if isinstance(value, list):
+        return [_strip_gpus(v) for v in value]
+    return value
+
+
+def test_the_identity_key_secret_is_kept_and_mounted(rendered: Any) -> None:
+    secret = rendered.one("Secret", "kgwe-identity")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len(secret["data"]["key"]) >= 64
+    deployment = rendered.one("Deployment", "kgwe-webhook")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["identity"]["secret"] == {"secretName": "kgwe-identity", "defaultMode": 0o400}
+    config = rendered.one("ConfigMap")["data"]["config.yaml"]
+    assert "identityKeyFile: /etc/kgwe/identity/key" in config
+
+
+def test_chart_path_is_real() -> None:
+    assert Path(chart.CHART).is_dir()

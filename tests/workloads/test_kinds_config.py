@@ -1,0 +1,83 @@
+"""Kinds an admin adds in the configuration, template-path parsing, and the signing key's lifecycle."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from workload_support import KEY, real_runtime
+
+from webhook.admission.request import UserInfo
+from webhook.config import ConfigError, parse_config
+from webhook.review import review_pod
+from webhook.workloads.identity import IdentityKeyError, Signer, load_key
+from webhook.workloads.kinds import KindTable, TemplatePath, WorkloadShapeError, extract_templates
+
+TFJOB = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "TFJob",
+    "metadata": {"name": "mnist", "namespace": "team-a", "annotations": {"kgwe.io/accelerator": "nvidia-a100-80gb"}},
+    "spec": {"tfReplicaSpecs": {
+        "PS": {"replicas": 1, "template": {"spec": {"containers": [{"name": "ps", "image": "tf"}]}}},
+        "Worker": {"replicas": 2, "template": {"spec": {"containers": [
+            {"name": "w", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "8Gi"}}}]}}},
+    }},
+}
+
+
+def test_an_admin_added_kind_is_admitted_like_the_builtin_ones() -> None:
+    runtime = real_runtime()
+    config = parse_config(
+        "workloads:\n  kinds:\n  - {group: kubeflow.org, kind: TFJob, resource: tfjobs,\n"
+        "     templates: ['spec.tfReplicaSpecs.*.template']}\n"
+    )
+    runtime.set_config(config)
+    result = review_pod(runtime.admission, TFJOB, "alice", ["team-a"], kinds=runtime.admission.kinds)
+    assert result.allowed, result.message
+    worker = result.object["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+    assert worker["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"} or \
+        worker["spec"]["nodeSelector"] == {"kgwe.io/accelerator-type": "nvidia-a100-80gb"}
+    assert worker["metadata"]["annotations"]["kgwe.io/accelerator"] == "nvidia-a100-80gb"
+    # The CPU-only parameter server does not inherit the workers' intent: it stays as written.
+    assert result.object["spec"]["tfReplicaSpecs"]["PS"] == TFJOB["spec"]["tfReplicaSpecs"]["PS"]
+
+
+@pytest.mark.parametrize("path", ["spec..template", "*.template", "spec.temp late", "spec.x[0]"])
+def test_bad_template_paths_are_configuration_errors(path: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_config(f"workloads:\n  kinds:\n  - {{group: g, kind: K, resource: ks, templates: ['{path}']}}\n")
+
+
+def test_extraction_follows_wildcards_and_names_concrete_paths() -> None:
+    spec = KindTable.build().lookup("ray.io", "RayCluster")
+    assert spec is not None
+    cluster = {"spec": {"headGroupSpec": {"template": {}}, "workerGroupSpecs": [{"template": {}}, {"template": {}}]}}
+    assert [t.path for t in extract_templates(cluster, spec)] == [
+        "spec.headGroupSpec.template", "spec.workerGroupSpecs[0].template", "spec.workerGroupSpecs[1].template",
+    ]
+    assert extract_templates({"spec": {}}, spec) == []
+    cluster["spec"]["headGroupSpec"]["template"] = "pod"  # type: ignore[index]
+    with pytest.raises(WorkloadShapeError, match=r"spec\.headGroupSpec\.template: a pod template must be an object"):
+        extract_templates(cluster, spec)
+    assert TemplatePath.parse("spec.a[*].b").segments[1].each_item
+
+
+def test_signatures_bind_user_groups_and_namespace() -> None:
+    signer = Signer(KEY)
+    value = signer.sign(UserInfo("bob", groups=["b", "a", "a"]), "default")
+    user = signer.verify(value, "default")
+    assert user is not None and (user.username, user.groups) == ("bob", ["a", "b"])
+    assert signer.verify(value, "team-a") is None
+    assert Signer(b"another-key-of-32-bytes-000000000").verify(value, "default") is None
+    with pytest.raises(IdentityKeyError):
+        Signer(b"short")
+
+
+def test_the_local_key_is_made_once_and_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KGWE_STATE_DIR", str(tmp_path))
+    first = load_key(None)
+    assert load_key(None) == first and len(first) >= 32
+    assert os.stat(tmp_path / "identity.key").st_mode & 0o777 == 0o600
+    with pytest.raises(IdentityKeyError, match="missing"):
+        load_key(tmp_path / "missing")

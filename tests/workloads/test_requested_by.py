@@ -1,0 +1,169 @@
+"""Who asked (issue 13, item 7): a workload's creator is charged and RBAC-checked for its pods; the signed
+`kgwe.io/requested-by` cannot be forged, copied to a bare pod, moved to another namespace or kept by users."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+from workload_support import (
+    CLUSTER,
+    CONFIG,
+    KEY,
+    REPLICASET_CONTROLLER,
+    Server,
+    pod_from_template,
+    real_runtime,
+    review,
+)
+
+from webhook.admission.request import UserInfo
+from webhook.config import load_config
+from webhook.review import answer, create_review, decoded_patch
+from webhook.runtime import build_runtime
+from webhook.workloads.identity import Signer
+
+H100 = {"kgwe.io/accelerator": "nvidia-h100-80gb"}
+
+
+def deployment(namespace: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "big", "namespace": namespace, "annotations": dict(H100)},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "big"}}, "template": {
+            "metadata": {"labels": {"app": "big"}},
+            "spec": {"containers": [{"name": "m", "image": "cuda", "resources": {
+                "limits": {"nvidia.com/gpu": gpus, "memory": "8Gi"}}}]}}},
+    }
+
+
+def notes(obj: dict[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def test_bobs_deployment_is_charged_to_bobs_tenant(server: Server) -> None:
+    # bob is in ml-researchers: his pods in `default` are ml-research's, whoever creates them.
+    validated, mutated, _ = server.admit(review(deployment("default", 8), user="bob"))
+    assert validated["allowed"]
+    template = mutated["spec"]["template"]
+    assert notes(template)["kgwe.io/tenant"] == "ml-research"
+    signed = orjson.loads(notes(template)["kgwe.io/requested-by"])
+    assert (signed["user"], signed["ns"]) == ("bob", "default")
+    assert "ml-researchers" in signed["groups"]
+    results = []
+    for index in range(3):  # ml-research has 16 H100s
+        pod = pod_from_template(template, "default", f"big-{index}")
+        body = review(pod, user=REPLICASET_CONTROLLER, groups=("system:serviceaccounts",))
+        assert "patch" not in server.ask("/mutate", body)
+        results.append(server.ask("/validate", body))
+    assert [r["allowed"] for r in results] == [True, True, False]
+    assert "tenant ml-research: nvidia-h100-80gb 16 of 16 GPUs in use" in results[2]["status"]["message"]
+
+
+def test_a_copied_requested_by_on_a_bare_pod_does_nothing(server: Server) -> None:
+    _, mutated, _ = server.admit(review(deployment("default", 8), user="bob"))
+    stolen = notes(mutated["spec"]["template"])["kgwe.io/requested-by"]
+    pod = pod_from_template(mutated["spec"]["template"], "default", "mallory")
+    # mallory creates the pod herself, with bob's annotation copied: it is removed and she is her own tenant.
+    _validated, final, patch = server.admit(review(pod, user="mallory", groups=()))
+    assert "kgwe.io/requested-by" not in notes(final)
+    assert notes(final)["kgwe.io/tenant"] == "default"
+    assert "via" not in orjson.loads(notes(final)["kgwe.io/decision"])
+    assert any(op["path"] == "/metadata/annotations/kgwe.io~1requested-by" for op in patch)
+    # With the mutating webhook skipped, the validating webhook refuses the pod that carries it.
+    answer = server.ask("/validate", review(pod, user="mallory", groups=()))
+    assert not answer["allowed"] and "kgwe.io/requested-by is written by KGWE" in answer["status"]["message"]
+    # A controller-made pod whose annotation was signed for another namespace is judged as the controller.
+    moved = copy.deepcopy(pod)
+    moved["metadata"]["namespace"] = "team-a"
+    body = review(moved, user=REPLICASET_CONTROLLER, groups=("system:serviceaccounts",))
+    answer = server.ask("/mutate", body)
+    assert "patch" in answer  # the annotation is removed, the tenant recomputed
+    assert not server.ask("/validate", body)["allowed"]
+    assert stolen
+
+
+def test_a_forged_signature_or_an_edited_user_is_not_honoured(server: Server) -> None:
+    _, mutated, _ = server.admit(review(deployment("default", 8), user="bob"))
+    template = mutated["spec"]["template"]
+    forged = Signer(b"not-the-webhook-key-at-all-000000").sign(UserInfo("bob", groups=["ml-researchers"]), "default")
+    edited = orjson.loads(notes(template)["kgwe.io/requested-by"])
+    edited["groups"] = ["ml-researchers", "system:masters"]
+    for value in (forged, orjson.dumps(edited).decode(), "x" * 100_000, "[]"):
+        pod = pod_from_template(template, "default", "p")
+        pod["metadata"]["annotations"]["kgwe.io/requested-by"] = value
+        body = review(pod, user=REPLICASET_CONTROLLER, groups=("system:serviceaccounts",))
+        mutated_pod = server.ask("/mutate", body)
+        assert "patch" in mutated_pod
+        assert not server.ask("/validate", body)["allowed"]
+
+
+def test_a_user_setting_requested_by_on_a_workload_gets_it_overwritten(server: Server) -> None:
+    genuine = Signer(KEY).sign(UserInfo("bob", groups=["ml-researchers"]), "default")
+    workload = deployment("default", 1)
+    workload["spec"]["template"]["metadata"]["annotations"] = {"kgwe.io/requested-by": genuine}
+    _validated, mutated, _ = server.admit(review(workload, user="mallory", groups=()))
+    signed = orjson.loads(notes(mutated["spec"]["template"])["kgwe.io/requested-by"])
+    assert signed["user"] == "mallory"
+    assert notes(mutated["spec"]["template"])["kgwe.io/tenant"] == "default"
+    # Mutation skipped: refused.
+    answer = server.ask("/validate", review(workload, user="mallory", groups=()))
+    assert not answer["allowed"] and "kgwe.io/requested-by" in answer["status"]["message"]
+
+
+def test_an_update_that_leaves_the_template_alone_keeps_the_creator(server: Server) -> None:
+    _, mutated, _ = server.admit(review(deployment("default", 1), user="bob"))
+    scaled = copy.deepcopy(mutated)
+    scaled["spec"]["replicas"] = 4
+    answer, _, patch = server.admit(review(scaled, user="alice", groups=("team-a",), operation="UPDATE", old=mutated))
+    assert answer["allowed"] and patch == []  # no re-attribution, no rollout
+    changed = copy.deepcopy(mutated)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "cuda:13"
+    _, final, _ = server.admit(review(changed, user="alice", groups=("team-a",), operation="UPDATE", old=mutated))
+    assert orjson.loads(notes(final["spec"]["template"])["kgwe.io/requested-by"])["user"] == "alice"
+
+
+def test_policies_judge_a_template_and_its_pods_for_the_same_person(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster"
+    shutil.copytree(CLUSTER, cluster)
+    (cluster / "policy.yaml").write_text("""
+apiVersion: kgwe.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: researchers-only-in-default}
+spec:
+  enforcementAction: Deny
+  match: {namespaces: [default]}
+  validations:
+  - expression: "'ml-researchers' in request.userInfo.groups"
+    message: only researchers run GPU work in default
+""")
+    runtime = build_runtime(load_config(CONFIG), cluster)
+    runtime.admission.identity = real_runtime().admission.identity
+    workload = deployment("default", 1)
+    body = review(workload, user="bob")
+    patch = decoded_patch(answer(runtime.admission, body, True, 10.0))
+    mutated = jsonpatch.apply_patch(body["request"]["object"], patch)
+    assert answer(runtime.admission, review(mutated, user="bob"), False, 10.0)["allowed"]
+    refused = answer(runtime.admission, review(workload, user="mallory", groups=()), False, 10.0)
+    assert "only researchers run GPU work in default" in refused["status"]["message"]
+    # The ReplicaSet controller is no researcher, but the pod it makes is bob's.
+    pod = pod_from_template(mutated["spec"]["template"], "default", "big-1")
+    controller = review(pod, user=REPLICASET_CONTROLLER, groups=("system:serviceaccounts",))
+    assert "patch" not in answer(runtime.admission, controller, True, 10.0)
+    assert answer(runtime.admission, controller, False, 10.0)["allowed"]
+    bare = create_review(pod | {"metadata": {**pod["metadata"], "annotations": {}}}, REPLICASET_CONTROLLER, [])
+    assert not answer(runtime.admission, bare, False, 10.0)["allowed"]
+
+
+def test_the_creator_making_a_pod_from_his_own_template_changes_nothing(server: Server) -> None:
+    _, mutated, _ = server.admit(review(deployment("default", 2), user="bob"))
+    pod = pod_from_template(mutated["spec"]["template"], "default", "by-hand")
+    answer = server.ask("/mutate", review(pod, user="bob"))
+    assert "patch" not in answer
+    assert server.ask("/validate", review(pod, user="bob"))["allowed"]
+    # bob with other groups is another requester: re-attributed, and the annotation goes.
+    assert "patch" in server.ask("/mutate", review(pod, user="bob", groups=("team-a",)))

@@ -1,0 +1,397 @@
+"""Workload admission (SPEC section 7): every pod template judged as a pod made from it.
+
+`WorkloadAwareAdmission` is the admission service the server and `kgwe review` call. Pods go to the
+pod core as before, with their requester resolved first (identity.py). A workload of a kind in the
+kind table is split into its pod templates; each becomes the pod a controller would create from it
+(template metadata and spec, the request's namespace, the workload's intent annotations where the
+template does not set the key) and runs through the same pod pipeline, flagged as a template so no
+quota is reserved. The mutated pod is written back as the template (so the patch is the pod's patch
+under the template's path), and refusals carry the template's path in front of the pod's message.
+
+Gangs are the exception to "the template is rewritten as the pod": the clique affinity and the
+scheduling gate are per pod, added at pod CREATE by the gang feature, so a template gets only the
+gang label and the `kgwe.io/gang` and `kgwe.io/gang-size` annotations.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from policies.gpu_demand import pod_gpu_demand
+from webhook.admission.core import AdmissionService
+from webhook.admission.outcome import Outcome
+from webhook.admission.request import AdmissionRequest
+from webhook.costs import pod_gpu_equivalents
+from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE, annotations_of
+from webhook.mutation.patch import diff
+from webhook.mutation.pipeline import copy_json
+from webhook.workloads.identity import Identity, Requester, Signer, load_key, with_requester
+from webhook.workloads.kinds import (
+    KindSpec,
+    KindTable,
+    Template,
+    TemplatePath,
+    WorkloadShapeError,
+    extract_templates,
+)
+from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
+
+if TYPE_CHECKING:
+    from webhook.runtime import Runtime
+
+log = logging.getLogger("kgwe.workloads")
+
+A_GANG_SIZE = "kgwe.io/gang-size"
+POD_GVK = {"group": "", "version": "v1", "kind": "Pod"}
+POD_GVR = {"group": "", "version": "v1", "resource": "pods"}
+
+
+class WorkloadAwareAdmission(AdmissionService):
+    """The pod admission core, extended to workloads and to the requester model."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__(runtime)
+        self._identity: tuple[tuple[Path | None, tuple[str, ...]], Identity] | None = None
+        self._kinds: tuple[int, KindTable] | None = None
+
+    # -- collaborators, rebuilt when the configuration changes ---------------------------------
+    @property
+    def identity(self) -> Identity:
+        settings = self.runtime.config.workloads
+        key = (settings.identity_key_file, tuple(settings.controller_identities))
+        if self._identity is None or self._identity[0] != key:
+            previous = self._identity[1].signer if self._identity and self._identity[0][0] == key[0] else None
+            signer = previous or Signer(load_key(settings.identity_key_file))
+            self._identity = (key, Identity(signer, key[1]))
+        return self._identity[1]
+
+    @identity.setter
+    def identity(self, value: Identity) -> None:
+        settings = self.runtime.config.workloads
+        self._identity = ((settings.identity_key_file, tuple(settings.controller_identities)), value)
+
+    @property
+    def kinds(self) -> KindTable:
+        config = self.runtime.config
+        if self._kinds is None or self._kinds[0] != id(config):
+            extra = [
+                KindSpec(k.group, k.kind, k.resource, (k.version,), tuple(TemplatePath.parse(p) for p in k.templates))
+                for k in config.workloads.kinds
+            ]
+            self._kinds = (id(config), KindTable.build(extra))
+        return self._kinds[1]
+
+    def workload_kind(self, request: AdmissionRequest) -> KindSpec | None:
+        if request.sub_resource or not self.runtime.config.workloads.enabled:
+            return None
+        return self.kinds.lookup(request.kind.get("group", ""), request.kind.get("kind", ""))
+
+    # -- entry points -------------------------------------------------------------------------
+    def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        spec = self.workload_kind(request)
+        if spec is not None:
+            return self._mutate_workload(request, spec, deadline)
+        return super().mutate(self._resolved(request), deadline)
+
+    def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        spec = self.workload_kind(request)
+        if spec is not None:
+            return self._validate_workload(request, spec, deadline)
+        return super().validate(self._resolved(request), deadline)
+
+    def _resolved(self, request: AdmissionRequest) -> AdmissionRequest:
+        """A pod CREATE judged for whoever asked for it (the workload's creator for controller-made pods)."""
+        if request.template or not request.is_pod or request.operation != "CREATE" or request.object is None:
+            return request
+        return with_requester(request, self.identity.for_pod(request, request.object))
+
+    def _workload_in_scope(self, request: AdmissionRequest) -> bool:
+        return (
+            request.object is not None
+            and request.operation in ("CREATE", "UPDATE")
+            and request.namespace not in self.runtime.config.excluded_namespaces
+            and not self._made_for_an_owner(request)
+        )
+
+    def _made_for_an_owner(self, request: AdmissionRequest) -> bool:
+        """A workload a controller writes for the workload that owns it (a Deployment's ReplicaSet, a
+        CronJob's or JobSet's Job, a LeaderWorkerSet's StatefulSet) passes unchanged: its template was
+        written and judged at the owner's admission, its pods are admitted on their own, and a template
+        changed under the owner's controller makes it churn (the Deployment controller finds its
+        ReplicaSet by comparing templates, and would make new ones without end)."""
+        assert request.object is not None
+        owners = (request.object.get("metadata") or {}).get("ownerReferences")
+        if not isinstance(owners, list) or not any(isinstance(o, dict) and o.get("controller") is True for o in owners):
+            return False
+        return self.identity.is_controller(request.user)
+
+    # -- mutate -------------------------------------------------------------------------------
+    def _mutate_workload(self, request: AdmissionRequest, spec: KindSpec, deadline: float | None) -> Outcome:
+        if not self._workload_in_scope(request):
+            return Outcome(object=request.object)
+        assert request.object is not None
+        try:
+            plan = self._plan(request, spec)
+        except WorkloadShapeError as exc:
+            # /validate refuses it with the same words; mutation leaves it alone.
+            return Outcome(object=request.object, warnings=[str(exc)])
+        workload = copy_json(request.object)
+        outcome = Outcome(object=workload)
+        mutated_pods: list[dict[str, Any]] = []
+        for item in plan.items:
+            answer = super().mutate(item.request, deadline)
+            outcome.warnings.extend(f"{item.template.path}: {w}" for w in answer.warnings)
+            outcome.audit_annotations.update(answer.audit_annotations)
+            mutated = answer.object if answer.object is not None else item.request.object
+            assert mutated is not None
+            mutated_pods.append(mutated)
+            _put(workload, item.template.pointer, _as_template(item.template.value, mutated, item.gang))
+        outcome.warnings.extend(self._demand_warnings(plan, mutated_pods))
+        outcome.patch = diff(request.object, workload)
+        return outcome
+
+    # -- validate -----------------------------------------------------------------------------
+    def _validate_workload(self, request: AdmissionRequest, spec: KindSpec, deadline: float | None) -> Outcome:
+        if not self._workload_in_scope(request):
+            return Outcome(object=request.object)
+        try:
+            plan = self._plan(request, spec)
+        except WorkloadShapeError as exc:
+            self.runtime.record_refusal("invalid")
+            denial = Outcome.deny(str(exc), code=422, reason="Invalid")
+            denial.object = request.object
+            return denial
+        refusals: list[str] = list(plan.problems)
+        warnings: list[str] = []
+        audit: dict[str, str] = {}
+        codes = {422} if plan.problems else set()
+        for item in plan.items:
+            answer = super().validate(item.request, deadline)
+            warnings.extend(f"{item.template.path}: {w}" for w in answer.warnings)
+            audit.update(answer.audit_annotations)
+            gang_problem = _gang_mismatch(item.template.value, item.gang)
+            if gang_problem:
+                refusals.append(f"{item.template.path}: {gang_problem}")
+                codes.add(403)
+            if not answer.allowed:
+                refusals.append(f"{item.template.path}: {answer.message}")
+                codes.add(answer.code)
+        if not refusals:
+            return Outcome(warnings=warnings, audit_annotations=audit, object=request.object)
+        if self.runtime.config.mode == "audit":
+            message = "; ".join(refusals)
+            warnings.insert(0, f"KGWE audit mode: would deny: {message}")
+            audit["would-deny"] = message[:1024]
+            return Outcome(warnings=warnings, audit_annotations=audit, object=request.object)
+        # 422 only when every refusal is about the object itself (bad intent, bad shape), as for pods.
+        code = 422 if codes == {422} else 403
+        denial = Outcome.deny("; ".join(refusals), code=code, reason="Invalid" if code == 422 else "Forbidden")
+        denial.warnings = warnings
+        denial.audit_annotations = audit
+        denial.object = request.object
+        return denial
+
+    # -- the templates as pods ------------------------------------------------------------------
+    def _plan(self, request: AdmissionRequest, spec: KindSpec) -> WorkloadPlan:
+        assert request.object is not None
+        workload = request.object
+        limit = self.runtime.config.workloads.max_templates
+        templates = extract_templates(workload, spec, limit)
+        old_templates: dict[tuple[str, ...], dict[str, Any]] = {}
+        if request.operation == "UPDATE" and request.old_object is not None:
+            try:
+                old_templates = {t.pointer: t.value for t in extract_templates(request.old_object, spec, limit)}
+            except WorkloadShapeError:
+                old_templates = {}
+        inherited = _intent_of(workload)
+        gang_value = gang_request(workload, spec, inherited)
+        if gang_value is not None:
+            # A workload gang is the gang of all its GPU pods, not a gang name for each template.
+            inherited.pop(A_GANG, None)
+        pods = [template_pod(t, inherited, request.namespace) for t in templates]
+        plan = WorkloadPlan()
+        try:
+            plan.counts = pods_per_template(workload, spec, templates)
+        except CountError as exc:
+            plan.counts = [None for _ in templates]
+            plan.problems.append(str(exc))
+        gang: WorkloadGang | None = None
+        if gang_value is not None and not plan.problems:
+            gpu = [pod_gpu_demand(pod).asks_gpu for pod in pods]
+            try:
+                gang = gang_of(workload, spec, plan.counts, gpu, gang_value)
+            except ValueError as exc:
+                plan.problems.append(str(exc))
+        for template, pod, count in zip(templates, pods, plan.counts, strict=True):
+            own_gang = _take_gang(pod)
+            member = gang if gang is not None and pod_gpu_demand(pod).asks_gpu else None
+            if member is None and own_gang is not None:
+                member = own_gang
+            if _in_kgwe_scope(pod, template.value):
+                requester = self.identity.for_template(request, template.value, old_templates.get(template.pointer))
+            else:
+                # Like the webhook configurations' matchConditions: a template with no GPU and no kgwe.io/ key
+                # is none of KGWE's business, and gets no attribution written into it.
+                requester = Requester(request.user, None, "", False)
+            plan.items.append(TemplateItem(template, self._pod_request(request, pod, requester), member, count))
+        return plan
+
+    def _pod_request(self, request: AdmissionRequest, pod: dict[str, Any], requester: Requester) -> AdmissionRequest:
+        """The CREATE of a pod made from the template, as the pod webhooks would see it, for `requester`."""
+        raw = dict(request.raw)
+        raw.update(
+            kind=POD_GVK, resource=POD_GVR, requestKind=POD_GVK, requestResource=POD_GVR, subResource=None,
+            name="", operation="CREATE", object=pod, oldObject=None,
+        )
+        pod_request = replace(
+            request, kind=dict(POD_GVK), resource=dict(POD_GVR), operation="CREATE", name="", object=pod,
+            old_object=None, raw=raw, sub_resource="", template=True,
+        )
+        return with_requester(pod_request, requester)
+
+    def _demand_warnings(self, plan: WorkloadPlan, pods: list[dict[str, Any]]) -> list[str]:
+        """Replicas x per-pod GPUs beyond the tenant's limit per type: a warning (the pods' quota decides)."""
+        model = self.runtime.store.snapshot()
+        totals: dict[str, tuple[Decimal, list[str]]] = {}
+        tenant = ""
+        quotas: list[dict[str, Any]] = []
+        for item, pod in zip(plan.items, pods, strict=True):
+            if not item.count:
+                continue
+            types = [t for t in annotations_of(pod).get(OUT_ACCELERATOR_TYPE, "").split(",") if t]
+            if len(types) != 1 or not pod_gpu_demand(pod).asks_gpu:
+                continue
+            if not quotas:
+                tenant, quotas = self.runtime._tenant_and_quotas(item.request, model)
+            per_pod = pod_gpu_equivalents(pod, None, types[0], model)
+            total, parts = totals.get(types[0], (Decimal(0), []))
+            totals[types[0]] = (total + per_pod * item.count, [*parts, f"{item.count} pods x {_num(per_pod)}"])
+        warnings = []
+        for quota in quotas:
+            for limit in (quota.get("spec") or {}).get("limits") or []:
+                type_id = limit.get("acceleratorType") if isinstance(limit, dict) else None
+                gpus = limit.get("gpus") if isinstance(limit, dict) else None
+                if type_id in totals and isinstance(gpus, (int, float)) and totals[type_id][0] > Decimal(str(gpus)):
+                    total, parts = totals[type_id]
+                    warnings.append(
+                        f"{_num(total)} {type_id} GPUs asked ({' + '.join(parts)}) > tenant {tenant}'s limit {gpus}; "
+                        "excess pods will be refused"
+                    )
+        return warnings
+
+
+@dataclass
+class TemplateItem:
+    """One template and the pod CREATE it is judged as."""
+
+    template: Template
+    request: AdmissionRequest  # the pod request: object = the template's pod, for the template's requester
+    gang: WorkloadGang | None  # the gang its pods join (written as label + annotations only)
+    count: int | None  # pods made from it at once; None when unknown
+
+
+@dataclass
+class WorkloadPlan:
+    items: list[TemplateItem] = field(default_factory=list)
+    counts: list[int | None] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # about the workload as a whole (422)
+
+
+def _num(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any]) -> bool:
+    if pod_gpu_demand(pod).asks_gpu:
+        return True
+    metadata = template.get("metadata") or {}
+    keys = [*(metadata.get("annotations") or {}), *(metadata.get("labels") or {}), *annotations_of(pod)]
+    return any(str(key).startswith("kgwe.io/") for key in keys)
+
+
+def _intent_of(workload: dict[str, Any]) -> dict[str, str]:
+    """The workload's own intent annotations (applied to templates that do not set the key)."""
+    notes = annotations_of(workload)
+    return {key: notes[key] for key in INTENT_KEYS if key in notes}
+
+
+def template_pod(template: Template, inherited: dict[str, str], namespace: str) -> dict[str, Any]:
+    """The pod a controller creates from `template`, as admission sees it (before a name is given), with
+    the workload's intent annotations added where a GPU template does not set the key."""
+    value = template.value
+    metadata = value.get("metadata")
+    spec = value.get("spec")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise WorkloadShapeError(f"{template.path}.metadata: expected an object")
+    if spec is not None and not isinstance(spec, dict):
+        raise WorkloadShapeError(f"{template.path}.spec: expected an object")
+    pod_metadata = copy_json(metadata or {})
+    notes = pod_metadata.get("annotations")
+    if notes is not None and not isinstance(notes, dict):
+        raise WorkloadShapeError(f"{template.path}.metadata.annotations: expected an object")
+    notes = dict(notes or {})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": copy_json(spec or {})}
+    # Only GPU templates inherit: a Ray head or a parameter server asking for no GPU must not be steered
+    # onto GPU nodes by the intent written for its workers (docs/workloads.md).
+    if pod_gpu_demand(pod).asks_gpu:
+        for key, val in inherited.items():
+            notes.setdefault(key, val)
+    if notes:
+        pod_metadata["annotations"] = notes
+    pod_metadata["namespace"] = namespace
+    return pod
+
+
+def _take_gang(pod: dict[str, Any]) -> WorkloadGang | None:
+    """Remove the gang intent from a template's pod (gangs are placed per pod) and return the template's own."""
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    name = str(notes.pop(A_GANG, "") or "").strip()
+    size = str(notes.pop(A_GANG_SIZE, "") or "").strip()
+    labels = (pod.get("metadata") or {}).get("labels")
+    if isinstance(labels, dict):
+        labels.pop(LABEL_GANG, None)
+    if not name:
+        return None
+    return WorkloadGang(name, int(size) if size.isdigit() and len(size) < 8 else 0)
+
+
+def _as_template(original: dict[str, Any], pod: dict[str, Any], gang: WorkloadGang | None) -> dict[str, Any]:
+    """The mutated pod written back as the template: its metadata (less the namespace) and spec."""
+    template = copy_json(original)
+    metadata = copy_json(pod.get("metadata") or {})
+    if "namespace" not in (original.get("metadata") or {}):
+        metadata.pop("namespace", None)
+    if gang is not None:
+        notes = metadata.setdefault("annotations", {})
+        notes[A_GANG] = gang.name
+        if gang.size:
+            notes[A_GANG_SIZE] = str(gang.size)
+        metadata.setdefault("labels", {})[LABEL_GANG] = gang.name
+    if metadata or "metadata" in original:
+        template["metadata"] = metadata
+    if pod.get("spec") or "spec" in original:
+        template["spec"] = pod.get("spec") or {}
+    return template
+
+
+def _gang_mismatch(template: dict[str, Any], gang: WorkloadGang | None) -> str | None:
+    """A workload gang the template does not carry as the mutating webhook writes it (mutation skipped)."""
+    if gang is None:
+        return None
+    notes = annotations_of(template)
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    wanted_size = str(gang.size) if gang.size else None
+    if notes.get(A_GANG) != gang.name or notes.get(A_GANG_SIZE) != wanted_size or labels.get(LABEL_GANG) != gang.name:
+        return f"the gang {gang.name} was not written by KGWE's mutating webhook (skipped?); apply it again"
+    return None
+
+
+def _put(workload: dict[str, Any], pointer: tuple[str, ...], value: dict[str, Any]) -> None:
+    obj: Any = workload
+    for token in pointer[:-1]:
+        obj = obj[int(token)] if isinstance(obj, list) else obj[token]
+    obj[pointer[-1]] = value

@@ -1,0 +1,243 @@
+"""Who asked for a pod: the workload's creator, carried to the pods its controller makes (issue 13, item 7).
+
+Pods made by controllers reach admission as the controller (`system:serviceaccount:kube-system:
+job-controller`), so tenancy by group and profile RBAC would judge the controller. At workload
+admission the mutating webhook therefore writes, on every pod template, the output annotation
+`kgwe.io/requested-by`: the requesting user, groups and namespace, HMAC-SHA256-signed with a key
+only the webhook holds. The pods inherit it from the template. At pod admission, when the API
+server's requester is one of the configured controller identities and the signature verifies for
+the pod's namespace, tenancy and RBAC are evaluated for the signed user; in every other case for the
+requester, and the annotation is removed (mutate) or refused (validate), unless it names exactly that
+requester (a user creating a pod by hand from their own template gains nothing by it).
+
+The annotation value is compact JSON: `{"v":1,"user":..,"groups":[..],"ns":..,"sig":hex}`; the
+signature covers the canonical JSON of the other four fields, so neither the user, the groups nor
+the namespace can be changed or moved to another namespace without the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from webhook.admission.request import AdmissionRequest, UserInfo
+from webhook.intent import OUT_REQUESTED_BY, annotations_of
+
+log = logging.getLogger("kgwe.identity")
+
+REQUESTED_BY = OUT_REQUESTED_BY
+VIA_TEMPLATE = "template"
+KEY_BYTES = 32
+# The annotation is bounded like any input: a real one is a few hundred bytes.
+MAX_ANNOTATION_CHARS = 8192
+MAX_GROUPS = 64
+
+# kube-controller-manager's controllers (per-controller credentials, the default since 1.x, and the
+# shared identity when --use-service-account-credentials=false) and the operators' service accounts
+# in the namespaces their standard installs use. Admins change the list in `workloads.controllerIdentities`.
+DEFAULT_CONTROLLER_IDENTITIES = (
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:replicaset-controller",
+    "system:serviceaccount:kube-system:deployment-controller",
+    "system:serviceaccount:kube-system:job-controller",
+    "system:serviceaccount:kube-system:statefulset-controller",
+    "system:serviceaccount:kube-system:daemon-set-controller",
+    "system:serviceaccount:kube-system:cronjob-controller",
+    "system:serviceaccount:jobset-system:jobset-controller-manager",
+    "system:serviceaccount:lws-system:lws-controller-manager",
+    "system:serviceaccount:kubeflow:training-operator",
+    "system:serviceaccount:ray-system:kuberay-operator",
+    "system:serviceaccount:kueue-system:kueue-controller-manager",
+)
+
+
+class IdentityKeyError(RuntimeError):
+    """The signing key cannot be read or made: `kgwe serve` does not start without it."""
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who a pod (or template) is admitted for, and what its `kgwe.io/requested-by` must hold."""
+
+    user: UserInfo
+    annotation: str | None  # the value the object must carry; None: it must carry none
+    via: str  # "template" when decided on (or created from) an admitted template, else ""
+    inherited: bool  # True when `user` came from a verified annotation, not from the API server
+
+
+class Signer:
+    """Signs and verifies `kgwe.io/requested-by` values with one shared key."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 16:
+            raise IdentityKeyError("the requested-by signing key must hold at least 16 bytes")
+        self._key = key
+
+    def _mac(self, body: dict[str, Any]) -> str:
+        canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        return hmac.new(self._key, canonical, hashlib.sha256).hexdigest()
+
+    def sign(self, user: UserInfo, namespace: str) -> str:
+        groups = sorted(dict.fromkeys(g for g in user.groups if isinstance(g, str)))[:MAX_GROUPS]
+        body: dict[str, Any] = {"v": 1, "user": user.username, "groups": groups, "ns": namespace}
+        return orjson.dumps({**body, "sig": self._mac(body)}, option=orjson.OPT_SORT_KEYS).decode()
+
+    def verify(self, value: str, namespace: str) -> UserInfo | None:
+        """The signed user when `value` is a genuine annotation for `namespace`, else None."""
+        if not isinstance(value, str) or len(value) > MAX_ANNOTATION_CHARS:
+            return None
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(doc, dict) or set(doc) != {"v", "user", "groups", "ns", "sig"} or doc["v"] != 1:
+            return None
+        user, groups, ns, sig = doc["user"], doc["groups"], doc["ns"], doc["sig"]
+        if not (isinstance(user, str) and isinstance(ns, str) and isinstance(sig, str) and isinstance(groups, list)):
+            return None
+        if len(groups) > MAX_GROUPS or not all(isinstance(g, str) for g in groups):
+            return None
+        expected = self._mac({"v": 1, "user": user, "groups": groups, "ns": ns})
+        if not hmac.compare_digest(expected, sig) or ns != namespace:
+            return None
+        return UserInfo(username=user, groups=list(groups))
+
+
+class Identity:
+    """The requester model: which identities are controllers, and the signer they are trusted through."""
+
+    def __init__(self, signer: Signer, controllers: tuple[str, ...] | list[str]) -> None:
+        self.signer = signer
+        self.controllers = frozenset(controllers)
+
+    def is_controller(self, user: UserInfo) -> bool:
+        return user.username in self.controllers
+
+    def _inherited(self, request: AdmissionRequest, obj: dict[str, Any]) -> Requester | None:
+        """The signed requester of `obj`, when the API server's requester may act on it: a controller
+        identity, or the very user (name and groups) it names, who gains nothing by it."""
+        value = annotations_of(obj).get(REQUESTED_BY)
+        if value is None:
+            return None
+        user = self.signer.verify(value, request.namespace)
+        if user is None:
+            return None
+        if self.is_controller(request.user):
+            return Requester(user, value, VIA_TEMPLATE, True)
+        if _same_person(user, request.user):
+            return Requester(request.user, value, VIA_TEMPLATE, False)
+        return None
+
+    def for_pod(self, request: AdmissionRequest, pod: dict[str, Any]) -> Requester:
+        """A pod's requester: the signed user for a controller-made pod from an admitted template, else the
+        caller (who keeps an annotation that names exactly them: a pod made by hand from their template)."""
+        return self._inherited(request, pod) or Requester(request.user, None, "", False)
+
+    def for_template(
+        self, request: AdmissionRequest, template: dict[str, Any], unchanged_from: dict[str, Any] | None
+    ) -> Requester:
+        """A template's requester, and the annotation it must carry.
+
+        A controller writing a workload (the Deployment controller's ReplicaSet, Kueue's update of a
+        Job) keeps the signed creator; so does anyone whose UPDATE leaves the template as it was
+        (scaling a Deployment must not re-attribute, or roll out, its pods). Anyone else who writes a
+        template becomes its requester.
+        """
+        inherited = self._inherited(request, template)
+        if inherited is not None:
+            return inherited
+        if unchanged_from is not None:
+            value = annotations_of(unchanged_from).get(REQUESTED_BY)
+            user = self.signer.verify(value, request.namespace) if value is not None else None
+            if user is not None and _without_requester(unchanged_from) == _without_requester(template):
+                return Requester(user, value, VIA_TEMPLATE, True)
+        return Requester(request.user, self.signer.sign(request.user, request.namespace), VIA_TEMPLATE, False)
+
+
+def _same_person(signed: UserInfo, caller: UserInfo) -> bool:
+    return signed.username == caller.username and sorted(set(signed.groups)) == sorted(set(caller.groups))
+
+
+def _without_requester(template: dict[str, Any]) -> bytes:
+    copy: dict[str, Any] = orjson.loads(orjson.dumps(template))
+    notes = (copy.get("metadata") or {}).get("annotations")
+    if isinstance(notes, dict):
+        notes.pop(REQUESTED_BY, None)
+    return orjson.dumps(copy, option=orjson.OPT_SORT_KEYS)
+
+
+def with_requester(request: AdmissionRequest, requester: Requester) -> AdmissionRequest:
+    """The request as admission judges it: tenancy and RBAC for `requester.user`."""
+    return replace(request, user=requester.user, requested_by=requester.annotation, via=requester.via)
+
+
+def with_via(decision: str, via: str) -> str:
+    """The `kgwe.io/decision` document with `via` added (how the decision was reached: "template")."""
+    if not via:
+        return decision
+    doc = orjson.loads(decision)
+    doc["via"] = via
+    return orjson.dumps(doc).decode()
+
+
+def requested_by_refusal(request: AdmissionRequest) -> str:
+    """Why a pod or template carrying a `kgwe.io/requested-by` KGWE did not write (or without one) is refused."""
+    if request.requested_by is None:
+        return (
+            f"{REQUESTED_BY} is written by KGWE: it is kept only on pods a configured controller creates from a "
+            "template KGWE admitted in this namespace; remove it"
+        )
+    return (
+        f"{REQUESTED_BY} is missing or not the one KGWE writes for this requester "
+        "(was the mutating webhook skipped?); apply it again"
+    )
+
+
+def load_key(path: Path | None) -> bytes:
+    """The signing key. With a path (the chart's Secret, mounted) it must exist; without one it is made
+    once under the state directory and shared by every worker and `kgwe review` on this machine."""
+    if path is not None:
+        try:
+            key = path.read_bytes().strip()
+        except OSError as exc:
+            raise IdentityKeyError(f"requested-by signing key {path}: {exc}") from exc
+        if len(key) < 16:
+            raise IdentityKeyError(f"requested-by signing key {path}: fewer than 16 bytes")
+        return key
+    from webhook.server.serving import state_dir
+
+    file = state_dir() / "identity.key"
+    try:
+        return file.read_bytes().strip()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise IdentityKeyError(f"requested-by signing key {file}: {exc}") from exc
+    file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_EXCL: of several workers starting together exactly one writes the key; the others read it.
+        descriptor = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return _read_when_written(file)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(secrets.token_hex(KEY_BYTES).encode())
+    log.info("requested-by signing key made in %s", file)
+    return file.read_bytes().strip()
+
+
+def _read_when_written(file: Path) -> bytes:
+    for _ in range(100):
+        key = file.read_bytes().strip()
+        if len(key) >= 16:
+            return key
+        time.sleep(0.01)
+    raise IdentityKeyError(f"requested-by signing key {file} stays empty")
