@@ -137,13 +137,23 @@ def test_namespace_condition_holds_even_if_the_selector_is_widened(default: Rend
     assert cel.check(condition["expression"], object=GPU_POD, oldObject=None, request=request) is False
 
 
-def test_updates_reach_the_fail_closed_webhook_only_when_they_touch_kgwe_keys(default: Rendered, cel: Cel) -> None:
-    webhook = _webhook(default, "ValidatingWebhookConfiguration")
+@pytest.mark.parametrize("policies_on_update", [True, False])
+def test_updates_reach_the_fail_closed_webhook_only_when_they_touch_judged_fields(
+    cel: Cel, policies_on_update: bool
+) -> None:
+    rendered = render({"webhooks": {"validating": {"policiesOnUpdate": policies_on_update}}})
+    webhook = _webhook(rendered, "ValidatingWebhookConfiguration")
     admitted = _with(GPU_POD, annotations={"kgwe.io/accelerator-type": "nvidia-h100-80gb", "kgwe.io/tenant": "team-a"},
                      labels={"kgwe.io/gang": "job-1"})
-    # Finalizer removal, relabelling: KGWE being down must not block them.
+    # Finalizer removal: KGWE being down must never block it.
     assert not _sent(cel, webhook, "UPDATE", _with(admitted, finalizers=[]), old=_with(admitted, finalizers=["x/y"]))
-    assert not _sent(cel, webhook, "UPDATE", _with(admitted, labels={"app": "trainer"}), old=admitted)
+    # Relabelling is judged by GPUPolicies on UPDATE, unless the admin chose availability over that.
+    relabelled = _with(admitted, labels={"app": "trainer"})
+    assert _sent(cel, webhook, "UPDATE", relabelled, old=admitted) is policies_on_update
+    # Lifting a scheduling gate always reaches it: the gang gate is KGWE's.
+    gated = copy.deepcopy(admitted)
+    gated["spec"]["schedulingGates"] = [{"name": "kgwe.io/gang"}]
+    assert _sent(cel, webhook, "UPDATE", admitted, old=gated)
     # The output-annotation guard sees every change to a kgwe.io/ key.
     assert _sent(cel, webhook, "UPDATE", _with(admitted, annotations={"kgwe.io/hourly-cost": "0.01"}), old=admitted)
     assert _sent(cel, webhook, "UPDATE", _with(admitted, labels={"kgwe.io/gang": "job-2"}), old=admitted)

@@ -132,3 +132,17 @@ def test_gpupolicies_matching_only_create_leave_updates_alone(serve_cluster, tmp
         new = copy.deepcopy(placed)
         del new["metadata"]["labels"]["owner"]
         assert webhook.ask("validate", review(new, operation="UPDATE", old=placed))["allowed"] is True
+
+
+def test_users_cannot_lift_the_gang_gate(webhook) -> None:
+    old = gpu_pod("member", annotations={"kgwe.io/gang": "job", "kgwe.io/gang-size": "2",
+                                         "kgwe.io/accelerator": "nvidia-gb200-186gb"})
+    old["spec"]["schedulingGates"] = [{"name": "kgwe.io/gang"}, {"name": "example.com/other"}]
+    new = copy.deepcopy(old)
+    new["spec"]["schedulingGates"] = [{"name": "example.com/other"}]
+    refused = webhook.ask("validate", review(new, operation="UPDATE", old=old))
+    assert refused["allowed"] is False and "kgwe.io/gang" in refused["status"]["message"]
+    # Other gates are the user's business.
+    other = copy.deepcopy(old)
+    other["spec"]["schedulingGates"] = [{"name": "kgwe.io/gang"}]
+    assert webhook.ask("validate", review(other, operation="UPDATE", old=old))["allowed"] is True

@@ -24,17 +24,19 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import (
     changed_kgwe_keys,
     expected_outputs,
+    lifted_kgwe_gates,
     output_mismatches,
     restore_kgwe_keys_step,
 )
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
-from webhook.intent import LABEL_GANG, PodIntent, parse_intent
+from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, PodIntent, parse_intent
 from webhook.mutation.pipeline import NotConverging, run_pipeline
 from webhook.mutation.steps import Outputs, output_annotations_step, output_labels_step, placement_steps
 from webhook.placement.constraints import conflicts_with_pod
 from webhook.placement.plan import Decision, PlacementPlan, build_plan
 from webhook.scheduling.predicates import explain_infeasible, first_feasible
+from webhook.workloads.identity import requested_by_refusal
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -305,6 +307,10 @@ class AdmissionService:
         changed = changed_kgwe_keys(request.old_object or {}, request.object or {}, outputs_too=not controller)
         if changed:
             problems.append(("output-guard", f"{', '.join(changed)}: kgwe.io/ keys are fixed at creation"))
+        lifted = [] if controller else lifted_kgwe_gates(request.old_object or {}, request.object or {})
+        if lifted:
+            problems.append(("output-guard", f"scheduling gate {', '.join(lifted)} is lifted by KGWE alone, when "
+                                             "the whole gang can be placed"))
         warnings: list[str] = []
         audit: dict[str, str] = {}
         if not controller:
@@ -338,8 +344,14 @@ class AdmissionService:
         wrong = output_mismatches(facts.pod, expected, {LABEL_GANG: gang})
         if not wrong:
             return []
-        return [("not-mutated", f"{', '.join(wrong)} must be written by KGWE, not by the pod's creator; "
-                                "remove them and create the pod again")]
+        problems: list[Problem] = []
+        if OUT_REQUESTED_BY in wrong:
+            problems.append(("output-guard", requested_by_refusal(facts.request)))
+            wrong.remove(OUT_REQUESTED_BY)
+        if wrong:
+            problems.append(("not-mutated", f"{', '.join(wrong)} must be written by KGWE, not by the pod's creator; "
+                                            "remove them and create the pod again"))
+        return problems
 
     def _placement_problems(self, facts: Facts) -> list[tuple[str, str]]:
         problems = [("placement", refusal) for refusal in facts.plan.refusals]

@@ -119,3 +119,13 @@ def restore_kgwe_keys_step(old: dict[str, Any], *, outputs_too: bool) -> Step:
                 metadata[key] = fixed
 
     return ("kgwe-keys-fixed", step)
+
+
+def lifted_kgwe_gates(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """KGWE's scheduling gates (`kgwe.io/...`) present on `old` and gone from `new`: only KGWE lifts them."""
+
+    def gates(obj: dict[str, Any]) -> set[str]:
+        listed = (obj.get("spec") or {}).get("schedulingGates") or []
+        return {str(g.get("name")) for g in listed if isinstance(g, dict) and str(g.get("name", "")).startswith(PREFIX)}
+
+    return sorted(gates(old) - gates(new))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from policies.gpu_demand import pod_gpu_demand
-from webhook.admission.core import AdmissionService
+from webhook.admission.core import AdmissionService, PendingVerdict
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.costs import pod_gpu_equivalents
@@ -97,11 +97,13 @@ class WorkloadAwareAdmission(AdmissionService):
             return self._mutate_workload(request, spec, deadline)
         return super().mutate(self._resolved(request), deadline)
 
-    def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+    def prepare_verdict(self, request: AdmissionRequest, deadline: float | None) -> Outcome | PendingVerdict:
+        """A workload is judged template by template (each as its pod, gates inline: templates reserve no
+        quota); a pod CREATE is judged for whoever asked for it, its gates run by the caller."""
         spec = self.workload_kind(request)
         if spec is not None:
             return self._validate_workload(request, spec, deadline)
-        return super().validate(self._resolved(request), deadline)
+        return super().prepare_verdict(self._resolved(request), deadline)
 
     def _resolved(self, request: AdmissionRequest) -> AdmissionRequest:
         """A pod CREATE judged for whoever asked for it (the workload's creator for controller-made pods)."""

@@ -105,6 +105,18 @@ Other updates (finalizer removal, unrelated labels) never reach the fail-closed 
 {{- printf "(has(%s) && %s.exists(k, k.startsWith('kgwe.io/') && (!has(%s) || !(k in %s) || %s[k] != %s[k]))) || (has(%s) && %s.exists(k, k.startsWith('kgwe.io/') && (!has(%s) || !(k in %s))))" $n $n $o $o $o $n $o $o $n $n }}
 {{- end }}
 
+{{/* True when an UPDATE changes the pod's labels or annotations at all (what GPUPolicies judge on UPDATE). */}}
+{{- define "kgwe.cel.metadataChanged" -}}
+{{- $n := printf "object.metadata.%s" . }}
+{{- $o := printf "oldObject.metadata.%s" . }}
+{{- printf "(has(%s) != has(%s)) || (has(%s) && %s != %s)" $n $o $n $n $o }}
+{{- end }}
+
+{{/* True when an UPDATE removes or adds scheduling gates (KGWE's gang gate must not be lifted by users). */}}
+{{- define "kgwe.cel.gatesChanged" -}}
+{{- "(has(object.spec.schedulingGates) != has(oldObject.spec.schedulingGates)) || (has(object.spec.schedulingGates) && object.spec.schedulingGates != oldObject.spec.schedulingGates)" }}
+{{- end }}
+
 {{/* matchConditions shared by both webhooks. */}}
 {{- define "kgwe.matchConditions" -}}
 - name: exclude-kgwe-namespace
