@@ -21,7 +21,7 @@ from typing import Any
 
 from agent.accelerator_types import UNKNOWN, AcceleratorTable
 from webhook.cluster.metrics import export_topology_ages
-from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts, Taint, node_facts
+from webhook.cluster.node_facts import AMD_GPU_RESOURCE, GPU_RESOURCE, NodeFacts, Taint, node_facts
 
 log = logging.getLogger("kgwe.cluster")
 
@@ -187,13 +187,9 @@ def build_type_index(nodes: Iterable[NodeFacts], gpu_taint_keys: Iterable[str]) 
             summary.mps_nodes.append(facts.name)
         elif facts.sharing == "time-slicing":
             summary.timeslice_nodes.append(facts.name)
-        elif (not facts.mig_profiles or facts.mig_strategy == "mixed") and facts.allocatable.get(
-            GPU_RESOURCE, Decimal(0)
-        ) > 0:
+        elif (not facts.mig_profiles or facts.mig_strategy == "mixed") and _whole_gpus(facts) > 0:
             summary.exclusive_nodes.append(facts.name)
-            summary.max_gpus_exclusive_node = max(
-                summary.max_gpus_exclusive_node, int(facts.allocatable.get(GPU_RESOURCE, Decimal(0)))
-            )
+            summary.max_gpus_exclusive_node = max(summary.max_gpus_exclusive_node, _whole_gpus(facts))
         if facts.clique:
             summary.cliques.setdefault(facts.clique, []).append(facts.name)
             if facts.clique_label:
@@ -204,9 +200,17 @@ def build_type_index(nodes: Iterable[NodeFacts], gpu_taint_keys: Iterable[str]) 
     return index
 
 
+def _whole_gpus(facts: NodeFacts) -> int:
+    """Whole GPUs a pod can ask for on the node: NVIDIA's or AMD's extended resource."""
+    return int(facts.allocatable.get(GPU_RESOURCE, Decimal(0)) or facts.allocatable.get(AMD_GPU_RESOURCE, Decimal(0)))
+
+
 _SELECTOR_ORDER = (
     "kgwe.io/accelerator-type",
     "nvidia.com/gpu.product",
+    "amd.com/gpu.product-name",
+    "beta.amd.com/gpu.product-name",
+    "amd.com/gpu.device-id",
     "cloud.google.com/gke-accelerator",
     "karpenter.k8s.aws/instance-gpu-name",
     "node.kubernetes.io/instance-type",

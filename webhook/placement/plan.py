@@ -22,6 +22,7 @@ from webhook.cluster.node_facts import L_CLIQUE, L_GKE_PARTITION, L_GKE_SHARING,
 from webhook.config import Config
 from webhook.intent import PodIntent
 from webhook.placement.constraints import Requirement, merge
+from webhook.placement.vendors import restrict_to_vendor
 from webhook.quantities import GIB, MIB
 
 GPU = "nvidia.com/gpu"
@@ -237,6 +238,10 @@ def build_plan(
     else:
         candidates = list(present)
     explicit_types = bool(requested)
+    candidates, vendor_refusal = restrict_to_vendor(pod, candidates, model.table, explicit_types)
+    if vendor_refusal:
+        plan.refusals.append(vendor_refusal)
+        return plan
 
     # GPU memory per GPU (or per slice for MIG): whole-GPU types must have at least that much.
     if intent.gpu_memory_bytes is not None and sharing != "mig":
