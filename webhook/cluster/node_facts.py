@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, split_product
 from agent.topology_schema import (
@@ -22,6 +22,9 @@ from agent.topology_schema import (
     TopologyDocument,
 )
 from webhook.quantities import parse_quantity
+
+if TYPE_CHECKING:
+    from webhook.dra.facts import DraNodeDevices
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -87,10 +90,12 @@ class NodeFacts:
     topology_age_seconds: float | None = None
     topology_stale: bool = False
     notes: list[str] = field(default_factory=list)
+    # GPUs the node publishes through DRA ResourceSlices (webhook/dra/facts.py), None without any.
+    dra: DraNodeDevices | None = None
 
     @property
     def has_gpus(self) -> bool:
-        return self.gpu_count > 0 or any(self._gpu_allocatable())
+        return self.gpu_count > 0 or any(self._gpu_allocatable()) or bool(self.dra and (self.dra.gpus or self.dra.mig))
 
     def _gpu_allocatable(self) -> list[str]:
         return [k for k, v in self.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES) and v > 0]
