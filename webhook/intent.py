@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from policies.gpu_demand import DRA_ANNOTATION
 from webhook.quantities import parse_quantity
 
 A_ACCELERATOR = "kgwe.io/accelerator"
@@ -21,7 +22,8 @@ OUT_ACCELERATOR_TYPE = "kgwe.io/accelerator-type"
 OUT_HOURLY_COST = "kgwe.io/hourly-cost"
 OUT_TENANT = "kgwe.io/tenant"
 OUT_DECISION = "kgwe.io/decision"
-OUTPUT_ANNOTATIONS = (OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, OUT_DECISION)
+OUT_DRA_CLAIMS = DRA_ANNOTATION  # the GPU resources a DRA rendering moved into claims (webhook/dra)
+OUTPUT_ANNOTATIONS = (OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, OUT_DECISION, OUT_DRA_CLAIMS)
 LABEL_GANG = "kgwe.io/gang"
 
 SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")

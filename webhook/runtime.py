@@ -51,6 +51,7 @@ class Runtime:
     policies: Any | None = None  # policies.runtime.PolicyRuntime
     quotas: QuotaService | None = None
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
+    claim_templates: Any | None = None  # in a cluster: webhook.dra.templates.KubeTemplateWriter
     admission: AdmissionService = field(init=False)
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)

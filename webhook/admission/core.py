@@ -21,10 +21,12 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
 from webhook.costs import format_hourly_cost
+from webhook.dra.templates import ensure_claim_templates
 from webhook.intent import (
     LABEL_GANG,
     OUT_ACCELERATOR_TYPE,
     OUT_DECISION,
+    OUT_DRA_CLAIMS,
     OUT_HOURLY_COST,
     OUT_TENANT,
     OUTPUT_ANNOTATIONS,
@@ -141,6 +143,8 @@ class AdmissionService:
             log.error("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
             return Outcome(warnings=[f"KGWE could not compute a stable mutation: {exc}"], object=request.object)
         outcome = Outcome(patch=result.patch, object=result.pod, warnings=list(facts.plan.warnings))
+        if facts.renderable and facts.plan.dra is not None:
+            outcome = ensure_claim_templates(self.runtime, request, facts.plan.dra, outcome, deadline)
         if self.runtime.config.mode == "audit":
             # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
             reported = list(facts.plan.steps) if facts.renderable else []
@@ -163,6 +167,8 @@ class AdmissionService:
                     outputs[OUT_ACCELERATOR_TYPE] = ",".join(plan.types)
                 if plan.price_per_gpu_hour is not None and plan.gpu_equivalents:
                     outputs[OUT_HOURLY_COST] = format_hourly_cost(plan.gpu_equivalents * plan.price_per_gpu_hour)
+                if plan.dra is not None:
+                    outputs[OUT_DRA_CLAIMS] = plan.dra.annotation
         steps = [output_annotations_step(Outputs(outputs))]
         if facts.renderable:
             steps.extend(placement_steps(plan))

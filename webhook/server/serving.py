@@ -134,7 +134,8 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     from policies.kube_client import deadline_api_client
     from policies.quota_kube_store import KubeQuotaStore
     from policies.rbac_review import SubjectAccessReviewer
-    from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
+    from webhook.cluster.kube_source import KubeClusterSource, KubeJson, load_kube_client
+    from webhook.dra.templates import KubeTemplateWriter
 
     api = load_kube_client(None)
     source = KubeClusterSource(store, api)
@@ -151,6 +152,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         quota_store=KubeQuotaStore(k8s.CustomObjectsApi(bounded)),
         authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
     )
+    runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
     return Assembly(runtime, api, source.stop)
 
 
