@@ -108,7 +108,8 @@ def ensure_claim_templates(
     except TemplateError as exc:
         log.warning("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
         return Outcome(
-            warnings=[f"KGWE did not place this pod: {exc}; it will be refused, create it again"],
+            # Warnings are cut at 120 characters: what to do comes first.
+            warnings=[f"KGWE could not create the pod's claim template; create the pod again ({exc})"],
             object=request.object,
         )
     return outcome
