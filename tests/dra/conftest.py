@@ -28,7 +28,11 @@ QUOTA = {
     "apiVersion": "kgwe.io/v1alpha1",
     "kind": "TenantQuota",
     "metadata": {"name": "team-a"},
-    "spec": {"tenant": "team-a", "namespaces": ["team-a"], "limits": [{"acceleratorType": "nvidia-h100-80gb", "gpus": 6}]},
+    "spec": {
+        "tenant": "team-a",
+        "namespaces": ["team-a"],
+        "limits": [{"acceleratorType": "nvidia-h100-80gb", "gpus": 6}],
+    },
 }
 # A pod KGWE wrote for DRA earlier, running on dra-h100-01 with 2 GPUs: it counts against team-a's quota.
 RUNNING = {
