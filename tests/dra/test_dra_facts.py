@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
+from decimal import Decimal
 from typing import Any
 
 from dra_support import DRA_CLUSTER
@@ -16,6 +17,7 @@ from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.yaml_source import iter_manifests
 from webhook.config import Config
+from webhook.costs import pod_hourly_cost
 from webhook.dra.backend import node_backend
 from webhook.dra.facts import parse_slices
 from webhook.inventory import Inventory, nodes_view
@@ -114,3 +116,20 @@ def test_dra_objects_come_from_the_api_and_follow_allocation(fake_api: FakeApiSe
         finally:
             source.stop()
 
+
+
+def test_bound_dra_mig_pod_is_charged_as_its_slice(dra_runtime: Runtime) -> None:
+    model = dra_runtime.store.snapshot()
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nb", "namespace": "default", "annotations": {
+            "kgwe.io/dra-claims": '{"main":{"nvidia.com/gpu":"1"}}',
+            "kgwe.io/decision": '{"v":1,"steps":["mig","dra"],"mig":"1g.10gb/dra"}',
+        }},
+        "spec": {"nodeName": "dra-a100-01", "containers": [
+            {"name": "main", "image": "cuda", "resources": {"claims": [{"name": "kgwe-gpu-0d6e4079e3"}]}}]},
+    }
+    cost = pod_hourly_cost(pod, model.nodes["dra-a100-01"], "nvidia-a100-80gb", model, dra_runtime.config)
+    assert cost is not None and round(cost, 2) == Decimal("0.40")  # 2.80 x 1/7, not a whole GPU
+    pod["spec"]["containers"][0]["resources"] = {}  # without KGWE's claim the annotation counts nothing
+    assert pod_hourly_cost(pod, model.nodes["dra-a100-01"], "nvidia-a100-80gb", model, dra_runtime.config) == 0

@@ -27,7 +27,15 @@ from typing import Any
 
 import orjson
 
-from policies.gpu_demand import DRA_ANNOTATION, DRA_CLAIM_PREFIX, GPU, MIG_PREFIX, container_gpu_amounts
+from policies.gpu_demand import (
+    DRA_ANNOTATION,
+    DRA_CLAIM_PREFIX,
+    GPU,
+    MIG_PREFIX,
+    GpuDemand,
+    container_gpu_amounts,
+    dra_rendered,
+)
 from webhook.cluster.model import ClusterModel
 from webhook.dra.config import DraConfig
 from webhook.dra.facts import NVIDIA_DRIVER
@@ -210,3 +218,23 @@ def apply_claims(pod: dict[str, Any], rendering: DraRendering) -> None:
             pod_claims.append(wanted)
         elif pod_claims[index] != wanted:
             pod_claims[index] = wanted
+
+
+def charged_demand(pod: dict[str, Any], demand: GpuDemand) -> GpuDemand:
+    """A DRA MIG pod's demand as it is charged: its GPUs moved into the claim are slices of the first
+    choice recorded in `kgwe.io/decision` (`"mig": "<profile>/dra"`), not whole GPUs."""
+    if not demand.whole_gpus or not dra_rendered(pod):
+        return demand
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        decision = orjson.loads(str(notes.get("kgwe.io/decision") or "{}"))
+    except orjson.JSONDecodeError:
+        return demand
+    mig = decision.get("mig") if isinstance(decision, dict) else None
+    if not isinstance(mig, str) or not mig.endswith("/dra"):
+        return demand
+    profile = mig.removesuffix("/dra")
+    slices = dict(demand.mig)
+    slices[profile] = slices.get(profile, 0) + demand.whole_gpus
+    return GpuDemand(whole_gpus=0, mig=slices, other=dict(demand.other), invalid=list(demand.invalid),
+                     gpu_containers=list(demand.gpu_containers))
