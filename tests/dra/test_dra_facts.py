@@ -6,22 +6,26 @@ from __future__ import annotations
 import copy
 import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
-from dra_support import DRA_CLUSTER
+import orjson
+from dra_support import DRA_CLUSTER, gpu_pod, review
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 
 from agent.accelerator_types import default_table
-from webhook.cluster.kube_source import KubeClusterSource
+from webhook.admission.request import decode_review
+from webhook.cluster.kube_source import KubeClusterSource, KubeJson
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.yaml_source import iter_manifests
 from webhook.config import Config
 from webhook.costs import pod_hourly_cost
 from webhook.dra.backend import node_backend
 from webhook.dra.facts import parse_slices
+from webhook.dra.templates import KubeTemplateWriter
 from webhook.inventory import Inventory, nodes_view
-from webhook.runtime import Runtime
+from webhook.runtime import Runtime, build_runtime
 
 
 def test_dra_only_nodes_are_typed_and_counted(dra_runtime: Runtime) -> None:
@@ -133,3 +137,18 @@ def test_bound_dra_mig_pod_is_charged_as_its_slice(dra_runtime: Runtime) -> None
     assert cost is not None and round(cost, 2) == Decimal("0.40")  # 2.80 x 1/7, not a whole GPU
     pod["spec"]["containers"][0]["resources"] = {}  # without KGWE's claim the annotation counts nothing
     assert pod_hourly_cost(pod, model.nodes["dra-a100-01"], "nvidia-a100-80gb", model, dra_runtime.config) == 0
+
+
+def test_audit_mode_reports_but_creates_no_template(dra_dir: Path, fake_api: FakeApiServer) -> None:
+    config = Config.model_validate({"mode": "audit"})
+    runtime = build_runtime(config, dra_dir / "cluster")
+    configuration = k8s_client.Configuration()
+    configuration.host = fake_api.url
+    with k8s_client.ApiClient(configuration) as api:
+        runtime.claim_templates = KubeTemplateWriter(KubeJson(api))
+        before = len([r for r in fake_api.requests if r.method == "POST"])
+        pod = gpu_pod("audited", {"kgwe.io/accelerator": "nvidia-h100-80gb"}, gpus=7)
+        outcome = runtime.admission.mutate(decode_review(orjson.dumps(review(pod))))
+    assert outcome.patch == []
+    assert any("would mutate" in w and "dra" in w for w in outcome.warnings)
+    assert len([r for r in fake_api.requests if r.method == "POST"]) == before
