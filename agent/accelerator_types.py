@@ -47,6 +47,8 @@ class AcceleratorType:
     mig_profiles: tuple[MigProfile, ...] = ()
     nvswitch: bool = False
     vendor: str = "nvidia"
+    # PCI device ids (lower-case hex, no 0x), as AMD's node labeller publishes them.
+    device_ids: tuple[str, ...] = ()
 
     def mig_profile(self, name: str) -> MigProfile | None:
         for profile in self.mig_profiles:
@@ -210,13 +212,34 @@ BUILTIN_TYPES: tuple[AcceleratorType, ...] = (
         mig_profiles=_MIG_GB200,
         nvswitch=True,
     ),
+    # AMD Instinct: aliases are the product names AMD's node labeller publishes (`amd.com/gpu.product-name`,
+    # e.g. `AMD_Instinct_MI300X_OAM`); device ids are the PCI ids it publishes as `amd.com/gpu.device-id`.
     AcceleratorType(
         "amd-mi300x-192gb",
         "AMD Instinct MI300X 192GB",
         "cdna3",
         192,
-        aliases=("AMD-Instinct-MI300X", "AMD-Instinct-MI300X-OAM"),
+        aliases=("AMD-Instinct-MI300X", "AMD-Instinct-MI300X-OAM", "AMD-Instinct-MI300X-HF", "MI300X"),
         vendor="amd",
+        device_ids=("74a1", "74a9"),
+    ),
+    AcceleratorType(
+        "amd-mi325x-256gb",
+        "AMD Instinct MI325X 256GB",
+        "cdna3",
+        256,
+        aliases=("AMD-Instinct-MI325X", "AMD-Instinct-MI325X-OAM", "AMD-Instinct-MI325-OAM", "MI325X"),
+        vendor="amd",
+        device_ids=("74a5",),
+    ),
+    AcceleratorType(
+        "amd-mi210-64gb",
+        "AMD Instinct MI210 64GB",
+        "cdna2",
+        64,
+        aliases=("AMD-Instinct-MI210", "MI210"),
+        vendor="amd",
+        device_ids=("740f",),
     ),
 )
 
@@ -239,6 +262,10 @@ def split_product(product: str) -> tuple[str, str | None, bool]:
     return value, profile, shared
 
 
+def _device_id(value: str) -> str:
+    return value.strip().lower().removeprefix("0x")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]+", "-", text.lower())).strip("-")
 
@@ -252,6 +279,7 @@ class AcceleratorTable:
     _by_gke: dict[str, str] = field(default_factory=dict)
     _by_karpenter: dict[str, list[str]] = field(default_factory=dict)
     _azure: list[tuple[re.Pattern[str], str]] = field(default_factory=list)
+    _by_device_id: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, extra: Iterable[AcceleratorType] = ()) -> AcceleratorTable:
@@ -270,6 +298,8 @@ class AcceleratorTable:
             self._by_karpenter.setdefault(name.lower(), []).append(accel.type_id)
         for pattern in accel.azure_instance_patterns:
             self._azure.append((re.compile(pattern, re.IGNORECASE), accel.type_id))
+        for device_id in accel.device_ids:
+            self._by_device_id[_device_id(device_id)] = accel.type_id
 
     def get(self, type_id: str) -> AcceleratorType | None:
         return self.types.get(type_id)
@@ -277,7 +307,7 @@ class AcceleratorTable:
     def from_product(self, product: str, memory_mib: int | None = None) -> str:
         """Type id of a GFD product label or an NVML device name; fallback model + round(MiB/1024)."""
         base, _profile, _shared = split_product(product)
-        known = self._by_alias.get(base.lower())
+        known = self._by_alias.get(base.lower()) or self._by_alias.get(base.lower().replace("_", "-"))
         if known:
             return known
         without_vendor = re.sub(r"^(nvidia|tesla)[-_ ]", "", base, flags=re.IGNORECASE)
@@ -287,9 +317,27 @@ class AcceleratorTable:
         if memory_mib is None or memory_mib <= 0:
             return UNKNOWN
         vendor = "amd" if base.lower().startswith("amd") else "nvidia"
-        model = _slug(re.sub(r"^(nvidia|tesla|amd)[-_ ]", "", base, flags=re.IGNORECASE))
+        model = _slug(re.sub(r"^(nvidia[-_ ]|tesla[-_ ]|amd[-_ ](instinct[-_ ])?)", "", base, flags=re.IGNORECASE))
+        model = re.sub(r"-(oam|sxm\d?|pcie)$", "", model) or model
         model = re.sub(r"-?\d+gb$", "", model) or model
         return f"{vendor}-{model}-{round(memory_mib / 1024)}gb"
+
+    def from_amd(self, product: str | None, device_id: str | None, vram_gb: int | None) -> str:
+        """Type id of an AMD GPU from AMD's node labeller: product name, else PCI device id, else the
+        fallback model + VRAM (`amd-<model>-<GB>gb`); `unknown` when nothing identifies it."""
+        if product:
+            type_id = self.from_product(product if product.lower().startswith("amd") else f"AMD-{product}")
+            if type_id != UNKNOWN:
+                return type_id
+        if device_id:
+            known = self._by_device_id.get(_device_id(device_id))
+            if known:
+                return known
+        if product and vram_gb:
+            return self.from_product(
+                product if product.lower().startswith("amd") else f"AMD-{product}", vram_gb * 1024
+            )
+        return UNKNOWN
 
     def from_gke(self, accelerator: str) -> str:
         return self._by_gke.get(accelerator.lower(), UNKNOWN)
@@ -348,6 +396,7 @@ def extra_types_from_config(entries: Iterable[Mapping[str, object]]) -> list[Acc
                 mig_profiles=profiles,
                 nvswitch=bool(entry.get("nvswitch", False)),
                 vendor=str(entry.get("vendor", type_id.split("-", 1)[0])),
+                device_ids=tuple(str(a) for a in entry.get("deviceIds", []) or []),  # type: ignore[attr-defined]
             )
         )
     return extra

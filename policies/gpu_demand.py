@@ -6,6 +6,7 @@ the effective request applies: the larger of the sum over app containers and the
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -16,6 +17,12 @@ GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 GPU_PREFIXES = ("nvidia.com/", "amd.com/gpu")
 SEVEN = Decimal(7)
+# KGWE's DRA rendering (webhook/dra) replaces a container's GPU resources by a resource claim named
+# `kgwe-...` and records what they were in this output annotation, so that the pod keeps the same
+# demand for quotas, costs and a second admission pass: {"container": {"nvidia.com/gpu": "2"}}.
+DRA_ANNOTATION = "kgwe.io/dra-claims"
+DRA_CLAIM_PREFIX = "kgwe-"
+MAX_DRA_ANNOTATION = 16 * 1024
 
 
 @dataclass
@@ -38,8 +45,41 @@ def _quantity(value: Any) -> Decimal | None:
         return None
 
 
-def _container_gpu(container: dict[str, Any], where: str) -> tuple[dict[str, Decimal], list[str]]:
-    resources = container.get("resources") or {}
+def dra_rendered(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """container name -> the GPU resources KGWE's DRA rendering moved into a claim, for the containers
+    that do carry a `kgwe-` claim (a stray or forged annotation without the claims counts nothing)."""
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = notes.get(DRA_ANNOTATION) if isinstance(notes, dict) else None
+    if not isinstance(raw, str) or not raw or len(raw) > MAX_DRA_ANNOTATION:
+        return {}
+    try:
+        recorded = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    spec = pod.get("spec") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if not isinstance(container, dict):
+            continue
+        name = str(container.get("name", ""))
+        claims = (container.get("resources") or {}).get("claims")
+        kept = recorded.get(name)
+        if not isinstance(kept, dict) or not isinstance(claims, list):
+            continue
+        if any(isinstance(c, dict) and str(c.get("name", "")).startswith(DRA_CLAIM_PREFIX) for c in claims):
+            out[name] = {str(k): v for k, v in kept.items() if isinstance(k, str) and k.startswith(GPU_PREFIXES)}
+    return out
+
+
+def _container_gpu(
+    container: dict[str, Any], where: str, rendered: dict[str, dict[str, Any]] | None = None
+) -> tuple[dict[str, Decimal], list[str]]:
+    resources = dict(container.get("resources") or {})
+    moved = (rendered or {}).get(str(container.get("name", "")))
+    if moved:
+        resources["limits"] = {**(resources.get("limits") or {}), **moved}
     amounts: dict[str, Decimal] = {}
     problems: list[str] = []
     name = container.get("name", "?")
@@ -70,10 +110,11 @@ def pod_gpu_demand(pod: dict[str, Any]) -> GpuDemand:
     spec = pod.get("spec") or {}
     demand = GpuDemand()
     app: dict[str, Decimal] = {}
+    rendered = dra_rendered(pod)
     for container in spec.get("containers") or []:
         if not isinstance(container, dict):
             continue
-        amounts, problems = _container_gpu(container, "container")
+        amounts, problems = _container_gpu(container, "container", rendered)
         demand.invalid.extend(problems)
         if amounts:
             demand.gpu_containers.append(str(container.get("name", "")))
@@ -83,7 +124,7 @@ def pod_gpu_demand(pod: dict[str, Any]) -> GpuDemand:
     for container in spec.get("initContainers") or []:
         if not isinstance(container, dict):
             continue
-        amounts, problems = _container_gpu(container, "initContainer")
+        amounts, problems = _container_gpu(container, "initContainer", rendered)
         demand.invalid.extend(problems)
         for key, amount in amounts.items():
             # Sidecars (restartPolicy Always) run alongside the app containers: they add up.
@@ -133,3 +174,19 @@ def gpu_equivalents(
         else:
             total += demand.whole_gpus
     return total
+
+
+def container_gpu_amounts(pod: dict[str, Any]) -> dict[str, dict[str, Decimal]]:
+    """container name (init containers too) -> the GPU resources it asks for, DRA-rendered ones included;
+    containers with a problem in their amounts are left out (validation refuses those)."""
+    spec = pod.get("spec") or {}
+    rendered = dra_rendered(pod)
+    out: dict[str, dict[str, Decimal]] = {}
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if not isinstance(container, dict):
+            continue
+        amounts, problems = _container_gpu(container, "container", rendered)
+        positive = {k: v for k, v in amounts.items() if v > 0}
+        if positive and not problems:
+            out[str(container.get("name", ""))] = positive
+    return out

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.accelerator_types import AcceleratorTable, extra_types_from_config
+from webhook.dra.config import DraConfig
 
 
 class _Section(BaseModel):
@@ -155,6 +156,7 @@ class Config(_Section):
     authentication: Authentication = Field(default_factory=Authentication)
     server: Server = Field(default_factory=Server)
     gangs: Gangs = Field(default_factory=Gangs)
+    dra: DraConfig = Field(default_factory=DraConfig)
     # Topology annotations older than this are stale: the webhook falls back to GFD labels.
     topology_staleness_seconds: float = Field(default=300.0, alias="topologyStalenessSeconds")
     # Taint keys that mark GPU nodes; eligible nodes' taints with these keys get tolerated.

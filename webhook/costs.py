@@ -19,6 +19,7 @@ from policies.gpu_demand import GpuDemand, gpu_equivalents, pod_gpu_demand
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
+from webhook.dra.render import charged_demand
 
 ANNOTATION_HOURLY_COST = "kgwe.io/hourly-cost"
 ANNOTATION_PROFILE = "kgwe.io/profile"
@@ -111,6 +112,7 @@ def pod_gpu_equivalents(
 ) -> Decimal:
     demand = pod_gpu_demand(pod)
     profile = pod_profile(pod, model)
+    demand = charged_demand(pod, demand)
     if node_facts is not None:
         demand = _on_node(demand, node_facts)
         sharing = node_facts.sharing if node_facts.sharing in ("mps", "time-slicing") else "exclusive"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from policies.gpu_demand import DRA_ANNOTATION
 from webhook.gangs.spec import A_GANG_SIZE, parse_gang_size
 from webhook.quantities import parse_quantity
 
@@ -25,7 +26,10 @@ OUT_HOURLY_COST = "kgwe.io/hourly-cost"
 OUT_TENANT = "kgwe.io/tenant"
 OUT_DECISION = "kgwe.io/decision"
 OUT_REQUESTED_BY = "kgwe.io/requested-by"  # who asked, signed (webhook/workloads/identity.py)
-OUTPUT_ANNOTATIONS = (OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, OUT_DECISION, OUT_REQUESTED_BY)
+OUT_DRA_CLAIMS = DRA_ANNOTATION  # the GPU resources a DRA rendering moved into claims (webhook/dra)
+OUTPUT_ANNOTATIONS = (
+    OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, OUT_DECISION, OUT_REQUESTED_BY, OUT_DRA_CLAIMS,
+)
 LABEL_GANG = "kgwe.io/gang"
 
 SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")

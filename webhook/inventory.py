@@ -37,6 +37,7 @@ from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
 from webhook.costs import format_hourly_cost, parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
+from webhook.dra.facts import dra_allocatable, dra_used
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, annotations_of
 from webhook.runtime import pod_charge
 
@@ -116,7 +117,8 @@ class PodCost:
 
 
 def _gpu_resources(facts: NodeFacts) -> dict[str, Decimal]:
-    return {k: v for k, v in facts.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES)}
+    found = {k: v for k, v in facts.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES)}
+    return {**found, **dra_allocatable(facts)}
 
 
 def _whole_resource(facts: NodeFacts | None) -> str:
@@ -237,6 +239,10 @@ class Inventory:
             whole_key = _whole_resource(facts)
             whole_alloc = facts.allocatable.get(whole_key, ZERO)
             whole_used = used.get(whole_key, ZERO)
+            if facts.type_source == "dra" and facts.dra is not None:
+                # DRA devices: what allocated ResourceClaims hold is the truth, whoever's pods they serve.
+                self._add_dra(capacity, facts)
+                continue
             if facts.mig_profiles and facts.mig_ready:
                 self._add_mig(capacity, facts, used)
             if facts.sharing in SHARED_MODES:
@@ -255,6 +261,22 @@ class Inventory:
                 capacity.whole.allocatable += whole_alloc
                 capacity.whole.used += whole_used
                 capacity.whole.nodes += 1
+
+    @staticmethod
+    def _add_dra(capacity: TypeCapacity, facts: NodeFacts) -> None:
+        assert facts.dra is not None
+        if facts.dra.gpus:
+            capacity.whole.total += len(facts.dra.gpus)
+            capacity.whole.allocatable += len(facts.dra.gpus)
+            capacity.whole.used += facts.dra.allocated_gpus()
+            capacity.whole.nodes += 1
+        allocated = facts.dra.allocated_mig()
+        for profile, count in facts.dra.mig_profiles().items():
+            bucket = capacity.mig.setdefault(profile, Bucket())
+            bucket.total += count
+            bucket.allocatable += count
+            bucket.used += allocated.get(profile, 0)
+            bucket.nodes += 1
 
     @staticmethod
     def _add_mig(capacity: TypeCapacity, facts: NodeFacts, used: dict[str, Decimal]) -> None:
@@ -368,6 +390,8 @@ def _node_row(inventory: Inventory, facts: NodeFacts, elapsed: float) -> dict[st
     if memory is None and facts.topology is not None and facts.topology.gpus:
         memory = facts.topology.gpus[0].memory_mib
     used = inventory.node_used.get(facts.name, {})
+    if facts.type_source == "dra":
+        used = dra_used(facts)
     age = facts.topology_age_seconds
     return {
         "name": facts.name,

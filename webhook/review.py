@@ -13,7 +13,7 @@ import copy
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import jsonpatch
@@ -42,10 +42,13 @@ class ReviewResult:
     object: dict[str, Any]
     warnings: list[str]
     audit_annotations: dict[str, str]
+    # DRA: the ResourceClaimTemplates the mutating webhook would create for the pod (webhook/dra).
+    creates: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        """The `kgwe review -o json` document (SPEC section 6)."""
-        return {
+        """The `kgwe review -o json` document (SPEC section 6), plus `resourceClaimTemplates` when the
+        pod is written for DRA."""
+        document: dict[str, Any] = {
             "allowed": self.allowed,
             "message": self.message,
             "patch": self.patch,
@@ -53,6 +56,9 @@ class ReviewResult:
             "warnings": self.warnings,
             "auditAnnotations": self.audit_annotations,
         }
+        if self.creates:
+            document["resourceClaimTemplates"] = self.creates
+        return document
 
 
 def group_version_resource(
@@ -107,12 +113,19 @@ def create_review(
 
 def answer(admission: Admission, review: dict[str, Any], mutating: bool, deadline_seconds: float) -> dict[str, Any]:
     """The `response` of one webhook for `review`, as it would travel over HTTP."""
+    return answer_with_outcome(admission, review, mutating, deadline_seconds)[0]
+
+
+def answer_with_outcome(
+    admission: Admission, review: dict[str, Any], mutating: bool, deadline_seconds: float
+) -> tuple[dict[str, Any], Outcome]:
+    """The `response` as it would travel over HTTP, and the outcome behind it."""
     request = decode_review(orjson.dumps(review))
     decide = admission.mutate if mutating else admission.validate
     outcome = decide(request, deadline=time.monotonic() + deadline_seconds)
     rendered = render_review(request.uid, request.api_version, outcome, mutating)
     response: dict[str, Any] = orjson.loads(orjson.dumps(rendered))["response"]
-    return response
+    return response, outcome
 
 
 def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -132,7 +145,7 @@ def review_pod(
 ) -> ReviewResult:
     """Both webhooks' answers for a CREATE of `pod`, or of a workload of a kind in `kinds`."""
     mutate_review = create_review(pod, user, groups, kinds)
-    mutated = answer(admission, mutate_review, True, deadline_seconds)
+    mutated, mutation = answer_with_outcome(admission, mutate_review, True, deadline_seconds)
     original = mutate_review["request"]["object"]
     if not mutated["allowed"]:
         # The API server stops at a mutating webhook's refusal: the validating webhook is never asked.
@@ -145,7 +158,9 @@ def review_pod(
     warnings = list(dict.fromkeys([*mutated.get("warnings", []), *validated.get("warnings", [])]))
     annotations = {**mutated.get("auditAnnotations", {}), **validated.get("auditAnnotations", {})}
     allowed = bool(validated["allowed"])
-    return ReviewResult(allowed, "" if allowed else _message(validated), patch, patched, warnings, annotations)
+    return ReviewResult(
+        allowed, "" if allowed else _message(validated), patch, patched, warnings, annotations, list(mutation.creates)
+    )
 
 
 def _message(response: dict[str, Any]) -> str:
@@ -175,4 +190,8 @@ def render_text(result: ReviewResult) -> str:
     if result.audit_annotations:
         lines.append("audit annotations:")
         lines.extend(f"  {k}: {v}" for k, v in sorted(result.audit_annotations.items()))
+    for template in result.creates:
+        meta = template.get("metadata") or {}
+        lines.append(f"creates ResourceClaimTemplate {meta.get('namespace')}/{meta.get('name')}:")
+        lines.append(f"  {orjson.dumps(template.get('spec')).decode()}")
     return "\n".join(lines)

@@ -54,6 +54,7 @@ class Runtime:
     quotas: QuotaService | None = None
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
     gangs: GangService | None = None  # gang records written at /mutate (webhook.gangs)
+    claim_templates: Any | None = None  # in a cluster: webhook.dra.templates.KubeTemplateWriter
     admission: WorkloadAwareAdmission = field(init=False)
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)

@@ -25,6 +25,7 @@ from kubernetes import client as k8s_client
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 KGWE = "/apis/kgwe.io/v1alpha1"
+DRA = "/apis/resource.k8s.io/v1"
 RESOURCES: dict[str, tuple[str, str, bool]] = {
     # path -> (kind, apiVersion, namespaced)
     "/api/v1/nodes": ("Node", "v1", False),
@@ -37,6 +38,10 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     f"{KGWE}/hardwareprofiles": ("HardwareProfile", "kgwe.io/v1alpha1", False),
     f"{KGWE}/tenantquotas": ("TenantQuota", "kgwe.io/v1alpha1", False),
     f"{KGWE}/gpupolicies": ("GPUPolicy", "kgwe.io/v1alpha1", False),
+    f"{DRA}/resourceslices": ("ResourceSlice", "resource.k8s.io/v1", False),
+    f"{DRA}/deviceclasses": ("DeviceClass", "resource.k8s.io/v1", False),
+    f"{DRA}/resourceclaims": ("ResourceClaim", "resource.k8s.io/v1", True),
+    f"{DRA}/resourceclaimtemplates": ("ResourceClaimTemplate", "resource.k8s.io/v1", True),
 }
 PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
@@ -238,8 +243,28 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             begun = self._begin("POST")
-            if begun is not None and begun[0].startswith(LEASES):
-                self._create_lease(begun[0], begun[2])
+            if begun is None:
+                return
+            if begun[0].startswith(LEASES):
+                return self._create_lease(begun[0], begun[2])
+            self._create(begun[0], begun[2])
+
+        def _create(self, path: str, body: Any) -> None:
+            """POST /apis/{group}/{version}/namespaces/{ns}/{resource}: create, 409 if the name exists."""
+            segments = path.strip("/").split("/")
+            if len(segments) != 6 or segments[3] != "namespaces":
+                return self._status(404, "NotFound", path)
+            collection_path = "/" + "/".join([*segments[:3], segments[5]])
+            collection = server.collections.get(collection_path)
+            if collection is None or collection_path in server.missing or not isinstance(body, dict):
+                return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
+            meta = body.setdefault("metadata", {})
+            if meta.get("namespace", segments[4]) != segments[4]:
+                return self._status(400, "BadRequest", "the namespace of the object does not match the URL")
+            meta["namespace"] = segments[4]
+            if key_of(body) in collection.objects:
+                return self._status(409, "AlreadyExists", f'{segments[5]} "{meta.get("name")}" already exists')
+            self._send_json(201, server.put(collection.kind, body))
 
         def do_PUT(self) -> None:
             begun = self._begin("PUT")

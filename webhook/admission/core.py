@@ -30,6 +30,7 @@ from webhook.admission.ownership import (
 )
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
+from webhook.dra.templates import ensure_claim_templates
 from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, PodIntent, parse_intent
 from webhook.mutation.pipeline import NotConverging, run_pipeline
 from webhook.mutation.steps import Outputs, output_annotations_step, output_labels_step, placement_steps
@@ -173,6 +174,8 @@ class AdmissionService:
         gangs = self.runtime.gangs
         if gangs is not None and facts.renderable and not request.dry_run and self.runtime.config.mode != "audit":
             outcome.warnings.extend(gangs.admit(facts, result.pod, deadline))  # a gang's record (webhook.gangs)
+        if facts.renderable and facts.plan.dra is not None:
+            outcome = ensure_claim_templates(self.runtime, request, facts.plan.dra, outcome, deadline)
         if self.runtime.config.mode == "audit":
             # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
             reported = list(facts.plan.steps) if facts.renderable else []

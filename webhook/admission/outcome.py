@@ -17,6 +17,9 @@ class Outcome:
     audit_annotations: dict[str, str] = field(default_factory=dict)
     # The object after the patch (for `kgwe review` and for validating the mutated pod).
     object: dict[str, Any] | None = None
+    # Objects the webhook creates (or, offline and on dry runs, would create) for this pod: DRA
+    # ResourceClaimTemplates. Not part of the AdmissionResponse; `kgwe review` shows them.
+    creates: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def deny(cls, message: str, code: int = 403, reason: str = "Forbidden") -> Outcome:

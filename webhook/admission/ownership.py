@@ -15,6 +15,7 @@ from webhook.costs import format_hourly_cost
 from webhook.intent import (
     OUT_ACCELERATOR_TYPE,
     OUT_DECISION,
+    OUT_DRA_CLAIMS,
     OUT_HOURLY_COST,
     OUT_REQUESTED_BY,
     OUT_TENANT,
@@ -50,6 +51,8 @@ def expected_outputs(facts: Facts) -> dict[str, str | None]:
         outputs[OUT_ACCELERATOR_TYPE] = ",".join(plan.types)
     if plan.price_per_gpu_hour is not None and plan.gpu_equivalents:
         outputs[OUT_HOURLY_COST] = format_hourly_cost(plan.gpu_equivalents * plan.price_per_gpu_hour)
+    if plan.dra is not None:
+        outputs[OUT_DRA_CLAIMS] = plan.dra.annotation
     return outputs
 
 

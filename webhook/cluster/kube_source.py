@@ -44,6 +44,7 @@ log = logging.getLogger("kgwe.cluster.kube")
 TEST_KUBECONFIG_ENV = "KGWE_TEST_KUBECONFIG"
 CRD_GROUP_VERSION = "kgwe.io/v1alpha1"
 RBAC_GROUP_VERSION = "rbac.authorization.k8s.io/v1"
+DRA_GROUP_VERSION = "resource.k8s.io/v1"
 SHORT_WATCH_SECONDS = 1.0
 
 
@@ -67,6 +68,12 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind("HardwareProfile", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/hardwareprofiles", custom=True),
     WatchedKind("TenantQuota", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/tenantquotas", custom=True),
     WatchedKind("GPUPolicy", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/gpupolicies", custom=True),
+    # DRA (GA in 1.34): `custom` because older API servers do not serve resource.k8s.io/v1 at all.
+    WatchedKind("ResourceSlice", DRA_GROUP_VERSION, f"/apis/{DRA_GROUP_VERSION}/resourceslices", custom=True),
+    WatchedKind("DeviceClass", DRA_GROUP_VERSION, f"/apis/{DRA_GROUP_VERSION}/deviceclasses", custom=True),
+    WatchedKind(
+        "ResourceClaim", DRA_GROUP_VERSION, f"/apis/{DRA_GROUP_VERSION}/resourceclaims", namespaced=True, custom=True
+    ),
 )
 
 # Errors after which a kind's loop backs off and retries; anything else is a bug and propagates.

@@ -21,7 +21,8 @@ from typing import Any
 
 from agent.accelerator_types import UNKNOWN, AcceleratorTable
 from webhook.cluster.metrics import export_topology_ages
-from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts, Taint, node_facts
+from webhook.cluster.node_facts import AMD_GPU_RESOURCE, GPU_RESOURCE, NodeFacts, Taint, node_facts
+from webhook.dra.facts import apply_dra
 
 log = logging.getLogger("kgwe.cluster")
 
@@ -37,6 +38,10 @@ KINDS = (
     "ClusterRole",
     "RoleBinding",
     "ClusterRoleBinding",
+    # resource.k8s.io/v1 (DRA): devices, their classes, and claims (for what is allocated).
+    "ResourceSlice",
+    "DeviceClass",
+    "ResourceClaim",
 )
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -78,6 +83,8 @@ class TypeSummary:
     cliques: dict[str, list[str]] = field(default_factory=dict)
     clique_labels: set[str] = field(default_factory=set)
     nvlink_domains: dict[int, int] = field(default_factory=dict)  # domain size -> node count
+    dra_nodes: list[str] = field(default_factory=list)  # nodes publishing this type through DRA
+    dra_products: set[str] = field(default_factory=set)  # their devices' productName attributes
 
     def selector(self) -> tuple[str, list[str]] | None:
         """A (label key, values) pair that selects exactly this type's nodes, best key first."""
@@ -102,6 +109,7 @@ class ClusterModel:
     generation: int
     built_at: float
     table: AcceleratorTable
+    device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def type_ids(self) -> list[str]:
         return sorted(t for t in self.types if t != UNKNOWN)
@@ -187,13 +195,12 @@ def build_type_index(nodes: Iterable[NodeFacts], gpu_taint_keys: Iterable[str]) 
             summary.mps_nodes.append(facts.name)
         elif facts.sharing == "time-slicing":
             summary.timeslice_nodes.append(facts.name)
-        elif (not facts.mig_profiles or facts.mig_strategy == "mixed") and facts.allocatable.get(
-            GPU_RESOURCE, Decimal(0)
-        ) > 0:
+        elif (not facts.mig_profiles or facts.mig_strategy in ("mixed", "dra")) and _whole_gpus(facts) > 0:
             summary.exclusive_nodes.append(facts.name)
-            summary.max_gpus_exclusive_node = max(
-                summary.max_gpus_exclusive_node, int(facts.allocatable.get(GPU_RESOURCE, Decimal(0)))
-            )
+            summary.max_gpus_exclusive_node = max(summary.max_gpus_exclusive_node, _whole_gpus(facts))
+        if facts.dra is not None:
+            summary.dra_nodes.append(facts.name)
+            summary.dra_products.update(facts.dra.products)
         if facts.clique:
             summary.cliques.setdefault(facts.clique, []).append(facts.name)
             if facts.clique_label:
@@ -204,9 +211,20 @@ def build_type_index(nodes: Iterable[NodeFacts], gpu_taint_keys: Iterable[str]) 
     return index
 
 
+def _whole_gpus(facts: NodeFacts) -> int:
+    """Whole GPUs a pod can ask for on the node: NVIDIA's or AMD's extended resource, else DRA GPU devices."""
+    extended = facts.allocatable.get(GPU_RESOURCE, Decimal(0)) or facts.allocatable.get(AMD_GPU_RESOURCE, Decimal(0))
+    if not extended and facts.dra is not None:
+        return len(facts.dra.gpus)
+    return int(extended)
+
+
 _SELECTOR_ORDER = (
     "kgwe.io/accelerator-type",
     "nvidia.com/gpu.product",
+    "amd.com/gpu.product-name",
+    "beta.amd.com/gpu.product-name",
+    "amd.com/gpu.device-id",
     "cloud.google.com/gke-accelerator",
     "karpenter.k8s.aws/instance-gpu-name",
     "node.kubernetes.io/instance-type",
@@ -358,8 +376,9 @@ class ClusterStore:
             facts[item.name] = item
             fresh_cache[key] = (version, item)
         self._facts = fresh_cache
-        export_topology_ages(facts.values())
         objs = self._objects
+        facts = apply_dra(facts, objs["ResourceSlice"].values(), objs["ResourceClaim"].values(), self.table)
+        export_topology_ages(facts.values())
         return ClusterModel(
             nodes=facts,
             node_objects={object_key(n): n for n in objs["Node"].values()},
@@ -375,6 +394,7 @@ class ClusterStore:
             generation=self._generation,
             built_at=time.monotonic(),
             table=self.table,
+            device_classes={object_key(o): o for o in objs["DeviceClass"].values()},
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, split_product
 from agent.topology_schema import (
@@ -22,6 +22,9 @@ from agent.topology_schema import (
     TopologyDocument,
 )
 from webhook.quantities import parse_quantity
+
+if TYPE_CHECKING:
+    from webhook.dra.facts import DraNodeDevices
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -47,6 +50,13 @@ L_KARPENTER_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"
 L_KARPENTER_COUNT = "karpenter.k8s.aws/instance-gpu-count"
 L_AKS_ACCEL = "kubernetes.azure.com/accelerator"
 L_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+AMD_GPU_RESOURCE = "amd.com/gpu"
+# AMD's node labeller (ROCm/k8s-device-plugin): current labels, and the older `beta.` variants.
+L_AMD_PRODUCT = "amd.com/gpu.product-name"
+L_AMD_VRAM = "amd.com/gpu.vram"
+L_AMD_FAMILY = "amd.com/gpu.family"
+L_AMD_DEVICE_ID = "amd.com/gpu.device-id"
+AMD_BETA_PREFIX = "beta."
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,7 @@ class NodeFacts:
     name: str
     labels: dict[str, str]
     accelerator_type: str  # a type id, `unknown`, `mixed`, or "" for a node without GPUs
-    type_source: str  # topology | agent-label | gfd | gke | karpenter | aks | none
+    type_source: str  # topology | agent-label | gfd | amd-labeller | gke | karpenter | aks | none
     gpu_count: int  # physical GPUs (not MPS or time-slicing replicas)
     gpu_memory_mib: int | None
     product: str | None
@@ -80,10 +90,12 @@ class NodeFacts:
     topology_age_seconds: float | None = None
     topology_stale: bool = False
     notes: list[str] = field(default_factory=list)
+    # GPUs the node publishes through DRA ResourceSlices (webhook/dra/facts.py), None without any.
+    dra: DraNodeDevices | None = None
 
     @property
     def has_gpus(self) -> bool:
-        return self.gpu_count > 0 or any(self._gpu_allocatable())
+        return self.gpu_count > 0 or any(self._gpu_allocatable()) or bool(self.dra and (self.dra.gpus or self.dra.mig))
 
     def _gpu_allocatable(self) -> list[str]:
         return [k for k, v in self.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES) and v > 0]
@@ -95,7 +107,16 @@ class NodeFacts:
     def selector_labels(self) -> dict[str, str]:
         """Labels that identify this node's accelerator type, usable in node selectors, best first."""
         out: dict[str, str] = {}
-        for key in (LABEL_ACCELERATOR_TYPE, L_PRODUCT, L_GKE_ACCEL, L_KARPENTER_NAME, L_INSTANCE_TYPE):
+        for key in (
+            LABEL_ACCELERATOR_TYPE,
+            L_PRODUCT,
+            L_AMD_PRODUCT,
+            AMD_BETA_PREFIX + L_AMD_PRODUCT,
+            L_AMD_DEVICE_ID,
+            L_GKE_ACCEL,
+            L_KARPENTER_NAME,
+            L_INSTANCE_TYPE,
+        ):
             if key in self.labels:
                 out[key] = self.labels[key]
         return out
@@ -108,6 +129,42 @@ def _int(value: str | None) -> int | None:
         return int(str(value).strip())
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class AmdLabels:
+    """What AMD's node labeller says about a node's GPUs (None where it says nothing)."""
+
+    product: str | None
+    device_id: str | None
+    vram_gb: int | None
+    family: str | None
+
+    @property
+    def present(self) -> bool:
+        return bool(self.product or self.device_id)
+
+
+def _amd_value(labels: dict[str, str], key: str) -> str | None:
+    """A labeller value: `amd.com/gpu.X=V`, `beta.amd.com/gpu.X=V`, or the oldest form, where the value
+    is in the key and the label's value counts the GPUs (`beta.amd.com/gpu.X.V=8`; the most common wins)."""
+    for name in (key, AMD_BETA_PREFIX + key):
+        if labels.get(name):
+            return labels[name]
+    prefix = AMD_BETA_PREFIX + key + "."
+    counted = [(_int(v) or 0, k[len(prefix) :]) for k, v in labels.items() if k.startswith(prefix)]
+    return max(counted)[1] if counted else None
+
+
+def amd_labels(labels: dict[str, str]) -> AmdLabels:
+    vram = _amd_value(labels, L_AMD_VRAM)
+    vram_gb = _int(vram.upper().removesuffix("GB").removesuffix("G")) if vram else None
+    return AmdLabels(
+        product=_amd_value(labels, L_AMD_PRODUCT),
+        device_id=_amd_value(labels, L_AMD_DEVICE_ID),
+        vram_gb=vram_gb,
+        family=_amd_value(labels, L_AMD_FAMILY),
+    )
 
 
 def _taints(node: dict[str, Any]) -> tuple[Taint, ...]:
@@ -198,6 +255,10 @@ def node_facts(
         # Under MIG single the memory label is the slice's, not the GPU's: the table knows the model.
         type_id = table.from_product(base_product, None if single_profile else memory_mib)
         source = "gfd"
+    elif (amd := amd_labels(labels)).present:
+        type_id, source = table.from_amd(amd.product, amd.device_id, amd.vram_gb), "amd-labeller"
+        product = amd.product
+        memory_mib = amd.vram_gb * 1024 if amd.vram_gb else None
     elif labels.get(L_GKE_ACCEL):
         type_id, source = table.from_gke(labels[L_GKE_ACCEL]), "gke"
     elif labels.get(L_KARPENTER_NAME):
@@ -236,7 +297,7 @@ def node_facts(
             _int(labels.get(L_COUNT)) or _int(labels.get(L_GKE_COUNT)) or _int(labels.get(L_KARPENTER_COUNT)) or 0
         )
         if not gpu_count:
-            whole = allocatable.get(GPU_RESOURCE, Decimal(0))
+            whole = allocatable.get(GPU_RESOURCE, Decimal(0)) or allocatable.get(AMD_GPU_RESOURCE, Decimal(0))
             gpu_count = int(whole) // max(1, replicas)
     has_any_gpu = gpu_count > 0 or any(k.startswith(GPU_RESOURCE_PREFIXES) and v > 0 for k, v in allocatable.items())
     if has_any_gpu and not type_id:

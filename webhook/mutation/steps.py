@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from webhook.dra.render import apply_claims
 from webhook.mutation.pipeline import Step
 from webhook.placement.constraints import (
     apply_preferences,
@@ -86,6 +87,9 @@ def placement_steps(plan: PlacementPlan) -> list[Step]:
         steps.append(("mps-env", lambda pod: _set_env(pod, plan.env)))
     if plan.labels or plan.pod_affinity_terms or plan.annotations or plan.scheduling_gates:
         steps.append(("gang", lambda pod: _apply_gang(pod, plan)))
+    rendering = plan.dra
+    if rendering is not None:
+        steps.append(("dra-claims", lambda pod: apply_claims(pod, rendering)))
     return steps
 
 
@@ -203,6 +207,8 @@ def decision_document(plan: PlacementPlan, stale_nodes: int, policy_name: str | 
         doc["sharing"] = plan.sharing
     if plan.mig_profile:
         doc["mig"] = f"{plan.mig_profile}/{plan.mig_strategy}"
+    if plan.dra is not None:
+        doc["dra"] = sorted({plan.dra.template_name(c) for c in plan.dra.templates})
     if plan.gpu_fraction is not None:
         doc["fraction"] = str(plan.gpu_fraction)
     if plan.nvlink:

@@ -20,10 +20,13 @@ from policies.gpu_demand import GpuDemand, gpu_equivalents, mig_compute_slices, 
 from webhook.cluster.model import ClusterModel, TypeSummary
 from webhook.cluster.node_facts import L_CLIQUE, L_GKE_PARTITION, L_GKE_SHARING, L_MIG_STATE, L_PRODUCT, L_SHARING
 from webhook.config import Config
+from webhook.dra.render import DraRendering
 from webhook.gangs.placement import plan_sized_gang
 from webhook.intent import PodIntent
 from webhook.placement.constraints import Requirement, merge
+from webhook.placement.dra import choose_backend, plan_dra_mig, render_dra
 from webhook.placement.suggest import with_hints
+from webhook.placement.vendors import restrict_to_vendor
 from webhook.quantities import GIB, MIB
 
 GPU = "nvidia.com/gpu"
@@ -71,6 +74,9 @@ class PlacementPlan:
     decided_by: dict[str, str] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    backend: str = "device-plugin"  # device-plugin | dra (webhook/dra/backend.py)
+    mig_choices: list[str] = field(default_factory=list)  # DRA: fitting MIG profiles, smallest first
+    dra: DraRendering | None = None  # DRA: the claims and templates to write
 
 
 def _memory_gib(type_id: str, model: ClusterModel) -> int | None:
@@ -242,6 +248,12 @@ def build_plan(
     else:
         candidates = list(present)
     explicit_types = bool(requested)
+    candidates, vendor_refusal = restrict_to_vendor(pod, candidates, model.table, explicit_types)
+    if vendor_refusal:
+        plan.refusals.append(vendor_refusal)
+        return plan
+    if explicit_types or not intent.empty or fields:
+        candidates = choose_backend(plan, candidates, model, config)
 
     # GPU memory per GPU (or per slice for MIG): whole-GPU types must have at least that much.
     if intent.gpu_memory_bytes is not None and sharing != "mig":
@@ -261,7 +273,8 @@ def build_plan(
 
     # Sharing.
     if sharing == "mig":
-        if not _plan_mig(plan, pod, demand, candidates, mig_profile, intent, model):
+        planner = plan_dra_mig if plan.backend == "dra" else _plan_mig
+        if not planner(plan, pod, demand, candidates, mig_profile, intent, model):
             return plan
         candidates = plan.types
     elif sharing == "mps":
@@ -345,19 +358,21 @@ def build_plan(
     narrowed = explicit_types or bool(plan.steps) or not intent.empty
     if narrowed and candidates:
         summaries = [model.types[t] for t in candidates]
-        alternatives, unselectable = _selector_requirements(summaries)
+        # DRA: the claim's CEL selectors pick the type (and its order); no node label is needed.
+        dra = plan.backend == "dra"
+        alternatives, unselectable = _selector_requirements(summaries) if not dra else ([], [])
         if unselectable:
             plan.warnings.append(f"{', '.join(unselectable)}: nodes carry no common type label; not selected")
             candidates = [t for t in candidates if t not in unselectable]
             plan.types = candidates
-        if not alternatives:
+        if not alternatives and not dra:
             plan.refusals.append(f"{', '.join(unselectable)}: its nodes cannot be selected by label")
             return plan
         if len(alternatives) == 1:
             plan.requirements[:0] = alternatives[0]
         else:
             plan.type_alternatives = alternatives
-        if len(candidates) > 1 and explicit_types:
+        if len(candidates) > 1 and explicit_types and not dra:
             for weight, type_id in zip(_preference_weights(len(candidates)), candidates, strict=True):
                 selector = model.types[type_id].selector()
                 if selector:
@@ -372,6 +387,8 @@ def build_plan(
     plan.requirements = merged
     if problems:
         plan.refusals.extend(problems)
+        return plan
+    if plan.backend == "dra" and narrowed and not render_dra(plan, pod, model, config):
         return plan
 
     # Cost: GPU-equivalents times the price of the most expensive type it may land on.

@@ -142,7 +142,8 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     from policies.kube_client import deadline_api_client
     from policies.quota_kube_store import KubeQuotaStore
     from policies.rbac_review import SubjectAccessReviewer
-    from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
+    from webhook.cluster.kube_source import KubeClusterSource, KubeJson, load_kube_client
+    from webhook.dra.templates import KubeTemplateWriter
     from webhook.gangs.ledger import KubeGangStore
 
     api = load_kube_client(None)
@@ -161,6 +162,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
         gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
     )
+    runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
     return Assembly(runtime, api, source.stop)
 
 

@@ -1,0 +1,144 @@
+"""DRA test support: the DRA example cluster served by the real app over TLS on 127.0.0.1, templates
+created in the fake API server, AdmissionReviews as kube-apiserver sends them."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import ssl
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonpatch
+import orjson
+from fastapi import FastAPI
+
+from certs.authority import Settings
+from certs.files import CertificatePaths, ensure_files
+from certs.reloader import ReloadingSSLContext
+from webhook.server.serving import uvicorn_server
+
+ROOT = Path(__file__).resolve().parents[2]
+DRA_CLUSTER = ROOT / "examples" / "cluster-dra"
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+
+
+def review(pod: dict[str, Any], *, dry_run: bool = False, operation: str = "CREATE") -> dict[str, Any]:
+    """An AdmissionReview for a pod CREATE exactly as kube-apiserver posts it."""
+    meta = pod.get("metadata") or {}
+    gvk = {"group": "", "version": "v1", "kind": "Pod"}
+    gvr = {"group": "", "version": "v1", "resource": "pods"}
+    return {
+        "kind": "AdmissionReview",
+        "apiVersion": "admission.k8s.io/v1",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": gvk,
+            "resource": gvr,
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", "default"),
+            "operation": operation,
+            "userInfo": {
+                "username": "alice@example.com",
+                "uid": "b5d2b0c4-5a0b-4c0e-9d7e-1f2a3b4c5d6e",
+                "groups": ["team-a", "system:authenticated"],
+                "extra": {},
+            },
+            "object": pod,
+            "oldObject": None,
+            "dryRun": dry_run,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+def gpu_pod(name: str, annotations: dict[str, str], gpus: int = 1, namespace: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                 "resources": {"limits": {"nvidia.com/gpu": str(gpus), "memory": "32Gi"}}},
+                {"name": "sidecar", "image": "busybox", "resources": {"limits": {"memory": "64Mi"}}},
+            ],
+        },
+    }
+
+
+@dataclass
+class Webhook:
+    """The real app over HTTPS."""
+
+    url: str
+    ca_file: Path
+
+    def ask(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        with httpx.Client(base_url=self.url, verify=context) as client:
+            response = client.post(f"{path}?timeout=10s", content=orjson.dumps(body))
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()["response"]
+        assert answer["uid"] == body["request"]["uid"]
+        return answer
+
+    def mutate(self, pod: dict[str, Any], dry_run: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The mutating answer and the pod after its patch."""
+        answer = self.ask("/mutate", review(pod, dry_run=dry_run))
+        patch = orjson.loads(base64.b64decode(answer["patch"])) if answer.get("patch") else []
+        return answer, jsonpatch.apply_patch(pod, patch) if patch else pod
+
+    def validate(self, pod: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        return self.ask("/validate", review(pod, dry_run=dry_run))
+
+    def create(self, pod: dict[str, Any], dry_run: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Both webhooks as the API server chains them: (final pod, validating answer)."""
+        _answer, final = self.mutate(pod, dry_run)
+        return final, self.validate(final, dry_run)
+
+
+def serve(make_app: Callable[[], FastAPI], directory: Path) -> Iterator[Webhook]:
+    """Serve the app from a thread (built there: native policy engines are bound to their thread)."""
+    paths: CertificatePaths = ensure_files(directory, Settings(service="kgwe-webhook", namespace="kgwe"))[0]
+    tls = ReloadingSSLContext(paths.tls_cert, paths.tls_key, poll_seconds=0.05)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    servers: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            servers.append(uvicorn_server(make_app(), "127.0.0.1", port, tls, log_level="warning"))
+        except BaseException as exc:
+            errors.append(exc)
+            raise
+        servers[0].run(sockets=[sock])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (servers and servers[0].started):
+        if errors:
+            raise errors[0]
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    try:
+        yield Webhook(f"https://127.0.0.1:{port}", paths.ca_cert)
+    finally:
+        servers[0].should_exit = True
+        thread.join(10)
+        sock.close()

@@ -1,0 +1,45 @@
+"""DRA offline: `kgwe review` shows the templates it would create; a missing DeviceClass is named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from dra_support import DRA_CLUSTER, ROOT, gpu_pod
+
+from webhook.config import Config
+from webhook.review import review_pod
+from webhook.runtime import build_runtime
+
+
+def test_review_prints_the_templates_it_would_create(tmp_path: Path) -> None:
+    pod_file = tmp_path / "pod.yaml"
+    pod_file.write_text(yaml.safe_dump(gpu_pod("p", {"kgwe.io/accelerator": "nvidia-gb200-186gb"}, gpus=2)))
+    out = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "review", str(pod_file), "--cluster", str(DRA_CLUSTER), "-o", "json"],
+        capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True,
+    )
+    document = json.loads(out.stdout)
+    assert document["allowed"], document
+    (template,) = document["resourceClaimTemplates"]
+    claim = document["object"]["spec"]["resourceClaims"][0]
+    assert claim["resourceClaimTemplateName"] == template["metadata"]["name"]
+    assert template["metadata"]["namespace"] == "default"
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 2
+
+
+def test_a_missing_device_class_is_named(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster"
+    shutil.copytree(DRA_CLUSTER, cluster)
+    classes = [d for d in yaml.safe_load_all((cluster / "device-classes.yaml").read_text()) if d]
+    (cluster / "device-classes.yaml").write_text(yaml.safe_dump_all([c for c in classes
+                                                                     if c["metadata"]["name"] != "mig.nvidia.com"]))
+    runtime = build_runtime(Config(), cluster)
+    result = review_pod(runtime.admission, gpu_pod("p", {"kgwe.io/sharing": "mig", "kgwe.io/gpu-memory": "5Gi"}))
+    assert not result.allowed
+    assert "DRA: DeviceClass mig.nvidia.com does not exist; this cluster has gpu.nvidia.com" in result.message
+    assert result.creates == []

@@ -1,0 +1,240 @@
+"""KGWE's intent as DRA requests: a ResourceClaimTemplate per GPU container and the pod's claims.
+
+The plan (webhook/placement/plan.py) has already chosen the types (in the user's order), the MIG
+profiles that fit (smallest first) and refused what cannot run; this module writes that choice the DRA
+way, for the default scheduler to allocate:
+
+- one request `gpu` per template: a single type or MIG profile as `exactly`, several as
+  `firstAvailable` subrequests tried in order (at most 8, the API's limit; the last takes the rest);
+- a type is picked by CEL over the driver's `productName` attribute, with the product names the
+  cluster's ResourceSlices publish for it; a MIG slice by `profile` and the parent's `productName`;
+- each container that asked for GPUs gets its own claim (`kgwe-gpu-<hash of its name>`), so
+  containers never share devices they did not ask to share; the GPU extended resources are removed;
+- templates are named by their content (`kgwe-<hash>`), in the pod's namespace: the same request
+  always names the same template, so creating it is idempotent and pods with equal requests share it.
+
+What the containers asked for is kept in the `kgwe.io/dra-claims` output annotation (see
+policies/gpu_demand.py), so quotas, costs and a second admission pass see the same demand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from policies.gpu_demand import (
+    DRA_ANNOTATION,
+    DRA_CLAIM_PREFIX,
+    GPU,
+    MIG_PREFIX,
+    GpuDemand,
+    container_gpu_amounts,
+    dra_rendered,
+)
+from webhook.cluster.model import ClusterModel
+from webhook.dra.config import DraConfig
+from webhook.dra.facts import NVIDIA_DRIVER
+
+API_VERSION = "resource.k8s.io/v1"
+MAX_SUBREQUESTS = 8
+MANAGED_BY = {"app.kubernetes.io/managed-by": "kgwe"}
+
+__all__ = ["DRA_ANNOTATION", "DraRendering", "apply_claims", "render"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One alternative the claim may be satisfied with: a device class and what selects the device."""
+
+    name: str
+    device_class: str
+    expression: str
+
+
+@dataclass
+class DraRendering:
+    claims: dict[str, str] = field(default_factory=dict)  # container name -> pod claim name
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod claim name -> template object
+    moved: dict[str, dict[str, str]] = field(default_factory=dict)  # container -> GPU resources moved
+
+    @property
+    def annotation(self) -> str:
+        return orjson.dumps(self.moved, option=orjson.OPT_SORT_KEYS).decode()
+
+    def template_name(self, claim: str) -> str:
+        return str(self.templates[claim]["metadata"]["name"])
+
+
+def _cel_string(value: str) -> str:
+    """A CEL string literal (JSON's escaping is valid CEL for the characters product names use)."""
+    return orjson.dumps(value).decode()
+
+
+def _product_test(products: list[str]) -> str:
+    attr = f'device.attributes["{NVIDIA_DRIVER}"].productName'
+    if len(products) == 1:
+        return f"{attr} == {_cel_string(products[0])}"
+    return f"{attr} in [{', '.join(_cel_string(p) for p in products)}]"
+
+
+def _label(text: str) -> str:
+    """A DNS label for a subrequest name."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]+", "-", text.lower())).strip("-")[:63] or "choice"
+
+
+def type_choices(model: ClusterModel, types: list[str], config: DraConfig) -> list[Choice]:
+    choices = []
+    for type_id in types:
+        products = sorted(model.types[type_id].dra_products)
+        if products:
+            choices.append(Choice(_label(type_id), config.gpu_device_class, _product_test(products)))
+    return choices
+
+
+def mig_choices(model: ClusterModel, types: list[str], profiles: list[str], config: DraConfig) -> list[Choice]:
+    choices = []
+    for profile in profiles:
+        products = sorted({p for t in types if profile in model.types[t].mig for p in model.types[t].dra_products})
+        if not products:
+            continue
+        test = f'device.attributes["{NVIDIA_DRIVER}"].profile == {_cel_string(profile)} && {_product_test(products)}'
+        choices.append(Choice(_label(f"mig-{profile}"), config.mig_device_class, test))
+    return choices
+
+
+def _limited(choices: list[Choice]) -> list[Choice]:
+    """At most MAX_SUBREQUESTS: the last one accepts every remaining alternative."""
+    if len(choices) <= MAX_SUBREQUESTS:
+        return choices
+    head, rest = choices[: MAX_SUBREQUESTS - 1], choices[MAX_SUBREQUESTS - 1 :]
+    classes = {c.device_class for c in rest}
+    if len(classes) != 1:  # pragma: no cover - one plan never mixes whole GPUs and MIG slices
+        return choices[:MAX_SUBREQUESTS]
+    joined = " || ".join(f"({c.expression})" for c in rest)
+    return [*head, Choice("others", rest[0].device_class, joined)]
+
+
+def _request(choices: list[Choice], count: int) -> dict[str, Any]:
+    def body(choice: Choice) -> dict[str, Any]:
+        return {
+            "deviceClassName": choice.device_class,
+            "allocationMode": "ExactCount",
+            "count": count,
+            "selectors": [{"cel": {"expression": choice.expression}}],
+        }
+
+    if len(choices) == 1:
+        return {"name": "gpu", "exactly": body(choices[0])}
+    return {"name": "gpu", "firstAvailable": [{"name": c.name, **body(c)} for c in _limited(choices)]}
+
+
+def _template(namespace: str, request: dict[str, Any], types: list[str]) -> dict[str, Any]:
+    spec = {"spec": {"devices": {"requests": [request]}}}
+    digest = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:20]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": f"{DRA_CLAIM_PREFIX}{digest}",
+            "namespace": namespace,
+            "labels": dict(MANAGED_BY),
+            "annotations": {"kgwe.io/accelerator-type": ",".join(types)},
+        },
+        "spec": spec,
+    }
+
+
+def claim_name(container: str) -> str:
+    return f"{DRA_CLAIM_PREFIX}gpu-{hashlib.sha256(container.encode()).hexdigest()[:10]}"
+
+
+def render(
+    pod: dict[str, Any],
+    model: ClusterModel,
+    config: DraConfig,
+    types: list[str],
+    mig_profiles: list[str],
+) -> tuple[DraRendering | None, str | None]:
+    """The rendering of the plan's choice for `pod`, or a refusal naming what exists."""
+    choices = mig_choices(model, types, mig_profiles, config) if mig_profiles else type_choices(model, types, config)
+    if not choices:
+        return None, f"DRA: no ResourceSlice publishes {'/'.join(types) or 'a GPU'} with a productName"
+    needed = {c.device_class for c in choices}
+    missing = sorted(needed - set(model.device_classes)) if model.device_classes else []
+    if missing:
+        return None, (
+            f"DRA: DeviceClass {', '.join(missing)} does not exist; this cluster has "
+            f"{', '.join(sorted(model.device_classes))}"
+        )
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    rendering = DraRendering()
+    for container, amounts in container_gpu_amounts(pod).items():
+        devices = sum((v for k, v in amounts.items() if k == GPU or k.startswith(MIG_PREFIX)), Decimal(0))
+        if devices <= 0:
+            continue
+        claim = claim_name(container)
+        rendering.claims[container] = claim
+        rendering.templates[claim] = _template(namespace, _request(choices, int(devices)), types)
+        moved = sorted((k, v) for k, v in amounts.items() if k == GPU or k.startswith(MIG_PREFIX))
+        rendering.moved[container] = {k: str(v) for k, v in moved}
+    return rendering, None
+
+
+def apply_claims(pod: dict[str, Any], rendering: DraRendering) -> None:
+    """The mutation step: claims in, GPU extended resources out. Applying it twice changes nothing."""
+    spec = pod.setdefault("spec", {})
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if not isinstance(container, dict):
+            continue
+        claim = rendering.claims.get(str(container.get("name", "")))
+        if claim is None:
+            continue
+        resources = container.setdefault("resources", {})
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if not isinstance(values, dict):
+                continue
+            for key in [k for k in values if k == GPU or str(k).startswith(MIG_PREFIX)]:
+                del values[key]
+            if not values:
+                del resources[section]
+        claims = resources.get("claims")
+        if not isinstance(claims, list):
+            claims = resources["claims"] = []
+        if not any(isinstance(c, dict) and c.get("name") == claim for c in claims):
+            claims.append({"name": claim})
+    pod_claims = spec.get("resourceClaims")
+    if not isinstance(pod_claims, list):
+        pod_claims = spec["resourceClaims"] = []
+    for claim in rendering.templates:
+        wanted = {"name": claim, "resourceClaimTemplateName": rendering.template_name(claim)}
+        index = next((i for i, c in enumerate(pod_claims) if isinstance(c, dict) and c.get("name") == claim), None)
+        if index is None:
+            pod_claims.append(wanted)
+        elif pod_claims[index] != wanted:
+            pod_claims[index] = wanted
+
+
+def charged_demand(pod: dict[str, Any], demand: GpuDemand) -> GpuDemand:
+    """A DRA MIG pod's demand as it is charged: its GPUs moved into the claim are slices of the first
+    choice recorded in `kgwe.io/decision` (`"mig": "<profile>/dra"`), not whole GPUs."""
+    if not demand.whole_gpus or not dra_rendered(pod):
+        return demand
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        decision = orjson.loads(str(notes.get("kgwe.io/decision") or "{}"))
+    except orjson.JSONDecodeError:
+        return demand
+    mig = decision.get("mig") if isinstance(decision, dict) else None
+    if not isinstance(mig, str) or not mig.endswith("/dra"):
+        return demand
+    profile = mig.removesuffix("/dra")
+    slices = dict(demand.mig)
+    slices[profile] = slices.get(profile, 0) + demand.whole_gpus
+    return GpuDemand(whole_gpus=0, mig=slices, other=dict(demand.other), invalid=list(demand.invalid),
+                     gpu_containers=list(demand.gpu_containers))

@@ -1,0 +1,115 @@
+"""Who creates the ResourceClaimTemplates a DRA-rendered pod names: the mutating webhook, at admission.
+
+The pod names a template in its own namespace; the API server's resource-claim controller makes the
+pod's ResourceClaim from it, so the template must exist before the pod is scheduled. KGWE creates it
+while admitting the pod, because only then is it known, and only then can a failure be reported:
+
+- never on `dryRun` requests and never in audit mode (no patch is returned there): admission stays
+  free of side effects where Kubernetes asks for that; `kgwe review` and the `creates` of the outcome
+  show what would be created;
+- idempotent: the name is a hash of the content, so `409 AlreadyExists` means the same template is
+  there; recently created names are remembered for `REMEMBER_SECONDS` to save the round trip;
+- bounded by the admission deadline;
+- when the template cannot be created the mutation is withdrawn (no patch, a warning): the pod is
+  then refused by `/validate` as not mutated, and the user creates it again, instead of a pod that
+  waits forever for a template that does not exist.
+
+Templates are labelled `app.kubernetes.io/managed-by: kgwe`. They are shared by every pod with the same
+request in the namespace and are not deleted with a pod (another may name it an instant later); they
+are a few hundred bytes each, and an administrator may delete unused ones at any time, since KGWE
+recreates a template on the next admission that needs it (after `REMEMBER_SECONDS`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Protocol
+
+from webhook.admission.outcome import Outcome
+from webhook.admission.request import AdmissionRequest
+from webhook.dra.render import API_VERSION, DraRendering
+
+if TYPE_CHECKING:
+    from webhook.runtime import Runtime
+
+log = logging.getLogger("kgwe.dra")
+REMEMBER_SECONDS = 300.0
+REMEMBER_MAX = 4096
+
+
+class TemplateError(RuntimeError):
+    pass
+
+
+class TemplateWriter(Protocol):
+    def create(self, template: dict[str, Any], deadline: float | None) -> None:
+        """Create `template` (AlreadyExists counts as success); raise TemplateError otherwise."""
+
+
+class KubeTemplateWriter:
+    """Creates templates through the API server (`create` on resourceclaimtemplates.resource.k8s.io)."""
+
+    def __init__(self, api: Any, connect_timeout: float = 1.0) -> None:
+        self.api = api  # webhook.cluster.kube_source.KubeJson
+        self.connect_timeout = connect_timeout
+        self._known: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _remembered(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            stamp = self._known.get(key)
+            return stamp is not None and time.monotonic() - stamp < REMEMBER_SECONDS
+
+    def _remember(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._known[key] = time.monotonic()
+            self._known.move_to_end(key)
+            while len(self._known) > REMEMBER_MAX:
+                self._known.popitem(last=False)
+
+    def create(self, template: dict[str, Any], deadline: float | None) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        meta = template["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        if self._remembered(key):
+            return
+        remaining = 10.0 if deadline is None else deadline - time.monotonic()
+        if remaining <= 0:
+            raise TemplateError("no time left before the admission deadline")
+        path = f"/apis/{API_VERSION}/namespaces/{key[0]}/resourceclaimtemplates"
+        what = f"creating ResourceClaimTemplate {key[0]}/{key[1]}"
+        try:
+            self.api.request("POST", path, body=template, timeout=(min(self.connect_timeout, remaining), remaining))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise TemplateError(f"{what}: {exc.status} {exc.reason}") from exc
+        except Exception as exc:  # urllib3 timeouts and connection errors: the same answer for the user
+            raise TemplateError(f"{what}: {exc}") from exc
+        self._remember(key)
+
+
+def ensure_claim_templates(
+    runtime: Runtime, request: AdmissionRequest, rendering: DraRendering, outcome: Outcome, deadline: float | None
+) -> Outcome:
+    """Create the templates `rendering` names (see the module docstring), or withdraw the mutation."""
+    templates = list(rendering.templates.values())
+    outcome.creates = templates
+    writer: TemplateWriter | None = runtime.claim_templates
+    config = runtime.config
+    if writer is None or request.dry_run or config.mode == "audit" or not config.dra.create_templates:
+        return outcome
+    try:
+        for template in templates:
+            writer.create(template, deadline)
+    except TemplateError as exc:
+        log.warning("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
+        return Outcome(
+            # Warnings are cut at 120 characters: what to do comes first.
+            warnings=[f"KGWE could not create the pod's claim template; create the pod again ({exc})"],
+            object=request.object,
+        )
+    return outcome

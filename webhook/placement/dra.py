@@ -1,0 +1,135 @@
+"""The placement plan's DRA branch: which backend renders the pod, MIG choices, and the rendering.
+
+Kept apart from plan.py so the device-plugin path reads as before; plan.py calls these three functions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agent.accelerator_types import MigProfile
+from policies.gpu_demand import GpuDemand, mig_compute_slices
+from webhook.cluster.model import ClusterModel
+from webhook.config import Config
+from webhook.dra.backend import DRA, split_by_backend
+from webhook.dra.render import render
+from webhook.intent import PodIntent
+from webhook.quantities import GIB
+
+if TYPE_CHECKING:
+    from webhook.placement.plan import PlacementPlan
+
+
+def choose_backend(plan: PlacementPlan, candidates: list[str], model: ClusterModel, config: Config) -> list[str]:
+    """Set the plan's backend from its most preferred type; keep the candidates rendered that way."""
+    backend, kept, dropped = split_by_backend(model, candidates, config.dra)
+    if dropped:
+        other = "DRA" if backend != DRA else "the device plugin"
+        plan.warnings.append(
+            f"{', '.join(dropped)}: GPUs published through {other}; this pod is written for "
+            f"{'DRA' if backend == DRA else 'device-plugin'} nodes ({', '.join(kept)})"
+        )
+    plan.backend = backend
+    return kept
+
+
+def _memory_gb(profile: str, info: MigProfile | None) -> int | None:
+    if info is not None:
+        return info.memory_gb
+    try:
+        return int(profile.split("+")[0].split(".")[-1].removesuffix("gb"))
+    except ValueError:
+        return None
+
+
+def plan_dra_mig(
+    plan: PlacementPlan,
+    pod: dict[str, Any],
+    demand: GpuDemand,
+    candidates: list[str],
+    wanted_profile: str | None,
+    intent: PodIntent,
+    model: ClusterModel,
+) -> bool:
+    """MIG on DRA nodes: every profile that fits, smallest first (memory, then compute), each offered by
+    a node with enough slices for the pod; the claim tries them in that order."""
+    from webhook.placement.plan import _format_bytes, describe_cluster
+
+    offers: dict[str, tuple[int, int, list[str]]] = {}  # profile -> (memory GB, compute, types)
+    for type_id in candidates:
+        accel = model.table.get(type_id)
+        for profile, offer in model.types[type_id].mig.items():
+            if "dra" not in offer.strategies:
+                continue
+            info = accel.mig_profile(profile) if accel else None
+            memory = _memory_gb(profile, info)
+            if memory is None:
+                continue
+            compute = info.compute_slices if info else mig_compute_slices(profile)
+            offers.setdefault(profile, (memory, compute, []))[2].append(type_id)
+    scope = "/".join(candidates) if candidates else "GPU"
+    if not offers:
+        plan.refusals.append(f"MIG: no {scope} DRA device is a MIG slice; this cluster has {describe_cluster(model)}")
+        return False
+    asked = intent.gpu_memory_bytes
+    if wanted_profile:
+        if wanted_profile not in offers:
+            plan.refusals.append(
+                f"MIG profile {wanted_profile}: no DRA device offers it; this cluster has {describe_cluster(model)}"
+            )
+            return False
+        if asked is not None and offers[wanted_profile][0] * GIB < asked:
+            plan.refusals.append(
+                f"MIG profile {wanted_profile} has less than the {_format_bytes(asked)} asked by kgwe.io/gpu-memory"
+            )
+            return False
+        fitting = [wanted_profile]
+    else:
+        fitting = sorted(
+            (p for p, (memory, _c, _t) in offers.items() if asked is None or memory * GIB >= asked),
+            key=lambda p: (offers[p][0], offers[p][1], p),
+        )
+        if not fitting:
+            plan.refusals.append(
+                f"MIG: no slice has {_format_bytes(asked) if asked else 'the memory asked'}; "
+                f"this cluster has {describe_cluster(model)}"
+            )
+            return False
+    other = [p for p in demand.mig if p not in fitting]
+    if other and wanted_profile:
+        plan.refusals.append(f"the pod asks for MIG {', '.join(other)} and MIG {wanted_profile}: one profile per pod")
+        return False
+    slices = demand.whole_gpus + sum(demand.mig.values())
+    most = {
+        p: max(
+            (model.nodes[n].mig_profiles.get(p, 0) for t in offers[p][2] for n in model.types[t].mig[p].nodes[:64]),
+            default=0,
+        )
+        for p in fitting
+    }
+    roomy = [p for p in fitting if most[p] >= slices]
+    if not roomy:
+        plan.refusals.append(
+            f"this pod asks for {slices} MIG slices on one node; the most any node has is "
+            f"{max(most.values(), default=0)} ({', '.join(f'{p}: {most[p]}' for p in fitting)})"
+        )
+        return False
+    plan.types = [t for t in candidates if any(t in offers[p][2] for p in roomy)]
+    plan.sharing = "mig"
+    plan.mig_profile = roomy[0]
+    plan.mig_strategy = "dra"
+    plan.mig_choices = roomy
+    plan.steps.append("mig")
+    return True
+
+
+def render_dra(plan: PlacementPlan, pod: dict[str, Any], model: ClusterModel, config: Config) -> bool:
+    """Write the plan as claims and templates; False (with a refusal) when no device could satisfy them."""
+    rendering, refusal = render(pod, model, config.dra, plan.types, plan.mig_choices if plan.sharing == "mig" else [])
+    if refusal:
+        plan.refusals.append(refusal)
+        return False
+    if rendering is not None and rendering.claims:
+        plan.dra = rendering
+        plan.steps.append("dra")
+    return True

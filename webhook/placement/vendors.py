@@ -1,0 +1,63 @@
+"""Which GPU vendor a pod asks for, and which accelerator types can serve it.
+
+A pod asks for NVIDIA GPUs with `nvidia.com/*` resources and for AMD GPUs with `amd.com/gpu`; the two
+are not interchangeable (the container image is built for CUDA or for ROCm). A pod that asks for one
+vendor's GPUs runs only on that vendor's types, and naming the other vendor's type is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.accelerator_types import AcceleratorTable
+
+RESOURCE_VENDORS = (("nvidia.com/", "nvidia"), ("amd.com/gpu", "amd"))
+
+
+def pod_gpu_vendors(pod: dict[str, Any]) -> set[str]:
+    """Vendors whose GPU resources any container (init containers too) of the pod asks for."""
+    spec = pod.get("spec") or {}
+    vendors: set[str] = set()
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if not isinstance(container, dict):
+            continue
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if not isinstance(values, dict):
+                continue
+            for key in values:
+                for prefix, vendor in RESOURCE_VENDORS:
+                    if isinstance(key, str) and key.startswith(prefix):
+                        vendors.add(vendor)
+    return vendors
+
+
+def type_vendor(table: AcceleratorTable, type_id: str) -> str:
+    accel = table.get(type_id)
+    return accel.vendor if accel is not None else type_id.split("-", 1)[0]
+
+
+def restrict_to_vendor(
+    pod: dict[str, Any], candidates: list[str], table: AcceleratorTable, explicit: bool
+) -> tuple[list[str], str | None]:
+    """The candidates of the vendor the pod's resources ask for, and a refusal when none is left.
+
+    A pod that asks for no vendor's resource (intent only) or for both keeps every candidate.
+    """
+    vendors = pod_gpu_vendors(pod)
+    if len(vendors) != 1:
+        if len(vendors) > 1:
+            return [], "the pod asks for both NVIDIA (nvidia.com/) and AMD (amd.com/gpu) GPUs: one vendor per pod"
+        return candidates, None
+    vendor = next(iter(vendors))
+    kept = [t for t in candidates if type_vendor(table, t) == vendor]
+    if kept or not candidates:
+        return kept, None
+    resource = "amd.com/gpu" if vendor == "amd" else "nvidia.com/gpu"
+    if explicit:
+        return [], (
+            f"{', '.join(candidates)}: not a {vendor.upper()} GPU, and the pod asks for {resource}; "
+            "ask for the resource of the type's vendor"
+        )
+    return [], f"the pod asks for {resource} and this cluster has no {vendor.upper()} GPUs"
