@@ -170,12 +170,24 @@ def test_webhook_may_write_kgwe_keys_and_lift_its_own_gate(default: Rendered, ce
      "its own kgwe.io/ scheduling gates"),
     ({"spec__containers": [{"name": "main", "image": "evil:1"}]}, "containers, tolerations"),
     ({"spec__tolerations": [{"operator": "Exists"}]}, "containers, tolerations"),
-    ({"spec__nodeSelector": {"kubernetes.io/hostname": "n1"}}, "containers, tolerations"),
+    ({"spec__nodeSelector": {"kubernetes.io/os": "linux"}}, "a gang's room to the node selector"),
     ({"spec__activeDeadlineSeconds": 1}, "containers, tolerations"),
 ])
 def test_webhook_may_change_nothing_else_on_a_pod(default: Rendered, cel: Cel, change: dict[str, Any],
                                                   message: str) -> None:
     assert message in _pod_verdict(cel, default, _edited(**change))
+
+
+def test_webhook_may_pin_a_gated_gang_member_to_its_room(default: Rendered, cel: Cel) -> None:
+    pinned = _edited(spec__nodeSelector={"kgwe.io/nvlink-clique": "nvl72-a"})
+    assert _pod_verdict(cel, default, pinned) == "allowed"
+    # Not once the gate is gone, and never another key.
+    ungated = copy.deepcopy(POD)
+    ungated["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    pinned_late = copy.deepcopy(ungated)
+    pinned_late["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    verdict = _policy_verdict(cel, default, _webhook_request(), pinned_late, ungated, POD_POLICY)
+    assert "a gang's room" in verdict
 
 
 def test_pod_policy_refuses_subresources_and_leaves_others_alone(default: Rendered, cel: Cel) -> None:
