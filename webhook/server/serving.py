@@ -30,7 +30,7 @@ from certs.files import ensure_files
 from certs.reloader import ReloadingSSLContext
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
-from webhook.server import metrics
+from webhook.server import metrics, multiproc_metrics
 from webhook.server.app import BackgroundTask, create_app
 from webhook.server.callers import CallerAuthenticator
 from webhook.server.config_watch import ConfigWatcher
@@ -129,7 +129,10 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
             # Workers are processes: their quota reservations meet in one file (the parent's pid names it).
             from policies.quota_file_store import FileQuotaStore
 
-            quota_store = FileQuotaStore(state_dir() / "quota" / f"{options.port}-{os.getppid()}.json")
+            # Not fsynced: the file lives as long as this server (policies/quota_file_store.py says why).
+            quota_store = FileQuotaStore(
+                state_dir() / "quota" / f"{options.port}-{os.getppid()}.json", durable=False
+            )
         # Gang records outlive a restart: a file beside the quota reservations, named by the port.
         from webhook.gangs.ledger import FileGangStore
 
@@ -293,6 +296,8 @@ def uvicorn_server(
 
 
 def serve(options: ServeOptions) -> int:
+    if options.workers > 1:
+        multiproc_metrics.ensure_multiprocess_mode()  # may re-execute this process (multiproc_metrics.py)
     if options.tls_cert_file is not None and options.tls_key_file is not None:
         cert_file, key_file = options.tls_cert_file, options.tls_key_file
     else:
@@ -346,6 +351,7 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
         except ChildProcessError:
             break
         index, started = children.pop(pid, (-1, 0.0))
+        multiproc_metrics.worker_exited(pid)
         if stopping or index < 0:
             continue
         if time.monotonic() - started < CRASH_LOOP_SECONDS:
@@ -356,4 +362,5 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
         log.warning("worker %d (pid %d) exited with status %d; starting a new one", index, pid, status)
         start(index)
     sock.close()
+    multiproc_metrics.cleanup()
     return 1 if failed else 0
