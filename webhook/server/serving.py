@@ -7,6 +7,7 @@ SSLContext, so certificate renewals reach every worker.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
@@ -80,6 +81,28 @@ def state_dir() -> Path:
     return Path(base) / "kgwe"
 
 
+def runtime_dir() -> Path:
+    """Where `kgwe serve` keeps what lives only as long as it runs (the workers' quota state file): memory
+    when there is a runtime directory for it, so that the state file costs no disk I/O per reservation.
+
+    `KGWE_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/kgwe`, else `/dev/shm/kgwe-UID`, else the state directory.
+    """
+    explicit = os.environ.get("KGWE_RUNTIME_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and Path(xdg).is_dir():
+        return Path(xdg) / "kgwe"
+    if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK):
+        return Path("/dev/shm") / f"kgwe-{os.getuid()}"
+    return state_dir()
+
+
+def quota_state_file(port: int, parent_pid: int) -> Path:
+    """The quota state file the workers of one `kgwe serve` share (the parent removes it at exit)."""
+    return runtime_dir() / "quota" / f"{port}-{parent_pid}.json"
+
+
 def self_signed_pair(host: str, extra_dns_names: list[str], directory: Path | None = None) -> tuple[Path, Path, Path]:
     """(certificate, key, CA) of a serving certificate made and renewed under the state directory."""
     ips = ["127.0.0.1", "::1"]
@@ -130,9 +153,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
             from policies.quota_file_store import FileQuotaStore
 
             # Not fsynced: the file lives as long as this server (policies/quota_file_store.py says why).
-            quota_store = FileQuotaStore(
-                state_dir() / "quota" / f"{options.port}-{os.getppid()}.json", durable=False
-            )
+            quota_store = FileQuotaStore(quota_state_file(options.port, os.getppid()), durable=False)
         # Gang records outlive a restart: a file beside the quota reservations, named by the port.
         from webhook.gangs.ledger import FileGangStore
 
@@ -363,4 +384,8 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
         start(index)
     sock.close()
     multiproc_metrics.cleanup()
+    quota_file = quota_state_file(options.port, os.getpid())
+    for path in (quota_file, quota_file.with_suffix(".json.lock")):
+        with contextlib.suppress(OSError):
+            path.unlink()
     return 1 if failed else 0
