@@ -1,11 +1,14 @@
 """`kgwe serve --workers 2`: one scrape of /metrics shows every worker (prometheus-client multiprocess mode),
-and the metrics directory `kgwe serve` made for its workers is gone when it exits."""
+connections opened together reach both workers (SO_REUSEPORT), and the metrics directory `kgwe serve` made
+for its workers is gone when it exits."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -66,6 +69,19 @@ def test_one_scrape_shows_every_worker_and_the_directory_is_removed(tmp_path: Pa
                     if value > 0]
         assert len({labels for labels, _ in expiries}) >= 2, text
         # Counters are summed over the workers: every request counted once, whichever worker answered it.
+        # Sixteen keep-alive connections opened at once, as the API server does: both workers get some.
+        # (With one shared listening socket, all of them often went to one worker.)
+        context = ssl.create_default_context(cafile=str(ca_file))
+        held = [context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1")
+                for _ in range(16)]
+        try:
+            time.sleep(0.5)
+            with server.client() as client:
+                open_connections = _samples(client.get("/metrics").text, "kgwe_open_connections")
+        finally:
+            for connection in held:
+                connection.close()
+        assert len([labels for labels, value in open_connections if value > 0]) >= 2, open_connections
         answered = sum(value for labels, value in _samples(text, "kgwe_admission_requests_total")
                        if 'endpoint="mutate"' in labels)
         assert answered == REQUESTS

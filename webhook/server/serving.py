@@ -1,6 +1,7 @@
 """`kgwe serve`: TLS material, the runtime, the app and uvicorn, in one process or several.
 
-Several workers share one listening socket bound by the parent; each worker builds its own runtime
+Several workers each accept on their own listening socket (SO_REUSEPORT, bound by the parent; one shared
+socket where the system has no SO_REUSEPORT); each worker builds its own runtime
 after the fork (threads and watches do not survive a fork) and serves with its own reloading
 SSLContext, so certificate renewals reach every worker.
 """
@@ -330,10 +331,38 @@ def serve(options: ServeOptions) -> int:
     return _serve_workers(options, cert_file, key_file)
 
 
+def listening_sockets(host: str, port: int, workers: int) -> list[socket.socket]:
+    """One listening socket per worker, all on `host:port` with SO_REUSEPORT, where the system has it;
+    otherwise one socket the workers share.
+
+    With one shared socket the worker whose event loop wakes first accepts every connection that is
+    waiting: 16 keep-alive connections opened together (the API server's, a load test's) all went to one
+    of two workers in two runs out of three, and the other worker idled for the connections' lifetime. With
+    SO_REUSEPORT the kernel spreads new connections over the sockets by their addresses. The parent keeps
+    every socket open, so connections that arrive while a worker restarts wait in its backlog. Only
+    processes of the same user can join the group (Linux), so no other user can take a share.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if workers <= 1 or not hasattr(socket, "SO_REUSEPORT"):
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+        sock.set_inheritable(True)
+        return [sock]
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(workers):
+            sock = socket.create_server((host, port), family=family, backlog=2048, reuse_port=True)
+            sock.set_inheritable(True)
+            sockets.append(sock)
+            port = sock.getsockname()[1]  # port 0: the others join the port the first one got
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> int:
-    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
-    sock = socket.create_server((options.host, options.port), family=family, backlog=2048)
-    sock.set_inheritable(True)
+    sockets = listening_sockets(options.host, options.port, options.workers)
     children: dict[int, tuple[int, float]] = {}
     stopping = False
     failed = False
@@ -345,7 +374,7 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                run_worker(options, cert_file, key_file, [sock])
+                run_worker(options, cert_file, key_file, [sockets[index % len(sockets)]])
             except BaseException:
                 log.exception("worker %d failed", index)
                 code = 1
@@ -382,7 +411,8 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
             continue
         log.warning("worker %d (pid %d) exited with status %d; starting a new one", index, pid, status)
         start(index)
-    sock.close()
+    for sock in sockets:
+        sock.close()
     multiproc_metrics.cleanup()
     quota_file = quota_state_file(options.port, os.getpid())
     for path in (quota_file, quota_file.with_suffix(".json.lock")):
