@@ -36,6 +36,8 @@ def ensure_multiprocess_mode() -> None:
     """In the parent of several workers: return when multiprocess mode is on; otherwise turn it on and
     re-execute this process (does not return)."""
     if multiprocess_enabled():
+        # The operator's directory, or ours after the re-exec: prometheus-client writes into it at once.
+        os.makedirs(os.environ[MULTIPROC_ENV], exist_ok=True)
         return
     _reexec_with(tempfile.mkdtemp(prefix="kgwe-metrics-"))
 
