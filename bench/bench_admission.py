@@ -193,16 +193,16 @@ async def _connection(port: int, context: ssl.SSLContext, request: bytes, run: R
 
 
 async def _drive(port: int, ca_file: Path, path: str, body: bytes, seconds: float,
-                 check: Callable[[bytes], bool]) -> Run:
+                 check: Callable[[bytes], bool], connections: int = CONNECTIONS) -> Run:
     context = ssl.create_default_context(cafile=str(ca_file))
     request = _request_bytes(path, body)
     run = Run()
     # Warm-up: connections, TLS sessions, first-request caches.
     await asyncio.gather(*(_connection(port, context, request, Run(), time.perf_counter() + 0.5, check)
-                           for _ in range(CONNECTIONS)))
+                           for _ in range(connections)))
     started = time.perf_counter()
     await asyncio.gather(*(_connection(port, context, request, run, started + seconds, check)
-                           for _ in range(CONNECTIONS)))
+                           for _ in range(connections)))
     run.seconds = time.perf_counter() - started
     return run
 
@@ -226,12 +226,12 @@ def _cpu_seconds(pid: int) -> float | None:
 
 
 def _measure(process: multiprocessing.process.BaseProcess, port: int, ca_file: Path, path: str, body: bytes,
-             seconds: float, check: Callable[[bytes], bool]) -> dict[str, Any]:
+             seconds: float, check: Callable[[bytes], bool], connections: int = CONNECTIONS) -> dict[str, Any]:
     """One measurement, with the server's CPU time per request: on a shared machine req/s follows the CPU
     share the server gets, CPU per request does not."""
     assert process.pid is not None
     before = _cpu_seconds(process.pid)
-    run = _run(_drive(port, ca_file, path, body, seconds, check))
+    run = _run(_drive(port, ca_file, path, body, seconds, check, connections))
     after = _cpu_seconds(process.pid)
     summary: dict[str, Any] = run.summary()
     if before is not None and after is not None and run.latencies:
@@ -310,6 +310,11 @@ def bench_admission(seconds: float = 8) -> dict[str, Any]:
                     slices[name].append(
                         _measure(process, port, paths.ca_cert, path, body, seconds / ROUNDS, check)
                     )
+            # Latency without queueing: one connection, as Gatekeeper's p50 in issue 17 was measured.
+            for name, path, check in endpoints:
+                results[f"{name}_one_connection"] = _measure(
+                    process, port, paths.ca_cert, path, body, max(1.0, seconds / ROUNDS), check, connections=1
+                )
         finally:
             _stop(process)
         for name, measured in slices.items():

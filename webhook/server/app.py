@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 from fastapi import APIRouter, FastAPI
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -29,7 +29,7 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest, BadReview, decode_review
 from webhook.admission.response import render_review
 from webhook.config import Config
-from webhook.server import metrics
+from webhook.server import metrics, multiproc_metrics
 from webhook.server.callers import CallerAuthenticator
 from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
@@ -286,7 +286,7 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        return Response(multiproc_metrics.latest(), media_type=CONTENT_TYPE_LATEST)
 
     # The web UI's static pages, served at /ui/ (read once into memory).
     routers = [ui_router()] if ui else []

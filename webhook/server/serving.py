@@ -1,12 +1,14 @@
 """`kgwe serve`: TLS material, the runtime, the app and uvicorn, in one process or several.
 
-Several workers share one listening socket bound by the parent; each worker builds its own runtime
+Several workers each accept on their own listening socket (SO_REUSEPORT, bound by the parent; one shared
+socket where the system has no SO_REUSEPORT); each worker builds its own runtime
 after the fork (threads and watches do not survive a fork) and serves with its own reloading
 SSLContext, so certificate renewals reach every worker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
@@ -30,7 +32,7 @@ from certs.files import ensure_files
 from certs.reloader import ReloadingSSLContext
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
-from webhook.server import metrics
+from webhook.server import metrics, multiproc_metrics
 from webhook.server.app import BackgroundTask, create_app
 from webhook.server.callers import CallerAuthenticator
 from webhook.server.config_watch import ConfigWatcher
@@ -78,6 +80,28 @@ def state_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "kgwe"
+
+
+def runtime_dir() -> Path:
+    """Where `kgwe serve` keeps what lives only as long as it runs (the workers' quota state file): memory
+    when there is a runtime directory for it, so that the state file costs no disk I/O per reservation.
+
+    `KGWE_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/kgwe`, else `/dev/shm/kgwe-UID`, else the state directory.
+    """
+    explicit = os.environ.get("KGWE_RUNTIME_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and Path(xdg).is_dir():
+        return Path(xdg) / "kgwe"
+    if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK):
+        return Path("/dev/shm") / f"kgwe-{os.getuid()}"
+    return state_dir()
+
+
+def quota_state_file(port: int, parent_pid: int) -> Path:
+    """The quota state file the workers of one `kgwe serve` share (the parent removes it at exit)."""
+    return runtime_dir() / "quota" / f"{port}-{parent_pid}.json"
 
 
 def self_signed_pair(host: str, extra_dns_names: list[str], directory: Path | None = None) -> tuple[Path, Path, Path]:
@@ -129,7 +153,8 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
             # Workers are processes: their quota reservations meet in one file (the parent's pid names it).
             from policies.quota_file_store import FileQuotaStore
 
-            quota_store = FileQuotaStore(state_dir() / "quota" / f"{options.port}-{os.getppid()}.json")
+            # Not fsynced: the file lives as long as this server (policies/quota_file_store.py says why).
+            quota_store = FileQuotaStore(quota_state_file(options.port, os.getppid()), durable=False)
         # Gang records outlive a restart: a file beside the quota reservations, named by the port.
         from webhook.gangs.ledger import FileGangStore
 
@@ -295,6 +320,8 @@ def uvicorn_server(
 
 
 def serve(options: ServeOptions) -> int:
+    if options.workers > 1:
+        multiproc_metrics.ensure_multiprocess_mode()  # may re-execute this process (multiproc_metrics.py)
     if options.tls_cert_file is not None and options.tls_key_file is not None:
         cert_file, key_file = options.tls_cert_file, options.tls_key_file
     else:
@@ -306,10 +333,38 @@ def serve(options: ServeOptions) -> int:
     return _serve_workers(options, cert_file, key_file)
 
 
+def listening_sockets(host: str, port: int, workers: int) -> list[socket.socket]:
+    """One listening socket per worker, all on `host:port` with SO_REUSEPORT, where the system has it;
+    otherwise one socket the workers share.
+
+    With one shared socket the worker whose event loop wakes first accepts every connection that is
+    waiting: 16 keep-alive connections opened together (the API server's, a load test's) all went to one
+    of two workers in two runs out of three, and the other worker idled for the connections' lifetime. With
+    SO_REUSEPORT the kernel spreads new connections over the sockets by their addresses. The parent keeps
+    every socket open, so connections that arrive while a worker restarts wait in its backlog. Only
+    processes of the same user can join the group (Linux), so no other user can take a share.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if workers <= 1 or not hasattr(socket, "SO_REUSEPORT"):
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+        sock.set_inheritable(True)
+        return [sock]
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(workers):
+            sock = socket.create_server((host, port), family=family, backlog=2048, reuse_port=True)
+            sock.set_inheritable(True)
+            sockets.append(sock)
+            port = sock.getsockname()[1]  # port 0: the others join the port the first one got
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> int:
-    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
-    sock = socket.create_server((options.host, options.port), family=family, backlog=2048)
-    sock.set_inheritable(True)
+    sockets = listening_sockets(options.host, options.port, options.workers)
     children: dict[int, tuple[int, float]] = {}
     stopping = False
     failed = False
@@ -321,7 +376,7 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                run_worker(options, cert_file, key_file, [sock])
+                run_worker(options, cert_file, key_file, [sockets[index % len(sockets)]])
             except BaseException:
                 log.exception("worker %d failed", index)
                 code = 1
@@ -348,6 +403,7 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
         except ChildProcessError:
             break
         index, started = children.pop(pid, (-1, 0.0))
+        multiproc_metrics.worker_exited(pid)
         if stopping or index < 0:
             continue
         if time.monotonic() - started < CRASH_LOOP_SECONDS:
@@ -357,5 +413,11 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
             continue
         log.warning("worker %d (pid %d) exited with status %d; starting a new one", index, pid, status)
         start(index)
-    sock.close()
+    for sock in sockets:
+        sock.close()
+    multiproc_metrics.cleanup()
+    quota_file = quota_state_file(options.port, os.getpid())
+    for path in (quota_file, quota_file.with_suffix(".json.lock")):
+        with contextlib.suppress(OSError):
+            path.unlink()
     return 1 if failed else 0
