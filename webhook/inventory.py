@@ -528,7 +528,9 @@ class InventoryCache:
     after `max_age_seconds` so `generatedAt` and topology ages stay fresh. With `background` (the
     server's setting) the rebuild runs on a thread and callers keep getting the previous answer until
     the new one, with every view asked for so far rendered, replaces it: no request waits for a
-    rebuild except the very first.
+    rebuild except the very first and the first after the cache sat unused for `max_age_seconds`,
+    which is built at once from `fresh_model_source` (a snapshot rebuilt now when the cluster changed):
+    a person opening the page after a pause sees the cluster as it is, not as it was minutes ago.
     """
 
     def __init__(
@@ -540,8 +542,10 @@ class InventoryCache:
         max_age_seconds: float = 30.0,
         build_share: float = 4.0,
         background: bool = True,
+        fresh_model_source: Callable[[], ClusterModel] | None = None,
     ) -> None:
         self._model_source = model_source
+        self._fresh_model_source = fresh_model_source or model_source
         self._config_source = config_source
         self.refresh_seconds = refresh_seconds
         self.max_age_seconds = max_age_seconds
@@ -602,13 +606,17 @@ class InventoryCache:
         state = self._state
         if wanted is None and state is not None:
             return state
-        if state is not None and self.background and wanted is not None:
+        idle = time.monotonic() - self._built >= self.max_age_seconds
+        if state is not None and self.background and wanted is not None and not idle:
             self._rebuild_in_background(*wanted)
             return state
         with self._lock:
             wanted = self._wanted_key()
             if wanted is not None:
                 key, model, config = wanted
+                if idle:
+                    model = self._fresh_model_source()
+                    key = (model.generation, key[1])
                 self._install(key, self._build(model, config))
             assert self._state is not None
             return self._state

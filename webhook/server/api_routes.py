@@ -58,7 +58,10 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
     Plain Starlette routes inside the router, as for the admission endpoints: FastAPI's per-request
     parameter handling would cost more than serving the cached bytes (bench/bench_inventory.py).
     """
-    inventory = cache or InventoryCache(lambda: runtime.store.snapshot(), lambda: runtime.config)
+    inventory = cache or InventoryCache(
+        lambda: runtime.store.snapshot(), lambda: runtime.config,
+        fresh_model_source=lambda: runtime.store.snapshot(force=True),
+    )
 
     def cached(name: str, view: View) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(_request: Request) -> Response:
