@@ -7,6 +7,7 @@ SSLContext, so certificate renewals reach every worker.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
@@ -16,7 +17,7 @@ import ssl
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from webhook.server.config_watch import ConfigWatcher
 from webhook.server.quota_sync import QuotaSync
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
+from webhook.server.worker_logs import quiet_secondary_worker, worker_started
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -241,6 +243,7 @@ def run_worker(
         background=background, authenticator=callers,
     )
     controllers.start()
+    worker_started()
     try:
         uvicorn_server(
             app, options.host, options.port, tls, options.log_level, limits=connection_limits(options.config)
@@ -293,21 +296,43 @@ def uvicorn_server(
 
 
 def serve(options: ServeOptions) -> int:
+    sock = listen(options.host, options.port)
     if options.tls_cert_file is not None and options.tls_key_file is not None:
         cert_file, key_file = options.tls_cert_file, options.tls_key_file
     else:
         cert_file, key_file, ca_file = self_signed_pair(options.host, options.extra_dns_names)
         print(f"kgwe serve: no --tls-cert-file given; serving a self-signed certificate. CA: {ca_file}", flush=True)
     if options.workers <= 1:
-        run_worker(options, cert_file, key_file)
+        try:
+            run_worker(options, cert_file, key_file, [sock])
+        finally:
+            sock.close()
         return 0
-    return _serve_workers(options, cert_file, key_file)
+    return _serve_workers(options, cert_file, key_file, sock)
 
 
-def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> int:
-    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
-    sock = socket.create_server((options.host, options.port), family=family, backlog=2048)
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts, so a busy port or a foreign address is
+    one line saying what to do (ServeError), not a traceback from deep inside uvicorn."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+    except PermissionError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}; ports below 1024 need privileges, "
+                         "give --port 8443 or another free port") from exc
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ServeError(f"port {port} on {host} is already in use (another kgwe serve?); stop it or give "
+                             "--port N") from exc
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ServeError(f"cannot listen on {host}:{port}: {host} is not an address of this machine; give "
+                             "--host 127.0.0.1 or --host 0.0.0.0") from exc
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.set_inheritable(True)
+    return sock
+
+
+def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path, sock: socket.socket) -> int:
     children: dict[int, tuple[int, float]] = {}
     stopping = False
     failed = False
@@ -319,7 +344,8 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                run_worker(options, cert_file, key_file, [sock])
+                level = quiet_secondary_worker(index, options.log_level)  # each line once, not once per worker
+                run_worker(replace(options, log_level=level), cert_file, key_file, [sock])
             except BaseException:
                 log.exception("worker %d failed", index)
                 code = 1
