@@ -554,7 +554,7 @@ class TenantsPage extends Page {
     const tenants = data.tenants || [];
     replaceChildren(this.root,
       h("h1", {}, "Tenants"),
-      h("p", { class: "muted" }, "GPU quotas from TenantQuota objects, what bound pods use of them, and the hourly cost ",
+      h("p", { class: "muted" }, "GPU quotas from TenantQuota objects, what admitted pods (bound or still pending) use of them, and the hourly cost ",
         "of each tenant's running pods (the sum of their ", h("code", {}, "kgwe.io/hourly-cost"), ")."),
       tenants.length ? h("div", { class: "tenants", id: "tenants" }, tenants.map((t) => this.card(t, data.currency))) :
         h("p", { class: "empty" }, "No TenantQuota exists."));
