@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from webhook.admission.core import AdmissionService, Facts
+from webhook.admission.core import AdmissionService, Facts, PendingVerdict
 from webhook.admission.request import AdmissionRequest, decode_review
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
@@ -149,7 +149,7 @@ def _policies(facts: Facts, admission: AdmissionService) -> tuple[list[PolicyRes
 def _checks(admission: AdmissionService, request: AdmissionRequest, deadline: float | None) -> list[Check]:
     """Each part of the validating answer, as a dry run: the CPU-bound problems, then every gate."""
     pending = admission.prepare_verdict(request, deadline)
-    if not hasattr(pending, "gates"):
+    if not isinstance(pending, PendingVerdict):
         return []
     problems = list(pending.problems)
     checks = [Check(reason, message) for reason, message in problems[:MAX_LINES]]

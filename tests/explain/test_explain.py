@@ -113,3 +113,24 @@ def _run_cli(args: list[str], out: Path) -> int:
         code = main(args)
     out.write_text(buffer.getvalue())
     return code
+
+
+def test_api_explains_an_existing_pod_and_refuses_bad_references(tmp_path: Path) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from webhook.server.explain_routes import explain_router
+
+    cluster = copy_example_cluster(tmp_path / "cluster")
+    plant(cluster, "zz-waiting.yaml", gpu_pod("stuck", "ml-research", gpus=16, phase="Pending",
+                                              annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"}))
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), cluster)
+    app = FastAPI()
+    app.include_router(explain_router(runtime))
+    with TestClient(app) as client:
+        body = client.get("/api/v1/explain", params={"pod": "ml-research/stuck"}).json()
+        assert body["state"] == "pending" and body["refusals"]
+        assert body["trace"][-1]["dropped"][0]["why"] == "at most 8 GPUs on one node, the pod asks for 16"
+        assert client.get("/api/v1/explain", params={"pod": "ml-research/absent"}).status_code == 404
+        for bad in ("", "no-slash", "a/b/c", "UPPER/x", "x/" + "y" * 300):
+            assert client.get("/api/v1/explain", params={"pod": bad}).status_code == 400

@@ -181,6 +181,7 @@ def run_worker(
     from webhook.gangs.routes import gangs_router
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
+    from webhook.server.explain_routes import explain_router
 
     client_ca_file = options.config.authentication.client_ca_file
     try:
@@ -239,7 +240,8 @@ def run_worker(
     callers = CallerAuthenticator(options.config.authentication)
     callers.announce()
     app = create_app(
-        runtime, ui=options.ui, extra_routers=[api_router(runtime), gangs_router(runtime)], certificate=tls,
+        runtime, ui=options.ui, extra_routers=[api_router(runtime), gangs_router(runtime), explain_router(runtime)],
+        certificate=tls,
         background=background, authenticator=callers,
     )
     controllers.start()
