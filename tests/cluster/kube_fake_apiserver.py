@@ -76,6 +76,7 @@ class FakeApiServer:
         self.expired_as_http_status = False
         self.expire_next_continue = False  # the next paged-list continue token is answered 410
         self.leases: dict[str, dict[str, Any]] = {}
+        self.posted_events: list[dict[str, Any]] = []  # core/v1 Events created in any namespace
         self._drop_generation = 0
         self._closing = False
         self._pages: dict[str, tuple[int, list[dict[str, Any]]]] = {}
@@ -240,6 +241,10 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             begun = self._begin("POST")
             if begun is not None and begun[0].startswith(LEASES):
                 self._create_lease(begun[0], begun[2])
+            elif begun is not None and begun[0].startswith("/api/v1/namespaces/") and begun[0].endswith("/events"):
+                with server.cond:
+                    server.posted_events.append(begun[2])
+                self._send_json(201, begun[2])
 
         def do_PUT(self) -> None:
             begun = self._begin("PUT")

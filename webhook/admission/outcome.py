@@ -17,6 +17,8 @@ class Outcome:
     audit_annotations: dict[str, str] = field(default_factory=dict)
     # The object after the patch (for `kgwe review` and for validating the mutated pod).
     object: dict[str, Any] | None = None
+    # The placement plan behind a /mutate answer, for its Event (webhook/server/pod_events.py); never rendered.
+    plan: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def deny(cls, message: str, code: int = 403, reason: str = "Forbidden") -> Outcome:

@@ -244,6 +244,12 @@ def run_worker(
         certificate=tls,
         background=background, authenticator=callers,
     )
+    if api_client is not None:  # Events on pods about KGWE's decisions (why), off the request path
+        from webhook.gangs.controller import kube_pod_writer
+        from webhook.server.pod_events import DecisionEvents
+
+        runtime.decision_events = DecisionEvents(kube_pod_writer(api_client).event)
+        runtime.decision_events.start()
     controllers.start()
     worker_started()
     try:
@@ -252,6 +258,8 @@ def run_worker(
         ).run(sockets=sockets)
     finally:
         controllers.stop()
+        if runtime.decision_events is not None:
+            runtime.decision_events.stop()
         assembly.stop_source()
 
 
