@@ -635,7 +635,59 @@ class GangsPage extends Page {
   }
 }
 
-const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage };
+// ---------------------------------------------------------------------------------------------------------------
+// Why: KGWE's explanation of one pod (#/why?pod=NAMESPACE/NAME): the placement trace, each policy, and for a pod
+// that is not bound, what blocks it now. Without a pod, the GPU pods that wait, to pick one.
+
+function whyTarget() {
+  const query = location.hash.split("?")[1] || "";
+  return new URLSearchParams(query).get("pod") || "";
+}
+
+class WhyPage extends Page {
+  fetch() {
+    const pod = whyTarget();
+    return pod ? getJSON("explain", { pod }) : getJSON("explain");
+  }
+
+  show(data) {
+    const form = h("form", { class: "why-form", onsubmit: (event) => {
+      event.preventDefault();
+      const value = event.target.elements.pod.value.trim();
+      location.hash = value ? `#/why?pod=${encodeURIComponent(value)}` : "#/why";
+    } },
+    h("label", {}, "Pod ", h("input", { name: "pod", value: whyTarget(), placeholder: "namespace/name", size: 40 })),
+    h("button", { type: "submit" }, "Explain"));
+    if (data.pending) {
+      replaceChildren(this.root, h("h1", {}, "Why"), form,
+        h("p", { class: "muted" }, "GPU pods that are not bound yet; pick one to see what KGWE decided and what blocks it."),
+        data.pending.length ? h("ul", { class: "pending", id: "pending" }, data.pending.map((pod) =>
+          h("li", {}, h("a", { href: `#/why?pod=${encodeURIComponent(pod)}` }, pod)))) :
+          h("p", { class: "empty" }, "No GPU pod is waiting."));
+      return;
+    }
+    const verdict = data.refusals && data.refusals.length ? h("span", { class: "badge warn" }, "refused") : null;
+    replaceChildren(this.root, h("h1", {}, "Why: ", h("code", {}, data.pod), " ", verdict), form,
+      h("p", { class: "muted", id: "state" }, data.gpuPod ? `State: ${data.state}.` :
+        "Not a GPU pod and no kgwe.io/ intent: KGWE leaves it as it is."),
+      data.trace && data.trace.length ? [h("h2", {}, "Placement, step by step"),
+        h("ol", { class: "trace", id: "trace" }, data.trace.map((step) => h("li", {},
+          h("strong", {}, step.step), `: kept ${step.kept.length ? step.kept.join(", ") : "none"}`,
+          step.note ? h("span", { class: "muted" }, ` (${step.note})`) : null,
+          step.dropped.length ? h("ul", {}, step.dropped.map((d) => h("li", {}, h("code", {}, d.type), ` dropped: ${d.why}`))) :
+            null)))] : null,
+      data.refusals && data.refusals.length ? [h("h2", {}, "Refused"),
+        h("ul", { id: "refusals" }, data.refusals.map((r) => h("li", {}, r)))] : null,
+      data.policies && (data.policies.length || data.policiesSilent) ? [h("h2", {}, "Policies"),
+        h("ul", { id: "policies" }, data.policies.map((p) => h("li", {}, h("code", {}, p.policy), `: ${p.result}`)),
+          data.policiesSilent ? h("li", { class: "muted" },
+            `${plural(data.policiesSilent, "other policy", "other policies")}: no decision, no violation`) : null)] : null,
+      data.blocking && data.blocking.length ? [h("h2", {}, "What blocks it now"),
+        h("ul", { id: "blocking" }, data.blocking.map((b) => h("li", {}, b)))] : null);
+  }
+}
+
+const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage, why: WhyPage };
 
 document.getElementById("refresh").addEventListener("click", () => current && current.load());
 window.addEventListener("hashchange", route);
