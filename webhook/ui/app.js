@@ -585,11 +585,16 @@ class TenantsPage extends Page {
 
   limitRow(limit) {
     const capped = limit.gpus !== null && limit.gpus !== undefined;
-    const full = capped && limit.used >= limit.gpus;
+    // Reservations of pods admitted moments ago (or only reviewed, in YAML mode) count against the limit too.
+    const reserved = limit.reserved ?? 0;
+    const full = capped && limit.used + reserved >= limit.gpus;
     return h("tr", { class: full ? "full" : null, dataset: { limit: `${limit.kind}/${limit.name}` } },
       h("th", { scope: "row" }, h("span", { class: "muted small" }, limit.kind === "profile" ? "profile " : "type "),
         h("code", {}, limit.name)),
-      h("td", { class: "num" }, h("span", { dataset: { field: "used" } }, String(limit.used ?? 0)), " / ",
+      h("td", { class: "num" }, h("span", { dataset: { field: "used" } }, String(limit.used ?? 0)),
+        reserved ? h("span", { class: "muted small", title: "held for pods admitted in the last quotas.reservationGraceSeconds "
+          + "that no pod list shows yet" }, " + ", h("span", { dataset: { field: "reserved" } }, String(reserved)), " reserved")
+          : null, " / ",
         h("span", { dataset: { field: "gpus" } }, capped ? String(limit.gpus) : DASH)),
       h("td", { class: "use" }, limit.gpus ? h("meter", { min: 0, max: limit.gpus, value: limit.used ?? 0,
         low: limit.gpus * 0.7, high: limit.gpus * 0.9, optimum: 0, "aria-label": "share of the limit used" }) : null,
