@@ -320,6 +320,28 @@ def profile_price(spec: dict[str, Any], config: Config) -> Decimal | None:
     return config.price_per_gpu_hour(types[0]) if types else None
 
 
+def unit_price_of(
+    price: Decimal | None, sharing: dict[str, Any], model: ClusterModel, types: list[str]
+) -> tuple[Decimal | None, str]:
+    """(price per hour of what one pod unit of the profile gets, what that unit is), by the cost rule of
+    docs/costs.md: a MIG slice is its compute slices / 7 of a GPU, an MPS share its gpuFraction."""
+    mode = sharing.get("mode")
+    if mode == "mig" and sharing.get("migProfile"):
+        name = str(sharing["migProfile"])
+        slices = next((p.compute_slices for t in types if (a := model.table.get(t)) for p in a.mig_profiles
+                       if p.name == name), None)
+        if slices is None:
+            return None, f"MIG {name} slice"
+        share = Decimal(slices) / 7
+        return (price * share if price is not None else None), f"MIG {name} slice ({slices}/7 GPU)"
+    if mode == "mps" and sharing.get("gpuFraction") is not None:
+        fraction = Decimal(str(sharing["gpuFraction"]))
+        return (price * fraction if price is not None else None), f"MPS share ({number(fraction)} GPU)"
+    if mode == "time-slicing":
+        return None, "time-sliced replica (priced per node: 1 / its replicas)"
+    return price, "GPU"
+
+
 def hardware_profiles_view(inventory: Inventory) -> dict[str, Any]:
     model, config = inventory.model, inventory.config
     profiles = []
@@ -344,6 +366,7 @@ def hardware_profiles_view(inventory: Inventory) -> dict[str, Any]:
                 "pending": number(counts[2]),
             })
         price = profile_price(spec, config)
+        unit_price, unit = unit_price_of(price, sharing, model, [str(t) for t in spec.get("acceleratorTypes") or []])
         products = ", ".join(str(r["productName"] or r["id"]) for r in rows) or "no accelerator types"
         profiles.append({
             "name": name,
@@ -351,6 +374,9 @@ def hardware_profiles_view(inventory: Inventory) -> dict[str, Any]:
             "description": str(spec.get("description") or ""),
             "sharing": sharing,
             "pricePerGPUHour": price_text(price) if price is not None else None,
+            # What a pod of this profile gets and pays per hour: a MIG slice or MPS share, not a whole GPU.
+            "pricePerUnitHour": money_text(unit_price) if unit_price is not None else None,
+            "unit": unit,
             "acceleratorTypes": rows,
             "total": number(totals[0]),
             "available": number(totals[1]),
@@ -358,6 +384,15 @@ def hardware_profiles_view(inventory: Inventory) -> dict[str, Any]:
             "summary": f"{display} ({products}) - {number(totals[1])} available",
         })
     return {"generatedAt": utc_stamp(inventory.generated_at), "currency": config.pricing.currency, "profiles": profiles}
+
+
+def _fully_mig(facts: NodeFacts) -> bool:
+    """Every GPU of the node is MIG-partitioned: MIG devices and no whole GPU to give a pod."""
+    if not facts.mig_profiles:
+        return False
+    if facts.mig_strategy in ("single", "gke"):
+        return True
+    return facts.allocatable.get("nvidia.com/gpu", ZERO) <= 0
 
 
 def _node_row(inventory: Inventory, facts: NodeFacts, elapsed: float) -> dict[str, Any]:
@@ -379,7 +414,8 @@ def _node_row(inventory: Inventory, facts: NodeFacts, elapsed: float) -> dict[st
         "architecture": accel.architecture if accel else facts.labels.get("nvidia.com/gpu.family"),
         "mig": {"strategy": facts.mig_strategy, "ready": facts.mig_ready, "profiles": dict(facts.mig_profiles)},
         "sharing": {"strategy": facts.sharing, "replicas": facts.replicas},
-        "nvlinkDomainSize": facts.nvlink_domain_size,
+        # A GPU in MIG mode cannot use NVLink (docs/topology.md): a node with no whole GPU left has no domain.
+        "nvlinkDomainSize": 0 if _fully_mig(facts) else facts.nvlink_domain_size,
         "clique": facts.clique,
         "labels": {k: v for k, v in facts.labels.items() if k.startswith(SHOWN_LABEL_PREFIXES)},
         "allocatable": {k: number(v) for k, v in _gpu_resources(facts).items()},

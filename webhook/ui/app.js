@@ -526,7 +526,7 @@ class ProfilesPage extends Page {
         h("dt", {}, "Sharing"),
         h("dd", { dataset: { field: "sharing" } }, profileSharing(profile.sharing)),
         h("dt", {}, "Price"),
-        h("dd", { dataset: { field: "price" } }, price ? `${price} per GPU-hour` : "no price configured")),
+        h("dd", { dataset: { field: "price" } }, profilePrice(profile, currency))),
       h("table", { class: "profile-types" },
         h("thead", {}, h("tr", {},
           h("th", { scope: "col" }, "GPU type"), h("th", { scope: "col" }, "Memory"),
@@ -638,6 +638,16 @@ class GangsPage extends Page {
       h("td", {}, waiting ? h("span", { class: "badge warn" }, gang.state) : gang.state),
       h("td", { dataset: { field: "reason" } }, gang.reason || DASH));
   }
+}
+
+// What a pod of the profile pays: the price of its slice or share, with the whole-GPU price beside it.
+function profilePrice(profile, currency) {
+  const gpu = money(profile.pricePerGPUHour, currency);
+  if (!gpu) return "no price configured";
+  const unit = money(profile.pricePerUnitHour, currency);
+  if (!unit || profile.unit === "GPU") return `${gpu} per GPU-hour`;
+  const article = /^[AEIOUM]/.test(profile.unit) ? "an" : "a"; // "an MPS share", "an MIG slice"
+  return `${unit} per hour for ${article} ${profile.unit} (${gpu} per GPU-hour)`;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
