@@ -440,12 +440,21 @@ def nodes_view(inventory: Inventory) -> dict[str, Any]:
         summary = model.types[type_id]
         accel = model.table.get(type_id)
         capacity = inventory.types.get(type_id, TypeCapacity())
+        shared = list(capacity.shared.values())
         types.append({
             "id": type_id,
             "productName": accel.product_name if accel else None,
             "nodes": len(summary.nodes),
             "gpus": summary.gpus_total,
             "available": number(capacity.equivalents_available()),
+            # The same capacity counted as what pods get: whole GPUs (physical, MPS and time-slicing
+            # replicas folded back), and MIG slices as slices per profile, never as fractions of a GPU.
+            "wholeGpus": number(capacity.whole.allocatable + sum((b.allocatable for b in shared), ZERO)),
+            "wholeAvailable": number(capacity.whole.available + sum((b.available for b in shared), ZERO)),
+            "slices": {
+                profile: {"available": number(bucket.available), "total": number(bucket.allocatable)}
+                for profile, bucket in sorted(capacity.mig.items())
+            },
         })
     return {"generatedAt": utc_stamp(inventory.generated_at), "nodes": nodes, "types": types}
 

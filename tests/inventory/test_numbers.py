@@ -29,3 +29,12 @@ def test_fully_mig_partitioned_nodes_have_no_nvlink_domain(client: TestClient) -
     assert mig_node["mig"]["profiles"] and mig_node["nvlinkDomainSize"] == 0
     h100 = [n for n in nodes if n["acceleratorType"] == "nvidia-h100-80gb"]
     assert h100 and all(n["nvlinkDomainSize"] == 8 for n in h100)
+
+
+def test_type_summary_counts_mig_slices_as_slices(client: TestClient) -> None:
+    types = client.get("/api/v1/nodes").json()["types"]
+    a100 = _by(types, "id", "nvidia-a100-80gb")
+    assert a100["slices"]["1g.10gb"] == {"available": 27, "total": 28}
+    assert all(float(c["available"]).is_integer() for c in a100["slices"].values())
+    l4 = _by(types, "id", "nvidia-l4-24gb")  # MPS replicas folded back into physical GPUs
+    assert l4["wholeGpus"] <= l4["gpus"]

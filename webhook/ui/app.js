@@ -101,6 +101,17 @@ const COLUMNS = [
   { key: "free", label: "Free", value: (n) => resourceSum(freeResources(n)), numeric: true },
 ];
 
+// What is free on a type, counted as pods get it: "12 of 16 whole GPUs free · 27 of 28 1g.10gb slices free · ".
+function sliceText(type) {
+  const parts = [];
+  if (type.wholeGpus) parts.push(`${type.wholeAvailable} of ${type.wholeGpus} whole GPUs free`);
+  for (const [profile, count] of Object.entries(type.slices || {})) {
+    parts.push(`${count.available} of ${count.total} ${profile} slices free`);
+  }
+  if (!parts.length && type.wholeGpus === undefined) parts.push(`${type.available} GPUs free`);
+  return parts.map((part) => h("span", { class: "slice-count" }, `${part} · `));
+}
+
 function sharingText(sharing) {
   if (!sharing || !sharing.strategy || sharing.strategy === "none") return "exclusive";
   const replicas = sharing.replicas && sharing.replicas > 1 ? ` ×${sharing.replicas}` : "";
@@ -171,9 +182,10 @@ class NodesPage extends Page {
       },
       h("span", { class: type.id === "unknown" ? "type-name unknown" : "type-name" }, this.typeLabel(type.id)),
       type.id in SPECIAL_TYPES ? null : h("code", {}, type.id),
-      h("span", { class: "type-numbers" },
-        h("span", { dataset: { field: "available" } }, String(type.available)), " of ",
-        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), " GPUs available on ",
+      h("span", { class: "type-numbers", title: `${type.available} GPU-equivalents free` },
+        h("span", { dataset: { field: "available" }, hidden: true }, String(type.available)),
+        sliceText(type),
+        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), " GPUs on ",
         h("span", { dataset: { field: "nodes" } }, String(type.nodes)), type.nodes === 1 ? " node" : " nodes")));
     return h("div", { class: "type-cards", id: "type-cards" }, cards);
   }
@@ -280,7 +292,9 @@ class NodesPage extends Page {
     });
     const type = this.types.get(key);
     const available = type ? h("span", {},
-      " · ", h("span", { dataset: { field: "available" } }, String(type.available)), " available") : null;
+      " · ", h("span", { dataset: { field: "available" } }, String(type.available)),
+      h("span", { title: "whole GPU 1, MIG slice its compute slices / 7, MPS share its fraction" },
+        Object.keys(type.slices || {}).length ? " GPU-equivalents free" : " free")) : null;
     const label = h("div", { class: "group-label" },
       h("span", { class: "type-name" }, this.typeLabel(key)),
       key in SPECIAL_TYPES ? null : h("code", {}, key),
