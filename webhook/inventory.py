@@ -145,6 +145,7 @@ class Inventory:
         self.config = config
         self.generated_at = now or datetime.now(UTC)
         self.node_used: dict[str, dict[str, Decimal]] = {}
+        self.node_gpu_pods: dict[str, int] = {}  # unfinished GPU pods bound to each node
         self.types: dict[str, TypeCapacity] = {}
         self.charges: list[PodCharge] = []
         self.pod_costs: list[PodCost] = []
@@ -176,6 +177,7 @@ class Inventory:
             node_name = (pod.get("spec") or {}).get("nodeName")
             facts = model.nodes.get(node_name) if node_name else None
             if node_name:
+                self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
                 used = self.node_used.setdefault(node_name, {})
                 for key, amount in demand_resources(demand, facts).items():
                     used[key] = used.get(key, ZERO) + amount
@@ -420,6 +422,7 @@ def _node_row(inventory: Inventory, facts: NodeFacts, elapsed: float) -> dict[st
         "labels": {k: v for k, v in facts.labels.items() if k.startswith(SHOWN_LABEL_PREFIXES)},
         "allocatable": {k: number(v) for k, v in _gpu_resources(facts).items()},
         "used": {k: number(v) for k, v in used.items()},
+        "pods": inventory.node_gpu_pods.get(facts.name, 0),
         "unschedulable": facts.unschedulable,
         "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in facts.taints],
         "topology": {

@@ -38,3 +38,9 @@ def test_type_summary_counts_mig_slices_as_slices(client: TestClient) -> None:
     assert all(float(c["available"]).is_integer() for c in a100["slices"].values())
     l4 = _by(types, "id", "nvidia-l4-24gb")  # MPS replicas folded back into physical GPUs
     assert l4["wholeGpus"] <= l4["gpus"]
+
+
+def test_nodes_count_their_gpu_pods(client: TestClient) -> None:
+    nodes = client.get("/api/v1/nodes").json()["nodes"]
+    assert sum(n["pods"] for n in nodes) >= 2  # the example cluster's running GPU pods
+    assert all(n["pods"] == 0 for n in nodes if not n["used"])

@@ -59,3 +59,22 @@ def test_why_lists_waiting_pods_and_explains_one(browser: Any, why_server: KgweS
     finally:
         context.close()
     assert problems.foreign_requests == []
+
+
+def test_auto_refresh_is_opt_in_and_remembered(browser: Any, why_server: KgweServer) -> None:
+    context, page, _problems = open_page(browser, why_server)
+    page.set_default_timeout(10_000)
+    try:
+        page.goto(f"{why_server.url}/ui/#/nodes")
+        page.wait_for_selector("#node-table")
+        box = page.locator("#auto-refresh")
+        assert not box.is_checked()
+        box.check()
+        page.reload()
+        page.wait_for_selector("#node-table")
+        assert page.locator("#auto-refresh").is_checked()
+        # Pods per node are shown and add up in the totals row.
+        pods = [int(t) for t in page.locator('tr.node [data-field="pods"]').all_inner_texts()]
+        assert page.locator('tr.total [data-field="pods"]').inner_text() == str(sum(pods))
+    finally:
+        context.close()

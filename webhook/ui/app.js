@@ -97,6 +97,7 @@ const COLUMNS = [
   { key: "nvlink", label: "NVLink", title: "GPUs in the node's largest NVLink domain", value: (n) => n.nvlinkDomainSize ?? 0,
     numeric: true },
   { key: "clique", label: "Clique", title: "multi-node NVLink clique", value: (n) => n.clique || "" },
+  { key: "pods", label: "Pods", title: "GPU pods running on the node", value: (n) => n.pods ?? 0, numeric: true },
   { key: "used", label: "Used / allocatable", value: (n) => resourceSum(n.used), numeric: true },
   { key: "free", label: "Free", value: (n) => resourceSum(freeResources(n)), numeric: true },
 ];
@@ -317,6 +318,7 @@ class NodesPage extends Page {
       h("th", { scope: kind === "group" ? "rowgroup" : "row", colspan: 2 }, label),
       h("td", { class: "num", dataset: { field: "gpus" } }, String(gpus)),
       h("td", { colspan: 5 }),
+      h("td", { class: "num", dataset: { field: "pods" } }, String(nodes.reduce((n, node) => n + (node.pods ?? 0), 0))),
       h("td", { class: "num" }, usage(sum("used"), sum("allocatable"))),
       h("td", { class: "num" }, freeList(sum("free"))));
   }
@@ -354,6 +356,7 @@ class NodesPage extends Page {
       h("td", { dataset: { field: "sharing" } }, node.gpus ? sharingText(node.sharing) : DASH),
       h("td", { class: "num", dataset: { field: "nvlink" } }, node.nvlinkDomainSize ? String(node.nvlinkDomainSize) : DASH),
       h("td", { class: "clique", dataset: { field: "clique" }, title: node.clique || null }, node.clique || DASH),
+      h("td", { class: "num", dataset: { field: "pods" } }, String(node.pods ?? 0)),
       h("td", { class: "num" }, usage(node.used, node.allocatable)),
       h("td", { class: "num" }, freeList(freeResources(node))));
   }
@@ -719,5 +722,17 @@ class WhyPage extends Page {
 const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage, why: WhyPage };
 
 document.getElementById("refresh").addEventListener("click", () => current && current.load());
+
+// Auto-refresh, opt-in and remembered: every 30 s while the tab is visible, never while the user is in the
+// middle of something the reload would discard (a node selection or proposal, the Why page's form).
+const AUTO_REFRESH_MS = 30_000;
+const autoRefresh = document.getElementById("auto-refresh");
+autoRefresh.checked = localStorage.getItem("kgwe.autoRefresh") === "on";
+autoRefresh.addEventListener("change", () => localStorage.setItem("kgwe.autoRefresh", autoRefresh.checked ? "on" : "off"));
+setInterval(() => {
+  if (!autoRefresh.checked || document.hidden || !current) return;
+  if (current instanceof WhyPage || (current instanceof NodesPage && current.selected.size)) return;
+  current.load();
+}, AUTO_REFRESH_MS);
 window.addEventListener("hashchange", route);
 route();
