@@ -78,3 +78,21 @@ def test_auto_refresh_is_opt_in_and_remembered(browser: Any, why_server: KgweSer
         assert page.locator('tr.total [data-field="pods"]').inner_text() == str(sum(pods))
     finally:
         context.close()
+
+
+def test_totals_count_physical_gpus_not_mps_replicas(browser: Any, why_server: KgweServer) -> None:
+    with why_server.api() as client:
+        nodes = client.get("/api/v1/nodes").json()["nodes"]
+    physical = sum(
+        n["allocatable"].get("nvidia.com/gpu", 0) / max(1, n["sharing"]["replicas"] or 1) for n in nodes
+    )
+    context, page, _problems = open_page(browser, why_server)
+    page.set_default_timeout(10_000)
+    try:
+        page.goto(f"{why_server.url}/ui/#/nodes")
+        page.wait_for_selector("#node-table tr.total")
+        shown = page.locator('tr.total [data-resource="nvidia.com/gpu"] [data-kind="allocatable"]').first.inner_text()
+    finally:
+        context.close()
+    assert float(shown) == round(physical, 2)
+    assert physical < sum(n["allocatable"].get("nvidia.com/gpu", 0) for n in nodes)  # replicas were folded back

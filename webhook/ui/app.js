@@ -304,11 +304,16 @@ class NodesPage extends Page {
   }
 
   totalsRow(kind, label, nodes, { checkbox = null, key = null } = {}) {
+    // Totals count physical GPUs: an MPS or time-sliced node's nvidia.com/gpu units are replicas, folded back.
     const sum = (field) => {
       const totals = {};
       for (const node of nodes) {
         const resources = field === "free" ? freeResources(node) : node[field] || {};
-        for (const [name, value] of Object.entries(resources)) totals[name] = (totals[name] || 0) + value;
+        const replicas = node.sharing && node.sharing.replicas > 1 ? node.sharing.replicas : 1;
+        for (const [name, value] of Object.entries(resources)) {
+          const physical = name === "nvidia.com/gpu" ? value / replicas : value;
+          totals[name] = Math.round(((totals[name] || 0) + physical) * 100) / 100;
+        }
       }
       return totals;
     };
