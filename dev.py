@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set-up entry points for a fresh machine that has only Python.
 
-    python3 dev.py serve   # webhook on its embedded default against examples/cluster
+    python3 dev.py serve   # webhook on https://127.0.0.1:8443 against examples/cluster (--host 0.0.0.0 to share)
     python3 dev.py test    # the whole test suite
 
 Each creates `.venv` (if missing), installs KGWE and what it needs into it, then runs.
@@ -53,8 +53,10 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     command, rest = argv[0], argv[1:]
     if command == "serve":
+        # A development server listens on loopback unless told otherwise (`--host 0.0.0.0`).
+        host = [] if any(a == "--host" or a.startswith("--host=") for a in rest) else ["--host", "127.0.0.1"]
         args = [str(BIN / "kgwe"), "serve", "--cluster", str(ROOT / "examples" / "cluster"),
-                "--config", str(ROOT / "examples" / "config.yaml"), *rest]
+                "--config", str(ROOT / "examples" / "config.yaml"), *host, *rest]
     else:
         args = [str(PY), "-m", "pytest", "-q", *rest]
     os.chdir(ROOT)

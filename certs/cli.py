@@ -7,9 +7,20 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cryptography import x509
 
 from certs.authority import Changes, Settings
-from certs.files import ensure_files
+from certs.files import ensure_files, read_material
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
+
+# The chart's defaults (docs/operations.md installs into kgwe-system): a certificate made here without
+# flags serves the chart's Service.
+DEFAULT_SERVICE = "kgwe-webhook"
+DEFAULT_NAMESPACE = "kgwe-system"
 
 
 def _validity_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,8 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "when it is inside the renewal window; an existing CA is reused.",
     )
     generate.add_argument("--out-dir", type=Path, required=True, help="directory for the four PEM files")
-    generate.add_argument("--service", default="kgwe-webhook", help="webhook Service name (default kgwe-webhook)")
-    generate.add_argument("--namespace", default="kgwe", help="webhook namespace (default kgwe)")
+    generate.add_argument("--service", help="webhook Service name (default: the name in --out-dir's certificate, "
+                          f"else {DEFAULT_SERVICE})")
+    generate.add_argument("--namespace", help="webhook namespace (default: the namespace in --out-dir's certificate, "
+                          f"else {DEFAULT_NAMESPACE}, the chart's)")
     _validity_arguments(generate)
 
     ensure = commands.add_parser(
@@ -69,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the certificate's common name; must be in authentication.allowedNames "
                              "(default kgwe-apiserver-client)")
     client.add_argument("--service", default="kgwe-webhook", help="webhook Service name (default kgwe-webhook)")
-    client.add_argument("--namespace", default="kgwe", help="webhook namespace (default kgwe)")
+    client.add_argument("--namespace", default=DEFAULT_NAMESPACE,
+                        help=f"webhook namespace (default {DEFAULT_NAMESPACE}, the chart's)")
     client.add_argument("--port", type=int, default=443, help="the Service port the API server calls (default 443)")
     client.add_argument("--cert-validity-days", type=int, default=365,
                         help="lifetime of a new client certificate (default 365)")
@@ -101,6 +115,36 @@ def _settings(args: argparse.Namespace) -> Settings:
         extra_dns_names=tuple(args.dns_name),
         ip_addresses=tuple(ips),
     )
+
+
+def names_in_use(directory: Path) -> tuple[str, str] | None:
+    """(service, namespace) of the serving certificate already in `directory`, read from its
+    `SERVICE.NAMESPACE.svc` DNS name; None when there is none or it names no Service.
+
+    `generate` re-run without --service/--namespace (a renewal, `--rotate-ca`) keeps these, so the
+    certificate is never silently re-issued for another Service."""
+    try:
+        material = read_material(directory)
+        if material is None or not material.tls_cert:
+            return None
+        leaf = material.leaf()
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, IndexError, x509.ExtensionNotFound):
+        return None
+    for name in san.get_values_for_type(x509.DNSName):
+        parts = name.split(".")
+        if len(parts) == 3 and parts[2] == "svc" and all(parts[:2]):
+            return parts[0], parts[1]
+    return None
+
+
+def _generate_names(args: argparse.Namespace) -> None:
+    """Fill --service and --namespace: given flags win, then the existing certificate, then the chart's."""
+    in_use = names_in_use(args.out_dir) if args.service is None or args.namespace is None else None
+    if args.service is None:
+        args.service = in_use[0] if in_use else DEFAULT_SERVICE
+    if args.namespace is None:
+        args.namespace = in_use[1] if in_use else DEFAULT_NAMESPACE
 
 
 def _report(changes: Changes, where: str) -> None:
@@ -147,6 +191,21 @@ def _client(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_client(kubeconfig: str | None) -> k8s.ApiClient | None:
+    """The API client, or None after one line on stderr saying why there is none and what to do."""
+    from kubernetes.config import ConfigException
+
+    from certs import kube
+
+    try:
+        return kube.api_client(kubeconfig)
+    except (ConfigException, OSError) as exc:
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no --kubeconfig and not running in a pod"
+        print(f"kgwe certs: cannot reach a Kubernetes cluster ({where}: {exc}); give --kubeconfig FILE, "
+              "or run `kgwe certs generate --out-dir DIR` for local files", file=sys.stderr)
+        return None
+
+
 def run(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(list(argv))
@@ -154,6 +213,7 @@ def run(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "generate":
+            _generate_names(args)
             paths, changes = ensure_files(args.out_dir, _settings(args), rotate_ca=args.rotate_ca)
             _report(changes, str(paths.directory))
             print(f"CA bundle: {paths.ca_cert}\ncertificate: {paths.tls_cert}\nkey: {paths.tls_key}")
@@ -163,7 +223,9 @@ def run(argv: Sequence[str]) -> int:
         from certs import kube
 
         if args.command == "ensure":
-            api = kube.api_client(args.kubeconfig)
+            api = _cluster_client(args.kubeconfig)
+            if api is None:
+                return 2
             changes = kube.ensure(
                 api, _settings(args), args.secret, args.mutating_config, args.validating_config,
                 rotate_ca=args.rotate_ca, ca_secret_name=args.ca_secret,
@@ -176,7 +238,10 @@ def run(argv: Sequence[str]) -> int:
             return 2
         from kubernetes import client as k8s
 
-        admission = k8s.AdmissionregistrationV1Api(kube.api_client(args.kubeconfig))
+        patch_api = _cluster_client(args.kubeconfig)
+        if patch_api is None:
+            return 2
+        admission = k8s.AdmissionregistrationV1Api(patch_api)
         changed = kube.patch_ca_bundle(admission, bundle, args.mutating_config, args.validating_config)
         print("caBundle updated" if changed else "caBundle already current")
         return 0

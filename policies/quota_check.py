@@ -198,7 +198,7 @@ class QuotaService:
             )
             refusal = _over_limit(tenant, limit, used, asked, note if limit.key.kind == "acceleratorType" else "")
             if refusal is not None:
-                return None, refusal
+                return None, refusal + self._reserved_note(reserved)
         if dry_run:
             return None, None
         # A repeated admission of the same pod replaces its earlier reservation instead of adding to it.
@@ -217,6 +217,17 @@ class QuotaService:
             for key in sorted({limit.key for limit in limits})
         ]
         return QuotaStatus(tuple(kept + new), status.used), None
+
+    def _reserved_note(self, reserved: list[Reservation]) -> str:
+        """Why the use is higher than `kgwe review`, the UI or a pod list show: reservations of pods admitted
+        moments ago that the pod list does not show yet (in YAML mode, pods that were only reviewed)."""
+        gpus = sum((r.gpus for r in reserved), ZERO)
+        if gpus <= 0:
+            return ""
+        count = len({r.pod for r in reserved})
+        return (f"; {format_gpus(gpus)} of these GPUs are reserved for {count} pod{'s' if count != 1 else ''} "
+                f"admitted in the last {format_gpus(Decimal(str(self.grace_seconds)))} s that the pod list does not "
+                "show yet (quotas.reservationGraceSeconds)")
 
     def release(self, quota: str, reservation_id: str, *, deadline: float | None = None) -> None:
         """Drop a reservation, e.g. when a later step refuses the pod after the quota check admitted it."""

@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a group of the user (repeatable; system:authenticated is always added)")
     review.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
 
+    review.add_argument("--explain", action="store_true",
+                        help="also say why: the placement trace, each policy's result, each check (docs/explain.md)")
+
+    from webhook.explain_cli import add_explain_parser  # `kgwe explain`
+
+    add_explain_parser(commands, _add_cluster_and_config)
+
     for name, (_module, _style, help_text) in DELEGATED.items():
         commands.add_parser(name, help=help_text, add_help=False)
     return parser
@@ -130,6 +137,10 @@ def cmd_review(args: argparse.Namespace) -> int:
         review_document(runtime.admission, document, args.user, args.group, config.limits.deadline_seconds)
         for document in documents
     ]
+    if getattr(args, "explain", False):
+        from webhook.explain_cli import explain_documents
+
+        return explain_documents(runtime, documents, args)
     if args.output == "json":
         body: Any = results[0].as_json() if len(results) == 1 else [r.as_json() for r in results]
         sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -241,7 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     level = args.log_level or ("info" if args.command == "serve" else "warning")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    commands: dict[str, Callable[[argparse.Namespace], int]] = {"serve": cmd_serve, "review": cmd_review}
+    from webhook.explain_cli import cmd_explain
+
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "serve": cmd_serve, "review": cmd_review, "explain": cmd_explain,
+    }
     try:
         return commands[args.command](args)
     except CommandError as exc:

@@ -147,6 +147,7 @@ class Inventory:
         self.config = config
         self.generated_at = now or datetime.now(UTC)
         self.node_used: dict[str, dict[str, Decimal]] = {}
+        self.node_gpu_pods: dict[str, int] = {}  # unfinished GPU pods bound to each node
         self.types: dict[str, TypeCapacity] = {}
         self.charges: list[PodCharge] = []
         self.pod_costs: list[PodCost] = []
@@ -178,6 +179,7 @@ class Inventory:
             node_name = (pod.get("spec") or {}).get("nodeName")
             facts = model.nodes.get(node_name) if node_name else None
             if node_name:
+                self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
                 used = self.node_used.setdefault(node_name, {})
                 for key, amount in demand_resources(demand, facts).items():
                     used[key] = used.get(key, ZERO) + amount
@@ -342,6 +344,28 @@ def profile_price(spec: dict[str, Any], config: Config) -> Decimal | None:
     return config.price_per_gpu_hour(types[0]) if types else None
 
 
+def unit_price_of(
+    price: Decimal | None, sharing: dict[str, Any], model: ClusterModel, types: list[str]
+) -> tuple[Decimal | None, str]:
+    """(price per hour of what one pod unit of the profile gets, what that unit is), by the cost rule of
+    docs/costs.md: a MIG slice is its compute slices / 7 of a GPU, an MPS share its gpuFraction."""
+    mode = sharing.get("mode")
+    if mode == "mig" and sharing.get("migProfile"):
+        name = str(sharing["migProfile"])
+        slices = next((p.compute_slices for t in types if (a := model.table.get(t)) for p in a.mig_profiles
+                       if p.name == name), None)
+        if slices is None:
+            return None, f"MIG {name} slice"
+        share = Decimal(slices) / 7
+        return (price * share if price is not None else None), f"MIG {name} slice ({slices}/7 GPU)"
+    if mode == "mps" and sharing.get("gpuFraction") is not None:
+        fraction = Decimal(str(sharing["gpuFraction"]))
+        return (price * fraction if price is not None else None), f"MPS share ({number(fraction)} GPU)"
+    if mode == "time-slicing":
+        return None, "time-sliced replica (priced per node: 1 / its replicas)"
+    return price, "GPU"
+
+
 def hardware_profiles_view(inventory: Inventory) -> dict[str, Any]:
     model, config = inventory.model, inventory.config
     profiles = []
@@ -366,6 +390,7 @@ def hardware_profiles_view(inventory: Inventory) -> dict[str, Any]:
                 "pending": number(counts[2]),
             })
         price = profile_price(spec, config)
+        unit_price, unit = unit_price_of(price, sharing, model, [str(t) for t in spec.get("acceleratorTypes") or []])
         products = ", ".join(str(r["productName"] or r["id"]) for r in rows) or "no accelerator types"
         profiles.append({
             "name": name,
@@ -373,6 +398,9 @@ def hardware_profiles_view(inventory: Inventory) -> dict[str, Any]:
             "description": str(spec.get("description") or ""),
             "sharing": sharing,
             "pricePerGPUHour": price_text(price) if price is not None else None,
+            # What a pod of this profile gets and pays per hour: a MIG slice or MPS share, not a whole GPU.
+            "pricePerUnitHour": money_text(unit_price) if unit_price is not None else None,
+            "unit": unit,
             "acceleratorTypes": rows,
             "total": number(totals[0]),
             "available": number(totals[1]),
@@ -380,6 +408,15 @@ def hardware_profiles_view(inventory: Inventory) -> dict[str, Any]:
             "summary": f"{display} ({products}) - {number(totals[1])} available",
         })
     return {"generatedAt": utc_stamp(inventory.generated_at), "currency": config.pricing.currency, "profiles": profiles}
+
+
+def _fully_mig(facts: NodeFacts) -> bool:
+    """Every GPU of the node is MIG-partitioned: MIG devices and no whole GPU to give a pod."""
+    if not facts.mig_profiles:
+        return False
+    if facts.mig_strategy in ("single", "gke"):
+        return True
+    return facts.allocatable.get("nvidia.com/gpu", ZERO) <= 0
 
 
 def _node_row(inventory: Inventory, facts: NodeFacts, elapsed: float) -> dict[str, Any]:
@@ -403,11 +440,13 @@ def _node_row(inventory: Inventory, facts: NodeFacts, elapsed: float) -> dict[st
         "architecture": accel.architecture if accel else facts.labels.get("nvidia.com/gpu.family"),
         "mig": {"strategy": facts.mig_strategy, "ready": facts.mig_ready, "profiles": dict(facts.mig_profiles)},
         "sharing": {"strategy": facts.sharing, "replicas": facts.replicas},
-        "nvlinkDomainSize": facts.nvlink_domain_size,
+        # A GPU in MIG mode cannot use NVLink (docs/topology.md): a node with no whole GPU left has no domain.
+        "nvlinkDomainSize": 0 if _fully_mig(facts) else facts.nvlink_domain_size,
         "clique": facts.clique,
         "labels": {k: v for k, v in facts.labels.items() if k.startswith(SHOWN_LABEL_PREFIXES)},
         "allocatable": {k: number(v) for k, v in _gpu_resources(facts).items()},
         "used": {k: number(v) for k, v in used.items()},
+        "pods": inventory.node_gpu_pods.get(facts.name, 0),
         "unschedulable": facts.unschedulable,
         "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in facts.taints],
         "topology": {
@@ -428,12 +467,21 @@ def nodes_view(inventory: Inventory) -> dict[str, Any]:
         summary = model.types[type_id]
         accel = model.table.get(type_id)
         capacity = inventory.types.get(type_id, TypeCapacity())
+        shared = list(capacity.shared.values())
         types.append({
             "id": type_id,
             "productName": accel.product_name if accel else None,
             "nodes": len(summary.nodes),
             "gpus": summary.gpus_total,
             "available": number(capacity.equivalents_available()),
+            # The same capacity counted as what pods get: whole GPUs (physical, MPS and time-slicing
+            # replicas folded back), and MIG slices as slices per profile, never as fractions of a GPU.
+            "wholeGpus": number(capacity.whole.allocatable + sum((b.allocatable for b in shared), ZERO)),
+            "wholeAvailable": number(capacity.whole.available + sum((b.available for b in shared), ZERO)),
+            "slices": {
+                profile: {"available": number(bucket.available), "total": number(bucket.allocatable)}
+                for profile, bucket in sorted(capacity.mig.items())
+            },
         })
     return {"generatedAt": utc_stamp(inventory.generated_at), "nodes": nodes, "types": types}
 
@@ -552,7 +600,9 @@ class InventoryCache:
     after `max_age_seconds` so `generatedAt` and topology ages stay fresh. With `background` (the
     server's setting) the rebuild runs on a thread and callers keep getting the previous answer until
     the new one, with every view asked for so far rendered, replaces it: no request waits for a
-    rebuild except the very first.
+    rebuild except the very first and the first after the cache sat unused for `max_age_seconds`,
+    which is built at once from `fresh_model_source` (a snapshot rebuilt now when the cluster changed):
+    a person opening the page after a pause sees the cluster as it is, not as it was minutes ago.
     """
 
     def __init__(
@@ -564,8 +614,10 @@ class InventoryCache:
         max_age_seconds: float = 30.0,
         build_share: float = 4.0,
         background: bool = True,
+        fresh_model_source: Callable[[], ClusterModel] | None = None,
     ) -> None:
         self._model_source = model_source
+        self._fresh_model_source = fresh_model_source or model_source
         self._config_source = config_source
         self.refresh_seconds = refresh_seconds
         self.max_age_seconds = max_age_seconds
@@ -626,13 +678,17 @@ class InventoryCache:
         state = self._state
         if wanted is None and state is not None:
             return state
-        if state is not None and self.background and wanted is not None:
+        idle = time.monotonic() - self._built >= self.max_age_seconds
+        if state is not None and self.background and wanted is not None and not idle:
             self._rebuild_in_background(*wanted)
             return state
         with self._lock:
             wanted = self._wanted_key()
             if wanted is not None:
                 key, model, config = wanted
+                if idle:
+                    model = self._fresh_model_source()
+                    key = (model.generation, key[1])
                 self._install(key, self._build(model, config))
             assert self._state is not None
             return self._state

@@ -60,6 +60,7 @@ class Runtime:
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
     _decisions: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
+    decision_events: Any | None = None  # in a cluster: webhook.server.pod_events.DecisionEvents
 
     def __post_init__(self) -> None:
         self.admission = WorkloadAwareAdmission(self)

@@ -64,7 +64,9 @@ def test_entrypoint_is_the_kgwe_cli() -> None:
 
 def test_every_package_is_in_the_build_context() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    top_level = {package.split(".")[0] for package in project["tool"]["setuptools"]["packages"]}
+    # Packages are discovered by include patterns ("webhook*", ...): their roots are the top-level folders.
+    patterns = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    top_level = {pattern.rstrip("*").split(".")[0] for pattern in patterns}
     copied = {source.split("/")[0] for source in _copied_sources()}
     assert top_level <= copied
     assert "pyproject.toml" in copied and project["project"]["readme"] in copied

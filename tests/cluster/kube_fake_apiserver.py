@@ -81,6 +81,7 @@ class FakeApiServer:
         self.expired_as_http_status = False
         self.expire_next_continue = False  # the next paged-list continue token is answered 410
         self.leases: dict[str, dict[str, Any]] = {}
+        self.posted_events: list[dict[str, Any]] = []  # core/v1 Events created in any namespace
         self._drop_generation = 0
         self._closing = False
         self._pages: dict[str, tuple[int, list[dict[str, Any]]]] = {}
@@ -247,6 +248,10 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             if begun[0].startswith(LEASES):
                 return self._create_lease(begun[0], begun[2])
+            if begun[0].startswith("/api/v1/namespaces/") and begun[0].endswith("/events"):
+                with server.cond:
+                    server.posted_events.append(begun[2])
+                return self._send_json(201, begun[2])
             self._create(begun[0], begun[2])
 
         def _create(self, path: str, body: Any) -> None:

@@ -84,8 +84,16 @@ def controller(store, config, registry) -> tuple[BoundPodController, Recorder]:
 
 
 def gauge(registry: CollectorRegistry, namespace: str, tenant: str, accelerator_type: str) -> float | None:
-    labels = {"namespace": namespace, "tenant": tenant, "accelerator_type": accelerator_type}
-    return registry.get_sample_value(METRIC, labels)
+    """The sum over the pods of these labels (the series are per pod), None when there is none."""
+    wanted = {"namespace": namespace, "tenant": tenant, "accelerator_type": accelerator_type}
+    values = [
+        sample.value
+        for family in registry.collect() if family.name == METRIC
+        for sample in family.samples
+        if all(sample.labels.get(k) == v for k, v in wanted.items())
+    ]
+    assert all("pod" in s.labels for f in registry.collect() if f.name == METRIC for s in f.samples)
+    return sum(values) if values else None
 
 
 def test_bound_pod_gets_its_node_type_and_that_types_cost(store, controller):
@@ -237,8 +245,7 @@ def test_yaml_mode_exports_the_gauge_and_patches_nothing(store, config, registry
         assert controllers.bound_pods.reconcile_once() == []
     finally:
         controllers.stop()
-    assert registry.get_sample_value(METRIC, {"namespace": "team-a", "tenant": "team-a",
-                                              "accelerator_type": "nvidia-h100-80gb"}) is None
+    assert gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") is None
 
 
 def test_in_cluster_the_leader_patches_in_the_background(apiserver: FakeApiServer, api_client, config, registry):

@@ -194,7 +194,10 @@ def test_fractional_gpus_add_up(service: QuotaService) -> None:
     running = [charge("inference", f"nb{i}", seventh * 3, A100, bound=A100, tenant="inf") for i in range(2)]
     assert admit(service, charge("inference", "x", seventh, A100), "inf", quotas, running).allowed
     refused = admit(service, charge("inference", "y", seventh, A100), "inf", quotas, running)
-    assert refused.message == "tenant inf: nvidia-a100-80gb 1 of 1 GPUs in use, this pod asks for 0.14"
+    assert refused.message == (
+        "tenant inf: nvidia-a100-80gb 1 of 1 GPUs in use, this pod asks for 0.14; 0.14 of these GPUs are reserved "
+        "for 1 pod admitted in the last 60 s that the pod list does not show yet (quotas.reservationGraceSeconds)"
+    )
 
 
 def test_no_store_access_for_pods_that_hit_no_limit(service: QuotaService, store: CountingStore,
@@ -226,7 +229,7 @@ def test_reservations_hold_gpus_until_the_pod_appears_or_the_grace_period_ends(
     assert admit(service, charge("team-a", "a", 6, H100, uid="u-a"), "team-a", quotas).allowed
     # Not yet in the pod list: the reservation stands in for it.
     refused = admit(service, charge("team-a", "b", 4, H100), "team-a", quotas)
-    assert refused.message == "tenant team-a: nvidia-h100-80gb 6 of 8 GPUs in use, this pod asks for 4"
+    assert refused.message.startswith("tenant team-a: nvidia-h100-80gb 6 of 8 GPUs in use, this pod asks for 4; ")
     # In the pod list: counted once, not twice.
     visible = [charge("team-a", "a", 6, H100, uid="u-a", tenant="team-a")]
     assert admit(service, charge("team-a", "c", 2, H100), "team-a", quotas, visible).allowed
@@ -265,7 +268,7 @@ def test_limits_in_two_quota_objects_are_taken_together_or_not_at_all(
     ]
     assert admit(service, charge("t", "a", 4, H100, profile="premium-h100"), "t", quotas).allowed
     refused = admit(service, charge("t", "b", 2, H100, profile="premium-h100"), "t", quotas)
-    assert refused.message == "tenant t: profile premium-h100 4 of 4 GPUs in use, this pod asks for 2"
+    assert refused.message.startswith("tenant t: profile premium-h100 4 of 4 GPUs in use, this pod asks for 2; ")
     # The H100 reservation taken before the profile limit refused was given back.
     assert [r.pod for r in store.read("q-types").status.reservations] == ["t/a"]
 

@@ -229,7 +229,9 @@ def test_hardware_profiles_show_what_users_get(page: Any, server: KgweServer) ->
         if profile["pricePerGPUHour"] is None:
             assert price == "no price configured"
         else:
-            assert api["currency"] == "USD" and price.startswith(f"${profile['pricePerGPUHour']}")
+            assert api["currency"] == "USD" and price.startswith(f"${profile['pricePerUnitHour']}")
+            if profile["unit"] != "GPU":  # a slice or share: its own price first, the whole GPU's beside it
+                assert f" {profile['unit']} (${profile['pricePerGPUHour']} per GPU-hour)" in price
         for accel in profile["acceleratorTypes"]:
             row = card.locator(f'tr[data-type="{accel["id"]}"]')
             assert accel["productName"] in row.inner_text()

@@ -171,6 +171,7 @@ class AdmissionService:
             log.error("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
             return Outcome(warnings=[f"KGWE could not compute a stable mutation: {exc}"], object=request.object)
         outcome = Outcome(patch=result.patch, object=result.pod, warnings=facts.intent.warnings + facts.plan.warnings)
+        outcome.plan = facts.plan  # for the pod's Event (why), written off the request path
         gangs = self.runtime.gangs
         if gangs is not None and facts.renderable and not request.dry_run and self.runtime.config.mode != "audit":
             outcome.warnings.extend(gangs.admit(facts, result.pod, deadline))  # a gang's record (webhook.gangs)

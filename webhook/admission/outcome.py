@@ -20,6 +20,8 @@ class Outcome:
     # Objects the webhook creates (or, offline and on dry runs, would create) for this pod: DRA
     # ResourceClaimTemplates. Not part of the AdmissionResponse; `kgwe review` shows them.
     creates: list[dict[str, Any]] = field(default_factory=list)
+    # The placement plan behind a /mutate answer, for its Event (webhook/server/pod_events.py); never rendered.
+    plan: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def deny(cls, message: str, code: int = 403, reason: str = "Forbidden") -> Outcome:

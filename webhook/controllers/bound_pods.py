@@ -4,8 +4,9 @@ At admission a pod may be allowed several accelerator types; after the scheduler
 rewrites `kgwe.io/accelerator-type` to the node's type and `kgwe.io/hourly-cost` to the price of its GPU
 share on that type (`webhook.costs`), with a JSON merge patch, only where a value differs (costs compare
 as numbers, so "18.00" and "18" are equal). It reads store snapshots only, never the API, and exports
-`kgwe_pod_hourly_cost{namespace,tenant,accelerator_type}`: the sum of the cost annotations of running
-and pending pods (as they will read once its patches land).
+`kgwe_pod_hourly_cost{namespace,pod,tenant,accelerator_type}`: each running or pending pod's cost
+annotation (as it will read once its patches land); one series per pod, so FinOps tools join it with
+their own per-pod series (OpenCost's, kube-state-metrics') on namespace and pod (docs/costs.md).
 
 Only the leader patches and exports, so replicas neither race each other nor double the metric.
 """
@@ -111,11 +112,11 @@ def desired_patch(pod: dict[str, Any], model: ClusterModel, config: Config) -> P
     )
 
 
-CostKey = tuple[str, str, str]  # namespace, tenant, accelerator_type
+CostKey = tuple[str, str, str, str]  # namespace, pod, tenant, accelerator_type
 
 
 def hourly_cost_by_labels(pods: Iterable[dict[str, Any]]) -> dict[CostKey, Decimal]:
-    """Sum of `kgwe.io/hourly-cost` over running and pending pods, per namespace, tenant and type."""
+    """`kgwe.io/hourly-cost` of each running and pending pod, keyed by namespace, pod, tenant and type."""
     totals: dict[CostKey, Decimal] = {}
     for pod in pods:
         phase = (pod.get("status") or {}).get("phase") or "Pending"
@@ -128,6 +129,7 @@ def hourly_cost_by_labels(pods: Iterable[dict[str, Any]]) -> dict[CostKey, Decim
             continue
         key = (
             str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
             str(annotations.get(ANNOTATION_TENANT) or ""),
             str(annotations.get(ANNOTATION_ACCELERATOR_TYPE) or ""),
         )
@@ -147,8 +149,8 @@ class HourlyCostCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "kgwe_pod_hourly_cost",
-            "Hourly cost of running and pending GPU pods, from their kgwe.io/hourly-cost annotations",
-            labels=["namespace", "tenant", "accelerator_type"],
+            "Hourly cost of each running and pending GPU pod, from its kgwe.io/hourly-cost annotation",
+            labels=["namespace", "pod", "tenant", "accelerator_type"],
         )
         for labels, total in sorted(self._totals.items()):
             family.add_metric(list(labels), float(total))

@@ -200,7 +200,9 @@ class LeaderElector:
         leader = self.is_leader()
         if leader != self._was_leader:
             self._was_leader = leader
-            log.info("%s %s leader (lease %s/%s)", self.identity, "is now" if leader else "is no longer",
-                     self.namespace, self.name)
+            # Without an API server there is no Lease and nobody to compete with: every process leads, which
+            # is not news worth a line per worker.
+            log.log(logging.INFO if self.api is not None else logging.DEBUG, "%s %s leader (lease %s/%s)",
+                    self.identity, "is now" if leader else "is no longer", self.namespace, self.name)
             if self.on_change is not None:
                 self.on_change(leader)

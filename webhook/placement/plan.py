@@ -26,6 +26,7 @@ from webhook.intent import PodIntent
 from webhook.placement.constraints import Requirement, merge
 from webhook.placement.dra import choose_backend, plan_dra_mig, render_dra
 from webhook.placement.suggest import with_hints
+from webhook.placement.trace import TraceStep, record, refusal_or
 from webhook.placement.vendors import restrict_to_vendor
 from webhook.quantities import GIB, MIB
 
@@ -77,6 +78,8 @@ class PlacementPlan:
     backend: str = "device-plugin"  # device-plugin | dra (webhook/dra/backend.py)
     mig_choices: list[str] = field(default_factory=list)  # DRA: fitting MIG profiles, smallest first
     dra: DraRendering | None = None  # DRA: the claims and templates to write
+    # Each narrowing step, the types it kept and why it dropped the others (webhook/placement/trace.py).
+    trace: list[TraceStep] = field(default_factory=list)
 
 
 def _memory_gib(type_id: str, model: ClusterModel) -> int | None:
@@ -237,6 +240,8 @@ def build_plan(
     if requested:
         missing = [t for t in requested if t not in model.types or t == UNKNOWN]
         candidates = [t for t in requested if t in model.types and t != UNKNOWN]
+        plan.trace.append(TraceStep("requested", tuple(candidates), tuple((t, "no such GPUs in this cluster")
+                                                                            for t in missing[:16])))
         if not candidates:
             named = with_hints(missing, present, model.table)
             plan.refusals.append(f"{named}: no such GPUs; this cluster has {describe_cluster(model)}")
@@ -247,17 +252,21 @@ def build_plan(
         plan.steps.append("accelerator")
     else:
         candidates = list(present)
+        record(plan, "every GPU type", candidates, note="no type asked for: every typed GPU type of the cluster")
     explicit_types = bool(requested)
     candidates, vendor_refusal = restrict_to_vendor(pod, candidates, model.table, explicit_types)
+    record(plan, "vendor", candidates, refusal_or(plan, "the pod's GPU resource is another vendor's"))
     if vendor_refusal:
         plan.refusals.append(vendor_refusal)
         return plan
     if explicit_types or not intent.empty or fields:
         candidates = choose_backend(plan, candidates, model, config)
+        record(plan, "backend", candidates, "published another way (device plugin or DRA) than the preferred type")
 
     # GPU memory per GPU (or per slice for MIG): whole-GPU types must have at least that much.
     if intent.gpu_memory_bytes is not None and sharing != "mig":
         fitting = [t for t in candidates if (_memory_gib(t, model) or 0) * GIB >= intent.gpu_memory_bytes]
+        record(plan, "gpu-memory", fitting, lambda t: f"{_memory_gib(t, model) or 0} GiB per GPU, less than asked")
         if not fitting:
             asked = _format_bytes(intent.gpu_memory_bytes)
             plan.refusals.append(
@@ -275,10 +284,13 @@ def build_plan(
     if sharing == "mig":
         planner = plan_dra_mig if plan.backend == "dra" else _plan_mig
         if not planner(plan, pod, demand, candidates, mig_profile, intent, model):
+            record(plan, "mig", [], refusal_or(plan, "no MIG slice fits"))
             return plan
+        record(plan, "mig", plan.types, f"no node offers MIG {plan.mig_profile} ({plan.mig_strategy} strategy)")
         candidates = plan.types
     elif sharing == "mps":
         mps_types = [t for t in candidates if model.types[t].mps_nodes]
+        record(plan, "mps", mps_types, "no node of this type is shared with MPS")
         if not mps_types:
             plan.refusals.append(
                 f"MPS sharing: no {'/'.join(candidates) if explicit_types else 'GPU'} node is shared with MPS; "
@@ -303,6 +315,7 @@ def build_plan(
         plan.steps.append("mps")
     elif sharing == "time-slicing":
         ts_types = [t for t in candidates if model.types[t].timeslice_nodes]
+        record(plan, "time-slicing", ts_types, "no node of this type is time-sliced")
         if not ts_types:
             plan.refusals.append(
                 f"time-slicing: no {'/'.join(candidates) if explicit_types else 'GPU'} node is time-sliced; "
@@ -315,6 +328,7 @@ def build_plan(
         plan.steps.append("time-slicing")
     elif sharing == "exclusive":
         excl = [t for t in candidates if model.types[t].exclusive_nodes]
+        record(plan, "exclusive", excl, "every node of this type is shared or MIG-partitioned")
         if not excl:
             plan.refusals.append(f"exclusive GPUs: every {'/'.join(candidates)} node is shared or MIG-partitioned")
             return plan
@@ -326,6 +340,8 @@ def build_plan(
     if whole_gpus and plan.sharing not in ("mig",):
         capacity = {t: _gpu_capacity(model.types[t], plan.sharing) for t in candidates}
         fitting = [t for t in candidates if capacity[t] >= whole_gpus]
+        record(plan, "gpus per node", fitting, lambda t: f"at most {capacity[t]} GPUs on one node, the pod asks for "
+               f"{whole_gpus}")
         if not fitting:
             most = max(candidates, key=lambda t: capacity[t]) if candidates else None
             detail = f"the most any {'/'.join(candidates)} node has is {capacity[most]}" if most else "no GPU node"
@@ -339,7 +355,11 @@ def build_plan(
             plan.warnings.append("kgwe.io/topology nvlink ignored: MIG slices cannot use NVLink")
         elif whole_gpus > 1:
             if not _plan_nvlink(plan, candidates, whole_gpus, model):
+                record(plan, "nvlink", [], lambda t: f"largest NVLink domain has {model.types[t].max_nvlink_domain} "
+                       f"GPUs, the pod asks for {whole_gpus}")
                 return plan
+            record(plan, "nvlink", plan.types, lambda t: f"no node of this type has a {whole_gpus}-GPU NVLink domain "
+                   f"(largest {model.types[t].max_nvlink_domain})")
             candidates = plan.types
         else:
             plan.notes.append("nvlink: one GPU or fewer, nothing to keep together")
@@ -348,10 +368,13 @@ def build_plan(
     if gang:
         if intent.gang_size is not None:
             if not plan_sized_gang(plan, pod, candidates, gang, intent.gang_size, whole_gpus, model):
+                record(plan, "gang", [], refusal_or(plan, "no NVLink clique has room for the gang"))
                 return plan
         elif not _plan_gang(plan, pod, candidates, gang, model):
+            record(plan, "gang", [], refusal_or(plan, "no node of this type is in a multi-node NVLink clique"))
             return plan
         candidates = plan.types
+        record(plan, "gang", candidates, "no node of this type is in an NVLink clique with room for the gang")
 
     plan.types = candidates
     # A pod with any KGWE intent runs on typed GPU nodes only, with their GPU taints tolerated.
@@ -365,6 +388,7 @@ def build_plan(
             plan.warnings.append(f"{', '.join(unselectable)}: nodes carry no common type label; not selected")
             candidates = [t for t in candidates if t not in unselectable]
             plan.types = candidates
+            record(plan, "selectable", candidates, "its nodes carry no common type label to select them by")
         if not alternatives and not dra:
             plan.refusals.append(f"{', '.join(unselectable)}: its nodes cannot be selected by label")
             return plan

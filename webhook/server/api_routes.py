@@ -27,6 +27,7 @@ from webhook.inventory import (
     tenants_view,
 )
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
+from webhook.server.reservations_view import with_reservations
 
 JSON = "application/json"
 PREFIX = "/api/v1"
@@ -58,7 +59,10 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
     Plain Starlette routes inside the router, as for the admission endpoints: FastAPI's per-request
     parameter handling would cost more than serving the cached bytes (bench/bench_inventory.py).
     """
-    inventory = cache or InventoryCache(lambda: runtime.store.snapshot(), lambda: runtime.config)
+    inventory = cache or InventoryCache(
+        lambda: runtime.store.snapshot(), lambda: runtime.config,
+        fresh_model_source=lambda: runtime.store.snapshot(force=True),
+    )
 
     def cached(name: str, view: View) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(_request: Request) -> Response:
@@ -82,12 +86,24 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
             return _error(400, str(exc))
         return _json(orjson.dumps(found.as_document()))
 
+    cached_tenants = cached("tenants", tenants_view)
+
+    async def tenants(request: Request) -> Response:
+        # Reservations change without a new snapshot: overlay them on the cached document when there are any.
+        quotas = getattr(runtime, "quotas", None)
+        if quotas is not None:
+            doc = inventory.view("tenants-document", tenants_view)
+            overlaid = with_reservations(doc, quotas, set(runtime.store.snapshot().pods))
+            if overlaid is not None:
+                return _json(orjson.dumps(overlaid))
+        return await cached_tenants(request)
+
     router = APIRouter()
     router.routes.extend([
         Route(f"{PREFIX}/hardware-profiles", cached("hardware-profiles", hardware_profiles_view), methods=["GET"]),
         Route(f"{PREFIX}/hardware-profiles/proposal", proposal, methods=["GET"]),
         Route(f"{PREFIX}/nodes", cached("nodes", nodes_view), methods=["GET"]),
-        Route(f"{PREFIX}/tenants", cached("tenants", tenants_view), methods=["GET"]),
+        Route(f"{PREFIX}/tenants", tenants, methods=["GET"]),
         Route(f"{PREFIX}/costs", cached("costs", costs_view), methods=["GET"]),
     ])
     return router

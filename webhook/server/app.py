@@ -180,6 +180,9 @@ class AdmissionEndpoint:
             outcome = failure_outcome("internal", on_error, f"internal error: {type(exc).__name__}")
             review = render_review(admission_request.uid, admission_request.api_version, outcome, self.mutating)
         content = orjson.dumps(review)
+        events = getattr(self.runtime, "decision_events", None)
+        if events is not None:  # queued, written by another thread: never on the request path
+            events.offer(admission_request, outcome, self.mutating)
         self._answered_counter(outcome.allowed, config.mode).inc()
         self._duration.observe(time.perf_counter() - started)
         return Response(content, media_type=JSON)

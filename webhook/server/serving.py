@@ -9,6 +9,7 @@ SSLContext, so certificate renewals reach every worker.
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import logging
 import os
@@ -18,7 +19,7 @@ import ssl
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ from webhook.server.config_watch import ConfigWatcher
 from webhook.server.quota_sync import QuotaSync
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
+from webhook.server.worker_logs import quiet_secondary_worker, worker_started
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -206,6 +208,7 @@ def run_worker(
     from webhook.gangs.routes import gangs_router
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
+    from webhook.server.explain_routes import explain_router
 
     client_ca_file = options.config.authentication.client_ca_file
     try:
@@ -264,16 +267,26 @@ def run_worker(
     callers = CallerAuthenticator(options.config.authentication)
     callers.announce()
     app = create_app(
-        runtime, ui=options.ui, extra_routers=[api_router(runtime), gangs_router(runtime)], certificate=tls,
+        runtime, ui=options.ui, extra_routers=[api_router(runtime), gangs_router(runtime), explain_router(runtime)],
+        certificate=tls,
         background=background, authenticator=callers,
     )
+    if api_client is not None:  # Events on pods about KGWE's decisions (why), off the request path
+        from webhook.gangs.controller import kube_pod_writer
+        from webhook.server.pod_events import DecisionEvents
+
+        runtime.decision_events = DecisionEvents(kube_pod_writer(api_client).event)
+        runtime.decision_events.start()
     controllers.start()
+    worker_started()
     try:
         uvicorn_server(
             app, options.host, options.port, tls, options.log_level, limits=connection_limits(options.config)
         ).run(sockets=sockets)
     finally:
         controllers.stop()
+        if runtime.decision_events is not None:
+            runtime.decision_events.stop()
         assembly.stop_source()
 
 
@@ -322,15 +335,41 @@ def uvicorn_server(
 def serve(options: ServeOptions) -> int:
     if options.workers > 1:
         multiproc_metrics.ensure_multiprocess_mode()  # may re-execute this process (multiproc_metrics.py)
+    sockets = listening_sockets(options.host, options.port, options.workers)
     if options.tls_cert_file is not None and options.tls_key_file is not None:
         cert_file, key_file = options.tls_cert_file, options.tls_key_file
     else:
         cert_file, key_file, ca_file = self_signed_pair(options.host, options.extra_dns_names)
         print(f"kgwe serve: no --tls-cert-file given; serving a self-signed certificate. CA: {ca_file}", flush=True)
     if options.workers <= 1:
-        run_worker(options, cert_file, key_file)
+        try:
+            run_worker(options, cert_file, key_file, sockets)
+        finally:
+            for sock in sockets:
+                sock.close()
         return 0
-    return _serve_workers(options, cert_file, key_file)
+    return _serve_workers(options, cert_file, key_file, sockets)
+
+
+def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening socket, bound before anything else starts, so a busy port or a foreign address is
+    one line saying what to do (ServeError), not a traceback from deep inside uvicorn."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=2048, reuse_port=reuse_port)
+    except PermissionError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}; ports below 1024 need privileges, "
+                         "give --port 8443 or another free port") from exc
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ServeError(f"port {port} on {host} is already in use (another kgwe serve?); stop it or give "
+                             "--port N") from exc
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ServeError(f"cannot listen on {host}:{port}: {host} is not an address of this machine; give "
+                             "--host 127.0.0.1 or --host 0.0.0.0") from exc
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
 
 
 def listening_sockets(host: str, port: int, workers: int) -> list[socket.socket]:
@@ -344,27 +383,22 @@ def listening_sockets(host: str, port: int, workers: int) -> list[socket.socket]
     every socket open, so connections that arrive while a worker restarts wait in its backlog. Only
     processes of the same user can join the group (Linux), so no other user can take a share.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if workers <= 1 or not hasattr(socket, "SO_REUSEPORT"):
-        sock = socket.create_server((host, port), family=family, backlog=2048)
-        sock.set_inheritable(True)
-        return [sock]
+        return [listen(host, port)]
     sockets: list[socket.socket] = []
     try:
         for _ in range(workers):
-            sock = socket.create_server((host, port), family=family, backlog=2048, reuse_port=True)
-            sock.set_inheritable(True)
+            sock = listen(host, port, reuse_port=True)
             sockets.append(sock)
             port = sock.getsockname()[1]  # port 0: the others join the port the first one got
-    except OSError:
+    except ServeError:
         for sock in sockets:
             sock.close()
         raise
     return sockets
 
 
-def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> int:
-    sockets = listening_sockets(options.host, options.port, options.workers)
+def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path, sockets: list[socket.socket]) -> int:
     children: dict[int, tuple[int, float]] = {}
     stopping = False
     failed = False
@@ -376,7 +410,8 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path) -> in
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                run_worker(options, cert_file, key_file, [sockets[index % len(sockets)]])
+                level = quiet_secondary_worker(index, options.log_level)  # each line once, not once per worker
+                run_worker(replace(options, log_level=level), cert_file, key_file, [sockets[index % len(sockets)]])
             except BaseException:
                 log.exception("worker %d failed", index)
                 code = 1

@@ -64,7 +64,7 @@ def _not_found() -> Response:
 
 
 def ui_router(directory: Path = UI_DIRECTORY) -> APIRouter:
-    """GET /ui redirects to /ui/; GET /ui/ is the single page; GET /ui/<file> its CSS and JavaScript."""
+    """GET / and GET /ui redirect to /ui/; GET /ui/ is the single page; GET /ui/<file> its CSS and JavaScript."""
     assets = load_assets(directory)
     router = APIRouter(include_in_schema=False)
 
@@ -73,6 +73,13 @@ def ui_router(directory: Path = UI_DIRECTORY) -> APIRouter:
         # Relative to the request, so the page also works behind a proxy that adds a path prefix.
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(f"{PREFIX.rsplit('/', 1)[-1]}/{query}", 308, headers=SECURITY_HEADERS)
+
+    @router.api_route("/", methods=["GET", "HEAD"])
+    async def site_root(request: Request) -> Response:
+        # A person who opens the server's address lands on the page. 307, not 308: `/` may answer
+        # something else one day, and browsers remember permanent redirects.
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"{PREFIX.lstrip('/')}/{query}", 307, headers=SECURITY_HEADERS)
 
     @router.api_route(PREFIX + "/{name:path}", methods=["GET", "HEAD"])
     async def ui_file(name: str, request: Request) -> Response:

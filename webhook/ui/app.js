@@ -97,9 +97,21 @@ const COLUMNS = [
   { key: "nvlink", label: "NVLink", title: "GPUs in the node's largest NVLink domain", value: (n) => n.nvlinkDomainSize ?? 0,
     numeric: true },
   { key: "clique", label: "Clique", title: "multi-node NVLink clique", value: (n) => n.clique || "" },
+  { key: "pods", label: "Pods", title: "GPU pods running on the node", value: (n) => n.pods ?? 0, numeric: true },
   { key: "used", label: "Used / allocatable", value: (n) => resourceSum(n.used), numeric: true },
   { key: "free", label: "Free", value: (n) => resourceSum(freeResources(n)), numeric: true },
 ];
+
+// What is free on a type, counted as pods get it: "12 of 16 whole GPUs free · 27 of 28 1g.10gb slices free · ".
+function sliceText(type) {
+  const parts = [];
+  if (type.wholeGpus) parts.push(`${type.wholeAvailable} of ${type.wholeGpus} whole GPUs free`);
+  for (const [profile, count] of Object.entries(type.slices || {})) {
+    parts.push(`${count.available} of ${count.total} ${profile} slices free`);
+  }
+  if (!parts.length && type.wholeGpus === undefined) parts.push(`${type.available} GPUs free`);
+  return parts.map((part) => h("span", { class: "slice-count" }, `${part} · `));
+}
 
 function sharingText(sharing) {
   if (!sharing || !sharing.strategy || sharing.strategy === "none") return "exclusive";
@@ -171,9 +183,10 @@ class NodesPage extends Page {
       },
       h("span", { class: type.id === "unknown" ? "type-name unknown" : "type-name" }, this.typeLabel(type.id)),
       type.id in SPECIAL_TYPES ? null : h("code", {}, type.id),
-      h("span", { class: "type-numbers" },
-        h("span", { dataset: { field: "available" } }, String(type.available)), " of ",
-        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), " GPUs available on ",
+      h("span", { class: "type-numbers", title: `${type.available} GPU-equivalents free` },
+        h("span", { dataset: { field: "available" }, hidden: true }, String(type.available)),
+        sliceText(type),
+        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), " GPUs on ",
         h("span", { dataset: { field: "nodes" } }, String(type.nodes)), type.nodes === 1 ? " node" : " nodes")));
     return h("div", { class: "type-cards", id: "type-cards" }, cards);
   }
@@ -280,7 +293,9 @@ class NodesPage extends Page {
     });
     const type = this.types.get(key);
     const available = type ? h("span", {},
-      " · ", h("span", { dataset: { field: "available" } }, String(type.available)), " available") : null;
+      " · ", h("span", { dataset: { field: "available" } }, String(type.available)),
+      h("span", { title: "whole GPU 1, MIG slice its compute slices / 7, MPS share its fraction" },
+        Object.keys(type.slices || {}).length ? " GPU-equivalents free" : " free")) : null;
     const label = h("div", { class: "group-label" },
       h("span", { class: "type-name" }, this.typeLabel(key)),
       key in SPECIAL_TYPES ? null : h("code", {}, key),
@@ -289,11 +304,16 @@ class NodesPage extends Page {
   }
 
   totalsRow(kind, label, nodes, { checkbox = null, key = null } = {}) {
+    // Totals count physical GPUs: an MPS or time-sliced node's nvidia.com/gpu units are replicas, folded back.
     const sum = (field) => {
       const totals = {};
       for (const node of nodes) {
         const resources = field === "free" ? freeResources(node) : node[field] || {};
-        for (const [name, value] of Object.entries(resources)) totals[name] = (totals[name] || 0) + value;
+        const replicas = node.sharing && node.sharing.replicas > 1 ? node.sharing.replicas : 1;
+        for (const [name, value] of Object.entries(resources)) {
+          const physical = name === "nvidia.com/gpu" ? value / replicas : value;
+          totals[name] = Math.round(((totals[name] || 0) + physical) * 100) / 100;
+        }
       }
       return totals;
     };
@@ -303,6 +323,7 @@ class NodesPage extends Page {
       h("th", { scope: kind === "group" ? "rowgroup" : "row", colspan: 2 }, label),
       h("td", { class: "num", dataset: { field: "gpus" } }, String(gpus)),
       h("td", { colspan: 5 }),
+      h("td", { class: "num", dataset: { field: "pods" } }, String(nodes.reduce((n, node) => n + (node.pods ?? 0), 0))),
       h("td", { class: "num" }, usage(sum("used"), sum("allocatable"))),
       h("td", { class: "num" }, freeList(sum("free"))));
   }
@@ -340,6 +361,7 @@ class NodesPage extends Page {
       h("td", { dataset: { field: "sharing" } }, node.gpus ? sharingText(node.sharing) : DASH),
       h("td", { class: "num", dataset: { field: "nvlink" } }, node.nvlinkDomainSize ? String(node.nvlinkDomainSize) : DASH),
       h("td", { class: "clique", dataset: { field: "clique" }, title: node.clique || null }, node.clique || DASH),
+      h("td", { class: "num", dataset: { field: "pods" } }, String(node.pods ?? 0)),
       h("td", { class: "num" }, usage(node.used, node.allocatable)),
       h("td", { class: "num" }, freeList(freeResources(node))));
   }
@@ -526,7 +548,7 @@ class ProfilesPage extends Page {
         h("dt", {}, "Sharing"),
         h("dd", { dataset: { field: "sharing" } }, profileSharing(profile.sharing)),
         h("dt", {}, "Price"),
-        h("dd", { dataset: { field: "price" } }, price ? `${price} per GPU-hour` : "no price configured")),
+        h("dd", { dataset: { field: "price" } }, profilePrice(profile, currency))),
       h("table", { class: "profile-types" },
         h("thead", {}, h("tr", {},
           h("th", { scope: "col" }, "GPU type"), h("th", { scope: "col" }, "Memory"),
@@ -554,7 +576,7 @@ class TenantsPage extends Page {
     const tenants = data.tenants || [];
     replaceChildren(this.root,
       h("h1", {}, "Tenants"),
-      h("p", { class: "muted" }, "GPU quotas from TenantQuota objects, what bound pods use of them, and the hourly cost ",
+      h("p", { class: "muted" }, "GPU quotas from TenantQuota objects, what admitted pods (bound or still pending) use of them, and the hourly cost ",
         "of each tenant's running pods (the sum of their ", h("code", {}, "kgwe.io/hourly-cost"), ")."),
       tenants.length ? h("div", { class: "tenants", id: "tenants" }, tenants.map((t) => this.card(t, data.currency))) :
         h("p", { class: "empty" }, "No TenantQuota exists."));
@@ -585,11 +607,16 @@ class TenantsPage extends Page {
 
   limitRow(limit) {
     const capped = limit.gpus !== null && limit.gpus !== undefined;
-    const full = capped && limit.used >= limit.gpus;
+    // Reservations of pods admitted moments ago (or only reviewed, in YAML mode) count against the limit too.
+    const reserved = limit.reserved ?? 0;
+    const full = capped && limit.used + reserved >= limit.gpus;
     return h("tr", { class: full ? "full" : null, dataset: { limit: `${limit.kind}/${limit.name}` } },
       h("th", { scope: "row" }, h("span", { class: "muted small" }, limit.kind === "profile" ? "profile " : "type "),
         h("code", {}, limit.name)),
-      h("td", { class: "num" }, h("span", { dataset: { field: "used" } }, String(limit.used ?? 0)), " / ",
+      h("td", { class: "num" }, h("span", { dataset: { field: "used" } }, String(limit.used ?? 0)),
+        reserved ? h("span", { class: "muted small", title: "held for pods admitted in the last quotas.reservationGraceSeconds "
+          + "that no pod list shows yet" }, " + ", h("span", { dataset: { field: "reserved" } }, String(reserved)), " reserved")
+          : null, " / ",
         h("span", { dataset: { field: "gpus" } }, capped ? String(limit.gpus) : DASH)),
       h("td", { class: "use" }, limit.gpus ? h("meter", { min: 0, max: limit.gpus, value: limit.used ?? 0,
         low: limit.gpus * 0.7, high: limit.gpus * 0.9, optimum: 0, "aria-label": "share of the limit used" }) : null,
@@ -635,8 +662,82 @@ class GangsPage extends Page {
   }
 }
 
-const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage };
+// What a pod of the profile pays: the price of its slice or share, with the whole-GPU price beside it.
+function profilePrice(profile, currency) {
+  const gpu = money(profile.pricePerGPUHour, currency);
+  if (!gpu) return "no price configured";
+  const unit = money(profile.pricePerUnitHour, currency);
+  if (!unit || profile.unit === "GPU") return `${gpu} per GPU-hour`;
+  const article = /^[AEIOUM]/.test(profile.unit) ? "an" : "a"; // "an MPS share", "an MIG slice"
+  return `${unit} per hour for ${article} ${profile.unit} (${gpu} per GPU-hour)`;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Why: KGWE's explanation of one pod (#/why?pod=NAMESPACE/NAME): the placement trace, each policy, and for a pod
+// that is not bound, what blocks it now. Without a pod, the GPU pods that wait, to pick one.
+
+function whyTarget() {
+  const query = location.hash.split("?")[1] || "";
+  return new URLSearchParams(query).get("pod") || "";
+}
+
+class WhyPage extends Page {
+  fetch() {
+    const pod = whyTarget();
+    return pod ? getJSON("explain", { pod }) : getJSON("explain");
+  }
+
+  show(data) {
+    const form = h("form", { class: "why-form", onsubmit: (event) => {
+      event.preventDefault();
+      const value = event.target.elements.pod.value.trim();
+      location.hash = value ? `#/why?pod=${encodeURIComponent(value)}` : "#/why";
+    } },
+    h("label", {}, "Pod ", h("input", { name: "pod", value: whyTarget(), placeholder: "namespace/name", size: 40 })),
+    h("button", { type: "submit" }, "Explain"));
+    if (data.pending) {
+      replaceChildren(this.root, h("h1", {}, "Why"), form,
+        h("p", { class: "muted" }, "GPU pods that are not bound yet; pick one to see what KGWE decided and what blocks it."),
+        data.pending.length ? h("ul", { class: "pending", id: "pending" }, data.pending.map((pod) =>
+          h("li", {}, h("a", { href: `#/why?pod=${encodeURIComponent(pod)}` }, pod)))) :
+          h("p", { class: "empty" }, "No GPU pod is waiting."));
+      return;
+    }
+    const verdict = data.refusals && data.refusals.length ? h("span", { class: "badge warn" }, "refused") : null;
+    replaceChildren(this.root, h("h1", {}, "Why: ", h("code", {}, data.pod), " ", verdict), form,
+      h("p", { class: "muted", id: "state" }, data.gpuPod ? `State: ${data.state}.` :
+        "Not a GPU pod and no kgwe.io/ intent: KGWE leaves it as it is."),
+      data.trace && data.trace.length ? [h("h2", {}, "Placement, step by step"),
+        h("ol", { class: "trace", id: "trace" }, data.trace.map((step) => h("li", {},
+          h("strong", {}, step.step), `: kept ${step.kept.length ? step.kept.join(", ") : "none"}`,
+          step.note ? h("span", { class: "muted" }, ` (${step.note})`) : null,
+          step.dropped.length ? h("ul", {}, step.dropped.map((d) => h("li", {}, h("code", {}, d.type), ` dropped: ${d.why}`))) :
+            null)))] : null,
+      data.refusals && data.refusals.length ? [h("h2", {}, "Refused"),
+        h("ul", { id: "refusals" }, data.refusals.map((r) => h("li", {}, r)))] : null,
+      data.policies && (data.policies.length || data.policiesSilent) ? [h("h2", {}, "Policies"),
+        h("ul", { id: "policies" }, data.policies.map((p) => h("li", {}, h("code", {}, p.policy), `: ${p.result}`)),
+          data.policiesSilent ? h("li", { class: "muted" },
+            `${plural(data.policiesSilent, "other policy", "other policies")}: no decision, no violation`) : null)] : null,
+      data.blocking && data.blocking.length ? [h("h2", {}, "What blocks it now"),
+        h("ul", { id: "blocking" }, data.blocking.map((b) => h("li", {}, b)))] : null);
+  }
+}
+
+const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage, why: WhyPage };
 
 document.getElementById("refresh").addEventListener("click", () => current && current.load());
+
+// Auto-refresh, opt-in and remembered: every 30 s while the tab is visible, never while the user is in the
+// middle of something the reload would discard (a node selection or proposal, the Why page's form).
+const AUTO_REFRESH_MS = 30_000;
+const autoRefresh = document.getElementById("auto-refresh");
+autoRefresh.checked = localStorage.getItem("kgwe.autoRefresh") === "on";
+autoRefresh.addEventListener("change", () => localStorage.setItem("kgwe.autoRefresh", autoRefresh.checked ? "on" : "off"));
+setInterval(() => {
+  if (!autoRefresh.checked || document.hidden || !current) return;
+  if (current instanceof WhyPage || (current instanceof NodesPage && current.selected.size)) return;
+  current.load();
+}, AUTO_REFRESH_MS);
 window.addEventListener("hashchange", route);
 route();

@@ -1,0 +1,65 @@
+"""The first minutes with `kgwe serve`: `/` leads to the page, a busy port is one line, dev.py stays on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from webhook.server.ui_routes import ui_router
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_root_redirects_to_the_ui() -> None:
+    app = FastAPI()
+    app.include_router(ui_router())
+    with TestClient(app) as client:
+        answer = client.get("/?tab=nodes", follow_redirects=False)
+        assert answer.status_code == 307
+        assert answer.headers["location"] == "ui/?tab=nodes"  # relative: works behind a path prefix
+        page = client.get("/")
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+
+
+def _kgwe(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main(sys.argv[1:]))", *args],
+        env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+
+
+def test_a_busy_port_is_one_line_that_says_what_to_do(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        for workers in ("1", "2"):
+            done = _kgwe(["serve", "--cluster", "examples/cluster", "--host", "127.0.0.1", "--port", str(port),
+                          "--workers", workers], tmp_path)
+            assert done.returncode == 2, done.stderr
+            assert "Traceback" not in done.stderr
+            assert done.stderr.strip().splitlines()[-1:] == [  # earlier lines: INFO from the start (key made)
+                f"kgwe serve: port {port} on 127.0.0.1 is already in use (another kgwe serve?); stop it or give "
+                "--port N"
+            ]
+
+
+def test_dev_py_serves_on_loopback_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        import dev
+    finally:
+        sys.path.remove(str(ROOT))
+    calls: list[list[str]] = []
+    monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev.subprocess, "call", lambda args: calls.append(args) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert dev.main(["serve"]) == 0
+    assert dev.main(["serve", "--host", "0.0.0.0"]) == 0
+    assert calls[0][calls[0].index("--host") + 1] == "127.0.0.1"
+    assert calls[1].count("--host") == 1 and calls[1][calls[1].index("--host") + 1] == "0.0.0.0"

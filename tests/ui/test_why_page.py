@@ -1,0 +1,98 @@
+"""The "Why" page in a real headless Chromium against `kgwe serve`: the pending GPU pods are listed, and a
+pod's explanation (trace, policies, what blocks it now) shows what /api/v1/explain answers."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ui_harness import KgweServer, kgwe_serve, open_page
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+
+from cluster_dirs import copy_example_cluster, gpu_pod, plant
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def why_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgweServer]:
+    workdir = tmp_path_factory.mktemp("why")
+    cluster = copy_example_cluster(workdir / "cluster")
+    plant(cluster, "zz-waiting.yaml",
+          gpu_pod("too-big", "ml-research", gpus=16, phase="Pending",
+                  annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"}))
+    with kgwe_serve(workdir, cluster) as running:
+        yield running
+
+
+def _api(server: KgweServer, params: dict[str, str] | None = None) -> Any:
+    with server.api() as client:
+        return client.get("/api/v1/explain", params=params or {}).json()
+
+
+def test_why_lists_waiting_pods_and_explains_one(browser: Any, why_server: KgweServer) -> None:
+    context, page, problems = open_page(browser, why_server)
+    page.set_default_timeout(10_000)
+    try:
+        page.goto(f"{why_server.url}/ui/#/why")
+        page.wait_for_selector("#pending")
+        listed = page.locator("#pending a").all_inner_texts()
+        assert listed == _api(why_server)["pending"] and "ml-research/too-big" in listed
+        page.click('#pending a:text("ml-research/too-big")')
+        page.wait_for_selector("#trace")
+        if shots := __import__("os").environ.get("KGWE_UI_SHOTS"):
+            page.screenshot(path=str(Path(shots) / "why.png"), full_page=True)
+        body = _api(why_server, {"pod": "ml-research/too-big"})
+        steps = page.locator("#trace > li").all_inner_texts()
+        assert len(steps) == len(body["trace"])
+        assert "at most 8 GPUs on one node, the pod asks for 16" in steps[-1]
+        assert page.locator("#refusals li").all_inner_texts() == body["refusals"]
+        assert page.locator("#state").inner_text() == "State: pending."
+        page.fill("input[name=pod]", "nowhere/nothing")
+        page.click("form.why-form button")
+        page.wait_for_selector("[role=alert]")
+        assert "no pod nowhere/nothing" in page.locator("[role=alert]").inner_text()
+    finally:
+        context.close()
+    assert problems.foreign_requests == []
+
+
+def test_auto_refresh_is_opt_in_and_remembered(browser: Any, why_server: KgweServer) -> None:
+    context, page, _problems = open_page(browser, why_server)
+    page.set_default_timeout(10_000)
+    try:
+        page.goto(f"{why_server.url}/ui/#/nodes")
+        page.wait_for_selector("#node-table")
+        box = page.locator("#auto-refresh")
+        assert not box.is_checked()
+        box.check()
+        page.reload()
+        page.wait_for_selector("#node-table")
+        assert page.locator("#auto-refresh").is_checked()
+        # Pods per node are shown and add up in the totals row.
+        pods = [int(t) for t in page.locator('tr.node [data-field="pods"]').all_inner_texts()]
+        assert page.locator('tr.total [data-field="pods"]').inner_text() == str(sum(pods))
+    finally:
+        context.close()
+
+
+def test_totals_count_physical_gpus_not_mps_replicas(browser: Any, why_server: KgweServer) -> None:
+    with why_server.api() as client:
+        nodes = client.get("/api/v1/nodes").json()["nodes"]
+    physical = sum(
+        n["allocatable"].get("nvidia.com/gpu", 0) / max(1, n["sharing"]["replicas"] or 1) for n in nodes
+    )
+    context, page, _problems = open_page(browser, why_server)
+    page.set_default_timeout(10_000)
+    try:
+        page.goto(f"{why_server.url}/ui/#/nodes")
+        page.wait_for_selector("#node-table tr.total")
+        shown = page.locator('tr.total [data-resource="nvidia.com/gpu"] [data-kind="allocatable"]').first.inner_text()
+    finally:
+        context.close()
+    assert float(shown) == round(physical, 2)
+    assert physical < sum(n["allocatable"].get("nvidia.com/gpu", 0) for n in nodes)  # replicas were folded back

@@ -1,0 +1,132 @@
+"""`kgwe explain` and `kgwe review --explain` (docs/explain.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from webhook.explain import Explanation, explain, render_text
+
+
+def add_explain_parser(commands: Any, add_cluster_and_config: Callable[[argparse.ArgumentParser, bool], None]) -> None:
+    parser = commands.add_parser(
+        "explain", help="why KGWE places, changes or refuses a pod, step by step",
+        description="Explain a pod: the placement trace (each candidate accelerator type and what dropped it), "
+                    "each policy and its result, each check of the validating webhook. TARGET is a pod file "
+                    "(judged as a new pod, as `kgwe review` does) or NAMESPACE/NAME of an existing pod (judged as "
+                    "it is, with what blocks it now when it is not bound). With --cluster DIR the cluster is the "
+                    "YAML directory; without it, the cluster's API (kubeconfig as kubectl finds it), read-only. "
+                    "Exit status 0.",
+    )
+    parser.add_argument("target", metavar="TARGET", help="a pod manifest file, or NAMESPACE/NAME of an existing pod")
+    add_cluster_and_config(parser, False)
+    parser.add_argument("--user", default="kgwe-explain", help="the requesting user for a new pod")
+    parser.add_argument("--group", action="append", default=[], metavar="G", help="a group of the user (repeatable)")
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+
+
+def _print(explanations: list[Explanation], output: str) -> None:
+    if output == "json":
+        body: Any = explanations[0].as_json() if len(explanations) == 1 else [e.as_json() for e in explanations]
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print("\n---\n".join(render_text(e) for e in explanations))
+
+
+def explain_documents(runtime: Any, documents: list[dict[str, Any]], args: argparse.Namespace) -> int:
+    """`kgwe review --explain`: each pod of the file explained as a new pod (other kinds: their review)."""
+    from webhook.cli import CommandError
+
+    explanations = []
+    for document in documents:
+        if str(document.get("kind") or "Pod") != "Pod":
+            raise CommandError(f"--explain explains pods; {document.get('kind')} templates are reviewed without it")
+        explanations.append(explain(runtime.admission, document, user=args.user, groups=list(args.group),
+                                    deadline_seconds=runtime.config.limits.deadline_seconds))
+    _print(explanations, args.output)
+    return 0
+
+
+def find_pod(runtime: Any, target: str) -> dict[str, Any] | None:
+    """The pod NAMESPACE/NAME in the runtime's cluster model, or None."""
+    model = runtime.store.snapshot()
+    pod = model.pods.get(target)
+    return dict(pod) if isinstance(pod, dict) else None
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from webhook.cli import CommandError, _check_identity_key, _load_config, _read_documents
+    from webhook.runtime import build_runtime
+
+    config = _load_config(args.config)
+    _check_identity_key(config)
+    if args.cluster is None:
+        return _explain_in_cluster(args, config)
+    if not args.cluster.is_dir():
+        raise CommandError(f"--cluster {args.cluster}: not a directory")
+    try:
+        runtime = build_runtime(config, args.cluster)
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
+    path = Path(args.target)
+    if path.is_file():
+        return explain_documents(runtime, _read_documents(path), args)
+    if args.target.count("/") != 1 or not all(args.target.split("/")):
+        raise CommandError(f"{args.target}: no such file, and not NAMESPACE/NAME")
+    pod = find_pod(runtime, args.target)
+    if pod is None:
+        raise CommandError(f"{args.target}: no such pod in {args.cluster}")
+    found = explain(runtime.admission, pod, existing=True, deadline_seconds=config.limits.deadline_seconds)
+    _print([found], args.output)
+    return 0
+
+
+def _explain_in_cluster(args: argparse.Namespace, config: Any) -> int:
+    """`kgwe explain` against the cluster's API: the model is listed as `kgwe serve` lists it, the pod is
+    read whole (the model keeps pods slimmed). Nothing is written: new pods are explained as dry runs."""
+    from kubernetes.config import ConfigException
+
+    from webhook.cli import CommandError, _read_documents
+    from webhook.server.serving import ServeOptions, assemble_runtime
+
+    path = Path(args.target)
+    documents = _read_documents(path) if path.is_file() else None
+    if documents is None and (args.target.count("/") != 1 or not all(args.target.split("/"))):
+        raise CommandError(f"{args.target}: no such file, and not NAMESPACE/NAME")
+    try:
+        assembly = assemble_runtime(ServeOptions(config=config))
+    except (ConfigException, OSError) as exc:
+        raise CommandError(f"cannot reach a Kubernetes cluster ({exc}); give --cluster DIR for a YAML "
+                           "directory, or set KUBECONFIG") from exc
+    try:
+        runtime = assembly.runtime
+        if documents is not None:
+            return explain_documents(runtime, documents, args)
+        namespace, name = args.target.split("/")
+        pod = _read_pod(assembly.api_client, namespace, name)
+        if pod is None:
+            raise CommandError(f"{args.target}: no such pod in the cluster")
+        found = explain(runtime.admission, pod, existing=True, deadline_seconds=config.limits.deadline_seconds)
+        _print([found], args.output)
+        return 0
+    finally:
+        assembly.stop_source()
+
+
+def _read_pod(api_client: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    from kubernetes import client as k8s
+    from kubernetes.client.rest import ApiException
+
+    try:
+        pod = k8s.CoreV1Api(api_client).read_namespaced_pod(name, namespace, _request_timeout=10)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    body: dict[str, Any] = api_client.sanitize_for_serialization(pod)
+    return body

@@ -1,0 +1,67 @@
+"""`GET /api/v1/explain?pod=NAMESPACE/NAME`: why KGWE placed or refuses an existing pod, and what blocks it
+now when it is not bound (webhook/explain.py; the same data `kgwe explain NAMESPACE/NAME -o json` prints).
+`GET /api/v1/explain` without `pod`: the GPU pods that are not bound yet (`{"pending": ["ns/name", ...]}`,
+at most 500, oldest names first), the ones a person asks "why" about.
+
+Read-only: the explanation is computed as a dry run (no quota reserved, nothing written). It runs on the
+event loop like admission: the policy engines are bound to the thread that built them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from webhook.explain import explain
+
+# A namespace and a pod name as Kubernetes allows them (DNS-1123 label / subdomain), nothing else.
+_POD_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$")
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status, media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+MAX_PENDING = 500
+
+
+def pending_gpu_pods(pods: dict[str, dict[str, Any]]) -> list[str]:
+    """namespace/name of every pod that asks for a GPU (or carries a kgwe.io/ annotation) and is not bound."""
+    from policies.gpu_demand import pod_gpu_demand
+    from webhook.cluster.model import pod_is_finished
+
+    found = []
+    for key, pod in pods.items():
+        if (pod.get("spec") or {}).get("nodeName") or pod_is_finished(pod):
+            continue
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if pod_gpu_demand(pod).asks_gpu or any(str(k).startswith("kgwe.io/") for k in annotations):
+            found.append(key)
+    return sorted(found)[:MAX_PENDING]
+
+
+def explain_router(runtime: Any) -> APIRouter:
+    """The route over `runtime` (a webhook.runtime.Runtime: its store, configuration and admission core)."""
+
+    async def endpoint(request: Request) -> Response:
+        if "pod" not in request.query_params:
+            return _json({"pending": pending_gpu_pods(runtime.store.snapshot().pods)})
+        ref = request.query_params.get("pod", "")
+        if not _POD_REF.match(ref):
+            return _json({"error": "give ?pod=NAMESPACE/NAME"}, 400)
+        pod = runtime.store.snapshot().pods.get(ref)
+        if not isinstance(pod, dict):
+            return _json({"error": f"no pod {ref} in KGWE's model of the cluster"}, 404)
+        found = explain(runtime.admission, pod, existing=True,
+                        deadline_seconds=runtime.config.limits.deadline_seconds)
+        return _json(found.as_json())
+
+    router = APIRouter()
+    router.routes.append(Route("/api/v1/explain", endpoint, methods=["GET"]))
+    return router
