@@ -280,7 +280,7 @@ def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
 
         store = KubeGangStore(k8s.CustomObjectsApi(cluster.api_client))
     else:
-        from webhook.server.serving import state_dir
+        from webhook.state import state_dir
 
         if args.state is not None and not args.state.is_file():
             raise CommandError(f"--state {args.state}: no such file")

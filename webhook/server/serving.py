@@ -37,6 +37,7 @@ from webhook.server.config_watch import ConfigWatcher
 from webhook.server.quota_sync import QuotaSync
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
+from webhook.state import state_dir
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -69,15 +70,6 @@ class ServeOptions:
     config_poll_seconds: float = 2.0
     log_level: str = "info"
     extra_dns_names: list[str] = field(default_factory=list)
-
-
-def state_dir() -> Path:
-    """Where KGWE keeps what it makes for itself (the self-signed certificates)."""
-    explicit = os.environ.get("KGWE_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "kgwe"
 
 
 def self_signed_pair(host: str, extra_dns_names: list[str], directory: Path | None = None) -> tuple[Path, Path, Path]:
