@@ -34,7 +34,6 @@ for _path in (_ROOT, _ROOT / "tests" / "policies"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from agent.accelerator_types import default_table  # noqa: E402
 from policies.aggregate import CHECK_QUERY  # noqa: E402
 from policies.api import PolicyContext  # noqa: E402
 from policies.cel_engines import build_cel_engine  # noqa: E402
@@ -48,6 +47,7 @@ from policies.conformance import (  # noqa: E402
 )
 from policies.rego_engines import RegoInput, opa_go_available  # noqa: E402
 from policies.runtime import PolicyRuntime, build_runtime  # noqa: E402
+from policies.vocabulary.accelerator_types import default_table  # noqa: E402
 from webhook.cluster.model import ClusterStore  # noqa: E402
 from webhook.cluster.yaml_source import YamlDirectorySource  # noqa: E402
 

@@ -23,8 +23,9 @@ from policies.quota_store import (
     status_from_json,
     status_to_json,
 )
+from policies.vocabulary import keys
 
-GROUP = "kgwe.io"
+GROUP = keys.GROUP
 VERSION = "v1alpha1"
 PLURAL = "tenantquotas"
 CONFLICT = 409

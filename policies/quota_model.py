@@ -16,10 +16,11 @@ from typing import Any, Literal
 from kubernetes.utils.quantity import parse_quantity
 
 from policies.selectors import parse_selector
+from policies.vocabulary import keys
 
 log = logging.getLogger(__name__)
 
-TENANT_LABEL = "kgwe.io/tenant"
+TENANT_LABEL = keys.TENANT
 
 LimitKind = Literal["acceleratorType", "profile"]
 PriceOf = Callable[[str], Decimal | None]

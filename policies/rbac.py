@@ -14,8 +14,9 @@ from typing import Any, Literal, Protocol
 
 from policies.metrics import record_refusal
 from policies.selectors import parse_selector
+from policies.vocabulary import keys
 
-API_GROUP = "kgwe.io"
+API_GROUP = keys.GROUP
 USE = "use"
 Resource = Literal["hardwareprofiles", "acceleratortypes"]
 

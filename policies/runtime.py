@@ -54,13 +54,14 @@ from policies.rego_engines import (
     RegorusEngine,
     build_rego_engine,
 )
+from policies.vocabulary import keys
 from rego import LIBRARY_DIR
 
 log = logging.getLogger("kgwe.policies")
 
 FailureMode = Literal["open", "closed"]
-SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")
-TOPOLOGIES = ("nvlink", "none")
+SHARING_MODES = keys.SHARING_MODES
+TOPOLOGIES = keys.TOPOLOGIES
 SET_ERROR_KEY = "<policy set>"
 ENGINE_POLICY = "kgwe.policy-engine"  # the name violations about the engine itself carry
 

@@ -9,7 +9,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent.accelerator_types import AcceleratorTable, extra_types_from_config
+from policies.vocabulary import resources
+from policies.vocabulary.accelerator_types import AcceleratorTable, extra_types_from_config
 
 
 class _Section(BaseModel):
@@ -172,7 +173,7 @@ class Config(_Section):
     topology_staleness_seconds: float = Field(default=300.0, alias="topologyStalenessSeconds")
     # Taint keys that mark GPU nodes; eligible nodes' taints with these keys get tolerated.
     gpu_taint_keys: list[str] = Field(
-        default_factory=lambda: ["nvidia.com/gpu", "amd.com/gpu", "kgwe.io/gpu"], alias="gpuTaintKeys"
+        default_factory=lambda: list(resources.DEFAULT_GPU_TAINT_KEYS), alias="gpuTaintKeys"
     )
     # Users allowed to write KGWE's output annotations (the bound-pod controller's service account).
     controller_users: list[str] = Field(default_factory=list, alias="controllerUsers")

@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from agent.accelerator_types import MIXED, UNKNOWN
 from policies.gpu_demand import GpuDemand, mig_compute_slices, pod_gpu_demand
 from policies.quota_check import UsageLine, usage_lines
 from policies.quota_model import (
@@ -33,6 +32,8 @@ from policies.quota_model import (
     resolve_tenant,
     tenant_of_quota,
 )
+from policies.vocabulary import resources
+from policies.vocabulary.accelerator_types import MIXED, UNKNOWN
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
@@ -120,8 +121,8 @@ def _gpu_resources(facts: NodeFacts) -> dict[str, Decimal]:
 
 
 def _whole_resource(facts: NodeFacts | None) -> str:
-    if facts is not None and "amd.com/gpu" in facts.allocatable and GPU_RESOURCE not in facts.allocatable:
-        return "amd.com/gpu"
+    if facts is not None and resources.AMD_GPU in facts.allocatable and GPU_RESOURCE not in facts.allocatable:
+        return resources.AMD_GPU
     return GPU_RESOURCE
 
 

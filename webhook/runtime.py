@@ -24,6 +24,7 @@ from policies.quota_check import QuotaService
 from policies.quota_model import PodCharge, resolve_tenant
 from policies.quota_store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
 from policies.rbac import Authorizer, RbacEvaluator, Resource, refusal_message
+from policies.vocabulary.quantities import GIB, parse_quantity
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
 from webhook.config import Config
@@ -32,7 +33,6 @@ from webhook.gangs.admission import GangService
 from webhook.gangs.ledger import GangStore, MemoryGangStore
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT, PodIntent, annotations_of
 from webhook.placement.plan import Decision
-from webhook.quantities import GIB, parse_quantity
 from webhook.workloads.admission import WorkloadAwareAdmission
 
 if TYPE_CHECKING:

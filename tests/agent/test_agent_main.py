@@ -12,7 +12,7 @@ from agent_node_api import NodeApi
 from fake_nvml import installed
 
 from agent.main import run
-from agent.topology_schema import ANNOTATION, LABEL_NVLINK_DOMAIN_SIZE, TopologyDocument
+from policies.vocabulary.topology_schema import ANNOTATION, LABEL_NVLINK_DOMAIN_SIZE, TopologyDocument
 
 
 def test_dry_run_prints_the_document_and_writes_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ from agent.document import build_document
 from agent.loop import run_loop
 from agent.nvml_discovery import scan
 from agent.publisher import FIELD_MANAGER, NodeMetadata, NodePublisher, heartbeat_due, plan_patch
-from agent.topology_schema import (
+from policies.vocabulary.topology_schema import (
     ANNOTATION,
     HEARTBEAT_ANNOTATION,
     LABEL_ACCELERATOR_TYPE,

@@ -20,10 +20,10 @@ import uvicorn
 import yaml
 from fastapi import FastAPI
 
-from agent.accelerator_types import AcceleratorTable
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
 from certs.reloader import ReloadingSSLContext
+from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterStore

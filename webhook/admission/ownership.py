@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from policies.vocabulary import keys
 from webhook.costs import format_hourly_cost
 from webhook.intent import (
     OUT_ACCELERATOR_TYPE,
@@ -27,7 +28,7 @@ from webhook.workloads.identity import with_via
 if TYPE_CHECKING:
     from webhook.admission.core import Facts
 
-PREFIX = "kgwe.io/"
+PREFIX = keys.PREFIX
 
 
 def expected_outputs(facts: Facts) -> dict[str, str | None]:

@@ -37,12 +37,13 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from policies.vocabulary import keys
 from webhook.cluster.model import ClusterStore
 
 log = logging.getLogger("kgwe.cluster.kube")
 
 TEST_KUBECONFIG_ENV = "KGWE_TEST_KUBECONFIG"
-CRD_GROUP_VERSION = "kgwe.io/v1alpha1"
+CRD_GROUP_VERSION = keys.API_VERSION
 RBAC_GROUP_VERSION = "rbac.authorization.k8s.io/v1"
 SHORT_WATCH_SECONDS = 1.0
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from policies.gpu_demand import pod_gpu_demand
+from policies.vocabulary import keys
 from webhook.admission.core import AdmissionService
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kgwe.workloads")
 
-A_GANG_SIZE = "kgwe.io/gang-size"
+A_GANG_SIZE = keys.GANG_SIZE
 POD_GVK = {"group": "", "version": "v1", "kind": "Pod"}
 POD_GVR = {"group": "", "version": "v1", "resource": "pods"}
 

@@ -10,12 +10,14 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.vocabulary import keys
+
 SCHEMA_VERSION = 1
-ANNOTATION = "kgwe.io/topology"
-HEARTBEAT_ANNOTATION = "kgwe.io/topology-heartbeat"
-LABEL_ACCELERATOR_TYPE = "kgwe.io/accelerator-type"
-LABEL_NVLINK_DOMAIN_SIZE = "kgwe.io/nvlink-domain-size"
-LABEL_NVLINK_CLIQUE = "kgwe.io/nvlink-clique"
+ANNOTATION = keys.TOPOLOGY
+HEARTBEAT_ANNOTATION = keys.TOPOLOGY_HEARTBEAT
+LABEL_ACCELERATOR_TYPE = keys.ACCELERATOR_TYPE
+LABEL_NVLINK_DOMAIN_SIZE = keys.NVLINK_DOMAIN_SIZE
+LABEL_NVLINK_CLIQUE = keys.NVLINK_CLIQUE
 
 
 class _Doc(BaseModel):

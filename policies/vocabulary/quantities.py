@@ -12,6 +12,12 @@ from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
 # Kubernetes reads quantities into int64; anything larger (or `inf`) is not a real amount, and turning
 # `1e999999` into an int would hold the event loop for tens of seconds (docs/performance.md).
 MAX_MAGNITUDE = Decimal(2**63 - 1)
+# Byte units: GPU memory and MIG profile sizes are read as binary units (docs/decisions.md).
+GIB = Decimal(1024**3)
+MIB = Decimal(1024**2)
+# Byte units: GPU memory and MIG profile sizes are read as binary units (docs/decisions.md).
+GIB = Decimal(1024**3)
+MIB = Decimal(1024**2)
 
 
 def _bounded(amount: Decimal, value: object) -> Decimal:
