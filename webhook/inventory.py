@@ -34,12 +34,12 @@ from policies.quota_model import (
 )
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import MIXED, UNKNOWN
+from webhook.admission.charging import pod_charge
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
 from webhook.costs import format_hourly_cost, parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, annotations_of
-from webhook.runtime import pod_charge
 
 log = logging.getLogger("kgwe.inventory")
 
