@@ -113,8 +113,8 @@ def _read_documents(path: Path) -> list[dict[str, Any]]:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
+    from webhook import assembly
     from webhook.review import render_text
-    from webhook.runtime import build_runtime
     from webhook.workloads.review import review_document
 
     documents = _read_documents(args.pod)
@@ -123,7 +123,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     config = _load_config(args.config)
     _check_identity_key(config)
     try:
-        runtime = build_runtime(config, args.cluster)
+        runtime = assembly.from_directory(config, args.cluster).runtime
     except (OSError, ValueError) as exc:
         raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     results = [

@@ -15,11 +15,10 @@ import socket
 import ssl
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import uvicorn
 from cryptography import x509
@@ -28,7 +27,8 @@ from starlette.types import ASGIApp
 from certs.authority import Settings
 from certs.files import ensure_files
 from certs.reloader import ReloadingSSLContext
-from webhook.cluster.model import ClusterStore
+from webhook import assembly
+from webhook.assembly import Assembly
 from webhook.config import Config
 from webhook.server import metrics
 from webhook.server.app import BackgroundTask, create_app
@@ -40,7 +40,7 @@ from webhook.server.transport import BoundedServer, ConnectionLimits, limited_pr
 from webhook.state import state_dir
 
 if TYPE_CHECKING:
-    from webhook.runtime import Runtime
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ SELF_SIGNED_SERVICE = "kgwe-webhook"
 SELF_SIGNED_NAMESPACE = "kgwe"
 # A worker that dies this soon after starting will die again: stop instead of restarting it forever.
 CRASH_LOOP_SECONDS = 5.0
-INITIAL_LIST_SECONDS = 60
 
 
 class ServeError(RuntimeError):
@@ -96,26 +95,10 @@ def _record_expiry(certificate: x509.Certificate) -> None:
     metrics.CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
 
 
-@dataclass
-class Assembly:
-    """A worker's runtime and the parts that run beside it."""
-
-    runtime: Runtime
-    api_client: Any | None  # kubernetes ApiClient in a cluster; None with a cluster directory
-    stop_source: Callable[[], None]
-
-
 def assemble_runtime(options: ServeOptions) -> Assembly:
-    """The runtime fed by its cluster source: a watched YAML directory, or the API."""
-    from webhook.runtime import build_runtime
-
+    """The runtime fed by its cluster source: a watched YAML directory, or the API (webhook/assembly.py)."""
     config = options.config
-    store = ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
     if options.cluster_dir is not None:
-        from webhook.cluster.yaml_source import YamlDirectorySource
-
-        directory = YamlDirectorySource(options.cluster_dir, store)
-        directory.start()
         quota_store = None
         if options.workers > 1:
             # Workers are processes: their quota reservations meet in one file (the parent's pid names it).
@@ -126,34 +109,12 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         from webhook.gangs.ledger import FileGangStore
 
         gang_store = FileGangStore(state_dir() / "quota" / f"gangs-{options.port}.json")
-        runtime = build_runtime(config, None, store=store, quota_store=quota_store, gang_store=gang_store)
-        return Assembly(runtime, None, directory.stop)
+        return assembly.from_directory(
+            config, options.cluster_dir, watch=True, quota_store=quota_store, gang_store=gang_store
+        )
+    from webhook.cluster.kube_source import load_kube_client
 
-    from kubernetes import client as k8s
-
-    from policies.kube_client import deadline_api_client
-    from policies.quota_kube_store import KubeQuotaStore
-    from policies.rbac_review import SubjectAccessReviewer
-    from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
-    from webhook.gangs.ledger import KubeGangStore
-
-    api = load_kube_client(None)
-    source = KubeClusterSource(store, api)
-    source.start()
-    # Policies are compiled from the GPUPolicies listed here; readiness waits for the list anyway.
-    if not source.wait_loaded(INITIAL_LIST_SECONDS):
-        log.warning("cluster objects not all listed after %ds; serving, not ready until they are", INITIAL_LIST_SECONDS)
-    # Calls on the request path get a client that never retries past the admission deadline.
-    bounded = deadline_api_client(api.configuration)
-    runtime = build_runtime(
-        config,
-        None,
-        store=store,
-        quota_store=KubeQuotaStore(k8s.CustomObjectsApi(bounded)),
-        authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
-        gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
-    )
-    return Assembly(runtime, api, source.stop)
+    return assembly.from_api(config, load_kube_client(None), serving=True)
 
 
 def run_worker(
