@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from policies.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.api import (
     DECISION_FIELDS,
     EnforcementAction,
@@ -24,26 +23,9 @@ from policies.api import (
     ReloadReport,
     Violation,
 )
-from policies.cel_engines import CelEngine, CelEngineName, CelEvaluationError, CelProgram, build_cel_engine
-from policies.engine_health import EngineHealth, UnreachablePrepared
-from policies.gpupolicy import CompiledGPUPolicy, PolicyCompileError
-from policies.loader import PolicySource, collect_sources
-from policies.policy_metrics import (
-    POLICY_ENGINE_ERRORS,
-    POLICY_EVALUATION_SECONDS,
-    POLICY_LOAD_ERRORS,
-    POLICY_VIOLATIONS,
-)
-from policies.policy_set import (
-    CompiledUnit,
-    PolicySet,
-    compile_unit,
-    duplicate_packages,
-    gathered_policies,
-    prepare_rego,
-    previous_units,
-)
-from policies.rego_engines import (
+from policies.engines.cel import CelEngine, CelEngineName, CelEvaluationError, CelProgram, build_cel_engine
+from policies.engines.health import EngineHealth, UnreachablePrepared
+from policies.engines.rego import (
     UNDEFINED,
     RegoCompileError,
     RegoEngine,
@@ -53,6 +35,24 @@ from policies.rego_engines import (
     RegoInput,
     RegorusEngine,
     build_rego_engine,
+)
+from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError
+from policies.loading.loader import PolicySource, collect_sources
+from policies.loading.policy_set import (
+    CompiledUnit,
+    PolicySet,
+    compile_unit,
+    duplicate_packages,
+    gathered_policies,
+    prepare_rego,
+    previous_units,
+)
+from policies.metrics import (
+    POLICY_ENGINE_ERRORS,
+    POLICY_EVALUATION_SECONDS,
+    POLICY_LOAD_ERRORS,
+    POLICY_VIOLATIONS,
 )
 from policies.vocabulary import keys
 from rego import LIBRARY_DIR

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from policies.quota_store import QuotaStore
+from policies.quota.store import QuotaStore
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.gangs.ledger import GangStore
@@ -106,8 +106,8 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     from kubernetes import client as k8s
 
     from policies.kube_client import deadline_api_client
-    from policies.quota_kube_store import KubeQuotaStore
-    from policies.rbac_review import SubjectAccessReviewer
+    from policies.quota.kube_store import KubeQuotaStore
+    from policies.rbac.review import SubjectAccessReviewer
     from webhook.gangs.ledger import KubeGangStore
 
     # Policies are compiled from the GPUPolicies listed here; readiness waits for the list anyway.

@@ -19,7 +19,9 @@ from webhook.config import Config, ConfigError, load_config
 
 # Commands that belong to other packages: (module, how its `run` is called, one-line help).
 DELEGATED: dict[str, tuple[str, str, str]] = {
-    "policy": ("policies.testing", "args", "policy tools: `kgwe policy test [DIR]` runs Rego tests and CEL cases"),
+    "policy": (
+        "policies.loading.testing", "args", "policy tools: `kgwe policy test [DIR]` runs Rego tests and CEL cases"
+    ),
     "agent": ("agent.main", "args", "the node agent (NVML discovery, topology publishing)"),
     "certs": ("certs.cli", "args", "make, renew and rotate certificates; patch caBundle"),
     "nodes": ("webhook.reports.cli", "command", "the node view: accelerator types, GPUs, topology"),

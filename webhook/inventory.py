@@ -24,8 +24,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from policies.gpu_demand import GpuDemand, mig_compute_slices, pod_gpu_demand
-from policies.quota_check import UsageLine, usage_lines
-from policies.quota_model import (
+from policies.quota.check import UsageLine, usage_lines
+from policies.quota.model import (
     PodCharge,
     format_memory,
     quota_name,

@@ -19,10 +19,10 @@ from prometheus_client import Counter
 from policies.api import PolicyContext, Violation
 from policies.gpu_demand import GpuDemand
 from policies.metrics import record_refusal as _record_refusal
-from policies.quota_check import QuotaService
-from policies.quota_model import PodCharge
-from policies.quota_store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
-from policies.rbac import Authorizer, RbacEvaluator, Resource, refusal_message
+from policies.quota.check import QuotaService
+from policies.quota.model import PodCharge
+from policies.quota.store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
+from policies.rbac.evaluator import Authorizer, RbacEvaluator, Resource, refusal_message
 from policies.runtime import PolicyRuntime
 from webhook.admission.charging import pod_charge, tenant_and_quotas, usage_charges
 from webhook.admission.facts import Facts

@@ -3,7 +3,7 @@
 The one rule, used by admission's quota gate (the pod being admitted, from its `Facts`), by the usage
 every quota check compares against (every unfinished GPU pod of the cluster snapshot), by the
 inventory and by the audit. A pod's tenant is resolved from its namespace's labels and the
-requester's groups against the `TenantQuota` objects (`policies.quota_model.resolve_tenant`); its
+requester's groups against the `TenantQuota` objects (`policies.quota.model.resolve_tenant`); its
 charge is its candidate accelerator types (or the type of the node it is bound to), its
 GPU-equivalents (SPEC section 6) and its GPU memory.
 """
@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from policies.gpu_demand import pod_gpu_demand
-from policies.quota_model import PodCharge, resolve_tenant
+from policies.quota.model import PodCharge, resolve_tenant
 from policies.vocabulary.quantities import GIB, parse_quantity
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from policies.api import PolicyContext, Violation
 from policies.gpu_demand import pod_gpu_demand
-from policies.quota_check import UsageLine, usage_lines
-from policies.quota_model import format_gpus, format_memory, quota_name, resolve_tenant, tenant_of_quota
+from policies.quota.check import UsageLine, usage_lines
+from policies.quota.model import format_gpus, format_memory, quota_name, resolve_tenant, tenant_of_quota
 from webhook.admission.charging import usage_charges
 from webhook.audit.findings import Finding, Result, Severity
 from webhook.audit.pods import PodReader

@@ -102,7 +102,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         quota_store = None
         if options.workers > 1:
             # Workers are processes: their quota reservations meet in one file (the parent's pid names it).
-            from policies.quota_file_store import FileQuotaStore
+            from policies.quota.file_store import FileQuotaStore
 
             quota_store = FileQuotaStore(state_dir() / "quota" / f"{options.port}-{os.getppid()}.json")
         # Gang records outlive a restart: a file beside the quota reservations, named by the port.

@@ -12,18 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.aggregate import (
-    AGGREGATE_MODULE,
-    CHECK_QUERY,
-    DECISION_QUERY,
-    GatheredPolicy,
-    aggregate_module,
-    has_decisions,
-)
-from policies.cel_engines import CelEngine
-from policies.gpupolicy import CompiledGPUPolicy, PolicyCompileError, compile_gpu_policy
-from policies.loader import PolicySource
-from policies.rego_engines import (
+from policies.engines.cel import CelEngine
+from policies.engines.rego import (
     PreparedRego,
     RegoCompileError,
     RegoEngine,
@@ -32,6 +22,16 @@ from policies.rego_engines import (
     RegoEvaluationError,
     RegoInput,
 )
+from policies.loading.aggregate import (
+    AGGREGATE_MODULE,
+    CHECK_QUERY,
+    DECISION_QUERY,
+    GatheredPolicy,
+    aggregate_module,
+    has_decisions,
+)
+from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError, compile_gpu_policy
+from policies.loading.loader import PolicySource
 
 # A pod that exercises the common paths of GPU policies during the warm-up query.
 WARMUP_POD: dict[str, Any] = {

@@ -16,9 +16,9 @@ from decimal import Decimal
 from typing import Any
 
 from policies.metrics import QUOTA_LIMIT, QUOTA_USED
-from policies.quota_check import UsageLine, publish_metrics, usage_lines
-from policies.quota_model import PodCharge, quota_name, same_pod, tenant_of_quota
-from policies.quota_store import QuotaStatus, QuotaStore, QuotaUnavailable, UsedEntry, update_status
+from policies.quota.check import UsageLine, publish_metrics, usage_lines
+from policies.quota.model import PodCharge, quota_name, same_pod, tenant_of_quota
+from policies.quota.store import QuotaStatus, QuotaStore, QuotaUnavailable, UsedEntry, update_status
 
 log = logging.getLogger(__name__)
 

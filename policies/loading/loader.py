@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
-from policies.gpupolicy import fingerprint, policy_name
-from policies.rego_source import RegoModuleInfo, RegoSourceError, bind_params, inspect_module
+from policies.engines.rego_source import RegoModuleInfo, RegoSourceError, bind_params, inspect_module
+from policies.loading.gpupolicy import fingerprint, policy_name
 
 Origin = Literal["builtin", "directory", "cluster"]
 ORIGIN_RANK: dict[str, int] = {"builtin": 0, "directory": 1, "cluster": 2}

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 from prometheus_client import Counter
 
-from policies.quota_store import QuotaStatus, QuotaUnavailable, Versioned, status_from_json, status_to_json
+from policies.quota.store import QuotaStatus, QuotaUnavailable, Versioned, status_from_json, status_to_json
 
 log = logging.getLogger("kgwe.quota.file")
 

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from policies.policy_metrics import POLICY_ENGINE_UP
-from policies.rego_engines import RegoCompileError, RegoEngineUnavailable, RegoEngineUnreachable, RegoInput
+from policies.engines.rego import RegoCompileError, RegoEngineUnavailable, RegoEngineUnreachable, RegoInput
+from policies.metrics import POLICY_ENGINE_UP
 
 log = logging.getLogger("kgwe.policies")
 

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from policies.metrics import QUOTA_LIMIT, QUOTA_USED, record_refusal
-from policies.quota_model import (
+from policies.quota.model import (
     LimitKey,
     PodCharge,
     PriceOf,
@@ -30,7 +30,7 @@ from policies.quota_model import (
     quota_limits,
     same_pod,
 )
-from policies.quota_store import QuotaStatus, QuotaStore, QuotaUnavailable, Reservation, update_status
+from policies.quota.store import QuotaStatus, QuotaStore, QuotaUnavailable, Reservation, update_status
 
 ZERO = Decimal(0)
 

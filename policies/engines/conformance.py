@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from policies.cel_engines import CEL_VARIABLES, CelCompileError, CelEvaluationError, build_cel_engine
-from policies.rego_engines import UNDEFINED, RegoCompileError, RegoEvaluationError, RegoInput, build_rego_engine
+from policies.engines.cel import CEL_VARIABLES, CelCompileError, CelEvaluationError, build_cel_engine
+from policies.engines.rego import UNDEFINED, RegoCompileError, RegoEvaluationError, RegoInput, build_rego_engine
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes.client import AuthorizationV1Api, V1ResourceAttributes, V1SubjectAccessReview, V1SubjectAccessReviewSpec
 
 from policies.kube_client import deadline_api_client
-from policies.rbac import API_GROUP, USE, AuthorizationUnavailable, Resource
+from policies.rbac.evaluator import API_GROUP, USE, AuthorizationUnavailable, Resource
 
 _CacheKey = tuple[str, str, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], str, str, str]
 

@@ -2,7 +2,7 @@
 `cel-python` (celpy, pure Python, kept working for portability).
 
 Both get Kubernetes' variables (`object`, `oldObject`, `request`, `params`, `namespaceObject`) and the
-library in `policies.cel_k8s_library`. Expressions are compiled once, when a policy set is loaded.
+library in `policies.engines.cel_k8s_library`. Expressions are compiled once, when a policy set is loaded.
 Native modules are imported when an engine is first built, never at import time, so a pre-forking
 server loads them in each worker after the fork.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
-from policies import cel_k8s_library as lib
+from policies.engines import cel_k8s_library as lib
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
 # Longest expression accepted; Kubernetes bounds CEL by estimated cost, we bound the text and the time.

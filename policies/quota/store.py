@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 
-from policies.quota_model import GIB, LimitKey, parse_amount
+from policies.quota.model import GIB, LimitKey, parse_amount
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from policies.loading.selectors import parse_selector
 from policies.metrics import record_refusal
-from policies.selectors import parse_selector
 from policies.vocabulary import keys
 
 API_GROUP = keys.GROUP

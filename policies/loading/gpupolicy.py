@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from policies.api import ENFORCEMENT_ACTIONS, EnforcementAction
-from policies.cel_engines import CelCompileError, CelEngine, CelProgram
-from policies.rego_source import RegoModuleInfo, RegoSourceError, inspect_module
-from policies.selectors import LabelSelector, parse_selector
+from policies.engines.cel import CelCompileError, CelEngine, CelProgram
+from policies.engines.rego_source import RegoModuleInfo, RegoSourceError, inspect_module
+from policies.loading.selectors import LabelSelector, parse_selector
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 DEFAULT_OPERATIONS = frozenset({"CREATE", "UPDATE"})

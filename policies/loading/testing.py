@@ -19,8 +19,8 @@ from typing import Any, TextIO
 import yaml
 
 from policies.api import PolicyContext
-from policies.cel_engines import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
-from policies.rego_engines import (
+from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
+from policies.engines.rego import (
     UNDEFINED,
     PreparedRego,
     RegoCompileError,
@@ -28,7 +28,7 @@ from policies.rego_engines import (
     RegoEvaluationError,
     build_rego_engine,
 )
-from policies.rego_source import RegoSourceError, inspect_module
+from policies.engines.rego_source import RegoSourceError, inspect_module
 from rego import LIBRARY_DIR
 
 CEL_TEST_SUFFIXES = (".celtest.yaml", ".celtest.yml")
@@ -133,7 +133,7 @@ def _expression_case(cel: CelEngine, case: Mapping[str, Any]) -> str:
 
 
 def _policy_case(policy: Mapping[str, Any], case: Mapping[str, Any], cel_engine: str) -> str:
-    from policies.rego_engines import RegorusEngine
+    from policies.engines.rego import RegorusEngine
     from policies.runtime import PolicyRuntime
 
     runtime = PolicyRuntime(RegorusEngine(), cel_engine=cel_engine)  # type: ignore[arg-type]

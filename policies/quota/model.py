@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from kubernetes.utils.quantity import parse_quantity
 
-from policies.selectors import parse_selector
+from policies.loading.selectors import parse_selector
 from policies.vocabulary import keys
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from policies.kube_client import deadline_api_client
-from policies.quota_store import (
+from policies.quota.store import (
     QuotaNotFound,
     QuotaStatus,
     QuotaUnavailable,
