@@ -82,9 +82,7 @@ def test_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bench_reports_scan_and_baseline() -> None:
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from bench_agent import bench_agent_scan
 
     result = bench_agent_scan(runs=3, warmup=1)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLUSTER, CONFIG, gpu_pod, review, serve
+from guarantees_support import CLUSTER, CONFIG, gpu_pod, review, serve
 from kubernetes import client as k8s_client
 
 from policies.kube_client import deadline_api_client

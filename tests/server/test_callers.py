@@ -25,8 +25,8 @@ import jsonpatch
 import orjson
 import pytest
 import yaml
-from conftest import CLUSTER, CONFIG, GPU_POD, ROOT, admission_review, free_port, start_server
 from fastapi import FastAPI
+from server_support import CLUSTER, CONFIG, GPU_POD, ROOT, admission_review, free_port, start_server
 
 from certs.client import CLIENT_CA_CERT, CLIENT_CERT, CLIENT_KEY, ClientSettings, ensure_client_files
 from certs.files import CertificatePaths

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import GPU_POD, RunningServer, admission_review
 from cryptography import x509
+from server_support import GPU_POD, RunningServer, admission_review
 
 from certs.authority import Settings, reconcile
 from certs.files import CertificatePaths, ensure_files, read_material, write_material

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import RunningServer
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from prometheus_client import REGISTRY
+from server_support import RunningServer
 
 from certs.authority import new_serving_cert
 from certs.files import CertificatePaths, read_material, write_file
