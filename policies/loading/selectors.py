@@ -6,23 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+from policies.vocabulary.requirements import SET_OPERATORS, Requirement
 
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    operator: str
-    values: frozenset[str]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "Exists":
-            return self.key in labels
-        if self.operator == "DoesNotExist":
-            return self.key not in labels
-        if self.operator == "In":
-            return self.key in labels and labels[self.key] in self.values
-        return self.key not in labels or labels[self.key] not in self.values
+OPERATORS = SET_OPERATORS  # label selectors know no Gt / Lt
 
 
 @dataclass(frozen=True)
@@ -41,14 +27,14 @@ def parse_selector(spec: Mapping[str, Any] | None) -> LabelSelector | None:
     if not isinstance(spec, Mapping):
         raise ValueError("a label selector must be an object")
     requirements = [
-        Requirement(str(key), "In", frozenset({str(value)}))
+        Requirement(str(key), "In", (str(value),))
         for key, value in (spec.get("matchLabels") or {}).items()
     ]
     for expression in spec.get("matchExpressions") or []:
         operator = expression.get("operator")
         if operator not in OPERATORS:
             raise ValueError(f"unknown selector operator {operator!r}")
-        values = frozenset(str(v) for v in expression.get("values") or [])
+        values = tuple(sorted({str(v) for v in expression.get("values") or []}))
         if operator in ("In", "NotIn") and not values:
             raise ValueError(f"selector operator {operator} needs values")
         if operator in ("Exists", "DoesNotExist") and values:
