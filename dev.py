@@ -2,7 +2,7 @@
 """Set-up entry points for a fresh machine that has only Python.
 
     python3 dev.py serve   # webhook on https://127.0.0.1:8443 against examples/cluster (--host 0.0.0.0 to share)
-    python3 dev.py test    # the whole test suite
+    python3 dev.py test    # ruff, mypy, lint-imports, then the whole test suite (stops at the first failure)
 
 Each creates `.venv` (if missing), installs KGWE and what it needs into it, then runs.
 """
@@ -46,6 +46,26 @@ def ensure_venv() -> None:
     STAMP.write_text(digest)
 
 
+# The checks `dev.py test` runs before pytest, in order; the first that fails stops the run, so CI
+# (.ci/run) enforces lint, types and the import contracts of pyproject.toml, not only the tests.
+CHECKS: tuple[tuple[str, list[str]], ...] = (
+    ("ruff", ["ruff", "check", "."]),
+    ("mypy", ["mypy", "webhook", "policies", "agent", "certs"]),
+    ("lint-imports", ["lint-imports"]),
+)
+
+
+def run_checks() -> int:
+    """Run CHECKS from the repository root; the exit status of the first that fails, else 0."""
+    for name, command in CHECKS:
+        print(f"dev.py test: {name}", flush=True)
+        code = subprocess.call([str(BIN / command[0]), *command[1:]], cwd=ROOT)
+        if code != 0:
+            print(f"dev.py test: {name} failed (exit {code}); fix it before the tests run", flush=True)
+            return code
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"serve", "test"}:
         print(__doc__)
@@ -58,6 +78,11 @@ def main(argv: list[str]) -> int:
         args = [str(BIN / "kgwe"), "serve", "--cluster", str(ROOT / "examples" / "cluster"),
                 "--config", str(ROOT / "examples" / "config.yaml"), *host, *rest]
     else:
+        os.chdir(ROOT)
+        code = run_checks()
+        if code != 0:
+            return code
+        print("dev.py test: pytest", flush=True)
         args = [str(PY), "-m", "pytest", "-q", *rest]
     os.chdir(ROOT)
     return subprocess.call(args)

@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from importlib import metadata
 
-from agent.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, default_table, sanitise_product
 from agent.fabric import node_clique
 from agent.nvlink import largest_all_to_all, peer_matrix
 from agent.nvml_discovery import GpuInfo, NodeScan
 from agent.sharing import sharing_state
-from agent.topology_schema import Gpu, MigInstance, NvLink, TopologyDocument
+from policies.vocabulary.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, default_table, sanitise_product
+from policies.vocabulary.topology_schema import Gpu, MigInstance, NvLink, TopologyDocument
 
 
 def agent_version() -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.topology_schema import Fabric
+from policies.vocabulary.topology_schema import Fabric
 
 UUID_LEN = 16
 STATE_NOT_SUPPORTED = 0

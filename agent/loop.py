@@ -12,10 +12,10 @@ import pynvml
 import urllib3
 from kubernetes.client.exceptions import OpenApiException
 
-from agent.backoff import Backoff
 from agent.document import build_document
 from agent.nvml_discovery import NodeScan
 from agent.publisher import NodePublisher
+from policies.vocabulary.backoff import Backoff
 
 log = logging.getLogger("kgwe.agent")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.accelerator_types import UNKNOWN
-from agent.topology_schema import (
+from policies.vocabulary.accelerator_types import UNKNOWN
+from policies.vocabulary.topology_schema import (
     ANNOTATION,
     HEARTBEAT_ANNOTATION,
     LABEL_ACCELERATOR_TYPE,

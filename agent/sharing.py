@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from agent.topology_schema import Sharing
+from policies.vocabulary import keys
+from policies.vocabulary.topology_schema import Sharing
 
-LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
-LABEL_REPLICAS = "nvidia.com/gpu.replicas"
+LABEL_SHARING_STRATEGY = keys.NVIDIA_GPU_SHARING_STRATEGY
+LABEL_REPLICAS = keys.NVIDIA_GPU_REPLICAS
 COMPUTE_MODE_EXCLUSIVE_PROCESS = "exclusive-process"
 _STRATEGIES = ("mps", "time-slicing")
 

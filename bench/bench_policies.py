@@ -34,11 +34,9 @@ for _path in (_ROOT, _ROOT / "tests" / "policies"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from agent.accelerator_types import default_table  # noqa: E402
-from policies.aggregate import CHECK_QUERY  # noqa: E402
 from policies.api import PolicyContext  # noqa: E402
-from policies.cel_engines import build_cel_engine  # noqa: E402
-from policies.conformance import (  # noqa: E402
+from policies.engines.cel import build_cel_engine  # noqa: E402
+from policies.engines.conformance import (  # noqa: E402
     hobofan_regorus_runner,
     load_cases,
     regorus_rvm_runner,
@@ -46,8 +44,10 @@ from policies.conformance import (  # noqa: E402
     run_rego_cases,
     supported_rego_runner,
 )
-from policies.rego_engines import RegoInput, opa_go_available  # noqa: E402
+from policies.engines.rego import RegoInput, opa_go_available  # noqa: E402
+from policies.loading.aggregate import CHECK_QUERY  # noqa: E402
 from policies.runtime import PolicyRuntime, build_runtime  # noqa: E402
+from policies.vocabulary.accelerator_types import default_table  # noqa: E402
 from webhook.cluster.model import ClusterStore  # noqa: E402
 from webhook.cluster.yaml_source import YamlDirectorySource  # noqa: E402
 
@@ -214,7 +214,7 @@ def _rvm_check(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
     so the aggregate is written as complete rules with defaults (same document)."""
     import regorus
 
-    from policies.policy_set import _modules
+    from policies.loading.policy_set import _modules
 
     policy_set = runtime._set
     lines = ["package kgwe.aggregate", "import rego.v1"]

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from policies.quantities import parse_quantity
+from policies.vocabulary import resources as names
+from policies.vocabulary.quantities import parse_quantity
 
-GPU = "nvidia.com/gpu"
-MIG_PREFIX = "nvidia.com/mig-"
-GPU_PREFIXES = ("nvidia.com/", "amd.com/gpu")
+GPU = names.NVIDIA_GPU
+MIG_PREFIX = names.NVIDIA_MIG_PREFIX
+GPU_PREFIXES = names.GPU_RESOURCE_PREFIXES
 SEVEN = Decimal(7)
 # KGWE's DRA rendering (webhook/dra) replaces a container's GPU resources by a resource claim named
 # `kgwe-...` and records what they were in this output annotation, so that the pod keeps the same
@@ -98,7 +99,7 @@ def _container_gpu(
             if amount < 0:
                 problems.append(f"{where} {name}: {section}[{key}] = {raw!r} is negative")
                 continue
-            counts_devices = key == GPU or key.startswith(MIG_PREFIX) or key == "amd.com/gpu"
+            counts_devices = key == GPU or key.startswith(MIG_PREFIX) or key == names.AMD_GPU
             if counts_devices and amount != amount.to_integral_value():
                 problems.append(f"{where} {name}: {section}[{key}] = {raw!r} is not a whole number of devices")
                 continue
@@ -138,7 +139,7 @@ def pod_gpu_demand(pod: dict[str, Any]) -> GpuDemand:
     for key, amount in effective.items():
         if amount == 0:
             continue  # asking for zero devices is asking for none
-        if key in (GPU, "amd.com/gpu"):
+        if key in names.WHOLE_DEVICE_RESOURCES:
             demand.whole_gpus += int(amount)
         elif key.startswith(MIG_PREFIX):
             demand.mig[key[len(MIG_PREFIX):]] = int(amount)

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from policies.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.api import (
     DECISION_FIELDS,
     EnforcementAction,
@@ -24,27 +23,10 @@ from policies.api import (
     ReloadReport,
     Violation,
 )
-from policies.cel_engines import CelEngine, CelEngineName, CelEvaluationError, CelProgram, build_cel_engine
-from policies.engine_health import EngineHealth, UnreachablePrepared
-from policies.gpupolicy import CompiledGPUPolicy, PolicyCompileError
-from policies.loader import PolicySource, collect_sources
-from policies.native_builtins import Declined, NativeBuiltins, native_units
-from policies.policy_metrics import (
-    POLICY_ENGINE_ERRORS,
-    POLICY_EVALUATION_SECONDS,
-    POLICY_LOAD_ERRORS,
-    POLICY_VIOLATIONS,
-)
-from policies.policy_set import (
-    CompiledUnit,
-    PolicySet,
-    compile_unit,
-    duplicate_packages,
-    gathered_policies,
-    prepare_rego,
-    previous_units,
-)
-from policies.rego_engines import (
+from policies.engines.cel import CelEngine, CelEngineName, CelEvaluationError, CelProgram, build_cel_engine
+from policies.engines.health import EngineHealth, UnreachablePrepared
+from policies.engines.native_builtins import Declined, NativeBuiltins, native_units
+from policies.engines.rego import (
     UNDEFINED,
     RegoCompileError,
     RegoEngine,
@@ -55,13 +37,32 @@ from policies.rego_engines import (
     RegorusEngine,
     build_rego_engine,
 )
+from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError
+from policies.loading.loader import PolicySource, collect_sources
+from policies.loading.policy_set import (
+    CompiledUnit,
+    PolicySet,
+    compile_unit,
+    duplicate_packages,
+    gathered_policies,
+    prepare_rego,
+    previous_units,
+)
+from policies.metrics import (
+    POLICY_ENGINE_ERRORS,
+    POLICY_EVALUATION_SECONDS,
+    POLICY_LOAD_ERRORS,
+    POLICY_VIOLATIONS,
+)
+from policies.vocabulary import keys
 from rego import LIBRARY_DIR
 
 log = logging.getLogger("kgwe.policies")
 
 FailureMode = Literal["open", "closed"]
-SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")
-TOPOLOGIES = ("nvlink", "none")
+SHARING_MODES = keys.SHARING_MODES
+TOPOLOGIES = keys.TOPOLOGIES
 SET_ERROR_KEY = "<policy set>"
 ENGINE_POLICY = "kgwe.policy-engine"  # the name violations about the engine itself carry
 
@@ -122,7 +123,7 @@ class PolicyRuntime:
         self._reload_lock = threading.Lock()
         # Only an engine in another process can be unreachable; the embedded ones are always "up".
         self.engine_health = EngineHealth(rego_engine.name, self._reconnect)
-        # The built-in policies answered in Python when nothing else in Rego runs (policies/native_builtins.py).
+        # The built-in policies answered in Python when nothing else in Rego runs (policies/engines/native_builtins.py).
         # Default: with the embedded engine only; an OPA engine the operator chose stays the one that answers.
         self.native_builtins = rego_engine.name == "regorus" if native_builtins is None else native_builtins
         self._native: tuple[PolicySet, NativeBuiltins | None] | None = None

@@ -19,7 +19,9 @@ from webhook.config import Config, ConfigError, load_config
 
 # Commands that belong to other packages: (module, how its `run` is called, one-line help).
 DELEGATED: dict[str, tuple[str, str, str]] = {
-    "policy": ("policies.testing", "args", "policy tools: `kgwe policy test [DIR]` runs Rego tests and CEL cases"),
+    "policy": (
+        "policies.loading.testing", "args", "policy tools: `kgwe policy test [DIR]` runs Rego tests and CEL cases"
+    ),
     "agent": ("agent.main", "args", "the node agent (NVML discovery, topology publishing)"),
     "certs": ("certs.cli", "args", "make, renew and rotate certificates; patch caBundle"),
     "nodes": ("webhook.reports.cli", "command", "the node view: accelerator types, GPUs, topology"),
@@ -120,8 +122,8 @@ def _read_documents(path: Path) -> list[dict[str, Any]]:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
+    from webhook import assembly
     from webhook.review import render_text
-    from webhook.runtime import build_runtime
     from webhook.workloads.review import review_document
 
     documents = _read_documents(args.pod)
@@ -130,7 +132,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     config = _load_config(args.config)
     _check_identity_key(config)
     try:
-        runtime = build_runtime(config, args.cluster)
+        runtime = assembly.from_directory(config, args.cluster).runtime
     except (OSError, ValueError) as exc:
         raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     results = [

@@ -9,7 +9,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent.accelerator_types import AcceleratorTable, extra_types_from_config
+from policies.vocabulary import resources
+from policies.vocabulary.accelerator_types import AcceleratorTable, extra_types_from_config
 from webhook.dra.config import DraConfig
 
 
@@ -127,6 +128,25 @@ class WorkloadKind(_Section):
         return value
 
 
+# kube-controller-manager's controllers (per-controller credentials, the default since 1.x, and the
+# shared identity when --use-service-account-credentials=false) and the operators' service accounts
+# in the namespaces their standard installs use. Admins change the list in `workloads.controllerIdentities`.
+DEFAULT_CONTROLLER_IDENTITIES = (
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:replicaset-controller",
+    "system:serviceaccount:kube-system:deployment-controller",
+    "system:serviceaccount:kube-system:job-controller",
+    "system:serviceaccount:kube-system:statefulset-controller",
+    "system:serviceaccount:kube-system:daemon-set-controller",
+    "system:serviceaccount:kube-system:cronjob-controller",
+    "system:serviceaccount:jobset-system:jobset-controller-manager",
+    "system:serviceaccount:lws-system:lws-controller-manager",
+    "system:serviceaccount:kubeflow:training-operator",
+    "system:serviceaccount:ray-system:kuberay-operator",
+    "system:serviceaccount:kueue-system:kueue-controller-manager",
+)
+
+
 class Workloads(_Section):
     # Admit the pod templates of workloads (SPEC section 7).
     enabled: bool = True
@@ -134,16 +154,10 @@ class Workloads(_Section):
     max_templates: int = Field(default=64, ge=1, le=1024, alias="maxTemplates")
     # Requesters whose pods are judged as the user who wrote the template (a verified kgwe.io/requested-by).
     controller_identities: list[str] = Field(
-        default_factory=lambda: list(_default_controllers()), alias="controllerIdentities"
+        default_factory=lambda: list(DEFAULT_CONTROLLER_IDENTITIES), alias="controllerIdentities"
     )
     # The requested-by signing key (the chart's Secret, mounted); unset: made once under the state directory.
     identity_key_file: Path | None = Field(default=None, alias="identityKeyFile")
-
-
-def _default_controllers() -> tuple[str, ...]:
-    from webhook.workloads.identity import DEFAULT_CONTROLLER_IDENTITIES
-
-    return DEFAULT_CONTROLLER_IDENTITIES
 
 
 class Config(_Section):
@@ -161,7 +175,7 @@ class Config(_Section):
     topology_staleness_seconds: float = Field(default=300.0, alias="topologyStalenessSeconds")
     # Taint keys that mark GPU nodes; eligible nodes' taints with these keys get tolerated.
     gpu_taint_keys: list[str] = Field(
-        default_factory=lambda: ["nvidia.com/gpu", "amd.com/gpu", "kgwe.io/gpu"], alias="gpuTaintKeys"
+        default_factory=lambda: list(resources.DEFAULT_GPU_TAINT_KEYS), alias="gpuTaintKeys"
     )
     # Users allowed to write KGWE's output annotations (the bound-pod controller's service account).
     controller_users: list[str] = Field(default_factory=list, alias="controllerUsers")

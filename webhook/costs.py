@@ -16,15 +16,16 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from policies.gpu_demand import GpuDemand, gpu_equivalents, pod_gpu_demand
+from policies.vocabulary import keys
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
 from webhook.dra.render import charged_demand
 
-ANNOTATION_HOURLY_COST = "kgwe.io/hourly-cost"
-ANNOTATION_PROFILE = "kgwe.io/profile"
-ANNOTATION_SHARING = "kgwe.io/sharing"
-ANNOTATION_GPU_FRACTION = "kgwe.io/gpu-fraction"
+ANNOTATION_HOURLY_COST = keys.HOURLY_COST
+ANNOTATION_PROFILE = keys.PROFILE
+ANNOTATION_SHARING = keys.SHARING
+ANNOTATION_GPU_FRACTION = keys.GPU_FRACTION
 COST_QUANTUM = Decimal("0.0001")
 
 

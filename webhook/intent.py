@@ -8,32 +8,33 @@ from decimal import Decimal
 from typing import Any
 
 from policies.gpu_demand import DRA_ANNOTATION
+from policies.vocabulary import keys
+from policies.vocabulary.quantities import parse_quantity
 from webhook.gangs.spec import A_GANG_SIZE, parse_gang_size
-from webhook.quantities import parse_quantity
 
-A_ACCELERATOR = "kgwe.io/accelerator"
-A_PROFILE = "kgwe.io/profile"
-A_GPU_MEMORY = "kgwe.io/gpu-memory"
-A_SHARING = "kgwe.io/sharing"
-A_GPU_FRACTION = "kgwe.io/gpu-fraction"
-A_TOPOLOGY = "kgwe.io/topology"
-A_GANG = "kgwe.io/gang"
-A_WORKLOAD = "kgwe.io/workload"  # `inference` lets built-in policies pick a MIG slice
+A_ACCELERATOR = keys.ACCELERATOR
+A_PROFILE = keys.PROFILE
+A_GPU_MEMORY = keys.GPU_MEMORY
+A_SHARING = keys.SHARING
+A_GPU_FRACTION = keys.GPU_FRACTION
+A_TOPOLOGY = keys.TOPOLOGY
+A_GANG = keys.GANG
+A_WORKLOAD = keys.WORKLOAD  # `inference` lets built-in policies pick a MIG slice
 INTENT_KEYS = (A_ACCELERATOR, A_PROFILE, A_GPU_MEMORY, A_SHARING, A_GPU_FRACTION, A_TOPOLOGY, A_GANG, A_GANG_SIZE)
 
-OUT_ACCELERATOR_TYPE = "kgwe.io/accelerator-type"
-OUT_HOURLY_COST = "kgwe.io/hourly-cost"
-OUT_TENANT = "kgwe.io/tenant"
-OUT_DECISION = "kgwe.io/decision"
-OUT_REQUESTED_BY = "kgwe.io/requested-by"  # who asked, signed (webhook/workloads/identity.py)
+OUT_ACCELERATOR_TYPE = keys.ACCELERATOR_TYPE
+OUT_HOURLY_COST = keys.HOURLY_COST
+OUT_TENANT = keys.TENANT
+OUT_DECISION = keys.DECISION
+OUT_REQUESTED_BY = keys.REQUESTED_BY  # who asked, signed (webhook/workloads/identity.py)
 OUT_DRA_CLAIMS = DRA_ANNOTATION  # the GPU resources a DRA rendering moved into claims (webhook/dra)
 OUTPUT_ANNOTATIONS = (
     OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, OUT_DECISION, OUT_REQUESTED_BY, OUT_DRA_CLAIMS,
 )
-LABEL_GANG = "kgwe.io/gang"
+LABEL_GANG = keys.GANG
 
-SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")
-TOPOLOGIES = ("nvlink", "none")
+SHARING_MODES = keys.SHARING_MODES
+TOPOLOGIES = keys.TOPOLOGIES
 
 # Input bounds on what a pod creator writes (see docs/security.md). A preference list longer than the
 # number of GPU models anyone runs is an attack, not an intent; checking the length before splitting

@@ -23,23 +23,24 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from agent.accelerator_types import MIXED, UNKNOWN
 from policies.gpu_demand import GpuDemand, mig_compute_slices, pod_gpu_demand
-from policies.quota_check import UsageLine, usage_lines
-from policies.quota_model import (
+from policies.quota.check import UsageLine, usage_lines
+from policies.quota.model import (
     PodCharge,
     format_memory,
     quota_name,
     resolve_tenant,
     tenant_of_quota,
 )
+from policies.vocabulary import resources
+from policies.vocabulary.accelerator_types import MIXED, UNKNOWN
+from webhook.admission.charging import pod_charge
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
 from webhook.costs import format_hourly_cost, parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.dra.facts import dra_allocatable, dra_used
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, annotations_of
-from webhook.runtime import pod_charge
 
 log = logging.getLogger("kgwe.inventory")
 
@@ -122,8 +123,8 @@ def _gpu_resources(facts: NodeFacts) -> dict[str, Decimal]:
 
 
 def _whole_resource(facts: NodeFacts | None) -> str:
-    if facts is not None and "amd.com/gpu" in facts.allocatable and GPU_RESOURCE not in facts.allocatable:
-        return "amd.com/gpu"
+    if facts is not None and resources.AMD_GPU in facts.allocatable and GPU_RESOURCE not in facts.allocatable:
+        return resources.AMD_GPU
     return GPU_RESOURCE
 
 

@@ -17,13 +17,14 @@ from typing import Any
 
 import yaml
 
+from policies.vocabulary import keys
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts, Taint
 from webhook.config import Config
 from webhook.inventory import price_text
 from webhook.label_selector import equality_labels, looks_like_selector, parse_label_selector
 
-API_VERSION = "kgwe.io/v1alpha1"
+API_VERSION = keys.API_VERSION
 MAX_NAME = 63
 
 

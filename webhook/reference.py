@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.accelerator_types import BUILTIN_TYPES
+from policies.vocabulary.accelerator_types import BUILTIN_TYPES
 from webhook.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent

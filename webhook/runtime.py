@@ -10,33 +10,30 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from prometheus_client import Counter
 
 from policies.api import PolicyContext, Violation
-from policies.gpu_demand import GpuDemand, pod_gpu_demand
+from policies.gpu_demand import GpuDemand
 from policies.metrics import record_refusal as _record_refusal
-from policies.quota_check import QuotaService
-from policies.quota_model import PodCharge, resolve_tenant
-from policies.quota_store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
-from policies.rbac import Authorizer, RbacEvaluator, Resource, refusal_message
+from policies.quota.check import QuotaService
+from policies.quota.model import PodCharge
+from policies.quota.store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
+from policies.rbac.evaluator import Authorizer, RbacEvaluator, Resource, refusal_message
+from policies.runtime import PolicyRuntime
+from webhook.admission.charging import pod_charge, tenant_and_quotas, usage_charges
+from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest
-from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
+from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
-from webhook.costs import pod_gpu_equivalents
 from webhook.gangs.admission import GangService
 from webhook.gangs.ledger import GangStore, MemoryGangStore
-from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT, PodIntent, annotations_of
+from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
-from webhook.quantities import GIB, parse_quantity
 from webhook.workloads.admission import WorkloadAwareAdmission
-
-if TYPE_CHECKING:
-    from webhook.admission.core import Facts
 
 log = logging.getLogger("kgwe.runtime")
 
@@ -50,7 +47,7 @@ WOULD_MUTATE = Counter("kgwe_would_mutate_total", "Mutations audit mode computed
 class Runtime:
     config: Config
     store: ClusterStore
-    policies: Any | None = None  # policies.runtime.PolicyRuntime
+    policies: PolicyRuntime | None = None
     quotas: QuotaService | None = None
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
     gangs: GangService | None = None  # gang records written at /mutate (webhook.gangs)
@@ -72,16 +69,8 @@ class Runtime:
 
     # -- tenancy ------------------------------------------------------------------------------
     def tenant_of(self, request: AdmissionRequest, model: ClusterModel) -> str:
-        tenant, _quotas = self._tenant_and_quotas(request, model)
+        tenant, _quotas = tenant_and_quotas(request, model)
         return tenant
-
-    def _tenant_and_quotas(self, request: AdmissionRequest, model: ClusterModel) -> tuple[str, list[dict[str, Any]]]:
-        return resolve_tenant(
-            request.namespace,
-            model.namespace_labels(request.namespace),
-            request.user.groups,
-            list(model.tenant_quotas.values()),
-        )
 
     # -- policies -----------------------------------------------------------------------------
     def _policy_request(self, request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +205,7 @@ class Runtime:
     def check_quota(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[tuple[str, str]]:
         if self.quotas is None or not facts.plan.gpu_pod:
             return []
-        tenant, quotas = self._tenant_and_quotas(request, facts.model)
+        tenant, quotas = tenant_and_quotas(request, facts.model)
         if not quotas:
             return []
         charge = pod_charge(facts.pod, facts.model, facts)
@@ -248,62 +237,6 @@ def _is_inference(pod: dict[str, Any]) -> bool:
     return False
 
 
-def pod_charge(pod: dict[str, Any], model: ClusterModel, facts: Facts | None) -> PodCharge | None:
-    """What a pod counts against quotas: its candidate types (or bound type) and GPU-equivalents."""
-    demand = facts.demand if facts is not None else pod_gpu_demand(pod)
-    if not demand.asks_gpu:
-        return None
-    metadata = pod.get("metadata") or {}
-    notes = annotations_of(pod)
-    node_name = (pod.get("spec") or {}).get("nodeName")
-    node = model.nodes.get(node_name) if node_name else None
-    bound_type = node.accelerator_type if node is not None and node.is_typed else None
-    if facts is not None:
-        candidates = tuple(facts.plan.types)
-        equivalents = facts.plan.gpu_equivalents
-    else:
-        candidates = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t)
-        type_id = bound_type or (candidates[0] if candidates else "")
-        equivalents = pod_gpu_equivalents(pod, node, type_id, model) if type_id else Decimal(demand.whole_gpus)
-    if not candidates and bound_type is None:
-        return None
-    memory: Decimal | None = None
-    units = demand.whole_gpus + sum(demand.mig.values())
-    if notes.get(A_GPU_MEMORY):
-        try:
-            memory = parse_quantity(notes[A_GPU_MEMORY]) * units
-        except ValueError:
-            memory = None
-    elif units and (bound_type or candidates):
-        gb = model.table.memory_gb(bound_type or candidates[0])
-        memory = Decimal(gb) * GIB * units if gb else None
-    namespace = str(metadata.get("namespace") or (facts.request.namespace if facts else ""))
-    return PodCharge(
-        namespace=namespace,
-        name=str(metadata.get("name") or metadata.get("generateName") or ""),
-        uid=metadata.get("uid"),
-        candidate_types=candidates,
-        bound_type=bound_type,
-        profile=notes.get(A_PROFILE),
-        gpu_equivalents=equivalents,
-        gpu_memory_bytes=memory,
-        tenant=notes.get(OUT_TENANT),
-        namespace_labels=model.namespace_labels(namespace),
-    )
-
-
-def usage_charges(model: ClusterModel) -> list[PodCharge]:
-    """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check)."""
-    charges = []
-    for pod in model.pods.values():
-        if pod_is_finished(pod):
-            continue
-        charge = pod_charge(pod, model, None)
-        if charge is not None:
-            charges.append(charge)
-    return charges
-
-
 def build_runtime(
     config: Config,
     cluster_dir: str | Path | None,
@@ -331,7 +264,7 @@ def build_runtime(
     return runtime
 
 
-def _load_policies(config: Config, store: ClusterStore) -> Any:
+def _load_policies(config: Config, store: ClusterStore) -> PolicyRuntime:
     from policies.runtime import build_runtime as build_policy_runtime
 
     policy_runtime = build_policy_runtime(

@@ -1,14 +1,10 @@
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "nvml"))
-
 from agent_node_api import NodeApi, node, serving
 from kubernetes import client
 

@@ -13,7 +13,7 @@ from fake_nvml import FakeSystem, installed
 from agent.document import build_document
 from agent.nvml_discovery import NodeScan, NvmlUnavailable, mig_profile_name, scan
 from agent.publisher import desired_labels
-from agent.topology_schema import (
+from policies.vocabulary.topology_schema import (
     LABEL_ACCELERATOR_TYPE,
     LABEL_NVLINK_CLIQUE,
     LABEL_NVLINK_DOMAIN_SIZE,

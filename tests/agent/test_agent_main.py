@@ -12,7 +12,7 @@ from agent_node_api import NodeApi
 from fake_nvml import installed
 
 from agent.main import run
-from agent.topology_schema import ANNOTATION, LABEL_NVLINK_DOMAIN_SIZE, TopologyDocument
+from policies.vocabulary.topology_schema import ANNOTATION, LABEL_NVLINK_DOMAIN_SIZE, TopologyDocument
 
 
 def test_dry_run_prints_the_document_and_writes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,9 +82,7 @@ def test_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bench_reports_scan_and_baseline() -> None:
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from bench_agent import bench_agent_scan
 
     result = bench_agent_scan(runs=3, warmup=1)

@@ -12,12 +12,12 @@ import pytest
 from agent_node_api import NodeApi
 from fake_nvml import FakeSystem, installed
 
-from agent.backoff import Backoff
 from agent.document import build_document
 from agent.loop import run_loop
 from agent.nvml_discovery import scan
 from agent.publisher import FIELD_MANAGER, NodeMetadata, NodePublisher, heartbeat_due, plan_patch
-from agent.topology_schema import (
+from policies.vocabulary.backoff import Backoff
+from policies.vocabulary.topology_schema import (
     ANNOTATION,
     HEARTBEAT_ANNOTATION,
     LABEL_ACCELERATOR_TYPE,

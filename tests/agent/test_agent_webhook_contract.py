@@ -9,10 +9,10 @@ import nvml_machines as machines
 from agent_node_api import merge_patch, node
 from fake_nvml import installed
 
-from agent.accelerator_types import default_table
 from agent.document import build_document
 from agent.nvml_discovery import scan
 from agent.publisher import NodeMetadata, plan_patch
+from policies.vocabulary.accelerator_types import default_table
 from webhook.cluster.node_facts import node_facts
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import NAMESPACE, Rendered
+from chart_support import NAMESPACE, Rendered
 from cryptography import x509
 
 from certs.cli import run as certs_cli

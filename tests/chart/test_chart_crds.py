@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import REPO, Cel, example_documents
+from chart_support import REPO, Cel, example_documents
 
 KINDS = {
     "HardwareProfile": ("hardwareprofiles", "hwp"),

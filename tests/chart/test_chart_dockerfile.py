@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 
-from conftest import REPO, Rendered
+from chart_support import REPO, Rendered
 
 DOCKERFILE = REPO / "Dockerfile"
 

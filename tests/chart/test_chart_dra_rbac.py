@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import NAMESPACE, Rendered
+from chart_support import NAMESPACE, Rendered
 
 WEBHOOK = "kgwe-webhook"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import Rendered
+from chart_support import Rendered
 
 ACCOUNT = "kgwe-webhook"
 

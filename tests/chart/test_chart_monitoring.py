@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import NAMESPACE, REPO, Rendered
+from chart_support import NAMESPACE, REPO, Rendered
 
 METRIC_KINDS = {"Counter", "Gauge", "Histogram", "Summary"}
 # Labels Prometheus adds to every scraped series, and the histogram bucket label.

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import NAMESPACE, Cel, Rendered
+from chart_support import NAMESPACE, Cel, Rendered
 
 AGENT_USER = f"system:serviceaccount:{NAMESPACE}:kgwe-agent"
 

@@ -8,7 +8,7 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 import pytest
-from conftest import CHART, NAMESPACE, SCENARIOS, Rendered, crds, render
+from chart_support import CHART, NAMESPACE, SCENARIOS, Rendered, crds, render
 
 from webhook.config import parse_config
 

@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import NAMESPACE, SCENARIOS, Cel, Rendered, render
+from chart_support import NAMESPACE, SCENARIOS, Cel, Rendered, render
 
 GPU_POD: dict[str, Any] = {
     "apiVersion": "v1",

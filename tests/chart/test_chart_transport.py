@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import NAMESPACE, Cel, Rendered, render
+from chart_support import NAMESPACE, Cel, Rendered, render
 from test_chart_rbac import NODE, _agent_request, _allows, _policy_verdict
 
 from webhook.config import parse_config

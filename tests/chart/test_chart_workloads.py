@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import NAMESPACE, Rendered, render
+from chart_support import NAMESPACE, Rendered, render
 
 SERVE_ARGS = [
     "serve", "--config", "/etc/kgwe/config.yaml", "--tls-cert-file", "/etc/kgwe/tls/tls.crt",

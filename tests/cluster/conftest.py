@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from kube_fake_apiserver import api_client, apiserver  # noqa: F401  (fixtures shared with tests/controllers)
 
-from agent.accelerator_types import AcceleratorTable
+from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.cluster.model import ClusterStore
 
 

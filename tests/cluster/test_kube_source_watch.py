@@ -12,7 +12,7 @@ import pytest
 from kube_fake_apiserver import KGWE, FakeApiServer
 from kubernetes import client as k8s_client
 
-from agent.accelerator_types import AcceleratorTable
+from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.cluster.kube_source import (
     TEST_KUBECONFIG_ENV,
     Backoff,

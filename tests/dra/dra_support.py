@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import socket
 import ssl
-import sys
 import threading
 import time
 import uuid
@@ -27,8 +26,6 @@ from webhook.server.serving import uvicorn_server
 
 ROOT = Path(__file__).resolve().parents[2]
 DRA_CLUSTER = ROOT / "examples" / "cluster-dra"
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 
 def review(pod: dict[str, Any], *, dry_run: bool = False, operation: str = "CREATE") -> dict[str, Any]:

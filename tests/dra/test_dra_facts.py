@@ -14,7 +14,7 @@ from dra_support import DRA_CLUSTER, gpu_pod, review
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 
-from agent.accelerator_types import default_table
+from policies.vocabulary.accelerator_types import default_table
 from webhook.admission.request import decode_review
 from webhook.cluster.kube_source import KubeClusterSource, KubeJson
 from webhook.cluster.model import ClusterStore

@@ -4,14 +4,10 @@ Pending pod now, through the admission core's own code against the example clust
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-
 from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, copy_example_cluster, gpu_pod, plant
 
 from webhook.cli import main

@@ -5,16 +5,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-
 from cluster_dirs import EXAMPLE_CLUSTER, gpu_pod
 from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
 

@@ -17,9 +17,6 @@ import httpx
 import orjson
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-
 from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
 
 from webhook.cluster.yaml_source import iter_manifests

@@ -15,10 +15,10 @@ import pytest
 from fault_support import CLUSTER, Webhook, gpu_pod
 from prometheus_client import REGISTRY
 
-from policies.quota_check import QuotaService
-from policies.quota_file_store import FileQuotaStore
-from policies.quota_model import PodCharge
-from policies.quota_store import QuotaStatus, QuotaUnavailable
+from policies.quota.check import QuotaService
+from policies.quota.file_store import FileQuotaStore
+from policies.quota.model import PodCharge
+from policies.quota.store import QuotaStatus, QuotaUnavailable
 from webhook.config import Config
 from webhook.runtime import build_runtime
 

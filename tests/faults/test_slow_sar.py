@@ -15,7 +15,7 @@ from fault_support import CLUSTER, Webhook
 from kubernetes import client as k8s_client
 
 from policies.kube_client import deadline_api_client
-from policies.rbac_review import SubjectAccessReviewer
+from policies.rbac.review import SubjectAccessReviewer
 from webhook.config import Config
 from webhook.runtime import build_runtime
 

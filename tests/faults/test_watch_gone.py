@@ -11,7 +11,7 @@ from fault_support import Webhook, eventually, gpu_pod
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 
-from agent.accelerator_types import AcceleratorTable
+from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.cluster.kube_source import KubeClusterSource, slim_object
 from webhook.cluster.model import ClusterStore, object_key
 from webhook.config import Config

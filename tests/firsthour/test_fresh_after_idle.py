@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod
 

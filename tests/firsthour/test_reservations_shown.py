@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-
-from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod
 
 from webhook.config import load_config
 from webhook.review import review_pod

@@ -50,11 +50,7 @@ def test_a_busy_port_is_one_line_that_says_what_to_do(tmp_path: Path) -> None:
 
 
 def test_dev_py_serves_on_loopback_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
-    sys.path.insert(0, str(ROOT))
-    try:
-        import dev
-    finally:
-        sys.path.remove(str(ROOT))
+    import dev  # the repository root is on pytest's pythonpath
     calls: list[list[str]] = []
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
     monkeypatch.setattr(dev.subprocess, "call", lambda args: calls.append(args) or 0)

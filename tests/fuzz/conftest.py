@@ -6,13 +6,4 @@ the `slow` variant runs five times as many.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1]
-if str(TESTS / "fuzz") not in sys.path:
-    sys.path.append(str(TESTS / "fuzz"))
-
-FAULTS = TESTS / "faults"
-if str(FAULTS) not in sys.path:
-    sys.path.append(str(FAULTS))

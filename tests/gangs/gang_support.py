@@ -15,7 +15,7 @@ import jsonpatch
 import pytest
 from kube_fake_apiserver import FakeApiServer, Request
 
-from agent.accelerator_types import AcceleratorTable
+from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.admission.request import decode_review
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config

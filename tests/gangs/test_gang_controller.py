@@ -28,7 +28,7 @@ from gang_support import (
 from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY
 
-from agent.accelerator_types import AcceleratorTable
+from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config, Gangs

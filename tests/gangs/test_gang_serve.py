@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import copy
 import io
-import sys
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -18,8 +17,6 @@ import orjson
 import pytest
 import yaml
 from gang_support import clique_of, cliques, member, review
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ui"))
 from ui_harness import KgweServer, kgwe_serve
 
 from webhook.cli import main

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLUSTER, CONFIG, gpu_pod, review, serve
+from guarantees_support import CLUSTER, CONFIG, gpu_pod, review, serve
 from kubernetes import client as k8s_client
 
 from policies.kube_client import deadline_api_client
-from policies.rbac_review import SubjectAccessReviewer
+from policies.rbac.review import SubjectAccessReviewer
 from webhook.config import load_config
 from webhook.runtime import build_runtime
 

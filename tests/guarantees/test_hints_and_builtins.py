@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import gpu_pod, review
+from guarantees_support import gpu_pod, review
 
 
 def test_a_misspelled_key_is_warned_with_the_closest_valid_key(webhook) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 import orjson
-from conftest import gpu_pod, review
+from guarantees_support import gpu_pod, review
 
 LIMIT_MESSAGE = "no decision within"  # the deadline fallback: must never be how these are answered
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from conftest import CLUSTER, gpu_pod, review
+from guarantees_support import CLUSTER, gpu_pod, review
 from tests_support_cluster import plant_policy
 
 

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-
-from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG
 
 from webhook.config import load_config
 from webhook.runtime import Runtime, build_runtime

@@ -7,16 +7,11 @@ cordoned and unlabelled nodes at once.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
 from generate_cluster import POOLS, generate_cluster, generate_nodes
 
 from webhook.cluster.model import ClusterModel, ClusterStore

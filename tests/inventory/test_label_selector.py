@@ -1,4 +1,4 @@
-"""kubectl-style label selector text, compiled by policies.selectors."""
+"""kubectl-style label selector text, compiled by policies.loading.selectors."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
-"""The example cluster loaded into a runtime."""
+"""The example cluster loaded into a runtime (the fixtures live in placement_support.py, shared with tests/mutation)."""
 
 from __future__ import annotations
 
-import pytest
-from placement_support import EXAMPLES, Admit
-
-from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
-
-
-@pytest.fixture(scope="session")
-def runtime() -> Runtime:
-    return build_runtime(load_config(EXAMPLES / "config.yaml"), EXAMPLES / "cluster")
-
-
-@pytest.fixture(scope="session")
-def admit(runtime: Runtime) -> Admit:
-    return Admit(runtime)
+from placement_support import admit, runtime  # noqa: F401

@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import pytest
 import yaml
 
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import decode_review
-from webhook.runtime import Runtime
+from webhook.config import load_config
+from webhook.runtime import Runtime, build_runtime
 from webhook.scheduling.predicates import feasible_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,3 +81,14 @@ class Admit:
 def load_pod(name: str) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((EXAMPLES / "pods" / name).read_text())
     return data
+
+
+@pytest.fixture(scope="session")
+def runtime() -> Runtime:
+    """The example cluster and configuration loaded into a runtime, once per session."""
+    return build_runtime(load_config(EXAMPLES / "config.yaml"), EXAMPLES / "cluster")
+
+
+@pytest.fixture(scope="session")
+def admit(runtime: Runtime) -> Admit:
+    return Admit(runtime)

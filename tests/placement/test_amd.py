@@ -3,16 +3,13 @@ oldest counted form), pods placed on exactly the intended nodes, vendors kept ap
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from placement_support import Admit
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from cluster_dirs import add_amd_nodes, copy_example_cluster, plant
+from placement_support import Admit
 
 from webhook.config import load_config
 from webhook.inventory import Inventory, nodes_view

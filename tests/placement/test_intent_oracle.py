@@ -4,13 +4,12 @@ pod, it can land somewhere, and every node it can land on honours its intent."""
 
 from __future__ import annotations
 
-import sys
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import pytest
+from generate_cluster import generate_nodes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from placement_support import review
@@ -21,9 +20,6 @@ from webhook.config import Config
 from webhook.intent import parse_intent
 from webhook.runtime import Runtime, build_runtime
 from webhook.scheduling.predicates import feasible_nodes
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from generate_cluster import generate_nodes
 
 TYPES = [
     "nvidia-h100-80gb",

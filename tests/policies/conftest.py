@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from policy_fixtures import ROOT
 
-from agent.accelerator_types import default_table
 from policies.api import PolicyContext
 from policies.runtime import PolicyRuntime, build_runtime
+from policies.vocabulary.accelerator_types import default_table
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.yaml_source import YamlDirectorySource
 

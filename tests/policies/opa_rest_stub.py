@@ -9,7 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from policies.rego_engines import (
+from policies.engines.rego import (
     UNDEFINED,
     PreparedRego,
     RegoCompileError,

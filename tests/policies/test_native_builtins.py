@@ -1,10 +1,9 @@
-"""The built-in policies in Python (policies/native_builtins.py) answer exactly what regorus answers on the
+"""The built-in policies in Python (policies/engines/native_builtins.py) answer exactly what regorus answers on the
 shipped Rego modules, or decline; and the runtime uses them only when no other Rego policy can speak."""
 
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +11,16 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from review_strategies import EXAMPLES, TYPES, pods, text
 
-from policies.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.api import PolicyContext
-from policies.loader import collect_sources
-from policies.native_builtins import KNOWN_MODULES, Declined, NativeBuiltins, module_digest, native_units
-from policies.policy_set import CompiledUnit, prepare_rego
-from policies.rego_engines import RegoInput, RegorusEngine
+from policies.engines.native_builtins import KNOWN_MODULES, Declined, NativeBuiltins, module_digest, native_units
+from policies.engines.rego import RegoInput, RegorusEngine
+from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+from policies.loading.loader import collect_sources
+from policies.loading.policy_set import CompiledUnit, prepare_rego
 from policies.runtime import PolicyRuntime
 from rego import LIBRARY_DIR
-
-sys.path.append(str(Path(__file__).resolve().parents[1] / "fuzz"))
-from review_strategies import EXAMPLES, TYPES, pods, text
 
 ROOT = Path(__file__).resolve().parents[2]
 GI = 1024**3

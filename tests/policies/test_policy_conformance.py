@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from opa_rest_stub import OpaRestStub
 
-from policies.conformance import load_cases, run_cel_cases, run_rego_cases, supported_rego_runner
-from policies.rego_engines import opa_go_available
+from policies.engines.conformance import load_cases, run_cel_cases, run_rego_cases, supported_rego_runner
+from policies.engines.rego import opa_go_available
 
 CASES = Path(__file__).parent / "conformance"
 REGO_CASES = load_cases(CASES / "rego_cases.yaml")

@@ -16,10 +16,10 @@ import yaml
 from kubernetes import client, config
 
 from policies.kube_client import deadline_api_client
-from policies.quota_file_store import FileQuotaStore
-from policies.quota_kube_store import GROUP, PLURAL, VERSION, KubeQuotaStore
-from policies.quota_model import PodCharge
-from policies.quota_store import InMemoryQuotaStore
+from policies.quota.file_store import FileQuotaStore
+from policies.quota.kube_store import GROUP, PLURAL, VERSION, KubeQuotaStore
+from policies.quota.model import PodCharge
+from policies.quota.store import InMemoryQuotaStore
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "cluster"

@@ -15,7 +15,7 @@ from typing import Any
 
 from quota_fixtures import charge, unique_name
 
-from policies.quota_check import QuotaDecision, QuotaService
+from policies.quota.check import QuotaDecision, QuotaService
 
 H100 = "nvidia-h100-80gb"
 REPLICAS = 4

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import REGISTRY
 from quota_fixtures import charge
 
-from policies.quota_check import QuotaService
-from policies.quota_model import LimitKey, PodCharge, resolve_tenant
-from policies.quota_store import InMemoryQuotaStore, QuotaStatus, QuotaUnavailable, Versioned
+from policies.quota.check import QuotaService
+from policies.quota.model import LimitKey, PodCharge, resolve_tenant
+from policies.quota.store import InMemoryQuotaStore, QuotaStatus, QuotaUnavailable, Versioned
 
 H100 = "nvidia-h100-80gb"
 A100 = "nvidia-a100-80gb"

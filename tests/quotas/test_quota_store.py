@@ -10,10 +10,10 @@ import pytest
 import yaml
 from quota_fixtures import ROOT, TenantQuotaEndpoint, charge, unique_name
 
-from policies.quota_check import QuotaService
-from policies.quota_kube_store import KubeQuotaStore
-from policies.quota_model import LimitKey
-from policies.quota_store import QuotaStatus, QuotaUnavailable, Reservation, UsedEntry, status_to_json
+from policies.quota.check import QuotaService
+from policies.quota.kube_store import KubeQuotaStore
+from policies.quota.model import LimitKey
+from policies.quota.store import QuotaStatus, QuotaUnavailable, Reservation, UsedEntry, status_to_json
 
 H100 = "nvidia-h100-80gb"
 

@@ -8,10 +8,10 @@ from typing import Any
 from prometheus_client import REGISTRY
 from quota_fixtures import TenantQuotaEndpoint, charge
 
-from policies.quota_check import QuotaService
-from policies.quota_model import LimitKey
-from policies.quota_reconciler import QuotaReconciler
-from policies.quota_store import InMemoryQuotaStore
+from policies.quota.check import QuotaService
+from policies.quota.model import LimitKey
+from policies.quota.reconciler import QuotaReconciler
+from policies.quota.store import InMemoryQuotaStore
 
 H100 = "nvidia-h100-80gb"
 GB200 = "nvidia-gb200-186gb"

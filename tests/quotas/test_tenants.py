@@ -7,7 +7,7 @@ from typing import Any
 
 from quota_fixtures import charge
 
-from policies.quota_model import (
+from policies.quota.model import (
     LimitKey,
     charge_belongs_to,
     charged_type,

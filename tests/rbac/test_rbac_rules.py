@@ -9,7 +9,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from policies.rbac import RbacEvaluator, check_use, refusal_message
+from policies.rbac.evaluator import RbacEvaluator, check_use, refusal_message
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 RBAC = "rbac.authorization.k8s.io/v1"

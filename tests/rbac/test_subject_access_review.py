@@ -16,8 +16,8 @@ import yaml
 from kubernetes import client
 
 from policies.kube_client import deadline_api_client
-from policies.rbac import AuthorizationUnavailable, RbacEvaluator
-from policies.rbac_review import SubjectAccessReviewer
+from policies.rbac.evaluator import AuthorizationUnavailable, RbacEvaluator
+from policies.rbac.review import SubjectAccessReviewer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, ROOT, gpu_pod
+from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, gpu_pod
+from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
 
 from webhook.audit import ApiPodReader
 from webhook.cluster.kube_source import load_kube_client
 from webhook.cluster.yaml_source import iter_manifests
 from webhook.reports.cli import run
-
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
 
 
 @pytest.fixture

@@ -25,13 +25,13 @@ import jsonpatch
 import orjson
 import pytest
 import yaml
-from conftest import CLUSTER, CONFIG, GPU_POD, ROOT, admission_review, free_port, start_server
 from fastapi import FastAPI
+from server_support import CLUSTER, CONFIG, GPU_POD, ROOT, admission_review, free_port, start_server
 
 from certs.client import CLIENT_CA_CERT, CLIENT_CERT, CLIENT_KEY, ClientSettings, ensure_client_files
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext
-from policies.quota_file_store import FileQuotaStore
+from policies.quota.file_store import FileQuotaStore
 from webhook.admission.request import decode_review
 from webhook.config import ConfigError, parse_config
 from webhook.runtime import build_runtime

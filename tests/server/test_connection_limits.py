@@ -16,8 +16,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import GPU_POD, FakeRuntime, RunningServer, admission_review, start_server
 from prometheus_client import REGISTRY
+from server_support import GPU_POD, FakeRuntime, RunningServer, admission_review, start_server
 
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext

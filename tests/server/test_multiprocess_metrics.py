@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod
+from server_support import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod
 
 from webhook.review import create_review
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import CLUSTER, CONFIG
 from prometheus_client import REGISTRY
+from server_support import CLUSTER, CONFIG
 
 from webhook.config import load_config
 from webhook.runtime import build_runtime

@@ -17,8 +17,8 @@ import jsonpatch
 import orjson
 import pytest
 import yaml
-from conftest import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod, start_server
 from fastapi import FastAPI
+from server_support import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod, start_server
 
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext

@@ -14,15 +14,13 @@ import httpx
 import orjson
 import pytest
 import yaml
-from conftest import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod
+from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
+from server_support import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod
 
 from webhook.cluster.yaml_source import iter_manifests
 from webhook.config import load_config
 from webhook.review import create_review, review_pod
 from webhook.runtime import build_runtime
-
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
 
 
 @pytest.fixture

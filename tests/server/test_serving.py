@@ -7,7 +7,7 @@ import copy
 
 import orjson
 import pytest
-from conftest import GPU_POD, FakeRuntime, RunningServer, admission_review, start_server
+from server_support import GPU_POD, FakeRuntime, RunningServer, admission_review, start_server
 
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext

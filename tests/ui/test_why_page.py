@@ -3,17 +3,13 @@ pod's explanation (trace, policies, what blocks it now) shows what /api/v1/expla
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_harness import KgweServer, kgwe_serve, open_page
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-
 from cluster_dirs import copy_example_cluster, gpu_pod, plant
+from ui_harness import KgweServer, kgwe_serve, open_page
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
+import chart_support as chart  # tests/chart, on pytest's pythonpath
 import pytest
-from workload_support import ROOT, WORKLOADS, load
+from workload_support import WORKLOADS, load
 
 from webhook.workloads.kinds import BUILTIN_KINDS
-
-_spec = importlib.util.spec_from_file_location("chart_support", ROOT / "tests" / "chart" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-chart = importlib.util.module_from_spec(_spec)
-sys.modules["chart_support"] = chart  # dataclasses look their module up while the module runs
-_spec.loader.exec_module(chart)
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from policies.api import Violation
-from policies.gpu_demand import GpuDemand, pod_gpu_demand
+from policies.gpu_demand import pod_gpu_demand
 from policies.runtime import PolicyEngineError
+from webhook.admission.facts import Facts, Problem
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import (
     changed_kgwe_keys,
@@ -28,19 +28,15 @@ from webhook.admission.ownership import (
     output_mismatches,
     restore_kgwe_keys_step,
 )
+from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
-from webhook.cluster.model import ClusterModel
 from webhook.dra.templates import ensure_claim_templates
-from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, PodIntent, parse_intent
+from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
 from webhook.mutation.pipeline import NotConverging, run_pipeline
 from webhook.mutation.steps import Outputs, output_annotations_step, output_labels_step, placement_steps
-from webhook.placement.constraints import conflicts_with_pod
-from webhook.placement.plan import Decision, PlacementPlan, build_plan
+from webhook.placement.plan import Decision, build_plan
 from webhook.scheduling.predicates import explain_infeasible, first_feasible
 from webhook.workloads.identity import requested_by_refusal
-
-if TYPE_CHECKING:
-    from webhook.runtime import Runtime
 
 log = logging.getLogger("kgwe.admission")
 
@@ -49,7 +45,6 @@ class DeadlineExceeded(TimeoutError):
     pass
 
 
-Problem = tuple[str, str]  # (reason, message)
 # Gates that may wait on the network (SubjectAccessReview, quota compare-and-swap) run on this many
 # threads, never on the event loop: a slow API server stalls only the requests that need it.
 GATE_THREADS = 8
@@ -75,46 +70,8 @@ class PendingVerdict:
     gates: list[Gate] = field(default_factory=list)
 
 
-@dataclass
-class Facts:
-    """Everything admission knows about one pod request, gathered once."""
-
-    request: AdmissionRequest
-    pod: dict[str, Any]
-    model: ClusterModel
-    intent: PodIntent
-    tenant: str
-    namespace_object: dict[str, Any] | None
-    plan: PlacementPlan
-    decision: Decision | None
-    demand: GpuDemand
-    violations: list[Violation] = field(default_factory=list)
-
-    @cached_property
-    def conflicts(self) -> list[str]:
-        """The user's own node constraints that contradict the plan (never overwritten: refused)."""
-        return conflicts_with_pod(self.pod, self.plan.requirements)
-
-    @cached_property
-    def renderable(self) -> bool:
-        """Placement is written only for pods `/validate` would admit: bad input gets no half-mutation."""
-        return (
-            self.plan.gpu_pod
-            and not self.plan.refusals
-            and not self.intent.problems
-            and not self.demand.invalid
-            and not self.conflicts
-        )
-
-    @property
-    def stale_nodes(self) -> int:
-        return sum(
-            1 for t in self.plan.types for n in self.model.types[t].nodes[:256] if self.model.nodes[n].topology_stale
-        )
-
-
 class AdmissionService:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: AdmissionPorts) -> None:
         self.runtime = runtime
         self._gates: ThreadPoolExecutor | None = None
 

@@ -9,8 +9,10 @@ is immutable like the pod's resources: quota use is computed from them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from policies.vocabulary import keys
+from webhook.admission.facts import Facts
 from webhook.costs import format_hourly_cost
 from webhook.intent import (
     OUT_ACCELERATOR_TYPE,
@@ -25,10 +27,7 @@ from webhook.mutation.pipeline import Step
 from webhook.mutation.steps import decision_document
 from webhook.workloads.identity import with_via
 
-if TYPE_CHECKING:
-    from webhook.admission.core import Facts
-
-PREFIX = "kgwe.io/"
+PREFIX = keys.PREFIX
 
 
 def expected_outputs(facts: Facts) -> dict[str, str | None]:

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Gauge
 
+from webhook.admission.charging import usage_charges
 from webhook.audit.checks import audit_pod, quota_findings
 from webhook.audit.findings import Finding
 from webhook.audit.pods import PodReader
 from webhook.audit.reports import render_reports, report_key
 from webhook.audit.writers import ReportWriter
-from webhook.runtime import usage_charges
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime

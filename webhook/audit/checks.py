@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from policies.api import PolicyContext, Violation
 from policies.gpu_demand import pod_gpu_demand
-from policies.quota_check import UsageLine, usage_lines
-from policies.quota_model import format_gpus, format_memory, quota_name, resolve_tenant, tenant_of_quota
+from policies.quota.check import UsageLine, usage_lines
+from policies.quota.model import format_gpus, format_memory, quota_name, resolve_tenant, tenant_of_quota
+from webhook.admission.charging import usage_charges
 from webhook.audit.findings import Finding, Result, Severity
 from webhook.audit.pods import PodReader
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.intent import OUT_TENANT, PodIntent, annotations_of, parse_intent
 from webhook.placement.plan import build_plan
-from webhook.runtime import usage_charges
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime

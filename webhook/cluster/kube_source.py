@@ -28,7 +28,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -37,12 +37,14 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from policies.vocabulary import keys
+from policies.vocabulary.backoff import Backoff
 from webhook.cluster.model import ClusterStore
 
 log = logging.getLogger("kgwe.cluster.kube")
 
 TEST_KUBECONFIG_ENV = "KGWE_TEST_KUBECONFIG"
-CRD_GROUP_VERSION = "kgwe.io/v1alpha1"
+CRD_GROUP_VERSION = keys.API_VERSION
 RBAC_GROUP_VERSION = "rbac.authorization.k8s.io/v1"
 DRA_GROUP_VERSION = "resource.k8s.io/v1"
 SHORT_WATCH_SECONDS = 1.0
@@ -201,27 +203,6 @@ def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- backoff --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff with jitter: base, 2 x base, 4 x base ... capped, each scaled by 0.5 to 1."""
-
-    base: float = 0.5
-    cap: float = 30.0
-    rng: random.Random = field(default_factory=random.Random)
-    attempts: int = 0
-
-    def next_delay(self) -> float:
-        delay = min(self.cap, self.base * (2 ** min(self.attempts, 30)))
-        self.attempts += 1
-        return delay * self.rng.uniform(0.5, 1.0)
-
-    def reset(self) -> None:
-        self.attempts = 0
-
-
 # -- the source -----------------------------------------------------------------------------------
 
 
@@ -321,7 +302,8 @@ class KubeClusterSource:
     # -- one kind's reflector loop ----------------------------------------------------------------
     def _run(self, watched: WatchedKind) -> None:
         status = self.status[watched.kind]
-        backoff = Backoff(self.backoff_base, self.backoff_cap)
+        # Jitter up to half of each delay: the workers of every replica watch the same API server.
+        backoff = Backoff(self.backoff_base, self.backoff_cap, jitter=0.5)
         while not self._stop.is_set():
             delay = 0.0
             try:

@@ -19,7 +19,8 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
-from agent.accelerator_types import UNKNOWN, AcceleratorTable
+from policies.vocabulary import resources
+from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
 from webhook.cluster.metrics import export_topology_ages
 from webhook.cluster.node_facts import AMD_GPU_RESOURCE, GPU_RESOURCE, NodeFacts, Taint, node_facts
 from webhook.dra.facts import apply_dra
@@ -246,7 +247,7 @@ class ClusterStore:
         self,
         table: AcceleratorTable,
         staleness_seconds: float = 300.0,
-        gpu_taint_keys: Iterable[str] = ("nvidia.com/gpu",),
+        gpu_taint_keys: Iterable[str] = (resources.NVIDIA_GPU,),
         min_rebuild_interval: float = 0.5,
     ) -> None:
         self.table = table

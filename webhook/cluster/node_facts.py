@@ -12,8 +12,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from agent.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, split_product
-from agent.topology_schema import (
+from policies.vocabulary import keys, resources
+from policies.vocabulary.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, split_product
+from policies.vocabulary.quantities import parse_quantity
+from policies.vocabulary.topology_schema import (
     ANNOTATION,
     HEARTBEAT_ANNOTATION,
     LABEL_ACCELERATOR_TYPE,
@@ -21,36 +23,35 @@ from agent.topology_schema import (
     LABEL_NVLINK_DOMAIN_SIZE,
     TopologyDocument,
 )
-from webhook.quantities import parse_quantity
 
 if TYPE_CHECKING:
     from webhook.dra.facts import DraNodeDevices
 
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/gpu")
+GPU_RESOURCE = resources.NVIDIA_GPU
+MIG_RESOURCE_PREFIX = resources.NVIDIA_MIG_PREFIX
+GPU_RESOURCE_PREFIXES = resources.GPU_RESOURCE_PREFIXES
 
-L_PRODUCT = "nvidia.com/gpu.product"
-L_MEMORY = "nvidia.com/gpu.memory"
-L_COUNT = "nvidia.com/gpu.count"
-L_REPLICAS = "nvidia.com/gpu.replicas"
-L_SHARING = "nvidia.com/gpu.sharing-strategy"
-L_MIG_STRATEGY = "nvidia.com/mig.strategy"
-L_MIG_STATE = "nvidia.com/mig.config.state"
-L_CLIQUE = "nvidia.com/gpu.clique"
-L_PRESENT = "nvidia.com/gpu.present"
-L_FAMILY = "nvidia.com/gpu.family"
-L_GKE_ACCEL = "cloud.google.com/gke-accelerator"
-L_GKE_COUNT = "cloud.google.com/gke-accelerator-count"
-L_GKE_PARTITION = "cloud.google.com/gke-gpu-partition-size"
-L_GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
-L_GKE_MAX_SHARED = "cloud.google.com/gke-max-shared-clients-per-gpu"
-L_KARPENTER_NAME = "karpenter.k8s.aws/instance-gpu-name"
-L_KARPENTER_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"
-L_KARPENTER_COUNT = "karpenter.k8s.aws/instance-gpu-count"
-L_AKS_ACCEL = "kubernetes.azure.com/accelerator"
-L_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-AMD_GPU_RESOURCE = "amd.com/gpu"
+L_PRODUCT = keys.NVIDIA_GPU_PRODUCT
+L_MEMORY = keys.NVIDIA_GPU_MEMORY
+L_COUNT = keys.NVIDIA_GPU_COUNT
+L_REPLICAS = keys.NVIDIA_GPU_REPLICAS
+L_SHARING = keys.NVIDIA_GPU_SHARING_STRATEGY
+L_MIG_STRATEGY = keys.NVIDIA_MIG_STRATEGY
+L_MIG_STATE = keys.NVIDIA_MIG_CONFIG_STATE
+L_CLIQUE = keys.NVIDIA_GPU_CLIQUE
+L_PRESENT = keys.NVIDIA_GPU_PRESENT
+L_FAMILY = keys.NVIDIA_GPU_FAMILY
+L_GKE_ACCEL = keys.GKE_ACCELERATOR
+L_GKE_COUNT = keys.GKE_ACCELERATOR_COUNT
+L_GKE_PARTITION = keys.GKE_GPU_PARTITION_SIZE
+L_GKE_SHARING = keys.GKE_GPU_SHARING_STRATEGY
+L_GKE_MAX_SHARED = keys.GKE_MAX_SHARED_CLIENTS
+L_KARPENTER_NAME = keys.KARPENTER_GPU_NAME
+L_KARPENTER_MEMORY = keys.KARPENTER_GPU_MEMORY
+L_KARPENTER_COUNT = keys.KARPENTER_GPU_COUNT
+L_AKS_ACCEL = keys.AKS_ACCELERATOR
+L_INSTANCE_TYPE = keys.INSTANCE_TYPE
+AMD_GPU_RESOURCE = resources.AMD_GPU
 # AMD's node labeller (ROCm/k8s-device-plugin): current labels, and the older `beta.` variants.
 L_AMD_PRODUCT = "amd.com/gpu.product-name"
 L_AMD_VRAM = "amd.com/gpu.vram"

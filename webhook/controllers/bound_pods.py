@@ -27,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from policies.gpu_demand import pod_gpu_demand
+from policies.vocabulary import keys
 from webhook.cluster.kube_source import KubeJson
 from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
 from webhook.config import Config
@@ -34,8 +35,8 @@ from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hour
 
 log = logging.getLogger("kgwe.controllers.bound_pods")
 
-ANNOTATION_ACCELERATOR_TYPE = "kgwe.io/accelerator-type"
-ANNOTATION_TENANT = "kgwe.io/tenant"
+ANNOTATION_ACCELERATOR_TYPE = keys.ACCELERATOR_TYPE
+ANNOTATION_TENANT = keys.TENANT
 FIELD_MANAGER = "kgwe-controller"
 COUNTED_PHASES = ("Running", "Pending")
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from agent.accelerator_types import MIXED, AcceleratorTable
+from policies.vocabulary.accelerator_types import MIXED, AcceleratorTable
+from policies.vocabulary.quantities import MIB, parse_quantity
 from webhook.cluster.node_facts import NodeFacts
-from webhook.quantities import MIB, parse_quantity
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 MAX_DEVICES_PER_SLICE = 128  # the API's own limit for one ResourceSlice

@@ -33,7 +33,17 @@ from webhook.admission.request import AdmissionRequest
 from webhook.dra.render import API_VERSION, DraRendering
 
 if TYPE_CHECKING:
-    from webhook.runtime import Runtime
+    from webhook.config import Config
+
+
+class TemplateRuntime(Protocol):
+    """What template creation reads of the runtime: its writer (None offline) and the configuration."""
+
+    @property
+    def claim_templates(self) -> TemplateWriter | None: ...
+
+    @property
+    def config(self) -> Config: ...
 
 log = logging.getLogger("kgwe.dra")
 REMEMBER_SECONDS = 300.0
@@ -93,7 +103,11 @@ class KubeTemplateWriter:
 
 
 def ensure_claim_templates(
-    runtime: Runtime, request: AdmissionRequest, rendering: DraRendering, outcome: Outcome, deadline: float | None
+    runtime: TemplateRuntime,
+    request: AdmissionRequest,
+    rendering: DraRendering,
+    outcome: Outcome,
+    deadline: float | None,
 ) -> Outcome:
     """Create the templates `rendering` names (see the module docstring), or withdraw the mutation."""
     templates = list(rendering.templates.values())

@@ -14,16 +14,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Counter
 
+from webhook.admission.facts import Facts
 from webhook.gangs.accounting import choose_room, gang_pods
 from webhook.gangs.ledger import GangRecord, GangStore, GangStoreUnavailable, Records, update_records
 from webhook.gangs.spec import GATE
-
-if TYPE_CHECKING:
-    from webhook.admission.core import Facts
 
 log = logging.getLogger("kgwe.gangs")
 

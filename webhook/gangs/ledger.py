@@ -30,10 +30,11 @@ from typing import Any, Protocol
 
 import orjson
 
+from policies.vocabulary import keys
 from webhook.gangs.rooms import RoomId
 from webhook.gangs.spec import MAX_GANG_SIZE
 
-GROUP = "kgwe.io"
+GROUP = keys.GROUP
 VERSION = "v1alpha1"
 PLURAL = "gangledgers"
 KIND = "GangLedger"

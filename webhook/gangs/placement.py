@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from policies.vocabulary import keys
 from webhook.cluster.model import ClusterModel
 from webhook.gangs.rooms import KIND_CLIQUE, KIND_NODE, Room, rooms_for
 from webhook.gangs.spec import GATE, HOSTNAME_LABEL, LABEL_GANG
@@ -21,7 +22,7 @@ from webhook.placement.constraints import Requirement
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
-PREFERRED_CLIQUE_KEY = "kgwe.io/nvlink-clique"
+PREFERRED_CLIQUE_KEY = keys.NVLINK_CLIQUE
 
 
 class GangPlan(Protocol):

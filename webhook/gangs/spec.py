@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-A_GANG = "kgwe.io/gang"
-A_GANG_SIZE = "kgwe.io/gang-size"
-LABEL_GANG = "kgwe.io/gang"
-GATE = "kgwe.io/gang"
+from policies.vocabulary import keys
+
+A_GANG = keys.GANG
+A_GANG_SIZE = keys.GANG_SIZE
+LABEL_GANG = keys.GANG
+GATE = keys.GANG
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # More pods than any NVLink system has GPUs (an NVL576 has 576): larger values are typing mistakes, and
 # the bound keeps every loop over a gang's members short.

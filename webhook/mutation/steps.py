@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from policies.vocabulary.quantities import parse_quantity
 from webhook.dra.render import apply_claims
 from webhook.mutation.pipeline import Step
 from webhook.placement.constraints import (
@@ -16,7 +17,6 @@ from webhook.placement.constraints import (
     mapping_at,
 )
 from webhook.placement.plan import PlacementPlan
-from webhook.quantities import parse_quantity
 
 
 @dataclass

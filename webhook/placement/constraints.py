@@ -7,25 +7,9 @@ requirements go to `nodeSelector` instead, which is what users and tools expect 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
-    values: tuple[str, ...] = ()
-
-    def as_expression(self) -> dict[str, Any]:
-        expr: dict[str, Any] = {"key": self.key, "operator": self.operator}
-        if self.operator not in ("Exists", "DoesNotExist"):
-            expr["values"] = list(self.values)
-        return expr
-
-    @property
-    def is_single_in(self) -> bool:
-        return self.operator == "In" and len(self.values) == 1
+from policies.vocabulary.requirements import Requirement
 
 
 def merge(requirements: list[Requirement]) -> tuple[list[Requirement], list[str]]:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agent.accelerator_types import MigProfile
 from policies.gpu_demand import GpuDemand, mig_compute_slices
+from policies.vocabulary.accelerator_types import MigProfile
+from policies.vocabulary.quantities import GIB
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.dra.backend import DRA, split_by_backend
 from webhook.dra.render import render
 from webhook.intent import PodIntent
-from webhook.quantities import GIB
 
 if TYPE_CHECKING:
     from webhook.placement.plan import PlacementPlan

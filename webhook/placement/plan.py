@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from agent.accelerator_types import UNKNOWN, MigProfile
-from agent.topology_schema import LABEL_NVLINK_CLIQUE, LABEL_NVLINK_DOMAIN_SIZE
 from policies.gpu_demand import GpuDemand, gpu_equivalents, mig_compute_slices, pod_gpu_demand
+from policies.vocabulary import resources
+from policies.vocabulary.accelerator_types import UNKNOWN, MigProfile
+from policies.vocabulary.quantities import GIB, MIB
+from policies.vocabulary.topology_schema import LABEL_NVLINK_CLIQUE, LABEL_NVLINK_DOMAIN_SIZE
 from webhook.cluster.model import ClusterModel, TypeSummary
 from webhook.cluster.node_facts import L_CLIQUE, L_GKE_PARTITION, L_GKE_SHARING, L_MIG_STATE, L_PRODUCT, L_SHARING
 from webhook.config import Config
@@ -28,10 +30,9 @@ from webhook.placement.dra import choose_backend, plan_dra_mig, render_dra
 from webhook.placement.suggest import with_hints
 from webhook.placement.trace import TraceStep, record, refusal_or
 from webhook.placement.vendors import restrict_to_vendor
-from webhook.quantities import GIB, MIB
 
-GPU = "nvidia.com/gpu"
-HAMI_RESOURCES = ("nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage")
+GPU = resources.NVIDIA_GPU
+HAMI_RESOURCES = resources.HAMI_RESOURCES
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 

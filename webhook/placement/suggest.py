@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from agent.accelerator_types import UNKNOWN, AcceleratorTable
+from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
 
 
 def suggest_type(written: str, present: list[str], table: AcceleratorTable) -> str | None:

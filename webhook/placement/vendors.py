@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.accelerator_types import AcceleratorTable
+from policies.vocabulary.accelerator_types import AcceleratorTable
 
 RESOURCE_VENDORS = (("nvidia.com/", "nvidia"), ("amd.com/gpu", "amd"))
 

@@ -24,8 +24,6 @@ from webhook.reports.tables import format_table
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
 
-LOAD_TIMEOUT_SECONDS = 60.0
-
 
 class CommandError(Exception):
     pass
@@ -84,8 +82,8 @@ class Cluster:
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
+    from webhook import assembly
     from webhook.cluster.yaml_source import ClusterDirectoryError
-    from webhook.runtime import build_runtime
 
     try:
         config = load_config(args.config)
@@ -95,31 +93,25 @@ def _cluster(args: argparse.Namespace) -> Cluster:
         if not args.cluster.is_dir():
             raise CommandError(f"--cluster {args.cluster}: not a directory")
         try:
-            return Cluster(build_runtime(config, args.cluster))
+            return Cluster(assembly.from_directory(config, args.cluster).runtime)
         except (OSError, ClusterDirectoryError) as exc:
             raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     return _cluster_from_api(config, args.kubeconfig)
 
 
 def _cluster_from_api(config: Any, kubeconfig: str | None) -> Cluster:
-    from webhook.cluster.kube_source import KubeClusterSource, load_kube_client
-    from webhook.cluster.model import ClusterStore
-    from webhook.runtime import build_runtime
+    from webhook import assembly
+    from webhook.cluster.kube_source import load_kube_client
 
     try:
         client = load_kube_client(kubeconfig)
     except Exception as exc:  # no kubeconfig, not in a pod: say how to run offline
         raise CommandError(f"cannot reach the Kubernetes API ({exc}); use --cluster DIR to read YAML files") from exc
-    store = ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
-    source = KubeClusterSource(store, client)
-    source.start()
     try:
-        if not source.wait_loaded(LOAD_TIMEOUT_SECONDS):
-            raise CommandError(f"the cluster's objects were not all listed within {LOAD_TIMEOUT_SECONDS:.0f}s")
-    finally:
-        source.stop()
-    # Built after the store is loaded, so the cluster's GPUPolicy objects are compiled too.
-    return Cluster(build_runtime(config, None, store=store), client)
+        # Built after the store is loaded, so the cluster's GPUPolicy objects are compiled too.
+        return Cluster(assembly.from_api(config, client, serving=False).runtime, client)
+    except assembly.ClusterNotListed as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def _json(document: Any) -> str:
@@ -280,7 +272,7 @@ def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
 
         store = KubeGangStore(k8s.CustomObjectsApi(cluster.api_client))
     else:
-        from webhook.server.serving import state_dir
+        from webhook.state import state_dir
 
         if args.state is not None and not args.state.is_file():
             raise CommandError(f"--state {args.state}: no such file")

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
+from policies.vocabulary.quantities import parse_quantity
 from webhook.cluster.node_facts import NodeFacts, Taint
-from webhook.quantities import parse_quantity
 
 
 def _requirement_matches(expr: dict[str, Any], value: str | None) -> bool:

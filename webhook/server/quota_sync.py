@@ -1,4 +1,4 @@
-"""The periodic TenantQuota reconciliation of `kgwe serve` (see policies/quota_reconciler.py), as a background task."""
+"""The periodic TenantQuota reconciliation of `kgwe serve` (see policies/quota/reconciler.py), as a background task."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from policies.quota_reconciler import QuotaReconciler
+from policies.quota.reconciler import QuotaReconciler
 from webhook.runtime import usage_charges
 
 if TYPE_CHECKING:

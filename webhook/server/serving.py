@@ -18,11 +18,10 @@ import socket
 import ssl
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import uvicorn
 from cryptography import x509
@@ -31,7 +30,8 @@ from starlette.types import ASGIApp
 from certs.authority import Settings
 from certs.files import ensure_files
 from certs.reloader import ReloadingSSLContext
-from webhook.cluster.model import ClusterStore
+from webhook import assembly
+from webhook.assembly import Assembly
 from webhook.config import Config
 from webhook.server import metrics, multiproc_metrics
 from webhook.server.app import BackgroundTask, create_app
@@ -41,9 +41,10 @@ from webhook.server.quota_sync import QuotaSync
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
 from webhook.server.worker_logs import quiet_secondary_worker, worker_started
+from webhook.state import state_dir
 
 if TYPE_CHECKING:
-    from webhook.runtime import Runtime
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ SELF_SIGNED_SERVICE = "kgwe-webhook"
 SELF_SIGNED_NAMESPACE = "kgwe"
 # A worker that dies this soon after starting will die again: stop instead of restarting it forever.
 CRASH_LOOP_SECONDS = 5.0
-INITIAL_LIST_SECONDS = 60
 
 
 class ServeError(RuntimeError):
@@ -73,15 +73,6 @@ class ServeOptions:
     config_poll_seconds: float = 2.0
     log_level: str = "info"
     extra_dns_names: list[str] = field(default_factory=list)
-
-
-def state_dir() -> Path:
-    """Where KGWE keeps what it makes for itself (the self-signed certificates)."""
-    explicit = os.environ.get("KGWE_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "kgwe"
 
 
 def runtime_dir() -> Path:
@@ -130,30 +121,14 @@ def _record_expiry(certificate: x509.Certificate) -> None:
     metrics.CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
 
 
-@dataclass
-class Assembly:
-    """A worker's runtime and the parts that run beside it."""
-
-    runtime: Runtime
-    api_client: Any | None  # kubernetes ApiClient in a cluster; None with a cluster directory
-    stop_source: Callable[[], None]
-
-
 def assemble_runtime(options: ServeOptions) -> Assembly:
-    """The runtime fed by its cluster source: a watched YAML directory, or the API."""
-    from webhook.runtime import build_runtime
-
+    """The runtime fed by its cluster source: a watched YAML directory, or the API (webhook/assembly.py)."""
     config = options.config
-    store = ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
     if options.cluster_dir is not None:
-        from webhook.cluster.yaml_source import YamlDirectorySource
-
-        directory = YamlDirectorySource(options.cluster_dir, store)
-        directory.start()
         quota_store = None
         if options.workers > 1:
             # Workers are processes: their quota reservations meet in one file (the parent's pid names it).
-            from policies.quota_file_store import FileQuotaStore
+            from policies.quota.file_store import FileQuotaStore
 
             # Not fsynced: the file lives as long as this server (policies/quota_file_store.py says why).
             quota_store = FileQuotaStore(quota_state_file(options.port, os.getppid()), durable=False)
@@ -161,36 +136,12 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         from webhook.gangs.ledger import FileGangStore
 
         gang_store = FileGangStore(state_dir() / "quota" / f"gangs-{options.port}.json")
-        runtime = build_runtime(config, None, store=store, quota_store=quota_store, gang_store=gang_store)
-        return Assembly(runtime, None, directory.stop)
+        return assembly.from_directory(
+            config, options.cluster_dir, watch=True, quota_store=quota_store, gang_store=gang_store
+        )
+    from webhook.cluster.kube_source import load_kube_client
 
-    from kubernetes import client as k8s
-
-    from policies.kube_client import deadline_api_client
-    from policies.quota_kube_store import KubeQuotaStore
-    from policies.rbac_review import SubjectAccessReviewer
-    from webhook.cluster.kube_source import KubeClusterSource, KubeJson, load_kube_client
-    from webhook.dra.templates import KubeTemplateWriter
-    from webhook.gangs.ledger import KubeGangStore
-
-    api = load_kube_client(None)
-    source = KubeClusterSource(store, api)
-    source.start()
-    # Policies are compiled from the GPUPolicies listed here; readiness waits for the list anyway.
-    if not source.wait_loaded(INITIAL_LIST_SECONDS):
-        log.warning("cluster objects not all listed after %ds; serving, not ready until they are", INITIAL_LIST_SECONDS)
-    # Calls on the request path get a client that never retries past the admission deadline.
-    bounded = deadline_api_client(api.configuration)
-    runtime = build_runtime(
-        config,
-        None,
-        store=store,
-        quota_store=KubeQuotaStore(k8s.CustomObjectsApi(bounded)),
-        authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
-        gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
-    )
-    runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
-    return Assembly(runtime, api, source.stop)
+    return assembly.from_api(config, load_kube_client(None), serving=True)
 
 
 def run_worker(

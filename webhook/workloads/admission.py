@@ -19,11 +19,14 @@ import logging
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from policies.gpu_demand import pod_gpu_demand
+from policies.vocabulary import keys
+from webhook.admission.charging import tenant_and_quotas
 from webhook.admission.core import AdmissionService, PendingVerdict
 from webhook.admission.outcome import Outcome
+from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
 from webhook.costs import pod_gpu_equivalents
 from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE, annotations_of
@@ -40,12 +43,9 @@ from webhook.workloads.kinds import (
 )
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
 
-if TYPE_CHECKING:
-    from webhook.runtime import Runtime
-
 log = logging.getLogger("kgwe.workloads")
 
-A_GANG_SIZE = "kgwe.io/gang-size"
+A_GANG_SIZE = keys.GANG_SIZE
 POD_GVK = {"group": "", "version": "v1", "kind": "Pod"}
 POD_GVR = {"group": "", "version": "v1", "resource": "pods"}
 
@@ -53,7 +53,7 @@ POD_GVR = {"group": "", "version": "v1", "resource": "pods"}
 class WorkloadAwareAdmission(AdmissionService):
     """The pod admission core, extended to workloads and to the requester model."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: AdmissionPorts) -> None:
         super().__init__(runtime)
         self._identity: tuple[tuple[Path | None, tuple[str, ...]], Identity] | None = None
         self._kinds: tuple[int, KindTable] | None = None
@@ -268,7 +268,7 @@ class WorkloadAwareAdmission(AdmissionService):
             if len(types) != 1 or not pod_gpu_demand(pod).asks_gpu:
                 continue
             if not quotas:
-                tenant, quotas = self.runtime._tenant_and_quotas(item.request, model)
+                tenant, quotas = tenant_and_quotas(item.request, model)
             per_pod = pod_gpu_equivalents(pod, None, types[0], model)
             total, parts = totals.get(types[0], (Decimal(0), []))
             totals[types[0]] = (total + per_pod * item.count, [*parts, f"{item.count} pods x {_num(per_pod)}"])

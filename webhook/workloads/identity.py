@@ -31,6 +31,7 @@ import orjson
 
 from webhook.admission.request import AdmissionRequest, UserInfo
 from webhook.intent import OUT_REQUESTED_BY, annotations_of
+from webhook.state import state_dir
 
 log = logging.getLogger("kgwe.identity")
 
@@ -40,25 +41,6 @@ KEY_BYTES = 32
 # The annotation is bounded like any input: a real one is a few hundred bytes.
 MAX_ANNOTATION_CHARS = 8192
 MAX_GROUPS = 64
-
-# kube-controller-manager's controllers (per-controller credentials, the default since 1.x, and the
-# shared identity when --use-service-account-credentials=false) and the operators' service accounts
-# in the namespaces their standard installs use. Admins change the list in `workloads.controllerIdentities`.
-DEFAULT_CONTROLLER_IDENTITIES = (
-    "system:kube-controller-manager",
-    "system:serviceaccount:kube-system:replicaset-controller",
-    "system:serviceaccount:kube-system:deployment-controller",
-    "system:serviceaccount:kube-system:job-controller",
-    "system:serviceaccount:kube-system:statefulset-controller",
-    "system:serviceaccount:kube-system:daemon-set-controller",
-    "system:serviceaccount:kube-system:cronjob-controller",
-    "system:serviceaccount:jobset-system:jobset-controller-manager",
-    "system:serviceaccount:lws-system:lws-controller-manager",
-    "system:serviceaccount:kubeflow:training-operator",
-    "system:serviceaccount:ray-system:kuberay-operator",
-    "system:serviceaccount:kueue-system:kueue-controller-manager",
-)
-
 
 class IdentityKeyError(RuntimeError):
     """The signing key cannot be read or made: `kgwe serve` does not start without it."""
@@ -213,8 +195,6 @@ def load_key(path: Path | None) -> bytes:
         if len(key) < 16:
             raise IdentityKeyError(f"requested-by signing key {path}: fewer than 16 bytes")
         return key
-    from webhook.server.serving import state_dir
-
     file = state_dir() / "identity.key"
     try:
         return file.read_bytes().strip()

@@ -14,10 +14,11 @@ from typing import Any
 
 import yaml
 
+from policies.vocabulary import resources
 from webhook.cluster.model import ClusterModel
 
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
-GPU = "nvidia.com/gpu"
+GPU = resources.NVIDIA_GPU
 
 
 def kueue_manifests(model: ClusterModel, queue_name: str = "gpu") -> list[dict[str, Any]]:

@@ -1,0 +1,449 @@
+"""The built-in Rego policies (rego/admission, rego/placement, rego/lib/pod.rego) evaluated in Python.
+
+`/validate` spent two thirds of its CPU in the one Rego query, and with only the built-in policies loaded
+(the default) that query answers questions a few dictionary lookups answer. When no loaded Rego policy
+other than the built-ins can speak for a request, `PolicyRuntime` asks this module instead of the engine
+(see `NativeBuiltins.answers`). The answers are the documents the aggregate query returns, so everything
+after the query (merging decisions, turning messages into violations) is shared.
+
+Contract: identical answers to regorus on the same modules, or no answer at all.
+
+- Each built-in is bound to the exact text of the module it mirrors (SHA-256 below). A changed or
+  replaced module (an admin package with a built-in's name replaces it) disables the native path for the
+  whole set, and Rego runs as before. `tests/policies/test_native_builtins.py` fails when a shipped
+  module no longer matches, and compares both paths on generated pods.
+- Any input whose Rego meaning depends on a corner of the language (a non-object container, a number
+  where a string belongs, a string `%q` would escape, a fractional memory size, a MIG profile that
+  `to_number` may refuse) raises `Declined`, and the caller runs the Rego query instead. Declining is
+  always safe; guessing is not.
+- No other module may share or enclose a built-in's package (or `kgwe.aggregate`, `kgwe.cluster`,
+  `kgwe.params`): such a module could add rules to the documents the built-ins read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+
+# The module texts the Python below mirrors, by package.
+KNOWN_MODULES: dict[str, str] = {
+    "kgwe.admission.memory_limit": "1029c6adf70d9917f653e2593622ee706584390969dd24de0c58c4feb6f21e96",
+    "kgwe.admission.privileged": "a23d33db0e390b3711c319923f7f586cf2f7977a51f754c97860c6ada3b541ca",
+    "kgwe.admission.visible_devices": "f4a55480991748febb02915f79322d5f6e14b078e92a0b22c535d265e36e5a3a",
+    "kgwe.lib.pod": "65bc63f5277e1f38d54f269e20fa88fe2201f496ede4c34f6b7d17ca51f13358",
+    "kgwe.placement.inference_mig": "4a8fcc4f8c5e30bb587f2cd25eda1dfb34e78db4147d6eb04ec1fb52a7fc87c6",
+    "kgwe.placement.namespace_mig": "7d62ace9b118dcc46bfe166cbf1d5a6ff597ef068486e330c4c4963831af955d",
+    "kgwe.placement.nvlink": "c86055920f7912339cd49222c56300375f0088864144a3e41edd6c1f1f9c0290",
+}
+LIBRARY = "kgwe.lib.pod"
+# Packages no other module may share or enclose: the built-ins, and the documents they and the aggregate read.
+PROTECTED_PACKAGES = (*KNOWN_MODULES, "kgwe.aggregate", "kgwe.cluster", "kgwe.params")
+
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+MIG_PREFIX = "nvidia.com/mig-"
+ALLOWED_VISIBLE_DEVICES = frozenset({"void", "none", ""})
+INFERENCE_MAX_MEMORY_BYTES = 21474836480  # 20Gi, as in inference_mig.rego
+GIB = 1073741824
+_MISSING: Any = object()
+# `%q` of these strings is the string in double quotes, in Go, OPA and regorus alike.
+_PLAIN = re.compile(r'[ !#-\[\]-~]*')
+_PROFILE_SLICES = re.compile(r"([0-9]+)g\.")
+
+
+class Declined(Exception):
+    """The input reaches a corner where only the Rego engine is authoritative: ask it."""
+
+
+@dataclass(frozen=True)
+class NativeUnit:
+    """What the native path needs to know about one loaded unit."""
+
+    name: str
+    packages: tuple[str, ...]
+    module_sources: tuple[str, ...]
+    gated: bool  # a GPUPolicy (its Rego runs only when it matched the request)
+    has_rego_rules: bool  # defines deny, warn or decision
+
+
+def native_units(units: Iterable[Any]) -> list[NativeUnit]:
+    """`NativeUnit`s of compiled units (`policies.policy_set.CompiledUnit`: name, source, gpu_policy)."""
+    return [
+        NativeUnit(
+            name=u.name,
+            packages=tuple(info.package for info in u.source.infos),
+            module_sources=tuple(u.source.modules.values()),
+            gated=u.gpu_policy is not None,
+            has_rego_rules=bool(u.source.rules),
+        )
+        for u in units
+    ]
+
+
+def module_digest(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def _overlaps(package: str, protected: str) -> bool:
+    if "[" in package or "\"" in package:
+        return True  # quoted path segments: not worth reasoning about, assume the worst
+    return package == protected or protected.startswith(package + ".") or package.startswith(protected + ".")
+
+
+class NativeBuiltins:
+    """The built-ins of one policy set, evaluated in Python. Immutable, thread-safe."""
+
+    def __init__(self, policies: list[str], gated: frozenset[str]) -> None:
+        self._policies = policies  # built-in policy names in load order (the order decisions merge in)
+        self._gated = gated  # GPUPolicies with Rego rules: the native path holds only while none is active
+        self._offers: tuple[Mapping[str, Any], Any] | None = None
+
+    @classmethod
+    def for_units(cls, units: Iterable[NativeUnit]) -> NativeBuiltins | None:
+        """The native evaluator of a set, or None when the set holds anything it cannot mirror."""
+        policies: list[str] = []
+        gated: set[str] = set()
+        library_ok = False
+        for unit in units:
+            known = [KNOWN_MODULES.get(p) for p in unit.packages]
+            if not unit.gated and len(unit.packages) == 1 and known[0] is not None:
+                if len(unit.module_sources) != 1 or module_digest(unit.module_sources[0]) != known[0]:
+                    return None  # a built-in package with other text (an admin replaced it)
+                if unit.packages[0] == LIBRARY:
+                    library_ok = True
+                elif unit.has_rego_rules:
+                    policies.append(unit.name)
+                continue
+            if any(_overlaps(p, protected) for p in unit.packages for protected in PROTECTED_PACKAGES):
+                return None
+            if unit.gated:
+                if unit.has_rego_rules:
+                    gated.add(unit.name)
+            elif unit.has_rego_rules:
+                return None  # an admin Rego policy: it runs for every request, so Rego runs anyway
+        if policies and not library_ok:
+            return None
+        return cls(policies, frozenset(gated))
+
+    def answers(self, active: Iterable[str]) -> bool:
+        """Whether no Rego policy other than the built-ins runs for a request with these active GPUPolicies."""
+        return not any(name in self._gated for name in active)
+
+    # -- the aggregate's documents ----------------------------------------------------------------
+
+    def query(self, path: str, document: Mapping[str, Any], cluster: Mapping[str, Any]) -> Any:
+        """The value of `path` (one of the aggregate's queries) for `document`; raises Declined."""
+        if path == EVERYTHING_QUERY:
+            # The whole package: its partial `deny`/`warn` documents too, which `check` merely groups.
+            check = self._check(document)
+            return {**check, "check": check, "decision": self._decision(document, cluster)}
+        if path == CHECK_QUERY:
+            return self._check(document)
+        if path == DECISION_QUERY:
+            return self._decision(document, cluster)
+        raise Declined(path)
+
+    def _check(self, document: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
+        checks = {name: CHECKS[name] for name in self._policies if name in CHECKS}
+        found: dict[str, dict[str, list[str]]] = {"deny": {}, "warn": {}}
+        if not checks:
+            return found
+        pod = _Pod(document)
+        for name, (kind, check) in checks.items():
+            found[kind][name] = sorted(check(pod))
+        return {kind: found[kind] for kind in ("deny", "warn") if any(CHECKS[n][0] == kind for n in checks)}
+
+    def _decision(self, document: Mapping[str, Any], cluster: Mapping[str, Any]) -> dict[str, Any]:
+        decided: dict[str, Any] = {}
+        chosen = [name for name in self._policies if name in DECISIONS]
+        if not chosen:
+            return decided
+        context = _Placement(document, self._cluster_offers(cluster))
+        for name in chosen:
+            partial = DECISIONS[name](context)
+            if partial is not None:
+                decided[name] = partial
+        return decided
+
+    def _cluster_offers(self, cluster: Mapping[str, Any]) -> _Cluster:
+        """`cluster_types` and `mig_offers` of lib/pod.rego, computed once per cluster summary object."""
+        cached = self._offers
+        if cached is not None and cached[0] is cluster:
+            found = cached[1]
+        else:
+            try:
+                found = _Cluster.of(cluster)
+            except Declined as declined:
+                found = declined
+            self._offers = (cluster, found)
+        if isinstance(found, Declined):
+            raise found
+        return found  # type: ignore[no-any-return]
+
+
+# -- lib/pod.rego ---------------------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _quoted(value: Any) -> str:
+    """sprintf's `%q` of a string that needs no escaping; anything else is declined."""
+    if not isinstance(value, str) or _PLAIN.fullmatch(value) is None:
+        raise Declined("%q of a value that is not a plain string")
+    return f'"{value}"'
+
+
+def _object_or_empty(value: Any) -> Mapping[str, Any]:
+    """A field that Rego walks into: absent is empty, an object is itself, anything else is declined."""
+    if value is _MISSING:
+        return {}
+    if not isinstance(value, dict):
+        raise Declined("a field that is not an object")
+    return value
+
+
+class _Pod:
+    """`pod`, `containers`, `is_gpu_container` and `gpu_containers` of lib/pod.rego for one input."""
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        request = document.get("request")
+        pod = request.get("object") if isinstance(request, dict) else None
+        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
+            raise Declined("no pod spec")
+        spec = pod["spec"]
+        containers: list[dict[str, Any]] = []
+        for key in ("containers", "initContainers", "ephemeralContainers"):
+            listed = spec.get(key, [])
+            if not isinstance(listed, list) or not all(isinstance(c, dict) for c in listed):
+                raise Declined(f"spec.{key} is not a list of objects")
+            containers.extend(listed)
+        self.containers = containers
+        self.gpu = [self.is_gpu_container(c) for c in containers]
+
+    @staticmethod
+    def limits(container: Mapping[str, Any]) -> Mapping[str, Any]:
+        resources = _object_or_empty(container.get("resources", _MISSING))
+        return _object_or_empty(resources.get("limits", _MISSING))
+
+    @classmethod
+    def is_gpu_container(cls, container: Mapping[str, Any]) -> bool:
+        limits = cls.limits(container)
+        for name in GPU_RESOURCES:
+            value = limits.get(name, _MISSING)
+            if value is None:
+                raise Declined("a null GPU limit")
+            if value is not _MISSING and value is not False:
+                return True  # a defined value that is not `false` is a true expression in Rego
+        return any(isinstance(name, str) and name.startswith(MIG_PREFIX) for name in limits)
+
+    def gpu_containers(self) -> list[Mapping[str, Any]]:
+        return [c for c, gpu in zip(self.containers, self.gpu, strict=True) if gpu]
+
+
+def _memory_limit(pod: _Pod) -> set[str]:
+    found = set()
+    for container in pod.gpu_containers():
+        memory = pod.limits(container).get("memory", _MISSING)
+        if memory is _MISSING or memory is False:
+            found.add(f"container {_quoted(container.get('name'))} uses GPUs but sets no memory limit")
+    return found
+
+
+def _privileged(pod: _Pod) -> set[str]:
+    found = set()
+    for container in pod.gpu_containers():
+        context = container.get("securityContext", _MISSING)
+        if context is not _MISSING and not isinstance(context, dict):
+            raise Declined("securityContext is not an object")
+        if context is not _MISSING and context.get("privileged") is True:
+            found.add(
+                f"container {_quoted(container.get('name'))} uses GPUs and is privileged; privileged containers "
+                "see every GPU on the node"
+            )
+    return found
+
+
+def _visible_devices(pod: _Pod) -> set[str]:
+    found = set()
+    for container, gpu in zip(pod.containers, pod.gpu, strict=True):
+        if gpu:
+            continue
+        env = container.get("env", [])
+        if not isinstance(env, list) or not all(isinstance(e, dict) for e in env):
+            raise Declined("env is not a list of objects")
+        for variable in env:
+            if variable.get("name") != "NVIDIA_VISIBLE_DEVICES":
+                continue
+            value = variable.get("value", "")
+            if not isinstance(value, str):
+                raise Declined("a non-string NVIDIA_VISIBLE_DEVICES")
+            if value not in ALLOWED_VISIBLE_DEVICES:
+                found.add(f"container {_quoted(container.get('name'))} sets NVIDIA_VISIBLE_DEVICES="
+                          f"{_quoted(value)} without asking for a GPU")
+    return found
+
+
+@dataclass(frozen=True)
+class _Cluster:
+    types: Mapping[str, Any]
+    offers: frozenset[tuple[int, int, str, str]]  # mig_offers: (memory GB, compute slices, profile, type id)
+
+    @classmethod
+    def of(cls, cluster: Mapping[str, Any]) -> _Cluster:
+        types = cluster.get("types", {})
+        if not isinstance(types, dict):
+            raise Declined("cluster types are not an object")
+        offers = set()
+        for type_id, summary in types.items():
+            if not isinstance(summary, dict):
+                raise Declined("a cluster type that is not an object")
+            mig = summary.get("mig", {})
+            if not isinstance(mig, dict):
+                raise Declined("a MIG offer list that is not an object")
+            for profile, info in mig.items():
+                if not isinstance(info, dict):
+                    raise Declined("a MIG offer that is not an object")
+                devices, memory = info.get("devices", _MISSING), info.get("memoryGB", _MISSING)
+                if devices is _MISSING or (_is_number(devices) and devices <= 0):
+                    continue
+                if not _is_number(devices):
+                    raise Declined("MIG devices that are not a number")
+                if not _is_number(memory):
+                    continue
+                if not isinstance(memory, int):
+                    raise Declined("fractional MIG memory")
+                slices = _PROFILE_SLICES.match(profile)
+                if slices is None:
+                    raise Declined(f"MIG profile {profile!r}")
+                offers.add((memory, int(slices.group(1)), profile, type_id))
+        return cls(types, frozenset(offers))
+
+    def smallest_mig(self, need_bytes: Any, types: list[Any]) -> tuple[str, list[str]] | None:
+        if not _is_number(need_bytes) or not isinstance(need_bytes, int):
+            raise Declined("a memory need that is not a whole number")
+
+        def allowed(type_id: str) -> bool:
+            return len(types) == 0 or type_id in types
+
+        fitting = {(mem, slices, profile) for mem, slices, profile, type_id in self.offers
+                   if allowed(type_id) and mem * GIB >= need_bytes}
+        if not fitting:
+            return None
+        profile = min(fitting)[2]
+        return profile, sorted(t for _, _, p, t in self.offers if p == profile and allowed(t))
+
+
+class _Placement:
+    """The intent and labels the placement built-ins read."""
+
+    def __init__(self, document: Mapping[str, Any], cluster: _Cluster) -> None:
+        intent = document.get("intent", {})
+        if not isinstance(intent, dict):
+            raise Declined("intent is not an object")
+        self.intent = intent
+        self.cluster = cluster
+        gpus = intent.get("gpus", 0)
+        if not _is_number(gpus):
+            raise Declined("requested GPUs are not a number")
+        self.requested_gpus = gpus
+        request = document.get("request")
+        pod = request.get("object") if isinstance(request, dict) else None
+        metadata = pod.get("metadata") if isinstance(pod, dict) else None
+        metadata = metadata if isinstance(metadata, dict) else {}
+        labels, annotations = metadata.get("labels"), metadata.get("annotations")
+        self.labels: Mapping[str, Any] = labels if isinstance(labels, dict) else {}
+        self.annotations: Mapping[str, Any] = annotations if isinstance(annotations, dict) else {}
+        namespace = document.get("namespaceObject")
+        ns_metadata = namespace.get("metadata") if isinstance(namespace, dict) else None
+        ns_labels = ns_metadata.get("labels") if isinstance(ns_metadata, dict) else None
+        self.namespace_labels: Mapping[str, Any] = ns_labels if isinstance(ns_labels, dict) else {}
+
+    def absent(self, key: str) -> bool:
+        return self.intent.get(key) is None
+
+    def intent_types(self) -> list[Any]:
+        if self.absent("acceleratorTypes"):
+            return []
+        types = self.intent["acceleratorTypes"]
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise Declined("acceleratorTypes is not a list of strings")
+        return types
+
+    def is_inference(self) -> bool:
+        return (
+            self.intent.get("inference") is True
+            or self.labels.get("kgwe.io/workload", _MISSING) == "inference"
+            or self.annotations.get("kgwe.io/workload", _MISSING) == "inference"
+        )
+
+
+def _mig_decision(found: tuple[str, list[str]] | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    profile, types = found
+    return {"acceleratorTypes": types, "sharing": {"mode": "mig", "migProfile": profile}}
+
+
+def _inference_mig(ctx: _Placement) -> dict[str, Any] | None:
+    if not ctx.is_inference():
+        return None
+    if not (ctx.absent("acceleratorTypes") and ctx.absent("profile") and ctx.absent("sharing")):
+        return None
+    if not ctx.requested_gpus <= 1:
+        return None
+    need = ctx.intent.get("gpuMemory", _MISSING)
+    if not _is_number(need) or not need <= INFERENCE_MAX_MEMORY_BYTES:
+        return None
+    return _mig_decision(ctx.cluster.smallest_mig(need, []))
+
+
+def _namespace_mig(ctx: _Placement) -> dict[str, Any] | None:
+    if ctx.namespace_labels.get("kgwe.io/default-sharing", _MISSING) != "mig":
+        return None
+    if not (ctx.absent("sharing") and ctx.absent("profile")) or not ctx.requested_gpus <= 1:
+        return None
+    need = ctx.intent.get("gpuMemory", 0)
+    return _mig_decision(ctx.cluster.smallest_mig(need if _is_number(need) else 0, ctx.intent_types()))
+
+
+def _nvlink(ctx: _Placement) -> dict[str, Any] | None:
+    if not ctx.absent("topology") or not ctx.requested_gpus > 1:
+        return None
+    types = ctx.intent_types()
+    if not types:
+        types = []
+        for type_id, summary in ctx.cluster.types.items():
+            if type_id == "unknown":
+                continue
+            largest = summary.get("maxGpusPerNode", _MISSING)
+            if largest is _MISSING:
+                continue
+            if not _is_number(largest):
+                raise Declined("maxGpusPerNode is not a number")
+            if largest >= ctx.requested_gpus:
+                types.append(type_id)
+    if not types:
+        return None
+    for type_id in types:
+        summary = ctx.cluster.types.get(type_id)
+        if not isinstance(summary, dict) or summary.get("nvswitch") is not True:
+            return None
+    return {"topology": "nvlink"}
+
+
+CHECKS = {
+    "kgwe.admission.memory_limit": ("warn", _memory_limit),
+    "kgwe.admission.privileged": ("deny", _privileged),
+    "kgwe.admission.visible_devices": ("deny", _visible_devices),
+}
+DECISIONS = {
+    "kgwe.placement.inference_mig": _inference_mig,
+    "kgwe.placement.namespace_mig": _namespace_mig,
+    "kgwe.placement.nvlink": _nvlink,
+}

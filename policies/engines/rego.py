@@ -1,0 +1,405 @@
+"""Rego engines behind one small interface.
+
+- `RegorusEngine` (the default): the regorus Rust engine embedded in the process, no server.
+- `OpaServerEngine`: a real OPA server through `opa-python-client`; modules are pushed with the
+  policy API, data with the data API, and each request is one query of the data API.
+- `OpaGoEngine`: OPA's own Go engine in-process (`opa-golib-python-bindings`), used as the
+  conformance reference when it is installed.
+
+`prepare()` compiles a complete module set once; the returned `PreparedRego` answers queries. Native
+engines are created lazily in the thread (and so the process) that first queries, after any fork.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
+
+import orjson
+
+from policies.loading.aggregate import AGGREGATE_MODULE, CHECK_QUERY, EVERYTHING_QUERY
+
+RegoEngineName = Literal["regorus", "opa", "opa-go"]
+
+
+class RegoCompileError(ValueError):
+    pass
+
+
+class RegoEvaluationError(RuntimeError):
+    pass
+
+
+class RegoEngineUnavailable(RegoCompileError):
+    """The engine could not be reached to load a module set (as opposed to refusing it): try again later."""
+
+
+class RegoEngineUnreachable(RegoEvaluationError):
+    """A query could not reach the engine, or the engine no longer holds the module set (it restarted)."""
+
+
+_OS_ERROR = re.compile(r"\[Errno -?\d+\] [^'\")]+")
+
+
+def _why_unreachable(exc: BaseException) -> str:
+    """The useful end of a connection failure ("[Errno 111] Connection refused", "timed out"), not the whole
+    urllib3 retry chain: it is shown in refusal messages and warnings, which are short."""
+    text = str(exc)
+    found = _OS_ERROR.search(text)
+    if found:
+        return found.group(0).strip()
+    if "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
+        return "timed out"
+    return text[:200]
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A failure to talk to the server at all (refused, reset, timed out), not an answer from it."""
+    import requests
+    from opa_client.errors import ConnectionsError
+
+    return isinstance(exc, ConnectionsError | requests.exceptions.ConnectionError | requests.exceptions.Timeout)
+
+
+class _Undefined:
+    def __repr__(self) -> str:
+        return "UNDEFINED"
+
+
+UNDEFINED: Any = _Undefined()
+
+
+@dataclass
+class RegoInput:
+    """One request's input, serialised once and shared by every engine call."""
+
+    document: dict[str, Any]
+    _raw: bytes | None = field(default=None, repr=False)
+
+    @property
+    def raw(self) -> bytes:
+        if self._raw is None:
+            self._raw = orjson.dumps(self.document, default=_json_default)
+        return self._raw
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def clean_error(message: str) -> str:
+    """Native engines append a Rust backtrace when RUST_BACKTRACE is set; the first part is the error."""
+    return message.split("Stack backtrace:")[0].strip()
+
+
+class PreparedRego(Protocol):
+    engine_name: str
+
+    def query(self, path: str, rego_input: RegoInput | None = None) -> Any:
+        """The value of the document at `path` (`data.x.y`), or UNDEFINED; raises RegoEvaluationError."""
+
+    def set_cluster(self, cluster: Mapping[str, Any]) -> None:
+        """Make `data.kgwe.cluster` this summary; cheap when it is the same object as last time."""
+
+    def close(self) -> None: ...
+
+
+class RegoEngine(Protocol):
+    name: str
+
+    def prepare(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> PreparedRego:
+        """Compile `modules` (file name -> source) with static `data`; raises RegoCompileError."""
+
+
+# -- regorus (embedded) ------------------------------------------------------------------------
+
+
+# regorus engines are "unsendable": usable, cloneable and droppable only in the thread that made them.
+# Each thread therefore keeps its own engines, keyed by prepared set, and evicts them itself.
+_THREAD_ENGINES = threading.local()
+_ENGINES_PER_THREAD = 4
+_tokens = itertools.count()
+
+
+@dataclass
+class _ThreadEngine:
+    engine: Any
+    data_generation: int
+
+
+class _PreparedRegorus:
+    engine_name = "regorus"
+
+    def __init__(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> None:
+        self._modules = dict(modules)
+        self._data = dict(data)
+        self._cluster: Mapping[str, Any] | None = None
+        self._data_generation = 0
+        self._token = next(_tokens)
+        self._lock = threading.Lock()
+        self._engine()  # parse now, in this thread: a module that does not parse is refused at load
+
+    def _build(self) -> Any:
+        import regorus
+
+        engine = regorus.Engine()
+        for name, source in self._modules.items():
+            try:
+                engine.add_policy(name, source)
+            except Exception as exc:
+                raise RegoCompileError(f"{name}: {clean_error(str(exc))}") from exc
+        return engine
+
+    def _engine(self) -> Any:
+        cache: OrderedDict[int, _ThreadEngine] | None = getattr(_THREAD_ENGINES, "cache", None)
+        if cache is None:
+            cache = _THREAD_ENGINES.cache = OrderedDict()
+        entry = cache.get(self._token)
+        if entry is None:
+            entry = _ThreadEngine(self._build(), -1)
+            cache[self._token] = entry
+            while len(cache) > _ENGINES_PER_THREAD:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(self._token)
+        generation = self._data_generation
+        if entry.data_generation != generation:
+            entry.engine.clear_data()
+            entry.engine.add_data_json(orjson.dumps(self._full_data(), default=_json_default).decode())
+            entry.data_generation = generation
+        return entry.engine
+
+    def _full_data(self) -> dict[str, Any]:
+        data = dict(self._data)
+        if self._cluster is not None:
+            kgwe = dict(data.get("kgwe") or {})
+            kgwe["cluster"] = self._cluster
+            data["kgwe"] = kgwe
+        return data
+
+    def set_cluster(self, cluster: Mapping[str, Any]) -> None:
+        if cluster is self._cluster:
+            return
+        with self._lock:
+            if cluster is not self._cluster:
+                self._cluster = cluster
+                self._data_generation += 1
+
+    def query(self, path: str, rego_input: RegoInput | None = None) -> Any:
+        try:
+            engine = self._engine()
+            engine.set_input_json(rego_input.raw.decode() if rego_input is not None else "{}")
+            result = orjson.loads(engine.eval_query_as_json(path))
+        except RegoCompileError as exc:
+            raise RegoEvaluationError(str(exc)) from exc
+        except Exception as exc:
+            raise RegoEvaluationError(clean_error(str(exc))) from exc
+        rows = result.get("result") or []
+        if not rows:
+            return UNDEFINED
+        return rows[0]["expressions"][0]["value"]
+
+    def close(self) -> None:
+        cache = getattr(_THREAD_ENGINES, "cache", None)
+        if cache is not None:
+            cache.pop(self._token, None)
+
+
+class RegorusEngine:
+    name = "regorus"
+
+    def prepare(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> PreparedRego:
+        return _PreparedRegorus(modules, data)
+
+
+# -- OPA's Go engine in-process (reference) ----------------------------------------------------
+
+
+class _PreparedOpaGo:
+    engine_name = "opa-go"
+
+    def __init__(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> None:
+        import opa_bindings
+
+        self._errors = (opa_bindings.OpaError,)
+        self._engine = opa_bindings.OpaEngine()
+        try:
+            for name, source in modules.items():
+                self._engine.add_policy(name, source)
+            self._engine.add_data(dict(data))
+        except opa_bindings.OpaError as exc:
+            self._engine.close()
+            raise RegoCompileError(exc.message) from exc
+        self._cluster: Mapping[str, Any] | None = None
+
+    def set_cluster(self, cluster: Mapping[str, Any]) -> None:
+        # add_data deep-merges and cannot replace a subtree, so the summary travels with each query.
+        self._cluster = cluster
+
+    def query(self, path: str, rego_input: RegoInput | None = None) -> Any:
+        document = rego_input.document if rego_input is not None else {}
+        if self._cluster is not None:
+            document = {**document, "kgwe_cluster": self._cluster}
+        query = f"x = {path}"
+        if self._cluster is not None:
+            query += " with data.kgwe.cluster as input.kgwe_cluster"
+        try:
+            rows = self._engine.eval_query(query, document)
+        except self._errors as exc:
+            raise RegoEvaluationError(str(exc)) from exc
+        if not rows:
+            return UNDEFINED
+        return rows[0]["x"]
+
+    def close(self) -> None:
+        self._engine.close()
+
+
+class OpaGoEngine:
+    name = "opa-go"
+
+    def prepare(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> PreparedRego:
+        return _PreparedOpaGo(modules, data)
+
+
+def opa_go_available() -> bool:
+    try:
+        import opa_bindings  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# -- OPA server over its REST API ---------------------------------------------------------------
+
+POLICY_ID_PREFIX = "kgwe/"
+# Documents of the aggregate module that exist whenever it is loaded.
+ALWAYS_DEFINED = frozenset({EVERYTHING_QUERY, CHECK_QUERY})
+
+
+def _data_documents(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Data as (path, object) pairs one level below the root package, so that pushing `kgwe/params`
+    never replaces `kgwe/cluster`, which is pushed on its own."""
+    documents = []
+    for root, subtree in data.items():
+        if not isinstance(subtree, dict):
+            raise RegoCompileError(f"data.{root} must be an object")
+        for key, value in subtree.items():
+            documents.append((f"{root}/{key}", value if isinstance(value, dict) else {"value": value}))
+    return documents
+
+
+class _PreparedOpaServer:
+    engine_name = "opa"
+
+    def __init__(self, client: Any, modules: Mapping[str, str], data: Mapping[str, Any], url: str = "") -> None:
+        self._client = client
+        self._url = url
+        self._modules = dict(modules)
+        self._data = dict(data)
+        self._cluster: Mapping[str, Any] | None = None
+        self._lock = threading.Lock()
+        self._always_defined = ALWAYS_DEFINED if AGGREGATE_MODULE in self._modules else frozenset()
+        self.push()
+
+    def push(self) -> None:
+        """Make the server serve exactly this module set and data (policy API + data API)."""
+        from opa_client.errors import ConnectionsError, RegoParseError
+
+        wanted = {POLICY_ID_PREFIX + name: source for name, source in self._modules.items()}
+        try:
+            for policy_id, source in wanted.items():
+                self._client.update_policy_from_string(source, policy_id, rego_compat=False)
+            for policy_id in self._client.get_policies_list():
+                if str(policy_id).startswith(POLICY_ID_PREFIX) and policy_id not in wanted:
+                    self._client.delete_policy(policy_id)
+            for path, value in _data_documents(self._data):
+                self._client.update_or_create_data(value, path)
+        except RegoParseError as exc:
+            raise RegoCompileError(str(exc)) from exc
+        except ConnectionsError as exc:
+            raise RegoEngineUnavailable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
+        except Exception as exc:
+            if _unreachable(exc):
+                raise RegoEngineUnavailable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
+            raise RegoCompileError(f"OPA server refused the policy set: {exc}") from exc
+
+    def set_cluster(self, cluster: Mapping[str, Any]) -> None:
+        if cluster is self._cluster:
+            return
+        with self._lock:
+            if cluster is not self._cluster:
+                try:
+                    self._client.update_or_create_data(dict(cluster), "kgwe/cluster")
+                except Exception as exc:
+                    if _unreachable(exc):
+                        raise RegoEngineUnreachable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}"
+                                                    ) from exc
+                    raise RegoEvaluationError(f"OPA server refused the cluster summary: {exc}") from exc
+                self._cluster = cluster
+
+    def query(self, path: str, rego_input: RegoInput | None = None) -> Any:
+        package, _, rule = path.removeprefix("data.").rpartition(".")
+        try:
+            answer = self._client.query_rule(
+                input_data=rego_input.document if rego_input is not None else {},
+                package_path=package or rule,
+                rule_name=rule if package else None,
+            )
+        except Exception as exc:
+            if _unreachable(exc):
+                raise RegoEngineUnreachable(f"OPA server {self._url} unreachable: {_why_unreachable(exc)}") from exc
+            raise RegoEvaluationError(f"OPA server query failed: {exc}") from exc
+        if "result" not in answer:
+            if path in self._always_defined:
+                # The aggregate's `check` is defined whenever its module is loaded: the server lost the set.
+                raise RegoEngineUnreachable(f"OPA server {self._url} no longer holds the KGWE policy set (restarted?)")
+            return UNDEFINED
+        return answer["result"]
+
+    def close(self) -> None:
+        self._client.close_connection()
+
+
+class OpaServerEngine:
+    """Rego on a real OPA server. `url` like `http://127.0.0.1:8181`."""
+
+    name = "opa"
+
+    def __init__(self, url: str, timeout: float = 1.0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an OPA URL: {url!r}")
+        self.url = url
+        self._host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._ssl = parts.scheme == "https"
+        self._timeout = timeout
+
+    def client(self) -> Any:
+        from opa_client import OpaClient
+
+        return OpaClient(host=self._host, port=self._port, ssl=self._ssl, timeout=self._timeout, retries=0)
+
+    def prepare(self, modules: Mapping[str, str], data: Mapping[str, Any]) -> PreparedRego:
+        return _PreparedOpaServer(self.client(), modules, data, self.url)
+
+
+def build_rego_engine(name: RegoEngineName = "regorus", opa_url: str | None = None) -> RegoEngine:
+    if name == "regorus":
+        return RegorusEngine()
+    if name == "opa-go":
+        return OpaGoEngine()
+    if name == "opa":
+        if not opa_url:
+            raise ValueError("the OPA server engine needs --opa-url")
+        return OpaServerEngine(opa_url)
+    raise ValueError(f"unknown Rego engine {name!r}")

@@ -1,0 +1,174 @@
+"""`GPUPolicy` objects (SPEC section 6) parsed and compiled once: match rules, CEL match conditions and
+validations, an optional inline Rego module, params and the enforcement action.
+
+A policy that does not compile raises `PolicyCompileError` with every problem found, so the status
+condition on the object can name them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from policies.api import ENFORCEMENT_ACTIONS, EnforcementAction
+from policies.engines.cel import CelCompileError, CelEngine, CelProgram
+from policies.engines.rego_source import RegoModuleInfo, RegoSourceError, inspect_module
+from policies.loading.selectors import LabelSelector, parse_selector
+
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+DEFAULT_OPERATIONS = frozenset({"CREATE", "UPDATE"})
+
+
+class PolicyCompileError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class MatchRules:
+    namespaces: frozenset[str] | None
+    namespace_selector: LabelSelector | None
+    object_selector: LabelSelector | None
+    operations: frozenset[str]
+
+    def matches(self, request: Mapping[str, Any], namespace_object: Mapping[str, Any] | None) -> bool:
+        if request.get("operation", "CREATE") not in self.operations:
+            return False
+        namespace = request.get("namespace") or ((request.get("object") or {}).get("metadata") or {}).get(
+            "namespace", ""
+        )
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        if self.namespace_selector is not None:
+            labels = dict(((namespace_object or {}).get("metadata") or {}).get("labels") or {})
+            labels.setdefault("kubernetes.io/metadata.name", namespace)
+            if not self.namespace_selector.matches(labels):
+                return False
+        if self.object_selector is not None:
+            labels = ((request.get("object") or {}).get("metadata") or {}).get("labels") or {}
+            if not self.object_selector.matches(labels):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class CelValidation:
+    expression: CelProgram
+    message: str
+    message_expression: CelProgram | None
+
+
+@dataclass(frozen=True)
+class CompiledGPUPolicy:
+    name: str
+    action: EnforcementAction
+    match: MatchRules
+    match_conditions: tuple[tuple[str, CelProgram], ...]
+    validations: tuple[CelValidation, ...]
+    params: dict[str, Any]
+    rego_module: str | None
+    rego_info: RegoModuleInfo | None
+    fingerprint: str  # changes whenever the spec changes; reload compares it
+    params_key: bytes = field(default=b"")  # canonical JSON of params: policies sharing it share a CEL activation
+
+
+def fingerprint(obj: Mapping[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(obj.get("spec") or {}, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def policy_name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _match_rules(spec: Mapping[str, Any], errors: list[str]) -> MatchRules:
+    match = spec.get("match") or {}
+    namespaces = match.get("namespaces")
+    operations = match.get("operations")
+    if operations is not None:
+        bad = [op for op in operations if op not in (*OPERATIONS, "*")]
+        if bad:
+            errors.append(f"match.operations: unknown {bad}")
+        chosen = frozenset(OPERATIONS) if "*" in operations else frozenset(operations)
+    else:
+        chosen = DEFAULT_OPERATIONS
+    selectors: dict[str, LabelSelector | None] = {}
+    for key in ("namespaceSelector", "objectSelector"):
+        try:
+            selectors[key] = parse_selector(match.get(key))
+        except ValueError as exc:
+            errors.append(f"match.{key}: {exc}")
+            selectors[key] = None
+    return MatchRules(
+        namespaces=frozenset(str(n) for n in namespaces) if namespaces is not None else None,
+        namespace_selector=selectors["namespaceSelector"],
+        object_selector=selectors["objectSelector"],
+        operations=chosen,
+    )
+
+
+def _compile(cel: CelEngine, where: str, expression: Any, errors: list[str]) -> CelProgram | None:
+    if not isinstance(expression, str):
+        errors.append(f"{where}: expression must be a string")
+        return None
+    try:
+        return cel.compile(expression)
+    except CelCompileError as exc:
+        errors.append(f"{where}: {exc}")
+        return None
+
+
+def compile_gpu_policy(obj: Mapping[str, Any], cel: CelEngine) -> CompiledGPUPolicy:
+    name = policy_name(obj)
+    spec = obj.get("spec") or {}
+    errors: list[str] = []
+    if not name:
+        errors.append("metadata.name is required")
+    action = spec.get("enforcementAction", "Deny")
+    if action not in ENFORCEMENT_ACTIONS:
+        errors.append(f"spec.enforcementAction: {action!r} is not one of {', '.join(ENFORCEMENT_ACTIONS)}")
+    match = _match_rules(spec, errors)
+    conditions: list[tuple[str, CelProgram]] = []
+    for index, condition in enumerate(spec.get("matchConditions") or []):
+        program = _compile(cel, f"spec.matchConditions[{index}]", condition.get("expression"), errors)
+        if program is not None:
+            conditions.append((str(condition.get("name") or index), program))
+    validations: list[CelValidation] = []
+    for index, validation in enumerate(spec.get("validations") or []):
+        where = f"spec.validations[{index}]"
+        program = _compile(cel, where, validation.get("expression"), errors)
+        message_program = None
+        if validation.get("messageExpression") is not None:
+            message_program = _compile(cel, f"{where}.messageExpression", validation["messageExpression"], errors)
+        if program is not None:
+            default = f"failed expression: {program.source}"
+            validations.append(CelValidation(program, str(validation.get("message") or default), message_program))
+    module = (spec.get("rego") or {}).get("module")
+    info = None
+    if module is not None:
+        try:
+            info = inspect_module(str(module))
+        except RegoSourceError as exc:
+            errors.append(f"spec.rego.module: {exc}")
+    params = spec.get("params") or {}
+    if not isinstance(params, dict):
+        errors.append("spec.params must be an object")
+        params = {}
+    if not (validations or info or errors):
+        errors.append("a GPUPolicy needs validations or a rego module")
+    if errors:
+        raise PolicyCompileError("; ".join(errors))
+    return CompiledGPUPolicy(
+        name=name,
+        action=action,
+        match=match,
+        match_conditions=tuple(conditions),
+        validations=tuple(validations),
+        params=params,
+        rego_module=str(module) if module is not None else None,
+        rego_info=info,
+        fingerprint=fingerprint(obj),
+        params_key=orjson.dumps(params, option=orjson.OPT_SORT_KEYS),
+    )

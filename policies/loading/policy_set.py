@@ -1,0 +1,168 @@
+"""Compiling policy sources into one immutable, servable `PolicySet`.
+
+Each new or changed unit is first compiled on its own (CEL programs, and its Rego modules with the
+library modules and a one-policy aggregate), so an error names the unit that caused it. Units that
+fail fall back to their last good version when there is one. The surviving set is then prepared
+once on the serving engine, with a warm-up query so that no request pays for lazy compilation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.engines.cel import CelEngine
+from policies.engines.rego import (
+    PreparedRego,
+    RegoCompileError,
+    RegoEngine,
+    RegoEngineUnavailable,
+    RegoEngineUnreachable,
+    RegoEvaluationError,
+    RegoInput,
+)
+from policies.loading.aggregate import (
+    AGGREGATE_MODULE,
+    CHECK_QUERY,
+    DECISION_QUERY,
+    GatheredPolicy,
+    aggregate_module,
+    has_decisions,
+)
+from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError, compile_gpu_policy
+from policies.loading.loader import PolicySource
+
+# A pod that exercises the common paths of GPU policies during the warm-up query.
+WARMUP_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "warmup", "namespace": "default", "labels": {}, "annotations": {}},
+    "spec": {
+        "containers": [
+            {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}},
+             "securityContext": {}},
+        ],
+    },
+}
+
+
+def warmup_input(active: Iterable[str] = ()) -> RegoInput:
+    return RegoInput({
+        "request": {"uid": "warmup", "operation": "CREATE", "namespace": "default", "object": WARMUP_POD,
+                    "userInfo": {"username": "warmup", "groups": []}},
+        "namespaceObject": {"metadata": {"name": "default", "labels": {}}},
+        "intent": {"gpus": 1},
+        "tenant": None,
+        "kgwe": {"active": dict.fromkeys(active, True)},
+        "params": {},
+    })
+
+
+@dataclass(frozen=True)
+class CompiledUnit:
+    source: PolicySource
+    gpu_policy: CompiledGPUPolicy | None
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def gathered(self) -> GatheredPolicy | None:
+        if not self.source.is_policy or not self.source.rules:
+            return None
+        infos = self.source.infos
+        return GatheredPolicy(self.name, infos[0].package, self.source.rules, gated=self.gpu_policy is not None)
+
+
+@dataclass
+class PolicySet:
+    units: list[CompiledUnit]
+    prepared: PreparedRego | None
+    gathered: list[GatheredPolicy] = field(default_factory=list)
+    has_check: bool = False
+    has_decision: bool = False
+
+    @property
+    def gpu_policies(self) -> list[CompiledGPUPolicy]:
+        return [u.gpu_policy for u in self.units if u.gpu_policy is not None]
+
+    def close(self) -> None:
+        if self.prepared is not None:
+            self.prepared.close()
+
+
+def _modules(units: Iterable[CompiledUnit]) -> dict[str, str]:
+    modules: dict[str, str] = {}
+    for unit in units:
+        modules.update(unit.source.modules)
+    return modules
+
+
+def _params(units: Iterable[CompiledUnit]) -> dict[str, Any]:
+    return {u.name: u.gpu_policy.params for u in units if u.gpu_policy is not None}
+
+
+def gathered_policies(units: Iterable[CompiledUnit]) -> list[GatheredPolicy]:
+    return [g for g in (u.gathered() for u in units) if g is not None]
+
+
+def prepare_rego(engine: RegoEngine, units: list[CompiledUnit]) -> tuple[PreparedRego | None, list[GatheredPolicy]]:
+    """Compile the units' modules plus the aggregate on `engine` and warm it up; raises RegoCompileError
+    (RegoEngineUnavailable when the engine could not be reached at all)."""
+    gathered = gathered_policies(units)
+    modules = _modules(units)
+    if not modules:
+        return None, gathered
+    modules[AGGREGATE_MODULE] = aggregate_module(gathered)
+    prepared = engine.prepare(modules, {"kgwe": {"params": _params(units), "cluster": {}}})
+    try:
+        probe = warmup_input(g.name for g in gathered if g.gated)
+        prepared.query(CHECK_QUERY, probe)
+        if has_decisions(gathered):
+            prepared.query(DECISION_QUERY, probe)
+    except RegoEngineUnreachable as exc:
+        prepared.close()
+        raise RegoEngineUnavailable(str(exc)) from exc
+    except RegoEvaluationError as exc:
+        prepared.close()
+        raise RegoCompileError(str(exc)) from exc
+    return prepared, gathered
+
+
+def compile_unit(
+    source: PolicySource, cel: CelEngine, validator: RegoEngine, libraries: list[CompiledUnit]
+) -> CompiledUnit:
+    """Compile one unit on its own; raises PolicyCompileError naming what is wrong."""
+    if source.error:
+        raise PolicyCompileError(source.error)
+    gpu = None
+    if source.gpu_policy is not None:
+        gpu = compile_gpu_policy(source.gpu_policy, cel)
+    unit = CompiledUnit(source, gpu)
+    if source.modules:
+        try:
+            prepared, _ = prepare_rego(validator, [*libraries, unit])
+        except RegoCompileError as exc:
+            raise PolicyCompileError(f"rego: {exc}") from exc
+        if prepared is not None:
+            prepared.close()
+    return unit
+
+
+def duplicate_packages(units: Iterable[CompiledUnit]) -> dict[str, str]:
+    """Two policies in one package would merge their rules: the later one is refused."""
+    owner: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    for unit in units:
+        for info in unit.source.infos:
+            first = owner.setdefault(info.package, unit.name)
+            if first != unit.name:
+                refused[unit.name] = f"package {info.package} is already used by policy {first}"
+    return refused
+
+
+def previous_units(previous: PolicySet | None) -> Mapping[tuple[str, str], CompiledUnit]:
+    if previous is None:
+        return {}
+    return {(u.source.kind, u.name): u for u in previous.units}

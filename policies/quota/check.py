@@ -1,0 +1,280 @@
+"""The quota check of `/validate`: refuse a pod that would take its tenant over a limit, else reserve its GPUs.
+
+Usage is the tenant's unfinished pods (passed in by the caller from its pod list) plus the reservations in
+the store that no listed pod backs yet; reservations close the gap between an admission and the moment the
+pod shows up in every replica's pod list. See docs/quotas.md for what is and is not guaranteed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from policies.metrics import QUOTA_LIMIT, QUOTA_USED, record_refusal
+from policies.quota.model import (
+    LimitKey,
+    PodCharge,
+    PriceOf,
+    QuotaLimit,
+    charge_belongs_to,
+    charged_type,
+    format_gpus,
+    format_memory,
+    hits,
+    quota_limits,
+    same_pod,
+)
+from policies.quota.store import QuotaStatus, QuotaStore, QuotaUnavailable, Reservation, update_status
+
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class QuotaDecision:
+    allowed: bool
+    message: str = ""
+    reservation_id: str | None = None  # None when nothing was reserved (no limit hit, refused, or dry run)
+    tenant: str = ""
+
+
+@dataclass(frozen=True)
+class UsageLine:
+    tenant: str
+    quota: str
+    key: LimitKey
+    used_gpus: Decimal
+    limit_gpus: Decimal | None
+    used_memory: Decimal
+    limit_memory: Decimal | None
+
+
+@dataclass(frozen=True)
+class _Amount:
+    gpus: Decimal
+    memory: Decimal
+
+
+def _pod_usage(pods: Iterable[PodCharge], keys: Iterable[LimitKey], price_of: PriceOf) -> dict[LimitKey, _Amount]:
+    totals = {key: _Amount(ZERO, ZERO) for key in keys}
+    for pod in pods:
+        charged = charged_type(pod, price_of)
+        for key, total in totals.items():
+            if hits(pod, key, charged):
+                totals[key] = _Amount(total.gpus + pod.gpu_equivalents, total.memory + (pod.gpu_memory_bytes or ZERO))
+    return totals
+
+
+def _over_limit(
+    tenant: str, limit: QuotaLimit, used: _Amount, asked: _Amount, note: str
+) -> str | None:
+    if limit.gpus is not None and used.gpus + asked.gpus > limit.gpus:
+        return (
+            f"tenant {tenant}: {limit.key.described} {format_gpus(used.gpus)} of {format_gpus(limit.gpus)} GPUs "
+            f"in use, this pod asks for {format_gpus(asked.gpus)}{note}"
+        )
+    if limit.gpu_memory is not None and used.memory + asked.memory > limit.gpu_memory:
+        return (
+            f"tenant {tenant}: {limit.key.described} {format_memory(used.memory)} of "
+            f"{format_memory(limit.gpu_memory)} GPU memory in use, "
+            f"this pod asks for {format_memory(asked.memory)}{note}"
+        )
+    return None
+
+
+class QuotaService:
+    def __init__(
+        self,
+        store: QuotaStore,
+        price_of: Callable[[str], Decimal | None],
+        grace_seconds: float = 60,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.price_of = price_of
+        self.grace_seconds = grace_seconds
+        self.clock = clock
+
+    def check(
+        self,
+        charge: PodCharge,
+        tenant: str,
+        quotas: list[dict[str, Any]],
+        usage_pods: Iterable[PodCharge],
+        *,
+        dry_run: bool,
+        deadline: float | None,
+    ) -> QuotaDecision:
+        """Admit or refuse `charge`; when admitted and not a dry run, reserve its GPUs in the store.
+
+        `deadline` is a `time.monotonic()` value; raises QuotaUnavailable when the store cannot answer by then.
+        Touches the store only when the pod hits at least one limit of its tenant.
+        """
+        charged = charged_type(charge, self.price_of)
+        hit = [limit for quota in quotas for limit in quota_limits(quota) if hits(charge, limit.key, charged)]
+        asked = _Amount(charge.gpu_equivalents, charge.gpu_memory_bytes or ZERO)
+        if not hit or (asked.gpus <= 0 and asked.memory <= 0):
+            return QuotaDecision(True, tenant=tenant)
+        pods = [
+            p for p in usage_pods if charge_belongs_to(p, tenant, quotas) and not same_pod(charge, p.pod, p.uid)
+        ]
+        base = _pod_usage(pods, {limit.key for limit in hit}, self.price_of)
+        note = self._steering_note(charge)
+        reservation_id = uuid.uuid4().hex
+        by_quota: dict[str, list[QuotaLimit]] = {}
+        for limit in hit:
+            by_quota.setdefault(limit.quota, []).append(limit)
+        reserved: list[str] = []
+        for name in sorted(by_quota):
+            reserve = functools.partial(
+                self._reserve,
+                charge=charge,
+                tenant=tenant,
+                limits=by_quota[name],
+                pods=pods,
+                base=base,
+                asked=asked,
+                note=note,
+                reservation_id=reservation_id,
+                dry_run=dry_run,
+            )
+            try:
+                refusal = update_status(self.store, name, reserve, deadline=deadline)
+            except QuotaUnavailable:
+                self._give_back(reserved, reservation_id, deadline)
+                raise
+            if refusal is not None:
+                self._give_back(reserved, reservation_id, deadline)
+                record_refusal("quota")
+                return QuotaDecision(False, refusal, None, tenant)
+            reserved.append(name)
+        return QuotaDecision(True, "", None if dry_run else reservation_id, tenant)
+
+    def _give_back(self, quota_names: list[str], reservation_id: str, deadline: float | None) -> None:
+        # Limits in several TenantQuota objects cannot be taken in one write: undo the ones already taken.
+        for name in quota_names:
+            with contextlib.suppress(QuotaUnavailable):  # not given back, it expires after the grace period
+                self.release(name, reservation_id, deadline=deadline)
+
+    def _steering_note(self, charge: PodCharge) -> str:
+        charged = charged_type(charge, self.price_of)
+        if charge.bound_type or len(set(charge.candidate_types)) < 2 or charged is None:
+            return ""
+        return f" (counted against {charged}, the most expensive type it may run on, until it is bound)"
+
+    def _reserve(
+        self,
+        status: QuotaStatus,
+        *,
+        charge: PodCharge,
+        tenant: str,
+        limits: list[QuotaLimit],
+        pods: list[PodCharge],
+        base: Mapping[LimitKey, _Amount],
+        asked: _Amount,
+        note: str,
+        reservation_id: str,
+        dry_run: bool,
+    ) -> tuple[QuotaStatus | None, str | None]:
+        now = self.clock()
+        live = [r for r in status.reservations if r.expires_at > now]
+        pending = [
+            r
+            for r in live
+            if not same_pod(charge, r.pod, r.pod_uid)
+            and not any(same_pod(p, r.pod, r.pod_uid) for p in pods)
+        ]
+        for limit in limits:
+            reserved = [r for r in pending if r.key == limit.key]
+            used = _Amount(
+                base[limit.key].gpus + sum((r.gpus for r in reserved), ZERO),
+                base[limit.key].memory + sum((r.gpu_memory or ZERO for r in reserved), ZERO),
+            )
+            refusal = _over_limit(tenant, limit, used, asked, note if limit.key.kind == "acceleratorType" else "")
+            if refusal is not None:
+                return None, refusal + self._reserved_note(reserved)
+        if dry_run:
+            return None, None
+        # A repeated admission of the same pod replaces its earlier reservation instead of adding to it.
+        kept = [r for r in live if not same_pod(charge, r.pod, r.pod_uid)]
+        new = [
+            Reservation(
+                id=reservation_id,
+                pod=charge.pod,
+                pod_uid=charge.uid,
+                key=key,
+                gpus=asked.gpus,
+                gpu_memory=charge.gpu_memory_bytes,
+                created_at=now,
+                expires_at=now + self.grace_seconds,
+            )
+            for key in sorted({limit.key for limit in limits})
+        ]
+        return QuotaStatus(tuple(kept + new), status.used), None
+
+    def _reserved_note(self, reserved: list[Reservation]) -> str:
+        """Why the use is higher than `kgwe review`, the UI or a pod list show: reservations of pods admitted
+        moments ago that the pod list does not show yet (in YAML mode, pods that were only reviewed)."""
+        gpus = sum((r.gpus for r in reserved), ZERO)
+        if gpus <= 0:
+            return ""
+        count = len({r.pod for r in reserved})
+        return (f"; {format_gpus(gpus)} of these GPUs are reserved for {count} pod{'s' if count != 1 else ''} "
+                f"admitted in the last {format_gpus(Decimal(str(self.grace_seconds)))} s that the pod list does not "
+                "show yet (quotas.reservationGraceSeconds)")
+
+    def release(self, quota: str, reservation_id: str, *, deadline: float | None = None) -> None:
+        """Drop a reservation, e.g. when a later step refuses the pod after the quota check admitted it."""
+
+        def drop(status: QuotaStatus) -> tuple[QuotaStatus | None, None]:
+            kept = tuple(r for r in status.reservations if r.id != reservation_id)
+            return (QuotaStatus(kept, status.used) if len(kept) != len(status.reservations) else None), None
+
+        update_status(self.store, quota, drop, deadline=deadline)
+
+    def release_all(self, quotas: list[dict[str, Any]], reservation_id: str, *, deadline: float | None = None) -> None:
+        for name in sorted({limit.quota for quota in quotas for limit in quota_limits(quota)}):
+            self.release(name, reservation_id, deadline=deadline)
+
+    def usage(self, tenant: str, quotas: list[dict[str, Any]], usage_pods: Iterable[PodCharge]) -> list[UsageLine]:
+        """Use per limit from the tenant's pods alone (no reservations): for status.used, the API and metrics."""
+        return usage_lines(tenant, quotas, usage_pods, self.price_of)
+
+
+def usage_lines(
+    tenant: str, quotas: list[dict[str, Any]], usage_pods: Iterable[PodCharge], price_of: PriceOf
+) -> list[UsageLine]:
+    limits = [limit for quota in quotas for limit in quota_limits(quota)]
+    pods = [p for p in usage_pods if charge_belongs_to(p, tenant, quotas)]
+    totals = _pod_usage(pods, {limit.key for limit in limits}, price_of)
+    lines = [
+        UsageLine(
+            tenant,
+            limit.quota,
+            limit.key,
+            totals[limit.key].gpus,
+            limit.gpus,
+            totals[limit.key].memory,
+            limit.gpu_memory,
+        )
+        for limit in limits
+    ]
+    publish_metrics(lines)
+    return lines
+
+
+def publish_metrics(lines: Iterable[UsageLine]) -> None:
+    tightest: dict[tuple[str, str], Decimal] = {}
+    for line in lines:
+        labels = (line.tenant, line.key.metric_type)
+        QUOTA_USED.labels(*labels).set(float(line.used_gpus))
+        if line.limit_gpus is not None:
+            tightest[labels] = min(tightest.get(labels, line.limit_gpus), line.limit_gpus)
+    for labels, limit in tightest.items():
+        QUOTA_LIMIT.labels(*labels).set(float(limit))

@@ -1,0 +1,200 @@
+"""Quota status shared by the worker processes of one `kgwe serve` on one machine (local mode).
+
+The same compare-and-swap contract as `InMemoryQuotaStore` and `KubeQuotaStore`: a read returns a
+version, a write succeeds only if the version is unchanged. Several processes serialise on an
+exclusive `flock` of a lock file beside the state file.
+
+What never happens here, because each would admit pods the quota should refuse:
+
+- waiting for the lock forever or spinning on it: the wait polls with a growing sleep (0.2 ms to 25 ms,
+  not a busy loop) and gives up at the caller's deadline (or `max_lock_wait` without one), raising
+  `QuotaUnavailable`;
+- treating a file it cannot read or parse as "no reservations": a missing file is the empty state, but
+  an unreadable, empty, truncated or malformed one raises `QuotaUnavailable` on every read and write
+  until an operator moves it aside. The file is never overwritten while it is corrupt, so the
+  reservations in it are not lost silently (refuse until fixed, logged once per corrupt version);
+- a torn write: the state is written to a temporary file in the same directory and renamed over the
+  state file under the lock, so readers see the old or the new state whole, also after a worker crashed
+  mid-write. With `durable=True` both are fsynced as well, so that the state survives a crash of the
+  machine; `kgwe serve` does not ask for that, because its file lives as long as the server (the parent's
+  PID names it; a restarted server never reads it again) and two fsyncs cost milliseconds per write,
+  which made two workers serve fewer `/validate` requests than one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from prometheus_client import Counter
+
+from policies.quota.store import QuotaStatus, QuotaUnavailable, Versioned, status_from_json, status_to_json
+
+log = logging.getLogger("kgwe.quota.file")
+
+QUOTA_STORE_ERRORS = Counter(
+    "kgwe_quota_store_errors",
+    "Quota state file operations that failed and were answered as 'quota unavailable', by reason "
+    "(lock_timeout, corrupt, io).",
+    ["reason"],
+)
+
+# Sleep between tries of a held lock: short at first (the usual holder keeps it for a fraction of a
+# millisecond; a longer first sleep leaves the lock idle while waiters sleep), growing so that a
+# long-held lock costs a few wake-ups per second, not a spinning core.
+_FIRST_SLEEP = 0.0002
+_MAX_SLEEP = 0.025
+# The state file is written by us only; a bigger one is not ours (or is damaged) and is not parsed.
+MAX_STATE_BYTES = 64 * 1024 * 1024
+
+
+class QuotaStateCorrupt(QuotaUnavailable):
+    """The state file exists but is not a state this store wrote; it is left in place for an operator."""
+
+
+class FileQuotaStore:
+    """Compare-and-swap quota status in one JSON file, safe across processes and threads.
+
+    `max_lock_wait` bounds a call made without a timeout (background reconciliation), so that nothing
+    waits forever for a lock held by a stuck process.
+    """
+
+    def __init__(self, path: str | Path, *, max_lock_wait: float = 5.0, durable: bool = True) -> None:
+        self.path = Path(path)
+        self.durable = durable
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_path = self.path.with_suffix(self.path.suffix + ".lock")
+        self.max_lock_wait = max_lock_wait
+        self._reported: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of the corrupt file logged
+        self._report_guard = threading.Lock()
+        # Threads of one process queue on this lock (woken at once when it is free) before they poll the
+        # file lock, so the polling is only between processes: with every request thread polling, waiters
+        # slept through most of the time the file lock was free.
+        self._threads = threading.Lock()
+
+    @contextlib.contextmanager
+    def _locked(self, timeout: float | None) -> Iterator[None]:
+        wait = self.max_lock_wait if timeout is None else min(timeout, self.max_lock_wait)
+        give_up = time.monotonic() + max(wait, 0.0)
+        if not self._threads.acquire(timeout=max(wait, 0.0)):
+            QUOTA_STORE_ERRORS.labels("lock_timeout").inc()
+            raise QuotaUnavailable(f"quota state {self.path} stayed locked by this worker's requests for {wait:.3g}s")
+        try:
+            with self._flocked(wait, give_up):
+                yield
+        finally:
+            self._threads.release()
+
+    @contextlib.contextmanager
+    def _flocked(self, wait: float, give_up: float) -> Iterator[None]:
+        with open(self._lock_path, "a+b") as handle:
+            pause = _FIRST_SLEEP
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        QUOTA_STORE_ERRORS.labels("lock_timeout").inc()
+                        raise QuotaUnavailable(
+                            f"quota state {self.path} stayed locked by another worker for {wait:.3g}s"
+                        ) from None
+                    time.sleep(min(pause, left))
+                    pause = min(pause * 2, _MAX_SLEEP)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _corrupt(self, reason: str, stat: os.stat_result | None) -> QuotaStateCorrupt:
+        QUOTA_STORE_ERRORS.labels("corrupt").inc()
+        identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns) if stat is not None else (0, 0, 0)
+        with self._report_guard:
+            first = identity != self._reported
+            self._reported = identity
+        if first:
+            log.error(
+                "quota state file %s is corrupt (%s): every quota check is refused until it is fixed; it is "
+                "kept as it is. Move it aside (the reservations in it are then forgotten) or restore it.",
+                self.path, reason,
+            )
+        return QuotaStateCorrupt(f"quota state {self.path} is corrupt: {reason}")
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        """The whole state, validated; {} when there is no file yet. Call with the lock held."""
+        try:
+            with open(self.path, "rb") as handle:
+                stat = os.fstat(handle.fileno())
+                if stat.st_size > MAX_STATE_BYTES:
+                    raise self._corrupt(f"{stat.st_size} bytes, more than {MAX_STATE_BYTES}", stat)
+                raw = handle.read(MAX_STATE_BYTES + 1)
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            QUOTA_STORE_ERRORS.labels("io").inc()
+            raise QuotaUnavailable(f"quota state {self.path} unreadable: {exc}") from exc
+        if not raw:
+            # We never write an empty file (writes are atomic renames): something else truncated it.
+            raise self._corrupt("the file is empty", stat)
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise self._corrupt(f"not JSON: {exc}", stat) from exc
+        if not isinstance(data, dict):
+            raise self._corrupt(f"the top level is a {type(data).__name__}, not an object", stat)
+        for quota, entry in data.items():
+            if (
+                not isinstance(entry, dict)
+                or type(entry.get("version")) is not int
+                or entry["version"] < 0
+                or not isinstance(entry.get("status"), dict | None)
+            ):
+                raise self._corrupt(f"the entry of quota {quota!r} is not {{version: int, status: object}}", stat)
+        return data
+
+    def _store(self, data: dict[str, dict[str, Any]]) -> None:
+        """Replace the state file atomically (and durably with `durable`). Call with the lock held."""
+        scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(scratch, "wb") as handle:
+                handle.write(orjson.dumps(data))
+                handle.flush()
+                if self.durable:
+                    os.fsync(handle.fileno())
+            os.replace(scratch, self.path)
+            if self.durable:
+                directory = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+        except OSError as exc:
+            QUOTA_STORE_ERRORS.labels("io").inc()
+            with contextlib.suppress(OSError):
+                scratch.unlink()
+            raise QuotaUnavailable(f"quota state {self.path} could not be written: {exc}") from exc
+
+    def read(self, quota: str, *, timeout: float | None = None) -> Versioned:
+        with self._locked(timeout):
+            entry = self._load().get(quota) or {}
+        return Versioned(status_from_json(entry.get("status")), str(entry.get("version", 0)))
+
+    def write(self, quota: str, status: QuotaStatus, version: str, *, timeout: float | None = None) -> bool:
+        with self._locked(timeout):
+            data = self._load()
+            entry = data.get(quota) or {}
+            current = int(entry.get("version", 0))
+            if str(current) != version:
+                return False
+            data[quota] = {"version": current + 1, "status": status_to_json(status)}
+            self._store(data)
+            return True

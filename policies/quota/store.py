@@ -1,0 +1,236 @@
+"""Where quota reservations live, behind one compare-and-swap contract.
+
+The contract (every QuotaStore): `read(quota)` returns the TenantQuota's status with an opaque version;
+`write(quota, status, version)` stores the status only if the version is still the one read and returns
+True, else writes nothing and returns False (someone else wrote first: read again and retry). Failures to
+reach the store raise QuotaUnavailable. `update_status` is the retry loop every caller uses.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Protocol, TypeVar
+
+from policies.quota.model import GIB, LimitKey, parse_amount
+
+T = TypeVar("T")
+
+
+class QuotaUnavailable(RuntimeError):
+    """The quota store could not be read or written in time: the webhook applies its failure behaviour."""
+
+
+class QuotaNotFound(QuotaUnavailable):
+    """The TenantQuota object is gone; trying again will not help."""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """GPUs held for a pod between its admission and the moment the pod list shows it."""
+
+    id: str
+    pod: str  # namespace/name
+    pod_uid: str | None
+    key: LimitKey
+    gpus: Decimal
+    gpu_memory: Decimal | None
+    created_at: float  # seconds since the epoch: replicas share wall-clock time, not monotonic time
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class UsedEntry:
+    key: LimitKey
+    gpus: Decimal
+    gpu_memory: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class QuotaStatus:
+    reservations: tuple[Reservation, ...] = ()
+    used: tuple[UsedEntry, ...] = ()
+
+
+@dataclass(frozen=True)
+class Versioned:
+    status: QuotaStatus
+    version: str
+
+
+class QuotaStore(Protocol):
+    def read(self, quota: str, *, timeout: float | None = None) -> Versioned: ...
+
+    def write(self, quota: str, status: QuotaStatus, version: str, *, timeout: float | None = None) -> bool: ...
+
+
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left before a `time.monotonic()` deadline; QuotaUnavailable once it has passed."""
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise QuotaUnavailable("the admission deadline passed before the quota store answered")
+    return left
+
+
+def update_status(
+    store: QuotaStore,
+    quota: str,
+    change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]],
+    *,
+    deadline: float | None,
+    max_attempts: int = 100,
+    max_errors: int = 2,
+) -> T:
+    """Read, apply `change`, write if it returned a new status; on a lost race read again.
+
+    `change` must be pure: it runs once per attempt on a fresh read. A failed call is tried again (up to
+    `max_errors` times, within the deadline): that is safe because a write whose answer was lost shows up in
+    the next read, and `change` sees it there.
+    """
+    errors = 0
+    for attempt in range(max_attempts):
+        try:
+            current = store.read(quota, timeout=remaining(deadline))
+            new_status, result = change(current.status)
+            if new_status is None or new_status == current.status:
+                return result
+            if store.write(quota, new_status, current.version, timeout=remaining(deadline)):
+                return result
+        except QuotaNotFound:
+            raise
+        except QuotaUnavailable:
+            errors += 1
+            if errors > max_errors or (deadline is not None and time.monotonic() >= deadline):
+                raise
+        # Jittered backoff so that replicas racing for the same quota do not collide in lockstep.
+        time.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))
+    raise QuotaUnavailable(f"TenantQuota {quota}: gave up after {max_attempts} conflicting writes")
+
+
+class InMemoryQuotaStore:
+    """Thread-safe store for one process: YAML mode and tests. Versions are counters."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, tuple[int, QuotaStatus]] = {}
+
+    def read(self, quota: str, *, timeout: float | None = None) -> Versioned:
+        with self._lock:
+            version, status = self._states.get(quota, (0, QuotaStatus()))
+        return Versioned(status, str(version))
+
+    def write(self, quota: str, status: QuotaStatus, version: str, *, timeout: float | None = None) -> bool:
+        with self._lock:
+            current, _ = self._states.get(quota, (0, QuotaStatus()))
+            if str(current) != version:
+                return False
+            self._states[quota] = (current + 1, status)
+            return True
+
+
+# --- status <-> TenantQuota JSON (`status.reservations`, `status.used`) ---------------------------------
+
+
+def _amount_json(value: Decimal) -> int | str:
+    # The CRD types amounts as int-or-string: whole GPUs as integers, fractions (MIG sevenths, MPS shares)
+    # as exact decimal strings.
+    return int(value) if value == value.to_integral_value() else f"{value.normalize():f}"
+
+
+def _memory_json(value: Decimal) -> str:
+    # Exact quantities: status amounts are summed again when read back.
+    if value % GIB == 0:
+        return f"{int(value / GIB)}Gi"
+    return f"{value.normalize():f}"
+
+
+def _timestamp(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _epoch(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _key_json(key: LimitKey) -> dict[str, Any]:
+    return {key.kind: key.name}
+
+
+def _key_from(entry: Mapping[str, Any]) -> LimitKey | None:
+    if entry.get("acceleratorType"):
+        return LimitKey("acceleratorType", str(entry["acceleratorType"]))
+    if entry.get("profile"):
+        return LimitKey("profile", str(entry["profile"]))
+    return None
+
+
+def status_to_json(status: QuotaStatus) -> dict[str, Any]:
+    """`status.reservations` and `status.used` in the shape of the TenantQuota CRD's status schema."""
+    reservations = []
+    for r in status.reservations:
+        namespace, _, name = r.pod.partition("/")
+        item: dict[str, Any] = {"id": r.id, "namespace": namespace, "name": name}
+        if r.pod_uid:
+            item["uid"] = r.pod_uid
+        item.update(_key_json(r.key))
+        item["gpus"] = _amount_json(r.gpus)
+        if r.gpu_memory is not None:
+            item["gpuMemory"] = _memory_json(r.gpu_memory)
+        item["created"] = _timestamp(r.created_at)
+        item["expires"] = _timestamp(r.expires_at)
+        reservations.append(item)
+    used = []
+    for u in status.used:
+        line: dict[str, Any] = {**_key_json(u.key), "gpus": _amount_json(u.gpus)}
+        if u.gpu_memory is not None:
+            line["gpuMemory"] = _memory_json(u.gpu_memory)
+        used.append(line)
+    return {"reservations": reservations, "used": used}
+
+
+def status_from_json(raw: Mapping[str, Any] | None) -> QuotaStatus:
+    """Parse what we wrote; entries someone else mangled are dropped (a reservation lost is re-checked by pods)."""
+    raw = raw or {}
+    reservations = []
+    for item in raw.get("reservations") or []:
+        if not isinstance(item, Mapping):
+            continue
+        key = _key_from(item)
+        gpus = parse_amount(item.get("gpus"))
+        expires = _epoch(item.get("expires"))
+        if key is None or gpus is None or expires is None:
+            continue
+        created = _epoch(item.get("created"))
+        reservations.append(
+            Reservation(
+                id=str(item.get("id", "")),
+                pod=f"{item.get('namespace', '')}/{item.get('name', '')}",
+                pod_uid=str(item["uid"]) if item.get("uid") else None,
+                key=key,
+                gpus=gpus,
+                gpu_memory=parse_amount(item.get("gpuMemory")),
+                created_at=created if created is not None else expires,
+                expires_at=expires,
+            )
+        )
+    used = []
+    for line in raw.get("used") or []:
+        if not isinstance(line, Mapping):
+            continue
+        key = _key_from(line)
+        gpus = parse_amount(line.get("gpus"))
+        if key is not None and gpus is not None:
+            used.append(UsedEntry(key, gpus, parse_amount(line.get("gpuMemory"))))
+    return QuotaStatus(tuple(reservations), tuple(used))

@@ -1,0 +1,45 @@
+"""Kubernetes quantities (`10Gi`, `500m`, `1e3`) as Decimal, via the kubernetes client's parser, bounded.
+
+One parser for the policy layer and the webhook: every amount a pod states goes through it.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
+
+# Kubernetes reads quantities into int64; anything larger (or `inf`) is not a real amount, and turning
+# `1e999999` into an int would hold the event loop for tens of seconds (docs/performance.md).
+MAX_MAGNITUDE = Decimal(2**63 - 1)
+# Byte units: GPU memory and MIG profile sizes are read as binary units (docs/decisions.md).
+GIB = Decimal(1024**3)
+MIB = Decimal(1024**2)
+# Byte units: GPU memory and MIG profile sizes are read as binary units (docs/decisions.md).
+GIB = Decimal(1024**3)
+MIB = Decimal(1024**2)
+
+
+def _bounded(amount: Decimal, value: object) -> Decimal:
+    if not amount.is_finite() or abs(amount) > MAX_MAGNITUDE:
+        raise ValueError(f"not a quantity: {value!r} is out of range")
+    return amount
+
+
+def parse_quantity(value: object) -> Decimal:
+    """Parse a quantity; raise ValueError with the offending value for anything else."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    if isinstance(value, int | float | Decimal):
+        try:
+            return _bounded(Decimal(str(value)), value)
+        except InvalidOperation as exc:
+            raise ValueError(f"not a quantity: {value!r}") from exc
+    text = str(value).strip()
+    if not text or len(text) > 64:
+        raise ValueError(f"not a quantity: {value!r}")
+    try:
+        amount = Decimal(_k8s_parse_quantity(text))
+    except (ValueError, InvalidOperation, TypeError) as exc:
+        raise ValueError(f"not a quantity: {value!r}") from exc
+    return _bounded(amount, value)

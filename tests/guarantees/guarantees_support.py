@@ -1,0 +1,157 @@
+"""The real webhook (HTTP shell + admission core + example cluster) over HTTPS on 127.0.0.1, asked as the
+API server asks it: the guarantees of docs/security.md are tested against exactly what `kgwe serve` runs."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import socket
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonpatch
+import orjson
+import pytest
+
+from certs.authority import Settings
+from certs.files import ensure_files
+from certs.reloader import ReloadingSSLContext
+from webhook.config import load_config
+from webhook.runtime import Runtime, build_runtime
+from webhook.server.app import create_app
+from webhook.server.serving import uvicorn_server
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "examples" / "cluster"
+CONFIG = ROOT / "examples" / "config.yaml"
+
+
+def review(
+    obj: dict[str, Any],
+    *,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    user: str = "alice",
+    groups: tuple[str, ...] = ("team-a", "system:authenticated"),
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """An AdmissionReview as kube-apiserver sends it for a pod CREATE or UPDATE."""
+    namespace = obj.get("metadata", {}).get("namespace", "team-a")
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": obj.get("metadata", {}).get("name", ""),
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": user, "uid": "u-" + user, "groups": list(groups)},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions" if operation == "CREATE"
+                        else "UpdateOptions"},
+        },
+    }
+
+
+def gpu_pod(name: str = "train", namespace: str = "team-a", gpus: int | str = 1,
+            annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
+        "spec": {"containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus), "memory": "32Gi"}}}],
+                 **spec},
+    }
+
+
+@dataclass
+class Webhook:
+    url: str
+    ca_file: Path
+    runtime: Runtime
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.ca_file)),
+                            timeout=30)
+
+    def post(self, endpoint: str, body: dict[str, Any] | bytes, timeout: str = "10s") -> httpx.Response:
+        # The standard library writes any nesting (orjson stops at 254 levels): bodies as hostile as needed.
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        with self.client() as client:
+            return client.post(f"/{endpoint}?timeout={timeout}", content=content,
+                               headers={"content-type": "application/json"})
+
+    def ask(self, endpoint: str, body: dict[str, Any] | bytes, timeout: str = "10s") -> dict[str, Any]:
+        reply = self.post(endpoint, body, timeout)
+        assert reply.status_code == 200, reply.text
+        answer: dict[str, Any] = reply.json()["response"]
+        return answer
+
+    def mutate(self, obj: dict[str, Any], **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The mutating answer and the object with its patch applied."""
+        answer = self.ask("mutate", review(obj, **kwargs))
+        patch = orjson.loads(base64.b64decode(answer["patch"])) if "patch" in answer else []
+        return answer, jsonpatch.apply_patch(copy.deepcopy(obj), patch)
+
+    def admit(self, obj: dict[str, Any], **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What the API server does: /mutate, then /validate on the mutated object."""
+        _answer, mutated = self.mutate(obj, **kwargs)
+        return self.ask("validate", review(mutated, **kwargs)), mutated
+
+
+def serve(make_runtime: Callable[[], Runtime], tmp: Path) -> Iterator[Webhook]:
+    paths, _ = ensure_files(tmp / "certs", Settings(service="kgwe-webhook", namespace="kgwe"))
+    tls = ReloadingSSLContext(paths.tls_cert, paths.tls_key)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    made: list[Any] = []
+
+    def run() -> None:
+        # Built on the serving thread, as `kgwe serve` does: native engines are bound to their thread.
+        runtime = make_runtime()
+        server = uvicorn_server(create_app(runtime, ui=False, certificate=tls, background=[tls]), "127.0.0.1",
+                                port, tls, log_level="warning")
+        made.extend([runtime, server])
+        server.run(sockets=[sock])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not (len(made) == 2 and made[1].started):
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the webhook did not start")
+        time.sleep(0.01)
+    try:
+        yield Webhook(f"https://127.0.0.1:{port}", paths.ca_cert, made[0])
+    finally:
+        made[1].should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture
+def webhook(tmp_path: Path) -> Iterator[Webhook]:
+    yield from serve(lambda: build_runtime(load_config(CONFIG), CLUSTER), tmp_path)
+
+
+@pytest.fixture
+def serve_cluster(tmp_path: Path) -> Callable[[Path], Iterator[Webhook]]:
+    """Serve another cluster directory (a modified copy of the example)."""
+    return lambda directory: serve(lambda: build_runtime(load_config(CONFIG), directory), tmp_path)

@@ -1,0 +1,60 @@
+"""What admission knows about one pod request, gathered once: a leaf the gates and the core share.
+
+`Facts` is built by `AdmissionService.gather` (decode, cluster snapshot, intent, tenant, policy
+decision, placement plan) and then only read: by the mutation steps, the validation checks and the
+I/O gates (RBAC, quota). It imports nothing of the admission core, so the gate ports can name it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from policies.api import Violation
+from policies.gpu_demand import GpuDemand
+from webhook.admission.request import AdmissionRequest
+from webhook.cluster.model import ClusterModel
+from webhook.intent import PodIntent
+from webhook.placement.constraints import conflicts_with_pod
+from webhook.placement.plan import Decision, PlacementPlan
+
+Problem = tuple[str, str]  # (reason, message)
+
+
+@dataclass
+class Facts:
+    """Everything admission knows about one pod request, gathered once."""
+
+    request: AdmissionRequest
+    pod: dict[str, Any]
+    model: ClusterModel
+    intent: PodIntent
+    tenant: str
+    namespace_object: dict[str, Any] | None
+    plan: PlacementPlan
+    decision: Decision | None
+    demand: GpuDemand
+    violations: list[Violation] = field(default_factory=list)
+
+    @cached_property
+    def conflicts(self) -> list[str]:
+        """The user's own node constraints that contradict the plan (never overwritten: refused)."""
+        return conflicts_with_pod(self.pod, self.plan.requirements)
+
+    @cached_property
+    def renderable(self) -> bool:
+        """Placement is written only for pods `/validate` would admit: bad input gets no half-mutation."""
+        return (
+            self.plan.gpu_pod
+            and not self.plan.refusals
+            and not self.intent.problems
+            and not self.demand.invalid
+            and not self.conflicts
+        )
+
+    @property
+    def stale_nodes(self) -> int:
+        return sum(
+            1 for t in self.plan.types for n in self.model.types[t].nodes[:256] if self.model.nodes[n].topology_stale
+        )

@@ -1,0 +1,127 @@
+"""The ports of the admission core: what it needs from the rest of KGWE, as typed Protocols.
+
+`AdmissionService` (webhook/admission/core.py) is written against these, not against the runtime
+that assembles them (webhook/runtime.py), so the core imports nothing above it and has no import
+cycle with its wiring. Each gate is a port of its own:
+
+- `PolicyGate`: the policy layer's placement decision and admission checks for one pod (memory only;
+  an OPA server is reached within the request's deadline by the policy runtime itself);
+- `RbacGate`: may the requester use the profile and accelerator types the plan names (may wait on a
+  SubjectAccessReview: `rbac_blocks_io` tells the core to run it off the event loop);
+- `QuotaGate`: does the pod fit its tenant's quota (may wait on a lock, a file or the API server:
+  `quota_blocks_io`).
+
+The gates are synchronous callables; the core runs the blocking ones on its gate thread pool within
+the request's deadline, so a slow API server never holds the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from policies.api import PlacementDecision, PolicyContext, Violation
+from policies.gpu_demand import GpuDemand
+from webhook.admission.facts import Facts, Problem
+from webhook.admission.request import AdmissionRequest
+from webhook.cluster.model import ClusterModel, ClusterStore
+from webhook.config import Config
+from webhook.dra.templates import TemplateWriter
+from webhook.gangs.admission import GangService
+from webhook.intent import PodIntent
+from webhook.placement.plan import Decision
+
+
+class PolicyEngine(Protocol):
+    """The policy layer as admission calls it (`policies.runtime.PolicyRuntime` implements it)."""
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the policy set (or the engine's health) changes: decisions cached under an
+        older generation are stale."""
+        ...
+
+    def check(self, ctx: PolicyContext) -> list[Violation]: ...
+
+    def decide_placement(self, ctx: PolicyContext) -> PlacementDecision: ...
+
+    def evaluate(self, ctx: PolicyContext) -> tuple[PlacementDecision, list[Violation]]: ...
+
+
+class PolicyGate(Protocol):
+    """Policies decide: the placement decision and/or the violations of one pod."""
+
+    @property
+    def policies(self) -> PolicyEngine | None:
+        """None when no policies are loaded (`kgwe review --no-policies`, some tests): nothing is decided."""
+        ...
+
+    def evaluate_policies(
+        self,
+        request: AdmissionRequest,
+        pod: dict[str, Any],
+        intent: PodIntent,
+        demand: GpuDemand,
+        namespace_object: dict[str, Any] | None,
+        model: ClusterModel,
+        tenant: str,
+        *,
+        decide: bool,
+        check: bool,
+    ) -> tuple[Decision | None, list[Violation]]:
+        """The decision (when `decide`) and the violations (when `check`), in one engine call when both.
+        Raises `policies.runtime.PolicyEngineError` when the engine fails and fails closed."""
+        ...
+
+
+class RbacGate(Protocol):
+    """Profile and accelerator-type RBAC (SPEC section 4)."""
+
+    @property
+    def rbac_blocks_io(self) -> bool:
+        """True when a check may wait on the network (a SubjectAccessReview), not only on memory."""
+        ...
+
+    def authorize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[Problem]:
+        """The refusals (reason `rbac`); an authorizer that fails is a refusal, never an admission."""
+        ...
+
+
+class QuotaGate(Protocol):
+    """Tenant quotas (SPEC section 5)."""
+
+    @property
+    def quota_blocks_io(self) -> bool:
+        """True when a check may wait on a lock, a file or the API server."""
+        ...
+
+    def check_quota(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[Problem]:
+        """The refusals (reason `quota`); a store that cannot be reached is a refusal, never an admission."""
+        ...
+
+
+class AdmissionPorts(PolicyGate, RbacGate, QuotaGate, Protocol):
+    """Everything the admission core reads: configuration, the cluster, the gates and two metrics."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def store(self) -> ClusterStore: ...
+
+    @property
+    def gangs(self) -> GangService | None:
+        """Writes a gang's record when `/mutate` admits a member (webhook/gangs); None: no gangs."""
+        ...
+
+    @property
+    def claim_templates(self) -> TemplateWriter | None:
+        """Creates DRA ResourceClaimTemplates in a cluster (webhook/dra/templates.py); None offline."""
+        ...
+
+    def tenant_of(self, request: AdmissionRequest, model: ClusterModel) -> str:
+        """The requester's tenant for the request's namespace (webhook/admission/charging.py)."""
+        ...
+
+    def record_refusal(self, reason: str) -> None: ...
+
+    def record_would_mutate(self, steps: list[str]) -> None: ...

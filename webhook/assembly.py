@@ -1,0 +1,129 @@
+"""The one place that assembles a `Runtime` with its cluster source, for `kgwe serve`, `kgwe review` and
+the reports (`kgwe nodes`, `kgwe gangs`, ...).
+
+Four ways, one module, so the commands cannot drift apart:
+
+- `from_directory(config, dir)`: the YAML files read once (`kgwe review`, reports with `--cluster`);
+- `from_directory(config, dir, watch=True, ...)`: the files watched and re-read (`kgwe serve --cluster`),
+  with the quota and gang stores the server keeps under its state directory;
+- `from_api(config, api, serving=True)`: the API watched for as long as the server runs, and the
+  collaborators that reach the API on the request path (quota reservations, SubjectAccessReviews,
+  gang records) on a client that never retries past the admission deadline;
+- `from_api(config, api, serving=False)`: the API listed once for a report, the watch stopped after.
+
+Every way builds the runtime with `webhook.runtime.build_runtime` after the cluster store is filled, so
+the cluster's GPUPolicy objects are compiled with the built-in policies.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from policies.quota.store import QuotaStore
+from webhook.cluster.model import ClusterStore
+from webhook.config import Config
+from webhook.gangs.ledger import GangStore
+from webhook.runtime import Runtime, build_runtime
+
+log = logging.getLogger("kgwe.assembly")
+
+# How long the first list of the cluster's objects may take before a server serves (not ready) anyway,
+# and before a report gives up.
+INITIAL_LIST_SECONDS = 60
+
+
+class ClusterNotListed(RuntimeError):
+    """A report's cluster objects were not all listed in time (the API is slow or unreachable)."""
+
+
+@dataclass
+class Assembly:
+    """A runtime and the parts that run beside it."""
+
+    runtime: Runtime
+    api_client: Any | None  # kubernetes ApiClient when the cluster is read from the API; else None
+    stop_source: Callable[[], None]  # stops the directory watch or the API watch (a no-op when none runs)
+
+
+def _nothing() -> None:
+    return None
+
+
+def new_store(config: Config) -> ClusterStore:
+    """An empty cluster store configured as `config` says (type table, staleness, GPU taint keys)."""
+    return ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
+
+
+def from_directory(
+    config: Config,
+    directory: str | Path,
+    *,
+    watch: bool = False,
+    quota_store: QuotaStore | None = None,
+    gang_store: GangStore | None = None,
+) -> Assembly:
+    """A runtime over a YAML directory: read now, and re-read on change with `watch`.
+
+    Raises OSError or `webhook.cluster.yaml_source.ClusterDirectoryError` when the directory cannot be read.
+    """
+    from webhook.cluster.yaml_source import YamlDirectorySource
+
+    store = new_store(config)
+    source = YamlDirectorySource(directory, store)
+    if watch:
+        source.start()
+    else:
+        source.load()
+    runtime = build_runtime(config, None, store=store, quota_store=quota_store, gang_store=gang_store)
+    return Assembly(runtime, None, source.stop if watch else _nothing)
+
+
+def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
+    """A runtime over the Kubernetes API reached through `api` (a kubernetes ApiClient).
+
+    `serving`: the watch keeps running (stop it with `stop_source`), and quotas, RBAC and gang records
+    go to the API; a first list slower than INITIAL_LIST_SECONDS is logged and the server serves, not
+    ready until it completes. Otherwise (a report) the objects are listed once, the watch is stopped,
+    and a list that does not complete in time raises `ClusterNotListed`.
+    """
+    from webhook.cluster.kube_source import KubeClusterSource
+
+    store = new_store(config)
+    source = KubeClusterSource(store, api)
+    source.start()
+    if not serving:
+        try:
+            if not source.wait_loaded(INITIAL_LIST_SECONDS):
+                raise ClusterNotListed(f"the cluster's objects were not all listed within {INITIAL_LIST_SECONDS}s")
+        finally:
+            source.stop()
+        return Assembly(build_runtime(config, None, store=store), api, _nothing)
+
+    from kubernetes import client as k8s
+
+    from policies.kube_client import deadline_api_client
+    from policies.quota.kube_store import KubeQuotaStore
+    from policies.rbac.review import SubjectAccessReviewer
+    from webhook.cluster.kube_source import KubeJson
+    from webhook.dra.templates import KubeTemplateWriter
+    from webhook.gangs.ledger import KubeGangStore
+
+    # Policies are compiled from the GPUPolicies listed here; readiness waits for the list anyway.
+    if not source.wait_loaded(INITIAL_LIST_SECONDS):
+        log.warning("cluster objects not all listed after %ds; serving, not ready until they are", INITIAL_LIST_SECONDS)
+    # Calls on the request path get a client that never retries past the admission deadline.
+    bounded = deadline_api_client(api.configuration)
+    runtime = build_runtime(
+        config,
+        None,
+        store=store,
+        quota_store=KubeQuotaStore(k8s.CustomObjectsApi(bounded)),
+        authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
+        gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
+    )
+    runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
+    return Assembly(runtime, api, source.stop)
