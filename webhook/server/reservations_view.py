@@ -12,7 +12,7 @@ import time
 from decimal import Decimal
 from typing import Any
 
-from policies.quota_store import QuotaUnavailable
+from policies.quota.store import QuotaUnavailable
 
 ZERO = Decimal(0)
 
