@@ -15,8 +15,9 @@ every type the plan kept is in multi-node NVLink cliques:
   same domain), and a gang of another size gets another domain rather than a wrong one;
 - `spec.numNodes`: the fewest nodes the gang fills, packed as tightly as the smallest node of the kept
   types allows: ceil(size / (GPUs per node // GPUs per pod)), at least 1. The driver waits for that many
-  nodes to join before the domain is ready, so it must not be more than the gang can occupy; the
-  scheduler may spread the pods wider, and nodes beyond `numNodes` still join the domain;
+  IMEX daemons before the domain is ready and treats the number as a minimum (more nodes may join,
+  kubernetes-sigs/dra-driver-nvidia-gpu#368), so it must not be more than the gang can occupy and may
+  be less than the nodes the scheduler spreads the pods over;
 - the channel claim `kgwe-imex-channel` in the pod, on every container that got a GPU claim.
 
 The ComputeDomain is created with the pod's ResourceClaimTemplates, by the same rules
