@@ -192,6 +192,6 @@ def render_text(result: ReviewResult) -> str:
         lines.extend(f"  {k}: {v}" for k, v in sorted(result.audit_annotations.items()))
     for template in result.creates:
         meta = template.get("metadata") or {}
-        lines.append(f"creates ResourceClaimTemplate {meta.get('namespace')}/{meta.get('name')}:")
+        lines.append(f"creates {template.get('kind')} {meta.get('namespace')}/{meta.get('name')}:")
         lines.append(f"  {orjson.dumps(template.get('spec')).decode()}")
     return "\n".join(lines)

@@ -29,3 +29,7 @@ def test_webhook_reads_dra_facts_and_only_creates_templates(default: Rendered) -
         "resourceclaims": {"get", "list", "watch"},
         "resourceclaimtemplates": {"create"},
     }
+
+
+def test_webhook_only_creates_compute_domains(default: Rendered) -> None:
+    assert _granted(default, "resource.nvidia.com") == {"computedomains": {"create"}}

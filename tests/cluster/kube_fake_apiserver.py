@@ -26,6 +26,7 @@ from kubernetes import client as k8s_client
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 KGWE = "/apis/kgwe.io/v1alpha1"
 DRA = "/apis/resource.k8s.io/v1"
+NVIDIA = "/apis/resource.nvidia.com/v1beta1"
 RESOURCES: dict[str, tuple[str, str, bool]] = {
     # path -> (kind, apiVersion, namespaced)
     "/api/v1/nodes": ("Node", "v1", False),
@@ -42,6 +43,8 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     f"{DRA}/deviceclasses": ("DeviceClass", "resource.k8s.io/v1", False),
     f"{DRA}/resourceclaims": ("ResourceClaim", "resource.k8s.io/v1", True),
     f"{DRA}/resourceclaimtemplates": ("ResourceClaimTemplate", "resource.k8s.io/v1", True),
+    # NVIDIA's DRA driver CRD: the ComputeDomains KGWE creates for gangs on multi-node NVLink.
+    f"{NVIDIA}/computedomains": ("ComputeDomain", "resource.nvidia.com/v1beta1", True),
 }
 PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/"

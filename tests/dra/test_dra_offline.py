@@ -1,4 +1,5 @@
-"""DRA offline: `kgwe review` shows the templates it would create; a missing DeviceClass is named."""
+"""DRA offline: `kgwe review` shows the templates (and a gang's ComputeDomain) it would create; a missing
+DeviceClass is named."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 from dra_support import DRA_CLUSTER, ROOT, gpu_pod
 
 from webhook.config import Config
-from webhook.review import review_pod
+from webhook.review import render_text, review_pod
 from webhook.runtime import build_runtime
 
 
@@ -43,3 +44,20 @@ def test_a_missing_device_class_is_named(tmp_path: Path) -> None:
     assert not result.allowed
     assert "DRA: DeviceClass mig.nvidia.com does not exist; this cluster has gpu.nvidia.com" in result.message
     assert result.creates == []
+
+
+def test_review_shows_a_gangs_compute_domain_first() -> None:
+    runtime = build_runtime(Config(), DRA_CLUSTER)
+    pod = gpu_pod("w-0", {"kgwe.io/accelerator": "nvidia-gb200-186gb", "kgwe.io/gang": "llm",
+                          "kgwe.io/gang-size": "2"}, gpus=4)
+    result = review_pod(runtime.admission, pod)
+    assert result.allowed, result.message
+    domain, template = result.creates
+    assert (domain["kind"], template["kind"]) == ("ComputeDomain", "ResourceClaimTemplate")
+    assert domain["spec"]["numNodes"] == 2
+    channel = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    wanted = {"name": "kgwe-imex-channel", "resourceClaimTemplateName": channel}
+    assert wanted in result.object["spec"]["resourceClaims"]
+    text = render_text(result)
+    assert f"creates ComputeDomain default/{domain['metadata']['name']}:" in text
+    assert f"creates ResourceClaimTemplate default/{template['metadata']['name']}:" in text

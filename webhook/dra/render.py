@@ -37,6 +37,7 @@ from policies.gpu_demand import (
     dra_rendered,
 )
 from webhook.cluster.model import ClusterModel
+from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
 from webhook.dra.config import DraConfig
 from webhook.dra.facts import NVIDIA_DRIVER
 
@@ -61,6 +62,15 @@ class DraRendering:
     claims: dict[str, str] = field(default_factory=dict)  # container name -> pod claim name
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod claim name -> template object
     moved: dict[str, dict[str, str]] = field(default_factory=dict)  # container -> GPU resources moved
+    # A sized gang on multi-node NVLink: its ComputeDomain (webhook/dra/compute_domain.py), or None.
+    compute_domain: dict[str, Any] | None = None
+
+    @property
+    def creates(self) -> list[dict[str, Any]]:
+        """The objects the pod needs before it is scheduled: the ComputeDomain first (its controller then
+        makes the channel template while KGWE creates the rest), then the claim templates."""
+        head = [self.compute_domain] if self.compute_domain is not None else []
+        return [*head, *self.templates.values()]
 
     @property
     def annotation(self) -> str:
@@ -218,6 +228,25 @@ def apply_claims(pod: dict[str, Any], rendering: DraRendering) -> None:
             pod_claims.append(wanted)
         elif pod_claims[index] != wanted:
             pod_claims[index] = wanted
+    if rendering.compute_domain is not None:
+        _apply_channel(spec, pod_claims, rendering)
+
+
+def _apply_channel(spec: dict[str, Any], pod_claims: list[Any], rendering: DraRendering) -> None:
+    """The gang's IMEX channel: a pod claim from the ComputeDomain's template, on every GPU container."""
+    assert rendering.compute_domain is not None
+    wanted = {"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template(rendering.compute_domain)}
+    index = next((i for i, c in enumerate(pod_claims) if isinstance(c, dict) and c.get("name") == CHANNEL_CLAIM), None)
+    if index is None:
+        pod_claims.append(wanted)
+    else:
+        pod_claims[index] = wanted
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if not isinstance(container, dict) or str(container.get("name", "")) not in rendering.claims:
+            continue
+        claims = container["resources"]["claims"]  # apply_claims gave every GPU container its claim list
+        if not any(isinstance(c, dict) and c.get("name") == CHANNEL_CLAIM for c in claims):
+            claims.append({"name": CHANNEL_CLAIM})
 
 
 def charged_demand(pod: dict[str, Any], demand: GpuDemand) -> GpuDemand:

@@ -10,7 +10,8 @@ while admitting the pod, because only then is it known, and only then can a fail
 - idempotent: the name is a hash of the content, so `409 AlreadyExists` means the same template is
   there; recently created names are remembered for `REMEMBER_SECONDS` to save the round trip;
 - bounded by the admission deadline;
-- when the template cannot be created the mutation is withdrawn (no patch, a warning): the pod is
+- when the template (or a gang's ComputeDomain, webhook/dra/compute_domain.py) cannot be created the
+  mutation is withdrawn (no patch, a warning): the pod is
   then refused by `/validate` as not mutated, and the user creates it again, instead of a pod that
   waits forever for a template that does not exist.
 
@@ -30,6 +31,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
+from webhook.dra.compute_domain import API_VERSION as COMPUTE_DOMAIN_API
+from webhook.dra.compute_domain import KIND as COMPUTE_DOMAIN_KIND
+from webhook.dra.compute_domain import PLURAL as COMPUTE_DOMAIN_PLURAL
 from webhook.dra.render import API_VERSION, DraRendering
 
 if TYPE_CHECKING:
@@ -48,6 +52,11 @@ class TemplateRuntime(Protocol):
 log = logging.getLogger("kgwe.dra")
 REMEMBER_SECONDS = 300.0
 REMEMBER_MAX = 4096
+# kind -> (apiVersion, resource) of what the mutating webhook creates.
+COLLECTIONS = {
+    "ResourceClaimTemplate": (API_VERSION, "resourceclaimtemplates"),
+    COMPUTE_DOMAIN_KIND: (COMPUTE_DOMAIN_API, COMPUTE_DOMAIN_PLURAL),
+}
 
 
 class TemplateError(RuntimeError):
@@ -60,20 +69,21 @@ class TemplateWriter(Protocol):
 
 
 class KubeTemplateWriter:
-    """Creates templates through the API server (`create` on resourceclaimtemplates.resource.k8s.io)."""
+    """Creates templates (`create` on resourceclaimtemplates.resource.k8s.io) and gangs' ComputeDomains
+    (`create` on computedomains.resource.nvidia.com) through the API server."""
 
     def __init__(self, api: Any, connect_timeout: float = 1.0) -> None:
         self.api = api  # webhook.cluster.kube_source.KubeJson
         self.connect_timeout = connect_timeout
-        self._known: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._known: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _remembered(self, key: tuple[str, str]) -> bool:
+    def _remembered(self, key: tuple[str, str, str]) -> bool:
         with self._lock:
             stamp = self._known.get(key)
             return stamp is not None and time.monotonic() - stamp < REMEMBER_SECONDS
 
-    def _remember(self, key: tuple[str, str]) -> None:
+    def _remember(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             self._known[key] = time.monotonic()
             self._known.move_to_end(key)
@@ -84,14 +94,16 @@ class KubeTemplateWriter:
         from kubernetes.client.exceptions import ApiException
 
         meta = template["metadata"]
-        key = (str(meta["namespace"]), str(meta["name"]))
+        key = (str(template.get("kind")), str(meta["namespace"]), str(meta["name"]))
         if self._remembered(key):
             return
         remaining = 10.0 if deadline is None else deadline - time.monotonic()
         if remaining <= 0:
             raise TemplateError("no time left before the admission deadline")
-        path = f"/apis/{API_VERSION}/namespaces/{key[0]}/resourceclaimtemplates"
-        what = f"creating ResourceClaimTemplate {key[0]}/{key[1]}"
+        kind = str(template.get("kind") or "ResourceClaimTemplate")
+        api_version, plural = COLLECTIONS[kind]
+        path = f"/apis/{api_version}/namespaces/{key[1]}/{plural}"
+        what = f"creating {kind} {key[1]}/{key[2]}"
         try:
             self.api.request("POST", path, body=template, timeout=(min(self.connect_timeout, remaining), remaining))
         except ApiException as exc:
@@ -110,20 +122,21 @@ def ensure_claim_templates(
     deadline: float | None,
 ) -> Outcome:
     """Create the templates `rendering` names (see the module docstring), or withdraw the mutation."""
-    templates = list(rendering.templates.values())
+    templates = rendering.creates
     outcome.creates = templates
     writer: TemplateWriter | None = runtime.claim_templates
     config = runtime.config
     if writer is None or request.dry_run or config.mode == "audit" or not config.dra.create_templates:
         return outcome
-    try:
-        for template in templates:
+    for template in templates:
+        try:
             writer.create(template, deadline)
-    except TemplateError as exc:
-        log.warning("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
-        return Outcome(
-            # Warnings are cut at 120 characters: what to do comes first.
-            warnings=[f"KGWE could not create the pod's claim template; create the pod again ({exc})"],
-            object=request.object,
-        )
+        except TemplateError as exc:
+            log.warning("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
+            # Warnings are cut at 120 characters: what failed and what to do come first.
+            what = "gang's ComputeDomain" if template.get("kind") == COMPUTE_DOMAIN_KIND else "pod's claim template"
+            return Outcome(
+                warnings=[f"KGWE could not create the {what}; create the pod again ({exc})"],
+                object=request.object,
+            )
     return outcome

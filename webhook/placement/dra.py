@@ -1,10 +1,12 @@
 """The placement plan's DRA branch: which backend renders the pod, MIG choices, and the rendering.
 
 Kept apart from plan.py so the device-plugin path reads as before; plan.py calls these three functions.
+A sized gang on multi-node NVLink also gets its ComputeDomain here (`attach_compute_domain`).
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from policies.gpu_demand import GpuDemand, mig_compute_slices
@@ -13,7 +15,8 @@ from policies.vocabulary.quantities import GIB
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.dra.backend import DRA, split_by_backend
-from webhook.dra.render import render
+from webhook.dra.compute_domain import compute_domain, gang_of, multi_node_nvlink, node_count
+from webhook.dra.render import DraRendering, render
 from webhook.intent import PodIntent
 
 if TYPE_CHECKING:
@@ -130,6 +133,23 @@ def render_dra(plan: PlacementPlan, pod: dict[str, Any], model: ClusterModel, co
         plan.refusals.append(refusal)
         return False
     if rendering is not None and rendering.claims:
+        attach_compute_domain(plan, pod, rendering, model)
         plan.dra = rendering
         plan.steps.append("dra")
     return True
+
+
+def attach_compute_domain(
+    plan: PlacementPlan, pod: dict[str, Any], rendering: DraRendering, model: ClusterModel
+) -> None:
+    """A sized gang on multi-node NVLink cliques gets its ComputeDomain and channel claim
+    (webhook/dra/compute_domain.py); any other pod is left as rendered."""
+    member = gang_of(pod, plan.labels)
+    # MIG slices have no NVLink: a gang of slices gets no channel.
+    if member is None or plan.sharing == "mig" or not multi_node_nvlink(model, plan.types):
+        return
+    gang, size = member
+    gpus_per_pod = sum(int(Decimal(v)) for moved in rendering.moved.values() for v in moved.values())
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    rendering.compute_domain = compute_domain(namespace, gang, node_count(model, plan.types, size, gpus_per_pod))
+    plan.notes.append(f"gang {gang}: IMEX channel of ComputeDomain {rendering.compute_domain['metadata']['name']}")
