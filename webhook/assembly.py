@@ -25,6 +25,7 @@ from typing import Any
 
 from policies.quota.store import QuotaStore
 from webhook.cluster.model import ClusterStore
+from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
 from webhook.gangs.ledger import GangStore
 from webhook.runtime import Runtime, build_runtime
@@ -49,13 +50,21 @@ class Assembly:
     stop_source: Callable[[], None]  # stops the directory watch or the API watch (a no-op when none runs)
 
 
+def workload_kind_names(config: Config) -> list[str]:
+    """The kinds the store keeps as workloads: the built-in table plus the configuration's kinds."""
+    return [*WORKLOAD_KINDS, *(k.kind for k in config.workloads.kinds)]
+
+
 def _nothing() -> None:
     return None
 
 
 def new_store(config: Config) -> ClusterStore:
     """An empty cluster store configured as `config` says (type table, staleness, GPU taint keys)."""
-    return ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
+    return ClusterStore(
+        config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys,
+        workload_kinds=workload_kind_names(config),
+    )
 
 
 def from_directory(
