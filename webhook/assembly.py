@@ -29,6 +29,7 @@ from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
 from webhook.gangs.ledger import GangStore
 from webhook.runtime import Runtime, build_runtime
+from webhook.workloads.kinds import BUILTIN_KINDS
 
 log = logging.getLogger("kgwe.assembly")
 
@@ -53,6 +54,17 @@ class Assembly:
 def workload_kind_names(config: Config) -> list[str]:
     """The kinds the store keeps as workloads: the built-in table plus the configuration's kinds."""
     return [*WORKLOAD_KINDS, *(k.kind for k in config.workloads.kinds)]
+
+
+def workload_kinds(config: Config) -> list[tuple[str, str, str]]:
+    """(kind, apiVersion, resource) of every workload kind the model keeps from the API (none when workload
+    admission is off): the built-in table, an admin's entry replacing a built-in one of the same group."""
+    if not config.workloads.enabled:
+        return []
+    specs = {(k.group, k.kind): (k.kind, k.api_version, k.resource) for k in BUILTIN_KINDS}
+    for k in config.workloads.kinds:
+        specs[(k.group, k.kind)] = (k.kind, f"{k.group}/{k.version}" if k.group else k.version, k.resource)
+    return list(specs.values())
 
 
 def _nothing() -> None:
@@ -99,10 +111,10 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     ready until it completes. Otherwise (a report) the objects are listed once, the watch is stopped,
     and a list that does not complete in time raises `ClusterNotListed`.
     """
-    from webhook.cluster.kube_source import KubeClusterSource
+    from webhook.cluster.kube_source import KubeClusterSource, workload_watches
 
     store = new_store(config)
-    source = KubeClusterSource(store, api)
+    source = KubeClusterSource(store, api, workloads=workload_watches(workload_kinds(config)))
     source.start()
     if not serving:
         try:

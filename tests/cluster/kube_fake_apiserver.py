@@ -42,6 +42,9 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     f"{DRA}/deviceclasses": ("DeviceClass", "resource.k8s.io/v1", False),
     f"{DRA}/resourceclaims": ("ResourceClaim", "resource.k8s.io/v1", True),
     f"{DRA}/resourceclaimtemplates": ("ResourceClaimTemplate", "resource.k8s.io/v1", True),
+    # Two workload kinds (webhook/cluster/workloads.py); the others are "not installed" here.
+    "/apis/apps/v1/deployments": ("Deployment", "apps/v1", True),
+    "/apis/batch/v1/jobs": ("Job", "batch/v1", True),
 }
 PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
