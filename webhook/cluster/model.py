@@ -310,18 +310,6 @@ class ClusterStore:
             kept[object_key(obj)] = slim_workload(obj)
         return kept
 
-    def set_workload_kinds(self, kinds: Iterable[str]) -> None:
-        """Keep these workload kinds from now on (the configuration's kind table); a source's next full
-        load fills a kind added here."""
-        with self._lock:
-            self.workload_kinds = frozenset(kinds)
-            self._objects = {
-                kind: held for kind, held in self._objects.items() if kind in KINDS or kind in self.workload_kinds
-            }
-            for kind in self.workload_kinds:
-                self._objects.setdefault(kind, {})
-            self._generation += 1
-
     def replace_all(self, objects: Iterable[dict[str, Any]]) -> None:
         by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in (*KINDS, *self.workload_kinds)}
         for obj in objects:
