@@ -120,6 +120,9 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
         try:
             if not source.wait_loaded(INITIAL_LIST_SECONDS):
                 raise ClusterNotListed(f"the cluster's objects were not all listed within {INITIAL_LIST_SECONDS}s")
+            # Readiness does not wait for the workload kinds; a report (kgwe audit) shows them, so it does.
+            if not source.wait_all_listed(INITIAL_LIST_SECONDS):
+                raise ClusterNotListed(f"the cluster's workloads were not all listed within {INITIAL_LIST_SECONDS}s")
         finally:
             source.stop()
         return Assembly(build_runtime(config, None, store=store), api, _nothing)

@@ -55,7 +55,8 @@ def test_workloads_are_watched_and_missing_or_forbidden_kinds_break_nothing(fake
         source.start()
         try:
             assert source.wait_loaded(20)  # JobSets, RayJobs, ... are not served here: the model loads anyway
-            assert _wait(lambda: "Deployment/team-a/serve" in store.snapshot().workloads)
+            assert source.wait_all_listed(20)  # what `kgwe audit` waits for before it stops the watch
+            assert "Deployment/team-a/serve" in store.snapshot(force=True).workloads
             kept = store.snapshot().workloads["Deployment/team-a/serve"]
             assert "status" not in kept and "managedFields" not in kept["metadata"]
             assert _wait(lambda: source.status["Job"].crd_missing and source.status["JobSet"].crd_missing)

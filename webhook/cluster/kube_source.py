@@ -316,6 +316,15 @@ class KubeClusterSource:
         """True once every kind has been listed at least once (the store is then marked loaded)."""
         return self._loaded.wait(timeout)
 
+    def wait_all_listed(self, timeout: float) -> bool:
+        """True once every kind, the view-only workload kinds included, has been listed (or found absent):
+        what a one-shot report waits for before it stops the watch."""
+        deadline = time.monotonic() + timeout
+        while not all(s.listed for s in self.status.values()):
+            if self._stop.wait(min(0.05, max(0.0, deadline - time.monotonic()))) or time.monotonic() >= deadline:
+                return all(s.listed for s in self.status.values())
+        return True
+
     # -- one kind's reflector loop ----------------------------------------------------------------
     def _run(self, watched: WatchedKind) -> None:
         status = self.status[watched.kind]
