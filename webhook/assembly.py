@@ -25,9 +25,11 @@ from typing import Any
 
 from policies.quota.store import QuotaStore
 from webhook.cluster.model import ClusterStore
+from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
 from webhook.gangs.ledger import GangStore
 from webhook.runtime import Runtime, build_runtime
+from webhook.workloads.kinds import BUILTIN_KINDS
 
 log = logging.getLogger("kgwe.assembly")
 
@@ -49,13 +51,32 @@ class Assembly:
     stop_source: Callable[[], None]  # stops the directory watch or the API watch (a no-op when none runs)
 
 
+def workload_kind_names(config: Config) -> list[str]:
+    """The kinds the store keeps as workloads: the built-in table plus the configuration's kinds."""
+    return [*WORKLOAD_KINDS, *(k.kind for k in config.workloads.kinds)]
+
+
+def workload_kinds(config: Config) -> list[tuple[str, str, str]]:
+    """(kind, apiVersion, resource) of every workload kind the model keeps from the API (none when workload
+    admission is off): the built-in table, an admin's entry replacing a built-in one of the same group."""
+    if not config.workloads.enabled:
+        return []
+    specs = {(k.group, k.kind): (k.kind, k.api_version, k.resource) for k in BUILTIN_KINDS}
+    for k in config.workloads.kinds:
+        specs[(k.group, k.kind)] = (k.kind, f"{k.group}/{k.version}" if k.group else k.version, k.resource)
+    return list(specs.values())
+
+
 def _nothing() -> None:
     return None
 
 
 def new_store(config: Config) -> ClusterStore:
     """An empty cluster store configured as `config` says (type table, staleness, GPU taint keys)."""
-    return ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
+    return ClusterStore(
+        config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys,
+        workload_kinds=workload_kind_names(config),
+    )
 
 
 def from_directory(
@@ -90,15 +111,18 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     ready until it completes. Otherwise (a report) the objects are listed once, the watch is stopped,
     and a list that does not complete in time raises `ClusterNotListed`.
     """
-    from webhook.cluster.kube_source import KubeClusterSource
+    from webhook.cluster.kube_source import KubeClusterSource, workload_watches
 
     store = new_store(config)
-    source = KubeClusterSource(store, api)
+    source = KubeClusterSource(store, api, workloads=workload_watches(workload_kinds(config)))
     source.start()
     if not serving:
         try:
             if not source.wait_loaded(INITIAL_LIST_SECONDS):
                 raise ClusterNotListed(f"the cluster's objects were not all listed within {INITIAL_LIST_SECONDS}s")
+            # Readiness does not wait for the workload kinds; a report (kgwe audit) shows them, so it does.
+            if not source.wait_all_listed(INITIAL_LIST_SECONDS):
+                raise ClusterNotListed(f"the cluster's workloads were not all listed within {INITIAL_LIST_SECONDS}s")
         finally:
             source.stop()
         return Assembly(build_runtime(config, None, store=store), api, _nothing)

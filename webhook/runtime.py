@@ -28,6 +28,7 @@ from webhook.admission.charging import pod_charge, tenant_and_quotas, usage_char
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore
+from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
 from webhook.gangs.admission import GangService
 from webhook.gangs.ledger import GangStore, MemoryGangStore
@@ -249,7 +250,10 @@ def build_runtime(
 ) -> Runtime:
     """Assemble a runtime. With `cluster_dir` the YAML directory is loaded now; otherwise the caller
     attaches an API source to `runtime.store` (see `kgwe serve`)."""
-    store = store or ClusterStore(config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys)
+    store = store or ClusterStore(
+        config.accelerator_table(), config.topology_staleness_seconds, config.gpu_taint_keys,
+        workload_kinds=[*WORKLOAD_KINDS, *(k.kind for k in config.workloads.kinds)],
+    )
     if cluster_dir is not None:
         from webhook.cluster.yaml_source import YamlDirectorySource
 

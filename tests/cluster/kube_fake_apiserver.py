@@ -45,6 +45,9 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     f"{DRA}/resourceclaimtemplates": ("ResourceClaimTemplate", "resource.k8s.io/v1", True),
     # NVIDIA's DRA driver CRD: the ComputeDomains KGWE creates for gangs on multi-node NVLink.
     f"{NVIDIA}/computedomains": ("ComputeDomain", "resource.nvidia.com/v1beta1", True),
+    # Two workload kinds (webhook/cluster/workloads.py); the others are "not installed" here.
+    "/apis/apps/v1/deployments": ("Deployment", "apps/v1", True),
+    "/apis/batch/v1/jobs": ("Job", "batch/v1", True),
 }
 PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/"

@@ -94,3 +94,15 @@ def test_the_identity_key_secret_is_kept_and_mounted(rendered: Any) -> None:
 
 def test_chart_path_is_real() -> None:
     assert Path(chart.CHART).is_dir()
+
+
+def test_the_webhook_may_list_and_watch_every_workload_kind(rendered: Any) -> None:
+    """The model watches the workload kinds (webhook/cluster/workloads.py): the chart grants read access."""
+    role = next(r for r in rendered.of_kind("ClusterRole") if r["metadata"]["name"].endswith("-workloads"))
+    granted = {(rule["apiGroups"][0], rule["resources"][0]): rule["verbs"] for rule in role["rules"]}
+    assert set(granted) == {(k.group, k.resource) for k in BUILTIN_KINDS}
+    assert all(verbs == ["get", "list", "watch"] for verbs in granted.values())
+    binding = next(b for b in rendered.of_kind("ClusterRoleBinding") if b["metadata"]["name"].endswith("-workloads"))
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    off = chart.render({"webhooks": {"workloads": {"enabled": False}}})
+    assert not [r for r in off.of_kind("ClusterRole") if r["metadata"]["name"].endswith("-workloads")]

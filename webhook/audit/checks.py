@@ -192,10 +192,14 @@ def quota_findings(runtime: Runtime, model: ClusterModel, charges: list[Any] | N
 
 
 def audit_cluster(runtime: Runtime, read_pod: PodReader | None = None) -> list[Finding]:
-    """Every finding of the current snapshot: each GPU pod, then each tenant's quotas."""
+    """Every finding of the current snapshot: each GPU pod, each tenant's quotas, then each GPU workload
+    the validating webhook would refuse now (webhook/audit/workloads.py)."""
+    from webhook.audit.workloads import workload_findings  # it imports this module
+
     model = runtime.store.snapshot()
     findings: list[Finding] = []
     for key in sorted(model.pods):
         findings.extend(audit_pod(runtime, model, model.pods[key], read_pod))
     findings.extend(quota_findings(runtime, model))
+    findings.extend(workload_findings(runtime, model))
     return findings

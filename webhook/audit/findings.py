@@ -26,6 +26,9 @@ class Finding:
     uid: str | None = None
     tenant: str | None = None
     quota: str | None = None  # the TenantQuota of a quota finding
+    # A workload's finding (webhook/audit/workloads.py): `pod` holds the workload's name, these its type.
+    kind: str | None = None
+    api_version: str | None = None
 
     @property
     def cluster_wide(self) -> bool:

@@ -24,7 +24,10 @@ RESULTS = ("pass", "fail", "warn", "error", "skip")
 def _resource(finding: Finding) -> dict[str, Any]:
     if finding.category == "quota" and finding.quota:
         return {"apiVersion": "kgwe.io/v1alpha1", "kind": "TenantQuota", "name": finding.quota}
-    reference = {"apiVersion": "v1", "kind": "Pod", "namespace": finding.namespace, "name": finding.pod}
+    reference = {
+        "apiVersion": finding.api_version or "v1", "kind": finding.kind or "Pod",
+        "namespace": finding.namespace, "name": finding.pod,
+    }
     if finding.uid:
         reference["uid"] = finding.uid
     return reference

@@ -57,6 +57,20 @@ class WatchedKind:
     path: str  # the cluster-wide collection, e.g. /api/v1/pods
     namespaced: bool = False
     custom: bool = False  # served by a CRD that may not be installed
+    # Read for the views only (workloads, webhook/cluster/workloads.py): a 403 (no RBAC for it) counts as
+    # absent like a missing CRD, and readiness does not wait for its first list.
+    view_only: bool = False
+
+
+def workload_watches(kinds: Iterable[tuple[str, str, str]]) -> tuple[WatchedKind, ...]:
+    """Watches of workload kinds given as (kind, apiVersion, resource), cluster-wide, CRD-optional and
+    view-only; a kind name seen twice (two groups) is watched once, the first one."""
+    found: dict[str, WatchedKind] = {}
+    for kind, api_version, resource in kinds:
+        prefix = "/api" if "/" not in api_version else "/apis"
+        found.setdefault(kind, WatchedKind(kind, api_version, f"{prefix}/{api_version}/{resource}",
+                                           namespaced=True, custom=True, view_only=True))
+    return tuple(found.values())
 
 
 WATCHED_KINDS: tuple[WatchedKind, ...] = (
@@ -245,6 +259,7 @@ class KubeClusterSource:
         *,
         namespace_filter: NamespaceFilter | None = None,
         kinds: Iterable[str] | None = None,
+        workloads: Iterable[WatchedKind] = (),
         watch_timeout_seconds: int = 300,
         list_page_size: int = 500,
         backoff_base: float = 0.5,
@@ -264,6 +279,8 @@ class KubeClusterSource:
         if wanted is not None and len(self.kinds) != len(wanted):
             unknown = wanted - {k.kind for k in self.kinds}
             raise ValueError(f"cannot watch kinds {sorted(unknown)}")
+        watched_names = {k.kind for k in self.kinds}
+        self.kinds += tuple(w for w in workloads if w.kind not in watched_names)
         self.watch_timeout_seconds = watch_timeout_seconds
         self.list_page_size = list_page_size
         self.backoff_base = backoff_base
@@ -299,6 +316,15 @@ class KubeClusterSource:
         """True once every kind has been listed at least once (the store is then marked loaded)."""
         return self._loaded.wait(timeout)
 
+    def wait_all_listed(self, timeout: float) -> bool:
+        """True once every kind, the view-only workload kinds included, has been listed (or found absent):
+        what a one-shot report waits for before it stops the watch."""
+        deadline = time.monotonic() + timeout
+        while not all(s.listed for s in self.status.values()):
+            if self._stop.wait(min(0.05, max(0.0, deadline - time.monotonic()))) or time.monotonic() >= deadline:
+                return all(s.listed for s in self.status.values())
+        return True
+
     # -- one kind's reflector loop ----------------------------------------------------------------
     def _run(self, watched: WatchedKind) -> None:
         status = self.status[watched.kind]
@@ -319,7 +345,8 @@ class KubeClusterSource:
             except _CrdMissing:
                 if not status.crd_missing:
                     log.warning(
-                        "%s: the CRD for %s is not installed; treating it as empty, retrying every %.0fs",
+                        "%s: the CRD for %s is not installed (or, view-only, not readable); treating it as empty, "
+                        "retrying every %.0fs",
                         watched.kind, watched.path, self.missing_crd_retry_seconds,
                     )
                 status.crd_missing = True
@@ -348,7 +375,7 @@ class KubeClusterSource:
             try:
                 page = self.api.request("GET", watched.path, query=query, timeout=(self.connect_timeout, 120.0))
             except ApiException as exc:
-                if exc.status == 404 and watched.custom:
+                if (exc.status == 404 and watched.custom) or (exc.status == 403 and watched.view_only):
                     raise _CrdMissing from exc
                 if exc.status == 410 and continue_token and not restarted:
                     # The paged snapshot expired mid-list: start over once for a consistent view.
@@ -452,7 +479,8 @@ class KubeClusterSource:
 
     def _mark_listed(self, status: KindStatus) -> None:
         status.listed = True
-        if all(s.listed for s in self.status.values()) and not self._loaded.is_set():
+        gating = [self.status[k.kind] for k in self.kinds if not k.view_only]
+        if all(s.listed for s in gating) and not self._loaded.is_set():
             self.store.mark_loaded()
             self._loaded.set()
             log.info("cluster model loaded from the API: %s", ", ".join(k.kind for k in self.kinds))

@@ -23,6 +23,7 @@ from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
 from webhook.cluster.metrics import export_topology_ages
 from webhook.cluster.node_facts import AMD_GPU_RESOURCE, GPU_RESOURCE, NodeFacts, Taint, node_facts
+from webhook.cluster.workloads import WORKLOAD_KINDS, over_bound, slim_workload, workload_key
 from webhook.dra.facts import apply_dra
 
 log = logging.getLogger("kgwe.cluster")
@@ -111,6 +112,8 @@ class ClusterModel:
     built_at: float
     table: AcceleratorTable
     device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Workloads of the kind table by `Kind/namespace/name` (webhook/cluster/workloads.py): views only.
+    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def type_ids(self) -> list[str]:
         return sorted(t for t in self.types if t != UNKNOWN)
@@ -249,12 +252,14 @@ class ClusterStore:
         staleness_seconds: float = 300.0,
         gpu_taint_keys: Iterable[str] = (resources.NVIDIA_GPU,),
         min_rebuild_interval: float = 0.5,
+        workload_kinds: Iterable[str] = WORKLOAD_KINDS,
     ) -> None:
         self.table = table
+        self.workload_kinds = frozenset(workload_kinds)
         self.staleness_seconds = staleness_seconds
         self.gpu_taint_keys = tuple(gpu_taint_keys)
         self.min_rebuild_interval = min_rebuild_interval
-        self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
+        self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in (*KINDS, *self.workload_kinds)}
         self._facts: dict[str, tuple[str, NodeFacts]] = {}
         self._lock = threading.RLock()
         self._generation = 0
@@ -271,7 +276,13 @@ class ClusterStore:
         if kind not in self._objects:
             return
         with self._lock:
-            self._objects[kind][object_key(obj)] = obj
+            held = self._objects[kind]
+            key = object_key(obj)
+            if kind in self.workload_kinds:
+                if key not in held and over_bound(kind, len(held)):
+                    return
+                obj = slim_workload(obj)
+            held[key] = obj
             self._generation += 1
 
     def delete(self, obj: dict[str, Any]) -> None:
@@ -285,15 +296,27 @@ class ClusterStore:
     def replace_kind(self, kind: str, objects: Iterable[dict[str, Any]]) -> None:
         """A relist: the kind's objects are exactly these now."""
         with self._lock:
-            self._objects[kind] = {object_key(o): o for o in objects}
+            self._objects[kind] = self._kept(kind, objects)
             self._generation += 1
 
+    def _kept(self, kind: str, objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """A kind's objects by key; workloads slimmed and bounded (webhook/cluster/workloads.py)."""
+        if kind not in self.workload_kinds:
+            return {object_key(o): o for o in objects}
+        kept: dict[str, dict[str, Any]] = {}
+        for obj in sorted(objects, key=object_key):
+            if over_bound(kind, len(kept)):
+                break
+            kept[object_key(obj)] = slim_workload(obj)
+        return kept
+
     def replace_all(self, objects: Iterable[dict[str, Any]]) -> None:
-        grouped: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
+        by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in (*KINDS, *self.workload_kinds)}
         for obj in objects:
             kind = obj.get("kind")
-            if kind in grouped:
-                grouped[kind][object_key(obj)] = obj
+            if isinstance(kind, str) and kind in by_kind:
+                by_kind[kind].append(obj)
+        grouped = {kind: self._kept(kind, items) for kind, items in by_kind.items()}
         with self._lock:
             self._objects = grouped
             self._generation += 1
@@ -396,6 +419,9 @@ class ClusterStore:
             built_at=time.monotonic(),
             table=self.table,
             device_classes={object_key(o): o for o in objs["DeviceClass"].values()},
+            workloads={
+                workload_key(o): o for kind in sorted(self.workload_kinds) for o in objs.get(kind, {}).values()
+            },
         )
 
 

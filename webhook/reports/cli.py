@@ -225,7 +225,8 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
     if not findings:
         return "No violations found.", status
     rows = [
-        [f.namespace or "-", f.pod or (f"tenant {f.tenant}" if f.tenant else "-"), f.category, f.severity, f.result,
+        [f.namespace or "-", (f"{f.kind}/{f.pod}" if f.kind else f.pod) or (f"tenant {f.tenant}" if f.tenant else "-"),
+         f.category, f.severity, f.result,
          f.policy, f.message]
         for f in findings
     ]

@@ -160,6 +160,7 @@ def run_worker(
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
     from webhook.server.explain_routes import explain_router
+    from webhook.server.workloads_routes import workloads_router
 
     client_ca_file = options.config.authentication.client_ca_file
     try:
@@ -218,7 +219,9 @@ def run_worker(
     callers = CallerAuthenticator(options.config.authentication)
     callers.announce()
     app = create_app(
-        runtime, ui=options.ui, extra_routers=[api_router(runtime), gangs_router(runtime), explain_router(runtime)],
+        runtime, ui=options.ui, extra_routers=[
+            api_router(runtime), gangs_router(runtime), explain_router(runtime), workloads_router(runtime),
+        ],
         certificate=tls,
         background=background, authenticator=callers,
     )

@@ -1,4 +1,5 @@
-// KGWE's read-only pages: nodes by GPU type, hardware profiles with availability, tenants with quotas, gangs.
+// KGWE's read-only pages: nodes by GPU type, hardware profiles with availability, tenants with quotas, gangs,
+// GPU workloads.
 // Hash routing (#/nodes, #/profiles, #/tenants) keeps it one static page that works without a server-side router.
 import {
   DASH, append, errorBox, getJSON, gib, h, money, plural, replaceChildren, shortResource, timestamp,
@@ -662,6 +663,47 @@ class GangsPage extends Page {
   }
 }
 
+// Workloads: the GPU workloads (Deployments, Jobs, JobSets, ...), their GPU templates and total demand, the gang,
+// and whether KGWE would admit each now (both webhooks on its CREATE, as a dry run), with the refusal.
+
+class WorkloadsPage extends Page {
+  fetch() {
+    return getJSON("workloads");
+  }
+
+  show(data) {
+    const workloads = data.workloads || [];
+    replaceChildren(this.root,
+      h("h1", {}, "Workloads"),
+      h("p", { class: "muted" }, "Workloads whose pod templates ask for GPUs, judged as KGWE would judge their ",
+        "creation now. ", data.refused ? `${plural(data.refused, "workload", "workloads")} would be refused.` : ""),
+      workloads.length ? h("table", { class: "workloads", id: "workloads" },
+        h("thead", {}, h("tr", {},
+          ["Namespace", "Kind", "Name", "GPU templates", "GPUs", "Gang", "Admitted now", "Why not"].map((label) =>
+            h("th", { scope: "col", class: label === "GPUs" ? "num" : null }, label)))),
+        h("tbody", {}, workloads.map((workload) => this.row(workload)))) :
+        h("p", { class: "empty" }, "No GPU workloads."));
+  }
+
+  row(workload) {
+    const templates = workload.templates.map((t) => {
+      const pods = t.pods === null ? "? pods" : plural(t.pods, "pod", "pods");
+      const other = Object.entries(t.other || {}).map(([name, n]) => ` + ${n} ${name}`).join("");
+      return h("li", {}, h("code", {}, t.path), ` ${pods} × ${t.gpusPerPod} GPU${other}`);
+    });
+    return h("tr", { class: workload.admitted ? null : "waiting",
+      dataset: { workload: `${workload.kind}/${workload.namespace}/${workload.name}` } },
+      h("td", {}, workload.namespace),
+      h("td", {}, workload.kind),
+      h("th", { scope: "row" }, workload.name),
+      h("td", {}, templates.length ? h("ul", {}, templates) : DASH),
+      h("td", { class: "num" }, workload.totalGpus === null ? "?" : String(workload.totalGpus)),
+      h("td", {}, workload.gang ? h("code", {}, workload.gang) : DASH),
+      h("td", {}, workload.admitted ? "yes" : h("span", { class: "badge warn" }, "refused")),
+      h("td", { dataset: { field: "reason" } }, workload.reason || DASH));
+  }
+}
+
 // What a pod of the profile pays: the price of its slice or share, with the whole-GPU price beside it.
 function profilePrice(profile, currency) {
   const gpu = money(profile.pricePerGPUHour, currency);
@@ -724,7 +766,8 @@ class WhyPage extends Page {
   }
 }
 
-const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage, why: WhyPage };
+const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage, workloads: WorkloadsPage,
+  why: WhyPage };
 
 document.getElementById("refresh").addEventListener("click", () => current && current.load());
 

@@ -1,0 +1,48 @@
+"""Workload objects in the cluster model: the kinds of the workload kind table, bounded.
+
+The model keeps workloads (Deployments, Jobs, JobSets, ... and the kinds an administrator adds) only
+for the read-only views: `kgwe audit` and the Workloads page judge their GPU templates as the validating
+webhook would. Admission never reads them, so they are bounded rather than complete: at most
+`MAX_WORKLOADS_PER_KIND` objects of one kind are kept (first come, in key order on a full reload), and
+what KGWE never reads and can be large (`status`, `managedFields`) is dropped on the way in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from webhook.workloads.kinds import BUILTIN_KINDS
+
+log = logging.getLogger("kgwe.cluster")
+
+# The kind names the store keeps before the configuration adds its own (webhook/workloads/kinds.py).
+WORKLOAD_KINDS: tuple[str, ...] = tuple(spec.kind for spec in BUILTIN_KINDS)
+# A view, not admission: ten thousand Deployments are already more than a page shows.
+MAX_WORKLOADS_PER_KIND = 2000
+
+
+def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
+    """The workload without `status` and `metadata.managedFields` (the templates stay whole: policies
+    read their containers' images, security contexts and environment)."""
+    meta = obj.get("metadata") or {}
+    if "status" not in obj and "managedFields" not in meta:
+        return obj
+    out = {k: v for k, v in obj.items() if k != "status"}
+    out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return out
+
+
+def workload_key(obj: dict[str, Any]) -> str:
+    """`Kind/namespace/name`: the key of a workload in `ClusterModel.workloads`."""
+    meta = obj.get("metadata") or {}
+    return f"{obj.get('kind', '')}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+def over_bound(kind: str, held: int) -> bool:
+    """True (and logged) when a kind already holds as many workloads as the model keeps."""
+    if held < MAX_WORKLOADS_PER_KIND:
+        return False
+    log.warning("cluster model: more than %d %s objects; the rest are left out of the workload views",
+                MAX_WORKLOADS_PER_KIND, kind)
+    return True

@@ -1,0 +1,51 @@
+"""`GET /api/v1/workloads`: the GPU workloads of the cluster model and whether KGWE would admit each now.
+
+One entry per workload of a kind in the workload kind table whose templates ask for GPUs (or carry KGWE
+intent, or that names a gang): kind, namespace, name, the GPU templates with their pod counts, the total
+GPU demand, the gang, and the verdict of both webhooks on its CREATE now, with the refusal naming the
+template path (webhook/audit/workloads.py; `kgwe audit` reports the same refusals).
+
+Judging a workload runs every template through the admission pipeline, so the document is computed once
+per cluster snapshot and configuration and the same bytes go to every caller. It runs on the event loop
+like admission and `/api/v1/explain`: the policy engines are bound to the thread that built them. The
+model bounds how many workloads there are (webhook/cluster/workloads.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from webhook.audit.workloads import workload_verdicts
+
+PATH = "/api/v1/workloads"
+
+
+def workloads_document(runtime: Any) -> dict[str, Any]:
+    """The endpoint's document for `runtime`'s current snapshot (a webhook.runtime.Runtime)."""
+    verdicts = workload_verdicts(runtime)
+    return {
+        "workloads": [v.as_dict() for v in verdicts],
+        "refused": sum(1 for v in verdicts if not v.admitted),
+    }
+
+
+def workloads_router(runtime: Any) -> APIRouter:
+    """The route over `runtime` (its store, configuration and admission service)."""
+    cache: dict[str, Any] = {"key": None, "body": b""}
+
+    async def endpoint(_request: Request) -> Response:
+        key = (runtime.store.snapshot().generation, id(runtime.config))
+        if cache["key"] != key:
+            cache["body"] = orjson.dumps(workloads_document(runtime))
+            cache["key"] = key
+        return Response(cache["body"], 200, media_type="application/json", headers={"Cache-Control": "no-store"})
+
+    router = APIRouter()
+    router.routes.append(Route(PATH, endpoint, methods=["GET"]))
+    return router
