@@ -53,6 +53,13 @@ NVIDIA_GPU_CLIQUE = "nvidia.com/gpu.clique"
 NVIDIA_GPU_PRESENT = "nvidia.com/gpu.present"
 NVIDIA_GPU_FAMILY = "nvidia.com/gpu.family"
 
+# AMD's node labeller (ROCm/k8s-device-plugin); older releases publish the same names under `beta.`.
+AMD_GPU_PRODUCT_NAME = "amd.com/gpu.product-name"
+AMD_GPU_VRAM = "amd.com/gpu.vram"
+AMD_GPU_FAMILY = "amd.com/gpu.family"
+AMD_GPU_DEVICE_ID = "amd.com/gpu.device-id"
+AMD_BETA_PREFIX = "beta."
+
 # Cloud providers and autoscalers.
 GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 GKE_ACCELERATOR_COUNT = "cloud.google.com/gke-accelerator-count"

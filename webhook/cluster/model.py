@@ -19,7 +19,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
-from policies.vocabulary import resources
+from policies.vocabulary import keys, resources
 from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
 from webhook.cluster.metrics import export_topology_ages
 from webhook.cluster.node_facts import AMD_GPU_RESOURCE, GPU_RESOURCE, NodeFacts, Taint, node_facts
@@ -224,14 +224,14 @@ def _whole_gpus(facts: NodeFacts) -> int:
 
 
 _SELECTOR_ORDER = (
-    "kgwe.io/accelerator-type",
-    "nvidia.com/gpu.product",
-    "amd.com/gpu.product-name",
-    "beta.amd.com/gpu.product-name",
-    "amd.com/gpu.device-id",
-    "cloud.google.com/gke-accelerator",
-    "karpenter.k8s.aws/instance-gpu-name",
-    "node.kubernetes.io/instance-type",
+    keys.ACCELERATOR_TYPE,
+    keys.NVIDIA_GPU_PRODUCT,
+    keys.AMD_GPU_PRODUCT_NAME,
+    keys.AMD_BETA_PREFIX + keys.AMD_GPU_PRODUCT_NAME,
+    keys.AMD_GPU_DEVICE_ID,
+    keys.GKE_ACCELERATOR,
+    keys.KARPENTER_GPU_NAME,
+    keys.INSTANCE_TYPE,
 )
 
 

@@ -52,12 +52,11 @@ L_KARPENTER_COUNT = keys.KARPENTER_GPU_COUNT
 L_AKS_ACCEL = keys.AKS_ACCELERATOR
 L_INSTANCE_TYPE = keys.INSTANCE_TYPE
 AMD_GPU_RESOURCE = resources.AMD_GPU
-# AMD's node labeller (ROCm/k8s-device-plugin): current labels, and the older `beta.` variants.
-L_AMD_PRODUCT = "amd.com/gpu.product-name"
-L_AMD_VRAM = "amd.com/gpu.vram"
-L_AMD_FAMILY = "amd.com/gpu.family"
-L_AMD_DEVICE_ID = "amd.com/gpu.device-id"
-AMD_BETA_PREFIX = "beta."
+L_AMD_PRODUCT = keys.AMD_GPU_PRODUCT_NAME
+L_AMD_VRAM = keys.AMD_GPU_VRAM
+L_AMD_FAMILY = keys.AMD_GPU_FAMILY
+L_AMD_DEVICE_ID = keys.AMD_GPU_DEVICE_ID
+AMD_BETA_PREFIX = keys.AMD_BETA_PREFIX
 
 
 @dataclass(frozen=True)

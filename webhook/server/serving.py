@@ -41,7 +41,7 @@ from webhook.server.quota_sync import QuotaSync
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
 from webhook.server.worker_logs import quiet_secondary_worker, worker_started
-from webhook.state import state_dir
+from webhook.state import quota_state_file, state_dir
 
 if TYPE_CHECKING:
     pass
@@ -73,28 +73,6 @@ class ServeOptions:
     config_poll_seconds: float = 2.0
     log_level: str = "info"
     extra_dns_names: list[str] = field(default_factory=list)
-
-
-def runtime_dir() -> Path:
-    """Where `kgwe serve` keeps what lives only as long as it runs (the workers' quota state file): memory
-    when there is a runtime directory for it, so that the state file costs no disk I/O per reservation.
-
-    `KGWE_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/kgwe`, else `/dev/shm/kgwe-UID`, else the state directory.
-    """
-    explicit = os.environ.get("KGWE_RUNTIME_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and Path(xdg).is_dir():
-        return Path(xdg) / "kgwe"
-    if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK):
-        return Path("/dev/shm") / f"kgwe-{os.getuid()}"
-    return state_dir()
-
-
-def quota_state_file(port: int, parent_pid: int) -> Path:
-    """The quota state file the workers of one `kgwe serve` share (the parent removes it at exit)."""
-    return runtime_dir() / "quota" / f"{port}-{parent_pid}.json"
 
 
 def self_signed_pair(host: str, extra_dns_names: list[str], directory: Path | None = None) -> tuple[Path, Path, Path]:
