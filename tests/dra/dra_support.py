@@ -4,10 +4,7 @@ created in the fake API server, AdmissionReviews as kube-apiserver sends them.""
 from __future__ import annotations
 
 import base64
-import socket
 import ssl
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,11 +15,11 @@ import httpx
 import jsonpatch
 import orjson
 from fastapi import FastAPI
+from server_support import start_server
 
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
 from certs.reloader import ReloadingSSLContext
-from webhook.server.serving import uvicorn_server
 
 ROOT = Path(__file__).resolve().parents[2]
 DRA_CLUSTER = ROOT / "examples" / "cluster-dra"
@@ -106,36 +103,13 @@ class Webhook:
 
 
 def serve(make_app: Callable[[], FastAPI], directory: Path) -> Iterator[Webhook]:
-    """Serve the app from a thread (built there: native policy engines are bound to their thread)."""
+    """Serve the app from a thread (tests/server's `start_server`: built there, as native policy engines
+    are bound to their thread)."""
     paths: CertificatePaths = ensure_files(directory, Settings(service="kgwe-webhook", namespace="kgwe"))[0]
     tls = ReloadingSSLContext(paths.tls_cert, paths.tls_key, poll_seconds=0.05)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    servers: list[Any] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            servers.append(uvicorn_server(make_app(), "127.0.0.1", port, tls, log_level="warning"))
-        except BaseException as exc:
-            errors.append(exc)
-            raise
-        servers[0].run(sockets=[sock])
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not (servers and servers[0].started):
-        if errors:
-            raise errors[0]
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
+    running = start_server(make_app, paths, tls)
+    server = next(running)
     try:
-        yield Webhook(f"https://127.0.0.1:{port}", paths.ca_cert)
+        yield Webhook(server.url, server.ca_file)
     finally:
-        servers[0].should_exit = True
-        thread.join(10)
-        sock.close()
+        running.close()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +157,46 @@ class Served:
             self.process.kill()
             self.process.wait()
         return self.log.read_text(errors="replace")
+
+
+class ReviewServer:
+    """SubjectAccessReviews on 127.0.0.1, each answered `allowed` once `hold()` returns (a slow or a held
+    API server). `received` counts them; `asked` is set by the first."""
+
+    def __init__(self, hold: Callable[[], object]) -> None:
+        self.received = 0
+        self.asked = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.received += 1
+                owner.asked.set()
+                hold()
+                data = json.dumps({**body, "status": {"allowed": True}}).encode()
+                try:
+                    self.send_response(201)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the webhook stopped waiting, as it should
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def running(self) -> Iterator[ReviewServer]:
+        """Serve from a thread for as long as the caller holds the generator open."""
+        thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.server.shutdown()
+            self.server.server_close()

@@ -6,10 +6,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import socket
 import ssl
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +17,8 @@ import httpx
 import jsonpatch
 import orjson
 import pytest
+from fastapi import FastAPI
+from server_support import start_server
 
 from certs.authority import Settings
 from certs.files import ensure_files
@@ -27,7 +26,6 @@ from certs.reloader import ReloadingSSLContext
 from webhook.config import load_config
 from webhook.runtime import Runtime, build_runtime
 from webhook.server.app import create_app
-from webhook.server.serving import uvicorn_server
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster"
@@ -115,35 +113,22 @@ class Webhook:
 
 
 def serve(make_runtime: Callable[[], Runtime], tmp: Path) -> Iterator[Webhook]:
+    """The real app over HTTPS (tests/server's `start_server`), its runtime built on the serving thread as
+    `kgwe serve` builds it: native engines are bound to their thread."""
     paths, _ = ensure_files(tmp / "certs", Settings(service="kgwe-webhook", namespace="kgwe"))
     tls = ReloadingSSLContext(paths.tls_cert, paths.tls_key)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    made: list[Any] = []
+    made: list[Runtime] = []
 
-    def run() -> None:
-        # Built on the serving thread, as `kgwe serve` does: native engines are bound to their thread.
-        runtime = make_runtime()
-        server = uvicorn_server(create_app(runtime, ui=False, certificate=tls, background=[tls]), "127.0.0.1",
-                                port, tls, log_level="warning")
-        made.extend([runtime, server])
-        server.run(sockets=[sock])
+    def make_app() -> FastAPI:
+        made.append(make_runtime())
+        return create_app(made[0], ui=False, certificate=tls, background=[tls])
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not (len(made) == 2 and made[1].started):
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the webhook did not start")
-        time.sleep(0.01)
+    running = start_server(make_app, paths, tls)
+    server = next(running)
     try:
-        yield Webhook(f"https://127.0.0.1:{port}", paths.ca_cert, made[0])
+        yield Webhook(server.url, server.ca_file, made[0])
     finally:
-        made[1].should_exit = True
-        thread.join(10)
-        sock.close()
+        running.close()
 
 
 @pytest.fixture

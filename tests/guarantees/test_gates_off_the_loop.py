@@ -3,14 +3,13 @@ needs it; every other admission of the same worker is answered meanwhile."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fault_support import ReviewServer
 from guarantees_support import CLUSTER, CONFIG, gpu_pod, review, serve
 from kubernetes import client as k8s_client
 
@@ -20,49 +19,22 @@ from webhook.config import load_config
 from webhook.runtime import build_runtime
 
 
-class HeldReviews:
-    """A SubjectAccessReview endpoint that answers `allowed` only when released."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.asked = threading.Event()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.asked.set()
-                owner.release.wait(20)
-                data = json.dumps({**body, "status": {"allowed": True}}).encode()
-                try:
-                    self.send_response(201)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
 
 
 @pytest.fixture
-def held() -> Iterator[HeldReviews]:
-    reviews = HeldReviews()
-    thread = threading.Thread(target=reviews.server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield reviews
-    reviews.release.set()
-    reviews.server.shutdown()
-    reviews.server.server_close()
+def held(release: threading.Event) -> Iterator[ReviewServer]:
+    """SubjectAccessReviews answered `allowed` only once `release` is set."""
+    yield from ReviewServer(lambda: release.wait(20)).running()
 
 
-def test_a_slow_rbac_check_does_not_stall_other_admissions(held: HeldReviews, tmp_path: Path) -> None:
+def test_a_slow_rbac_check_does_not_stall_other_admissions(
+    held: ReviewServer, release: threading.Event, tmp_path: Path
+) -> None:
     def runtime():  # type: ignore[no-untyped-def]
         api = k8s_client.AuthorizationV1Api(deadline_api_client(k8s_client.Configuration(host=held.url)))
         return build_runtime(load_config(CONFIG), CLUSTER, authorizer=SubjectAccessReviewer(api, cache_seconds=0))
@@ -83,6 +55,6 @@ def test_a_slow_rbac_check_does_not_stall_other_admissions(held: HeldReviews, tm
         answer = webhook.ask("validate", review(plain))
         order.append("plain")
         assert answer["allowed"] is True
-        held.release.set()
+        release.set()
         slow.join(20)
         assert order == ["plain", "slow"]

@@ -3,15 +3,14 @@ refusal leads its message, and a bad GPU count is refused for that reason alone.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from guarantees_support import CLUSTER, gpu_pod, review
-from tests_support_cluster import plant_policy
+from cluster_dirs import copy_example_cluster, plant
+from guarantees_support import gpu_pod, review
 
 
 def only_tainted_gpu_nodes(target: Path) -> Path:
-    shutil.copytree(CLUSTER, target)
+    copy_example_cluster(target)
     for untainted in ("nodes-other.yaml", "nodes-l4-mps.yaml"):
         (target / untainted).unlink()
     return target
@@ -33,7 +32,8 @@ def test_a_plain_pod_pinned_to_an_unlabelled_gpu_node_passes(webhook) -> None:
 
 
 def test_a_policy_refusal_leads_the_message(serve_cluster, tmp_path: Path) -> None:
-    directory = plant_policy(tmp_path / "cluster", only_tainted_gpu_nodes(tmp_path / "base"), {
+    directory = only_tainted_gpu_nodes(tmp_path / "cluster")
+    plant(directory, "zz-planted.yaml", {
         "apiVersion": "kgwe.io/v1alpha1", "kind": "GPUPolicy", "metadata": {"name": "no-legacy"},
         "spec": {"enforcementAction": "Deny",
                  "validations": [{"expression": "has(object.metadata.annotations) && "

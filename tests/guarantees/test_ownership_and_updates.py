@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from guarantees_support import CLUSTER, gpu_pod, review
-from tests_support_cluster import plant_policy
+from cluster_dirs import copy_example_cluster, plant
+from guarantees_support import gpu_pod, review
 
 
 def running(webhook, pod: dict) -> dict:
@@ -100,7 +100,8 @@ def test_a_gang_label_without_gang_intent_is_removed_or_refused(webhook) -> None
 
 
 def test_gpupolicies_apply_on_update(serve_cluster, tmp_path: Path) -> None:
-    directory = plant_policy(tmp_path / "cluster", CLUSTER, {
+    directory = copy_example_cluster(tmp_path / "cluster")
+    plant(directory, "zz-planted.yaml", {
         "apiVersion": "kgwe.io/v1alpha1", "kind": "GPUPolicy", "metadata": {"name": "keep-owner"},
         "spec": {"enforcementAction": "Deny", "match": {"operations": ["CREATE", "UPDATE"]},
                  "validations": [{"expression": "has(object.metadata.labels) && 'owner' in object.metadata.labels",
@@ -119,7 +120,8 @@ def test_gpupolicies_apply_on_update(serve_cluster, tmp_path: Path) -> None:
 
 
 def test_gpupolicies_matching_only_create_leave_updates_alone(serve_cluster, tmp_path: Path) -> None:
-    directory = plant_policy(tmp_path / "cluster", CLUSTER, {
+    directory = copy_example_cluster(tmp_path / "cluster")
+    plant(directory, "zz-planted.yaml", {
         "apiVersion": "kgwe.io/v1alpha1", "kind": "GPUPolicy", "metadata": {"name": "create-only"},
         "spec": {"enforcementAction": "Deny", "match": {"operations": ["CREATE"]},
                  "validations": [{"expression": "has(object.metadata.labels) && 'owner' in object.metadata.labels",
