@@ -166,7 +166,7 @@ def unknown_key_warnings(notes: dict[str, str]) -> list[str]:
     """A warning for each unknown `kgwe.io/` annotation key (a typo is otherwise silently ignored)."""
     warnings: list[str] = []
     for key in notes:
-        if not key.startswith("kgwe.io/") or key in KNOWN_ANNOTATION_KEYS:
+        if not key.startswith(keys.PREFIX) or key in KNOWN_ANNOTATION_KEYS:
             continue
         if len(warnings) == MAX_UNKNOWN_KEY_WARNINGS:
             warnings.append("further unknown kgwe.io/ annotations are not listed")

@@ -22,6 +22,9 @@ from policies.runtime import PolicyEngineError
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import (
+    PREFIX as KGWE_PREFIX,
+)
+from webhook.admission.ownership import (
     changed_kgwe_keys,
     expected_outputs,
     lifted_kgwe_gates,
@@ -428,7 +431,7 @@ def fails_closed(request: AdmissionRequest) -> bool:
         for candidate in (obj, request.old_object or {}):
             metadata = candidate.get("metadata") or {}
             for key in (*(metadata.get("annotations") or {}), *(metadata.get("labels") or {})):
-                if key.startswith("kgwe.io/"):
+                if key.startswith(KGWE_PREFIX):
                     return True
         return pod_gpu_demand(obj).asks_gpu
     except Exception:
