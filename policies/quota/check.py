@@ -183,13 +183,11 @@ class QuotaService:
         dry_run: bool,
     ) -> tuple[QuotaStatus | None, str | None]:
         now = self.clock()
-        live = [r for r in status.reservations if r.expires_at > now]
-        pending = [
-            r
-            for r in live
-            if not same_pod(charge, r.pod, r.pod_uid)
-            and not any(same_pod(p, r.pod, r.pod_uid) for p in pods)
-        ]
+        listed = _ListedPods(pods)
+        # A reservation ends when it expires or when the pod list shows its pod (the list counts it from
+        # then on): the status, read and written on every admission, holds only pods not listed yet.
+        live = [r for r in status.reservations if r.expires_at > now and not listed.shows(r)]
+        pending = [r for r in live if not same_pod(charge, r.pod, r.pod_uid)]
         for limit in limits:
             reserved = [r for r in pending if r.key == limit.key]
             used = _Amount(
@@ -202,7 +200,7 @@ class QuotaService:
         if dry_run:
             return None, None
         # A repeated admission of the same pod replaces its earlier reservation instead of adding to it.
-        kept = [r for r in live if not same_pod(charge, r.pod, r.pod_uid)]
+        kept = pending
         new = [
             Reservation(
                 id=reservation_id,
@@ -245,6 +243,21 @@ class QuotaService:
     def usage(self, tenant: str, quotas: list[dict[str, Any]], usage_pods: Iterable[PodCharge]) -> list[UsageLine]:
         """Use per limit from the tenant's pods alone (no reservations): for status.used, the API and metrics."""
         return usage_lines(tenant, quotas, usage_pods, self.price_of)
+
+
+class _ListedPods:
+    """The pods of the pod list, by uid and by name: `same_pod` against all of them in O(1)."""
+
+    def __init__(self, pods: Iterable[PodCharge]) -> None:
+        self._uids = {p.uid for p in pods if p.uid}
+        self._names = {p.pod for p in pods}
+        self._names_without_uid = {p.pod for p in pods if not p.uid}
+
+    def shows(self, reservation: Reservation) -> bool:
+        # same_pod's rule: uids decide when both sides have one, names otherwise.
+        if reservation.pod_uid:
+            return reservation.pod_uid in self._uids or reservation.pod in self._names_without_uid
+        return reservation.pod in self._names
 
 
 def usage_lines(

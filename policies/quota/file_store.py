@@ -2,7 +2,8 @@
 
 The same compare-and-swap contract as `InMemoryQuotaStore` and `KubeQuotaStore`: a read returns a
 version, a write succeeds only if the version is unchanged. Several processes serialise on an
-exclusive `flock` of a lock file beside the state file.
+exclusive `flock` of a lock file beside the state file (opened once per process). Admission takes the
+`transact` path: read, change and write under one lock, with no race to lose and retry.
 
 What never happens here, because each would admit pods the quota should refuse:
 
@@ -29,9 +30,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from prometheus_client import Counter
@@ -39,6 +40,8 @@ from prometheus_client import Counter
 from policies.quota.store import QuotaStatus, QuotaUnavailable, Versioned, status_from_json, status_to_json
 
 log = logging.getLogger("kgwe.quota.file")
+
+T = TypeVar("T")
 
 QUOTA_STORE_ERRORS = Counter(
     "kgwe_quota_store_errors",
@@ -79,6 +82,7 @@ class FileQuotaStore:
         # file lock, so the polling is only between processes: with every request thread polling, waiters
         # slept through most of the time the file lock was free.
         self._threads = threading.Lock()
+        self._lock_file: tuple[Any, int] = (None, 0)
 
     @contextlib.contextmanager
     def _locked(self, timeout: float | None) -> Iterator[None]:
@@ -93,27 +97,55 @@ class FileQuotaStore:
         finally:
             self._threads.release()
 
+    def _lock_handle(self) -> Any:
+        """The lock file, opened once per process (call with `_threads` held).
+
+        `flock` belongs to the open file description: a handle inherited across a fork would be one
+        lock shared by parent and child, so a process never uses a handle another process opened.
+        """
+        handle, pid = self._lock_file
+        if handle is None or pid != os.getpid() or handle.closed:
+            handle = open(self._lock_path, "a+b")  # noqa: SIM115 - kept open for the store's life
+            self._lock_file = (handle, os.getpid())
+        return handle
+
     @contextlib.contextmanager
     def _flocked(self, wait: float, give_up: float) -> Iterator[None]:
-        with open(self._lock_path, "a+b") as handle:
-            pause = _FIRST_SLEEP
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    left = give_up - time.monotonic()
-                    if left <= 0:
-                        QUOTA_STORE_ERRORS.labels("lock_timeout").inc()
-                        raise QuotaUnavailable(
-                            f"quota state {self.path} stayed locked by another worker for {wait:.3g}s"
-                        ) from None
-                    time.sleep(min(pause, left))
-                    pause = min(pause * 2, _MAX_SLEEP)
+        pause = _FIRST_SLEEP
+        while True:
             try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle = self._lock_handle()
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    QUOTA_STORE_ERRORS.labels("lock_timeout").inc()
+                    raise QuotaUnavailable(
+                        f"quota state {self.path} stayed locked by another worker for {wait:.3g}s"
+                    ) from None
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, _MAX_SLEEP)
+                continue
+            except OSError as exc:
+                QUOTA_STORE_ERRORS.labels("io").inc()
+                raise QuotaUnavailable(f"quota lock {self._lock_path} could not be taken: {exc}") from exc
+            if self._still_the_lock_file(handle):
+                break
+            # The lock file was removed or replaced while we held it open: a lock on it excludes nobody.
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _still_the_lock_file(self, handle: Any) -> bool:
+        try:
+            current = os.stat(self._lock_path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(handle.fileno())
+        return (current.st_ino, current.st_dev) == (held.st_ino, held.st_dev)
 
     def _corrupt(self, reason: str, stat: os.stat_result | None) -> QuotaStateCorrupt:
         QUOTA_STORE_ERRORS.labels("corrupt").inc()
@@ -198,3 +230,21 @@ class FileQuotaStore:
             data[quota] = {"version": current + 1, "status": status_to_json(status)}
             self._store(data)
             return True
+
+    def transact(
+        self, quota: str, change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]], *, timeout: float | None
+    ) -> T:
+        """Read, change and write one quota's status under one lock: the path `/validate` takes.
+
+        Half the lock round trips and file reads of `read` + `write`, and no lost race to retry: with
+        several workers this lock is what they queue on.
+        """
+        with self._locked(timeout):
+            data = self._load()
+            entry = data.get(quota) or {}
+            status = status_from_json(entry.get("status"))
+            new_status, result = change(status)
+            if new_status is not None and new_status != status:
+                data[quota] = {"version": int(entry.get("version", 0)) + 1, "status": status_to_json(new_status)}
+                self._store(data)
+            return result

@@ -69,6 +69,19 @@ class QuotaStore(Protocol):
     def write(self, quota: str, status: QuotaStatus, version: str, *, timeout: float | None = None) -> bool: ...
 
 
+class TransactionalQuotaStore(QuotaStore, Protocol):
+    """A store that can hold its lock across read, change and write (one process's memory, a locked file).
+
+    `transact` reads the status, applies `change` and stores its new status (when it returned one) as one
+    step no other writer can interleave with: one lock and one read instead of the compare-and-swap's two
+    of each. Raises QuotaUnavailable like `read` and `write`.
+    """
+
+    def transact(
+        self, quota: str, change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]], *, timeout: float | None
+    ) -> T: ...
+
+
 def remaining(deadline: float | None) -> float | None:
     """Seconds left before a `time.monotonic()` deadline; QuotaUnavailable once it has passed."""
     if deadline is None:
@@ -95,8 +108,11 @@ def update_status(
     the next read, and `change` sees it there.
     """
     errors = 0
+    transact = getattr(store, "transact", None)
     for attempt in range(max_attempts):
         try:
+            if transact is not None:  # a TransactionalQuotaStore: no lost races to retry
+                return transact(quota, change, timeout=remaining(deadline))  # type: ignore[no-any-return]
             current = store.read(quota, timeout=remaining(deadline))
             new_status, result = change(current.status)
             if new_status is None or new_status == current.status:
@@ -133,6 +149,16 @@ class InMemoryQuotaStore:
                 return False
             self._states[quota] = (current + 1, status)
             return True
+
+    def transact(
+        self, quota: str, change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]], *, timeout: float | None
+    ) -> T:
+        with self._lock:
+            version, status = self._states.get(quota, (0, QuotaStatus()))
+            new_status, result = change(status)
+            if new_status is not None and new_status != status:
+                self._states[quota] = (version + 1, new_status)
+            return result
 
 
 # --- status <-> TenantQuota JSON (`status.reservations`, `status.used`) ---------------------------------

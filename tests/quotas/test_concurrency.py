@@ -72,3 +72,45 @@ def test_parallel_admissions_of_mixed_sizes_never_exceed_the_limit(store_backend
     # A pod was refused only because the GPUs it asked for were no longer free.
     smallest_refused = min((ask for ask, decision in results if not decision.allowed), default=None)
     assert smallest_refused is None or admitted + smallest_refused > LIMIT
+
+
+def _worker_admissions(path: str, name: str, quota: dict[str, Any], worker: int, count: int, results: Any) -> None:
+    from policies.quota.file_store import FileQuotaStore
+
+    service = QuotaService(FileQuotaStore(path, durable=False), lambda _: None, grace_seconds=600)
+    allowed = 0
+    for index in range(count):
+        pod = charge(name, f"w{worker}-pod-{index}", Decimal(1), H100, uid=f"w{worker}-uid-{index}")
+        if service.check(pod, name, [quota], [], dry_run=False, deadline=time.monotonic() + 60).allowed:
+            allowed += 1
+    results.put(allowed)
+
+
+def test_worker_processes_sharing_the_state_file_never_exceed_the_limit(tmp_path: Any) -> None:
+    """`kgwe serve`'s workers are processes, each with its own store on one file: their one-lock
+    transactions (read, change, write) never lose a reservation to each other."""
+    import multiprocessing
+
+    name = unique_name("workers")
+    quota = {
+        "apiVersion": "kgwe.io/v1alpha1", "kind": "TenantQuota", "metadata": {"name": name},
+        "spec": {"tenant": name, "namespaces": [name], "limits": [{"acceleratorType": H100, "gpus": 40}]},
+    }
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    path = str(tmp_path / "quota-state.json")
+    workers = [
+        context.Process(target=_worker_admissions, args=(path, name, quota, worker, 30, results)) for worker in range(3)
+    ]
+    for process in workers:
+        process.start()
+    admitted = [results.get(timeout=120) for _ in workers]
+    for process in workers:
+        process.join(timeout=30)
+        assert process.exitcode == 0
+    assert sum(admitted) == 40  # 90 asked for one GPU each; exactly the limit was taken
+    from policies.quota.file_store import FileQuotaStore
+
+    reservations = FileQuotaStore(path).read(name).status.reservations
+    assert len(reservations) == 40
+    assert len({r.pod for r in reservations}) == 40

@@ -43,6 +43,10 @@ class CountingStore(InMemoryQuotaStore):
         self.calls += 1
         return super().write(quota, status, version, timeout=timeout)
 
+    def transact(self, quota: str, change: Any, *, timeout: float | None) -> Any:
+        self.calls += 1
+        return super().transact(quota, change, timeout=timeout)
+
 
 @pytest.fixture
 def clock() -> Clock:
@@ -300,3 +304,23 @@ def test_profile_refusal_carries_no_type_note(service: QuotaService) -> None:
                                                    "limits": [{"profile": "flex", "gpus": 2}]}}]
     refused = admit(service, charge("t", "a", 3, A100, H100, profile="flex"), "t", quotas)
     assert refused.message == "tenant t: profile flex 0 of 2 GPUs in use, this pod asks for 3"
+
+
+def test_a_reservation_ends_when_the_pod_list_shows_its_pod(
+    service: QuotaService, store: CountingStore, example_quotas: list[dict[str, Any]]
+) -> None:
+    """The status holds only pods the pod list does not show yet: it stays small under a steady stream of
+    admissions instead of growing with every pod admitted in the grace period."""
+    quotas = team_a(example_quotas)
+    listed: list[PodCharge] = []
+    for index in range(6):
+        pod = charge("team-a", f"r-{index}", 1, H100, uid=f"uid-{index}", tenant="team-a")
+        assert admit(service, pod, "team-a", quotas, listed).allowed
+        listed.append(charge("team-a", f"r-{index}", 1, H100, uid=f"uid-{index}", tenant="team-a"))
+    # Each admission dropped the reservations of the pods listed by then: only the last one is held.
+    assert [r.pod for r in store.read("team-a").status.reservations] == ["team-a/r-5"]
+    # A listed pod is counted once, by the list: 6 of 8 used, so a 2-GPU pod fits and a third does not.
+    assert admit(service, charge("team-a", "two", 2, H100, uid="uid-two"), "team-a", quotas, listed).allowed
+    refused = admit(service, charge("team-a", "one", 1, H100, uid="uid-one"), "team-a", quotas, listed)
+    assert not refused.allowed
+    assert "8 of 8 GPUs in use" in refused.message
