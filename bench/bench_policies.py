@@ -188,23 +188,16 @@ def _rego_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
 
 
 def _cel_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
-    cel = runtime.cel_engine
-    policies = runtime._set.gpu_policies
-    request = ctx.request
+    """The CEL half of a check as the runtime runs it: match conditions, then validations, one scope."""
+    from policies.runtime import _CelScope
+
+    policy_set = runtime._set
 
     def run() -> None:
-        activations: dict[bytes, Any] = {}
-        for policy in policies:
-            activation = activations.get(policy.params_key)
-            if activation is None:
-                activation = activations[policy.params_key] = cel.activation({
-                    "object": request["object"], "oldObject": request.get("oldObject"), "request": request,
-                    "params": policy.params, "namespaceObject": ctx.namespace_object,
-                })
-            for _, program in policy.match_conditions:
-                program.evaluate(activation)
-            for validation in policy.validations:
-                validation.expression.evaluate(activation)
+        scope = _CelScope(policy_set)
+        failures: list[Any] = []
+        for policy in runtime._active(policy_set, ctx, lambda p: bool(p.validations), failures, scope):
+            runtime._validate(policy, ctx, scope)
 
     return run
 

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from policies.api import (
@@ -23,7 +24,15 @@ from policies.api import (
     ReloadReport,
     Violation,
 )
-from policies.engines.cel import CelEngine, CelEngineName, CelEvaluationError, CelProgram, build_cel_engine
+from policies.engines.cel import (
+    PARAMS_TABLE,
+    CelEngine,
+    CelEngineName,
+    CelEvaluationError,
+    CelProgram,
+    build_cel_engine,
+    uses_params,
+)
 from policies.engines.health import EngineHealth, UnreachablePrepared
 from policies.engines.native_builtins import Declined, NativeBuiltins, native_units
 from policies.engines.rego import (
@@ -69,6 +78,23 @@ ENGINE_POLICY = "kgwe.policy-engine"  # the name violations about the engine its
 
 class PolicyEngineError(RuntimeError):
     """Raised by `decide_placement` in fail-closed mode when the engine could not decide."""
+
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class _CelFailure:
+    reason: str
+
+
+@dataclass
+class _CelScope:
+    """One request's CEL state: its activations (one, or one per distinct params) and the values computed."""
+
+    policy_set: PolicySet
+    activations: dict[bytes, Any] = field(default_factory=dict)
+    values: dict[tuple[str, bytes], Any] = field(default_factory=dict)
 
 
 class _EvaluationFailed(Exception):
@@ -127,6 +153,7 @@ class PolicyRuntime:
         # Default: with the embedded engine only; an OPA engine the operator chose stays the one that answers.
         self.native_builtins = rego_engine.name == "regorus" if native_builtins is None else native_builtins
         self._native: tuple[PolicySet, NativeBuiltins | None] | None = None
+        self._params: tuple[PolicySet, dict[str, Any]] | None = None
 
     @property
     def rego_engine_name(self) -> str:
@@ -305,7 +332,7 @@ class PolicyRuntime:
         started = time.perf_counter()
         violations: list[Violation] = []
         try:
-            activations: dict[bytes, Any] = {}  # one CEL activation per distinct params, shared by all phases
+            activations = _CelScope(policy_set)  # the request's CEL activations and values, shared by all phases
             active = self._active(policy_set, ctx, lambda p: bool(p.validations) or _has_rules(p, "deny", "warn"),
                                   violations, activations)
             for policy in active:
@@ -327,7 +354,7 @@ class PolicyRuntime:
         started = time.perf_counter()
         failures: list[Violation] = []
         try:
-            active = self._active(policy_set, ctx, lambda p: _has_rules(p, "decision"), failures, {})
+            active = self._active(policy_set, ctx, lambda p: _has_rules(p, "decision"), failures, _CelScope(policy_set))
             if failures:
                 raise PolicyEngineError(failures[0].message)
             try:
@@ -361,7 +388,7 @@ class PolicyRuntime:
         violations: list[Violation] = []
         decision = PlacementDecision()
         try:
-            activations: dict[bytes, Any] = {}
+            activations = _CelScope(policy_set)
             active = self._active(
                 policy_set, ctx, lambda p: bool(p.validations) or _has_rules(p, "deny", "warn", "decision"),
                 violations, activations,
@@ -398,7 +425,7 @@ class PolicyRuntime:
 
     def _active(
         self, policy_set: PolicySet, ctx: PolicyContext, wanted: Callable[[CompiledGPUPolicy], bool],
-        failures: list[Violation], activations: dict[bytes, Any],
+        failures: list[Violation], activations: _CelScope,
     ) -> list[CompiledGPUPolicy]:
         """GPUPolicies whose match rules and CEL match conditions hold, filtered before any engine runs."""
         active = []
@@ -412,22 +439,52 @@ class PolicyRuntime:
                 failures.extend(self._failure_violations(failed))
         return active
 
-    def _activation(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: dict[bytes, Any]) -> Any:
-        activation = cache.get(policy.params_key)
+    def _activation(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: _CelScope) -> Any:
+        shared = self.cel_engine.shares_activation
+        key = b"" if shared else policy.params_key
+        activation = cache.activations.get(key)
         if activation is None:
             request = ctx.request
-            activation = self.cel_engine.activation({
+            variables = {
                 "object": request.get("object"),
                 "oldObject": request.get("oldObject"),
                 "request": request,
-                "params": policy.params,
+                "params": None if shared else policy.params,
                 "namespaceObject": ctx.namespace_object,
-            })
-            cache[policy.params_key] = activation
+            }
+            if shared:  # converting the request is most of a first evaluation's cost: once per request
+                variables[PARAMS_TABLE] = self._params_table(cache.policy_set)
+            activation = self.cel_engine.activation(variables)
+            cache.activations[key] = activation
         return activation
 
+    def _params_table(self, policy_set: PolicySet) -> dict[str, Any]:
+        cached = self._params
+        if cached is None or cached[0] is not policy_set:
+            self._params = cached = (policy_set, {p.params_slot: p.params for p in policy_set.gpu_policies})
+        return cached[1]
+
     def _eval_cel(
-        self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: dict[bytes, Any]
+        self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: _CelScope
+    ) -> Any:
+        # One expression over one request (and one params, where it reads them) has one value, however
+        # many policies state it: shared match conditions and checks are evaluated once per request.
+        memo_key = (program.source, policy.params_key if uses_params(program.source) else b"")
+        known = cache.values.get(memo_key, _UNSET)
+        if known is not _UNSET:
+            if isinstance(known, _CelFailure):
+                raise _EvaluationFailed(self.cel_engine.name, policy.name, known.reason)
+            return known
+        try:
+            value = self._eval_cel_once(policy, program, ctx, cache)
+        except _EvaluationFailed as failed:
+            cache.values[memo_key] = _CelFailure(failed.reason)
+            raise
+        cache.values[memo_key] = value
+        return value
+
+    def _eval_cel_once(
+        self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: _CelScope
     ) -> Any:
         activation = self._activation(policy, ctx, cache)
         started, wall = time.thread_time(), time.perf_counter()
@@ -444,14 +501,14 @@ class PolicyRuntime:
             )
         return value
 
-    def _cel_true(self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: dict[bytes, Any]
+    def _cel_true(self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: _CelScope
                   ) -> bool:
         value = self._eval_cel(policy, program, ctx, cache)
         if not isinstance(value, bool):
             raise _EvaluationFailed(self.cel_engine.name, policy.name, f"{program.source!r} did not return a bool")
         return value
 
-    def _validate(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: dict[bytes, Any]) -> list[Violation]:
+    def _validate(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: _CelScope) -> list[Violation]:
         found = []
         for validation in policy.validations:
             try:

@@ -9,12 +9,18 @@ server loads them in each worker after the fork.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from policies.engines import cel_k8s_library as lib
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
+# Every policy's params, by slot, in the one activation a request shares (engines with
+# `shares_activation`). Not a variable policy authors can name: their expressions are checked in an
+# environment without it.
+PARAMS_TABLE = "kgwe__params"
 # Longest expression accepted; Kubernetes bounds CEL by estimated cost, we bound the text and the time.
 MAX_EXPRESSION_CHARS = 5000
 
@@ -38,9 +44,15 @@ class CelProgram(Protocol):
 
 class CelEngine(Protocol):
     name: str
+    # True when programs from `compile_for_policy` read `params` from PARAMS_TABLE: then one activation
+    # per request (with PARAMS_TABLE set) serves every policy, whatever its params.
+    shares_activation: bool
 
     def compile(self, expression: str) -> CelProgram:
         """Raises CelCompileError with the engine's message."""
+
+    def compile_for_policy(self, expression: str, params_slot: str) -> CelProgram:
+        """`compile`, for a policy whose params are PARAMS_TABLE[params_slot] in a shared activation."""
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         """Converts the variables once so several programs can share them."""
@@ -151,26 +163,53 @@ class CelExprPythonEngine:
                 member("string_findAll_n", cel.Type.List(string), [string, string, integer], lib.regex_find_all),
             ]),
         ]
-        # Our library goes last as an extension: list `indexOf` then merges with the strings extension's.
-        self._env = cel.NewEnv(
-            variables=dict.fromkeys(CEL_VARIABLES, dyn),
-            extensions=[
-                ext_optional.ExtOptional(), ext_strings.ExtStrings(), ext_bindings.ExtBindings(), ext_math.ExtMath(),
-                cel.CelExtension("kubernetes", functions),
-            ],
-        )
+        def environment(variables: tuple[str, ...]) -> Any:
+            # Our library goes last as an extension: list `indexOf` then merges with the strings extension's.
+            return cel.NewEnv(
+                variables=dict.fromkeys(variables, dyn),
+                extensions=[
+                    ext_optional.ExtOptional(), ext_strings.ExtStrings(), ext_bindings.ExtBindings(),
+                    ext_math.ExtMath(), cel.CelExtension("kubernetes", functions),
+                ],
+            )
 
-    def compile(self, expression: str) -> CelProgram:
+        # Expressions are checked against the variables Kubernetes defines, and run in an environment that
+        # also holds PARAMS_TABLE, where every activation is made.
+        self._env = environment(CEL_VARIABLES)
+        self._run_env = environment((*CEL_VARIABLES, PARAMS_TABLE))
+
+    shares_activation = True
+
+    def _checked(self, expression: str) -> None:
         _check_length(expression)
         try:
-            return _CppProgram(expression, self._env.compile(expression), self._cel.Type.ERROR)
+            self._env.compile(expression)
         except Exception as exc:
             raise CelCompileError(str(exc).strip()) from exc
 
+    def _program(self, source: str, runnable: str) -> CelProgram:
+        try:
+            return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR)
+        except Exception as exc:
+            raise CelCompileError(str(exc).strip()) from exc
+
+    def compile(self, expression: str) -> CelProgram:
+        self._checked(expression)
+        return self._program(expression, expression)
+
+    def compile_for_policy(self, expression: str, params_slot: str) -> CelProgram:
+        self._checked(expression)
+        if not uses_params(expression):
+            return self._program(expression, expression)
+        # `cel.bind` makes `params` a local of the expression, bound to this policy's entry of the table:
+        # the expression means what it says, and one activation serves every policy.
+        slot = params_slot.replace("\\", "").replace("'", "")
+        return self._program(expression, f"cel.bind(params, {PARAMS_TABLE}['{slot}'], ({expression}\n))")
+
     def activation(self, variables: Mapping[str, Any]) -> Any:
-        full = dict.fromkeys(CEL_VARIABLES)
+        full = dict.fromkeys((*CEL_VARIABLES, PARAMS_TABLE))
         full.update(variables)
-        return self._env.Activation(full)
+        return self._run_env.Activation(full)
 
 
 # -- cel-python (celpy) ------------------------------------------------------------------------
@@ -218,6 +257,7 @@ class CelPythonEngine:
     """Pure-Python `cel-python`: slow, no optional syntax, but runs anywhere Python does."""
 
     name = "cel-python"
+    shares_activation = False  # one activation per distinct params
 
     def __init__(self) -> None:
         import celpy
@@ -258,10 +298,22 @@ class CelPythonEngine:
             raise CelCompileError(str(exc).strip()) from exc
         return _PyProgram(expression, runner)
 
+    def compile_for_policy(self, expression: str, params_slot: str) -> CelProgram:
+        return self.compile(expression)
+
     def activation(self, variables: Mapping[str, Any]) -> Any:
         full: dict[str, Any] = dict.fromkeys(CEL_VARIABLES)
         full.update(variables)
         return {name: self._celpy.json_to_cel(value) for name, value in full.items()}
+
+
+_PARAMS_WORD = re.compile(r"\bparams\b")
+
+
+@functools.lru_cache(maxsize=4096)
+def uses_params(expression: str) -> bool:
+    """Whether the expression may read `params` (a cautious textual test: a false True only costs sharing)."""
+    return _PARAMS_WORD.search(expression) is not None
 
 
 def build_cel_engine(name: CelEngineName = "cel-expr-python") -> CelEngine:

@@ -72,7 +72,13 @@ class CompiledGPUPolicy:
     rego_module: str | None
     rego_info: RegoModuleInfo | None
     fingerprint: str  # changes whenever the spec changes; reload compares it
-    params_key: bytes = field(default=b"")  # canonical JSON of params: policies sharing it share a CEL activation
+    params_key: bytes = field(default=b"")  # canonical JSON of params: the same params, the same CEL values
+    params_slot: str = ""  # this policy's params in the request's shared CEL activation (params_slot())
+
+
+def params_slot(params_key: bytes) -> str:
+    """A short name for one params document: its entry in a shared CEL activation's params table."""
+    return hashlib.sha256(params_key).hexdigest()[:24]
 
 
 def fingerprint(obj: Mapping[str, Any]) -> str:
@@ -109,12 +115,12 @@ def _match_rules(spec: Mapping[str, Any], errors: list[str]) -> MatchRules:
     )
 
 
-def _compile(cel: CelEngine, where: str, expression: Any, errors: list[str]) -> CelProgram | None:
+def _compile(cel: CelEngine, where: str, expression: Any, errors: list[str], params_slot: str) -> CelProgram | None:
     if not isinstance(expression, str):
         errors.append(f"{where}: expression must be a string")
         return None
     try:
-        return cel.compile(expression)
+        return cel.compile_for_policy(expression, params_slot)
     except CelCompileError as exc:
         errors.append(f"{where}: {exc}")
         return None
@@ -130,18 +136,25 @@ def compile_gpu_policy(obj: Mapping[str, Any], cel: CelEngine) -> CompiledGPUPol
     if action not in ENFORCEMENT_ACTIONS:
         errors.append(f"spec.enforcementAction: {action!r} is not one of {', '.join(ENFORCEMENT_ACTIONS)}")
     match = _match_rules(spec, errors)
+    params = spec.get("params") or {}
+    if not isinstance(params, dict):
+        errors.append("spec.params must be an object")
+        params = {}
+    params_key = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
+    slot = params_slot(params_key)
     conditions: list[tuple[str, CelProgram]] = []
     for index, condition in enumerate(spec.get("matchConditions") or []):
-        program = _compile(cel, f"spec.matchConditions[{index}]", condition.get("expression"), errors)
+        program = _compile(cel, f"spec.matchConditions[{index}]", condition.get("expression"), errors, slot)
         if program is not None:
             conditions.append((str(condition.get("name") or index), program))
     validations: list[CelValidation] = []
     for index, validation in enumerate(spec.get("validations") or []):
         where = f"spec.validations[{index}]"
-        program = _compile(cel, where, validation.get("expression"), errors)
+        program = _compile(cel, where, validation.get("expression"), errors, slot)
         message_program = None
         if validation.get("messageExpression") is not None:
-            message_program = _compile(cel, f"{where}.messageExpression", validation["messageExpression"], errors)
+            message_program = _compile(cel, f"{where}.messageExpression", validation["messageExpression"], errors,
+                                     slot)
         if program is not None:
             default = f"failed expression: {program.source}"
             validations.append(CelValidation(program, str(validation.get("message") or default), message_program))
@@ -152,10 +165,6 @@ def compile_gpu_policy(obj: Mapping[str, Any], cel: CelEngine) -> CompiledGPUPol
             info = inspect_module(str(module))
         except RegoSourceError as exc:
             errors.append(f"spec.rego.module: {exc}")
-    params = spec.get("params") or {}
-    if not isinstance(params, dict):
-        errors.append("spec.params must be an object")
-        params = {}
     if not (validations or info or errors):
         errors.append("a GPUPolicy needs validations or a rego module")
     if errors:
@@ -170,5 +179,6 @@ def compile_gpu_policy(obj: Mapping[str, Any], cel: CelEngine) -> CompiledGPUPol
         rego_module=str(module) if module is not None else None,
         rego_info=info,
         fingerprint=fingerprint(obj),
-        params_key=orjson.dumps(params, option=orjson.OPT_SORT_KEYS),
+        params_key=params_key,
+        params_slot=slot,
     )
