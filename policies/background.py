@@ -142,12 +142,17 @@ class Task:
         return self._stopping.is_set()
 
     def start(self) -> None:
-        """Start the thread (an on-demand task only arms itself: `wake()` starts it). A running task is left be."""
+        """Start the thread; a running task is left be. An on-demand task only arms itself (`wake()` starts
+        it), unless `run_at_start`: then it runs once now."""
         with self._guard:
             self._stopping.clear()
-            if self.on_demand or (self._thread is not None and self._thread.is_alive()):
+            if self._thread is not None and self._thread.is_alive():
                 return
-            self._thread = self._spawn(self._periodic)
+            if not self.on_demand:
+                self._thread = self._spawn(self._periodic)
+            elif self.run_at_start:
+                self._woken.set()
+                self._thread = self._spawn(self._on_demand)
 
     def wake(self) -> None:
         """Run now: an on-demand task starts its thread if none runs; a periodic task ends its current wait."""

@@ -83,11 +83,9 @@ class LeaderElector:
         self._observed_at = 0.0
         self._was_leader = False
         # One round every retry_seconds, the first at start; stopping releases the lease. Without an API
-        # server there is nothing to renew: no task, `start` only announces the leadership it always has.
-        self.task: Task | None = None
-        if self.api is not None:
-            self.task = Task("leader-election", self.run_round, interval=retry_seconds, run_at_start=True,
-                             on_stop=self.release)
+        # server there is nothing to renew: one round at start announces the lead this replica always has.
+        self.task = Task("leader-election", self.run_round, interval=retry_seconds if self.api is not None else None,
+                         run_at_start=True, on_stop=self.release)
         self.retry_seconds = retry_seconds
 
     @property
@@ -98,7 +96,7 @@ class LeaderElector:
     @retry_seconds.setter
     def retry_seconds(self, seconds: float) -> None:
         self._retry_seconds = seconds
-        if self.task is not None:
+        if self.api is not None:
             self.task.interval = seconds
 
     @property
@@ -188,17 +186,11 @@ class LeaderElector:
 
     # -- the task ---------------------------------------------------------------------------------
     def start(self) -> None:
-        """Run the election alone (a supervisor starts `task` itself); without an API server, announce the lead."""
-        if self.task is None:
-            self._notify()
-            return
+        """Run the election alone (under a supervisor, the supervisor starts `task`)."""
         self.task.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the election and release the lease (the task's stop hook; without a task, release directly)."""
-        if self.task is None:
-            self.release()
-            return
+        """Stop the election and release the lease (the task's stop hook)."""
         self.task.stop(timeout)
 
     def run_round(self) -> None:

@@ -34,15 +34,12 @@ class Controllers:
 
     def tasks(self) -> list[Task]:
         """The election first (stopped last: it releases the lease once the controllers have ended)."""
-        tasks = [self.elector.task] if self.elector.task is not None else []
-        tasks.append(self.bound_pods.task)
+        tasks = [self.elector.task, self.bound_pods.task]
         if self.gangs is not None:
             tasks.append(self.gangs.task)
         return tasks
 
     def start(self) -> None:
-        if self.elector.task is None:
-            self.elector.start()  # no API server: nothing to elect, it announces the lead it always has
         self.supervisor.start()
 
     def stop(self) -> None:
