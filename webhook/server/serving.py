@@ -157,6 +157,8 @@ def run_worker(
         runtime.store, options.config, assembly.api_client,
         gang_store=runtime.gangs.store if runtime.gangs is not None else None,
     )
+    for task in assembly.source_tasks:  # running already; supervised so that they are reported and stopped too
+        controllers.supervisor.add(task)
 
     def follow_config(config: Config) -> None:
         controllers.bound_pods.config = config
