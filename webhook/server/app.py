@@ -267,7 +267,6 @@ def create_app(
     # FastAPI describes only its own routes; the plain routes below are described in webhook/server/openapi.py.
     app.openapi = lambda: add_shell_routes(generated_openapi())  # type: ignore[method-assign]
     app.state.certificate = certificate
-    app.state.background = tasks
     callers = authenticator or CallerAuthenticator(runtime.config.authentication)
     app.router.routes.extend([
         Route("/mutate", AdmissionEndpoint(runtime, "mutate", True, executor, callers).handle, methods=["POST"]),
