@@ -15,7 +15,6 @@ the HTTP shell can tell the API server from anyone else (webhook/server/callers.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import os
@@ -95,7 +94,9 @@ def _load_pair(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
 
 
 class ReloadingSSLContext:
-    """Owns `context`; call `reload_if_changed()` (or run `run()` on the server's event loop)."""
+    """Owns `context`; call `reload_if_changed()` every `poll_seconds` on the thread that does the handshakes
+    (`kgwe serve` does so from its `certificate-reload` task, webhook/server/serving_loop.py), so that no
+    handshake sees a half-load."""
 
     def __init__(
         self,
@@ -164,9 +165,3 @@ class ReloadingSSLContext:
         if self.on_load is not None:
             self.on_load(certificate)
         return True
-
-    async def run(self) -> None:
-        """Poll forever; run it on the event loop that does the handshakes, so no handshake sees a half-load."""
-        while True:
-            await asyncio.sleep(self.poll_seconds)
-            self.reload_if_changed()

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from policies.background import Task
 from policies.quota.store import QuotaStore
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
@@ -49,6 +50,8 @@ class Assembly:
     runtime: Runtime
     api_client: Any | None  # kubernetes ApiClient when the cluster is read from the API; else None
     stop_source: Callable[[], None]  # stops the directory watch or the API watch (a no-op when none runs)
+    # The running source's background tasks (policies/background.py), for a supervisor to report and stop.
+    source_tasks: list[Task] = field(default_factory=list)
 
 
 def workload_kind_names(config: Config) -> list[str]:
@@ -100,7 +103,7 @@ def from_directory(
     else:
         source.load()
     runtime = build_runtime(config, None, store=store, quota_store=quota_store, gang_store=gang_store)
-    return Assembly(runtime, None, source.stop if watch else _nothing)
+    return Assembly(runtime, None, source.stop if watch else _nothing, [source.task] if watch else [])
 
 
 def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
@@ -150,4 +153,4 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
         gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
     )
     runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
-    return Assembly(runtime, api, source.stop)
+    return Assembly(runtime, api, source.stop, list(source.tasks))

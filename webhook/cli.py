@@ -23,12 +23,12 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
         "policies.loading.testing", "args", "policy tools: `kgwe policy test [DIR]` runs Rego tests and CEL cases"
     ),
     "agent": ("agent.main", "args", "the node agent (NVML discovery, topology publishing)"),
-    "certs": ("certs.cli", "args", "make, renew and rotate certificates; patch caBundle"),
-    "nodes": ("webhook.reports.cli", "command", "the node view: accelerator types, GPUs, topology"),
-    "profiles": ("webhook.reports.cli", "command", "hardware profiles with availability and price"),
-    "audit": ("webhook.reports.cli", "command", "check existing pods against the policies"),
-    "costs": ("webhook.reports.cli", "command", "GPU cost of running pods by tenant and type"),
-    "gangs": ("webhook.reports.cli", "command", "gangs: size, members present and bound, room, why waiting"),
+    "certs": ("certs.commands", "args", "make, renew and rotate certificates; patch caBundle"),
+    "nodes": ("webhook.reports.commands", "command", "the node view: accelerator types, GPUs, topology"),
+    "profiles": ("webhook.reports.commands", "command", "hardware profiles with availability and price"),
+    "audit": ("webhook.reports.commands", "command", "check existing pods against the policies"),
+    "costs": ("webhook.reports.commands", "command", "GPU cost of running pods by tenant and type"),
+    "gangs": ("webhook.reports.commands", "command", "gangs: size, members present and bound, room, why waiting"),
 }
 
 

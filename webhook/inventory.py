@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from policies.background import Task
 from policies.gpu_demand import GpuDemand, mig_compute_slices, pod_gpu_demand
 from policies.quota.check import UsageLine, usage_lines
 from policies.quota.model import (
@@ -630,7 +631,10 @@ class InventoryCache:
         self._key: tuple[int, int] | None = None
         self._built = 0.0
         self._views: dict[str, tuple[View, Callable[[dict[str, Any]], Any]]] = {}
-        self._rebuilding = False
+        # On demand (with `background`): a read that finds the answer stale wakes it and keeps the previous
+        # answer; a failed rebuild waits for the next read's wake.
+        self._rebuilder = Task("inventory-rebuild", self._rebuild_wanted, interval=None,
+                               on_error=lambda _exc: log.exception("rebuilding the inventory failed"))
 
     def _wanted_key(self) -> tuple[tuple[int, int], ClusterModel, Config] | None:
         """The snapshot and configuration to build from, or None while the current build is good."""
@@ -657,22 +661,16 @@ class InventoryCache:
         self._key = key
         self._built = time.monotonic()
 
-    def _rebuild_in_background(self, key: tuple[int, int], model: ClusterModel, config: Config) -> None:
-        def rebuild() -> None:
-            try:
-                state = self._build(model, config)
-                with self._lock:
-                    self._install(key, state)
-            except Exception:  # keep serving the previous answer; the next request tries again
-                log.exception("rebuilding the inventory failed")
-            finally:
-                self._rebuilding = False
-
+    def _rebuild_wanted(self) -> None:
+        """The `inventory-rebuild` task's body: build from the snapshot and configuration wanted now, if any
+        (a wake that came while the previous build ran finds nothing left to do)."""
+        wanted = self._wanted_key()
+        if wanted is None:
+            return
+        key, model, config = wanted
+        state = self._build(model, config)
         with self._lock:
-            if self._rebuilding:
-                return
-            self._rebuilding = True
-        threading.Thread(target=rebuild, name="kgwe-inventory", daemon=True).start()
+            self._install(key, state)
 
     def _current(self) -> tuple[Inventory, dict[str, Any]]:
         wanted = self._wanted_key()
@@ -681,7 +679,7 @@ class InventoryCache:
             return state
         idle = time.monotonic() - self._built >= self.max_age_seconds
         if state is not None and self.background and wanted is not None and not idle:
-            self._rebuild_in_background(*wanted)
+            self._rebuilder.wake()
             return state
         with self._lock:
             wanted = self._wanted_key()

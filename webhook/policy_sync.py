@@ -7,7 +7,6 @@ compiles. In a cluster the outcome is written back as a `Ready` condition on eac
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from policies.background import Task
 from webhook.runtime import Runtime
 
 log = logging.getLogger("kgwe.policy_sync")
@@ -61,13 +61,24 @@ def condition_for(name: str, statuses: list[Any]) -> dict[str, Any]:
 
 
 class PolicySync:
-    """A background task for `kgwe serve`."""
+    """The `policy-sync` task of `kgwe serve` (`task`): every `interval` seconds, `sync_once`."""
 
     def __init__(self, runtime: Runtime, interval: float = 2.0, write_status: StatusWriter | None = None) -> None:
         self.runtime = runtime
         self.interval = interval
         self.write_status = write_status
         self._last = ""
+        self._primed = False
+        # The first run, at start, only takes the fingerprint: build_runtime compiled this set already.
+        self.task = Task("policy-sync", self._tick, interval=interval, run_at_start=True,
+                         on_error=lambda _exc: log.exception("policy sync failed; the current set keeps serving"))
+
+    def _tick(self) -> None:
+        if not self._primed:
+            self._last = _fingerprint(self.runtime)
+            self._primed = True
+            return
+        self.sync_once()
 
     def sync_once(self) -> bool:
         """Reload when something changed; True when a reload happened."""
@@ -98,12 +109,3 @@ class PolicySync:
                 except Exception as exc:  # a status write must never stop policy serving
                     log.warning("GPUPolicy %s: status not written: %s", name, exc)
         return True
-
-    async def run(self) -> None:
-        self._last = _fingerprint(self.runtime)  # build_runtime compiled this set already
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await asyncio.to_thread(self.sync_once)
-            except Exception:
-                log.exception("policy sync failed; the current set keeps serving")

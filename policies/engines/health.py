@@ -4,21 +4,23 @@ Only an out-of-process engine (an OPA server) can be unreachable. When it is, th
 serving: CEL policies and the CEL parts of every GPUPolicy never touch the Rego engine, and the Rego
 policies answer per `policies.failureMode` (see `PolicyRuntime`). This module holds the state the
 runtime consults (`up`, the reason, since when), the `kgwe_policy_engine_up{engine}` gauge, one log line
-per state change, and the background loop that retries with jittered exponential backoff (bounded by
-`max_delay`) until the modules are loaded on the engine again.
+per state change, and the background task (`reconnect-ENGINE`, on demand: it holds a thread only while
+the engine is down) that retries with jittered exponential backoff (bounded by `max_delay`) until the
+modules are loaded on the engine again.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from policies.background import Task
 from policies.engines.rego import RegoCompileError, RegoEngineUnavailable, RegoEngineUnreachable, RegoInput
 from policies.metrics import POLICY_ENGINE_UP
+from policies.vocabulary.backoff import Backoff
 
 log = logging.getLogger("kgwe.policies")
 
@@ -58,8 +60,13 @@ class EngineHealth:
         self._lock = threading.Lock()
         self._down_since: float | None = None  # wall clock, for the /readyz line
         self._reason = ""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._refused: str | None = None  # the refusal last logged, so each distinct one is logged once
+        # Each delay a random share between half and all of first_delay, 2 x first_delay, ... max_delay; the
+        # first attempt, too, waits one delay: the engine has just failed.
+        self.task = Task(
+            f"reconnect-{engine}", self._attempt, interval=None, delay_first=True,
+            backoff=Backoff(base=first_delay, cap=max_delay, factor=2.0, jitter=0.5), on_error=self._attempt_failed,
+        )
         POLICY_ENGINE_UP.labels(engine).set(1)
 
     @property
@@ -79,9 +86,7 @@ class EngineHealth:
                 )
                 POLICY_ENGINE_UP.labels(self.engine).set(0)
             self._reason = reason
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name=f"kgwe-{self.engine}-reconnect", daemon=True)
-                self._thread.start()
+        self.task.wake()  # starts the reconnect task unless it runs already
 
     def mark_up(self) -> None:
         with self._lock:
@@ -101,29 +106,27 @@ class EngineHealth:
                     "follow policies.failureMode, CEL policies are evaluated as usual"]
 
     def close(self) -> None:
-        self._stop.set()
+        """Stop reconnecting (the thread, if any, ends at its next wake-up; nobody waits for it)."""
+        self.task.signal_stop()
 
-    def _loop(self) -> None:
-        delay = self.first_delay
-        refused: str | None = None
-        while not self._stop.wait(random.uniform(delay / 2, delay)):
-            if self.up:
-                return
-            try:
-                self._reconnect()
-            except RegoEngineUnavailable as exc:
-                with self._lock:
-                    self._reason = str(exc)
-            except RegoCompileError as exc:
-                # Reachable but refusing the set that serves elsewhere (another OPA version?): say so once.
-                if str(exc) != refused:
-                    log.error("policy engine %s is reachable but refused the policy set: %s", self.engine, exc)
-                refused = str(exc)
-                with self._lock:
-                    self._reason = f"reachable but refused the policy set: {exc}"
-            except Exception:  # the loop must outlive any surprise; it tries again later
-                log.exception("reconnecting to policy engine %s failed", self.engine)
-            else:
-                self.mark_up()
-                return
-            delay = min(delay * 2, self.max_delay)
+    def _attempt(self) -> None:
+        """One reconnect attempt of the task; it raises while the engine is still unreachable or refusing."""
+        if self.up:
+            return  # marked up meanwhile (a reload reached it)
+        self._reconnect()
+        self.mark_up()
+        self._refused = None
+
+    def _attempt_failed(self, exc: Exception) -> None:
+        if isinstance(exc, RegoEngineUnavailable):
+            with self._lock:
+                self._reason = str(exc)
+        elif isinstance(exc, RegoCompileError):
+            # Reachable but refusing the set that serves elsewhere (another OPA version?): say so once.
+            if str(exc) != self._refused:
+                log.error("policy engine %s is reachable but refused the policy set: %s", self.engine, exc)
+            self._refused = str(exc)
+            with self._lock:
+                self._reason = f"reachable but refused the policy set: {exc}"
+        else:  # the task outlives any surprise; it tries again after the next delay
+            log.exception("reconnecting to policy engine %s failed", self.engine)

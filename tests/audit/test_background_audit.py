@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -221,8 +222,6 @@ def test_only_the_leader_audits(planted: Runtime) -> None:
 
 
 def test_auditor_runs_as_a_background_task_with_rego_and_cel_policies(tmp_path: Path) -> None:
-    import asyncio
-
     cluster = copy_example_cluster(tmp_path / "cluster")
     plant(cluster, "root.yaml", gpu_pod("root-trainer", "ml-research", gpus=2, node="dgx-h100-02", privileged=True))
     # A CEL GPUPolicy tightened after train-llm-0 (4 GPUs) was admitted.
@@ -237,18 +236,14 @@ def test_auditor_runs_as_a_background_task_with_rego_and_cel_policies(tmp_path: 
         pods = {(f.pod, f.policy) for f in auditor.findings}
         return {("root-trainer", "kgwe.admission.privileged"), ("train-llm-0", "max-gpus-per-pod")} <= pods
 
-    async def run_until_both_are_found() -> None:
-        task = asyncio.create_task(auditor.run())
-        try:
-            for _ in range(3000):
-                if done() and writer.writes:
-                    return
-                await asyncio.sleep(0.01)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    asyncio.run(run_until_both_are_found())
+    auditor.task.start()
+    try:
+        for _ in range(3000):
+            if done() and writer.writes:
+                break
+            time.sleep(0.01)
+    finally:
+        auditor.task.stop()
     assert done()
     capped = next(f for f in auditor.findings if f.policy == "max-gpus-per-pod")
     assert (capped.severity, capped.message) == ("high", "the pod asks for 4 GPUs; at most 2 are allowed per pod")

@@ -12,7 +12,7 @@ from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, copy_example_cluster, 
 
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.workloads import MAX_WORKLOADS_PER_KIND
-from webhook.reports.cli import run
+from webhook.reports.commands import run
 
 
 def deployment(name: str, namespace: str, gpus: str, **template_annotations: str) -> dict[str, Any]:

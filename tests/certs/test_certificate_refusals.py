@@ -121,7 +121,7 @@ def test_expired_pair_is_not_served_at_start(cert_paths: CertificatePaths) -> No
 
 
 def test_certs_client_makes_the_api_server_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from certs.cli import run
+    from certs.commands import run
 
     out = tmp_path / "apiserver"
     args = ["client", "--out-dir", str(out), "--service", "hook", "--namespace", "gpu"]

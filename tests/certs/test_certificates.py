@@ -187,7 +187,7 @@ def test_ip_san_is_an_address() -> None:
 def test_certs_generate_reuses_the_ca_and_renews_only_inside_the_window(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from certs.cli import run
+    from certs.commands import run
 
     out = tmp_path / "tls"
     assert run(["generate", "--out-dir", str(out), "--service", "hook", "--namespace", "gpu"]) == 0
@@ -209,7 +209,7 @@ def test_certs_generate_reuses_the_ca_and_renews_only_inside_the_window(
 
 
 def test_certs_cli_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from certs.cli import run
+    from certs.commands import run
 
     with pytest.raises(SystemExit) as exit_info:
         run(["generate", "--out-dir", str(tmp_path), "--renew-before-days", "90"])

@@ -20,7 +20,7 @@ import yaml
 from chart_support import NAMESPACE, Rendered
 from cryptography import x509
 
-from certs.cli import run as certs_cli
+from certs.commands import run as certs_cli
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 SECRETS = f"/api/v1/namespaces/{NAMESPACE}/secrets"

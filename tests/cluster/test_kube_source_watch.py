@@ -320,7 +320,7 @@ def test_stop_ends_open_watches(apiserver, store, api_client):
     assert source.wait_loaded(10)
     eventually(lambda: apiserver.open_watches("Node") == 1)
     source.stop()
-    assert not any(t.is_alive() for t in source._threads)
+    assert not any(t.state().running for t in source.tasks)
     eventually(lambda: apiserver.open_watches("Node") == 0)
 
 

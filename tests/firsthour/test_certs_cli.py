@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certs.cli import names_in_use, run
+from certs.commands import names_in_use, run
 
 
 def _dns_names(out: Path) -> set[str]:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, ROOT, copy_example_cluster, gpu_pod, plant
 
-from webhook.reports.cli import run
+from webhook.reports.commands import run
 
 OFFLINE = ["--cluster", str(EXAMPLE_CLUSTER), "--config", str(EXAMPLE_CONFIG)]
 

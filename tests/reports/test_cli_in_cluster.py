@@ -15,7 +15,7 @@ from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
 from webhook.audit import ApiPodReader
 from webhook.cluster.kube_source import load_kube_client
 from webhook.cluster.yaml_source import iter_manifests
-from webhook.reports.cli import run
+from webhook.reports.commands import run
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def real_server(cert_paths: CertificatePaths, config_file: Path) -> Iterator[Run
     def make_app() -> FastAPI:
         runtime = build_runtime(load_config(config_file), CLUSTER)
         watcher = ConfigWatcher(config_file, runtime.set_config, poll_seconds=0.05)
-        return create_app(runtime, ui=False, certificate=tls, background=[tls, watcher])
+        return create_app(runtime, ui=False, certificate=tls, background=[tls, watcher.task])
 
     yield from start_server(make_app, cert_paths, tls)
 

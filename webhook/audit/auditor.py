@@ -9,18 +9,17 @@ only the leader (`is_leader`, e.g. the bound-pod controller's lease) audits, wri
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Gauge
 
+from policies.background import Task
 from webhook.admission.charging import usage_charges
 from webhook.audit.checks import audit_pod, quota_findings
 from webhook.audit.findings import Finding
@@ -78,6 +77,12 @@ class Auditor:
         self._first_seen: dict[Finding, float] = {}
         self._written: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._gauge_labels: set[tuple[str, str]] = set()
+        # One tick at start, then every interval, on the task's one thread: policy engines keep one native
+        # engine per thread, so the audit costs one more engine, not one per thread of a pool. A follower
+        # forgets (standby): the leader owns the reports and the metric.
+        self.task = Task("audit", self._tick_and_log, interval=interval_seconds, run_at_start=True,
+                         leader_only=True, standby=self.forget, is_leader=lambda: self.is_leader(),
+                         on_error=lambda _exc: log.exception("audit tick failed"))
 
     @property
     def findings(self) -> list[Finding]:
@@ -98,14 +103,18 @@ class Auditor:
             chosen += keys[: min(start, self.pods_per_tick - len(chosen))]
         return chosen, wrapped
 
+    def forget(self) -> None:
+        """What a follower does instead of a tick: drop the findings, reports and gauge series held."""
+        self._publish_metrics([])
+        self._pod_findings.clear()
+        self._cluster_findings = []
+        self._written.clear()
+        self._quota_key = None
+
     def tick(self) -> TickResult:
         if not self.is_leader():
             # A follower forgets what it knew: the leader owns the reports and the metric.
-            self._publish_metrics([])
-            self._pod_findings.clear()
-            self._cluster_findings = []
-            self._written.clear()
-            self._quota_key = None
+            self.forget()
             return TickResult(0, 0, 0, False)
         runtime = self.runtime
         model = runtime.store.snapshot()
@@ -163,21 +172,5 @@ class Auditor:
                 self._written.pop(key, None)
         return written
 
-    async def run(self) -> None:
-        """Tick forever, every `interval_seconds`, off the event loop (a BackgroundTask of the server).
-
-        Ticks run on one dedicated thread: policy engines keep one native engine per thread, so a single
-        audit thread costs one more engine, not one per thread of a pool.
-        """
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgwe-audit")
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                try:
-                    result = await loop.run_in_executor(executor, self.tick)
-                    log.debug("audit tick: %s", result)
-                except Exception:
-                    log.exception("audit tick failed")
-                await asyncio.sleep(self.interval_seconds)
-        finally:
-            executor.shutdown(wait=False, cancel_futures=True)
+    def _tick_and_log(self) -> None:
+        log.debug("audit tick: %s", self.tick())

@@ -22,6 +22,7 @@ Other kinds are kept whole except `metadata.managedFields` and a node's `status.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -37,6 +38,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from policies.background import Task
 from policies.vocabulary import keys
 from policies.vocabulary.backoff import Backoff
 from webhook.cluster.model import ClusterStore
@@ -291,26 +293,33 @@ class KubeClusterSource:
         self._stop = threading.Event()
         self._loaded = threading.Event()
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
         self._open_streams: set[urllib3.BaseHTTPResponse] = set()
+        # One watch task per kind (`watch-KIND`): its body is the kind's reflector loop, which retries API
+        # errors itself and returns only once stopped; the task's backoff covers anything else it raises.
+        self.tasks = [
+            Task(f"watch-{watched.kind}", functools.partial(self._run, watched), interval=0,
+                 backoff=Backoff(backoff_base, backoff_cap, jitter=0.5), interrupt=self._interrupt)
+            for watched in self.kinds
+        ]
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         self._stop.clear()
-        for watched in self.kinds:
-            thread = threading.Thread(target=self._run, args=(watched,), name=f"kgwe-watch-{watched.kind}", daemon=True)
-            self._threads.append(thread)
-            thread.start()
+        for task in self.tasks:
+            task.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """End every watch (open streams are closed under them) and join each task within `timeout`."""
+        self._interrupt()
+        for task in self.tasks:
+            task.stop(timeout)
+
+    def _interrupt(self) -> None:
         self._stop.set()
         with self._lock:
             streams = list(self._open_streams)
         for stream in streams:
             _interrupt(stream)
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads.clear()
 
     def wait_loaded(self, timeout: float | None = None) -> bool:
         """True once every kind has been listed at least once (the store is then marked loaded)."""

@@ -19,6 +19,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
+from policies.background import Task
 from policies.vocabulary import keys, resources
 from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
 from webhook.cluster.metrics import export_topology_ages
@@ -266,8 +267,12 @@ class ClusterStore:
         self._snapshot: ClusterModel | None = None
         self._snapshot_generation = -1
         self._loaded = False
-        self._rebuilder: threading.Thread | None = None
-        self._rebuilder_guard = threading.Lock()
+        # On demand: a read that finds the snapshot behind wakes it; it holds a thread only while it rebuilds.
+        # A failed rebuild waits for the next read's wake; the last good snapshot keeps serving meanwhile.
+        self._rebuilder = Task(
+            "model-rebuild", self._rebuild_pending, interval=None,
+            on_error=lambda _exc: log.exception("cluster model rebuild failed; serving the previous snapshot"),
+        )
         self._source_problems: dict[str, tuple[str, ...]] = {}
 
     # -- writes (sources) -------------------------------------------------------------------
@@ -367,23 +372,18 @@ class ClusterStore:
             return self._snapshot
 
     def _rebuild_in_background(self) -> None:
-        with self._rebuilder_guard:
-            if self._rebuilder is not None and self._rebuilder.is_alive():
-                return
-            self._rebuilder = threading.Thread(target=self._rebuild_loop, name="kgwe-model-rebuild", daemon=True)
-            self._rebuilder.start()
+        self._rebuilder.wake()
 
-    def _rebuild_loop(self) -> None:
-        try:
-            while self._snapshot_generation != self._generation:
-                current = self._snapshot
-                if current is not None:
-                    wait = self.min_rebuild_interval - (time.monotonic() - current.built_at)
-                    if wait > 0:
-                        time.sleep(wait)
-                self._rebuild()
-        except Exception:  # the next request starts another try; the last good snapshot keeps serving
-            log.exception("cluster model rebuild failed; serving the previous snapshot")
+    def _rebuild_pending(self) -> None:
+        """The `model-rebuild` task's body: rebuild until the snapshot is current, at most every
+        `min_rebuild_interval` seconds."""
+        while self._snapshot_generation != self._generation:
+            current = self._snapshot
+            if current is not None:
+                wait = self.min_rebuild_interval - (time.monotonic() - current.built_at)
+                if wait > 0:
+                    time.sleep(wait)
+            self._rebuild()
 
     def _build(self) -> ClusterModel:
         now = datetime.now(UTC)

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from policies.background import Task
 from webhook.cluster.metrics import CLUSTER_DIRECTORY_ERRORS, CLUSTER_DIRECTORY_REFUSED
 from webhook.cluster.model import ClusterStore
 
@@ -130,8 +131,7 @@ class YamlDirectorySource:
         self.directory = Path(directory)
         self.store = store
         self.poll_seconds = poll_seconds
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.task = Task("cluster-directory", self._poll, interval=poll_seconds, on_error=self._poll_failed)
         self._files: dict[Path, _FileState] = {}
         self._directory_error: str | None = None
         self._last_failure: str | None = None
@@ -214,36 +214,34 @@ class YamlDirectorySource:
 
     def start(self) -> None:
         """Read the directory (tolerantly: a bad file leaves the store unready, not the process dead) and
-        poll it on a daemon thread."""
+        poll it every `poll_seconds` (the `cluster-directory` task)."""
         if not self.directory.is_dir():
             raise ClusterDirectoryError(f"cluster directory {self.directory} does not exist or is not a directory")
         if not self.store.loaded:
             self.refresh()
-        self._thread = threading.Thread(target=self._watch, name="kgwe-yaml-source", daemon=True)
-        self._thread.start()
+        self.task.start()
 
-    def stop(self) -> None:
-        self._stop.set()
+    def stop(self, timeout: float = 5.0) -> None:
+        self.task.stop(timeout)
 
     @property
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self.task.state().running
 
-    def _watch(self) -> None:
-        while not self._stop.wait(self.poll_seconds):
-            try:
-                self.refresh()
-            except Exception as exc:  # the poller outlives any failure; the last good model stays
-                message = f"{type(exc).__name__}: {exc}"
-                if message != self._last_failure:
-                    log.exception("%s reload failed, keeping the last good model", SOURCE_NAME)
-                self._last_failure = message
-                try:
-                    self.store.set_source_problems(SOURCE_NAME, [*self.problems(), f"reload failed: {message}"])
-                except Exception:  # publishing is best effort; the next pass tries again
-                    log.debug("could not publish the reload failure", exc_info=True)
-            else:
-                self._last_failure = None
+    def _poll(self) -> None:
+        self.refresh()
+        self._last_failure = None
+
+    def _poll_failed(self, exc: Exception) -> None:
+        # The poller outlives any failure; the last good model stays. Each distinct failure is logged once.
+        message = f"{type(exc).__name__}: {exc}"
+        if message != self._last_failure:
+            log.exception("%s reload failed, keeping the last good model", SOURCE_NAME)
+        self._last_failure = message
+        try:
+            self.store.set_source_problems(SOURCE_NAME, [*self.problems(), f"reload failed: {message}"])
+        except Exception:  # publishing is best effort; the next pass tries again
+            log.debug("could not publish the reload failure", exc_info=True)
 
 
 def _version(path: Path) -> FileVersion | None:

@@ -14,7 +14,6 @@ Only the leader patches and exports, so replicas neither race each other nor dou
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -26,6 +25,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from policies.background import Task
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
 from webhook.cluster.kube_source import KubeJson
@@ -188,8 +188,13 @@ class BoundPodController:
             registry.register(self.collector)
         # pod -> version we patched: until the watch shows our change, do not send it twice.
         self._patched: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # Leader-only: a follower neither patches nor exports (standby empties the gauge it exported as leader).
+        self.task = Task(
+            "bound-pods", self._reconcile_and_log, interval=interval_seconds, leader_only=True,
+            standby=lambda: self.collector.update({}), is_leader=lambda: self.is_leader(),
+            # One bad pass (a malformed object) must not end the controller.
+            on_error=lambda _exc: log.exception("bound-pod reconcile failed"),
+        )
 
     def reconcile_once(self) -> list[PodPatch]:
         """One pass over the current snapshot; returns the patches applied."""
@@ -229,27 +234,23 @@ class BoundPodController:
         return applied
 
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="kgwe-bound-pods", daemon=True)
-        self._thread.start()
+        """Run the `bound-pods` task alone (under a supervisor, the supervisor starts `task`)."""
+        self.task.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self.task.stop(timeout)
+        self.unregister()
+
+    def unregister(self) -> None:
+        """Take the gauge out of its registry (once the task has stopped: nothing updates it any more)."""
         if self.registry is not None:
             self.registry.unregister(self.collector)
             self.registry = None
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
-            try:
-                patches = self.reconcile_once()
-                if patches:
-                    log.info("updated cost annotations of %d bound pods", len(patches))
-            except Exception:
-                # One bad pass (a malformed object) must not end the controller.
-                log.exception("bound-pod reconcile failed")
+    def _reconcile_and_log(self) -> None:
+        patches = self.reconcile_once()
+        if patches:
+            log.info("updated cost annotations of %d bound pods", len(patches))
 
 
 def patch_identity(key: str, pod: dict[str, Any]) -> tuple[str, str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from policies.background import Task
 from webhook.cluster.kube_source import RETRYABLE, KubeJson
 
 log = logging.getLogger("kgwe.controllers.leader")
@@ -76,15 +76,28 @@ class LeaderElector:
         self.identity = identity or default_identity()
         self.lease_seconds = lease_seconds
         self.renew_deadline_seconds = renew_deadline_seconds
-        self.retry_seconds = retry_seconds
         self.clock = clock
         self.on_change = on_change
         self._leader_until = 0.0  # clock() before which we may act as leader
         self._observed: tuple[Any, ...] | None = None  # the holder record last seen
         self._observed_at = 0.0
         self._was_leader = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # One round every retry_seconds, the first at start; stopping releases the lease. Without an API
+        # server there is nothing to renew: one round at start announces the lead this replica always has.
+        self.task = Task("leader-election", self.run_round, interval=retry_seconds if self.api is not None else None,
+                         run_at_start=True, on_stop=self.release)
+        self.retry_seconds = retry_seconds
+
+    @property
+    def retry_seconds(self) -> float:
+        """Seconds between two rounds (the task's interval; a change applies from the next round)."""
+        return self._retry_seconds
+
+    @retry_seconds.setter
+    def retry_seconds(self, seconds: float) -> None:
+        self._retry_seconds = seconds
+        if self.api is not None:
+            self.task.interval = seconds
 
     @property
     def path(self) -> str:
@@ -171,30 +184,22 @@ class LeaderElector:
         finally:
             self._notify()
 
-    # -- loop -----------------------------------------------------------------------------------
+    # -- the task ---------------------------------------------------------------------------------
     def start(self) -> None:
-        if self.api is None:
-            self._notify()
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="kgwe-leader-election", daemon=True)
-        self._thread.start()
+        """Run the election alone (under a supervisor, the supervisor starts `task`)."""
+        self.task.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-        self.release()
+        """Stop the election and release the lease (the task's stop hook)."""
+        self.task.stop(timeout)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.try_acquire_or_renew()
-            except RETRYABLE as exc:
-                log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
-            self._notify()
-            self._stop.wait(self.retry_seconds)
+    def run_round(self) -> None:
+        """One round of the `leader-election` task: acquire or renew, then tell `on_change` of a change."""
+        try:
+            self.try_acquire_or_renew()
+        except RETRYABLE as exc:
+            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+        self._notify()
 
     def _notify(self) -> None:
         leader = self.is_leader()

@@ -1,12 +1,13 @@
-"""The controllers `kgwe serve` runs beside the webhooks, behind one leader election."""
+"""The controllers `kgwe serve` runs beside the webhooks, behind one leader election, as background tasks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from policies.background import Supervisor, Task
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
@@ -17,21 +18,34 @@ from webhook.gangs.ledger import GangStore
 
 @dataclass
 class Controllers:
+    """The election and the leader-only controllers, as tasks of `supervisor` (whose leader is `elector`).
+
+    `kgwe serve` adds its other background tasks to `supervisor` and starts it with the server; `start`
+    and `stop` run the controllers alone.
+    """
+
     elector: LeaderElector
     bound_pods: BoundPodController
     gangs: GangController | None = None  # webhook.gangs: ungates complete gangs
+    supervisor: Supervisor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.supervisor = Supervisor(self.tasks(), is_leader=self.elector.is_leader)
+
+    def tasks(self) -> list[Task]:
+        """The election first (stopped last: it releases the lease once the controllers have ended)."""
+        tasks = [self.elector.task, self.bound_pods.task]
+        if self.gangs is not None:
+            tasks.append(self.gangs.task)
+        return tasks
 
     def start(self) -> None:
-        self.elector.start()
-        self.bound_pods.start()
-        if self.gangs is not None:
-            self.gangs.start()
+        self.supervisor.start()
 
     def stop(self) -> None:
-        if self.gangs is not None:
-            self.gangs.stop()
-        self.bound_pods.stop()
-        self.elector.stop()  # releases the lease so another replica takes over at once
+        """Stop the tasks (the lease is released last), then take the cost gauge out of its registry."""
+        self.supervisor.stop()
+        self.bound_pods.unregister()
 
 
 def build_controllers(

@@ -22,7 +22,6 @@ gated pod's node constraints only grow, and a pin is the one growth made, once.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -32,6 +31,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
+from policies.background import Task
 from policies.gpu_demand import pod_gpu_demand
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
@@ -162,8 +162,9 @@ class GangController:
         self.interval_seconds = interval_seconds
         self.is_leader = is_leader
         self.clock = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.task = Task("gangs", self._reconcile_quietly, interval=interval_seconds, leader_only=True,
+                         is_leader=lambda: self.is_leader(),
+                         on_error=lambda _exc: log.exception("gang reconcile failed"))  # the next pass tries again
 
     # -- one pass ------------------------------------------------------------------------------
     def reconcile_once(self) -> list[Action]:
@@ -323,23 +324,17 @@ class GangController:
 
     # -- loop ------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="kgwe-gangs", daemon=True)
-        self._thread.start()
+        """Run the `gangs` task alone (under a supervisor, the supervisor starts `task`)."""
+        self.task.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self.task.stop(timeout)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
-            try:
-                self.reconcile_once()
-            except GangStoreUnavailable as exc:
-                log.warning("gang records unavailable: %s", exc)
-            except Exception:
-                log.exception("gang reconcile failed")  # one bad pass must not end the controller
+    def _reconcile_quietly(self) -> None:
+        try:
+            self.reconcile_once()
+        except GangStoreUnavailable as exc:  # expected while the store's backend is away: one line, no trace
+            log.warning("gang records unavailable: %s", exc)
 
 
 def _new_record(key: str, group: GangPods, now: float) -> GangRecord:

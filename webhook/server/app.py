@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from policies.background import Supervisor, Task
 from webhook.admission.core import fails_closed
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest, BadReview, decode_review
@@ -35,6 +36,7 @@ from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
 from webhook.server.health import readiness_problems
 from webhook.server.openapi import add_shell_routes
+from webhook.server.serving_loop import ReloadableCertificate, ServingLoop, certificate_task
 from webhook.server.ui_routes import ui_router
 
 log = logging.getLogger(__name__)
@@ -77,10 +79,9 @@ class ServingRuntime(Protocol):
     def admission(self) -> AdmissionCore: ...
 
 
-class BackgroundTask(Protocol):
-    """Something the server runs for its whole life (certificate and configuration watchers)."""
-
-    async def run(self) -> None: ...
+# What the server runs for its whole life: background tasks (policies/background.py), and serving
+# certificates polled for renewal, which become `certificate-reload` tasks reloading on the serving loop.
+BackgroundTask = Task | ReloadableCertificate
 
 
 def _status_body(code: int, reason: str, message: str) -> bytes:
@@ -228,28 +229,35 @@ def create_app(
     background: Iterable[BackgroundTask] = (),
     offload: bool | None = None,
     authenticator: CallerAuthenticator | None = None,
+    supervisor: Supervisor | None = None,
 ) -> FastAPI:
     """The webhook application.
 
     `certificate` is the serving certificate's state (readiness needs one loaded); it can also be set
-    later as `app.state.certificate`. `background` tasks run from startup to shutdown. `offload`
+    later as `app.state.certificate`. `background` tasks run from startup to shutdown, on `supervisor`
+    (default: one of the app's own) with whatever else it holds; the supervisor is started at startup
+    and stopped (within its bound, off the event loop) at shutdown. `offload`
     runs admission on a thread pool instead of the event loop (default: OFFLOAD_DEFAULT).
     `authenticator` decides who may call /mutate and /validate (default: from the runtime's config
     `authentication` section as it is now).
     """
-    tasks = list(background)
+    serving_loop = ServingLoop()
+    tasks = supervisor if supervisor is not None else Supervisor()
+    for item in background:
+        tasks.add(item if isinstance(item, Task) else certificate_task(item, serving_loop))
     use_threads = OFFLOAD_DEFAULT if offload is None else offload
     executor = ThreadPoolExecutor(OFFLOAD_THREADS, thread_name_prefix="kgwe-admission") if use_threads else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        running = [asyncio.create_task(task.run()) for task in tasks]
+        serving_loop.bind(asyncio.get_running_loop())
+        tasks.start()
         try:
             yield
         finally:
-            for item in running:
-                item.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+            # Off the loop: a task may be waiting for the loop (the certificate reload) while it is joined.
+            await asyncio.to_thread(tasks.stop)
+            serving_loop.unbind()
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
 
@@ -277,7 +285,8 @@ def create_app(
         cert: LoadState | None = app.state.certificate
         if cert is None or not cert.loaded:
             reasons.append("no serving certificate loaded")
-        problems = readiness_problems(runtime)  # degraded but serving: shown, not a reason to be unready
+        # Degraded but serving: shown, not a reason to be unready.
+        problems = readiness_problems(runtime) + tasks.problems()
         if reasons:
             body: dict[str, Any] = {"status": "not ready", "reasons": reasons}
             if problems:

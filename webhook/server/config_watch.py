@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+from policies.background import Task
 from webhook.config import Config, ConfigError, parse_config
 
 log = logging.getLogger(__name__)
 
 
 class ConfigWatcher:
+    """The file polled every `poll_seconds` by its `config-watch` task (`task`, a background task)."""
+
     def __init__(self, path: str | os.PathLike[str], apply: Callable[[Config], None], poll_seconds: float = 2.0):
         self.path = Path(path)
         self.apply = apply
         self.poll_seconds = poll_seconds
         self._seen = self._fingerprint()
+        self.task = Task("config-watch", self.check, interval=poll_seconds)
 
     def _fingerprint(self) -> tuple[int, int, int] | None:
         try:
@@ -45,8 +48,3 @@ class ConfigWatcher:
             return False
         log.info("configuration reloaded from %s (mode %s)", self.path, config.mode)
         return True
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_seconds)
-            self.check()

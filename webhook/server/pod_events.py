@@ -10,7 +10,6 @@ pod will not exist), never for workload templates, UPDATEs or non-pods, never in
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -20,6 +19,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from policies.background import Task
+from policies.vocabulary.backoff import Backoff
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.placement.trace import TraceStep
@@ -70,12 +71,16 @@ def _bounded(text: str) -> str:
 
 
 class DecisionEvents:
-    """The queue and its writer thread. `offer` is cheap and never raises; `start`/`stop` own the thread."""
+    """The queue and its writer, the `pod-events` task (a watch on the queue). `offer` is cheap and never
+    raises; `start`/`stop` run the task alone (`kgwe serve` hands `task` to its supervisor)."""
 
     def __init__(self, write: EventWrite, capacity: int = 256) -> None:
         self._write = write
         self._queue: queue.Queue[_Record | None] = queue.Queue(maxsize=capacity)
-        self._thread: threading.Thread | None = None
+        self._abandon = threading.Event()
+        # The writer never raises (a failed write is counted and dropped); the backoff only guards a surprise.
+        self.task = Task("pod-events", self._run, interval=0, backoff=Backoff(base=1.0, cap=30.0),
+                         interrupt=self._interrupt)
 
     def offer(self, request: AdmissionRequest, outcome: Outcome, mutating: bool) -> None:
         """Called by the admission endpoints after answering."""
@@ -108,19 +113,22 @@ class DecisionEvents:
         return None
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="kgwe-pod-events", daemon=True)
-            self._thread.start()
+        self._abandon.clear()
+        self.task.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self._thread is not None:
-            with contextlib.suppress(queue.Full):  # a writer stuck on the API: the daemon thread dies with us
-                self._queue.put(None, timeout=timeout)
-            self._thread.join(timeout)
-            self._thread = None
+        self.task.stop(timeout)
+
+    def _interrupt(self) -> None:
+        # Behind the records queued so far, which are written first (within the stop's bound); with the queue
+        # full, the writer stops after the record in hand and the rest is lost with the process.
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            self._abandon.set()
 
     def _run(self) -> None:
-        while True:
+        while not self._abandon.is_set():
             record = self._queue.get()
             if record is None:
                 return

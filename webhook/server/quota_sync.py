@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from policies.background import Task
 from policies.quota.reconciler import QuotaReconciler
 from webhook.runtime import usage_charges
 
@@ -29,18 +29,10 @@ class QuotaSync:
         self.reconciler = QuotaReconciler(
             runtime.quotas.store, lambda type_id: runtime.config.price_per_gpu_hour(type_id)
         )
+        self.task = Task("quota-sync", self.sync_once, interval=interval, leader_only=True,
+                         is_leader=lambda: self.is_leader(),
+                         on_error=lambda _exc: log.exception("quota reconciliation failed; the next run retries"))
 
     def sync_once(self) -> None:
         model = self.runtime.store.snapshot()
         self.reconciler.reconcile_once(list(model.tenant_quotas.values()), usage_charges(model))
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            if not self.is_leader():
-                continue
-            try:
-                # API writes: off the event loop.
-                await asyncio.to_thread(self.sync_once)
-            except Exception:
-                log.exception("quota reconciliation failed; the next run retries")

@@ -157,6 +157,8 @@ def run_worker(
         runtime.store, options.config, assembly.api_client,
         gang_store=runtime.gangs.store if runtime.gangs is not None else None,
     )
+    for task in assembly.source_tasks:  # running already; supervised so that they are reported and stopped too
+        controllers.supervisor.add(task)
 
     def follow_config(config: Config) -> None:
         controllers.bound_pods.config = config
@@ -179,20 +181,20 @@ def run_worker(
     background: list[BackgroundTask] = [
         tls,
         # GPUPolicy objects and policy directories, recompiled on change; in a cluster, Ready conditions.
-        PolicySync(runtime, write_status=gpu_policy_condition_writer(api_client) if api_client else None),
+        PolicySync(runtime, write_status=gpu_policy_condition_writer(api_client) if api_client else None).task,
         # Existing pods against the policies, PolicyReports. The model keeps pods slimmed, so in a cluster
         # the auditor reads each pod whole (securityContext, env) before judging it.
         Auditor(runtime, writer, is_leader=controllers.elector.is_leader,
-                read_pod=ApiPodReader(api_client) if api_client is not None else None),
+                read_pod=ApiPodReader(api_client) if api_client is not None else None).task,
     ]
     if api_client is not None:
         background.append(ProfileStatusSync(  # HardwareProfile.status.available
             runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.elector.is_leader
-        ))
+        ).task)
     if runtime.quotas is not None:
-        background.append(QuotaSync(runtime, controllers.elector.is_leader))  # TenantQuota status
+        background.append(QuotaSync(runtime, controllers.elector.is_leader).task)  # TenantQuota status
     if options.config_file is not None:
-        background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds))
+        background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds).task)
     # Who may call the admission endpoints is fixed for the process's life, like the TLS context's client CA.
     callers = CallerAuthenticator(options.config.authentication)
     callers.announce()
@@ -201,24 +203,22 @@ def run_worker(
             api_router(runtime), gangs_router(runtime), explain_router(runtime), workloads_router(runtime),
         ],
         certificate=tls,
-        background=background, authenticator=callers,
+        # One supervisor for every background task of this worker, started and stopped with the server.
+        background=background, authenticator=callers, supervisor=controllers.supervisor,
     )
     if api_client is not None:  # Events on pods about KGWE's decisions (why), off the request path
         from webhook.gangs.controller import kube_pod_writer
         from webhook.server.pod_events import DecisionEvents
 
         runtime.decision_events = DecisionEvents(kube_pod_writer(api_client).event)
-        runtime.decision_events.start()
-    controllers.start()
+        controllers.supervisor.add(runtime.decision_events.task)
     worker_started()
     try:
         uvicorn_server(
             app, options.host, options.port, tls, options.log_level, limits=connection_limits(options.config)
         ).run(sockets=sockets)
     finally:
-        controllers.stop()
-        if runtime.decision_events is not None:
-            runtime.decision_events.stop()
+        controllers.stop()  # every task of the supervisor (stopped already with the server, unless it never ran)
         assembly.stop_source()
 
 

@@ -3,13 +3,13 @@ and each GPUPolicy's `Ready` condition (written by the policy sync of every repl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from policies.background import Task
 from webhook.inventory import Inventory, hardware_profiles_view
 
 if TYPE_CHECKING:
@@ -44,6 +44,10 @@ class ProfileStatusSync:
         self.patch_status = patch_status
         self.is_leader = is_leader
         self.interval = interval
+        self.task = Task(
+            "profile-status", self.sync_once, interval=interval, leader_only=True, is_leader=lambda: self.is_leader(),
+            on_error=lambda _exc: log.exception("HardwareProfile status sync failed; the next run retries"),
+        )
 
     def sync_once(self) -> list[str]:
         model = self.runtime.store.snapshot()
@@ -59,16 +63,6 @@ class ProfileStatusSync:
             except Exception as exc:  # one profile's failure must not stop the others
                 log.warning("HardwareProfile %s: status not written: %s", name, exc)
         return written
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            if not self.is_leader():
-                continue
-            try:
-                await asyncio.to_thread(self.sync_once)
-            except Exception:
-                log.exception("HardwareProfile status sync failed; the next run retries")
 
 
 def custom_status_patcher(api_client: Any, plural: str) -> StatusPatch:
