@@ -88,14 +88,23 @@ def plan_mig(
 ) -> bool:
     """MIG on device-plugin nodes: one profile and one strategy; False (with a refusal) when none fits."""
     offers: list[tuple[str, str, MigProfile | None, str]] = []
+    through_dra = False
     for type_id in candidates:
         accel = model.table.get(type_id)
         for profile, offer in model.types[type_id].mig.items():
             for strategy in offer.strategies:
-                offers.append((type_id, profile, accel.mig_profile(profile) if accel else None, strategy))
+                # DRA-published slices are planned by plan_dra_mig; a device-plugin pod cannot use them.
+                if strategy in STRATEGY_ORDER:
+                    offers.append((type_id, profile, accel.mig_profile(profile) if accel else None, strategy))
+                else:
+                    through_dra = True
     if not offers:
         scope = "/".join(candidates) if candidates else "GPU"
-        plan.refusals.append(f"MIG: no {scope} node offers MIG slices; this cluster has {describe_cluster(model)}")
+        if through_dra:
+            # Key words first: warnings are cut at 120 characters.
+            plan.refusals.append("MIG slices here are DRA devices: ask for nvidia.com/gpu with kgwe.io/sharing: mig")
+        else:
+            plan.refusals.append(f"MIG: no {scope} node offers MIG slices; this cluster has {describe_cluster(model)}")
         return False
     if wanted_profile:
         if not any(o[1] == wanted_profile for o in offers):
