@@ -61,3 +61,16 @@ def test_review_shows_a_gangs_compute_domain_first() -> None:
     text = render_text(result)
     assert f"creates ComputeDomain default/{domain['metadata']['name']}:" in text
     assert f"creates ResourceClaimTemplate default/{template['metadata']['name']}:" in text
+
+
+def test_a_device_plugin_mig_resource_on_dra_slices_is_answered_not_an_internal_error() -> None:
+    # The cluster's MIG slices are published through DRA only; a pod naming the device plugin's MIG
+    # resource (no KGWE intent) is admitted with a warning saying how to ask, never an internal error.
+    runtime = build_runtime(Config(), DRA_CLUSTER)
+    pod = gpu_pod("p", {})
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
+    result = review_pod(runtime.admission, pod)
+    assert result.allowed, result.message
+    assert any("MIG slices here are DRA devices: ask for nvidia.com/gpu with kgwe.io/sharing: mig" in w
+               for w in result.warnings), result.warnings
+    assert not any("internal error" in w for w in result.warnings)

@@ -4,17 +4,37 @@ Each step looks at the pod and the request's facts and changes what it owns. Ste
 after pass, until a pass changes nothing; more passes than steps + 1 means two steps fight, which is an
 error (`NotConverging`), not a loop. The patch is the difference between the pod as received and the
 pod at the fixpoint, so reviewing the result again changes nothing (reinvocationPolicy: IfNeeded).
+
+Every step belongs to a mutator that declares the paths it owns (webhook/mutation/mutators.py). Each
+run checks its final patch against those declarations (`check_patch`: a path lookup per patch
+operation, cheap enough for every request); strict mode (`strict_ownership`, on in the mutation tests)
+also diffs each step's own change, so a step writing another step's paths is named even when both ran.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from webhook.mutation import mutators
+from webhook.mutation.mutators import OwnershipViolation, check_patch, check_step
 from webhook.mutation.patch import JsonPatch, diff
+
+__all__ = [
+    "NotConverging",
+    "OwnershipViolation",
+    "PipelineResult",
+    "Step",
+    "copy_json",
+    "run_pipeline",
+    "strict_ownership",
+]
+
+Step = mutators.Step
 
 
 class NotConverging(RuntimeError):
@@ -29,7 +49,19 @@ class PipelineResult:
     passes: int = 0
 
 
-Step = tuple[str, Callable[[dict[str, Any]], None]]
+_strict = False
+
+
+@contextmanager
+def strict_ownership(enabled: bool = True) -> Iterator[None]:
+    """Within the block, every step's own change is checked against its mutator's paths (a diff per
+    changing step: for tests, not the request path)."""
+    global _strict
+    previous, _strict = _strict, enabled
+    try:
+        yield
+    finally:
+        _strict = previous
 
 
 def copy_json(value: dict[str, Any]) -> dict[str, Any]:
@@ -39,9 +71,12 @@ def copy_json(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_pipeline(pod: dict[str, Any], steps: Sequence[Step]) -> PipelineResult:
+    """Run `steps` over a copy of `pod` to a fixpoint. Raises `NotConverging` when steps fight and
+    `OwnershipViolation` when a step wrote outside its mutator's paths."""
     working = copy_json(pod)
     changed_steps: list[str] = []
     max_passes = len(steps) + 1
+    strict = _strict
     for passes in range(1, max_passes + 1):
         any_change = False
         for name, step in steps:
@@ -51,6 +86,10 @@ def run_pipeline(pod: dict[str, Any], steps: Sequence[Step]) -> PipelineResult:
                 any_change = True
                 if name not in changed_steps:
                     changed_steps.append(name)
+                if strict:
+                    check_step(name, diff(orjson.loads(before), working))
         if not any_change:
-            return PipelineResult(working, diff(pod, working), changed_steps, passes)
+            patch = diff(pod, working)
+            check_patch(patch, [name for name, _step in steps], changed_steps)
+            return PipelineResult(working, patch, changed_steps, passes)
     raise NotConverging(f"mutation did not converge after {max_passes} passes (steps: {', '.join(changed_steps)})")

@@ -1,4 +1,8 @@
-"""The mutation steps: each renders one part of the placement plan (or attribution) into the pod."""
+"""The mutation steps: each renders one part of the placement plan (or attribution) into the pod.
+
+Each step belongs to a mutator of webhook/mutation/mutators.py, which declares the paths it may write;
+the pipeline checks every run against those declarations.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,14 @@ import orjson
 
 from policies.vocabulary.quantities import parse_quantity
 from webhook.dra.render import apply_claims
+from webhook.mutation.mutators import (
+    GANG_MUTATOR,
+    GPU_RESOURCES_MUTATOR,
+    MPS_ENV_MUTATOR,
+    NODE_CONSTRAINTS_MUTATOR,
+    OUTPUT_ANNOTATIONS_MUTATOR,
+    OUTPUT_LABELS_MUTATOR,
+)
 from webhook.mutation.pipeline import Step
 from webhook.placement.constraints import (
     apply_preferences,
@@ -55,7 +67,7 @@ def output_annotations_step(outputs: Outputs) -> Step:
         if not had:
             _drop_empty_annotations(pod)
 
-    return ("output-annotations", step)
+    return OUTPUT_ANNOTATIONS_MUTATOR.step(step)
 
 
 def output_labels_step(labels: dict[str, str | None]) -> Step:
@@ -74,23 +86,34 @@ def output_labels_step(labels: dict[str, str | None]) -> Step:
         if wanted != current:
             metadata["labels"] = wanted
 
-    return ("output-labels", step)
+    return OUTPUT_LABELS_MUTATOR.step(step)
 
 
 def placement_steps(plan: PlacementPlan) -> list[Step]:
+    """The steps rendering `plan` into a pod, one per mutator with something to write."""
     steps: list[Step] = []
     if plan.requirements or plan.type_alternatives or plan.preferences or plan.tolerations:
-        steps.append(("node-constraints", lambda pod: _apply_node_constraints(pod, plan)))
-    if plan.resource_renames:
-        steps.append(("mig-resources", lambda pod: _rename_resources(pod, plan.resource_renames)))
+        steps.append(NODE_CONSTRAINTS_MUTATOR.step(lambda pod: _apply_node_constraints(pod, plan)))
     if plan.env:
-        steps.append(("mps-env", lambda pod: _set_env(pod, plan.env)))
-    if plan.labels or plan.pod_affinity_terms or plan.annotations or plan.scheduling_gates:
-        steps.append(("gang", lambda pod: _apply_gang(pod, plan)))
-    rendering = plan.dra
-    if rendering is not None:
-        steps.append(("dra-claims", lambda pod: apply_claims(pod, rendering)))
+        steps.append(MPS_ENV_MUTATOR.step(lambda pod: _set_env(pod, plan.env)))
+    if plan.labels:
+        # The gang label is output-labels' (its owner); rendered here too so the plan's steps alone (what
+        # /validate compares a pod against) write it. In a full pipeline it repeats the same value.
+        steps.append(output_labels_step(dict(plan.labels)))
+    if plan.pod_affinity_terms or plan.annotations or plan.scheduling_gates:
+        steps.append(GANG_MUTATOR.step(lambda pod: _apply_gang(pod, plan)))
+    if plan.resource_renames or plan.dra is not None:
+        # Last: mps-env reads which containers ask for GPUs, and DRA claims take those resources away.
+        steps.append(GPU_RESOURCES_MUTATOR.step(lambda pod: _gpu_resources(pod, plan)))
     return steps
+
+
+def _gpu_resources(pod: dict[str, Any], plan: PlacementPlan) -> None:
+    """Device plugin: MIG resources instead of `nvidia.com/gpu`; DRA: claims instead of GPU resources."""
+    if plan.resource_renames:
+        _rename_resources(pod, plan.resource_renames)
+    if plan.dra is not None:
+        apply_claims(pod, plan.dra)
 
 
 def _apply_node_constraints(pod: dict[str, Any], plan: PlacementPlan) -> None:
@@ -175,11 +198,6 @@ def _set_env(pod: dict[str, Any], env: dict[str, str]) -> None:
 
 
 def _apply_gang(pod: dict[str, Any], plan: PlacementPlan) -> None:
-    metadata = mapping_at(pod, "metadata")
-    if plan.labels:
-        labels = dict(metadata.get("labels") or {})
-        labels.update(plan.labels)
-        metadata["labels"] = labels
     if plan.annotations:
         notes = _annotations(pod)
         notes.update(plan.annotations)

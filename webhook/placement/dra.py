@@ -1,13 +1,14 @@
 """The placement plan's DRA branch: which backend renders the pod, MIG choices, and the rendering.
 
-Kept apart from plan.py so the device-plugin path reads as before; plan.py calls these three functions.
-A sized gang on multi-node NVLink also gets its ComputeDomain here (`attach_compute_domain`).
+The pipeline (webhook/placement/plan.py) calls `choose_backend` from its backend step, `plan_dra_mig`
+from the MIG step on DRA nodes, and runs `dra_claims` as the step that renders the claims. A sized gang
+on multi-node NVLink also gets its ComputeDomain here (`attach_compute_domain`).
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from policies.gpu_demand import GpuDemand, mig_compute_slices
 from policies.vocabulary.accelerator_types import MigProfile
@@ -18,9 +19,7 @@ from webhook.dra.backend import DRA, split_by_backend
 from webhook.dra.compute_domain import compute_domain, gang_of, multi_node_nvlink, node_count
 from webhook.dra.render import DraRendering, render
 from webhook.intent import PodIntent
-
-if TYPE_CHECKING:
-    from webhook.placement.plan import PlacementPlan
+from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster, format_bytes
 
 
 def choose_backend(plan: PlacementPlan, candidates: list[str], model: ClusterModel, config: Config) -> list[str]:
@@ -56,8 +55,6 @@ def plan_dra_mig(
 ) -> bool:
     """MIG on DRA nodes: every profile that fits, smallest first (memory, then compute), each offered by
     a node with enough slices for the pod; the claim tries them in that order."""
-    from webhook.placement.plan import _format_bytes, describe_cluster
-
     offers: dict[str, tuple[int, int, list[str]]] = {}  # profile -> (memory GB, compute, types)
     for type_id in candidates:
         accel = model.table.get(type_id)
@@ -83,7 +80,7 @@ def plan_dra_mig(
             return False
         if asked is not None and offers[wanted_profile][0] * GIB < asked:
             plan.refusals.append(
-                f"MIG profile {wanted_profile} has less than the {_format_bytes(asked)} asked by kgwe.io/gpu-memory"
+                f"MIG profile {wanted_profile} has less than the {format_bytes(asked)} asked by kgwe.io/gpu-memory"
             )
             return False
         fitting = [wanted_profile]
@@ -94,7 +91,7 @@ def plan_dra_mig(
         )
         if not fitting:
             plan.refusals.append(
-                f"MIG: no slice has {_format_bytes(asked) if asked else 'the memory asked'}; "
+                f"MIG: no slice has {format_bytes(asked) if asked else 'the memory asked'}; "
                 f"this cluster has {describe_cluster(model)}"
             )
             return False
@@ -123,6 +120,13 @@ def plan_dra_mig(
     plan.mig_strategy = "dra"
     plan.mig_choices = roomy
     plan.steps.append("mig")
+    return True
+
+
+def dra_claims(ctx: PlanContext) -> bool:
+    """The DRA step: a pod KGWE places on DRA nodes gets its claims and templates rendered."""
+    if ctx.plan.backend == "dra" and ctx.narrowed:
+        return render_dra(ctx.plan, ctx.pod, ctx.model, ctx.config)
     return True
 
 

@@ -1,6 +1,7 @@
 """The decision trace of a placement plan: each step, the candidate accelerator types it kept, and why it
-dropped the others. Collected by `build_plan` as it narrows the candidates (data, no text layout);
-rendered by webhook/explain.py for `kgwe explain`, `kgwe review --explain`, the UI's "why" and Events.
+dropped the others. Collected by the steps of `build_plan` (webhook/placement/plan.py `PLAN_STEPS`) as
+they narrow the candidates (data, no text layout); rendered by webhook/explain.py for `kgwe explain`,
+`kgwe review --explain`, the UI's "why" and Events.
 
 Type ids and reasons come from the cluster model and the plan's own refusal text, never from raw pod
 input beyond what the plan already bounded.
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from webhook.placement.plan import PlacementPlan
+    from webhook.placement.context import PlacementPlan
 
 
 @dataclass(frozen=True)
