@@ -81,7 +81,7 @@ def _serve_webhook(cert_dir: str, policies: bool, offload: bool, ports: Any) -> 
     from webhook.config import load_config
     from webhook.runtime import build_runtime
     from webhook.server.app import create_app
-    from webhook.server.serving import uvicorn_server
+    from webhook.server.serving import settle_heap, uvicorn_server
 
     logging.basicConfig(level=logging.ERROR)
     runtime = build_runtime(load_config(CONFIG), CLUSTER, load_policies=policies)
@@ -89,6 +89,8 @@ def _serve_webhook(cert_dir: str, policies: bool, offload: bool, ports: Any) -> 
     app = create_app(runtime, ui=False, extra_routers=[NOOP], certificate=tls, background=[tls], offload=offload)
     sock = _bound_socket()
     ports.put(sock.getsockname()[1])
+    if os.environ.get("KGWE_BENCH_SETTLE_HEAP", "1") != "0":
+        settle_heap()  # as kgwe serve's workers do before serving
     uvicorn_server(app, "127.0.0.1", sock.getsockname()[1], tls, log_level="error").run(sockets=[sock])
 
 
