@@ -1,0 +1,342 @@
+"""Thin typed read-only views of Kubernetes objects: any object's metadata, pods and their containers, nodes.
+
+A view wraps the object's dict; it never copies it. The mutation pipeline changes the pod in place and
+the policy engines take it as JSON, so the dict stays the object and the view only reads it, live: a
+property reads the dict each time it is asked (a key the pipeline adds is seen at once), which costs a
+dict lookup or two, no more than the `.get("metadata") or {}` it replaces.
+
+Every property tolerates the shapes a hostile pod creator or a forged request may send and
+`webhook/admission/bounds.py` lets through (objects read from the cluster are not bounded at all): a
+part of the wrong type reads as empty, never raises. Metadata a list is no metadata; containers a
+mapping are no containers; a container that is not an object is left out; a label or annotation
+whose value is not a string is left out (the API server stores only strings there, so such a value is
+not a label any rule may match). Mappings are returned as the live dicts when they hold the right
+types (read-only by contract: the `Mapping` type says so), so reading one allocates nothing.
+
+Pure functions over plain data, like the rest of the vocabulary: every layer may import this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+# The empty answer for a missing or malformed mapping: immutable, so no caller can write into it.
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+POD_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """`value` when it is a JSON object, else the empty mapping."""
+    return value if isinstance(value, dict) else EMPTY
+
+
+def string(value: Any) -> str:
+    """`value` when it is a string, else ""."""
+    return value if isinstance(value, str) else ""
+
+
+def objects(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The JSON objects of a list (other items left out); () when `value` is not a list."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(item for item in value if isinstance(item, dict))
+
+
+def string_map(value: Any) -> Mapping[str, str]:
+    """A `map[string]string` (labels, annotations, nodeSelector): the dict itself when every key and
+    value is a string (the API server's case: nothing is copied), else a copy of its string entries."""
+    if not isinstance(value, dict):
+        return EMPTY
+    for key, item in value.items():
+        if not (isinstance(item, str) and isinstance(key, str)):
+            return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+    return value
+
+
+class ObjectView:
+    """Any Kubernetes object: its kind, metadata, spec and status, read through the dict it wraps."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        # Not a dict (None, a list from a forged request): the view of an empty object.
+        self.raw: Mapping[str, Any] = raw if isinstance(raw, dict) else EMPTY
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.namespace}/{self.name or self.generate_name or '?'})"
+
+    # -- type -------------------------------------------------------------------------------------
+    @property
+    def api_version(self) -> str:
+        return string(self.raw.get("apiVersion"))
+
+    @property
+    def kind(self) -> str:
+        return string(self.raw.get("kind"))
+
+    # -- metadata ---------------------------------------------------------------------------------
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        return mapping(self.raw.get("metadata"))
+
+    @property
+    def name(self) -> str:
+        return string(self.metadata.get("name"))
+
+    @property
+    def generate_name(self) -> str:
+        return string(self.metadata.get("generateName"))
+
+    @property
+    def namespace(self) -> str:
+        """The namespace as written ("" when absent; the caller knows whether that means `default`)."""
+        return string(self.metadata.get("namespace"))
+
+    @property
+    def uid(self) -> str:
+        return string(self.metadata.get("uid"))
+
+    @property
+    def resource_version(self) -> str:
+        return string(self.metadata.get("resourceVersion"))
+
+    @property
+    def generation(self) -> int | None:
+        value = self.metadata.get("generation")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def creation_timestamp(self) -> str:
+        return string(self.metadata.get("creationTimestamp"))
+
+    @property
+    def deletion_timestamp(self) -> str | None:
+        """When deletion was asked (RFC 3339), None while the object is not being deleted."""
+        value = self.metadata.get("deletionTimestamp")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return string_map(self.metadata.get("labels"))
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return string_map(self.metadata.get("annotations"))
+
+    def label(self, key: str) -> str | None:
+        """One label's value; None when absent or not a string. Constant time (no map is checked)."""
+        value = mapping(self.metadata.get("labels")).get(key)
+        return value if isinstance(value, str) else None
+
+    def annotation(self, key: str) -> str | None:
+        """One annotation's value; None when absent or not a string. Constant time."""
+        value = mapping(self.metadata.get("annotations")).get(key)
+        return value if isinstance(value, str) else None
+
+    @property
+    def owner_references(self) -> tuple[Mapping[str, Any], ...]:
+        return objects(self.metadata.get("ownerReferences"))
+
+    @property
+    def controller_owner(self) -> Mapping[str, Any] | None:
+        """The owner reference with `controller: true` (at most one in a valid object), if any."""
+        for owner in self.owner_references:
+            if owner.get("controller") is True:
+                return owner
+        return None
+
+    @property
+    def finalizers(self) -> tuple[str, ...]:
+        value = self.metadata.get("finalizers")
+        return tuple(f for f in value if isinstance(f, str)) if isinstance(value, list) else ()
+
+    # -- spec and status --------------------------------------------------------------------------
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        return mapping(self.raw.get("spec"))
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        return mapping(self.raw.get("status"))
+
+
+class ContainerView:
+    """One container (app, init or ephemeral) of a pod: name, resources, env, read through its dict."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw: Mapping[str, Any] = raw if isinstance(raw, dict) else EMPTY
+
+    def __repr__(self) -> str:
+        return f"ContainerView({self.name or '?'})"
+
+    @property
+    def name(self) -> str:
+        return string(self.raw.get("name"))
+
+    @property
+    def image(self) -> str:
+        return string(self.raw.get("image"))
+
+    @property
+    def resources(self) -> Mapping[str, Any]:
+        return mapping(self.raw.get("resources"))
+
+    @property
+    def requests(self) -> Mapping[str, Any]:
+        """Resource name -> quantity as written (a string or a number; parse with `quantities`)."""
+        return mapping(self.resources.get("requests"))
+
+    @property
+    def limits(self) -> Mapping[str, Any]:
+        """Resource name -> quantity as written (a string or a number; parse with `quantities`)."""
+        return mapping(self.resources.get("limits"))
+
+    @property
+    def claims(self) -> tuple[Mapping[str, Any], ...]:
+        """The DRA resource claims the container uses (`resources.claims`, each `{name: ...}`)."""
+        return objects(self.resources.get("claims"))
+
+    @property
+    def env(self) -> tuple[Mapping[str, Any], ...]:
+        return objects(self.raw.get("env"))
+
+    @property
+    def restart_policy(self) -> str:
+        return string(self.raw.get("restartPolicy"))
+
+    @property
+    def is_sidecar(self) -> bool:
+        """An init container that keeps running beside the app containers (restartPolicy Always)."""
+        return self.raw.get("restartPolicy") == "Always"
+
+
+def _containers(value: Any) -> tuple[ContainerView, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(ContainerView(item) for item in value if isinstance(item, dict))
+
+
+class PodView(ObjectView):
+    """A pod: its metadata (ObjectView), the spec fields KGWE reads, its phase."""
+
+    __slots__ = ()
+
+    @property
+    def node_name(self) -> str:
+        """The node the pod is bound to; "" while unscheduled."""
+        return string(self.spec.get("nodeName"))
+
+    @property
+    def node_selector(self) -> Mapping[str, str]:
+        return string_map(self.spec.get("nodeSelector"))
+
+    @property
+    def scheduling_gates(self) -> tuple[str, ...]:
+        """The names of the pod's scheduling gates, in order (gates without a string name left out)."""
+        return tuple(
+            gate["name"] for gate in objects(self.spec.get("schedulingGates")) if isinstance(gate.get("name"), str)
+        )
+
+    @property
+    def tolerations(self) -> tuple[Mapping[str, Any], ...]:
+        return objects(self.spec.get("tolerations"))
+
+    @property
+    def affinity(self) -> Mapping[str, Any]:
+        return mapping(self.spec.get("affinity"))
+
+    @property
+    def resource_claims(self) -> tuple[Mapping[str, Any], ...]:
+        """The pod's DRA claims (`spec.resourceClaims`, each `{name, resourceClaimName | ...TemplateName}`)."""
+        return objects(self.spec.get("resourceClaims"))
+
+    @property
+    def service_account_name(self) -> str:
+        return string(self.spec.get("serviceAccountName"))
+
+    @property
+    def scheduler_name(self) -> str:
+        return string(self.spec.get("schedulerName"))
+
+    @property
+    def priority_class_name(self) -> str:
+        return string(self.spec.get("priorityClassName"))
+
+    @property
+    def containers(self) -> tuple[ContainerView, ...]:
+        return _containers(self.spec.get("containers"))
+
+    @property
+    def init_containers(self) -> tuple[ContainerView, ...]:
+        return _containers(self.spec.get("initContainers"))
+
+    @property
+    def ephemeral_containers(self) -> tuple[ContainerView, ...]:
+        return _containers(self.spec.get("ephemeralContainers"))
+
+    @property
+    def all_containers(self) -> tuple[ContainerView, ...]:
+        """App containers, then init containers (ephemeral ones ask for no resources)."""
+        return self.containers + self.init_containers
+
+    @property
+    def phase(self) -> str:
+        return string(self.status.get("phase"))
+
+    @property
+    def terminal(self) -> bool:
+        """Succeeded or Failed: the pod holds no resources any more."""
+        return self.phase in POD_TERMINAL_PHASES
+
+    @property
+    def deleting(self) -> bool:
+        return self.deletion_timestamp is not None
+
+
+class NodeView(ObjectView):
+    """A node as the API sends it, before `webhook/cluster/node_facts.py` turns it into NodeFacts."""
+
+    __slots__ = ()
+
+    @property
+    def unschedulable(self) -> bool:
+        return self.spec.get("unschedulable") is True
+
+    @property
+    def taints(self) -> tuple[Mapping[str, Any], ...]:
+        return objects(self.spec.get("taints"))
+
+    @property
+    def capacity(self) -> Mapping[str, Any]:
+        return mapping(self.status.get("capacity"))
+
+    @property
+    def allocatable(self) -> Mapping[str, Any]:
+        """Resource name -> quantity as written; the capacity when allocatable is missing or empty."""
+        return mapping(self.status.get("allocatable")) or self.capacity
+
+    @property
+    def conditions(self) -> tuple[Mapping[str, Any], ...]:
+        return objects(self.status.get("conditions"))
+
+    def condition(self, kind: str) -> str | None:
+        """The status (`True`, `False`, `Unknown`) of the condition of type `kind`; None when absent."""
+        for condition in self.conditions:
+            if condition.get("type") == kind:
+                return string(condition.get("status")) or None
+        return None
+
+
+def pod_view(pod: PodView | Mapping[str, Any] | None) -> PodView:
+    """`pod` itself when it is a view already, else a view of the dict: for functions that take either."""
+    return pod if isinstance(pod, PodView) else PodView(pod)
+
+
+def object_view(obj: ObjectView | Mapping[str, Any] | None) -> ObjectView:
+    """`obj` itself when it is a view already, else a view of the dict."""
+    return obj if isinstance(obj, ObjectView) else ObjectView(obj)
