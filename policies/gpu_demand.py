@@ -1,17 +1,20 @@
 """What GPU resources a pod asks for, and what that is worth in GPU-equivalents (SPEC section 6).
 
-Pure functions over pod dicts, shared by cost annotations, quotas and validation. Kubernetes' rule for
-the effective request applies: the larger of the sum over app containers and the largest init container.
+Pure functions over pods (a PodView, or the pod's dict), shared by cost annotations, quotas and
+validation. Kubernetes' rule for the effective request applies: the larger of the sum over app
+containers and the largest init container.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from policies.vocabulary import resources as names
+from policies.vocabulary.objects import ContainerView, PodView, pod_view
 from policies.vocabulary.quantities import parse_quantity
 
 GPU = names.NVIDIA_GPU
@@ -46,12 +49,12 @@ def _quantity(value: Any) -> Decimal | None:
         return None
 
 
-def dra_rendered(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def dra_rendered(pod: PodView | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """container name -> the GPU resources KGWE's DRA rendering moved into a claim, for the containers
     that do carry a `kgwe-` claim (a stray or forged annotation without the claims counts nothing)."""
-    notes = (pod.get("metadata") or {}).get("annotations") or {}
-    raw = notes.get(DRA_ANNOTATION) if isinstance(notes, dict) else None
-    if not isinstance(raw, str) or not raw or len(raw) > MAX_DRA_ANNOTATION:
+    view = pod_view(pod)
+    raw = view.annotation(DRA_ANNOTATION)
+    if not raw or len(raw) > MAX_DRA_ANNOTATION:
         return {}
     try:
         recorded = json.loads(raw)
@@ -59,36 +62,29 @@ def dra_rendered(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {}
     if not isinstance(recorded, dict):
         return {}
-    spec = pod.get("spec") or {}
     out: dict[str, dict[str, Any]] = {}
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        if not isinstance(container, dict):
-            continue
-        name = str(container.get("name", ""))
-        claims = (container.get("resources") or {}).get("claims")
+    for container in view.all_containers:
+        name = str(container.raw.get("name", ""))
         kept = recorded.get(name)
-        if not isinstance(kept, dict) or not isinstance(claims, list):
+        if not isinstance(kept, dict) or not isinstance(container.resources.get("claims"), list):
             continue
-        if any(isinstance(c, dict) and str(c.get("name", "")).startswith(DRA_CLAIM_PREFIX) for c in claims):
+        if any(str(c.get("name", "")).startswith(DRA_CLAIM_PREFIX) for c in container.claims):
             out[name] = {str(k): v for k, v in kept.items() if isinstance(k, str) and k.startswith(GPU_PREFIXES)}
     return out
 
 
 def _container_gpu(
-    container: dict[str, Any], where: str, rendered: dict[str, dict[str, Any]] | None = None
+    container: ContainerView, where: str, rendered: dict[str, dict[str, Any]] | None = None
 ) -> tuple[dict[str, Decimal], list[str]]:
-    resources = dict(container.get("resources") or {})
-    moved = (rendered or {}).get(str(container.get("name", "")))
+    limits = container.limits
+    moved = (rendered or {}).get(str(container.raw.get("name", "")))
     if moved:
-        resources["limits"] = {**(resources.get("limits") or {}), **moved}
+        limits = {**limits, **moved}
     amounts: dict[str, Decimal] = {}
     problems: list[str] = []
-    name = container.get("name", "?")
+    name = container.raw.get("name", "?")
     # Extended resources must have requests == limits; limits alone imply requests.
-    for section in ("limits", "requests"):
-        values = resources.get(section) or {}
-        if not isinstance(values, dict):
-            continue
+    for section, values in (("limits", limits), ("requests", container.requests)):
         for key, raw in values.items():
             if not isinstance(key, str) or not key.startswith(GPU_PREFIXES):
                 continue
@@ -107,29 +103,26 @@ def _container_gpu(
     return amounts, problems
 
 
-def pod_gpu_demand(pod: dict[str, Any]) -> GpuDemand:
-    spec = pod.get("spec") or {}
+def pod_gpu_demand(pod: PodView | Mapping[str, Any]) -> GpuDemand:
+    """The pod's GPU demand (a view or the pod's dict): the effective request over its containers."""
+    view = pod_view(pod)
     demand = GpuDemand()
     app: dict[str, Decimal] = {}
-    rendered = dra_rendered(pod)
-    for container in spec.get("containers") or []:
-        if not isinstance(container, dict):
-            continue
+    rendered = dra_rendered(view)
+    for container in view.containers:
         amounts, problems = _container_gpu(container, "container", rendered)
         demand.invalid.extend(problems)
         if amounts:
-            demand.gpu_containers.append(str(container.get("name", "")))
+            demand.gpu_containers.append(str(container.raw.get("name", "")))
         for key, amount in amounts.items():
             app[key] = app.get(key, Decimal(0)) + amount
     init_max: dict[str, Decimal] = {}
-    for container in spec.get("initContainers") or []:
-        if not isinstance(container, dict):
-            continue
+    for container in view.init_containers:
         amounts, problems = _container_gpu(container, "initContainer", rendered)
         demand.invalid.extend(problems)
         for key, amount in amounts.items():
             # Sidecars (restartPolicy Always) run alongside the app containers: they add up.
-            if container.get("restartPolicy") == "Always":
+            if container.is_sidecar:
                 app[key] = app.get(key, Decimal(0)) + amount
             else:
                 init_max[key] = max(init_max.get(key, Decimal(0)), amount)
@@ -177,17 +170,15 @@ def gpu_equivalents(
     return total
 
 
-def container_gpu_amounts(pod: dict[str, Any]) -> dict[str, dict[str, Decimal]]:
+def container_gpu_amounts(pod: PodView | Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
     """container name (init containers too) -> the GPU resources it asks for, DRA-rendered ones included;
     containers with a problem in their amounts are left out (validation refuses those)."""
-    spec = pod.get("spec") or {}
-    rendered = dra_rendered(pod)
+    view = pod_view(pod)
+    rendered = dra_rendered(view)
     out: dict[str, dict[str, Decimal]] = {}
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        if not isinstance(container, dict):
-            continue
+    for container in view.all_containers:
         amounts, problems = _container_gpu(container, "container", rendered)
         positive = {k: v for k, v in amounts.items() if v > 0}
         if positive and not problems:
-            out[str(container.get("name", ""))] = positive
+            out[str(container.raw.get("name", ""))] = positive
     return out
