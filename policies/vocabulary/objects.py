@@ -136,6 +136,16 @@ class ObjectView:
         value = mapping(self.metadata.get("annotations")).get(key)
         return value if isinstance(value, str) else None
 
+    def has_key_with_prefix(self, prefix: str) -> bool:
+        """Whether any label or annotation key starts with `prefix`, whatever its value: a key alone
+        decides scope (`kgwe.io/`), so values of the wrong type do not hide it here."""
+        metadata = self.metadata
+        for section in ("annotations", "labels"):
+            for key in mapping(metadata.get(section)):
+                if isinstance(key, str) and key.startswith(prefix):
+                    return True
+        return False
+
     @property
     def owner_references(self) -> tuple[Mapping[str, Any], ...]:
         return objects(self.metadata.get("ownerReferences"))

@@ -184,6 +184,13 @@ def test_labels_with_values_that_are_not_strings_keep_only_their_string_entries(
     assert labels["count"] == 3  # the object itself is never changed
 
 
+def test_a_key_decides_scope_whatever_its_value() -> None:
+    assert PodView({"metadata": {"labels": {"kgwe.io/gang": 5}}}).has_key_with_prefix("kgwe.io/")
+    assert PodView({"metadata": {"annotations": {"kgwe.io/x": None}}}).has_key_with_prefix("kgwe.io/")
+    assert not PodView({"metadata": {"labels": {"app": "kgwe.io/x"}}}).has_key_with_prefix("kgwe.io/")
+    assert not PodView({"metadata": {"labels": ["kgwe.io/x"]}}).has_key_with_prefix("kgwe.io/")
+
+
 def test_generation_must_be_an_integer() -> None:
     assert ObjectView({"metadata": {"generation": True}}).generation is None
     assert ObjectView({"metadata": {"generation": "3"}}).generation is None

@@ -19,7 +19,7 @@ from typing import Any
 from policies.api import Violation
 from policies.gpu_demand import pod_gpu_demand
 from policies.runtime import PolicyEngineError
-from policies.vocabulary.objects import PodView, mapping
+from policies.vocabulary.objects import PodView
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import (
@@ -428,12 +428,8 @@ def fails_closed(request: AdmissionRequest) -> bool:
             return False
         if not request.is_pod:
             return True
-        for candidate in (request.pod, request.old_pod):
-            # Keys of the raw maps, whatever their values: a key alone puts the pod in KGWE's scope.
-            metadata = candidate.metadata
-            for key in (*mapping(metadata.get("annotations")), *mapping(metadata.get("labels"))):
-                if key.startswith(KGWE_PREFIX):
-                    return True
+        if request.pod.has_key_with_prefix(KGWE_PREFIX) or request.old_pod.has_key_with_prefix(KGWE_PREFIX):
+            return True
         return pod_gpu_demand(request.pod).asks_gpu
     except Exception:
         return True
