@@ -315,7 +315,8 @@ class NodeView(ObjectView):
 
     @property
     def unschedulable(self) -> bool:
-        return self.spec.get("unschedulable") is True
+        """Cordoned. Any true value counts (a YAML file's `yes` too): in doubt, the node takes no pods."""
+        return bool(self.spec.get("unschedulable"))
 
     @property
     def taints(self) -> tuple[Mapping[str, Any], ...]:
