@@ -62,8 +62,9 @@ class ObjectView:
     __slots__ = ("raw",)
 
     def __init__(self, raw: Mapping[str, Any] | None) -> None:
-        # Not a dict (None, a list from a forged request): the view of an empty object.
-        self.raw: Mapping[str, Any] = raw if isinstance(raw, dict) else EMPTY
+        # Not a mapping (None, a list from a forged request): the view of an empty object. Its parts
+        # are read as JSON, where every object is a dict.
+        self.raw: Mapping[str, Any] = raw if isinstance(raw, (dict, Mapping)) else EMPTY
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.namespace}/{self.name or self.generate_name or '?'})"
