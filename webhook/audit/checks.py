@@ -123,7 +123,7 @@ def placement_findings(runtime: Runtime, model: ClusterModel, pod: dict[str, Any
         return [Finding("placement", namespace, name, "kgwe-placement", "invalid-intent", "medium",
                         "; ".join(intent.problems), "fail", uid)]
     plan = build_plan(pod, intent, None, model, runtime.config)
-    node_name = (pod.get("spec") or {}).get("nodeName")
+    node_name = PodView(pod).node_name
     if plan.refusals:
         where = f" (it runs on {node_name})" if node_name else " (it is not scheduled yet)"
         return [Finding("placement", namespace, name, "kgwe-placement", "refused", "medium",
