@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from policies.vocabulary import resources as names
-from policies.vocabulary.objects import ContainerView, PodView, pod_view
+from policies.vocabulary.objects import PodView, container_amounts, pod_view
 from policies.vocabulary.quantities import parse_quantity
 
 GPU = names.NVIDIA_GPU
@@ -52,7 +52,10 @@ def _quantity(value: Any) -> Decimal | None:
 def dra_rendered(pod: PodView | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """container name -> the GPU resources KGWE's DRA rendering moved into a claim, for the containers
     that do carry a `kgwe-` claim (a stray or forged annotation without the claims counts nothing)."""
-    view = pod_view(pod)
+    return _dra_rendered(pod_view(pod))
+
+
+def _dra_rendered(view: PodView) -> dict[str, dict[str, Any]]:
     raw = view.annotation(DRA_ANNOTATION)
     if not raw or len(raw) > MAX_DRA_ANNOTATION:
         return {}
@@ -74,21 +77,21 @@ def dra_rendered(pod: PodView | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _container_gpu(
-    container: ContainerView, where: str, rendered: dict[str, dict[str, Any]] | None = None
+    container: Mapping[str, Any], where: str, rendered: dict[str, dict[str, Any]] | None = None
 ) -> tuple[dict[str, Decimal], list[str]]:
-    limits = container.limits
-    moved = (rendered or {}).get(str(container.raw.get("name", "")))
+    limits, requests = container_amounts(container)
+    moved = rendered.get(str(container.get("name", ""))) if rendered else None
     if moved:
         limits = {**limits, **moved}
     amounts: dict[str, Decimal] = {}
     problems: list[str] = []
-    name = container.raw.get("name", "?")
     # Extended resources must have requests == limits; limits alone imply requests.
-    for section, values in (("limits", limits), ("requests", container.requests)):
+    for section, values in (("limits", limits), ("requests", requests)):
         for key, raw in values.items():
             if not isinstance(key, str) or not key.startswith(GPU_PREFIXES):
                 continue
             amount = _quantity(raw)
+            name = container.get("name", "?")
             if amount is None:
                 problems.append(f"{where} {name}: {section}[{key}] = {raw!r} is not a quantity")
                 continue
@@ -105,24 +108,34 @@ def _container_gpu(
 
 def pod_gpu_demand(pod: PodView | Mapping[str, Any]) -> GpuDemand:
     """The pod's GPU demand (a view or the pod's dict): the effective request over its containers."""
-    view = pod_view(pod)
+    # The hottest reader of pods (several times per admission, once per pod of the cluster for quota
+    # usage): it walks the raw container objects with the views' tolerant readers instead of making a
+    # ContainerView per container, which would cost more than the rest of the walk.
+    view = pod if isinstance(pod, PodView) else PodView(pod)
     demand = GpuDemand()
     app: dict[str, Decimal] = {}
-    rendered = dra_rendered(view)
-    for container in view.containers:
+    rendered = _dra_rendered(view) if view.annotation(DRA_ANNOTATION) is not None else None
+    spec = view.spec
+    containers = spec.get("containers")
+    for container in containers if isinstance(containers, list) else ():
+        if not isinstance(container, dict):
+            continue
         amounts, problems = _container_gpu(container, "container", rendered)
         demand.invalid.extend(problems)
         if amounts:
-            demand.gpu_containers.append(str(container.raw.get("name", "")))
+            demand.gpu_containers.append(str(container.get("name", "")))
         for key, amount in amounts.items():
             app[key] = app.get(key, Decimal(0)) + amount
     init_max: dict[str, Decimal] = {}
-    for container in view.init_containers:
+    containers = spec.get("initContainers")
+    for container in containers if isinstance(containers, list) else ():
+        if not isinstance(container, dict):
+            continue
         amounts, problems = _container_gpu(container, "initContainer", rendered)
         demand.invalid.extend(problems)
         for key, amount in amounts.items():
             # Sidecars (restartPolicy Always) run alongside the app containers: they add up.
-            if container.is_sidecar:
+            if container.get("restartPolicy") == "Always":
                 app[key] = app.get(key, Decimal(0)) + amount
             else:
                 init_max[key] = max(init_max.get(key, Decimal(0)), amount)
@@ -174,10 +187,10 @@ def container_gpu_amounts(pod: PodView | Mapping[str, Any]) -> dict[str, dict[st
     """container name (init containers too) -> the GPU resources it asks for, DRA-rendered ones included;
     containers with a problem in their amounts are left out (validation refuses those)."""
     view = pod_view(pod)
-    rendered = dra_rendered(view)
+    rendered = _dra_rendered(view)
     out: dict[str, dict[str, Decimal]] = {}
     for container in view.all_containers:
-        amounts, problems = _container_gpu(container, "container", rendered)
+        amounts, problems = _container_gpu(container.raw, "container", rendered)
         positive = {k: v for k, v in amounts.items() if v > 0}
         if positive and not problems:
             out[str(container.raw.get("name", ""))] = positive

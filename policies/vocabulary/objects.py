@@ -42,7 +42,7 @@ def objects(value: Any) -> tuple[Mapping[str, Any], ...]:
     """The JSON objects of a list (other items left out); () when `value` is not a list."""
     if not isinstance(value, list):
         return ()
-    return tuple(item for item in value if isinstance(item, dict))
+    return tuple([item for item in value if isinstance(item, dict)])
 
 
 def string_map(value: Any) -> Mapping[str, str]:
@@ -56,6 +56,24 @@ def string_map(value: Any) -> Mapping[str, str]:
     return value
 
 
+def _get(raw: Mapping[str, Any], part: str, key: str) -> Any:
+    """`raw[part][key]`, or None where `raw[part]` is not an object (one call: properties are hot)."""
+    container = raw.get(part)
+    return container.get(key) if isinstance(container, dict) else None
+
+
+def _str_at(raw: Mapping[str, Any], part: str, key: str) -> str:
+    container = raw.get(part)
+    value = container.get(key) if isinstance(container, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _map_at(raw: Mapping[str, Any], part: str, key: str) -> Mapping[str, Any]:
+    container = raw.get(part)
+    value = container.get(key) if isinstance(container, dict) else None
+    return value if isinstance(value, dict) else EMPTY
+
+
 class ObjectView:
     """Any Kubernetes object: its kind, metadata, spec and status, read through the dict it wraps."""
 
@@ -64,7 +82,10 @@ class ObjectView:
     def __init__(self, raw: Mapping[str, Any] | None) -> None:
         # Not a mapping (None, a list from a forged request): the view of an empty object. Its parts
         # are read as JSON, where every object is a dict.
-        self.raw: Mapping[str, Any] = raw if isinstance(raw, (dict, Mapping)) else EMPTY
+        # (None first: a negative check against the Mapping ABC is slow.)
+        self.raw: Mapping[str, Any] = (
+            raw if isinstance(raw, dict) or (raw is not None and isinstance(raw, Mapping)) else EMPTY
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.namespace}/{self.name or self.generate_name or '?'})"
@@ -85,56 +106,60 @@ class ObjectView:
 
     @property
     def name(self) -> str:
-        return string(self.metadata.get("name"))
+        return _str_at(self.raw, "metadata", "name")
 
     @property
     def generate_name(self) -> str:
-        return string(self.metadata.get("generateName"))
+        return _str_at(self.raw, "metadata", "generateName")
 
     @property
     def namespace(self) -> str:
         """The namespace as written ("" when absent; the caller knows whether that means `default`)."""
-        return string(self.metadata.get("namespace"))
+        return _str_at(self.raw, "metadata", "namespace")
 
     @property
     def uid(self) -> str:
-        return string(self.metadata.get("uid"))
+        return _str_at(self.raw, "metadata", "uid")
 
     @property
     def resource_version(self) -> str:
-        return string(self.metadata.get("resourceVersion"))
+        return _str_at(self.raw, "metadata", "resourceVersion")
 
     @property
     def generation(self) -> int | None:
-        value = self.metadata.get("generation")
+        value = _get(self.raw, "metadata", "generation")
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
     def creation_timestamp(self) -> str:
-        return string(self.metadata.get("creationTimestamp"))
+        return _str_at(self.raw, "metadata", "creationTimestamp")
 
     @property
     def deletion_timestamp(self) -> str | None:
         """When deletion was asked (RFC 3339), None while the object is not being deleted."""
-        value = self.metadata.get("deletionTimestamp")
+        value = _get(self.raw, "metadata", "deletionTimestamp")
         return value if isinstance(value, str) and value else None
 
     @property
     def labels(self) -> Mapping[str, str]:
-        return string_map(self.metadata.get("labels"))
+        return string_map(_get(self.raw, "metadata", "labels"))
 
     @property
     def annotations(self) -> Mapping[str, str]:
-        return string_map(self.metadata.get("annotations"))
+        return string_map(_get(self.raw, "metadata", "annotations"))
 
     def label(self, key: str) -> str | None:
         """One label's value; None when absent or not a string. Constant time (no map is checked)."""
-        value = mapping(self.metadata.get("labels")).get(key)
+        metadata = self.raw.get("metadata")
+        labels = metadata.get("labels") if isinstance(metadata, dict) else None
+        value = labels.get(key) if isinstance(labels, dict) else None
         return value if isinstance(value, str) else None
 
     def annotation(self, key: str) -> str | None:
         """One annotation's value; None when absent or not a string. Constant time."""
-        value = mapping(self.metadata.get("annotations")).get(key)
+        metadata = self.raw.get("metadata")
+        notes = metadata.get("annotations") if isinstance(metadata, dict) else None
+        value = notes.get(key) if isinstance(notes, dict) else None
         return value if isinstance(value, str) else None
 
     def has_key_with_prefix(self, prefix: str) -> bool:
@@ -149,7 +174,7 @@ class ObjectView:
 
     @property
     def owner_references(self) -> tuple[Mapping[str, Any], ...]:
-        return objects(self.metadata.get("ownerReferences"))
+        return objects(_get(self.raw, "metadata", "ownerReferences"))
 
     @property
     def controller_owner(self) -> Mapping[str, Any] | None:
@@ -161,7 +186,7 @@ class ObjectView:
 
     @property
     def finalizers(self) -> tuple[str, ...]:
-        value = self.metadata.get("finalizers")
+        value = _get(self.raw, "metadata", "finalizers")
         return tuple(f for f in value if isinstance(f, str)) if isinstance(value, list) else ()
 
     # -- spec and status --------------------------------------------------------------------------
@@ -200,17 +225,21 @@ class ContainerView:
     @property
     def requests(self) -> Mapping[str, Any]:
         """Resource name -> quantity as written (a string or a number; parse with `quantities`)."""
-        return mapping(self.resources.get("requests"))
+        return _map_at(self.raw, "resources", "requests")
 
     @property
     def limits(self) -> Mapping[str, Any]:
         """Resource name -> quantity as written (a string or a number; parse with `quantities`)."""
-        return mapping(self.resources.get("limits"))
+        return _map_at(self.raw, "resources", "limits")
+
+    def amounts(self) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        """(limits, requests) in one read."""
+        return container_amounts(self.raw)
 
     @property
     def claims(self) -> tuple[Mapping[str, Any], ...]:
         """The DRA resource claims the container uses (`resources.claims`, each `{name: ...}`)."""
-        return objects(self.resources.get("claims"))
+        return objects(_get(self.raw, "resources", "claims"))
 
     @property
     def env(self) -> tuple[Mapping[str, Any], ...]:
@@ -226,10 +255,30 @@ class ContainerView:
         return self.raw.get("restartPolicy") == "Always"
 
 
-def _containers(value: Any) -> tuple[ContainerView, ...]:
-    if not isinstance(value, list):
-        return ()
-    return tuple(ContainerView(item) for item in value if isinstance(item, dict))
+def container_amounts(container: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """(limits, requests) of a container object, each resource name -> quantity as written; empty where
+    malformed. For loops over every container of many pods (GPU demand), where a ContainerView per
+    container would be the largest cost of reading them."""
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return EMPTY, EMPTY
+    limits, requests = resources.get("limits"), resources.get("requests")
+    return (limits if isinstance(limits, dict) else EMPTY, requests if isinstance(requests, dict) else EMPTY)
+
+
+_new = object.__new__
+
+
+def _containers(value: list[Any]) -> tuple[ContainerView, ...]:
+    # Built without __init__ (its type check is done here): GPU demand reads every pod's containers
+    # several times per admission, and this is most of what a view costs there.
+    views = []
+    for item in value:
+        if isinstance(item, dict):
+            view = _new(ContainerView)
+            view.raw = item
+            views.append(view)
+    return tuple(views)
 
 
 class PodView(ObjectView):
@@ -240,55 +289,59 @@ class PodView(ObjectView):
     @property
     def node_name(self) -> str:
         """The node the pod is bound to; "" while unscheduled."""
-        return string(self.spec.get("nodeName"))
+        return _str_at(self.raw, "spec", "nodeName")
 
     @property
     def node_selector(self) -> Mapping[str, str]:
-        return string_map(self.spec.get("nodeSelector"))
+        return string_map(_get(self.raw, "spec", "nodeSelector"))
 
     @property
     def scheduling_gates(self) -> tuple[str, ...]:
         """The names of the pod's scheduling gates, in order (gates without a string name left out)."""
-        return tuple(
-            gate["name"] for gate in objects(self.spec.get("schedulingGates")) if isinstance(gate.get("name"), str)
-        )
+        gates = objects(_get(self.raw, "spec", "schedulingGates"))
+        return tuple([gate["name"] for gate in gates if isinstance(gate.get("name"), str)])
 
     @property
     def tolerations(self) -> tuple[Mapping[str, Any], ...]:
-        return objects(self.spec.get("tolerations"))
+        return objects(_get(self.raw, "spec", "tolerations"))
 
     @property
     def affinity(self) -> Mapping[str, Any]:
-        return mapping(self.spec.get("affinity"))
+        return _map_at(self.raw, "spec", "affinity")
 
     @property
     def resource_claims(self) -> tuple[Mapping[str, Any], ...]:
         """The pod's DRA claims (`spec.resourceClaims`, each `{name, resourceClaimName | ...TemplateName}`)."""
-        return objects(self.spec.get("resourceClaims"))
+        return objects(_get(self.raw, "spec", "resourceClaims"))
 
     @property
     def service_account_name(self) -> str:
-        return string(self.spec.get("serviceAccountName"))
+        return _str_at(self.raw, "spec", "serviceAccountName")
 
     @property
     def scheduler_name(self) -> str:
-        return string(self.spec.get("schedulerName"))
+        return _str_at(self.raw, "spec", "schedulerName")
 
     @property
     def priority_class_name(self) -> str:
-        return string(self.spec.get("priorityClassName"))
+        return _str_at(self.raw, "spec", "priorityClassName")
 
     @property
     def containers(self) -> tuple[ContainerView, ...]:
-        return _containers(self.spec.get("containers"))
+        spec = self.raw.get("spec")
+        value = spec.get("containers") if isinstance(spec, dict) else None
+        return _containers(value) if isinstance(value, list) else ()
 
     @property
     def init_containers(self) -> tuple[ContainerView, ...]:
-        return _containers(self.spec.get("initContainers"))
+        spec = self.raw.get("spec")
+        value = spec.get("initContainers") if isinstance(spec, dict) else None
+        return _containers(value) if isinstance(value, list) else ()
 
     @property
     def ephemeral_containers(self) -> tuple[ContainerView, ...]:
-        return _containers(self.spec.get("ephemeralContainers"))
+        value = _get(self.raw, "spec", "ephemeralContainers")
+        return _containers(value) if isinstance(value, list) else ()
 
     @property
     def all_containers(self) -> tuple[ContainerView, ...]:
@@ -297,7 +350,7 @@ class PodView(ObjectView):
 
     @property
     def phase(self) -> str:
-        return string(self.status.get("phase"))
+        return _str_at(self.raw, "status", "phase")
 
     @property
     def terminal(self) -> bool:
@@ -317,24 +370,24 @@ class NodeView(ObjectView):
     @property
     def unschedulable(self) -> bool:
         """Cordoned. Any true value counts (a YAML file's `yes` too): in doubt, the node takes no pods."""
-        return bool(self.spec.get("unschedulable"))
+        return bool(_get(self.raw, "spec", "unschedulable"))
 
     @property
     def taints(self) -> tuple[Mapping[str, Any], ...]:
-        return objects(self.spec.get("taints"))
+        return objects(_get(self.raw, "spec", "taints"))
 
     @property
     def capacity(self) -> Mapping[str, Any]:
-        return mapping(self.status.get("capacity"))
+        return _map_at(self.raw, "status", "capacity")
 
     @property
     def allocatable(self) -> Mapping[str, Any]:
         """Resource name -> quantity as written; the capacity when allocatable is missing or empty."""
-        return mapping(self.status.get("allocatable")) or self.capacity
+        return _map_at(self.raw, "status", "allocatable") or self.capacity
 
     @property
     def conditions(self) -> tuple[Mapping[str, Any], ...]:
-        return objects(self.status.get("conditions"))
+        return objects(_get(self.raw, "status", "conditions"))
 
     def condition(self, kind: str) -> str | None:
         """The status (`True`, `False`, `Unknown`) of the condition of type `kind`; None when absent."""

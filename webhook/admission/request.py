@@ -20,6 +20,9 @@ API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 
 
+NO_POD = PodView(None)
+
+
 class BadReview(ValueError):
     """The body is not an AdmissionReview we can answer: HTTP 400 with this message."""
 
@@ -71,7 +74,8 @@ class AdmissionRequest:
 
     def __post_init__(self) -> None:
         self.pod = PodView(self.object)
-        self.old_pod = PodView(self.old_object)
+        # A CREATE has no old object: one shared view of nothing (views are read-only).
+        self.old_pod = NO_POD if self.old_object is None else PodView(self.old_object)
 
     @property
     def is_pod(self) -> bool:
