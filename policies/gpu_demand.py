@@ -1,17 +1,20 @@
 """What GPU resources a pod asks for, and what that is worth in GPU-equivalents (SPEC section 6).
 
-Pure functions over pod dicts, shared by cost annotations, quotas and validation. Kubernetes' rule for
-the effective request applies: the larger of the sum over app containers and the largest init container.
+Pure functions over pods (a PodView, or the pod's dict), shared by cost annotations, quotas and
+validation. Kubernetes' rule for the effective request applies: the larger of the sum over app
+containers and the largest init container.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from policies.vocabulary import resources as names
+from policies.vocabulary.objects import PodView, container_amounts, pod_view
 from policies.vocabulary.quantities import parse_quantity
 
 GPU = names.NVIDIA_GPU
@@ -46,12 +49,15 @@ def _quantity(value: Any) -> Decimal | None:
         return None
 
 
-def dra_rendered(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def dra_rendered(pod: PodView | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """container name -> the GPU resources KGWE's DRA rendering moved into a claim, for the containers
     that do carry a `kgwe-` claim (a stray or forged annotation without the claims counts nothing)."""
-    notes = (pod.get("metadata") or {}).get("annotations") or {}
-    raw = notes.get(DRA_ANNOTATION) if isinstance(notes, dict) else None
-    if not isinstance(raw, str) or not raw or len(raw) > MAX_DRA_ANNOTATION:
+    return _dra_rendered(pod_view(pod))
+
+
+def _dra_rendered(view: PodView) -> dict[str, dict[str, Any]]:
+    raw = view.annotation(DRA_ANNOTATION)
+    if not raw or len(raw) > MAX_DRA_ANNOTATION:
         return {}
     try:
         recorded = json.loads(raw)
@@ -59,40 +65,33 @@ def dra_rendered(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {}
     if not isinstance(recorded, dict):
         return {}
-    spec = pod.get("spec") or {}
     out: dict[str, dict[str, Any]] = {}
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        if not isinstance(container, dict):
-            continue
-        name = str(container.get("name", ""))
-        claims = (container.get("resources") or {}).get("claims")
+    for container in view.all_containers:
+        name = str(container.raw.get("name", ""))
         kept = recorded.get(name)
-        if not isinstance(kept, dict) or not isinstance(claims, list):
+        if not isinstance(kept, dict) or not isinstance(container.resources.get("claims"), list):
             continue
-        if any(isinstance(c, dict) and str(c.get("name", "")).startswith(DRA_CLAIM_PREFIX) for c in claims):
+        if any(str(c.get("name", "")).startswith(DRA_CLAIM_PREFIX) for c in container.claims):
             out[name] = {str(k): v for k, v in kept.items() if isinstance(k, str) and k.startswith(GPU_PREFIXES)}
     return out
 
 
 def _container_gpu(
-    container: dict[str, Any], where: str, rendered: dict[str, dict[str, Any]] | None = None
+    container: Mapping[str, Any], where: str, rendered: dict[str, dict[str, Any]] | None = None
 ) -> tuple[dict[str, Decimal], list[str]]:
-    resources = dict(container.get("resources") or {})
-    moved = (rendered or {}).get(str(container.get("name", "")))
+    limits, requests = container_amounts(container)
+    moved = rendered.get(str(container.get("name", ""))) if rendered else None
     if moved:
-        resources["limits"] = {**(resources.get("limits") or {}), **moved}
+        limits = {**limits, **moved}
     amounts: dict[str, Decimal] = {}
     problems: list[str] = []
-    name = container.get("name", "?")
     # Extended resources must have requests == limits; limits alone imply requests.
-    for section in ("limits", "requests"):
-        values = resources.get(section) or {}
-        if not isinstance(values, dict):
-            continue
+    for section, values in (("limits", limits), ("requests", requests)):
         for key, raw in values.items():
             if not isinstance(key, str) or not key.startswith(GPU_PREFIXES):
                 continue
             amount = _quantity(raw)
+            name = container.get("name", "?")
             if amount is None:
                 problems.append(f"{where} {name}: {section}[{key}] = {raw!r} is not a quantity")
                 continue
@@ -107,12 +106,18 @@ def _container_gpu(
     return amounts, problems
 
 
-def pod_gpu_demand(pod: dict[str, Any]) -> GpuDemand:
-    spec = pod.get("spec") or {}
+def pod_gpu_demand(pod: PodView | Mapping[str, Any]) -> GpuDemand:
+    """The pod's GPU demand (a view or the pod's dict): the effective request over its containers."""
+    # The hottest reader of pods (several times per admission, once per pod of the cluster for quota
+    # usage): it walks the raw container objects with the views' tolerant readers instead of making a
+    # ContainerView per container, which would cost more than the rest of the walk.
+    view = pod if isinstance(pod, PodView) else PodView(pod)
     demand = GpuDemand()
     app: dict[str, Decimal] = {}
-    rendered = dra_rendered(pod)
-    for container in spec.get("containers") or []:
+    rendered = _dra_rendered(view) if view.annotation(DRA_ANNOTATION) is not None else None
+    spec = view.spec
+    containers = spec.get("containers")
+    for container in containers if isinstance(containers, list) else ():
         if not isinstance(container, dict):
             continue
         amounts, problems = _container_gpu(container, "container", rendered)
@@ -122,7 +127,8 @@ def pod_gpu_demand(pod: dict[str, Any]) -> GpuDemand:
         for key, amount in amounts.items():
             app[key] = app.get(key, Decimal(0)) + amount
     init_max: dict[str, Decimal] = {}
-    for container in spec.get("initContainers") or []:
+    containers = spec.get("initContainers")
+    for container in containers if isinstance(containers, list) else ():
         if not isinstance(container, dict):
             continue
         amounts, problems = _container_gpu(container, "initContainer", rendered)
@@ -177,17 +183,15 @@ def gpu_equivalents(
     return total
 
 
-def container_gpu_amounts(pod: dict[str, Any]) -> dict[str, dict[str, Decimal]]:
+def container_gpu_amounts(pod: PodView | Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
     """container name (init containers too) -> the GPU resources it asks for, DRA-rendered ones included;
     containers with a problem in their amounts are left out (validation refuses those)."""
-    spec = pod.get("spec") or {}
-    rendered = dra_rendered(pod)
+    view = pod_view(pod)
+    rendered = _dra_rendered(view)
     out: dict[str, dict[str, Decimal]] = {}
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        if not isinstance(container, dict):
-            continue
-        amounts, problems = _container_gpu(container, "container", rendered)
+    for container in view.all_containers:
+        amounts, problems = _container_gpu(container.raw, "container", rendered)
         positive = {k: v for k, v in amounts.items() if v > 0}
         if positive and not problems:
-            out[str(container.get("name", ""))] = positive
+            out[str(container.raw.get("name", ""))] = positive
     return out

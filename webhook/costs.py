@@ -11,12 +11,14 @@ about the same pod.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from policies.gpu_demand import GpuDemand, gpu_equivalents, pod_gpu_demand
 from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
@@ -48,10 +50,6 @@ def parse_hourly_cost(text: object) -> Decimal | None:
     return value if value.is_finite() and value >= 0 else None
 
 
-def _annotations(pod: dict[str, Any]) -> dict[str, Any]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
-
-
 def _fraction(raw: object) -> Decimal | None:
     try:
         value = Decimal(str(raw).strip())
@@ -60,13 +58,14 @@ def _fraction(raw: object) -> Decimal | None:
     return value if value.is_finite() and 0 < value <= 1 else None
 
 
-def pod_profile(pod: dict[str, Any], model: ClusterModel) -> dict[str, Any] | None:
-    name = _annotations(pod).get(ANNOTATION_PROFILE)
-    return model.hardware_profiles.get(str(name)) if name else None
+def pod_profile(pod: PodView | Mapping[str, Any], model: ClusterModel) -> dict[str, Any] | None:
+    """The HardwareProfile the pod names (`kgwe.io/profile`), if it exists."""
+    name = pod_view(pod).annotation(ANNOTATION_PROFILE)
+    return model.hardware_profiles.get(name) if name else None
 
 
 def price_per_gpu_hour(
-    pod: dict[str, Any], type_id: str, model: ClusterModel, config: Config
+    pod: PodView | Mapping[str, Any], type_id: str, model: ClusterModel, config: Config
 ) -> Decimal | None:
     profile = pod_profile(pod, model)
     if profile is not None:
@@ -80,14 +79,14 @@ def price_per_gpu_hour(
 
 
 def _sharing_before_binding(
-    pod: dict[str, Any], profile: dict[str, Any] | None, type_id: str, model: ClusterModel
+    pod: PodView, profile: dict[str, Any] | None, type_id: str, model: ClusterModel
 ) -> tuple[str, int]:
     """Sharing mode and replicas for a pod not yet on a node: its request, else its profile's mode.
 
     Replicas come from the type's nodes with that mode; where they differ the smallest count wins, so
     the cost shown before binding is never lower than the cost after it.
     """
-    mode = str(_annotations(pod).get(ANNOTATION_SHARING) or "")
+    mode = pod.annotation(ANNOTATION_SHARING) or ""
     if not mode and profile is not None:
         mode = str(((profile.get("spec") or {}).get("sharing") or {}).get("mode") or "")
     if mode not in ("mps", "time-slicing"):
@@ -109,8 +108,10 @@ def _on_node(demand: GpuDemand, facts: NodeFacts) -> GpuDemand:
 
 
 def pod_gpu_equivalents(
-    pod: dict[str, Any], node_facts: NodeFacts | None, type_id: str, model: ClusterModel
+    pod: PodView | Mapping[str, Any], node_facts: NodeFacts | None, type_id: str, model: ClusterModel
 ) -> Decimal:
+    """The GPU-equivalents the pod's demand counts on `type_id` (bound to `node_facts`, or before binding)."""
+    pod = pod_view(pod)
     demand = pod_gpu_demand(pod)
     profile = pod_profile(pod, model)
     demand = charged_demand(pod, demand)
@@ -120,14 +121,14 @@ def pod_gpu_equivalents(
         replicas = node_facts.replicas
     else:
         sharing, replicas = _sharing_before_binding(pod, profile, type_id, model)
-    fraction = _fraction(_annotations(pod).get(ANNOTATION_GPU_FRACTION)) if sharing == "mps" else None
+    fraction = _fraction(pod.annotation(ANNOTATION_GPU_FRACTION)) if sharing == "mps" else None
     if sharing == "mps" and fraction is None and profile is not None:
         fraction = _fraction(((profile.get("spec") or {}).get("sharing") or {}).get("gpuFraction"))
     return gpu_equivalents(demand, sharing, fraction, replicas)
 
 
 def pod_hourly_cost(
-    pod: dict[str, Any],
+    pod: PodView | Mapping[str, Any],
     node_facts: NodeFacts | None,
     type_id: str,
     model: ClusterModel,

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from policies.vocabulary.objects import PodView
 from webhook.admission.core import AdmissionService, Facts, PendingVerdict
 from webhook.admission.request import AdmissionRequest, decode_review
 from webhook.cluster.model import ClusterModel
@@ -162,12 +163,11 @@ def _checks(admission: AdmissionService, request: AdmissionRequest, deadline: fl
 
 
 def _state(pod: dict[str, Any]) -> str:
-    spec = pod.get("spec") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    if phase in ("Succeeded", "Failed"):
+    view = PodView(pod)
+    if view.terminal:
         return "finished"
-    if spec.get("nodeName"):
-        return f"bound to {spec['nodeName']}"
+    if view.node_name:
+        return f"bound to {view.node_name}"
     return "pending"
 
 
@@ -182,7 +182,7 @@ def blocking_now(pod: dict[str, Any], facts: Facts, config: Config) -> list[str]
 
     model: ClusterModel = facts.model
     reasons: list[str] = []
-    gates = [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, dict)]
+    gates = PodView(pod).scheduling_gates
     if gates:
         reasons.append(f"held by scheduling gate{'s' if len(gates) > 1 else ''} {', '.join(gates[:8])}: the "
                        "scheduler does not consider it until removed (a gang waits for all its members, docs/gangs.md)")

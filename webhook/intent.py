@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from policies.gpu_demand import DRA_ANNOTATION
 from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import parse_quantity
 from webhook.gangs.spec import A_GANG_SIZE, parse_gang_size
 
@@ -85,14 +87,14 @@ class PodIntent:
         }
 
 
-def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
-    raw = (pod.get("metadata") or {}).get("annotations") or {}
-    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+def annotations_of(obj: PodView | Mapping[str, Any]) -> Mapping[str, str]:
+    """The annotations of a pod, a template or any object (its string entries; see PodView.annotations)."""
+    return pod_view(obj).annotations
 
 
-def parse_intent(pod: dict[str, Any]) -> PodIntent:
+def parse_intent(pod: PodView | Mapping[str, Any]) -> PodIntent:
     """The intent of a pod's annotations, in time linear in their size; bad values become `problems`."""
-    notes = annotations_of(pod)
+    notes = pod_view(pod).annotations
     intent = PodIntent()
     for key in INTENT_KEYS:
         value = notes.get(key)
@@ -162,7 +164,7 @@ def parse_intent(pod: dict[str, Any]) -> PodIntent:
     return intent
 
 
-def unknown_key_warnings(notes: dict[str, str]) -> list[str]:
+def unknown_key_warnings(notes: Mapping[str, str]) -> list[str]:
     """A warning for each unknown `kgwe.io/` annotation key (a typo is otherwise silently ignored)."""
     warnings: list[str] = []
     for key in notes:

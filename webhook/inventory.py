@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -35,13 +35,14 @@ from policies.quota.model import (
 )
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import MIXED, UNKNOWN
+from policies.vocabulary.objects import PodView
 from webhook.admission.charging import pod_charge
-from webhook.cluster.model import ClusterModel, pod_is_finished
+from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
 from webhook.costs import format_hourly_cost, parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.dra.facts import dra_allocatable, dra_used
-from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT, annotations_of
+from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 
 log = logging.getLogger("kgwe.inventory")
 
@@ -171,14 +172,15 @@ class Inventory:
         model = self.model
         for namespace in model.namespaces:
             self._tenant_of_namespace(namespace)
-        for pod in model.pods.values():
-            if pod_is_finished(pod):
+        for raw in model.pods.values():
+            pod = PodView(raw)
+            if pod.terminal:
                 continue
             demand = pod_gpu_demand(pod)
             if not demand.asks_gpu:
                 continue
-            notes = annotations_of(pod)
-            node_name = (pod.get("spec") or {}).get("nodeName")
+            notes = pod.annotations
+            node_name = pod.node_name
             facts = model.nodes.get(node_name) if node_name else None
             if node_name:
                 self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
@@ -199,10 +201,9 @@ class Inventory:
                 self.pod_costs.append(self._pod_cost(pod, notes, facts, charge))
 
     def _pod_cost(
-        self, pod: dict[str, Any], notes: dict[str, str], facts: NodeFacts | None, charge: PodCharge | None
+        self, pod: PodView, notes: Mapping[str, str], facts: NodeFacts | None, charge: PodCharge | None
     ) -> PodCost:
-        metadata = pod.get("metadata") or {}
-        namespace = str(metadata.get("namespace") or "")
+        namespace = pod.namespace
         tenant = notes.get(OUT_TENANT) or self._tenant_of_namespace(namespace)
         candidates = [t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t]
         if facts is not None and facts.is_typed:
@@ -224,7 +225,7 @@ class Inventory:
             typed = facts if facts is not None and facts.is_typed else None
             hourly = pod_hourly_cost(pod, typed, type_id, self.model, self.config) if type_id != UNKNOWN else None
             source = "computed" if hourly is not None else "unpriced"
-        return PodCost(namespace, str(metadata.get("name") or ""), tenant, type_id, hourly, source)
+        return PodCost(namespace, pod.name, tenant, type_id, hourly, source)
 
     def _capacity(self, type_id: str) -> TypeCapacity:
         capacity = self.types.get(type_id)

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from policies.background import Task
+from policies.vocabulary.objects import ObjectView
 from webhook.runtime import Runtime
 
 log = logging.getLogger("kgwe.policy_sync")
@@ -30,7 +31,7 @@ def _fingerprint(runtime: Runtime) -> str:
         obj = model.gpu_policies[name]
         digest.update(
             orjson.dumps(
-                {"n": name, "spec": obj.get("spec"), "g": (obj.get("metadata") or {}).get("generation")},
+                {"n": name, "spec": obj.get("spec"), "g": ObjectView(obj).generation},
                 option=orjson.OPT_SORT_KEYS,
             )
         )

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import jsonpatch
 import orjson
 
+from policies.vocabulary.objects import ObjectView
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import API_VERSION, KIND, AdmissionRequest, decode_review
 from webhook.admission.response import render_review
@@ -169,11 +170,11 @@ def _message(response: dict[str, Any]) -> str:
 
 def render_text(result: ReviewResult) -> str:
     """The readable form of a review."""
-    metadata = result.object.get("metadata") or {}
-    name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
+    view = ObjectView(result.object)
+    name = view.name or view.generate_name or "<unnamed>"
     verdict = "ALLOWED" if result.allowed else "DENIED"
-    kind = str(result.object.get("kind") or "Pod").lower()
-    lines = [f"{kind} {metadata.get('namespace', 'default')}/{name}: {verdict}"]
+    kind = (view.kind or "Pod").lower()
+    lines = [f"{kind} {view.namespace or 'default'}/{name}: {verdict}"]
     if result.message:
         lines.append(f"  reason: {result.message}")
     if result.patch:
@@ -191,7 +192,7 @@ def render_text(result: ReviewResult) -> str:
         lines.append("audit annotations:")
         lines.extend(f"  {k}: {v}" for k, v in sorted(result.audit_annotations.items()))
     for template in result.creates:
-        meta = template.get("metadata") or {}
-        lines.append(f"creates {template.get('kind')} {meta.get('namespace')}/{meta.get('name')}:")
+        created = ObjectView(template)
+        lines.append(f"creates {created.kind} {created.namespace}/{created.name}:")
         lines.append(f"  {orjson.dumps(template.get('spec')).decode()}")
     return "\n".join(lines)

@@ -8,7 +8,7 @@ data the policy layer takes (policies never import the webhook).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from policies.quota.model import PodCharge
 from policies.quota.store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
 from policies.rbac.evaluator import Authorizer, RbacEvaluator, Resource, refusal_message
 from policies.runtime import PolicyRuntime
+from policies.vocabulary.keys import WORKLOAD
+from policies.vocabulary.objects import PodView, pod_view
 from webhook.admission.charging import pod_charge, tenant_and_quotas, usage_charges
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest
@@ -209,7 +211,7 @@ class Runtime:
         tenant, quotas = tenant_and_quotas(request, facts.model)
         if not quotas:
             return []
-        charge = pod_charge(facts.pod, facts.model, facts)
+        charge = pod_charge(facts.request.pod, facts.model, facts)
         if charge is None:
             return []
         try:
@@ -230,12 +232,10 @@ class Runtime:
             WOULD_MUTATE.labels(step=step).inc()
 
 
-def _is_inference(pod: dict[str, Any]) -> bool:
-    metadata = pod.get("metadata") or {}
-    for source in (metadata.get("labels") or {}, metadata.get("annotations") or {}):
-        if str(source.get("kgwe.io/workload", "")).lower() == "inference":
-            return True
-    return False
+def _is_inference(pod: PodView | Mapping[str, Any]) -> bool:
+    """`kgwe.io/workload: inference` as a label or an annotation (built-in policies may pick a MIG slice)."""
+    view = pod_view(pod)
+    return any((value or "").lower() == "inference" for value in (view.label(WORKLOAD), view.annotation(WORKLOAD)))
 
 
 def build_runtime(

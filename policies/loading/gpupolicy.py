@@ -18,6 +18,7 @@ from policies.api import ENFORCEMENT_ACTIONS, EnforcementAction
 from policies.engines.cel import CelCompileError, CelEngine, CelProgram
 from policies.engines.rego_source import RegoModuleInfo, RegoSourceError, inspect_module
 from policies.loading.selectors import LabelSelector, parse_selector
+from policies.vocabulary.objects import ObjectView
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 DEFAULT_OPERATIONS = frozenset({"CREATE", "UPDATE"})
@@ -37,21 +38,16 @@ class MatchRules:
     def matches(self, request: Mapping[str, Any], namespace_object: Mapping[str, Any] | None) -> bool:
         if request.get("operation", "CREATE") not in self.operations:
             return False
-        namespace = request.get("namespace") or ((request.get("object") or {}).get("metadata") or {}).get(
-            "namespace", ""
-        )
+        obj = ObjectView(request.get("object"))
+        namespace = request.get("namespace") or obj.namespace
         if self.namespaces is not None and namespace not in self.namespaces:
             return False
         if self.namespace_selector is not None:
-            labels = dict(((namespace_object or {}).get("metadata") or {}).get("labels") or {})
+            labels = dict(ObjectView(namespace_object).labels)
             labels.setdefault("kubernetes.io/metadata.name", namespace)
             if not self.namespace_selector.matches(labels):
                 return False
-        if self.object_selector is not None:
-            labels = ((request.get("object") or {}).get("metadata") or {}).get("labels") or {}
-            if not self.object_selector.matches(labels):
-                return False
-        return True
+        return self.object_selector is None or self.object_selector.matches(obj.labels)
 
 
 @dataclass(frozen=True)
@@ -86,7 +82,7 @@ def fingerprint(obj: Mapping[str, Any]) -> str:
 
 
 def policy_name(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
+    return ObjectView(obj).name
 
 
 def _match_rules(spec: Mapping[str, Any], errors: list[str]) -> MatchRules:

@@ -29,6 +29,7 @@ from policies.engines.rego import (
     build_rego_engine,
 )
 from policies.engines.rego_source import RegoSourceError, inspect_module
+from policies.vocabulary.objects import ObjectView
 from rego import LIBRARY_DIR
 
 CEL_TEST_SUFFIXES = (".celtest.yaml", ".celtest.yml")
@@ -145,13 +146,13 @@ def _policy_case(policy: Mapping[str, Any], case: Mapping[str, Any], cel_engine:
     if not report.ok:
         return f"policy does not compile: {report.errors}"
     obj = case.get("object") or {}
-    request = {"operation": "CREATE", "namespace": (obj.get("metadata") or {}).get("namespace", "default"),
+    request = {"operation": "CREATE", "namespace": ObjectView(obj).namespace or "default",
                "userInfo": {"username": "tester", "groups": []}, **(case.get("request") or {}), "object": obj}
     if "oldObject" in case:
         request["oldObject"] = case["oldObject"]
     ctx = PolicyContext(request=request, namespace_object=case.get("namespaceObject"),
                         cluster=case.get("cluster") or {}, intent=case.get("intent") or {})
-    name = (policy.get("metadata") or {}).get("name")
+    name = ObjectView(policy).name
     got = [{"action": v.action, "message": v.message} for v in runtime.check(ctx) if v.policy == name]
     expect = case.get("expect") or {}
     wanted = expect.get("violations", [])

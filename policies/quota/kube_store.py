@@ -24,6 +24,7 @@ from policies.quota.store import (
     status_to_json,
 )
 from policies.vocabulary import keys
+from policies.vocabulary.objects import ObjectView
 
 GROUP = keys.GROUP
 VERSION = "v1alpha1"
@@ -51,7 +52,7 @@ class KubeQuotaStore:
             raise QuotaUnavailable(f"TenantQuota {quota}: reading status failed: {exc}") from exc
         if not isinstance(obj, dict):
             raise QuotaUnavailable(f"TenantQuota {quota}: the API server answered with {type(obj).__name__}")
-        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        version = ObjectView(obj).resource_version
         with self._lock:
             self._last_read[quota] = obj
         return Versioned(status_from_json(obj.get("status")), version)
@@ -75,7 +76,7 @@ class KubeQuotaStore:
     def _body(self, quota: str, status: QuotaStatus, version: str) -> dict[str, Any]:
         with self._lock:
             last = self._last_read.get(quota)
-        if last is not None and str((last.get("metadata") or {}).get("resourceVersion")) == version:
+        if last is not None and version and ObjectView(last).resource_version == version:
             body = copy.deepcopy(last)
         else:
             body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TenantQuota", "metadata": {"name": quota}}

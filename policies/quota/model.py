@@ -17,6 +17,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from policies.loading.selectors import parse_selector
 from policies.vocabulary import keys
+from policies.vocabulary.objects import ObjectView
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class QuotaLimit:
 
 
 def quota_name(quota: Mapping[str, Any]) -> str:
-    return str((quota.get("metadata") or {}).get("name", ""))
+    return ObjectView(quota).name
 
 
 def tenant_of_quota(quota: Mapping[str, Any]) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 from policies.loading.selectors import parse_selector
 from policies.metrics import record_refusal
 from policies.vocabulary import keys
+from policies.vocabulary.objects import ObjectView
 
 API_GROUP = keys.GROUP
 USE = "use"
@@ -112,11 +113,11 @@ class _Rule:
 
 
 def _name(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
+    return ObjectView(obj).name
 
 
 def _namespace(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("namespace") or "default")
+    return ObjectView(obj).namespace or "default"
 
 
 def _subject_matches(subject: Mapping[str, Any], username: str, groups: set[str], binding_namespace: str) -> bool:
@@ -170,8 +171,7 @@ class RbacEvaluator:
             if selector is None:
                 continue
             for other_name, other in sorted(self._cluster_roles.items()):
-                labels = (other.get("metadata") or {}).get("labels") or {}
-                if other_name != name and selector.matches(labels):
+                if other_name != name and selector.matches(ObjectView(other).labels):
                     rules.extend(self._aggregate(other_name, seen))
         return tuple(dict.fromkeys(rules))
 

@@ -10,17 +10,19 @@ GPU-equivalents (SPEC section 6) and its GPU memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.quota.model import PodCharge, resolve_tenant
+from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB, parse_quantity
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.costs import pod_gpu_equivalents
-from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT, annotations_of
+from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT
 
 
 def tenant_and_quotas(request: AdmissionRequest, model: ClusterModel) -> tuple[str, list[dict[str, Any]]]:
@@ -33,14 +35,14 @@ def tenant_and_quotas(request: AdmissionRequest, model: ClusterModel) -> tuple[s
     )
 
 
-def pod_charge(pod: dict[str, Any], model: ClusterModel, facts: Facts | None) -> PodCharge | None:
+def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Facts | None) -> PodCharge | None:
     """What a pod counts against quotas: its candidate types (or bound type) and GPU-equivalents."""
-    demand = facts.demand if facts is not None else pod_gpu_demand(pod)
+    view = pod_view(pod)
+    demand = facts.demand if facts is not None else pod_gpu_demand(view)
     if not demand.asks_gpu:
         return None
-    metadata = pod.get("metadata") or {}
-    notes = annotations_of(pod)
-    node_name = (pod.get("spec") or {}).get("nodeName")
+    notes = view.annotations
+    node_name = view.node_name
     node = model.nodes.get(node_name) if node_name else None
     bound_type = node.accelerator_type if node is not None and node.is_typed else None
     if facts is not None:
@@ -49,7 +51,7 @@ def pod_charge(pod: dict[str, Any], model: ClusterModel, facts: Facts | None) ->
     else:
         candidates = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t)
         type_id = bound_type or (candidates[0] if candidates else "")
-        equivalents = pod_gpu_equivalents(pod, node, type_id, model) if type_id else Decimal(demand.whole_gpus)
+        equivalents = pod_gpu_equivalents(view, node, type_id, model) if type_id else Decimal(demand.whole_gpus)
     if not candidates and bound_type is None:
         return None
     memory: Decimal | None = None
@@ -62,11 +64,11 @@ def pod_charge(pod: dict[str, Any], model: ClusterModel, facts: Facts | None) ->
     elif units and (bound_type or candidates):
         gb = model.table.memory_gb(bound_type or candidates[0])
         memory = Decimal(gb) * GIB * units if gb else None
-    namespace = str(metadata.get("namespace") or (facts.request.namespace if facts else ""))
+    namespace = view.namespace or (facts.request.namespace if facts else "")
     return PodCharge(
         namespace=namespace,
-        name=str(metadata.get("name") or metadata.get("generateName") or ""),
-        uid=metadata.get("uid"),
+        name=view.name or view.generate_name,
+        uid=view.uid or None,
         candidate_types=candidates,
         bound_type=bound_type,
         profile=notes.get(A_PROFILE),

@@ -19,6 +19,7 @@ from typing import Any
 from policies.api import Violation
 from policies.gpu_demand import pod_gpu_demand
 from policies.runtime import PolicyEngineError
+from policies.vocabulary.objects import PodView
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import (
@@ -92,12 +93,13 @@ class AdmissionService:
         """Everything about one pod; with `with_checks` also the policies' violations, in the same engine call."""
         runtime = self.runtime
         model = runtime.store.snapshot()
-        intent = parse_intent(pod)
+        view = request.pod if pod is request.object else PodView(pod)  # the view built at decode
+        intent = parse_intent(view)
         namespace_object = model.namespaces.get(request.namespace)
         tenant = runtime.tenant_of(request, model)
         decision: Decision | None = None
         violations: list[Violation] = []
-        demand = pod_gpu_demand(pod)
+        demand = pod_gpu_demand(view)
         wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
         if runtime.policies is not None and (wants_decision or with_checks):
             try:
@@ -163,8 +165,7 @@ class AdmissionService:
         the user's intent.
         """
         assert request.object is not None
-        old = request.old_object or {}
-        step = restore_kgwe_keys_step(old, outputs_too=not self._is_controller(request))
+        step = restore_kgwe_keys_step(request.old_pod, outputs_too=not self._is_controller(request))
         try:
             result = run_pipeline(request.object, [step])
         except NotConverging as exc:  # pragma: no cover - one fixed step always converges
@@ -268,10 +269,10 @@ class AdmissionService:
         """UPDATE: `kgwe.io/` keys are fixed at creation; GPUPolicies apply as their `match.operations` say."""
         problems: list[Problem] = []
         controller = self._is_controller(request)
-        changed = changed_kgwe_keys(request.old_object or {}, request.object or {}, outputs_too=not controller)
+        changed = changed_kgwe_keys(request.old_pod, request.pod, outputs_too=not controller)
         if changed:
             problems.append(("output-guard", f"{', '.join(changed)}: kgwe.io/ keys are fixed at creation"))
-        lifted = [] if controller else lifted_kgwe_gates(request.old_object or {}, request.object or {})
+        lifted = [] if controller else lifted_kgwe_gates(request.old_pod, request.pod)
         if lifted:
             problems.append(("output-guard", f"scheduling gate {', '.join(lifted)} is lifted by KGWE alone, when "
                                              "the whole gang can be placed"))
@@ -287,10 +288,10 @@ class AdmissionService:
             return []
         pod = request.object or {}
         model = runtime.store.snapshot()
-        intent = parse_intent(pod)
+        intent = parse_intent(request.pod)
         try:
             _decision, violations = runtime.evaluate_policies(
-                request, pod, intent, pod_gpu_demand(pod), model.namespaces.get(request.namespace), model,
+                request, pod, intent, pod_gpu_demand(request.pod), model.namespaces.get(request.namespace), model,
                 runtime.tenant_of(request, model), decide=False, check=True,
             )
         except PolicyEngineError as exc:
@@ -305,7 +306,7 @@ class AdmissionService:
             return []  # audit mode writes nothing, and refuses nothing
         expected = expected_outputs(facts)
         gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
-        wrong = output_mismatches(facts.pod, expected, {LABEL_GANG: gang})
+        wrong = output_mismatches(facts.request.pod, expected, {LABEL_GANG: gang})
         if not wrong:
             return []
         problems: list[Problem] = []
@@ -423,17 +424,13 @@ def fails_closed(request: AdmissionRequest) -> bool:
     try:
         if request.invalid is not None:
             return True
-        obj = request.object
-        if obj is None:
+        if request.object is None:
             return False
         if not request.is_pod:
             return True
-        for candidate in (obj, request.old_object or {}):
-            metadata = candidate.get("metadata") or {}
-            for key in (*(metadata.get("annotations") or {}), *(metadata.get("labels") or {})):
-                if key.startswith(KGWE_PREFIX):
-                    return True
-        return pod_gpu_demand(obj).asks_gpu
+        if request.pod.has_key_with_prefix(KGWE_PREFIX) or request.old_pod.has_key_with_prefix(KGWE_PREFIX):
+            return True
+        return pod_gpu_demand(request.pod).asks_gpu
     except Exception:
         return True
 

@@ -9,9 +9,11 @@ is immutable like the pod's resources: quota use is computed from them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView, pod_view
 from webhook.admission.facts import Facts
 from webhook.costs import format_hourly_cost
 from webhook.intent import (
@@ -55,36 +57,34 @@ def expected_outputs(facts: Facts) -> dict[str, str | None]:
     return outputs
 
 
-def _metadata_map(obj: dict[str, Any], key: str) -> dict[str, Any]:
-    value = (obj.get("metadata") or {}).get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def output_mismatches(
-    pod: dict[str, Any], annotations: dict[str, str | None], labels: dict[str, str | None]
+    pod: PodView | Mapping[str, Any], annotations: dict[str, str | None], labels: dict[str, str | None]
 ) -> list[str]:
     """Output keys present on `pod` with a value other than the expected one (absent ones are fine:
     the placement check catches a pod the mutating webhook never saw)."""
+    view = pod_view(pod)
     wrong = []
-    notes = _metadata_map(pod, "annotations")
+    notes = view.annotations
     for key, value in annotations.items():
         if key in notes and notes[key] != value:
             wrong.append(key)
-    present = _metadata_map(pod, "labels")
+    present = view.labels
     for key, value in labels.items():
         if key in present and present[key] != value:
             wrong.append(f"label {key}")
     return wrong
 
 
-def _kgwe_items(obj: dict[str, Any], key: str, outputs_too: bool) -> dict[str, Any]:
+def _kgwe_items(obj: PodView | Mapping[str, Any], key: str, outputs_too: bool) -> dict[str, str]:
+    view = pod_view(obj)
     return {
-        k: v for k, v in _metadata_map(obj, key).items()
+        k: v for k, v in (view.annotations if key == "annotations" else view.labels).items()
         if k.startswith(PREFIX) and (outputs_too or k not in OUTPUT_ANNOTATIONS)
     }
 
 
-def changed_kgwe_keys(old: dict[str, Any], new: dict[str, Any], *, outputs_too: bool) -> list[str]:
+def changed_kgwe_keys(old: PodView | Mapping[str, Any], new: PodView | Mapping[str, Any], *,
+                      outputs_too: bool) -> list[str]:
     """`kgwe.io/` annotations and labels that differ between `old` and `new` (added, removed, changed).
 
     With `outputs_too` False, KGWE's output annotations may change (its own controllers write them).
@@ -101,7 +101,7 @@ def changed_kgwe_keys(old: dict[str, Any], new: dict[str, Any], *, outputs_too: 
     return changed
 
 
-def restore_kgwe_keys_step(old: dict[str, Any], *, outputs_too: bool) -> Step:
+def restore_kgwe_keys_step(old: PodView | Mapping[str, Any], *, outputs_too: bool) -> Step:
     """A mutation step that puts back the `kgwe.io/` keys of `old` (the object before an UPDATE)."""
     wanted = {key: _kgwe_items(old, key, outputs_too or key == "labels") for key in ("annotations", "labels")}
 
@@ -123,11 +123,10 @@ def restore_kgwe_keys_step(old: dict[str, Any], *, outputs_too: bool) -> Step:
     return ("kgwe-keys-fixed", step)
 
 
-def lifted_kgwe_gates(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def lifted_kgwe_gates(old: PodView | Mapping[str, Any], new: PodView | Mapping[str, Any]) -> list[str]:
     """KGWE's scheduling gates (`kgwe.io/...`) present on `old` and gone from `new`: only KGWE lifts them."""
 
-    def gates(obj: dict[str, Any]) -> set[str]:
-        listed = (obj.get("spec") or {}).get("schedulingGates") or []
-        return {str(g.get("name")) for g in listed if isinstance(g, dict) and str(g.get("name", "")).startswith(PREFIX)}
+    def gates(obj: PodView | Mapping[str, Any]) -> set[str]:
+        return {name for name in pod_view(obj).scheduling_gates if name.startswith(PREFIX)}
 
     return sorted(gates(old) - gates(new))

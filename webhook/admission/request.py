@@ -1,7 +1,9 @@
 """AdmissionReview v1 requests as the API server sends them, decoded once into a typed view.
 
 Only the envelope is validated as a model; `object` and `oldObject` stay plain dicts (they are
-mutated by the pipeline and handed to policy engines as JSON).
+mutated by the pipeline and handed to policy engines as JSON). Their typed read-only views
+(`AdmissionRequest.pod`, `.old_pod`, policies/vocabulary/objects.py) are built here, once, over those
+same dicts: code downstream reads the view instead of digging in the dict.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from typing import Any
 
 import orjson
 
+from policies.vocabulary.objects import PodView
 from webhook.admission.bounds import ObjectOutOfBounds, check_bounds, check_pod_shape
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
+
+
+NO_POD = PodView(None)
 
 
 class BadReview(ValueError):
@@ -60,6 +66,16 @@ class AdmissionRequest:
     # The `kgwe.io/requested-by` value the pod must carry (None: none) and how it was decided ("template").
     requested_by: str | None = None
     via: str = ""
+    # Views of `object` and `old_object` (of an empty object when absent), built with the request:
+    # `dataclasses.replace` builds them anew for the new request's objects. They wrap the dicts, so
+    # the mutation pipeline's changes to `object` show through; `object` itself is never reassigned.
+    pod: PodView = field(init=False, repr=False, compare=False)
+    old_pod: PodView = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.pod = PodView(self.object)
+        # A CREATE has no old object: one shared view of nothing (views are read-only).
+        self.old_pod = NO_POD if self.old_object is None else PodView(self.old_object)
 
     @property
     def is_pod(self) -> bool:

@@ -22,11 +22,12 @@ from policies.api import PolicyContext, Violation
 from policies.gpu_demand import pod_gpu_demand
 from policies.quota.check import UsageLine, usage_lines
 from policies.quota.model import format_gpus, format_memory, quota_name, resolve_tenant, tenant_of_quota
+from policies.vocabulary.objects import PodView
 from webhook.admission.charging import usage_charges
 from webhook.audit.findings import Finding, Result, Severity
 from webhook.audit.pods import PodReader
 from webhook.cluster.model import ClusterModel, pod_is_finished
-from webhook.intent import OUT_TENANT, PodIntent, annotations_of, parse_intent
+from webhook.intent import OUT_TENANT, PodIntent, parse_intent
 from webhook.placement.plan import build_plan
 
 if TYPE_CHECKING:
@@ -43,8 +44,8 @@ SEVERITY_OF_ACTION: dict[str, tuple[Severity, Result]] = {
 
 
 def _identity(pod: dict[str, Any]) -> tuple[str, str, str | None]:
-    metadata = pod.get("metadata") or {}
-    return str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), metadata.get("uid")
+    view = PodView(pod)
+    return view.namespace, view.name, view.uid or None
 
 
 def is_audited(pod: dict[str, Any], intent: PodIntent, excluded_namespaces: Iterable[str]) -> bool:
@@ -77,7 +78,7 @@ def _review_request(pod: dict[str, Any]) -> dict[str, Any]:
 
 def pod_tenant(pod: dict[str, Any], model: ClusterModel) -> str:
     namespace = _identity(pod)[0]
-    recorded = annotations_of(pod).get(OUT_TENANT)
+    recorded = PodView(pod).annotation(OUT_TENANT)
     if recorded:
         return recorded
     tenant, _quotas = resolve_tenant(
@@ -122,7 +123,7 @@ def placement_findings(runtime: Runtime, model: ClusterModel, pod: dict[str, Any
         return [Finding("placement", namespace, name, "kgwe-placement", "invalid-intent", "medium",
                         "; ".join(intent.problems), "fail", uid)]
     plan = build_plan(pod, intent, None, model, runtime.config)
-    node_name = (pod.get("spec") or {}).get("nodeName")
+    node_name = PodView(pod).node_name
     if plan.refusals:
         where = f" (it runs on {node_name})" if node_name else " (it is not scheduled yet)"
         return [Finding("placement", namespace, name, "kgwe-placement", "refused", "medium",

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from policies.vocabulary.objects import ObjectView
+
 log = logging.getLogger("kgwe.audit")
 
 # The whole pod for a pod of the model; None when the pod is gone.
@@ -31,8 +33,8 @@ class ApiPodReader:
     def __call__(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
 
-        metadata = pod.get("metadata") or {}
-        namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+        view = ObjectView(pod)
+        namespace, name = view.namespace, view.name
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
         try:
             return self.api.request("GET", path, timeout=self.timeout_seconds)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from policies.vocabulary.objects import ObjectView
 from webhook.audit.findings import Finding
 
 GROUP = "wgpolicyk8s.io"
@@ -96,5 +97,5 @@ def render_reports(
 
 
 def report_key(report: dict[str, Any]) -> tuple[str, str, str]:
-    metadata = report.get("metadata") or {}
-    return str(report.get("kind")), str(metadata.get("namespace") or ""), str(metadata.get("name"))
+    view = ObjectView(report)
+    return view.kind, view.namespace, view.name

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 import jsonpatch
 
 from policies.gpu_demand import pod_gpu_demand
+from policies.vocabulary.objects import ObjectView, PodView
 from webhook.audit.checks import AUDIT_USER
 from webhook.audit.findings import Finding
 from webhook.cluster.model import ClusterModel
-from webhook.intent import A_GANG, annotations_of, parse_intent
+from webhook.intent import A_GANG, parse_intent
 from webhook.review import answer_with_outcome, create_review, decoded_patch
 from webhook.workloads.kinds import KindSpec, KindTable, WorkloadShapeError, extract_templates
 from webhook.workloads.replicas import CountError, pods_per_template
@@ -91,9 +92,10 @@ def _gpu_templates(workload: dict[str, Any], spec: KindSpec) -> list[GpuTemplate
     counts = pods_per_template(workload, spec, templates)
     found: list[GpuTemplate] = []
     for template, count in zip(templates, counts, strict=True):
-        pod = {"metadata": template.value.get("metadata") or {}, "spec": template.value.get("spec") or {}}
-        if not isinstance(pod["metadata"], dict) or not isinstance(pod["spec"], dict):
+        value = template.value
+        if any(value.get(part) and not isinstance(value[part], dict) for part in ("metadata", "spec")):
             raise WorkloadShapeError(f"{template.path}: metadata and spec must be objects")
+        pod = PodView(value)  # a template is a pod's metadata and spec
         demand = pod_gpu_demand(pod)
         if not demand.asks_gpu and parse_intent(pod).empty:
             continue
@@ -105,13 +107,13 @@ def _gpu_templates(workload: dict[str, Any], spec: KindSpec) -> list[GpuTemplate
 
 def judge_workload(runtime: Runtime, workload: dict[str, Any], kinds: KindTable) -> WorkloadVerdict | None:
     """The verdict on one workload of the model; None when it is not a GPU workload of a known kind."""
-    meta = workload.get("metadata") or {}
-    kind, api_version = str(workload.get("kind") or ""), str(workload.get("apiVersion") or "")
+    view = ObjectView(workload)
+    kind, api_version = view.kind, view.api_version
     spec = kinds.by_api_version(api_version, kind)
     if spec is None:
         return None
-    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-    gang = annotations_of(workload).get(A_GANG)
+    namespace, name = view.namespace or "default", view.name
+    gang = view.annotation(A_GANG)
     try:
         templates = _gpu_templates(workload, spec)
     except (WorkloadShapeError, CountError) as exc:
@@ -151,7 +153,7 @@ def workload_verdicts(runtime: Runtime, model: ClusterModel | None = None) -> li
     excluded = set(runtime.config.excluded_namespaces)
     verdicts: list[WorkloadVerdict] = []
     for workload in model.workloads.values():
-        if str((workload.get("metadata") or {}).get("namespace") or "default") in excluded:
+        if (ObjectView(workload).namespace or "default") in excluded:
             continue
         verdict = judge_workload(runtime, workload, kinds)
         if verdict is not None:

@@ -6,6 +6,7 @@ import copy
 import logging
 from typing import Any, Protocol
 
+from policies.vocabulary.objects import ObjectView
 from webhook.audit.reports import GROUP, VERSION, report_key
 
 log = logging.getLogger("kgwe.audit")
@@ -60,7 +61,7 @@ class KubeReportWriter:
                 raise
             current = self._get(plural, namespace, name)
             body = copy.deepcopy(report)
-            body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+            body["metadata"]["resourceVersion"] = ObjectView(current).resource_version or None
             self._replace(plural, namespace, name, body)
 
     def _create(self, plural: str, namespace: str, body: dict[str, Any]) -> Any:

@@ -41,6 +41,7 @@ from kubernetes.client.exceptions import ApiException
 from policies.background import Task
 from policies.vocabulary import keys
 from policies.vocabulary.backoff import Backoff
+from policies.vocabulary.objects import ContainerView, ObjectView, PodView, string
 from webhook.cluster.model import ClusterStore
 
 log = logging.getLogger("kgwe.cluster.kube")
@@ -180,28 +181,30 @@ POD_METADATA_FIELDS = (
 POD_SPEC_FIELDS = ("nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates")
 
 
-def _slim_container(container: dict[str, Any], init: bool) -> dict[str, Any]:
-    out = {"name": container.get("name"), "resources": container.get("resources") or {}}
-    if init and container.get("restartPolicy"):
-        out["restartPolicy"] = container["restartPolicy"]
+def _slim_container(container: ContainerView, init: bool) -> dict[str, Any]:
+    raw = container.raw
+    out = {"name": raw.get("name"), "resources": raw.get("resources") or {}}
+    if init and raw.get("restartPolicy"):
+        out["restartPolicy"] = raw["restartPolicy"]
     return out
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The parts of a pod KGWE reads (see the module docstring); the rest is dropped to save memory."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
+    view = PodView(pod)
+    meta, spec = view.metadata, view.spec
     slim_spec: dict[str, Any] = {k: spec[k] for k in POD_SPEC_FIELDS if k in spec}
     for key, init in (("containers", False), ("initContainers", True)):
-        if spec.get(key):
-            slim_spec[key] = [_slim_container(c, init) for c in spec[key] if isinstance(c, dict)]
+        containers = view.init_containers if init else view.containers
+        if containers:
+            slim_spec[key] = [_slim_container(c, init) for c in containers]
     out: dict[str, Any] = {
-        "apiVersion": pod.get("apiVersion", "v1"),
+        "apiVersion": view.api_version or "v1",
         "kind": "Pod",
         "metadata": {k: meta[k] for k in POD_METADATA_FIELDS if k in meta},
         "spec": slim_spec,
     }
-    phase = (pod.get("status") or {}).get("phase")
+    phase = view.phase
     if phase:
         out["status"] = {"phase": phase}
     return out
@@ -209,7 +212,7 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
 def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
     """Any other kind without what KGWE never reads and what is large: managedFields, a node's image list."""
-    meta = obj.get("metadata") or {}
+    meta = ObjectView(obj).metadata
     status = obj.get("status")
     if "managedFields" not in meta and not (isinstance(status, dict) and "images" in status):
         return obj
@@ -395,12 +398,12 @@ class KubeClusterSource:
                 obj = self._prepare(watched, item)
                 if obj is not None:
                     items.append(obj)
-            meta = page.get("metadata") or {}
-            continue_token = meta.get("continue") or ""
+            listed = ObjectView(page)
+            continue_token = string(listed.metadata.get("continue"))
             if not continue_token:
                 break
         self.store.replace_kind(watched.kind, items)
-        status.resource_version = str(meta.get("resourceVersion") or "") or None
+        status.resource_version = listed.resource_version or None
         if status.resource_version is None:
             raise ValueError(f"list of {watched.path} carried no resourceVersion")
         status.lists += 1
@@ -458,10 +461,10 @@ class KubeClusterSource:
             if code == 410:
                 raise _Expired
             raise ApiException(status=code or 500, reason=str(obj.get("message") or obj.get("reason") or "watch error"))
-        version = (obj.get("metadata") or {}).get("resourceVersion")
+        version = ObjectView(obj).resource_version
         if kind == "BOOKMARK":
             if version:
-                status.resource_version = str(version)
+                status.resource_version = version
             return
         prepared = self._prepare(watched, obj)
         if kind in ("ADDED", "MODIFIED"):
@@ -473,12 +476,12 @@ class KubeClusterSource:
             raise ValueError(f"unknown watch event type {kind!r}")
         status.events += 1
         if version:
-            status.resource_version = str(version)
+            status.resource_version = version
 
     def _prepare(self, watched: WatchedKind, obj: dict[str, Any]) -> dict[str, Any] | None:
         """The object as the store keeps it, or None when the namespace filter excludes it."""
         if watched.namespaced and self._keep_namespace is not None:
-            namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+            namespace = ObjectView(obj).namespace
             if not self._keep_namespace(namespace):
                 return None
         obj = _with_kind(watched, obj)

@@ -22,6 +22,7 @@ from typing import Any
 from policies.background import Task
 from policies.vocabulary import keys, resources
 from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
+from policies.vocabulary.objects import POD_TERMINAL_PHASES, ObjectView, PodView
 from webhook.cluster.metrics import export_topology_ages
 from webhook.cluster.node_facts import AMD_GPU_RESOURCE, GPU_RESOURCE, NodeFacts, Taint, node_facts
 from webhook.cluster.workloads import WORKLOAD_KINDS, over_bound, slim_workload, workload_key
@@ -46,13 +47,14 @@ KINDS = (
     "DeviceClass",
     "ResourceClaim",
 )
-FINISHED_PHASES = ("Succeeded", "Failed")
+FINISHED_PHASES = POD_TERMINAL_PHASES  # Succeeded, Failed
 
 
 def object_key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace") or ""
-    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
+    """`namespace/name`, or `name` for a cluster-scoped object."""
+    view = ObjectView(obj)
+    namespace = view.namespace
+    return f"{namespace}/{view.name}" if namespace else view.name
 
 
 @dataclass
@@ -120,9 +122,7 @@ class ClusterModel:
         return sorted(t for t in self.types if t != UNKNOWN)
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
-        obj = self.namespaces.get(namespace) or {}
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        merged = {str(k): str(v) for k, v in labels.items()}
+        merged = dict(ObjectView(self.namespaces.get(namespace)).labels)
         merged.setdefault("kubernetes.io/metadata.name", namespace)
         return merged
 
@@ -241,7 +241,8 @@ def _selector_rank(item: tuple[str, set[str]]) -> int:
 
 
 def pod_is_finished(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+    """Succeeded or Failed: the pod holds nothing any more (PodView.terminal)."""
+    return PodView(pod).terminal
 
 
 class ClusterStore:
@@ -426,10 +427,9 @@ class ClusterStore:
 
 
 def _version(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    version = meta.get("resourceVersion")
+    version = ObjectView(obj).resource_version
     if version:
-        return str(version)
+        return version
     # YAML objects carry no resourceVersion: identity of the dict is enough (they are replaced, not edited).
     return f"id:{id(obj)}"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from policies.vocabulary.objects import ObjectView
 from webhook.workloads.kinds import BUILTIN_KINDS
 
 log = logging.getLogger("kgwe.cluster")
@@ -25,7 +26,7 @@ MAX_WORKLOADS_PER_KIND = 2000
 def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
     """The workload without `status` and `metadata.managedFields` (the templates stay whole: policies
     read their containers' images, security contexts and environment)."""
-    meta = obj.get("metadata") or {}
+    meta = ObjectView(obj).metadata
     if "status" not in obj and "managedFields" not in meta:
         return obj
     out = {k: v for k, v in obj.items() if k != "status"}
@@ -35,8 +36,8 @@ def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
 
 def workload_key(obj: dict[str, Any]) -> str:
     """`Kind/namespace/name`: the key of a workload in `ClusterModel.workloads`."""
-    meta = obj.get("metadata") or {}
-    return f"{obj.get('kind', '')}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+    view = ObjectView(obj)
+    return f"{view.kind}/{view.namespace or 'default'}/{view.name}"
 
 
 def over_bound(kind: str, held: int) -> bool:

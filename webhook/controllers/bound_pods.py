@@ -28,8 +28,9 @@ from prometheus_client.registry import Collector
 from policies.background import Task
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView
 from webhook.cluster.kube_source import KubeJson
-from webhook.cluster.model import ClusterModel, ClusterStore, pod_is_finished
+from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
 
@@ -74,25 +75,21 @@ def kube_pod_patcher(api_client: k8s_client.ApiClient) -> PatchPod:
     return patch
 
 
-def _meta(pod: dict[str, Any]) -> dict[str, Any]:
-    return pod.get("metadata") or {}
-
-
 def desired_patch(pod: dict[str, Any], model: ClusterModel, config: Config) -> PodPatch | None:
     """The annotation changes a bound GPU pod needs, or None when it needs none (or is not ours to touch)."""
-    meta = _meta(pod)
-    node_name = (pod.get("spec") or {}).get("nodeName")
-    if not node_name or pod_is_finished(pod) or meta.get("namespace") in config.excluded_namespaces:
+    view = PodView(pod)
+    node_name = view.node_name
+    if not node_name or view.terminal or view.namespace in config.excluded_namespaces:
         return None
-    facts = model.nodes.get(str(node_name))
-    if facts is None or not facts.is_typed or not pod_gpu_demand(pod).asks_gpu:
+    facts = model.nodes.get(node_name)
+    if facts is None or not facts.is_typed or not pod_gpu_demand(view).asks_gpu:
         return None
     type_id = facts.accelerator_type
-    annotations = meta.get("annotations") or {}
+    annotations = view.annotations
     changes: dict[str, str | None] = {}
     if annotations.get(ANNOTATION_ACCELERATOR_TYPE) != type_id:
         changes[ANNOTATION_ACCELERATOR_TYPE] = type_id
-    cost = pod_hourly_cost(pod, facts, type_id, model, config)
+    cost = pod_hourly_cost(view, facts, type_id, model, config)
     current = annotations.get(ANNOTATION_HOURLY_COST)
     if cost is None:
         # No price for the type it runs on: a cost computed for another candidate type would mislead.
@@ -105,10 +102,10 @@ def desired_patch(pod: dict[str, Any], model: ClusterModel, config: Config) -> P
     if not changes:
         return None
     return PodPatch(
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
-        resource_version=str(meta.get("resourceVersion") or ""),
+        namespace=view.namespace,
+        name=view.name,
+        uid=view.uid,
+        resource_version=view.resource_version,
         annotations=changes,
     )
 
@@ -119,20 +116,18 @@ CostKey = tuple[str, str, str, str]  # namespace, pod, tenant, accelerator_type
 def hourly_cost_by_labels(pods: Iterable[dict[str, Any]]) -> dict[CostKey, Decimal]:
     """`kgwe.io/hourly-cost` of each running and pending pod, keyed by namespace, pod, tenant and type."""
     totals: dict[CostKey, Decimal] = {}
-    for pod in pods:
-        phase = (pod.get("status") or {}).get("phase") or "Pending"
-        if phase not in COUNTED_PHASES:
+    for pod in map(PodView, pods):
+        if (pod.phase or "Pending") not in COUNTED_PHASES:
             continue
-        meta = _meta(pod)
-        annotations = meta.get("annotations") or {}
+        annotations = pod.annotations
         cost = parse_hourly_cost(annotations.get(ANNOTATION_HOURLY_COST))
         if cost is None:
             continue
         key = (
-            str(meta.get("namespace") or ""),
-            str(meta.get("name") or ""),
-            str(annotations.get(ANNOTATION_TENANT) or ""),
-            str(annotations.get(ANNOTATION_ACCELERATOR_TYPE) or ""),
+            pod.namespace,
+            pod.name,
+            annotations.get(ANNOTATION_TENANT, ""),
+            annotations.get(ANNOTATION_ACCELERATOR_TYPE, ""),
         )
         totals[key] = totals.get(key, Decimal(0)) + cost
     return totals
@@ -255,12 +250,13 @@ class BoundPodController:
 
 def patch_identity(key: str, pod: dict[str, Any]) -> tuple[str, str]:
     """(which pod, which version of it); objects from YAML files have neither uid nor resourceVersion."""
-    meta = _meta(pod)
-    return str(meta.get("uid") or key), str(meta.get("resourceVersion") or f"id:{id(pod)}")
+    view = PodView(pod)
+    return view.uid or key, view.resource_version or f"id:{id(pod)}"
 
 
 def _with_annotations(pod: dict[str, Any], changes: dict[str, str | None]) -> dict[str, Any]:
-    meta = dict(_meta(pod))
-    annotations = {**(meta.get("annotations") or {}), **changes}
+    view = PodView(pod)
+    meta = dict(view.metadata)
+    annotations = {**view.annotations, **changes}
     meta["annotations"] = {k: v for k, v in annotations.items() if v is not None}
     return {**pod, "metadata": meta}

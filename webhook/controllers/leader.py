@@ -26,6 +26,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from policies.background import Task
+from policies.vocabulary.objects import ObjectView
 from webhook.cluster.kube_source import RETRYABLE, KubeJson
 
 log = logging.getLogger("kgwe.controllers.leader")
@@ -124,7 +125,7 @@ class LeaderElector:
             return self._write(None, self._spec(None), now)
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"),
-                  (lease.get("metadata") or {}).get("resourceVersion"))
+                  ObjectView(lease).resource_version)
         if record != self._observed:
             self._observed, self._observed_at = record, now
         holder = spec.get("holderIdentity") or ""
@@ -153,7 +154,7 @@ class LeaderElector:
             if lease is None:
                 self.api.request("POST", self.path, body=body, timeout=(5.0, 10.0))
             else:
-                metadata["resourceVersion"] = (lease.get("metadata") or {}).get("resourceVersion")
+                metadata["resourceVersion"] = ObjectView(lease).resource_version or None
                 self.api.request("PUT", f"{self.path}/{self.name}", body=body, timeout=(5.0, 10.0))
         except ApiException as exc:
             if exc.status in (409, 404):  # another replica wrote first (or deleted it): not ours this round
@@ -177,7 +178,7 @@ class LeaderElector:
                     "renewTime": micro_time(datetime.now(UTC))}
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {
                 "name": self.name, "namespace": self.namespace,
-                "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion")}, "spec": spec}
+                "resourceVersion": ObjectView(lease).resource_version or None}, "spec": spec}
             self.api.request("PUT", f"{self.path}/{self.name}", body=body, timeout=(5.0, 10.0))
         except RETRYABLE as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)

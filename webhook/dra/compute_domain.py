@@ -29,10 +29,12 @@ deleted with the pods (the gang's other members name it); an administrator may d
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.gangs.spec import A_GANG, A_GANG_SIZE, LABEL_GANG, parse_gang_size
 
@@ -44,15 +46,15 @@ NAME_PREFIX = "kgwe-cd-"
 CHANNEL_SUFFIX = "-channel"
 
 
-def gang_of(pod: dict[str, Any], plan_labels: dict[str, str]) -> tuple[str, int] | None:
+def gang_of(pod: PodView | Mapping[str, Any], plan_labels: dict[str, str]) -> tuple[str, int] | None:
     """(gang, size) of a sized gang member, or None. The gang is the one the plan labelled the pod with
     (already validated by the intent); the size is re-read through the same bounded parser."""
     gang = plan_labels.get(LABEL_GANG)
-    notes = (pod.get("metadata") or {}).get("annotations") or {}
-    if not gang or not isinstance(notes, dict) or notes.get(A_GANG, "").strip() != gang:
+    view = pod_view(pod)
+    if not gang or (view.annotation(A_GANG) or "").strip() != gang:
         return None
-    raw = notes.get(A_GANG_SIZE)
-    if not isinstance(raw, str):
+    raw = view.annotation(A_GANG_SIZE)
+    if raw is None:
         return None
     size, _problem = parse_gang_size(raw)
     return (gang, size) if size is not None else None

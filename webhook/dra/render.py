@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -36,6 +37,8 @@ from policies.gpu_demand import (
     container_gpu_amounts,
     dra_rendered,
 )
+from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
 from webhook.dra.config import DraConfig
@@ -164,7 +167,7 @@ def claim_name(container: str) -> str:
 
 
 def render(
-    pod: dict[str, Any],
+    pod: PodView | Mapping[str, Any],
     model: ClusterModel,
     config: DraConfig,
     types: list[str],
@@ -181,7 +184,7 @@ def render(
             f"DRA: DeviceClass {', '.join(missing)} does not exist; this cluster has "
             f"{', '.join(sorted(model.device_classes))}"
         )
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    namespace = pod_view(pod).namespace or "default"
     rendering = DraRendering()
     for container, amounts in container_gpu_amounts(pod).items():
         devices = sum((v for k, v in amounts.items() if k == GPU or k.startswith(MIG_PREFIX)), Decimal(0))
@@ -249,14 +252,13 @@ def _apply_channel(spec: dict[str, Any], pod_claims: list[Any], rendering: DraRe
             claims.append({"name": CHANNEL_CLAIM})
 
 
-def charged_demand(pod: dict[str, Any], demand: GpuDemand) -> GpuDemand:
+def charged_demand(pod: PodView | Mapping[str, Any], demand: GpuDemand) -> GpuDemand:
     """A DRA MIG pod's demand as it is charged: its GPUs moved into the claim are slices of the first
     choice recorded in `kgwe.io/decision` (`"mig": "<profile>/dra"`), not whole GPUs."""
     if not demand.whole_gpus or not dra_rendered(pod):
         return demand
-    notes = (pod.get("metadata") or {}).get("annotations") or {}
     try:
-        decision = orjson.loads(str(notes.get("kgwe.io/decision") or "{}"))
+        decision = orjson.loads(pod_view(pod).annotation(keys.DECISION) or "{}")
     except orjson.JSONDecodeError:
         return demand
     mig = decision.get("mig") if isinstance(decision, dict) else None

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.gangs.ledger import GangRecord, Records
 from webhook.gangs.placement import holding_rooms
@@ -102,7 +103,7 @@ def room_of_bound(model: ClusterModel, rooms: list[Room], group: GangPods | None
     """The room the gang's bound members are in (a replacement member joins them there)."""
     if group is None:
         return None
-    nodes = {str((p.get("spec") or {}).get("nodeName")) for p in group.bound}
+    nodes = {PodView(p).node_name for p in group.bound}
     for room in rooms:
         if nodes & set(room.nodes):
             return room

@@ -33,6 +33,7 @@ from prometheus_client import Counter, Gauge
 
 from policies.background import Task
 from policies.gpu_demand import pod_gpu_demand
+from policies.vocabulary.objects import PodView, objects
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.gangs.accounting import (
@@ -97,10 +98,10 @@ class _KubePodWriter:
         self.api = api
 
     def _patch(self, pod: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
-        meta = pod.get("metadata") or {}
+        view = PodView(pod)
         answer = self.api.request(
             "PATCH",
-            f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}",
+            f"/api/v1/namespaces/{view.namespace}/pods/{view.name}",
             query=[("fieldManager", FIELD_MANAGER)],
             body=body,
             content_type="application/merge-patch+json",
@@ -109,28 +110,28 @@ class _KubePodWriter:
         return answer if isinstance(answer, dict) else {}
 
     def pin(self, pod: dict[str, Any], room: RoomId) -> str:
-        version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+        version = PodView(pod).resource_version
         body = {"metadata": {"resourceVersion": version}, "spec": {"nodeSelector": {room.key: room.value}}}
-        return str((self._patch(pod, body).get("metadata") or {}).get("resourceVersion") or "")
+        return PodView(self._patch(pod, body)).resource_version
 
     def ungate(self, pod: dict[str, Any], resource_version: str) -> None:
-        gates = [g for g in (pod.get("spec") or {}).get("schedulingGates") or [] if g.get("name") != GATE]
+        gates = [g for g in objects(PodView(pod).spec.get("schedulingGates")) if g.get("name") != GATE]
         body = {"metadata": {"resourceVersion": resource_version}, "spec": {"schedulingGates": gates or None}}
         self._patch(pod, body)
 
     def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
-        meta = pod.get("metadata") or {}
+        view = PodView(pod)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        namespace = str(meta.get("namespace") or "default")
+        namespace = view.namespace or "default"
         self.api.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/events",
             body={
                 "apiVersion": "v1",
                 "kind": "Event",
-                "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+                "metadata": {"generateName": f"{view.name}.", "namespace": namespace},
                 "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": namespace,
-                                   "name": meta.get("name"), "uid": meta.get("uid")},
+                                   "name": view.name, "uid": view.uid},
                 "reason": reason,
                 "message": message[:1024],
                 "type": kind,
@@ -286,15 +287,15 @@ class GangController:
         if self.writer is None:
             return
         for pod in action.pods:
-            name = f"{(pod.get('metadata') or {}).get('namespace')}/{(pod.get('metadata') or {}).get('name')}"
+            view = PodView(pod)
+            name = f"{view.namespace}/{view.name}"
             try:
                 if action.kind == "warn":
                     self.writer.event(pod, "GangWaiting", f"gang {record.gang} ({record.size} pods): {record.reason}")
                     continue
                 assert record.room is not None
-                selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-                version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
-                if selector.get(record.room.key) != record.room.value:
+                version = view.resource_version
+                if view.node_selector.get(record.room.key) != record.room.value:
                     version = self.writer.pin(pod, record.room)
                 self.writer.ungate(pod, version)
                 self.writer.event(pod, "GangReleased", f"gang {record.gang}: all {record.size} pods start together "
@@ -341,8 +342,7 @@ def _new_record(key: str, group: GangPods, now: float) -> GangRecord:
     """A record for a gang admission did not record (the store was down, or it expired and came back)."""
     sample = group.pods[0]  # every member carries the types admission chose for the gang
     namespace, gang = key.split("/", 1)
-    notes = (sample.get("metadata") or {}).get("annotations") or {}
-    types = tuple(t for t in str(notes.get(OUT_ACCELERATOR_TYPE) or "").split(",") if t)
+    types = tuple(t for t in (PodView(sample).annotation(OUT_ACCELERATOR_TYPE) or "").split(",") if t)
     return GangRecord(
         namespace=namespace,
         gang=gang,

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import orjson
 
 from policies.vocabulary import keys
+from policies.vocabulary.objects import ObjectView
 from webhook.gangs.rooms import RoomId
 from webhook.gangs.spec import MAX_GANG_SIZE
 
@@ -287,8 +288,8 @@ class KubeGangStore:
             raise GangStoreUnavailable(f"{KIND} {self.name}: the API server answered with {type(obj).__name__}")
         with self._lock:
             self._last = obj
-        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-        return Versioned(records_from_json((obj.get("spec") or {}).get("gangs")), version)
+        view = ObjectView(obj)
+        return Versioned(records_from_json(view.spec.get("gangs")), view.resource_version)
 
     def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool:
         from kubernetes.client.exceptions import ApiException
@@ -314,7 +315,7 @@ class KubeGangStore:
     def _body(self, records: Records, version: str) -> dict[str, Any]:
         with self._lock:
             last = copy.deepcopy(self._last) if self._last is not None else None
-        if last is not None and str((last.get("metadata") or {}).get("resourceVersion")) == version:
+        if last is not None and version and ObjectView(last).resource_version == version:
             body = last
         else:
             body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": self.name}}

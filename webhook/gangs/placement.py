@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.gangs.rooms import KIND_CLIQUE, KIND_NODE, Room, rooms_for
 from webhook.gangs.spec import GATE, HOSTNAME_LABEL, LABEL_GANG
@@ -38,8 +39,8 @@ class GangPlan(Protocol):
 
 
 def queued_by_kueue(pod: dict[str, Any]) -> bool:
-    meta = pod.get("metadata") or {}
-    return KUEUE_QUEUE_LABEL in (meta.get("labels") or {}) or KUEUE_QUEUE_LABEL in (meta.get("annotations") or {})
+    view = PodView(pod)
+    return view.label(KUEUE_QUEUE_LABEL) is not None or view.annotation(KUEUE_QUEUE_LABEL) is not None
 
 
 def holding_rooms(model: ClusterModel, types: list[str], size: int, gpus_per_pod: int) -> list[Room]:

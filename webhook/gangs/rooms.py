@@ -19,7 +19,8 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from policies.gpu_demand import pod_gpu_demand
-from webhook.cluster.model import ClusterModel, pod_is_finished
+from policies.vocabulary.objects import PodView
+from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts
 from webhook.gangs.spec import HOSTNAME_LABEL
 
@@ -123,9 +124,10 @@ def per_snapshot(compute: Callable[[ClusterModel], T]) -> Callable[[ClusterModel
 def free_gpus(model: ClusterModel) -> dict[str, int]:
     """GPUs not held by an unfinished bound pod, per schedulable node (callers must not change the answer)."""
     used: dict[str, Decimal] = {}
-    for pod in model.pods.values():
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or pod_is_finished(pod):
+    for raw in model.pods.values():
+        pod = PodView(raw)
+        node = pod.node_name
+        if not node or pod.terminal:
             continue
         used[node] = used.get(node, Decimal(0)) + pod_gpu_demand(pod).whole_gpus
     free: dict[str, int] = {}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView
 
 A_GANG = keys.GANG
 A_GANG_SIZE = keys.GANG_SIZE
@@ -48,26 +49,21 @@ class Membership:
 
 def membership(pod: dict[str, Any]) -> Membership | None:
     """The gang a pod belongs to, or None (no gang label, no valid size: a v1 gang or no gang)."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    notes = meta.get("annotations") or {}
-    if not isinstance(labels, dict) or not isinstance(notes, dict):
-        return None
-    gang = labels.get(LABEL_GANG)
-    raw = notes.get(A_GANG_SIZE)
-    if not isinstance(gang, str) or not gang or not isinstance(raw, str):
+    view = PodView(pod)
+    gang = view.label(LABEL_GANG)
+    raw = view.annotation(A_GANG_SIZE)
+    if not gang or raw is None:
         return None
     size, _problem = parse_gang_size(raw)
     if size is None:
         return None
-    return Membership(str(meta.get("namespace") or ""), gang, size)
+    return Membership(view.namespace, gang, size)
 
 
 def is_gated(pod: dict[str, Any]) -> bool:
     """The pod still carries KGWE's scheduling gate."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(isinstance(g, dict) and g.get("name") == GATE for g in gates)
+    return GATE in PodView(pod).scheduling_gates
 
 
 def is_bound(pod: dict[str, Any]) -> bool:
-    return bool((pod.get("spec") or {}).get("nodeName"))
+    return bool(PodView(pod).node_name)

@@ -34,14 +34,14 @@ MAX_PENDING = 500
 def pending_gpu_pods(pods: dict[str, dict[str, Any]]) -> list[str]:
     """namespace/name of every pod that asks for a GPU (or carries a kgwe.io/ annotation) and is not bound."""
     from policies.gpu_demand import pod_gpu_demand
-    from webhook.cluster.model import pod_is_finished
+    from policies.vocabulary.objects import PodView
 
     found = []
-    for key, pod in pods.items():
-        if (pod.get("spec") or {}).get("nodeName") or pod_is_finished(pod):
+    for key, raw in pods.items():
+        pod = PodView(raw)
+        if pod.node_name or pod.terminal:
             continue
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        if pod_gpu_demand(pod).asks_gpu or any(str(k).startswith("kgwe.io/") for k in annotations):
+        if pod_gpu_demand(pod).asks_gpu or any(k.startswith("kgwe.io/") for k in pod.annotations):
             found.append(key)
     return sorted(found)[:MAX_PENDING]
 

@@ -98,11 +98,10 @@ class DecisionEvents:
     def _record(request: AdmissionRequest, outcome: Outcome, mutating: bool) -> _Record | None:
         if request.dry_run or not request.is_pod or request.operation != "CREATE" or request.template:
             return None
-        meta = (request.object or {}).get("metadata") or {}
-        name = str(meta.get("name") or request.name or "")
+        name = request.pod.name or request.name
         if not name:
             return None  # the pod has no name yet: no Event can point at it
-        pod = {"metadata": {"namespace": request.namespace, "name": name, "uid": meta.get("uid")}}
+        pod = {"metadata": {"namespace": request.namespace, "name": name, "uid": request.pod.uid or None}}
         if mutating and outcome.allowed and outcome.patch:
             plan = getattr(outcome, "plan", None)
             if plan is None or not getattr(plan, "gpu_pod", False):

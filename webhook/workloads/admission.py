@@ -23,6 +23,7 @@ from typing import Any
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
+from policies.vocabulary.objects import ObjectView, PodView
 from webhook.admission.charging import tenant_and_quotas
 from webhook.admission.core import AdmissionService, PendingVerdict
 from webhook.admission.outcome import Outcome
@@ -125,9 +126,7 @@ class WorkloadAwareAdmission(AdmissionService):
         written and judged at the owner's admission, its pods are admitted on their own, and a template
         changed under the owner's controller makes it churn (the Deployment controller finds its
         ReplicaSet by comparing templates, and would make new ones without end)."""
-        assert request.object is not None
-        owners = (request.object.get("metadata") or {}).get("ownerReferences")
-        if not isinstance(owners, list) or not any(isinstance(o, dict) and o.get("controller") is True for o in owners):
+        if request.pod.controller_owner is None:
             return False
         return self.identity.is_controller(request.user)
 
@@ -310,9 +309,7 @@ def _num(value: Decimal) -> str:
 def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any]) -> bool:
     if pod_gpu_demand(pod).asks_gpu:
         return True
-    metadata = template.get("metadata") or {}
-    keys = [*(metadata.get("annotations") or {}), *(metadata.get("labels") or {}), *annotations_of(pod)]
-    return any(str(key).startswith("kgwe.io/") for key in keys)
+    return ObjectView(template).has_key_with_prefix(keys.PREFIX) or PodView(pod).has_key_with_prefix(keys.PREFIX)
 
 
 def _intent_of(workload: dict[str, Any]) -> dict[str, str]:
@@ -365,7 +362,7 @@ def _as_template(original: dict[str, Any], pod: dict[str, Any], gang: WorkloadGa
     """The mutated pod written back as the template: its metadata (less the namespace) and spec."""
     template = copy_json(original)
     metadata = copy_json(pod.get("metadata") or {})
-    if "namespace" not in (original.get("metadata") or {}):
+    if "namespace" not in ObjectView(original).metadata:
         metadata.pop("namespace", None)
     if gang is not None:
         notes = metadata.setdefault("annotations", {})
@@ -384,10 +381,10 @@ def _gang_mismatch(template: dict[str, Any], gang: WorkloadGang | None) -> str |
     """A workload gang the template does not carry as the mutating webhook writes it (mutation skipped)."""
     if gang is None:
         return None
-    notes = annotations_of(template)
-    labels = (template.get("metadata") or {}).get("labels") or {}
+    view = ObjectView(template)
     wanted_size = str(gang.size) if gang.size else None
-    if notes.get(A_GANG) != gang.name or notes.get(A_GANG_SIZE) != wanted_size or labels.get(LABEL_GANG) != gang.name:
+    if (view.annotation(A_GANG) != gang.name or view.annotation(A_GANG_SIZE) != wanted_size
+            or view.label(LABEL_GANG) != gang.name):
         return f"the gang {gang.name} was not written by KGWE's mutating webhook (skipped?); apply it again"
     return None
 

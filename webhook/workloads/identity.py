@@ -29,8 +29,9 @@ from typing import Any
 
 import orjson
 
+from policies.vocabulary.objects import pod_view
 from webhook.admission.request import AdmissionRequest, UserInfo
-from webhook.intent import OUT_REQUESTED_BY, annotations_of
+from webhook.intent import OUT_REQUESTED_BY
 from webhook.state import state_dir
 
 log = logging.getLogger("kgwe.identity")
@@ -107,7 +108,7 @@ class Identity:
     def _inherited(self, request: AdmissionRequest, obj: dict[str, Any]) -> Requester | None:
         """The signed requester of `obj`, when the API server's requester may act on it: a controller
         identity, or the very user (name and groups) it names, who gains nothing by it."""
-        value = annotations_of(obj).get(REQUESTED_BY)
+        value = pod_view(obj).annotation(REQUESTED_BY)
         if value is None:
             return None
         user = self.signer.verify(value, request.namespace)
@@ -138,7 +139,7 @@ class Identity:
         if inherited is not None:
             return inherited
         if unchanged_from is not None:
-            value = annotations_of(unchanged_from).get(REQUESTED_BY)
+            value = pod_view(unchanged_from).annotation(REQUESTED_BY)
             user = self.signer.verify(value, request.namespace) if value is not None else None
             if user is not None and _without_requester(unchanged_from) == _without_requester(template):
                 return Requester(user, value, VIA_TEMPLATE, True)
