@@ -1,6 +1,6 @@
 """What admission knows about one pod request, gathered once: a leaf the gates and the core share.
 
-`Facts` is built by `AdmissionService.gather` (decode, cluster snapshot, intent, tenant, policy
+`Facts` is built by `FactGathering.gather` (webhook/admission/gather.py) (decode, cluster snapshot, intent, tenant, policy
 decision, placement plan) and then only read: by the mutation steps, the validation checks and the
 I/O gates (RBAC, quota). It imports nothing of the admission core, so the gate ports can name it.
 """

@@ -1,7 +1,7 @@
 """Mutators and the JSON paths they own.
 
 Every mutation step belongs to a mutator declared here with the paths it may write. Mutators are
-registered per pipeline (the CREATE pipeline of webhook/admission/core.py `_steps`, and the UPDATE one
+registered per pipeline (the CREATE pipeline of webhook/admission/mutate.py `_steps`, and the UPDATE one
 that restores `kgwe.io/` keys); registering a mutator whose paths overlap another's in the same pipeline
 raises `OwnershipConflict` naming both, so two mutators can never fight over one field, and a conflict
 is an import-time error rather than a pipeline that does not converge.
@@ -167,7 +167,7 @@ def check_step(name: str, ops: Iterable[dict[str, Any]]) -> None:
 
 
 # -- the declarations -----------------------------------------------------------------------------------
-# CREATE: the steps of a pod's first admission (webhook/admission/core.py `_steps`), in run order.
+# CREATE: the steps of a pod's first admission (webhook/admission/mutate.py `_steps`), in run order.
 CREATE = MutatorRegistry("create")
 OUTPUT_ANNOTATIONS_MUTATOR = CREATE.register(
     "output-annotations",

@@ -25,10 +25,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from policies.background import Supervisor, Task
-from webhook.admission.core import fails_closed
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest, BadReview, decode_review
 from webhook.admission.response import render_review
+from webhook.admission.validate import fails_closed
 from webhook.config import Config
 from webhook.server import metrics, multiproc_metrics
 from webhook.server.callers import CallerAuthenticator

@@ -25,10 +25,11 @@ from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView, PodView
 from webhook.admission.charging import tenant_and_quotas
-from webhook.admission.core import AdmissionService, PendingVerdict
+from webhook.admission.core import AdmissionService
 from webhook.admission.outcome import Outcome
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
+from webhook.admission.validate import PendingVerdict
 from webhook.costs import pod_gpu_equivalents
 from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE, annotations_of
 from webhook.mutation.patch import diff

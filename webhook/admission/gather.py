@@ -1,0 +1,90 @@
+"""Gather: everything admission knows about one pod, from the decoded request and the cluster snapshot.
+
+Decode (webhook/admission/request.py) -> **gather facts** (here: scope, intent, GPU demand, tenant, the
+policies' decision and checks, the placement plan) -> mutate (mutate.py) or validate (validate.py) ->
+respond (response.py). `FactGathering` is the base the two flows share; `AdmissionService` (core.py)
+is both.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from policies.api import Violation
+from policies.gpu_demand import pod_gpu_demand
+from policies.runtime import PolicyEngineError
+from policies.vocabulary.objects import PodView
+from webhook.admission.facts import Facts
+from webhook.admission.outcome import Outcome
+from webhook.admission.ports import AdmissionPorts
+from webhook.admission.request import AdmissionRequest
+from webhook.intent import parse_intent
+from webhook.placement.plan import Decision, build_plan
+
+log = logging.getLogger("kgwe.admission")
+
+
+class DeadlineExceeded(TimeoutError):
+    pass
+
+
+class FactGathering:
+    """What the mutating and the validating flow share: the ports, the scope and the facts."""
+
+    def __init__(self, runtime: AdmissionPorts) -> None:
+        self.runtime = runtime
+
+    def _in_scope(self, request: AdmissionRequest) -> bool:
+        if not request.is_pod or request.object is None:
+            return False
+        if request.operation not in ("CREATE", "UPDATE"):
+            return False
+        return request.namespace not in self.runtime.config.excluded_namespaces
+
+    def gather(
+        self, request: AdmissionRequest, pod: dict[str, Any], deadline: float | None, *, with_checks: bool = False
+    ) -> Facts:
+        """Everything about one pod; with `with_checks` also the policies' violations, in the same engine call."""
+        runtime = self.runtime
+        model = runtime.store.snapshot()
+        view = request.pod if pod is request.object else PodView(pod)  # the view built at decode
+        intent = parse_intent(view)
+        namespace_object = model.namespaces.get(request.namespace)
+        tenant = runtime.tenant_of(request, model)
+        decision: Decision | None = None
+        violations: list[Violation] = []
+        demand = pod_gpu_demand(view)
+        wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
+        if runtime.policies is not None and (wants_decision or with_checks):
+            try:
+                decision, violations = runtime.evaluate_policies(
+                    request, pod, intent, demand, namespace_object, model, tenant,
+                    decide=wants_decision, check=with_checks,
+                )
+            except PolicyEngineError as exc:
+                # policies.failureMode: closed. /validate refuses; /mutate places without a decision
+                # (it fails open by design, and /validate has the last word).
+                log.warning("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
+                if with_checks:
+                    violations = [Violation("kgwe.policy-engine", "Deny", str(exc))]
+        check_deadline(deadline)
+        plan = build_plan(pod, intent, decision, model, runtime.config, demand)
+        return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)
+
+    def _is_controller(self, request: AdmissionRequest) -> bool:
+        return request.user.username in self.runtime.config.controller_users
+
+
+def refuse_invalid(request: AdmissionRequest) -> Outcome:
+    """A request decode found out of bounds or malformed (`request.invalid`): refused, never judged."""
+    outcome = Outcome.deny(f"KGWE cannot judge this request: {request.invalid}", code=400, reason="BadRequest")
+    outcome.object = request.object
+    return outcome
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Raises DeadlineExceeded once the request's deadline (a `time.monotonic()` value) has passed."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise DeadlineExceeded("admission deadline passed")

@@ -1,0 +1,95 @@
+"""Mutate: the patch `/mutate` answers for a pod (decode -> gather -> **render the patch** -> respond).
+
+CREATE: the placement plan and KGWE's outputs rendered by the mutation steps (webhook/mutation/) into one
+JSON Patch, the gang's record and DRA claim templates written; UPDATE: `kgwe.io/` keys restored.
+Audit mode reports what would change and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from webhook.admission.facts import Facts
+from webhook.admission.gather import FactGathering, refuse_invalid
+from webhook.admission.outcome import Outcome
+from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
+from webhook.admission.request import AdmissionRequest
+from webhook.dra.templates import ensure_claim_templates
+from webhook.intent import LABEL_GANG
+from webhook.mutation.pipeline import NotConverging, run_pipeline
+from webhook.mutation.steps import Outputs, output_annotations_step, output_labels_step, placement_steps
+
+log = logging.getLogger("kgwe.admission")
+
+
+class Mutation(FactGathering):
+    """The mutating flow of the admission core."""
+
+    def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        if request.invalid is not None:
+            return refuse_invalid(request)
+        if not self._in_scope(request):
+            return Outcome(object=request.object)
+        assert request.object is not None
+        if request.operation == "UPDATE":
+            return self._mutate_update(request)
+        facts = self.gather(request, request.object, deadline)
+        try:
+            result = run_pipeline(request.object, self._steps(facts))
+        except NotConverging as exc:
+            log.error("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
+            return Outcome(warnings=[f"KGWE could not compute a stable mutation: {exc}"], object=request.object)
+        outcome = Outcome(patch=result.patch, object=result.pod, warnings=facts.intent.warnings + facts.plan.warnings)
+        outcome.plan = facts.plan  # for the pod's Event (why), written off the request path
+        gangs = self.runtime.gangs
+        if gangs is not None and facts.renderable and not request.dry_run and self.runtime.config.mode != "audit":
+            outcome.warnings.extend(gangs.admit(facts, result.pod, deadline))  # a gang's record (webhook.gangs)
+        if facts.renderable and facts.plan.dra is not None:
+            outcome = ensure_claim_templates(self.runtime, request, facts.plan.dra, outcome, deadline)
+        if self.runtime.config.mode == "audit":
+            # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
+            reported = list(facts.plan.steps) if facts.renderable else []
+            if "output-annotations" in result.changed_steps and not reported:
+                reported.append("attribution")
+            return self._audit_only(outcome, reported, request.object)
+        return outcome
+
+    def _steps(self, facts: Facts) -> list[Any]:
+        outputs = expected_outputs(facts)
+        steps = [
+            output_annotations_step(Outputs(outputs)),
+            # The gang label groups pods for co-location: only KGWE's plan may set it.
+            output_labels_step({LABEL_GANG: facts.plan.labels.get(LABEL_GANG) if facts.renderable else None}),
+        ]
+        if facts.renderable:
+            steps.extend(placement_steps(facts.plan))
+        return steps
+
+    def _mutate_update(self, request: AdmissionRequest) -> Outcome:
+        """`kgwe.io/` keys are fixed at creation, like a pod's resources: restore them from the old object.
+
+        KGWE's own controllers may change its output keys (the accelerator type after binding), never
+        the user's intent.
+        """
+        assert request.object is not None
+        step = restore_kgwe_keys_step(request.old_pod, outputs_too=not self._is_controller(request))
+        try:
+            result = run_pipeline(request.object, [step])
+        except NotConverging as exc:  # pragma: no cover - one fixed step always converges
+            return Outcome(warnings=[str(exc)], object=request.object)
+        outcome = Outcome(patch=result.patch, object=result.pod)
+        if result.patch:
+            outcome.warnings.append("kgwe.io/ annotations and labels are fixed at creation; your change was undone")
+        if self.runtime.config.mode == "audit":
+            return self._audit_only(outcome, ["output-guard"], request.object)
+        return outcome
+
+    def _audit_only(self, outcome: Outcome, steps: list[str], original: dict[str, Any]) -> Outcome:
+        if outcome.patch:
+            self.runtime.record_would_mutate(steps)
+            outcome.warnings.append(f"KGWE audit mode: would mutate ({', '.join(steps)}); no change made")
+            outcome.audit_annotations["would-mutate"] = ",".join(steps)
+        outcome.patch = []
+        outcome.object = original
+        return outcome

@@ -1,0 +1,313 @@
+"""Validate: the verdict `/validate` answers for a pod (decode -> gather -> **policies and gates decide**
+-> respond).
+
+The CPU-bound part (`prepare_verdict`: invalid intent, policy violations, ownership of KGWE's outputs,
+placement) runs first; the gates that may do I/O (RBAC, quota) run after it, in order, only while no
+problem is found, off the event loop when they may block (`validate_async`). Whatever cannot be decided
+refuses a GPU or KGWE pod (`fails_closed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from policies.api import Violation
+from policies.gpu_demand import pod_gpu_demand
+from policies.runtime import PolicyEngineError
+from webhook.admission.facts import Facts, Problem
+from webhook.admission.gather import FactGathering, check_deadline, refuse_invalid
+from webhook.admission.outcome import Outcome
+from webhook.admission.ownership import (
+    PREFIX as KGWE_PREFIX,
+)
+from webhook.admission.ownership import (
+    changed_kgwe_keys,
+    expected_outputs,
+    lifted_kgwe_gates,
+    output_mismatches,
+)
+from webhook.admission.ports import AdmissionPorts
+from webhook.admission.request import AdmissionRequest
+from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
+from webhook.mutation.pipeline import run_pipeline
+from webhook.mutation.steps import placement_steps
+from webhook.scheduling.predicates import explain_infeasible, first_feasible
+from webhook.workloads.identity import requested_by_refusal
+
+log = logging.getLogger("kgwe.admission")
+
+
+# Gates that may wait on the network (SubjectAccessReview, quota compare-and-swap) run on this many
+# threads, never on the event loop: a slow API server stalls only the requests that need it.
+GATE_THREADS = 8
+
+
+@dataclass
+class Gate:
+    """One check that may do I/O: `run(deadline)` returns its problems; it runs only while none exist."""
+
+    name: str
+    run: Callable[[float | None], list[Problem]]
+    blocking: bool  # True when it may wait on the network: run off the event loop
+
+
+@dataclass
+class PendingVerdict:
+    """A validation whose CPU-bound part is done; the I/O gates are still to run, in order."""
+
+    request: AdmissionRequest
+    problems: list[Problem]
+    warnings: list[str]
+    audit: dict[str, str]
+    gates: list[Gate] = field(default_factory=list)
+
+
+class Validation(FactGathering):
+    """The validating flow of the admission core."""
+
+    def __init__(self, runtime: AdmissionPorts) -> None:
+        super().__init__(runtime)
+        self._gates: ThreadPoolExecutor | None = None
+
+    def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        """The validating answer, gates run inline (for `kgwe review` and tests)."""
+        pending = self.prepare_verdict(request, deadline)
+        if isinstance(pending, Outcome):
+            return pending
+        for gate in pending.gates:
+            if pending.problems:
+                break
+            pending.problems.extend(gate.run(deadline))
+        return self._verdict(pending.problems, pending.warnings, pending.audit, request)
+
+    async def validate_async(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        """The validating answer for the server: gates that may block run on threads, each bounded by
+        what is left of the deadline. A gate that cannot answer in time refuses (fail closed)."""
+        pending = self.prepare_verdict(request, deadline)
+        if isinstance(pending, Outcome):
+            return pending
+        loop = asyncio.get_running_loop()
+        for gate in pending.gates:
+            if pending.problems:
+                break
+            if not gate.blocking:
+                pending.problems.extend(gate.run(deadline))
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                pending.problems.append((gate.name, f"no time was left to check {gate.name}; try again"))
+                break
+            try:
+                found = await asyncio.wait_for(loop.run_in_executor(self._gate_pool(), gate.run, deadline), left)
+            except TimeoutError:
+                log.warning("%s check for %s/%s did not answer in time", gate.name, request.namespace, request.name)
+                found = [(gate.name, f"the {gate.name} check did not answer in time; try again")]
+            pending.problems.extend(found)
+        return self._verdict(pending.problems, pending.warnings, pending.audit, request)
+
+    def _gate_pool(self) -> ThreadPoolExecutor:
+        if self._gates is None:
+            self._gates = ThreadPoolExecutor(GATE_THREADS, thread_name_prefix="kgwe-gate")
+        return self._gates
+
+    def prepare_verdict(self, request: AdmissionRequest, deadline: float | None) -> Outcome | PendingVerdict:
+        """The CPU-bound part of validation: an answer, or the gates still to run."""
+        if request.invalid is not None:
+            return refuse_invalid(request)
+        if not self._in_scope(request):
+            return Outcome(object=request.object)
+        assert request.object is not None
+        if request.operation == "UPDATE":
+            return self._prepare_update(request, deadline)
+        facts = self.gather(request, request.object, deadline, with_checks=True)
+        problems: list[Problem] = [("invalid", p) for p in facts.intent.problems + facts.demand.invalid]
+        warnings: list[str] = facts.intent.warnings + facts.plan.warnings
+        audit: dict[str, str] = {}
+        # A policy's own refusal leads the message: it is what the user must change.
+        self._apply_violations(facts.violations, problems, warnings, audit)
+        if not problems:
+            problems.extend(self._ownership_problems(facts))
+        if facts.plan.gpu_pod and not facts.intent.problems and not facts.demand.invalid:
+            check_deadline(deadline)
+            placement = self._placement_problems(facts)
+            if not _kgwe_placed(facts):
+                # A pod without KGWE intent passes as it came (SPEC section 1): admission plugins KGWE does
+                # not see may tolerate taints, nodes may lack labels. At most a warning.
+                warnings.extend(f"KGWE: {m}" for _r, m in placement)
+            else:
+                problems.extend(placement)
+        pending = PendingVerdict(request, problems, warnings, audit)
+        if facts.plan.gpu_pod:
+            rt = self.runtime
+            pending.gates.append(Gate("RBAC", lambda d: rt.authorize(request, facts, d), rt.rbac_blocks_io))
+            if not request.template:  # a workload's templates are charged by their pods
+                pending.gates.append(Gate("quota", lambda d: rt.check_quota(request, facts, d), rt.quota_blocks_io))
+        return pending
+
+    def _prepare_update(self, request: AdmissionRequest, deadline: float | None) -> PendingVerdict:
+        """UPDATE: `kgwe.io/` keys are fixed at creation; GPUPolicies apply as their `match.operations` say."""
+        problems: list[Problem] = []
+        controller = self._is_controller(request)
+        changed = changed_kgwe_keys(request.old_pod, request.pod, outputs_too=not controller)
+        if changed:
+            problems.append(("output-guard", f"{', '.join(changed)}: kgwe.io/ keys are fixed at creation"))
+        lifted = [] if controller else lifted_kgwe_gates(request.old_pod, request.pod)
+        if lifted:
+            problems.append(("output-guard", f"scheduling gate {', '.join(lifted)} is lifted by KGWE alone, when "
+                                             "the whole gang can be placed"))
+        warnings: list[str] = []
+        audit: dict[str, str] = {}
+        if not controller:
+            self._apply_violations(self._update_violations(request, deadline), problems, warnings, audit)
+        return PendingVerdict(request, problems, warnings, audit)
+
+    def _update_violations(self, request: AdmissionRequest, deadline: float | None) -> list[Violation]:
+        runtime = self.runtime
+        if runtime.policies is None:
+            return []
+        pod = request.object or {}
+        model = runtime.store.snapshot()
+        intent = parse_intent(request.pod)
+        try:
+            _decision, violations = runtime.evaluate_policies(
+                request, pod, intent, pod_gpu_demand(request.pod), model.namespaces.get(request.namespace), model,
+                runtime.tenant_of(request, model), decide=False, check=True,
+            )
+        except PolicyEngineError as exc:
+            return [Violation("kgwe.policy-engine", "Deny", str(exc))]
+        check_deadline(deadline)
+        return violations
+
+    def _ownership_problems(self, facts: Facts) -> list[Problem]:
+        """Output keys present on the pod must be exactly what KGWE writes for it (mutate may have been
+        skipped: its failurePolicy is Ignore), so nobody can pick a tenant, a price or a gang."""
+        if self.runtime.config.mode == "audit":
+            return []  # audit mode writes nothing, and refuses nothing
+        expected = expected_outputs(facts)
+        gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
+        wrong = output_mismatches(facts.request.pod, expected, {LABEL_GANG: gang})
+        if not wrong:
+            return []
+        problems: list[Problem] = []
+        if OUT_REQUESTED_BY in wrong:
+            problems.append(("output-guard", requested_by_refusal(facts.request)))
+            wrong.remove(OUT_REQUESTED_BY)
+        if wrong:
+            problems.append(("not-mutated", f"{', '.join(wrong)} must be written by KGWE, not by the pod's creator; "
+                                            "remove them and create the pod again"))
+        return problems
+
+    def _placement_problems(self, facts: Facts) -> list[tuple[str, str]]:
+        problems = [("placement", refusal) for refusal in facts.plan.refusals]
+        problems.extend(("placement", c) for c in facts.conflicts)
+        if problems:
+            return problems
+        pending = self._pending_mutation(facts)
+        if pending:
+            return [("not-mutated", pending)]
+        infeasible = self._infeasible(facts)
+        return [("placement", infeasible)] if infeasible else []
+
+    def _apply_violations(
+        self, violations: list[Violation], problems: list[tuple[str, str]], warnings: list[str], audit: dict[str, str]
+    ) -> None:
+        for violation in violations:
+            key = f"policy-{violation.policy}"[:63]
+            if violation.action == "Deny":
+                # In audit mode `_verdict` turns this into a warning and an audit annotation.
+                problems.append(("policy", f"[{violation.policy}] {violation.message}"))
+                if self.runtime.config.mode == "audit":
+                    audit[key] = violation.message[:256]
+            elif violation.action == "Warn":
+                warnings.append(f"[{violation.policy}] {violation.message}")
+            else:
+                audit[key] = violation.message[:256]
+
+    def _pending_mutation(self, facts: Facts) -> str | None:
+        """Placement the mutating webhook should have written but did not (it failed open or was skipped)."""
+        if self.runtime.config.mode == "audit" or not facts.renderable:
+            return None
+        result = run_pipeline(facts.pod, placement_steps(facts.plan))
+        touched = [op["path"] for op in result.patch]
+        if not touched:
+            return None
+        return (
+            "KGWE's mutating webhook did not place this GPU pod (it was skipped or failed open), so it could land on "
+            f"the wrong GPUs ({', '.join(sorted(set(p.split('/')[2] for p in touched if p.count('/') >= 2)))}); "
+            "create it again"
+        )
+
+    def _infeasible(self, facts: Facts) -> str | None:
+        """No node could ever run the final pod (selectors, affinity, taints, capacity), and why."""
+        plan = facts.plan
+        model = facts.model
+        if not facts.demand.asks_gpu and not plan.steps:
+            return None
+        # A pod KGWE placed may run on its plan's types; any other GPU pod on any GPU node, unknown ones too.
+        placed = _kgwe_placed(facts) and bool(plan.types)
+        types = plan.types if placed else list(model.types)
+        pod = facts.pod
+        if self.runtime.config.mode == "audit" and facts.renderable:
+            # Audit mode returned no patch: judge the pod as KGWE would have written it.
+            pod = run_pipeline(facts.pod, placement_steps(plan)).pod
+        if first_feasible(pod, (model.nodes[n] for t in types for n in model.types[t].nodes)) is not None:
+            return None
+        why = explain_infeasible(pod, (model.nodes[n] for t in types for n in model.types[t].nodes))
+        wanted = ", ".join(types) if placed else "every GPU node"
+        return f"no node can ever run this pod: of {wanted}, {why}"
+
+    def _verdict(
+        self,
+        problems: list[tuple[str, str]],
+        warnings: list[str],
+        audit: dict[str, str],
+        request: AdmissionRequest,
+    ) -> Outcome:
+        outcome = Outcome(warnings=warnings, audit_annotations=audit, object=request.object)
+        if not problems:
+            return outcome
+        for reason in dict.fromkeys(r for r, _m in problems):
+            if reason != "quota":  # the quota service counts its own refusals
+                self.runtime.record_refusal(reason)
+        message = "; ".join(dict.fromkeys(m for _r, m in problems))
+        if self.runtime.config.mode == "audit":
+            outcome.warnings.insert(0, f"KGWE audit mode: would deny: {message}")
+            outcome.audit_annotations["would-deny"] = message[:1024]
+            return outcome
+        code = 422 if all(reason == "invalid" for reason, _m in problems) else 403
+        denial = Outcome.deny(message, code=code, reason="Invalid" if code == 422 else "Forbidden")
+        denial.warnings = warnings
+        denial.audit_annotations = audit
+        denial.object = request.object
+        return denial
+
+
+def _kgwe_placed(facts: Facts) -> bool:
+    """Whether KGWE steers this pod (user intent, or a policy's placement), beyond attribution."""
+    return not facts.intent.empty or any(step != "cost" for step in facts.plan.steps)
+
+
+def fails_closed(request: AdmissionRequest) -> bool:
+    """Whether `/validate` must refuse this request when it cannot decide (deadline, internal error).
+
+    True for GPU pods, pods with any `kgwe.io/` key and every other object sent to the webhook (the
+    webhook configuration sends workloads only for their GPU templates); only pods shown to ask for
+    nothing of KGWE follow `limits.onError`. Any doubt, an exception included, counts as True.
+    """
+    try:
+        if request.invalid is not None:
+            return True
+        if request.object is None:
+            return False
+        if not request.is_pod:
+            return True
+        if request.pod.has_key_with_prefix(KGWE_PREFIX) or request.old_pod.has_key_with_prefix(KGWE_PREFIX):
+            return True
+        return pod_gpu_demand(request.pod).asks_gpu
+    except Exception:
+        return True
