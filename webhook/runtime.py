@@ -41,6 +41,7 @@ from webhook.workloads.admission import WorkloadAwareAdmission
 log = logging.getLogger("kgwe.runtime")
 
 DECISION_CACHE_SIZE = 2048
+TENANCY_CACHE_SIZE = 4096  # (namespace, groups) pairs per snapshot; past it the memo starts again
 _MISSING = object()
 
 WOULD_MUTATE = Counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
@@ -59,6 +60,9 @@ class Runtime:
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
     _decisions: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
+    _tenancy: tuple[int, dict[tuple[str, tuple[str, ...]], tuple[str, list[dict[str, Any]]]]] = field(
+        default=(-1, {}), init=False, repr=False
+    )
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
     decision_events: Any | None = None  # in a cluster: webhook.server.pod_events.DecisionEvents
 
@@ -72,8 +76,21 @@ class Runtime:
 
     # -- tenancy ------------------------------------------------------------------------------
     def tenant_of(self, request: AdmissionRequest, model: ClusterModel) -> str:
-        tenant, _quotas = tenant_and_quotas(request, model)
+        tenant, _quotas = self._tenant_and_quotas(request, model)
         return tenant
+
+    def _tenant_and_quotas(self, request: AdmissionRequest, model: ClusterModel) -> tuple[str, list[dict[str, Any]]]:
+        """`tenant_and_quotas`, remembered per snapshot, namespace and groups: a request asks twice (its
+        tenant, then its quota gate), and one team's pods ask the same question all day."""
+        generation, cache = self._tenancy
+        if generation != model.generation or len(cache) >= TENANCY_CACHE_SIZE:
+            cache = {}
+            self._tenancy = (model.generation, cache)
+        key = (request.namespace, tuple(request.user.groups))
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = tenant_and_quotas(request, model)
+        return found[0], list(found[1])
 
     # -- policies -----------------------------------------------------------------------------
     def _policy_request(self, request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:
@@ -208,7 +225,7 @@ class Runtime:
     def check_quota(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[tuple[str, str]]:
         if self.quotas is None or not facts.plan.gpu_pod:
             return []
-        tenant, quotas = tenant_and_quotas(request, facts.model)
+        tenant, quotas = self._tenant_and_quotas(request, facts.model)
         if not quotas:
             return []
         charge = pod_charge(facts.request.pod, facts.model, facts)

@@ -1,8 +1,9 @@
 """What admission knows about one pod request, gathered once: a leaf the gates and the core share.
 
-`Facts` is built by `FactGathering.gather` (webhook/admission/gather.py) (decode, cluster snapshot, intent, tenant, policy
-decision, placement plan) and then only read: by the mutation steps, the validation checks and the
-I/O gates (RBAC, quota). It imports nothing of the admission core, so the gate ports can name it.
+`Facts` is built by `FactGathering.gather` in webhook/admission/gather.py (decode, cluster snapshot,
+intent, tenant, policy decision, placement plan) and then only read: by the mutation steps, the
+validation checks and the I/O gates (RBAC, quota). It imports nothing of the admission core, so the
+gate ports can name it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ at a time, open forever, and it accepts every connection offered. `LimitedHttpTo
 - a header timeout (first byte of a request to the end of its headers) and a body timeout (end of
   the headers to the end of the body); the connection is closed when one passes;
 - the ASGI `tls` extension (scope["extensions"]["tls"]), which uvicorn does not provide, carrying
-  the client certificate the handshake verified, so the app can tell the API server from others.
+  the client certificate the handshake verified, so the app can tell the API server from others;
+- one write per response: uvicorn writes a response's head and its body in two `transport.write`
+  calls, which over TLS are two records, two encryptions and two `send` system calls for an
+  AdmissionReview answer of a few hundred bytes. `CoalescingTransport` holds the head back until the
+  body's first write and sends them as one.
 
 `BoundedServer` runs uvicorn on an event loop whose TLS servers abort a handshake that takes longer
 than the configured time (asyncio's default is 60 s). Each closed connection is counted in
@@ -39,6 +43,47 @@ CONNECTIONS_CLOSED = Counter(
     ["reason"],
 )
 OPEN_CONNECTIONS = Gauge("kgwe_open_connections", "Open HTTPS connections (after the TLS handshake).")
+
+
+class CoalescingTransport:
+    """The connection's transport, writing a response's head together with the first part of its body.
+
+    A head is what uvicorn writes for `http.response.start`: a status line other than `100 Continue`
+    (which must go out at once: the client waits for it before sending the body) up to the blank line,
+    in one write. It is held until the next write, or written by `close`; everything else passes through.
+    """
+
+    __slots__ = ("_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._held is not None:
+            data, self._held = self._held + bytes(data), None
+        elif _is_response_head(data):
+            self._held = bytes(data)
+            return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held)
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def _is_response_head(data: bytes | bytearray | memoryview) -> bool:
+    return (
+        isinstance(data, bytes)
+        and data.startswith(b"HTTP/1.1 ")
+        and data.endswith(b"\r\n\r\n")
+        and not data.startswith(b"HTTP/1.1 100 ")
+    )
 
 
 @dataclass(frozen=True)
@@ -99,7 +144,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                       len(self.server_state.connections))
             transport.abort()
             return
-        super().connection_made(transport)
+        super().connection_made(CoalescingTransport(transport))  # type: ignore[arg-type]
         self._counted = True
         OPEN_CONNECTIONS.inc()
         self._tls = tls_extension(transport)

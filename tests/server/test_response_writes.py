@@ -1,0 +1,74 @@
+"""A response leaves the server in one write: head and body in one TLS record (webhook/server/transport.py).
+
+OpenSSL hands a reader at most one record per read, so a client's first read holding the whole response
+shows that the head was not written on its own. `Expect: 100-continue` must still get its interim
+answer at once, before the client sends the body.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from server_support import GPU_POD, FakeRuntime, RunningServer, admission_review, start_server
+
+from certs.files import CertificatePaths
+from certs.reloader import ReloadingSSLContext
+from webhook.server.app import create_app
+
+PATIENCE = 15.0
+
+
+@pytest.fixture
+def served(cert_paths: CertificatePaths) -> Iterator[RunningServer]:
+    runtime = FakeRuntime()
+    tls = ReloadingSSLContext(cert_paths.tls_cert, cert_paths.tls_key)
+    yield from start_server(lambda: create_app(runtime, ui=False, certificate=tls, background=[tls]), cert_paths, tls)
+
+
+def _connect(server: RunningServer) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    raw = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=PATIENCE)
+    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def _request(body: bytes, *, expect_continue: bool = False) -> bytes:
+    head = (b"POST /validate HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n" % len(body))
+    if expect_continue:
+        head += b"expect: 100-continue\r\n"
+    return head + b"\r\n"
+
+
+def _split(response: bytes) -> tuple[bytes, bytes]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_the_whole_answer_comes_in_one_record(served: RunningServer) -> None:
+    body = orjson.dumps(admission_review(GPU_POD))
+    with _connect(served) as client:
+        for _ in range(3):  # also on a kept-alive connection
+            client.sendall(_request(body) + body)
+            first = client.recv(1 << 20)
+            head, answer = _split(first)
+            assert head.startswith(b"HTTP/1.1 200")
+            length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")))
+            assert len(answer) == length  # head and body in the first record read
+            assert orjson.loads(answer)["kind"] == "AdmissionReview"
+
+
+def test_100_continue_is_answered_before_the_body_is_sent(served: RunningServer) -> None:
+    body = orjson.dumps(admission_review(GPU_POD))
+    with _connect(served) as client:
+        client.sendall(_request(body, expect_continue=True))
+        interim = client.recv(1 << 16)
+        assert interim.startswith(b"HTTP/1.1 100 Continue")
+        client.sendall(body)
+        head, answer = _split(client.recv(1 << 20))
+        assert head.startswith(b"HTTP/1.1 200")
+        assert orjson.loads(answer)["response"]["uid"]
