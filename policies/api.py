@@ -15,6 +15,11 @@ ENFORCEMENT_ACTIONS: tuple[EnforcementAction, ...] = ("Deny", "Warn", "Audit")
 DECISION_FIELDS = ("acceleratorTypes", "sharing", "topology", "gang")
 
 
+class WouldBlock(Exception):
+    """Raised by a check asked not to wait (`wait=False`) when its answer needs a lock, a file or the
+    network: the caller asks again where waiting is allowed (off the event loop). Nothing was changed."""
+
+
 @dataclass(frozen=True)
 class PolicyContext:
     """One admission request as the policies see it."""

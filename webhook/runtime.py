@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from prometheus_client import Counter
 
-from policies.api import PolicyContext, Violation
+from policies.api import PolicyContext, Violation, WouldBlock
 from policies.gpu_demand import GpuDemand
 from policies.metrics import record_refusal as _record_refusal
 from policies.quota.check import QuotaService
@@ -192,7 +192,9 @@ class Runtime:
             self._rbac = cached = (model.generation, evaluator)
         return cached[1]
 
-    def authorize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[tuple[str, str]]:
+    def authorize(
+        self, request: AdmissionRequest, facts: Facts, deadline: float | None, *, wait: bool = True
+    ) -> list[tuple[str, str]]:
         plan = facts.plan
         checks: list[tuple[Resource, str]] = []
         if plan.profile:
@@ -206,7 +208,9 @@ class Runtime:
         problems: list[tuple[str, str]] = []
         for resource, name in checks:
             try:
-                allowed = authorizer.can_use(user, resource, name, request.namespace, deadline=deadline)
+                allowed = authorizer.can_use(user, resource, name, request.namespace, deadline=deadline, wait=wait)
+            except WouldBlock:
+                raise  # asked not to wait: the caller asks again where it may
             except Exception as exc:  # the authorizer's failure (timeout, API down): never an admission
                 log.warning("RBAC check for %s/%s failed: %s", resource, name, exc)
                 problems.append(("rbac", f"could not check RBAC for {resource}.kgwe.io/{name} ({exc}); try again"))
@@ -222,7 +226,9 @@ class Runtime:
             self._charges = cached = (model.generation, usage_charges(model))
         return cached[1]
 
-    def check_quota(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[tuple[str, str]]:
+    def check_quota(
+        self, request: AdmissionRequest, facts: Facts, deadline: float | None, *, wait: bool = True
+    ) -> list[tuple[str, str]]:
         if self.quotas is None or not facts.plan.gpu_pod:
             return []
         tenant, quotas = self._tenant_and_quotas(request, facts.model)
@@ -233,7 +239,8 @@ class Runtime:
             return []
         try:
             decision = self.quotas.check(
-                charge, tenant, quotas, self._usage_charges(facts.model), dry_run=request.dry_run, deadline=deadline
+                charge, tenant, quotas, self._usage_charges(facts.model), dry_run=request.dry_run, deadline=deadline,
+                wait=wait,
             )
         except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
             log.warning("quota store unavailable for tenant %s: %s", tenant, exc)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from policies.api import WouldBlock
 from policies.metrics import QUOTA_LIMIT, QUOTA_USED, record_refusal
 from policies.quota.model import (
     LimitKey,
@@ -110,11 +111,14 @@ class QuotaService:
         *,
         dry_run: bool,
         deadline: float | None,
+        wait: bool = True,
     ) -> QuotaDecision:
         """Admit or refuse `charge`; when admitted and not a dry run, reserve its GPUs in the store.
 
         `deadline` is a `time.monotonic()` value; raises QuotaUnavailable when the store cannot answer by then.
-        Touches the store only when the pod hits at least one limit of its tenant.
+        Touches the store only when the pod hits at least one limit of its tenant. With `wait=False` the
+        check is made only if the store can answer at once (one TenantQuota, its lock free); otherwise
+        `policies.api.WouldBlock` is raised before anything is reserved.
         """
         charged = charged_type(charge, self.price_of)
         hit = [limit for quota in quotas for limit in quota_limits(quota) if hits(charge, limit.key, charged)]
@@ -130,6 +134,10 @@ class QuotaService:
         by_quota: dict[str, list[QuotaLimit]] = {}
         for limit in hit:
             by_quota.setdefault(limit.quota, []).append(limit)
+        if not wait and len(by_quota) > 1:
+            # Several TenantQuota objects are reserved one after the other, with give-backs on refusal:
+            # only where waiting is allowed.
+            raise WouldBlock(f"{len(by_quota)} TenantQuota objects to reserve")
         reserved: list[str] = []
         for name in sorted(by_quota):
             reserve = functools.partial(
@@ -145,7 +153,7 @@ class QuotaService:
                 dry_run=dry_run,
             )
             try:
-                refusal = update_status(self.store, name, reserve, deadline=deadline)
+                refusal = update_status(self.store, name, reserve, deadline=deadline, wait=wait)
             except QuotaUnavailable:
                 self._give_back(reserved, reservation_id, deadline)
                 raise

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import orjson
 from prometheus_client import Counter
 
+from policies.api import WouldBlock
 from policies.quota.store import QuotaStatus, QuotaUnavailable, Versioned, status_from_json, status_to_json
 
 log = logging.getLogger("kgwe.quota.file")
@@ -83,6 +84,26 @@ class FileQuotaStore:
         # slept through most of the time the file lock was free.
         self._threads = threading.Lock()
         self._lock_file: tuple[Any, int] = (None, 0)
+
+    @contextlib.contextmanager
+    def _locked_now(self) -> Iterator[None]:
+        """Both locks if they are free at this moment; else WouldBlock (nothing counted, nothing changed)."""
+        if not self._threads.acquire(blocking=False):
+            raise WouldBlock(f"quota state {self.path} is locked by another request of this worker")
+        try:
+            try:
+                handle = self._lock_handle()
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:  # BlockingIOError (another worker holds it) or any other trouble
+                raise WouldBlock(f"quota state {self.path}: {exc}") from exc
+            try:
+                if not self._still_the_lock_file(handle):
+                    raise WouldBlock(f"quota lock {self._lock_path} was replaced")
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
 
     @contextlib.contextmanager
     def _locked(self, timeout: float | None) -> Iterator[None]:
@@ -232,14 +253,20 @@ class FileQuotaStore:
             return True
 
     def transact(
-        self, quota: str, change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]], *, timeout: float | None
+        self,
+        quota: str,
+        change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]],
+        *,
+        timeout: float | None,
+        wait: bool = True,
     ) -> T:
         """Read, change and write one quota's status under one lock: the path `/validate` takes.
 
         Half the lock round trips and file reads of `read` + `write`, and no lost race to retry: with
-        several workers this lock is what they queue on.
+        several workers this lock is what they queue on. With `wait=False` it runs only if both locks are
+        free at once (WouldBlock otherwise): the event loop may call it without a thread.
         """
-        with self._locked(timeout):
+        with self._locked(timeout) if wait else self._locked_now():
             data = self._load()
             entry = data.get(quota) or {}
             status = status_from_json(entry.get("status"))

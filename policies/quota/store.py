@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 
+from policies.api import WouldBlock
 from policies.quota.model import GIB, LimitKey, parse_amount
 
 T = TypeVar("T")
@@ -78,8 +79,15 @@ class TransactionalQuotaStore(QuotaStore, Protocol):
     """
 
     def transact(
-        self, quota: str, change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]], *, timeout: float | None
-    ) -> T: ...
+        self,
+        quota: str,
+        change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]],
+        *,
+        timeout: float | None,
+        wait: bool = True,
+    ) -> T:
+        """With `wait=False`, raises `policies.api.WouldBlock` (and changes nothing) when the lock is held."""
+        ...
 
 
 def remaining(deadline: float | None) -> float | None:
@@ -100,13 +108,21 @@ def update_status(
     deadline: float | None,
     max_attempts: int = 100,
     max_errors: int = 2,
+    wait: bool = True,
 ) -> T:
     """Read, apply `change`, write if it returned a new status; on a lost race read again.
 
     `change` must be pure: it runs once per attempt on a fresh read. A failed call is tried again (up to
     `max_errors` times, within the deadline): that is safe because a write whose answer was lost shows up in
     the next read, and `change` sees it there.
+
+    With `wait=False` the change is made only if it can be made at once (a transactional store whose lock
+    is free); otherwise `policies.api.WouldBlock` is raised and nothing is changed.
     """
+    if not wait:
+        if not hasattr(store, "transact"):
+            raise WouldBlock(f"TenantQuota {quota}: the store is on the network")
+        return store.transact(quota, change, timeout=0.0, wait=False)  # type: ignore[no-any-return,attr-defined]
     errors = 0
     transact = getattr(store, "transact", None)
     for attempt in range(max_attempts):
@@ -151,14 +167,23 @@ class InMemoryQuotaStore:
             return True
 
     def transact(
-        self, quota: str, change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]], *, timeout: float | None
+        self,
+        quota: str,
+        change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]],
+        *,
+        timeout: float | None,
+        wait: bool = True,
     ) -> T:
-        with self._lock:
+        if not self._lock.acquire(blocking=wait):
+            raise WouldBlock(f"TenantQuota {quota}: held by another request")
+        try:
             version, status = self._states.get(quota, (0, QuotaStatus()))
             new_status, result = change(status)
             if new_status is not None and new_status != status:
                 self._states[quota] = (version + 1, new_status)
             return result
+        finally:
+            self._lock.release()
 
 
 # --- status <-> TenantQuota JSON (`status.reservations`, `status.used`) ---------------------------------

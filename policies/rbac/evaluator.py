@@ -44,7 +44,11 @@ class Authorizer(Protocol):
         namespace: str,
         *,
         deadline: float | None = None,
-    ) -> bool: ...
+        wait: bool = True,
+    ) -> bool:
+        """Whether `user` may use `resource`/`name` in `namespace`. With `wait=False`, raises
+        `policies.api.WouldBlock` instead of asking the network (memory answers only)."""
+        ...
 
 
 def refusal_message(user: Mapping[str, Any], resource: Resource, name: str) -> str:
@@ -222,5 +226,6 @@ class RbacEvaluator:
         namespace: str,
         *,
         deadline: float | None = None,
+        wait: bool = True,  # memory only: it never waits
     ) -> bool:
         return self.allowed(user, USE, API_GROUP, resource, name, namespace)

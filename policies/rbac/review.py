@@ -13,6 +13,7 @@ from typing import Any
 
 from kubernetes.client import AuthorizationV1Api, V1ResourceAttributes, V1SubjectAccessReview, V1SubjectAccessReviewSpec
 
+from policies.api import WouldBlock
 from policies.kube_client import deadline_api_client
 from policies.rbac.evaluator import API_GROUP, USE, AuthorizationUnavailable, Resource
 
@@ -52,8 +53,10 @@ class SubjectAccessReviewer:
         namespace: str,
         *,
         deadline: float | None = None,
+        wait: bool = True,
     ) -> bool:
-        """`deadline` is a `time.monotonic()` value; raises AuthorizationUnavailable when no answer comes by then."""
+        """`deadline` is a `time.monotonic()` value; raises AuthorizationUnavailable when no answer comes by then.
+        With `wait=False` only a cached answer is given; otherwise WouldBlock."""
         username = str(user.get("username") or "")
         uid = str(user.get("uid") or "")
         groups = sorted({str(g) for g in user.get("groups") or []})
@@ -72,6 +75,8 @@ class SubjectAccessReviewer:
             cached = self._cache.get(key)
         if cached is not None and cached[0] > now:
             return cached[1]
+        if not wait:
+            raise WouldBlock("a SubjectAccessReview is needed")
         allowed = self._review(username, uid, groups, extra, resource, name, namespace, deadline)
         with self._lock:
             if len(self._cache) >= MAX_CACHE_ENTRIES:

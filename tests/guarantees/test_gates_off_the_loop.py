@@ -58,3 +58,43 @@ def test_a_slow_rbac_check_does_not_stall_other_admissions(
         release.set()
         slow.join(20)
         assert order == ["plain", "slow"]
+
+
+def test_a_quota_lock_held_by_another_worker_is_waited_for_off_the_loop(tmp_path: Path) -> None:
+    """With the workers' shared quota file: a free lock is taken on the event loop (no gate thread); a
+    lock another worker holds is waited for on a gate thread, and the answer still reserves the pod."""
+    import fcntl
+
+    from policies.quota.file_store import FileQuotaStore
+
+    state = tmp_path / "quota-state.json"
+
+    def runtime():  # type: ignore[no-untyped-def]
+        return build_runtime(load_config(CONFIG), CLUSTER, quota_store=FileQuotaStore(state, durable=False))
+
+    def gate_threads() -> int:
+        return sum(1 for t in threading.enumerate() if t.name.startswith("kgwe-gate"))
+
+    before = gate_threads()
+    for webhook in serve(runtime, tmp_path):
+        first = webhook.mutate(gpu_pod("first", annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"}))[1]
+        assert webhook.ask("validate", review(first))["allowed"] is True
+        assert gate_threads() == before  # answered on the event loop
+
+        second = webhook.mutate(gpu_pod("second", annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"}))[1]
+        answers: list[dict[str, Any]] = []
+        with open(str(state) + ".lock", "a+b") as other_worker:
+            fcntl.flock(other_worker, fcntl.LOCK_EX)
+            def ask(hook: Any = webhook, pod: dict[str, Any] = second, into: list[Any] = answers) -> None:
+                into.append(hook.ask("validate", review(pod)))
+
+            asking = threading.Thread(target=ask)
+            asking.start()
+            asking.join(0.5)
+            assert answers == []  # waiting for the lock, on a thread
+            fcntl.flock(other_worker, fcntl.LOCK_UN)
+            asking.join(20)
+        assert answers and answers[0]["allowed"] is True
+        assert gate_threads() > before
+        reserved = FileQuotaStore(state).read("team-a").status.reservations
+        assert {r.pod for r in reserved} >= {"team-a/first", "team-a/second"}

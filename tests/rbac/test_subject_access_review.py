@@ -148,3 +148,17 @@ def test_deadline_bounds_the_review(endpoint: ReviewEndpoint) -> None:
         reviewer.can_use(ALICE, "hardwareprofiles", "nvl72", "ml-research", deadline=time.monotonic() + 0.2)
     with pytest.raises(AuthorizationUnavailable):
         reviewer.can_use(ALICE, "hardwareprofiles", "nvl72", "ml-research", deadline=time.monotonic() - 1)
+
+
+def test_asked_not_to_wait_it_answers_from_the_cache_only(endpoint: ReviewEndpoint) -> None:
+    """The event loop asks first with wait=False: a cached answer costs no thread and no request; a
+    question not asked yet is refused to it with WouldBlock, without a review being sent."""
+    from policies.api import WouldBlock
+
+    reviewer = SubjectAccessReviewer(endpoint.api(), cache_seconds=60)
+    with pytest.raises(WouldBlock):
+        reviewer.can_use(ALICE, "hardwareprofiles", "nvl72", "ml-research", wait=False)
+    assert endpoint.reviews == []
+    assert reviewer.can_use(ALICE, "hardwareprofiles", "nvl72", "ml-research")
+    assert reviewer.can_use(ALICE, "hardwareprofiles", "nvl72", "ml-research", wait=False)
+    assert len(endpoint.reviews) == 1

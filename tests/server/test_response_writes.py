@@ -72,3 +72,14 @@ def test_100_continue_is_answered_before_the_body_is_sent(served: RunningServer)
         head, answer = _split(client.recv(1 << 20))
         assert head.startswith(b"HTTP/1.1 200")
         assert orjson.loads(answer)["response"]["uid"]
+
+
+def test_a_head_request_gets_its_head_without_a_body_write(served: RunningServer) -> None:
+    """uvicorn writes nothing after the head of a HEAD answer: the held head goes out when the response
+    completes, and the connection serves the next request."""
+    with _connect(served) as client:
+        client.sendall(b"HEAD /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        head = client.recv(1 << 16)
+        assert head.startswith(b"HTTP/1.1 ") and head.endswith(b"\r\n\r\n")
+        client.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        assert client.recv(1 << 16).startswith(b"HTTP/1.1 200")

@@ -11,8 +11,9 @@ cycle with its wiring. Each gate is a port of its own:
 - `QuotaGate`: does the pod fit its tenant's quota (may wait on a lock, a file or the API server:
   `quota_blocks_io`).
 
-The gates are synchronous callables; the core runs the blocking ones on its gate thread pool within
-the request's deadline, so a slow API server never holds the event loop.
+The gates are synchronous callables; the core first asks a blocking one not to wait (`wait=False`: a
+cached review, a free lock), and only when that cannot answer runs it on its gate thread pool within the
+request's deadline, so a slow API server never holds the event loop and a fast answer costs no thread.
 """
 
 from __future__ import annotations
@@ -81,8 +82,11 @@ class RbacGate(Protocol):
         """True when a check may wait on the network (a SubjectAccessReview), not only on memory."""
         ...
 
-    def authorize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[Problem]:
-        """The refusals (reason `rbac`); an authorizer that fails is a refusal, never an admission."""
+    def authorize(
+        self, request: AdmissionRequest, facts: Facts, deadline: float | None, *, wait: bool = True
+    ) -> list[Problem]:
+        """The refusals (reason `rbac`); an authorizer that fails is a refusal, never an admission. With
+        `wait=False`, raises `policies.api.WouldBlock` when the answer needs the network."""
         ...
 
 
@@ -94,8 +98,12 @@ class QuotaGate(Protocol):
         """True when a check may wait on a lock, a file or the API server."""
         ...
 
-    def check_quota(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> list[Problem]:
-        """The refusals (reason `quota`); a store that cannot be reached is a refusal, never an admission."""
+    def check_quota(
+        self, request: AdmissionRequest, facts: Facts, deadline: float | None, *, wait: bool = True
+    ) -> list[Problem]:
+        """The refusals (reason `quota`); a store that cannot be reached is a refusal, never an admission.
+        With `wait=False`, raises `policies.api.WouldBlock` when the answer needs a held lock or the network
+        (nothing is reserved then)."""
         ...
 
 

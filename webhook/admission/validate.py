@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from policies.api import Violation
+from policies.api import Violation, WouldBlock
 from policies.gpu_demand import pod_gpu_demand
 from policies.runtime import PolicyEngineError
 from webhook.admission.facts import Facts, Problem
@@ -54,6 +54,9 @@ class Gate:
     name: str
     run: Callable[[float | None], list[Problem]]
     blocking: bool  # True when it may wait on the network: run off the event loop
+    # The same check asked not to wait: its problems, or policies.api.WouldBlock when it would have to.
+    # Tried on the event loop first: a cached review or a free lock then costs no thread hop.
+    try_now: Callable[[float | None], list[Problem]] | None = None
 
 
 @dataclass
@@ -98,6 +101,12 @@ class Validation(FactGathering):
             if not gate.blocking:
                 pending.problems.extend(gate.run(deadline))
                 continue
+            if gate.try_now is not None:
+                try:
+                    pending.problems.extend(gate.try_now(deadline))
+                    continue
+                except WouldBlock:
+                    pass  # it would wait: on a thread, bounded by the deadline
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 pending.problems.append((gate.name, f"no time was left to check {gate.name}; try again"))
@@ -144,9 +153,15 @@ class Validation(FactGathering):
         pending = PendingVerdict(request, problems, warnings, audit)
         if facts.plan.gpu_pod:
             rt = self.runtime
-            pending.gates.append(Gate("RBAC", lambda d: rt.authorize(request, facts, d), rt.rbac_blocks_io))
+            pending.gates.append(Gate(
+                "RBAC", lambda d: rt.authorize(request, facts, d), rt.rbac_blocks_io,
+                lambda d: rt.authorize(request, facts, d, wait=False),
+            ))
             if not request.template:  # a workload's templates are charged by their pods
-                pending.gates.append(Gate("quota", lambda d: rt.check_quota(request, facts, d), rt.quota_blocks_io))
+                pending.gates.append(Gate(
+                    "quota", lambda d: rt.check_quota(request, facts, d), rt.quota_blocks_io,
+                    lambda d: rt.check_quota(request, facts, d, wait=False),
+                ))
         return pending
 
     def _prepare_update(self, request: AdmissionRequest, deadline: float | None) -> PendingVerdict:

@@ -50,7 +50,8 @@ class CoalescingTransport:
 
     A head is what uvicorn writes for `http.response.start`: a status line other than `100 Continue`
     (which must go out at once: the client waits for it before sending the body) up to the blank line,
-    in one write. It is held until the next write, or written by `close`; everything else passes through.
+    in one write. It is held until the next write, or written by `flush` (the protocol calls it when a
+    response is complete: a HEAD answer has no body write) or `close`; everything else passes through.
     """
 
     __slots__ = ("_held", "_transport")
@@ -67,10 +68,13 @@ class CoalescingTransport:
             return
         self._transport.write(data)
 
-    def close(self) -> None:
+    def flush(self) -> None:
         if self._held is not None:
             held, self._held = self._held, None
             self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
         self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
@@ -198,6 +202,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         CONNECTIONS_CLOSED.labels(reason).inc()
         log.debug("connection from %s closed: %s", self.client, reason.replace("_", " "))
         self.transport.close()
+
+    def on_response_complete(self) -> None:
+        if isinstance(self.transport, CoalescingTransport):
+            self.transport.flush()  # a response without a body write (HEAD) leaves its head held
+        super().on_response_complete()
 
     def timeout_keep_alive_handler(self) -> None:
         if not self.transport.is_closing():
