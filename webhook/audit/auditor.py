@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Gauge
 
@@ -26,9 +26,7 @@ from webhook.audit.findings import Finding
 from webhook.audit.pods import PodReader
 from webhook.audit.reports import render_reports, report_key
 from webhook.audit.writers import ReportWriter
-
-if TYPE_CHECKING:
-    from webhook.runtime import Runtime
+from webhook.runtime import Runtime
 
 log = logging.getLogger("kgwe.audit")
 

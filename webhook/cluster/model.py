@@ -135,6 +135,12 @@ class ClusterModel:
     def _summary(self) -> dict[str, Any]:
         return build_summary(self)
 
+    @cached_property
+    def derived(self) -> dict[Any, Any]:
+        """Facts derived from this snapshot alone, remembered for its life by the module that derives them
+        (keys start with that module's name): a request reads them instead of recomputing them."""
+        return {}
+
 
 def build_summary(model: ClusterModel) -> dict[str, Any]:
     types: dict[str, Any] = {}

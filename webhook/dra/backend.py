@@ -41,6 +41,17 @@ def node_backend(facts: NodeFacts, config: DraConfig) -> str:
 
 
 def type_backend(model: ClusterModel, type_id: str, config: DraConfig) -> str:
+    """The backend most of a type's (sampled) nodes use; remembered per snapshot and configuration."""
+    key = ("dra.backend", type_id)
+    known = model.derived.get(key)
+    if known is not None and known[0] is config:
+        return str(known[1])
+    backend = _type_backend(model, type_id, config)
+    model.derived[key] = (config, backend)
+    return backend
+
+
+def _type_backend(model: ClusterModel, type_id: str, config: DraConfig) -> str:
     nodes = model.types[type_id].nodes[:SAMPLE]
     dra = sum(1 for name in nodes if node_backend(model.nodes[name], config) == DRA)
     return DRA if nodes and dra * 2 > len(nodes) else DEVICE_PLUGIN

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import yaml
@@ -20,9 +20,7 @@ import yaml
 from webhook.config import ConfigError, load_config
 from webhook.inventory import Inventory, costs_view, hardware_profiles_view, nodes_view
 from webhook.reports.tables import format_table
-
-if TYPE_CHECKING:
-    from webhook.runtime import Runtime
+from webhook.runtime import Runtime
 
 
 class CommandError(Exception):

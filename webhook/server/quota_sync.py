@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from policies.background import Task
 from policies.quota.reconciler import QuotaReconciler
-from webhook.runtime import usage_charges
-
-if TYPE_CHECKING:
-    from webhook.runtime import Runtime
+from webhook.runtime import Runtime, usage_charges
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
 
 import uvicorn
 from cryptography import x509
@@ -43,9 +42,6 @@ from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher,
 from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
 from webhook.server.worker_logs import quiet_secondary_worker, worker_started
 from webhook.state import quota_state_file, state_dir
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

@@ -7,13 +7,11 @@ import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from policies.background import Task
 from webhook.inventory import Inventory, hardware_profiles_view
-
-if TYPE_CHECKING:
-    from webhook.runtime import Runtime
+from webhook.runtime import Runtime
 
 log = logging.getLogger(__name__)
 GROUP, VERSION = "kgwe.io", "v1alpha1"
