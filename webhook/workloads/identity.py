@@ -160,6 +160,12 @@ def _without_requester(template: dict[str, Any]) -> bytes:
 
 def with_requester(request: AdmissionRequest, requester: Requester) -> AdmissionRequest:
     """The request as admission judges it: tenancy and RBAC for `requester.user`."""
+    if (
+        requester.user is request.user
+        and requester.annotation == request.requested_by
+        and requester.via == request.via
+    ):
+        return request  # a pod asked for by its caller: nothing changes (the usual case)
     return replace(request, user=requester.user, requested_by=requester.annotation, via=requester.via)
 
 
