@@ -165,3 +165,23 @@ def test_readyz_needs_a_serving_certificate(runtime: FakeRuntime, cert_paths: Ce
             response = client.get("/readyz")
         assert response.status_code == 503
         assert response.json()["reasons"] == ["no serving certificate loaded"]
+
+
+def test_admission_endpoints_answer_only_posts(server: RunningServer) -> None:
+    """The endpoints are answered ahead of FastAPI's routing for POSTs; other methods still get 405."""
+    with server.client() as client:
+        for path in ("/mutate", "/validate"):
+            assert client.get(path).status_code == 405
+            assert client.put(path, content=b"{}").status_code == 405
+        response = client.post("/validate", content=orjson.dumps(admission_review(GPU_POD)))
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert int(response.headers["content-length"]) == len(response.content)
+
+
+def test_the_api_servers_timeout_parameter_bounds_the_answer(server: RunningServer, runtime: FakeRuntime) -> None:
+    """`?timeout=` (how long the API server waits) is read from the query string of the fast path too."""
+    with server.client() as client:
+        response = client.post("/validate?dryRun=All&timeout=2s", content=orjson.dumps(admission_review(GPU_POD)))
+    assert response.status_code == 200 and response.json()["response"]["allowed"] is True
+    assert 0 < runtime.admission.budgets[-1] < 2.0  # the deadline the core got is inside the API server's

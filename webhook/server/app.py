@@ -12,17 +12,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Literal, Protocol
+from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, Counter
-from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from policies.background import Supervisor, Task
 from webhook.admission.outcome import Outcome
@@ -90,22 +91,48 @@ def _status_body(code: int, reason: str, message: str) -> bytes:
     )
 
 
-async def read_limited_body(request: Request, limit: int) -> bytes | None:
-    """The request body, or None when it is (or claims to be) larger than `limit` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit():
-        if int(declared) > limit:
-            return None
-        body = await request.body()
-        return body if len(body) <= limit else None
+class _Disconnected(Exception):
+    """The caller went away before sending its whole body."""
+
+
+def _header(scope: Mapping[str, Any], name: bytes) -> bytes | None:
+    for key, value in scope.get("headers") or ():
+        if key.lower() == name:
+            return bytes(value)
+    return None
+
+
+async def read_limited_body(scope: Mapping[str, Any], receive: Receive, limit: int) -> bytes | None:
+    """The request body, or None when it is (or claims to be) larger than `limit` bytes; raises
+    `_Disconnected` when the caller goes away first."""
+    declared = _header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _query_value(scope: Mapping[str, Any], name: str) -> str | None:
+    raw = scope.get("query_string") or b""
+    if not raw:
+        return None
+    for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+        if key == name:
+            return value
+    return None
 
 
 class AdmissionEndpoint:
@@ -146,31 +173,42 @@ class AdmissionEndpoint:
             return "deny"
         return config.limits.on_error
 
-    async def handle(self, request: Request) -> Response:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The endpoint as a plain ASGI app: `KgweApp` hands it POSTs to its path before any middleware
+        or routing runs (their cost is per request, and this answer never needs them)."""
+        status, body = await self.answer(scope, receive)
+        headers = [(b"content-length", str(len(body)).encode())]
+        if body:
+            headers.append((b"content-type", b"application/json"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def answer(self, scope: Mapping[str, Any], receive: Receive) -> tuple[int, bytes]:
+        """The HTTP status and body for one call of this endpoint."""
         started = time.perf_counter()
         config = self.runtime.config
         # Before the body is read: an unauthenticated caller costs nothing and changes nothing.
-        caller = self.authenticator.check(request.scope, self.name)
+        caller = self.authenticator.check(scope, self.name)
         if caller.refused:
             message = f"the {self.name} endpoint only answers the API server: {caller.reason}"
-            return Response(_status_body(401, "Unauthorized", message), 401, media_type=JSON)
+            return 401, _status_body(401, "Unauthorized", message)
         try:
-            body = await read_limited_body(request, config.limits.max_request_bytes)
-        except ClientDisconnect:
+            body = await read_limited_body(scope, receive, config.limits.max_request_bytes)
+        except _Disconnected:
             # The caller went away (or the server's body timeout closed it): nothing to answer.
             log.debug("%s: client disconnected before sending the whole body", self.name)
             metrics.ADMISSION_ERRORS.labels(self.name, "disconnected").inc()
-            return Response(b"", 400)
+            return 400, b""
         if body is None:
             metrics.ADMISSION_ERRORS.labels(self.name, "too_large").inc()
             message = f"AdmissionReview larger than the limit of {config.limits.max_request_bytes} bytes"
-            return Response(_status_body(413, "RequestEntityTooLarge", message), 413, media_type=JSON)
+            return 413, _status_body(413, "RequestEntityTooLarge", message)
         try:
             admission_request = decode_review(body, authenticated=caller.authenticated)
         except BadReview as exc:
             metrics.ADMISSION_ERRORS.labels(self.name, "bad_request").inc()
-            return Response(_status_body(400, "BadRequest", str(exc)), 400, media_type=JSON)
-        budget = budget_seconds(config.limits.deadline_seconds, request.query_params.get("timeout"))
+            return 400, _status_body(400, "BadRequest", str(exc))
+        budget = budget_seconds(config.limits.deadline_seconds, _query_value(scope, "timeout"))
         outcome = await self._outcome(admission_request, budget, config)
         try:
             review = render_review(admission_request.uid, admission_request.api_version, outcome, self.mutating)
@@ -186,7 +224,7 @@ class AdmissionEndpoint:
             events.offer(admission_request, outcome, self.mutating)
         self._answered_counter(outcome.allowed, config.mode).inc()
         self._duration.observe(time.perf_counter() - started)
-        return Response(content, media_type=JSON)
+        return 200, content
 
     async def _outcome(self, admission_request: AdmissionRequest, budget: float, config: Config) -> Outcome:
         deadline = time.monotonic() + budget
@@ -218,6 +256,26 @@ class AdmissionEndpoint:
         )
         metrics.ADMISSION_ERRORS.labels(self.name, failure).inc()
         return failure_outcome(failure, on_error, detail)
+
+
+class KgweApp(FastAPI):
+    """The FastAPI application, with the admission endpoints answered before its middleware and routing.
+
+    A POST to /mutate or /validate goes straight to its `AdmissionEndpoint` (a plain ASGI app that
+    handles every error itself); everything else takes FastAPI's path.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.admission_endpoints: dict[str, AdmissionEndpoint] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.admission_endpoints.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -261,17 +319,21 @@ def create_app(
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="KGWE", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = KgweApp(title="KGWE", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
     generated_openapi = app.openapi
     # FastAPI describes only its own routes; the plain routes below are described in webhook/server/openapi.py.
     app.openapi = lambda: add_shell_routes(generated_openapi())  # type: ignore[method-assign]
     app.state.certificate = certificate
     callers = authenticator or CallerAuthenticator(runtime.config.authentication)
-    app.router.routes.extend([
-        Route("/mutate", AdmissionEndpoint(runtime, "mutate", True, executor, callers).handle, methods=["POST"]),
-        Route("/validate", AdmissionEndpoint(runtime, "validate", False, executor, callers).handle, methods=["POST"]),
-    ])
+    endpoints = [
+        AdmissionEndpoint(runtime, "mutate", True, executor, callers),
+        AdmissionEndpoint(runtime, "validate", False, executor, callers),
+    ]
+    for endpoint in endpoints:
+        app.admission_endpoints[f"/{endpoint.name}"] = endpoint
+    # Also routed, for what is not a POST (405) and for anything that walks the routes.
+    app.router.routes.extend(Route(f"/{e.name}", e, methods=["POST"]) for e in endpoints)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> Response:
