@@ -1,7 +1,8 @@
 """The HTTP shell: AdmissionReview in, AdmissionReview out, around the pure admission core.
 
-The admission endpoints are plain Starlette routes that read the raw body and answer with orjson
-bytes; FastAPI's request parsing and response validation would cost more than the decision itself.
+The admission endpoints are plain ASGI apps that read the raw body and answer with orjson bytes,
+reached before FastAPI's middleware and routing (`KgweApp`): request parsing, response validation
+and the middleware stack would cost more than the decision itself.
 Whatever happens inside admission, the API server gets an AdmissionReview back before its timeout:
 deadline and internal errors are answered per `limits.onError`, never with a 500 or a hang.
 """
