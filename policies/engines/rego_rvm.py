@@ -235,6 +235,15 @@ def request_guard(document: Mapping[str, Any]) -> str | None:
     request = document.get("request")
     if not isinstance(request, dict):
         return "no admission request"
+    for key in ("uid", "operation", "namespace"):
+        if not isinstance(request.get(key, ""), str):
+            return f"request.{key} is not a string"
+    user = request.get("userInfo", {})
+    if not isinstance(user, dict) or not isinstance(user.get("username", ""), str):
+        return "userInfo is not shaped as the API server sends it"
+    groups = user.get("groups", [])
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        return "userInfo.groups is not a list of strings"
     pod = request.get("object")
     if not isinstance(pod, dict):
         return "no pod object"
@@ -324,6 +333,10 @@ def probe_inputs(gated: Iterable[str]) -> list[tuple[dict[str, Any] | None, dict
          {"metadata": {"name": "ml", "labels": {"kgwe.io/default-sharing": "mig"}}},
          _intent(gpus=1, acceleratorTypes=["nvidia-a100-80gb"])),
         (_pod([{"name": "cpu", "image": "nginx"}]), None, _intent()),
+        # Every intent field set, as the webhook writes them (a policy reading one with the wrong type fails).
+        (_pod([gpu], {"owner": "alice"}), {"metadata": {"name": "default", "labels": {"team": "a"}}},
+         _intent(acceleratorTypes=["nvidia-a100-80gb"], profile="1g.10gb", gpuMemory=10 * 1024**3,
+                 sharing="mig", gpuFraction=0.5, topology="nvlink", gang="g", gpus=1, inference=False)),
     ]
     names = list(gated)
     probes: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []

@@ -160,6 +160,45 @@ def test_rvm_answers_as_the_interpreter(name: str, pod: dict[str, Any], namespac
         assert same_document(got, expected), (query, got, expected)
 
 
+# Pods as the API server sends them: typed fields, every container named.
+_plain_limits = st.dictionaries(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "memory", "cpu"]),
+                                st.sampled_from(["0", "1", "2", "8", "1k", "500m", "10Gi"]), max_size=3)
+_plain_container = st.fixed_dictionaries(
+    {"name": st.sampled_from(["main", "side", 'q"uote', "ü"]), "image": st.sampled_from(["cuda", "nginx"])},
+    optional={
+        "resources": st.fixed_dictionaries({}, optional={"limits": _plain_limits, "requests": _plain_limits}),
+        "securityContext": st.fixed_dictionaries({}, optional={"privileged": st.booleans()}),
+        "env": st.lists(st.fixed_dictionaries({"name": st.sampled_from(["NVIDIA_VISIBLE_DEVICES", "PATH"])},
+                                              optional={"value": st.sampled_from(["all", "none", "void", ""])}),
+                        max_size=2),
+    },
+)
+_plain_labels = st.dictionaries(st.sampled_from(["kgwe.io/workload", "owner", "kgwe.io/default-sharing"]),
+                                st.sampled_from(["inference", "mig", "alice", ""]), max_size=3)
+_plain_pod = st.fixed_dictionaries({
+    "metadata": st.fixed_dictionaries({"name": st.just("p")}, optional={"labels": _plain_labels,
+                                                                        "annotations": _plain_labels}),
+    "spec": st.fixed_dictionaries({"containers": st.lists(_plain_container, min_size=1, max_size=3)}),
+})
+_plain_namespace = st.one_of(st.none(), st.fixed_dictionaries({"metadata": st.fixed_dictionaries(
+    {"name": st.just("team-a")}, optional={"labels": _plain_labels})}))
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pod=_plain_pod, namespace=_plain_namespace, intent=_intent, cluster=_cluster, all_active=st.booleans())
+def test_the_rvm_itself_answers_plain_requests_as_the_interpreter(
+    name: str, pod: dict[str, Any], namespace: Any, intent: dict[str, Any], cluster: dict[str, Any], all_active: bool,
+) -> None:
+    rvm, interpreter, gated = _prepared_pair(name)
+    document = _document(pod, namespace, intent, gated if all_active else [])
+    before = rvm.fallbacks
+    for query in QUERIES:
+        expected = _answer(interpreter, query, document, cluster)
+        assert same_document(_answer(rvm, query, document, cluster), expected), query
+    assert rvm.fallbacks == before  # answered by the RVM, not handed to the interpreter
+
+
 def test_plain_requests_are_answered_by_the_rvm_itself() -> None:
     rvm, interpreter, gated = _prepared_pair("twenty")
     pod = {"metadata": {"name": "p", "labels": {}}, "spec": {"containers": [
@@ -313,3 +352,17 @@ def test_rego_conformance_on_the_served_rvm_engine() -> None:
     results = run_rego_cases(cases, run)
     assert {r.name for r in results if not r.agrees} <= {"sprintf %d of a string"}
     assert served  # some cases do run on the RVM
+
+
+def test_the_rvm_serves_threads_other_than_the_loading_one() -> None:
+    """regorus' VMs are unsendable: each thread builds its own from the compiled program's bytes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rvm, interpreter, gated = _prepared_pair("twenty")
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
+    document = _document(pod, None, {"gpus": 2}, gated)
+    expected = _answer(interpreter, EVERYTHING_QUERY, document, _PROBE_CLUSTER)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        answers = list(pool.map(lambda _: _answer(rvm, EVERYTHING_QUERY, document, _PROBE_CLUSTER), range(12)))
+    assert all(same_document(answer, expected) for answer in answers)
