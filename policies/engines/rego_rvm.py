@@ -18,9 +18,10 @@ Gates, in order:
    (`kgwe.aggregate_rvm`), and has no `every` (the RVM binds its variables wrongly: `every k in ks
    { t[k].n }` iterates `t` instead of indexing it).
 2. Static: outside the shipped library modules (byte-identical to `rego/`), rules may call only built-ins
-   that fail on argument *types* alone (`_TYPE_ONLY_BUILTINS`), and no arithmetic (`+ - * / %`, which
-   fail on zero divisors and non-numbers). `to_number`, `units.parse_bytes`, regular expressions and the
-   like fail on well-typed strings, so a set using them stays on the interpreter.
+   that fail on argument *types* alone (`_TYPE_ONLY_BUILTINS`) and use only instructions that cannot fail
+   (`_SAFE_INSTRUCTIONS`: no arithmetic, `+ - * / %` fail on zero divisors and non-numbers).
+   `to_number`, `units.parse_bytes`, regular expressions and the like fail on well-typed strings, so a
+   set using them stays on the interpreter.
 3. Self-check at load: the interpreter and the RVM give byte-identical documents (orjson, sorted keys) for
    each aggregate query over a battery of probe requests (`probe_inputs`); an interpreter failure on a
    probe counts as a disagreement.
@@ -51,7 +52,6 @@ import orjson
 
 from policies.engines.rego import (
     _THREAD_ENGINES,
-    UNDEFINED,
     PreparedRego,
     RegoEvaluationError,
     RegoInput,
@@ -69,6 +69,7 @@ from policies.loading.aggregate import (
     GatheredPolicy,
     gathered_from_module,
 )
+from policies.metrics import POLICY_REGO_VM_FALLBACKS
 
 log = logging.getLogger("kgwe.policies")
 
@@ -90,7 +91,15 @@ _TYPE_ONLY_BUILTINS = frozenset({
     "startswith", "strings.reverse", "trim", "trim_left", "trim_prefix", "trim_right", "trim_space",
     "trim_suffix", "type_name", "union", "upper",
 })
-_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Mod"})
+# RVM instructions that cannot fail in the interpreter either (comparisons, loads, indexing, collection
+# building, control flow). Arithmetic (`Add`, `Sub`, `Mul`, `Div`, `Mod`) can, and so may an instruction
+# this list does not know yet: both keep a set that uses them outside the shipped modules off the RVM.
+_SAFE_INSTRUCTIONS = frozenset({
+    "ArrayCreate", "Assert", "AssertNotUndefined", "BuiltinCall", "CallRule", "ChainedIndex", "CompBegin",
+    "CompYield", "Contains", "Count", "DestructuringSuccess", "Eq", "FunctionCall", "Ge", "Gt", "Index",
+    "IndexLiteral", "Le", "Load", "LoadBool", "LoadData", "LoadInput", "LoopStart", "Lt", "Move", "Ne", "Not",
+    "ObjectCreate", "ObjectSet", "Return", "RuleInit", "SetAdd", "SetCreate", "VirtualDataDocumentLookup",
+})
 _SECTION = re.compile(r"^; ===== (?:RULE|FUNCTION): (data\.[^ ]+) =====$")
 _BUILTIN_CALL = re.compile(r"\bBuiltinCall\s+\S+\s+←\s+([\w.]+)\(")
 _INSTRUCTION = re.compile(r"^\s*(?:\d+:)?\s+([A-Z]\w*)\s")
@@ -170,14 +179,19 @@ def _shipped_packages(modules: Mapping[str, str]) -> set[str]:
     }
 
 
-def _within(path: str, packages: Iterable[str]) -> bool:
-    return any(path.startswith(f"data.{package}.") for package in packages)
+def _owner(path: str, packages: Iterable[str]) -> str | None:
+    """The package a rule path belongs to: the longest one it lies in (`kgwe.lib.pod.x` is not shipped
+    because `kgwe.lib.pod` is)."""
+    owners = [package for package in packages if path.startswith(f"data.{package}.")]
+    return max(owners, key=len) if owners else None
 
 
-def risky_constructs(listing: str, shipped_packages: Iterable[str]) -> list[str]:
-    """`rule: construct` for each built-in call or arithmetic outside the shipped modules that can fail on
-    well-typed values (where the RVM would answer undefined and the interpreter fail)."""
-    shipped = tuple(shipped_packages)
+def risky_constructs(listing: str, shipped_packages: Iterable[str], packages: Iterable[str] = ()) -> list[str]:
+    """`rule: construct` for each construct outside the shipped modules that can fail on well-typed values
+    (where the RVM would answer undefined and the interpreter fail), and each `every` anywhere.
+    `packages`: every package of the set (a rule is shipped when its longest package is)."""
+    shipped = frozenset(shipped_packages)
+    known = [*shipped, *packages]
     found: list[str] = []
     rule: str | None = None
     for line in listing.splitlines():
@@ -191,15 +205,15 @@ def risky_constructs(listing: str, shipped_packages: Iterable[str]) -> list[str]
             # Anywhere, the shipped modules included: the RVM binds `every`'s variables wrongly.
             found.append(f"{rule}: every")
             continue
-        if _within(rule, shipped) or rule.startswith(f"data.{RVM_PACKAGE}."):
+        if _owner(rule, known) in shipped or rule.startswith(f"data.{RVM_PACKAGE}."):
             continue
         call = _BUILTIN_CALL.search(line)
         if call and call.group(1) not in _TYPE_ONLY_BUILTINS:
             found.append(f"{rule}: {call.group(1)}")
             continue
         instruction = _INSTRUCTION.match(line)
-        if instruction and instruction.group(1) in _ARITHMETIC:
-            found.append(f"{rule}: arithmetic ({instruction.group(1)})")
+        if instruction and instruction.group(1) not in _SAFE_INSTRUCTIONS:
+            found.append(f"{rule}: {instruction.group(1)}")
     return sorted(set(found))
 
 
@@ -402,7 +416,8 @@ class _PreparedRvm:
                 self._data_json, list(rvm_modules.items()), sorted(set(self._entries.values())))
         except Exception as exc:
             raise RvmRefused(f"does not compile on the RVM: {clean_error(str(exc)).splitlines()[-1]}") from exc
-        risky = risky_constructs(program.generate_listing(), _shipped_packages(modules))
+        packages = {package for source in modules.values() for package in _packages(source)}
+        risky = risky_constructs(program.generate_listing(), _shipped_packages(modules), packages)
         if risky:
             more = f" and {len(risky) - 3} more" if len(risky) > 3 else ""
             raise RvmRefused(f"may fail where the RVM answers undefined: {', '.join(risky[:3])}{more}")
@@ -485,7 +500,11 @@ class _PreparedRvm:
 
     def _evaluate(self, query: str, rego_input: RegoInput) -> Any:
         """The RVM's answer, or None when the guards hand the request to the interpreter."""
-        if request_guard(rego_input.document) is not None or not self._cluster_fits():
+        if request_guard(rego_input.document) is not None:
+            POLICY_REGO_VM_FALLBACKS.labels("input").inc()
+            return None
+        if not self._cluster_fits():
+            POLICY_REGO_VM_FALLBACKS.labels("cluster").inc()
             return None
         try:
             vm = self._vm()
@@ -494,6 +513,7 @@ class _PreparedRvm:
         except Exception as exc:
             raise RegoEvaluationError(clean_error(str(exc))) from exc
         if UNDEFINED_MARK in raw:
+            POLICY_REGO_VM_FALLBACKS.labels("undefined").inc()
             return None
         return orjson.loads(raw)
 
@@ -536,7 +556,7 @@ class RegorusVmEngine:
 
 
 __all__ = [
-    "EVERYTHING_ENTRY", "REGO_VM_ENV", "UNDEFINED", "RegoVmMode", "RegorusVmEngine", "RvmRefused",
+    "EVERYTHING_ENTRY", "REGO_VM_ENV", "RegoVmMode", "RegorusVmEngine", "RvmRefused",
     "cluster_guard", "probe_inputs", "rego_evaluator", "rego_vm_mode", "request_guard", "risky_constructs",
     "rvm_aggregate_modules", "same_document",
 ]

@@ -366,3 +366,25 @@ def test_the_rvm_serves_threads_other_than_the_loading_one() -> None:
     with ThreadPoolExecutor(max_workers=3) as pool:
         answers = list(pool.map(lambda _: _answer(rvm, EVERYTHING_QUERY, document, _PROBE_CLUSTER), range(12)))
     assert all(same_document(answer, expected) for answer in answers)
+
+
+@pytest.mark.parametrize("body", [
+    "count(input.request.object.spec.containers) * 2 > 4",  # arithmetic: fails on non-numbers
+    "to_number(object.get(input.request.object.metadata.labels, \"n\", \"0\")) > 4",
+    "regex.match(object.get(input.request.object.metadata.labels, \"re\", \"a\"), \"a\")",
+])
+def test_constructs_that_fail_on_valid_values_keep_the_set_on_the_interpreter(body: str, tmp_path: Path) -> None:
+    # In a package under the shipped library's: being below `kgwe.lib.pod` does not make it shipped.
+    (tmp_path / "extra.rego").write_text(
+        f"package kgwe.lib.pod.extra\nimport rego.v1\nwarn contains \"x\" if {{\n\t{body}\n}}\n")
+    runtime = _runtime("auto", directories=(str(tmp_path),))
+    assert rego_evaluator(runtime._set.prepared) == "interpreter"
+
+
+def test_type_only_builtins_in_an_admin_module_are_served_by_the_rvm(tmp_path: Path) -> None:
+    (tmp_path / "names.rego").write_text(
+        "package kgwe.admin.names\nimport rego.v1\nwarn contains msg if {\n"
+        "\tsome c in input.request.object.spec.containers\n\tnot startswith(c.name, \"app-\")\n"
+        "\tmsg := sprintf(\"container %q: names start with app-\", [c.name])\n}\n")
+    runtime = _runtime("auto", directories=(str(tmp_path),))
+    assert rego_evaluator(runtime._set.prepared) == "rvm"
