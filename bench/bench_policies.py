@@ -42,6 +42,7 @@ from policies.engines.conformance import (  # noqa: E402
     regorus_rvm_runner,
     run_cel_cases,
     run_rego_cases,
+    served_vm_runner,
     supported_rego_runner,
 )
 from policies.engines.rego import RegoInput, opa_go_available  # noqa: E402
@@ -226,6 +227,7 @@ def _conformance() -> dict[str, Any]:
     runners: dict[str, Any] = {"regorus (gordon-to-regorus 0.13)": supported_rego_runner("regorus")}
     if opa_go_available():
         runners["opa-go (OPA v1.20 in-process, reference)"] = supported_rego_runner("opa-go")
+    runners["regorus as served (RVM where its gates hold, else the interpreter)"] = served_vm_runner()
     runners["regorus RVM, bare (no gates: measured, never served so)"] = regorus_rvm_runner()
     with contextlib.suppress(ImportError):
         runners["hobofan-regorus 0.2.5"] = hobofan_regorus_runner()

@@ -17,11 +17,9 @@ from bench_policies import twenty_policies
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.engines.conformance import load_cases, run_rego_cases
 from policies.engines.rego import UNDEFINED, RegoEvaluationError, RegoInput, RegorusEngine
 from policies.engines.rego_rvm import (
     _PROBE_CLUSTER,
-    RegorusVmEngine,
     rego_evaluator,
     rego_vm_mode,
     request_guard,
@@ -313,45 +311,6 @@ def test_data_updates_reach_the_rvm() -> None:
     assert _answer(rvm, DECISION_QUERY, document, only_nvswitch) == {"kgwe.placement.nvlink": {"topology": "nvlink"}}
     assert _answer(rvm, DECISION_QUERY, document, _PROBE_CLUSTER) == {}  # the L4 has no NVSwitch
     assert _answer(interpreter, DECISION_QUERY, document, _PROBE_CLUSTER) == {}
-
-
-# -- the conformance suite on the served engine -----------------------------------------------------
-
-CONFORMANCE = Path(__file__).parent / "conformance" / "rego_cases.yaml"
-
-
-def test_rego_conformance_on_the_served_rvm_engine() -> None:
-    """Each case as an admin policy set (its module and a one-policy aggregate) on `RegorusVmEngine`: where
-    the RVM serves the set the answers are the RVM's, elsewhere the interpreter's; either way only regorus'
-    own known divergence remains."""
-    from policies.loading.aggregate import AGGREGATE_MODULE, GatheredPolicy, aggregate_module
-
-    engine = RegorusVmEngine("auto")
-    served: list[str] = []
-
-    def run(module: str, rego_input: Any) -> dict[str, Any]:
-        # The case's `x` becomes a warning of a policy, so that it travels through the aggregate's queries.
-        modules = {"c.rego": module, "w.rego": "package w\nimport rego.v1\nwarn contains v if { v := data.c.x }\n",
-                   AGGREGATE_MODULE: aggregate_module([GatheredPolicy("w", "w", frozenset({"warn"}), gated=False)])}
-        try:
-            prepared = engine.prepare(modules, {})
-        except Exception as exc:
-            return {"error": str(exc)}
-        try:
-            if rego_evaluator(prepared) == "rvm":
-                served.append(module)
-            document = {"request": {"object": {"spec": {}}}, **dict(rego_input)}
-            warn = prepared.query(CHECK_QUERY, RegoInput(document))["warn"]["w"]
-        except RegoEvaluationError as exc:
-            return {"error": str(exc)}
-        finally:
-            prepared.close()
-        return {"value": warn[0]} if warn else {"undefined": True}
-
-    cases = load_cases(CONFORMANCE)
-    results = run_rego_cases(cases, run)
-    assert {r.name for r in results if not r.agrees} <= {"sprintf %d of a string"}
-    assert served  # some cases do run on the RVM
 
 
 def test_the_rvm_serves_threads_other_than_the_loading_one() -> None:
