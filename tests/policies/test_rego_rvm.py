@@ -347,3 +347,49 @@ def test_type_only_builtins_in_an_admin_module_are_served_by_the_rvm(tmp_path: P
         "\tmsg := sprintf(\"container %q: names start with app-\", [c.name])\n}\n")
     runtime = _runtime("auto", directories=(str(tmp_path),))
     assert rego_evaluator(runtime._set.prepared) == "rvm"
+
+
+def _example_pods() -> list[dict[str, Any]]:
+    import yaml
+
+    found = []
+    for path in sorted((ROOT / "examples" / "pods").glob("*.yaml")):
+        found.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == "Pod")
+    return found
+
+
+def _example_cluster() -> dict[str, Any]:
+    from webhook.cluster.model import ClusterStore
+    from webhook.cluster.yaml_source import YamlDirectorySource
+    from webhook.config import load_config
+
+    store = ClusterStore(load_config(ROOT / "examples" / "config.yaml").accelerator_table())
+    YamlDirectorySource(ROOT / "examples" / "cluster", store).load()
+    return store.snapshot().summary()
+
+
+@pytest.mark.parametrize("name", ["examples", "twenty"])
+def test_every_example_pod_gets_the_same_answers_through_the_runtime(name: str) -> None:
+    """`evaluate`, `check` and `decide_placement` of the runtime on the RVM and with `regoVm: off`: same
+    decisions, same violations, for every example pod in a plain and a MIG namespace, on the example
+    cluster and on one with MIG profile names the library cannot read (the interpreter then answers)."""
+    from policies.api import PolicyContext
+
+    gpu_policies = twenty_policies() if name == "twenty" else None
+    directories = (str(EXAMPLES),) if name == "examples" else ()
+    on = _runtime("auto", directories=directories, gpu_policies=gpu_policies)
+    off = _runtime("off", directories=directories, gpu_policies=gpu_policies)
+    assert rego_evaluator(on._set.prepared) == "rvm"
+    on.native_builtins = off.native_builtins = False  # every request through Rego, not the Python mirror
+    weird = copy.deepcopy(_PROBE_CLUSTER)
+    weird["types"]["nvidia-a100-80gb"]["mig"]["weird"] = {"devices": 1, "memoryGB": 5}
+    for cluster in (_example_cluster(), weird):
+        for pod in _example_pods():
+            for namespace in (None, {"metadata": {"name": "ml", "labels": {"kgwe.io/default-sharing": "mig"}}}):
+                request = {"uid": "u", "operation": "CREATE", "namespace": "ml", "object": pod,
+                           "userInfo": {"username": "alice", "groups": ["system:authenticated"]}}
+                ctx = PolicyContext(request=request, namespace_object=namespace, cluster=cluster,
+                                    intent={"gpus": 2, "gpuMemory": 10 * 1024**3}, tenant="ml")
+                assert on.evaluate(ctx) == off.evaluate(ctx), pod["metadata"]["name"]
+                assert on.check(ctx) == off.check(ctx)
+                assert on.decide_placement(ctx) == off.decide_placement(ctx)
