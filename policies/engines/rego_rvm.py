@@ -21,7 +21,8 @@ Gates, in order:
    that fail on argument *types* alone (`_TYPE_ONLY_BUILTINS`) and use only instructions that cannot fail
    (`_SAFE_INSTRUCTIONS`: no arithmetic, `+ - * / %` fail on zero divisors and non-numbers).
    `to_number`, `units.parse_bytes`, regular expressions and the like fail on well-typed strings, so a
-   set using them stays on the interpreter.
+   set using them stays on the interpreter; so does a `sprintf` whose literal format and literal argument
+   array do not match one `%s`/`%v`/`%q` per argument (`sprintf_risk`).
 3. Self-check at load: the interpreter and the RVM give byte-identical documents (orjson, sorted keys) for
    each aggregate query over a battery of probe requests (`probe_inputs`); an interpreter failure on a
    probe counts as a disagreement.
@@ -38,6 +39,7 @@ pods). The interpreter would fail the query there, the RVM treats the call as un
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -104,6 +106,13 @@ _SECTION = re.compile(r"^; ===== (?:RULE|FUNCTION): (data\.[^ ]+) =====$")
 _BUILTIN_CALL = re.compile(r"\bBuiltinCall\s+\S+\s+←\s+([\w.]+)\(")
 _INSTRUCTION = re.compile(r"^\s*(?:\d+:)?\s+([A-Z]\w*)\s")
 _EVERY = re.compile(r"\bLoopStart\s+every\b")
+_LITERAL = re.compile(r"^;\s+L\s*(\d+): (.*)$")
+_LOAD_LITERAL = re.compile(r"\bLoad\s+(r\d+)\s+←\s+L(\d+)\b")
+_ARRAY_CREATE = re.compile(r"\bArrayCreate\s+(r\d+)\s+←\s+\[([^\]]*)\]")
+_ASSIGNS = re.compile(r"^\s*(?:\d+:)?\s+[A-Z]\w*\s+(r\d+)\s+←")
+_SPRINTF = re.compile(r"\bBuiltinCall\s+\S+\s+←\s+sprintf\((r\d+), (r\d+)\)")
+# Go-style verbs: flags, width, precision, then the verb (`%%` is a literal percent sign).
+_VERB = re.compile(r"%([-+# 0]*[0-9]*(?:\.[0-9]*)?)([a-zA-Z%\[])")
 _PACKAGE = re.compile(r"^package\s+([\w.\"\[\]-]+)", re.MULTILINE)
 _MIG_PROFILE = re.compile(r"^[0-9]{1,3}g\.")
 
@@ -179,6 +188,18 @@ def _shipped_packages(modules: Mapping[str, str]) -> set[str]:
     }
 
 
+def sprintf_risk(template: str, arguments: int) -> str | None:
+    """Why `sprintf(template, [arguments values])` may fail on well-typed values (the interpreter fails on
+    a verb without an argument, an argument without a verb, and `%d` of a fraction), or None. Only `%s`,
+    `%v` and `%q` are accepted (`%q` fails only on a value of another type)."""
+    verbs = [verb for _, verb in _VERB.findall(template) if verb != "%"]
+    if any(verb not in "svq" for verb in verbs):
+        return f"sprintf verb other than %s, %v, %q in {template!r}"
+    if len(verbs) != arguments:
+        return f"sprintf with {len(verbs)} verbs and {arguments} arguments"
+    return None
+
+
 def _owner(path: str, packages: Iterable[str]) -> str | None:
     """The package a rule path belongs to: the longest one it lies in (`kgwe.lib.pod.x` is not shipped
     because `kgwe.lib.pod` is)."""
@@ -194,11 +215,39 @@ def risky_constructs(listing: str, shipped_packages: Iterable[str], packages: It
     known = [*shipped, *packages]
     found: list[str] = []
     rule: str | None = None
+    literals: dict[str, Any] = {}
+    # Per rule: what each register last held, when it was a literal or an array built in place.
+    held: dict[str, tuple[str, Any]] = {}
     for line in listing.splitlines():
+        literal = _LITERAL.match(line)
+        if literal and rule is None:
+            with contextlib.suppress(orjson.JSONDecodeError):  # unreadable: the format counts as computed
+                literals[literal.group(1)] = orjson.loads(literal.group(2))
+            continue
         section = _SECTION.match(line)
         if section:
             rule = section.group(1)
+            held = {}
             continue
+        template = _SPRINTF.search(line)
+        if rule is not None and template:
+            fmt, args = held.get(template.group(1)), held.get(template.group(2))
+            if fmt is None or fmt[0] != "literal" or not isinstance(fmt[1], str) or args is None or args[0] != "array":
+                why: str | None = "sprintf with a computed format or argument list"
+            else:
+                why = sprintf_risk(fmt[1], args[1])
+            if why and _owner(rule, known) not in shipped:
+                found.append(f"{rule}: {why}")
+        assigned = _ASSIGNS.match(line)
+        if assigned:
+            loaded, created = _LOAD_LITERAL.search(line), _ARRAY_CREATE.search(line)
+            if loaded:
+                held[assigned.group(1)] = ("literal", literals.get(loaded.group(2)))
+            elif created:
+                inside = created.group(2).strip()
+                held[assigned.group(1)] = ("array", len(inside.split(",")) if inside else 0)
+            else:
+                held.pop(assigned.group(1), None)
         if rule is None:
             continue
         if _EVERY.search(line):
