@@ -494,6 +494,9 @@ class _PreparedRvm:
                     got = self._evaluate(query, rego_input)
                     if got is None or not same_document(got, expected):
                         raise RvmRefused(f"the RVM answers {query} differently on a probe request")
+        except RvmRefused:
+            self._forget_vm()  # the refused program's VM must not linger in this thread's cache
+            raise
         finally:
             self.set_cluster(prepared_cluster)  # back to the data the set was prepared with
 
@@ -575,10 +578,13 @@ class _PreparedRvm:
             return self._interpreter.query(path, rego_input)
         return value
 
-    def close(self) -> None:
+    def _forget_vm(self) -> None:
         cache = getattr(_THREAD_ENGINES, "vms", None)
         if cache is not None:
             cache.pop(self._token, None)
+
+    def close(self) -> None:
+        self._forget_vm()
         self._interpreter.close()
 
 
