@@ -313,6 +313,8 @@ def request_guard(document: Mapping[str, Any]) -> str | None:
     metadata = pod.get("metadata", {})
     if not isinstance(metadata, dict):
         return "metadata is not an object"
+    if not all(isinstance(metadata.get(key, ""), str) for key in ("name", "namespace", "generateName")):
+        return "the pod's name or namespace is not a string"
     if not _strings(metadata.get("labels", {})) or not _strings(metadata.get("annotations", {})):
         return "labels or annotations are not strings"
     spec = pod.get("spec")
@@ -328,8 +330,16 @@ def request_guard(document: Mapping[str, Any]) -> str | None:
             return "namespaceObject is not an object"
         if not _strings(namespace.get("metadata", {}).get("labels", {})):
             return "namespace labels are not strings"
-    if not isinstance(document.get("intent", {}), dict):
+    intent = document.get("intent", {})
+    if not isinstance(intent, dict):
         return "intent is not an object"
+    types = intent.get("acceleratorTypes")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        return "intent.acceleratorTypes is not a list of strings"
+    for key in ("gpus", "gpuMemory"):
+        value = intent.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"intent.{key} is not a number"
     return None
 
 

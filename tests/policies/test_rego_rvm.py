@@ -108,6 +108,13 @@ _intent = st.fixed_dictionaries({
     "gpus": st.one_of(st.none(), st.integers(0, 9)),
     "inference": st.one_of(st.none(), st.booleans()),
 })
+# Intents the webhook never writes, for the hostile differential only.
+_hostile_intent = st.one_of(_intent, _intent.flatmap(lambda intent: st.fixed_dictionaries({
+    **{k: st.just(v) for k, v in intent.items()},
+    "acceleratorTypes": st.one_of(st.just(intent["acceleratorTypes"]), _hostile),
+    "gpus": st.one_of(st.just(intent["gpus"]), _hostile),
+    "gpuMemory": st.one_of(st.just(intent["gpuMemory"]), _hostile),
+})))
 _namespace = st.one_of(st.none(), st.fixed_dictionaries({"metadata": st.fixed_dictionaries(
     {"name": st.just("team-a")}, optional={"labels": _labels})}))
 _cluster = st.sampled_from([{}, _PROBE_CLUSTER, {"types": {"nvidia-a100-80gb": {
@@ -146,7 +153,8 @@ def test_the_shipped_sets_are_served_by_the_rvm(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(SETS))
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
-@given(pod=_pod, namespace=_namespace, intent=_intent, cluster=_cluster, all_active=st.booleans(), data=st.data())
+@given(pod=_pod, namespace=_namespace, intent=_hostile_intent, cluster=_cluster, all_active=st.booleans(),
+       data=st.data())
 def test_rvm_answers_as_the_interpreter(name: str, pod: dict[str, Any], namespace: Any, intent: dict[str, Any],
                                         cluster: dict[str, Any], all_active: bool, data: Any) -> None:
     rvm, interpreter, gated = _prepared_pair(name)
