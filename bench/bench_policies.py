@@ -42,9 +42,11 @@ from policies.engines.conformance import (  # noqa: E402
     regorus_rvm_runner,
     run_cel_cases,
     run_rego_cases,
+    served_vm_runner,
     supported_rego_runner,
 )
 from policies.engines.rego import RegoInput, opa_go_available  # noqa: E402
+from policies.engines.rego_rvm import rego_evaluator  # noqa: E402
 from policies.loading.aggregate import CHECK_QUERY  # noqa: E402
 from policies.runtime import PolicyRuntime, build_runtime  # noqa: E402
 from policies.vocabulary.accelerator_types import default_table  # noqa: E402
@@ -105,9 +107,10 @@ def _context() -> PolicyContext:
                          cluster=model.summary(), intent=intent, tenant="ml-research")
 
 
-def _runtime(rego_engine: str = "embedded", opa_url: str | None = None, cel_engine: str = "cel-expr-python"
-             ) -> PolicyRuntime:
-    runtime = build_runtime(rego_engine=rego_engine, opa_url=opa_url, cel_engine=cel_engine)  # type: ignore[arg-type]
+def _runtime(rego_engine: str = "embedded", opa_url: str | None = None, cel_engine: str = "cel-expr-python",
+             rego_vm: str = "auto") -> PolicyRuntime:
+    runtime = build_runtime(rego_engine=rego_engine, opa_url=opa_url, cel_engine=cel_engine,  # type: ignore[arg-type]
+                            rego_vm=rego_vm)
     report = runtime.reload(builtin=True, directories=[str(EXAMPLE_POLICIES)])
     if not report.ok:
         raise RuntimeError(f"policies did not load: {report.errors}")
@@ -163,8 +166,9 @@ def twenty_policies() -> list[dict[str, Any]]:
     return policies
 
 
-def _twenty_runtime() -> PolicyRuntime:
-    runtime = build_runtime()
+def _twenty_runtime(rego_vm: str = "auto") -> PolicyRuntime:
+    """The twenty-policy mix on the runtime's own path; `rego_vm="off"` keeps Rego on the interpreter."""
+    runtime = build_runtime(rego_vm=rego_vm)
     report = runtime.reload(builtin=True, gpu_policies=twenty_policies())
     if not report.ok:
         raise RuntimeError(f"policies did not load: {report.errors}")
@@ -202,44 +206,6 @@ def _cel_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
     return run
 
 
-def _rvm_check(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
-    """The same check on regorus' compiled VM. The RVM has no partial object rules with constant keys,
-    so the aggregate is written as complete rules with defaults (same document)."""
-    import regorus
-
-    from policies.loading.policy_set import _modules
-
-    policy_set = runtime._set
-    lines = ["package kgwe.aggregate", "import rego.v1"]
-    entries: dict[str, list[str]] = {"deny": [], "warn": []}
-    for index, policy in enumerate(policy_set.gathered):
-        for kind in ("deny", "warn"):
-            if kind in policy.rules:
-                guard = f"input.kgwe.active[{json.dumps(policy.name)}]; " if policy.gated else ""
-                lines += [f"default _{kind}_{index} := []",
-                          f"_{kind}_{index} := v if {{ {guard}v := data.{policy.package}.{kind} }}"]
-                entries[kind].append(f"{json.dumps(policy.name)}: _{kind}_{index}")
-    lines.append("check := {" + ", ".join(f'"{k}": {{{", ".join(v)}}}' for k, v in entries.items()) + "}")
-    modules = _modules(policy_set.units)
-    modules["kgwe-aggregate.rego"] = "\n".join(lines) + "\n"
-    data = orjson.dumps({"kgwe": {"params": {p.name: p.params for p in policy_set.gpu_policies},
-                                  "cluster": ctx.cluster}}).decode()
-    program = regorus.Program.compile_from_modules(data, list(modules.items()), [CHECK_QUERY])
-    vm = regorus.Rvm()
-    vm.load_program(program)
-    vm.set_data_json(data)
-    active = {p.name: True for p in policy_set.gpu_policies}
-
-    def run() -> Any:
-        vm.set_input_json(RegoInput({
-            "request": ctx.request, "namespaceObject": ctx.namespace_object, "intent": ctx.intent,
-            "tenant": ctx.tenant, "params": {}, "kgwe": {"active": active},
-        }).raw.decode())
-        return orjson.loads(vm.execute_entry_point(CHECK_QUERY))
-
-    return run
-
-
 def _cel_comparison(engine_name: str, ctx: PolicyContext) -> Callable[[], Any]:
     engine = build_cel_engine(engine_name)  # type: ignore[arg-type]
     programs = [engine.compile(expression) for expression in CEL_COMPARISON]
@@ -261,7 +227,8 @@ def _conformance() -> dict[str, Any]:
     runners: dict[str, Any] = {"regorus (gordon-to-regorus 0.13)": supported_rego_runner("regorus")}
     if opa_go_available():
         runners["opa-go (OPA v1.20 in-process, reference)"] = supported_rego_runner("opa-go")
-    runners["regorus RVM (compiled VM, not used)"] = regorus_rvm_runner()
+    runners["regorus as served (RVM where its gates hold, else the interpreter)"] = served_vm_runner()
+    runners["regorus RVM, bare (no gates: measured, never served so)"] = regorus_rvm_runner()
     with contextlib.suppress(ImportError):
         runners["hobofan-regorus 0.2.5"] = hobofan_regorus_runner()
     result: dict[str, Any] = {"rego_cases": len(rego_cases), "cel_cases": len(cel_cases), "rego": {}, "cel": {}}
@@ -289,12 +256,21 @@ def bench_policies(runs: int = 3000, slow_runs: int = 300) -> dict[str, Any]:
     results["total_check"] = _time(lambda: runtime.check(ctx), runs, 200)
     results["total_decide"] = _time(lambda: runtime.decide_placement(ctx), runs, 200)
     twenty = _twenty_runtime()
-    if twenty.evaluate(ctx)[1]:
-        raise RuntimeError(f"the twenty-policy mix refused the bench request: {twenty.evaluate(ctx)[1]}")
+    interpreted = _twenty_runtime("off")
+    for mix in (twenty, interpreted):
+        if mix.evaluate(ctx)[1]:
+            raise RuntimeError(f"the twenty-policy mix refused the bench request: {mix.evaluate(ctx)[1]}")
+    if twenty.evaluate(ctx) != interpreted.evaluate(ctx):
+        raise RuntimeError("the RVM and the interpreter disagree on the twenty-policy mix")
     results["twenty_policies"] = {
         "policies": len(twenty.policy_names()),
+        "rego_evaluator": rego_evaluator(twenty._set.prepared),  # "rvm" unless a gate kept the interpreter
         "evaluate": _time(lambda: twenty.evaluate(ctx), runs, 200),  # what /validate calls
         "decide": _time(lambda: twenty.decide_placement(ctx), runs, 200),  # what /mutate calls
+        # The same requests with `policies.regoVm: off`, in the same run.
+        "evaluate_interpreter": _time(lambda: interpreted.evaluate(ctx), runs, 200),
+        "rego_check_rvm": _time(_rego_only(twenty, ctx), runs, 200),
+        "rego_check_interpreter": _time(_rego_only(interpreted, ctx), runs, 200),
     }
     builtin_only = build_runtime()
     builtin_only.reload(builtin=True)
@@ -302,9 +278,11 @@ def bench_policies(runs: int = 3000, slow_runs: int = 300) -> dict[str, Any]:
     results["total_check_plus_decide"] = _time(
         lambda: (runtime.check(ctx), runtime.decide_placement(ctx)), runs, 200
     )
+    interpreter = _runtime(rego_vm="off")
     engines: dict[str, Any] = {
-        "rego:regorus": _time(_rego_only(runtime, ctx), runs, 200),
-        "rego:regorus RVM (compiled VM, not used)": _time(_rvm_check(runtime, ctx), runs, 200),
+        f"rego:regorus ({rego_evaluator(runtime._set.prepared)}, the runtime's choice)":
+            _time(_rego_only(runtime, ctx), runs, 200),
+        "rego:regorus interpreter": _time(_rego_only(interpreter, ctx), runs, 200),
         "cel:cel-expr-python (example policies)": _time(_cel_only(runtime, ctx), runs, 200),
     }
     if opa_go_available():

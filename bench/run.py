@@ -193,6 +193,14 @@ def _policy_rows(result: dict[str, Any]) -> list[Row]:
                             p99, _get(result, "baseline_orjson_roundtrip", "p99_ms"), "ms",
                             "orjson parse+serialise of the request", f"<= {POLICY_P99_BUDGET_MS} ms",
                             p99 <= POLICY_P99_BUDGET_MS))
+    for key, label in (("evaluate_interpreter", "all of /validate (evaluate), Rego interpreted (regoVm: off)"),
+                       ("rego_check_rvm", "the Rego query alone, RVM"),
+                       ("rego_check_interpreter", "the Rego query alone, interpreter")):
+        p99 = _get(twenty, key, "p99_ms")
+        if p99 is not None:
+            rows.append(Row(f"policies: twenty-policy mix, {label} p99", p99,
+                            _get(result, "baseline_orjson_roundtrip", "p99_ms"), "ms",
+                            "orjson parse+serialise of the request"))
     builtin = _get(result, "builtin_only_evaluate", "p99_ms")
     if builtin is not None:
         rows.append(Row("policies: built-in set only (the default), /validate (evaluate) p99", builtin,

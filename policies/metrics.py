@@ -37,6 +37,13 @@ POLICY_LOAD_ERRORS = Counter(
 POLICY_ENGINE_ERRORS = Counter(
     "kgwe_policy_engine_errors_total", "Policy engine errors and time-outs during evaluation", ["engine"],
 )
+POLICY_REGO_VM_FALLBACKS = Counter(
+    "kgwe_policy_rego_vm_fallbacks_total",
+    "Rego queries of a set served by regorus' compiled VM that its interpreter answered instead: input (a shape "
+    "the API server never sends), cluster (a MIG profile name the library cannot read), undefined (the VM's "
+    "answer held an undefined value)",
+    ["reason"],
+)
 POLICY_EVALUATION_SECONDS = Histogram(
     "kgwe_policy_evaluation_seconds", "Time to evaluate the policy set for one request",
     ["operation"],

@@ -46,6 +46,7 @@ from policies.engines.rego import (
     RegorusEngine,
     build_rego_engine,
 )
+from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
 from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError
 from policies.loading.loader import PolicySource, collect_sources
@@ -674,8 +675,17 @@ def build_runtime(
     opa_url: str | None = None,
     failure_mode: FailureMode = "open",
     cel_engine: CelEngineName = "cel-expr-python",
+    rego_vm: str | None = None,
 ) -> PolicyRuntime:
-    """A runtime with no policies loaded yet; call `reload()` (in the serving process, after any fork)."""
+    """A runtime with no policies loaded yet; call `reload()` (in the serving process, after any fork).
+
+    `rego_vm` (`auto` | `off`, default `KGWE_REGO_VM` or `auto`): with the embedded engine, serve a policy
+    set on regorus' compiled VM when it gives the interpreter's answers."""
     engine_name = {"embedded": "regorus", "opa": "opa", "opa-go": "opa-go"}[rego_engine]
-    engine = build_rego_engine(engine_name, opa_url)  # type: ignore[arg-type]
+    engine: RegoEngine
+    if engine_name == "regorus":
+        # regorus' compiled VM where it answers as the interpreter does (policies/engines/rego_rvm.py).
+        engine = RegorusVmEngine(rego_vm_mode(rego_vm))
+    else:
+        engine = build_rego_engine(engine_name, opa_url)  # type: ignore[arg-type]
     return PolicyRuntime(engine, cel_engine=cel_engine, failure_mode=failure_mode)

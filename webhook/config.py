@@ -36,6 +36,9 @@ class Policies(_Section):
     opa_url: str | None = Field(default=None, alias="opaUrl")
     # What to do when an engine or the OPA server cannot answer: fail open (admit) or closed (refuse).
     failure_mode: Literal["open", "closed"] = Field(default="open", alias="failureMode")
+    # Embedded engine only: `auto` serves a policy set on regorus' compiled VM when it compiles there and
+    # answers a load-time self-check as the interpreter does (docs/policies.md); `off`: the interpreter.
+    rego_vm: Literal["auto", "off"] = Field(default="auto", alias="regoVm")
     builtin: bool = True
     directories: list[str] = Field(default_factory=list)
 

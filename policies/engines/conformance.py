@@ -117,6 +117,38 @@ def regorus_rvm_runner() -> RegoRunner:
     return run
 
 
+def served_vm_runner(served: list[str] | None = None) -> RegoRunner:
+    """The embedded engine as the runtime uses it (`RegorusVmEngine`: the RVM where its gates hold, else the
+    interpreter). Each case's `x` becomes a warning of a one-policy set, so it travels through the aggregate
+    query the runtime asks, with the case's input under an admission request. `served` collects the
+    modules the RVM served."""
+    from policies.engines.rego_rvm import RegorusVmEngine, rego_evaluator
+    from policies.loading.aggregate import AGGREGATE_MODULE, CHECK_QUERY, GatheredPolicy, aggregate_module
+
+    engine = RegorusVmEngine("auto")
+    wrapper = "package kgwe_conformance_w\nimport rego.v1\nwarn contains v if { v := data.c.x }\n"
+    aggregate = aggregate_module([GatheredPolicy("w", "kgwe_conformance_w", frozenset({"warn"}), gated=False)])
+
+    def run(module: str, rego_input: Mapping[str, Any]) -> Mapping[str, Any]:
+        modules = {"c.rego": module, "w.rego": wrapper, AGGREGATE_MODULE: aggregate}
+        try:
+            prepared = engine.prepare(modules, {})
+        except RegoCompileError as exc:
+            return {"error": str(exc)}
+        try:
+            if served is not None and rego_evaluator(prepared) == "rvm":
+                served.append(module)
+            document = {"request": {"object": {"spec": {}}}, **dict(rego_input)}
+            warn = prepared.query(CHECK_QUERY, RegoInput(document))["warn"]["w"]
+        except RegoEvaluationError as exc:
+            return {"error": str(exc)}
+        finally:
+            prepared.close()
+        return {"value": warn[0]} if warn else {"undefined": True}
+
+    return run
+
+
 def run_rego_cases(cases: list[dict[str, Any]], runner: RegoRunner) -> list[CaseResult]:
     return [_judge(c["name"], runner(c["module"], c.get("input") or {}), c["expect"]) for c in cases]
 

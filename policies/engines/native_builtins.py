@@ -38,7 +38,7 @@ KNOWN_MODULES: dict[str, str] = {
     "kgwe.lib.pod": "65bc63f5277e1f38d54f269e20fa88fe2201f496ede4c34f6b7d17ca51f13358",
     "kgwe.placement.inference_mig": "4a8fcc4f8c5e30bb587f2cd25eda1dfb34e78db4147d6eb04ec1fb52a7fc87c6",
     "kgwe.placement.namespace_mig": "7d62ace9b118dcc46bfe166cbf1d5a6ff597ef068486e330c4c4963831af955d",
-    "kgwe.placement.nvlink": "c86055920f7912339cd49222c56300375f0088864144a3e41edd6c1f1f9c0290",
+    "kgwe.placement.nvlink": "f648d174c8dc1c60a8436fd0dd4652965cdbdfb7269258ccc98a468693d072c1",
 }
 LIBRARY = "kgwe.lib.pod"
 # Packages no other module may share or enclose: the built-ins, and the documents they and the aggregate read.

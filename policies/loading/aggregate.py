@@ -42,9 +42,15 @@ def _rule(kind: str, policy: GatheredPolicy) -> str:
     return f"{kind}[{key}] := v if {{\n\t" + "\n\t".join(conditions) + "\n}\n"
 
 
+# The first line of every aggregate module: the gathered policies as JSON, so an engine that writes the
+# aggregate its own way (regorus' compiled VM, policies/engines/rego_rvm.py) reads them back exactly.
+GATHERED_HEADER = "# kgwe-gathered: "
+
+
 def aggregate_module(policies: Iterable[GatheredPolicy]) -> str:
     chosen = list(policies)
-    parts = [f"package {AGGREGATE_PACKAGE}\n\nimport rego.v1\n"]
+    header = json.dumps([[p.name, p.package, sorted(p.rules), p.gated] for p in chosen], separators=(",", ":"))
+    parts = [f"{GATHERED_HEADER}{header}\npackage {AGGREGATE_PACKAGE}\n\nimport rego.v1\n"]
     for policy in chosen:
         for kind in ("deny", "warn", "decision"):
             if kind in policy.rules:
@@ -52,6 +58,19 @@ def aggregate_module(policies: Iterable[GatheredPolicy]) -> str:
     check_kinds = [k for k in ("deny", "warn") if any(k in p.rules for p in chosen)]
     parts.append("check := {" + ", ".join(f'"{k}": {k}' for k in check_kinds) + "}\n")
     return "\n".join(parts)
+
+
+def gathered_from_module(source: str) -> list[GatheredPolicy] | None:
+    """The policies an `aggregate_module` text gathers, in order; None for a text it did not write."""
+    first, _, _ = source.partition("\n")
+    if not first.startswith(GATHERED_HEADER):
+        return None
+    try:
+        rows = json.loads(first[len(GATHERED_HEADER):])
+        return [GatheredPolicy(str(name), str(package), frozenset(map(str, rules)), bool(gated))
+                for name, package, rules, gated in rows]
+    except (ValueError, TypeError):
+        return None
 
 
 def has_decisions(policies: Iterable[GatheredPolicy]) -> bool:

@@ -10,9 +10,14 @@ decision := {"topology": "nvlink"} if {
 	pod.requested_gpus > 1
 	types := candidate_types
 	count(types) > 0
-	every type_id in types {
-		pod.cluster_types[type_id].nvswitch == true
-	}
+	not without_nvswitch(types)
+}
+
+# Some candidate type lacks NVSwitch (or the cluster does not list it). Written without `every`, which
+# regorus' compiled VM evaluates wrongly when the body indexes by the loop variable.
+without_nvswitch(types) if {
+	some type_id in types
+	not pod.cluster_types[type_id].nvswitch == true
 }
 
 candidate_types := pod.intent_types if count(pod.intent_types) > 0
