@@ -299,6 +299,8 @@ def _load_policies(config: Config, store: ClusterStore) -> PolicyRuntime:
         rego_engine=config.policies.rego_engine,
         opa_url=config.policies.opa_url,
         failure_mode=config.policies.failure_mode,
+        # `off` in the configuration or in KGWE_REGO_VM turns the compiled VM off.
+        rego_vm="off" if config.policies.rego_vm == "off" else None,
     )
     report = policy_runtime.reload(
         builtin=config.policies.builtin,
