@@ -114,7 +114,7 @@ class AdmissionService:
                 if with_checks:
                     violations = [Violation("kgwe.policy-engine", "Deny", str(exc))]
         _check_deadline(deadline)
-        plan = build_plan(pod, intent, decision, model, runtime.config, demand)
+        plan = build_plan(view, intent, decision, model, runtime.config, demand)
         return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)
 
     # -- mutate -------------------------------------------------------------------------------

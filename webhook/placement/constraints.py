@@ -7,8 +7,10 @@ requirements go to `nodeSelector` instead, which is what users and tools expect 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from policies.vocabulary.objects import PodView, mapping, pod_view
 from policies.vocabulary.requirements import Requirement
 
 
@@ -48,9 +50,10 @@ def _spec(pod: dict[str, Any]) -> dict[str, Any]:
     return mapping_at(pod, "spec")
 
 
-def conflicts_with_pod(pod: dict[str, Any], requirements: list[Requirement]) -> list[str]:
+def conflicts_with_pod(pod: PodView | Mapping[str, Any], requirements: list[Requirement]) -> list[str]:
     """The user's nodeSelector values that contradict a requirement (never silently overwritten)."""
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    # The selector as written, values of any type (a value that is not a string is still the user's).
+    selector = mapping(pod_view(pod).spec.get("nodeSelector"))
     problems = []
     for req in requirements:
         if req.key not in selector:
@@ -88,8 +91,8 @@ def apply_requirements(pod: dict[str, Any], requirements: list[Requirement]) -> 
 
 
 def _has_required_terms(pod: dict[str, Any]) -> bool:
-    node_affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    node_affinity = mapping(PodView(pod).affinity.get("nodeAffinity"))
+    required = mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
     return bool(required.get("nodeSelectorTerms"))
 
 
