@@ -90,9 +90,17 @@ def apply_requirements(pod: dict[str, Any], requirements: list[Requirement]) -> 
         and_into_required_terms(pod, expressions)
 
 
+def mapping_under(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
+    """The mapping at `keys` under `obj`, read only: empty where a part is absent or not an object. The
+    reading twin of `mapping_at`, for the pipeline's working pod, which has no view."""
+    current = obj
+    for key in keys:
+        current = mapping(current.get(key))
+    return current
+
+
 def _has_required_terms(pod: dict[str, Any]) -> bool:
-    node_affinity = mapping(PodView(pod).affinity.get("nodeAffinity"))
-    required = mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    required = mapping_under(pod, "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
     return bool(required.get("nodeSelectorTerms"))
 
 

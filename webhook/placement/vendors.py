@@ -11,20 +11,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
-from policies.vocabulary.objects import PodView, pod_view
+from policies.vocabulary.objects import PodView, container_amounts, pod_view
 
 RESOURCE_VENDORS = (("nvidia.com/", "nvidia"), ("amd.com/gpu", "amd"))
 
 
 def pod_gpu_vendors(pod: PodView | Mapping[str, Any]) -> set[str]:
     """Vendors whose GPU resources any container (init containers too) of the pod asks for."""
+    # Walks the raw containers with the views' tolerant reader (no ContainerView each): every GPU pod's
+    # plan reads this.
+    spec = pod_view(pod).spec
     vendors: set[str] = set()
-    for container in pod_view(pod).all_containers:
-        for values in container.amounts():
-            for key in values:
-                for prefix, vendor in RESOURCE_VENDORS:
-                    if isinstance(key, str) and key.startswith(prefix):
-                        vendors.add(vendor)
+    for part in ("containers", "initContainers"):
+        containers = spec.get(part)
+        for container in containers if isinstance(containers, list) else ():
+            if not isinstance(container, dict):
+                continue
+            for values in container_amounts(container):
+                for key in values:
+                    for prefix, vendor in RESOURCE_VENDORS:
+                        if isinstance(key, str) and key.startswith(prefix):
+                            vendors.add(vendor)
     return vendors
 
 
