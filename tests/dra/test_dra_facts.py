@@ -24,7 +24,8 @@ from webhook.costs import pod_hourly_cost
 from webhook.dra.backend import node_backend
 from webhook.dra.facts import parse_slices
 from webhook.dra.templates import KubeTemplateWriter
-from webhook.inventory import Inventory, nodes_view
+from webhook.inventory.capacity import Inventory
+from webhook.inventory.nodes import nodes_view
 from webhook.runtime import Runtime, build_runtime
 
 

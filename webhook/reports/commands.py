@@ -18,7 +18,10 @@ import orjson
 import yaml
 
 from webhook.config import ConfigError, load_config
-from webhook.inventory import Inventory, costs_view, hardware_profiles_view, nodes_view
+from webhook.inventory.capacity import Inventory
+from webhook.inventory.chargeback import costs_view
+from webhook.inventory.nodes import nodes_view
+from webhook.inventory.profiles import hardware_profiles_view
 from webhook.reports.tables import format_table
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from policies.background import Task
-from webhook.inventory import Inventory, hardware_profiles_view
+from webhook.inventory.capacity import Inventory
+from webhook.inventory.profiles import hardware_profiles_view
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
