@@ -104,7 +104,7 @@ def _cluster(args: argparse.Namespace) -> Cluster:
 
 def _cluster_from_api(config: Any, kubeconfig: str | None) -> Cluster:
     from webhook import assembly
-    from webhook.cluster.kube_source import load_kube_client
+    from webhook.cluster.kube_json import load_kube_client
 
     try:
         client = load_kube_client(kubeconfig)

@@ -118,7 +118,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         return assembly.from_directory(
             config, options.cluster_dir, watch=True, quota_store=quota_store, gang_store=gang_store
         )
-    from webhook.cluster.kube_source import load_kube_client
+    from webhook.cluster.kube_json import load_kube_client
 
     return assembly.from_api(config, load_kube_client(None), serving=True)
 
