@@ -21,7 +21,8 @@ from typing import Any
 from policies.gpu_demand import GpuDemand
 from policies.vocabulary.objects import PodView
 from policies.vocabulary.quantities import GIB
-from webhook.cluster.model import ClusterModel, TypeSummary
+from webhook.cluster.model import ClusterModel
+from webhook.cluster.type_index import TypeSummary
 from webhook.config import Config
 from webhook.dra.render import DraRendering
 from webhook.intent import PodIntent

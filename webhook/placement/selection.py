@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.cluster.model import TypeSummary
+from webhook.cluster.type_index import TypeSummary
 from webhook.placement.constraints import Requirement, merge
 from webhook.placement.context import PlanContext
 from webhook.placement.trace import record
