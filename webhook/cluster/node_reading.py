@@ -2,7 +2,8 @@
 facts the reading steps derive from them, in order (webhook/cluster/node_facts.py `NODE_STEPS`).
 
 Each step is a function of the reading alone that fills its own fields (the comment above each group
-names the step). The node object is read once, at construction, through its `NodeView`; steps never see another node.
+names the step). The node object is read once, at construction, through its `NodeView`; steps never see
+another node.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from policies.vocabulary.objects import container_amounts, mapping
+from policies.vocabulary.objects import container_amounts
 from policies.vocabulary.quantities import parse_quantity
 from webhook.dra.render import apply_claims
 from webhook.mutation.mutators import (
@@ -58,7 +58,8 @@ def output_annotations_step(outputs: Outputs) -> Step:
     """Output-annotation ownership: KGWE's keys hold exactly KGWE's values; what users set is replaced."""
 
     def step(pod: dict[str, Any]) -> None:
-        had = "annotations" in mapping(pod.get("metadata"))
+        metadata = pod.get("metadata")
+        had = isinstance(metadata, dict) and "annotations" in metadata
         notes = _annotations(pod)
         for key, value in outputs.values.items():
             if value is None:

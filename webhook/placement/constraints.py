@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies.vocabulary.objects import PodView, mapping, pod_view
+from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.requirements import Requirement
 
 
@@ -53,7 +53,9 @@ def _spec(pod: dict[str, Any]) -> dict[str, Any]:
 def conflicts_with_pod(pod: PodView | Mapping[str, Any], requirements: list[Requirement]) -> list[str]:
     """The user's nodeSelector values that contradict a requirement (never silently overwritten)."""
     # The selector as written, values of any type (a value that is not a string is still the user's).
-    selector = mapping(pod_view(pod).spec.get("nodeSelector"))
+    selector = pod_view(pod).spec.get("nodeSelector")
+    if not selector or not isinstance(selector, dict):
+        return []
     problems = []
     for req in requirements:
         if req.key not in selector:
@@ -90,18 +92,16 @@ def apply_requirements(pod: dict[str, Any], requirements: list[Requirement]) -> 
         and_into_required_terms(pod, expressions)
 
 
-def mapping_under(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
-    """The mapping at `keys` under `obj`, read only: empty where a part is absent or not an object. The
-    reading twin of `mapping_at`, for the pipeline's working pod, which has no view."""
-    current = obj
-    for key in keys:
-        current = mapping(current.get(key))
-    return current
-
-
 def _has_required_terms(pod: dict[str, Any]) -> bool:
-    required = mapping_under(pod, "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
-    return bool(required.get("nodeSelectorTerms"))
+    # The pipeline's working pod has no view (it is a new dict each run, written as it is read); read it
+    # as the views do, a part of the wrong type as absent, with no call per level (every run asks).
+    spec = pod.get("spec")
+    affinity = spec.get("affinity") if isinstance(spec, dict) else None
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
+        node_affinity, dict
+    ) else None
+    return isinstance(required, dict) and bool(required.get("nodeSelectorTerms"))
 
 
 def and_into_required_terms(pod: dict[str, Any], expressions: list[dict[str, Any]]) -> None:
