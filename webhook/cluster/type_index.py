@@ -3,8 +3,8 @@
 Placement reads only this index, never the node list, so a request costs the same on 10 nodes as on
 10,000: GPUs per node, NVLink domains and cliques, MIG offers by profile and strategy, MPS, time-sliced
 and exclusive nodes, the GPU taints, and the label that selects exactly the type's nodes (the agent's
-label first, then GFD's product, then cloud labels). Built from the nodes' facts when a snapshot is
-(webhook/cluster/model.py `ClusterStore`).
+label first, then GFD's product, then cloud labels). Built from the nodes' facts each time a snapshot is
+built (webhook/cluster/model.py `ClusterStore`).
 """
 
 from __future__ import annotations

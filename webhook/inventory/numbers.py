@@ -34,5 +34,6 @@ def money_text(value: Decimal) -> str:
 
 
 def utc_stamp(moment: datetime) -> str:
+    """A moment as RFC 3339 in UTC to the second (`generatedAt`)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
