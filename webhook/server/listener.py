@@ -59,6 +59,9 @@ def uvicorn_server(
         # uvicorn takes whole seconds here.
         timeout_keep_alive=max(1, round(limits.idle_timeout)),
         server_header=False,
+        # The API server connects directly: a caller's X-Forwarded-* headers must not change the client
+        # address the server sees, and the middleware that would read them runs on every request.
+        proxy_headers=False,
     )
     return BoundedServer(config, limits.handshake_timeout)
 
