@@ -81,7 +81,8 @@ def _serve_webhook(cert_dir: str, policies: bool, offload: bool, ports: Any) -> 
     from webhook.config import load_config
     from webhook.runtime import build_runtime
     from webhook.server.app import create_app
-    from webhook.server.serving import settle_heap, uvicorn_server
+    from webhook.server.listener import uvicorn_server
+    from webhook.server.serving import settle_heap
 
     logging.basicConfig(level=logging.ERROR)
     runtime = build_runtime(load_config(CONFIG), CLUSTER, load_policies=policies)

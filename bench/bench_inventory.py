@@ -150,7 +150,8 @@ async def _load(port: int, path: str, clients: int, seconds: float) -> dict[str,
 
 
 def _precompute_ms(nodes: int, runs: int = 3) -> dict[str, Any]:
-    from webhook.inventory import Inventory, hardware_profiles_view
+    from webhook.inventory.capacity import Inventory
+    from webhook.inventory.profiles import hardware_profiles_view
 
     config = load_config(CONFIG)
     store = _store(config, nodes)

@@ -114,7 +114,8 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     ready until it completes. Otherwise (a report) the objects are listed once, the watch is stopped,
     and a list that does not complete in time raises `ClusterNotListed`.
     """
-    from webhook.cluster.kube_source import KubeClusterSource, workload_watches
+    from webhook.cluster.kube_source import KubeClusterSource
+    from webhook.cluster.watched_kinds import workload_watches
 
     store = new_store(config)
     source = KubeClusterSource(store, api, workloads=workload_watches(workload_kinds(config)))
@@ -135,7 +136,7 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     from policies.kube_client import deadline_api_client
     from policies.quota.kube_store import KubeQuotaStore
     from policies.rbac.review import SubjectAccessReviewer
-    from webhook.cluster.kube_source import KubeJson
+    from webhook.cluster.kube_json import KubeJson
     from webhook.dra.templates import KubeTemplateWriter
     from webhook.gangs.ledger import KubeGangStore
 

@@ -152,7 +152,8 @@ def cmd_review(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from webhook.server.serving import ServeError, ServeOptions, serve
+    from webhook.server.listener import ServeError
+    from webhook.server.serving import ServeOptions, serve
 
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         raise CommandError("give both --tls-cert-file and --tls-private-key-file, or neither")

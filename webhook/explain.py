@@ -180,7 +180,7 @@ def _free(node: NodeFacts, used: dict[str, Decimal]) -> NodeFacts:
 
 def blocking_now(pod: dict[str, Any], facts: Facts, config: Config) -> list[str]:
     """What keeps a created, unbound pod from running now, by KGWE's model of the cluster."""
-    from webhook.inventory import Inventory
+    from webhook.inventory.capacity import Inventory
 
     model: ClusterModel = facts.model
     reasons: list[str] = []

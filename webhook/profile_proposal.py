@@ -21,7 +21,7 @@ from policies.vocabulary import keys
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts, Taint
 from webhook.config import Config
-from webhook.inventory import price_text
+from webhook.inventory.numbers import price_text
 from webhook.label_selector import equality_labels, looks_like_selector, parse_label_selector
 
 API_VERSION = keys.API_VERSION

@@ -13,16 +13,11 @@ from kube_fake_apiserver import KGWE, FakeApiServer
 from kubernetes import client as k8s_client
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
-from webhook.cluster.kube_source import (
-    TEST_KUBECONFIG_ENV,
-    Backoff,
-    KubeClusterSource,
-    KubeJson,
-    load_kube_client,
-    slim_object,
-    slim_pod,
-)
+from policies.vocabulary.backoff import Backoff
+from webhook.cluster.kube_json import TEST_KUBECONFIG_ENV, KubeJson, load_kube_client
+from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore, object_key
+from webhook.cluster.slimming import slim_object, slim_pod
 
 
 def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
+from policies.vocabulary.objects import NodeView
 from webhook.cluster.node_facts import NODE_STEPS, node_facts
 
 TABLE = AcceleratorTable.build()
@@ -69,3 +70,30 @@ def test_a_stale_agent_is_not_trusted_for_its_domain_size_label() -> None:
     assert stale.topology_stale
     assert any("stale" in note for note in stale.notes)
     assert stale.nvlink_domain_size == 1  # inferred from the PCIe board, not the agent's old label
+
+
+def test_a_node_read_through_its_view_gives_the_same_facts_as_its_dict() -> None:
+    node = _node({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"})
+    node["spec"] = {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}], "unschedulable": True}
+    from_view = node_facts(NodeView(node), TABLE, STALE_AFTER)
+    assert from_view == node_facts(node, TABLE, STALE_AFTER)
+    assert from_view.unschedulable and [t.key for t in from_view.taints] == ["nvidia.com/gpu"]
+
+
+def test_unquoted_label_values_of_a_yaml_node_still_count() -> None:
+    # A YAML directory's node may say `nvidia.com/gpu.count: 8`; the label means 8, not "no label".
+    node = _node({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = 8  # type: ignore[assignment]
+    facts = node_facts(node, TABLE, STALE_AFTER)
+    assert facts.labels["nvidia.com/gpu.count"] == "8" and facts.gpu_count == 8
+
+
+def test_malformed_node_parts_read_as_empty() -> None:
+    node: dict[str, Any] = {
+        "metadata": {"name": "odd", "labels": ["not", "a", "map"]},
+        "spec": {"taints": {"key": "x"}},
+        "status": {"allocatable": [], "capacity": {"cpu": "4", "nvidia.com/gpu": "many"}},
+    }
+    facts = node_facts(node, TABLE, STALE_AFTER)
+    assert facts.name == "odd" and facts.labels == {} and facts.taints == ()
+    assert facts.allocatable == {"cpu": 4} and not facts.has_gpus

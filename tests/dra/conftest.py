@@ -13,7 +13,7 @@ from dra_support import DRA_CLUSTER, ROOT, Webhook, serve
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 
-from webhook.cluster.kube_source import KubeJson
+from webhook.cluster.kube_json import KubeJson
 from webhook.config import load_config
 from webhook.dra.templates import KubeTemplateWriter
 from webhook.runtime import Runtime, build_runtime

@@ -16,7 +16,8 @@ from kubernetes import client as k8s_client
 
 from policies.vocabulary.accelerator_types import default_table
 from webhook.admission.request import decode_review
-from webhook.cluster.kube_source import KubeClusterSource, KubeJson
+from webhook.cluster.kube_json import KubeJson
+from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.yaml_source import iter_manifests
 from webhook.config import Config
@@ -24,7 +25,8 @@ from webhook.costs import pod_hourly_cost
 from webhook.dra.backend import node_backend
 from webhook.dra.facts import parse_slices
 from webhook.dra.templates import KubeTemplateWriter
-from webhook.inventory import Inventory, nodes_view
+from webhook.inventory.capacity import Inventory
+from webhook.inventory.nodes import nodes_view
 from webhook.runtime import Runtime, build_runtime
 
 

@@ -26,7 +26,7 @@ from webhook.config import load_config
 from webhook.review import create_review
 from webhook.runtime import build_runtime
 from webhook.server.app import create_app
-from webhook.server.serving import uvicorn_server
+from webhook.server.listener import uvicorn_server
 
 SETTINGS = Settings(service="kgwe-webhook", namespace="kgwe")
 CLIENTS = 4

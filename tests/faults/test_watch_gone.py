@@ -12,8 +12,9 @@ from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
-from webhook.cluster.kube_source import KubeClusterSource, slim_object
+from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore, object_key
+from webhook.cluster.slimming import slim_object
 from webhook.config import Config
 from webhook.runtime import build_runtime
 

@@ -9,7 +9,8 @@ from typing import Any
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod
 
 from webhook.config import load_config
-from webhook.inventory import InventoryCache, hardware_profiles_view
+from webhook.inventory.cache import InventoryCache
+from webhook.inventory.profiles import hardware_profiles_view
 from webhook.runtime import build_runtime
 
 

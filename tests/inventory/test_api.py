@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from webhook.config import load_config
-from webhook.inventory import InventoryCache
+from webhook.inventory.cache import InventoryCache
 from webhook.runtime import Runtime, build_runtime
 from webhook.server.api_routes import api_router
 
@@ -232,7 +232,7 @@ def test_concurrent_callers_get_identical_bytes(example_runtime: Runtime) -> Non
 
 
 def test_a_new_snapshot_is_served_after_the_refresh_interval(tmp_path: Path) -> None:
-    from webhook.inventory import hardware_profiles_view
+    from webhook.inventory.profiles import hardware_profiles_view
 
     runtime = _runtime_for(copy_example_cluster(tmp_path / "cluster"))
     runtime.store.min_rebuild_interval = 0
@@ -250,7 +250,7 @@ def test_a_new_snapshot_is_served_after_the_refresh_interval(tmp_path: Path) -> 
 def test_background_refresh_serves_the_previous_answer_until_the_new_one_is_ready(tmp_path: Path) -> None:
     import time
 
-    from webhook.inventory import hardware_profiles_view
+    from webhook.inventory.profiles import hardware_profiles_view
 
     runtime = _runtime_for(copy_example_cluster(tmp_path / "cluster"))
     runtime.store.min_rebuild_interval = 0

@@ -16,7 +16,9 @@ from generate_cluster import POOLS, generate_cluster, generate_nodes
 
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
-from webhook.inventory import Inventory, hardware_profiles_view, nodes_view
+from webhook.inventory.capacity import Inventory
+from webhook.inventory.nodes import nodes_view
+from webhook.inventory.profiles import hardware_profiles_view
 
 NODES = 400  # every pool, the GB200 trays in more than one NVL72 clique
 

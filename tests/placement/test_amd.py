@@ -12,7 +12,8 @@ from cluster_dirs import add_amd_nodes, copy_example_cluster, plant
 from placement_support import Admit
 
 from webhook.config import load_config
-from webhook.inventory import Inventory, nodes_view
+from webhook.inventory.capacity import Inventory
+from webhook.inventory.nodes import nodes_view
 from webhook.runtime import Runtime, build_runtime
 
 AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

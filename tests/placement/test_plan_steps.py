@@ -6,11 +6,13 @@ points there), and a step that refuses ends planning: later steps write nothing.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from placement_support import load_pod
 
+from policies.vocabulary.objects import PodView
 from webhook.intent import parse_intent
 from webhook.placement.plan import PLAN_STEPS, build_plan
 from webhook.runtime import Runtime
@@ -81,3 +83,17 @@ def test_the_decisions_recorded_follow_the_pipeline(runtime: Runtime, name: str,
     plan = _plan(runtime, load_pod(name))
     assert not plan.refusals
     assert [step for step in plan.steps if step in decided] == decided
+
+
+@pytest.mark.parametrize("name", ["05-mig-small.yaml", "07-mps.yaml", "08-nvlink.yaml"])
+def test_planning_from_the_request_view_equals_planning_from_the_dict_and_leaves_the_pod_alone(
+    runtime: Runtime, name: str
+) -> None:
+    # Admission hands build_plan the view built at decode; tests and tools hand it the dict.
+    pod = load_pod(name)
+    before = copy.deepcopy(pod)
+    model = runtime.store.snapshot()
+    from_dict = build_plan(pod, parse_intent(pod), None, model, runtime.config)
+    from_view = build_plan(PodView(pod), parse_intent(pod), None, model, runtime.config)
+    assert from_view == from_dict
+    assert pod == before

@@ -13,7 +13,7 @@ from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, gpu_pod
 from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
 
 from webhook.audit import ApiPodReader
-from webhook.cluster.kube_source import load_kube_client
+from webhook.cluster.kube_json import load_kube_client
 from webhook.cluster.yaml_source import iter_manifests
 from webhook.reports.commands import run
 

@@ -28,7 +28,7 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
-from webhook.server.serving import uvicorn_server
+from webhook.server.listener import uvicorn_server
 from webhook.server.transport import ConnectionLimits
 
 ROOT = Path(__file__).resolve().parents[2]

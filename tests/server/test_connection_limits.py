@@ -205,7 +205,7 @@ def test_aborted_body_leaves_no_traceback(limited: RunningServer, server_logs: R
 
 def test_limits_come_from_the_config(tmp_path: Path) -> None:
     from webhook.config import parse_config
-    from webhook.server.serving import connection_limits
+    from webhook.server.listener import connection_limits
 
     config = parse_config("server: {idleTimeoutSeconds: 7, maxConnections: 12, headerTimeoutSeconds: 2}")
     limits = connection_limits(config)

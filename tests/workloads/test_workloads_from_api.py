@@ -11,8 +11,9 @@ from kubernetes import client as k8s_client
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.assembly import workload_kinds
-from webhook.cluster.kube_source import KubeClusterSource, workload_watches
+from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
+from webhook.cluster.watched_kinds import workload_watches
 from webhook.config import Config
 
 DEPLOYMENT = {

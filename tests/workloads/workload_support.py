@@ -27,7 +27,7 @@ from certs.reloader import ReloadingSSLContext
 from webhook.config import DEFAULT_CONTROLLER_IDENTITIES, load_config
 from webhook.runtime import Runtime, build_runtime
 from webhook.server.app import create_app
-from webhook.server.serving import uvicorn_server
+from webhook.server.listener import uvicorn_server
 from webhook.workloads.identity import Identity, Signer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -41,7 +41,8 @@ class Facts:
     @cached_property
     def conflicts(self) -> list[str]:
         """The user's own node constraints that contradict the plan (never overwritten: refused)."""
-        return conflicts_with_pod(self.pod, self.plan.requirements)
+        pod = self.request.pod if self.pod is self.request.object else self.pod  # the view built at decode
+        return conflicts_with_pod(pod, self.plan.requirements)
 
     @cached_property
     def renderable(self) -> bool:

@@ -70,7 +70,7 @@ class FactGathering:
                 if with_checks:
                     violations = [Violation("kgwe.policy-engine", "Deny", str(exc))]
         check_deadline(deadline)
-        plan = build_plan(pod, intent, decision, model, runtime.config, demand)
+        plan = build_plan(view, intent, decision, model, runtime.config, demand)
         return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)
 
     def _is_controller(self, request: AdmissionRequest) -> bool:

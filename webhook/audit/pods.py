@@ -1,6 +1,6 @@
 """Whole pods for the policy audit.
 
-In a cluster the model keeps pods slimmed (`webhook.cluster.kube_source.slim_pod`: containers reduced
+In a cluster the model keeps pods slimmed (`webhook.cluster.slimming.slim_pod`: containers reduced
 to name and resources), but policies read what was dropped: `securityContext`, `env`, images. The
 audit therefore reads each pod it judges from the API, a bounded number per tick; placement and quota
 checks keep using the model.
@@ -25,7 +25,7 @@ class ApiPodReader:
     """GET /api/v1/namespaces/{namespace}/pods/{name} through a kubernetes `ApiClient`."""
 
     def __init__(self, api_client: Any, timeout_seconds: float = 10.0) -> None:
-        from webhook.cluster.kube_source import KubeJson
+        from webhook.cluster.kube_json import KubeJson
 
         self.api = KubeJson(api_client)
         self.timeout_seconds = timeout_seconds

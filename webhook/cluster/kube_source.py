@@ -11,218 +11,36 @@ as empty (logged) and is retried every `missing_crd_retry_seconds`.
 Objects travel as raw JSON (`orjson` over the ApiClient's connection, auth and TLS; none of the
 client's model classes), so the store holds the API's camelCase shape with `kind` and `apiVersion` set.
 
-Pods are slimmed to what KGWE reads, because pods dominate a cluster's objects (`slim_pod`):
-metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp;
-spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, and containers /
-initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
-status phase. Everything else (images, env, volumes, conditions, container statuses) is dropped.
-Other kinds are kept whole except `metadata.managedFields` and a node's `status.images` (`slim_object`).
+The kinds watched are in webhook/cluster/watched_kinds.py, the raw JSON client in
+webhook/cluster/kube_json.py, and what the store keeps of each object in webhook/cluster/slimming.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import urllib3
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from policies.background import Task
-from policies.vocabulary import keys
 from policies.vocabulary.backoff import Backoff
-from policies.vocabulary.objects import ContainerView, ObjectView, PodView, string
+from policies.vocabulary.objects import ObjectView, string
+from webhook.cluster.kube_json import RETRYABLE, KubeJson, close_stream, describe_error, watch_events
 from webhook.cluster.model import ClusterStore
+from webhook.cluster.slimming import slim_object, slim_pod
+from webhook.cluster.watched_kinds import WATCHED_KINDS, WatchedKind
 
 log = logging.getLogger("kgwe.cluster.kube")
 
-TEST_KUBECONFIG_ENV = "KGWE_TEST_KUBECONFIG"
-CRD_GROUP_VERSION = keys.API_VERSION
-RBAC_GROUP_VERSION = "rbac.authorization.k8s.io/v1"
-DRA_GROUP_VERSION = "resource.k8s.io/v1"
 SHORT_WATCH_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class WatchedKind:
-    kind: str
-    api_version: str
-    path: str  # the cluster-wide collection, e.g. /api/v1/pods
-    namespaced: bool = False
-    custom: bool = False  # served by a CRD that may not be installed
-    # Read for the views only (workloads, webhook/cluster/workloads.py): a 403 (no RBAC for it) counts as
-    # absent like a missing CRD, and readiness does not wait for its first list.
-    view_only: bool = False
-
-
-def workload_watches(kinds: Iterable[tuple[str, str, str]]) -> tuple[WatchedKind, ...]:
-    """Watches of workload kinds given as (kind, apiVersion, resource), cluster-wide, CRD-optional and
-    view-only; a kind name seen twice (two groups) is watched once, the first one."""
-    found: dict[str, WatchedKind] = {}
-    for kind, api_version, resource in kinds:
-        prefix = "/api" if "/" not in api_version else "/apis"
-        found.setdefault(kind, WatchedKind(kind, api_version, f"{prefix}/{api_version}/{resource}",
-                                           namespaced=True, custom=True, view_only=True))
-    return tuple(found.values())
-
-
-WATCHED_KINDS: tuple[WatchedKind, ...] = (
-    WatchedKind("Node", "v1", "/api/v1/nodes"),
-    WatchedKind("Pod", "v1", "/api/v1/pods", namespaced=True),
-    WatchedKind("Namespace", "v1", "/api/v1/namespaces"),
-    WatchedKind("Role", RBAC_GROUP_VERSION, f"/apis/{RBAC_GROUP_VERSION}/roles", namespaced=True),
-    WatchedKind("ClusterRole", RBAC_GROUP_VERSION, f"/apis/{RBAC_GROUP_VERSION}/clusterroles"),
-    WatchedKind("RoleBinding", RBAC_GROUP_VERSION, f"/apis/{RBAC_GROUP_VERSION}/rolebindings", namespaced=True),
-    WatchedKind("ClusterRoleBinding", RBAC_GROUP_VERSION, f"/apis/{RBAC_GROUP_VERSION}/clusterrolebindings"),
-    WatchedKind("HardwareProfile", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/hardwareprofiles", custom=True),
-    WatchedKind("TenantQuota", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/tenantquotas", custom=True),
-    WatchedKind("GPUPolicy", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/gpupolicies", custom=True),
-    # DRA (GA in 1.34): `custom` because older API servers do not serve resource.k8s.io/v1 at all.
-    WatchedKind("ResourceSlice", DRA_GROUP_VERSION, f"/apis/{DRA_GROUP_VERSION}/resourceslices", custom=True),
-    WatchedKind("DeviceClass", DRA_GROUP_VERSION, f"/apis/{DRA_GROUP_VERSION}/deviceclasses", custom=True),
-    WatchedKind(
-        "ResourceClaim", DRA_GROUP_VERSION, f"/apis/{DRA_GROUP_VERSION}/resourceclaims", namespaced=True, custom=True
-    ),
-)
-
-# Errors after which a kind's loop backs off and retries; anything else is a bug and propagates.
-RETRYABLE = (ApiException, urllib3.exceptions.HTTPError, OSError, orjson.JSONDecodeError, ValueError)
-
-
-# -- raw JSON over an ApiClient -------------------------------------------------------------------
-
-
-class KubeJson:
-    """Raw JSON requests through a kubernetes `ApiClient`: its host, auth (token refresh included) and TLS."""
-
-    def __init__(self, api_client: k8s_client.ApiClient) -> None:
-        self.api_client = api_client
-
-    def open(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Iterable[tuple[str, str]] = (),
-        body: dict[str, Any] | None = None,
-        content_type: str = "application/json",
-        timeout: float | tuple[float, float] | None = None,
-    ) -> urllib3.BaseHTTPResponse:
-        """Send a request; the caller reads (or streams) and releases the response. Non-2xx raises ApiException."""
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        serialized = self.api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(query) or None,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api_client.call_api(*serialized, _request_timeout=timeout)
-        raw: urllib3.BaseHTTPResponse = response.response
-        if not 200 <= raw.status <= 299:
-            data = raw.read()
-            raw.release_conn()
-            raise ApiException(status=raw.status, reason=raw.reason, body=data.decode("utf-8", "replace"))
-        return raw
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Iterable[tuple[str, str]] = (),
-        body: dict[str, Any] | None = None,
-        content_type: str = "application/json",
-        timeout: float | tuple[float, float] | None = None,
-    ) -> dict[str, Any]:
-        raw = self.open(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
-        try:
-            data = raw.read()
-        finally:
-            raw.release_conn()
-        loaded = orjson.loads(data) if data else {}
-        return loaded if isinstance(loaded, dict) else {}
-
-
-def load_kube_client(kubeconfig: str | None) -> k8s_client.ApiClient:
-    """An ApiClient from `kubeconfig`, else $KGWE_TEST_KUBECONFIG, else the in-cluster service account when
-    running in a pod, else the usual kubeconfig ($KUBECONFIG or ~/.kube/config) as kubectl finds it."""
-    configuration = k8s_client.Configuration()
-    path = kubeconfig or os.environ.get(TEST_KUBECONFIG_ENV)
-    if path:
-        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    else:
-        k8s_config.load_kube_config(client_configuration=configuration)
-    # One long-lived watch per kind plus patches and lease renewals share the pool.
-    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
-    return k8s_client.ApiClient(configuration)
-
-
-# -- pod slimming ---------------------------------------------------------------------------------
-
-POD_METADATA_FIELDS = (
-    "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "resourceVersion", "creationTimestamp",
-)
-POD_SPEC_FIELDS = ("nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates")
-
-
-def _slim_container(container: ContainerView, init: bool) -> dict[str, Any]:
-    raw = container.raw
-    out = {"name": raw.get("name"), "resources": raw.get("resources") or {}}
-    if init and raw.get("restartPolicy"):
-        out["restartPolicy"] = raw["restartPolicy"]
-    return out
-
-
-def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a pod KGWE reads (see the module docstring); the rest is dropped to save memory."""
-    view = PodView(pod)
-    meta, spec = view.metadata, view.spec
-    slim_spec: dict[str, Any] = {k: spec[k] for k in POD_SPEC_FIELDS if k in spec}
-    for key, init in (("containers", False), ("initContainers", True)):
-        containers = view.init_containers if init else view.containers
-        if containers:
-            slim_spec[key] = [_slim_container(c, init) for c in containers]
-    out: dict[str, Any] = {
-        "apiVersion": view.api_version or "v1",
-        "kind": "Pod",
-        "metadata": {k: meta[k] for k in POD_METADATA_FIELDS if k in meta},
-        "spec": slim_spec,
-    }
-    phase = view.phase
-    if phase:
-        out["status"] = {"phase": phase}
-    return out
-
-
-def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
-    """Any other kind without what KGWE never reads and what is large: managedFields, a node's image list."""
-    meta = ObjectView(obj).metadata
-    status = obj.get("status")
-    if "managedFields" not in meta and not (isinstance(status, dict) and "images" in status):
-        return obj
-    out = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    if isinstance(status, dict) and "images" in status:
-        out["status"] = {k: v for k, v in status.items() if k != "images"}
-    return out
-
-
-# -- the source -----------------------------------------------------------------------------------
 
 
 class _Expired(Exception):
@@ -322,7 +140,7 @@ class KubeClusterSource:
         with self._lock:
             streams = list(self._open_streams)
         for stream in streams:
-            _interrupt(stream)
+            close_stream(stream)
 
     def wait_loaded(self, timeout: float | None = None) -> bool:
         """True once every kind has been listed at least once (the store is then marked loaded)."""
@@ -370,7 +188,7 @@ class KubeClusterSource:
                 if self._stop.is_set():
                     break
                 status.errors += 1
-                status.last_error = _describe(exc)
+                status.last_error = describe_error(exc)
                 delay = backoff.next_delay()
                 log.warning("%s: %s; retrying in %.1fs", watched.kind, status.last_error, delay)
             if delay:
@@ -437,7 +255,7 @@ class KubeClusterSource:
         try:
             if stopping:
                 return
-            for event in _events(stream):
+            for event in watch_events(stream):
                 if self._stop.is_set():
                     return
                 self._apply(watched, status, event)
@@ -446,7 +264,7 @@ class KubeClusterSource:
         finally:
             with self._lock:
                 self._open_streams.discard(stream)
-            _interrupt(stream)
+            close_stream(stream)
         if not delivered and time.monotonic() - started < SHORT_WATCH_SECONDS and not self._stop.is_set():
             # A server that closes every watch at once would otherwise be hammered in a tight loop.
             raise ValueError("watch ended immediately without events")
@@ -503,38 +321,3 @@ def _with_kind(watched: WatchedKind, obj: dict[str, Any]) -> dict[str, Any]:
     if obj.get("kind") != watched.kind or obj.get("apiVersion") != watched.api_version:
         obj = {**obj, "kind": watched.kind, "apiVersion": watched.api_version}
     return obj
-
-
-def _events(stream: urllib3.BaseHTTPResponse) -> Iterator[dict[str, Any]]:
-    """Watch events, one JSON document per line; a line cut off by a broken stream is never yielded."""
-    pending = b""
-    for chunk in stream.stream(65536, decode_content=True):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.strip():
-                event = orjson.loads(line)
-                if isinstance(event, dict):
-                    yield event
-    if pending.strip():
-        event = orjson.loads(pending)
-        if isinstance(event, dict):
-            yield event
-
-
-def _interrupt(stream: urllib3.BaseHTTPResponse) -> None:
-    """Unblock a reader in another thread and drop the connection (a half-read stream cannot be reused)."""
-    shutdown = getattr(stream, "shutdown", None)
-    if shutdown is not None:
-        # ValueError: urllib3 has not wired the socket for shutdown (the body is not being read yet);
-        # RuntimeError: the stream ended cleanly and its connection is already back in the pool.
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
-            shutdown()
-    with contextlib.suppress(OSError, RuntimeError, ValueError):
-        stream.close()
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"API error {exc.status} {exc.reason or ''}".strip()
-    return f"{type(exc).__name__}: {exc}"

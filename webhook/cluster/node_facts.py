@@ -13,7 +13,7 @@ cliques (nvlink_domain.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from policies.vocabulary import keys, resources
 from policies.vocabulary.accelerator_types import MIXED, UNKNOWN, AcceleratorTable
+from policies.vocabulary.objects import NodeView
 from policies.vocabulary.topology_schema import LABEL_ACCELERATOR_TYPE, TopologyDocument
 from webhook.cluster.node_gpus import gpu_count
 from webhook.cluster.node_mig import mig
@@ -130,10 +131,10 @@ class NodeFacts:
         return out
 
 
-def _taints(node: dict[str, Any]) -> tuple[Taint, ...]:
+def _taints(node: NodeView) -> tuple[Taint, ...]:
     taints = []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if isinstance(taint, dict) and taint.get("key") and taint.get("effect"):
+    for taint in node.taints:
+        if taint.get("key") and taint.get("effect"):
             taints.append(Taint(str(taint["key"]), taint.get("value"), str(taint["effect"])))
     return tuple(taints)
 
@@ -152,14 +153,16 @@ NODE_STEPS: tuple[tuple[str, NodeStep], ...] = (
 
 
 def node_facts(
-    node: dict[str, Any],
+    node: NodeView | Mapping[str, Any],
     table: AcceleratorTable,
     staleness_seconds: float,
     now: datetime | None = None,
 ) -> NodeFacts:
     """The facts of one node object, read by `NODE_STEPS` in order. Never raises on odd labels or
-    annotations: what cannot be read is skipped (with a note where a user would want to know)."""
-    reading = start_reading(node, table, staleness_seconds, now)
+    annotations: what cannot be read is skipped (with a note where a user would want to know). `node` is
+    the object as listed (its dict, or a view of it); it is only read."""
+    view = node if isinstance(node, NodeView) else NodeView(node)
+    reading = start_reading(view, table, staleness_seconds, now)
     for _name, step in NODE_STEPS:
         step(reading)
     return NodeFacts(
@@ -171,8 +174,8 @@ def node_facts(
         gpu_memory_mib=reading.memory_mib,
         product=reading.product,
         allocatable=reading.allocatable,
-        taints=_taints(node),
-        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        taints=_taints(view),
+        unschedulable=view.unschedulable,
         mig_strategy=reading.mig_strategy,
         mig_ready=reading.mig_ready,
         mig_profiles=reading.mig_profiles,

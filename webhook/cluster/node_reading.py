@@ -2,7 +2,8 @@
 facts the reading steps derive from them, in order (webhook/cluster/node_facts.py `NODE_STEPS`).
 
 Each step is a function of the reading alone that fills its own fields (the comment above each group
-names the step). The node object is read once, at construction; steps never see another node.
+names the step). The node object is read once, at construction, through its `NodeView`; steps never see
+another node.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
+from policies.vocabulary.objects import NodeView, mapping
 from policies.vocabulary.quantities import parse_quantity
 from policies.vocabulary.topology_schema import TopologyDocument
 
@@ -27,12 +29,10 @@ def int_label(value: str | None) -> int | None:
         return None
 
 
-def read_allocatable(node: dict[str, Any]) -> dict[str, Decimal]:
+def read_allocatable(node: NodeView) -> dict[str, Decimal]:
     """The node's allocatable resources (capacity when allocatable is missing); unparsable ones skipped."""
-    status = node.get("status") or {}
-    raw = status.get("allocatable") or status.get("capacity") or {}
     out: dict[str, Decimal] = {}
-    for key, value in raw.items():
+    for key, value in node.allocatable.items():
         try:
             out[str(key)] = parse_quantity(value)
         except ValueError:
@@ -80,17 +80,23 @@ class NodeReading:
     clique_label: str | None = None
 
 
+def _as_strings(value: Any) -> dict[str, str]:
+    # Every entry, made a string: a YAML directory's node may carry `nvidia.com/gpu.count: 8` unquoted,
+    # and the label still means 8 (the views' `labels` would leave such an entry out).
+    return {str(k): str(v) for k, v in mapping(value).items()}
+
+
 def start_reading(
-    node: dict[str, Any], table: AcceleratorTable, staleness_seconds: float, now: datetime | None
+    node: NodeView, table: AcceleratorTable, staleness_seconds: float, now: datetime | None
 ) -> NodeReading:
     """A reading of `node` with its name, labels and annotations as strings and its allocatable parsed."""
-    meta = node.get("metadata") or {}
+    metadata = node.metadata
     return NodeReading(
         table=table,
         staleness_seconds=staleness_seconds,
         now=now,
-        name=str(meta.get("name", "")),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        name=node.name,
+        labels=_as_strings(metadata.get("labels")),
+        annotations=_as_strings(metadata.get("annotations")),
         allocatable=read_allocatable(node),
     )

@@ -29,7 +29,7 @@ from policies.background import Task
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
-from webhook.cluster.kube_source import KubeJson
+from webhook.cluster.kube_json import KubeJson
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost

@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from policies.background import Task
 from policies.vocabulary.objects import ObjectView
-from webhook.cluster.kube_source import RETRYABLE, KubeJson
+from webhook.cluster.kube_json import RETRYABLE, KubeJson
 
 log = logging.getLogger("kgwe.controllers.leader")
 

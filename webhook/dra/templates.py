@@ -73,7 +73,7 @@ class KubeTemplateWriter:
     (`create` on computedomains.resource.nvidia.com) through the API server."""
 
     def __init__(self, api: Any, connect_timeout: float = 1.0) -> None:
-        self.api = api  # webhook.cluster.kube_source.KubeJson
+        self.api = api  # webhook.cluster.kube_json.KubeJson
         self.connect_timeout = connect_timeout
         self._known: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._lock = threading.Lock()

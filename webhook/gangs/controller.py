@@ -88,7 +88,7 @@ class Action:
 
 
 def kube_pod_writer(api_client: Any) -> PodWriter:
-    from webhook.cluster.kube_source import KubeJson
+    from webhook.cluster.kube_json import KubeJson
 
     return _KubePodWriter(KubeJson(api_client))
 

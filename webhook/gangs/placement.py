@@ -12,10 +12,11 @@ A gang no room could ever hold (N pods x GPUs per pod more than the largest cliq
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from policies.vocabulary import keys
-from policies.vocabulary.objects import PodView
+from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.gangs.rooms import KIND_CLIQUE, KIND_NODE, Room, rooms_for
 from webhook.gangs.spec import GATE, HOSTNAME_LABEL, LABEL_GANG
@@ -38,8 +39,9 @@ class GangPlan(Protocol):
     steps: list[str]
 
 
-def queued_by_kueue(pod: dict[str, Any]) -> bool:
-    view = PodView(pod)
+def queued_by_kueue(pod: PodView | Mapping[str, Any]) -> bool:
+    """Whether Kueue queues the pod (its queue-name label, or the annotation older Kueue read)."""
+    view = pod_view(pod)
     return view.label(KUEUE_QUEUE_LABEL) is not None or view.annotation(KUEUE_QUEUE_LABEL) is not None
 
 
@@ -59,7 +61,7 @@ def clique_key_of(rooms: list[Room]) -> str | None:
 
 def plan_sized_gang(
     plan: GangPlan,
-    pod: dict[str, Any],
+    pod: PodView | Mapping[str, Any],
     candidates: list[str],
     gang: str,
     size: int,

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from policies.vocabulary.objects import container_amounts
 from policies.vocabulary.quantities import parse_quantity
 from webhook.dra.render import apply_claims
 from webhook.mutation.mutators import (
@@ -57,7 +58,8 @@ def output_annotations_step(outputs: Outputs) -> Step:
     """Output-annotation ownership: KGWE's keys hold exactly KGWE's values; what users set is replaced."""
 
     def step(pod: dict[str, Any]) -> None:
-        had = "annotations" in (pod.get("metadata") or {})
+        metadata = pod.get("metadata")
+        had = isinstance(metadata, dict) and "annotations" in metadata
         notes = _annotations(pod)
         for key, value in outputs.values.items():
             if value is None:
@@ -173,11 +175,10 @@ def _add_counts(first: Any, second: Any) -> str:
 
 
 def _asks_gpu(container: dict[str, Any]) -> bool:
-    resources = container.get("resources") or {}
     return any(
         isinstance(key, str) and key.startswith("nvidia.com/")
-        for section in ("limits", "requests")
-        for key in (resources.get(section) or {})
+        for amounts in container_amounts(container)
+        for key in amounts
     )
 
 

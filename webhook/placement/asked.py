@@ -7,19 +7,19 @@ Precedence, lowest first: the profile's defaults, the pod's `kgwe.io/` intent, t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from policies.vocabulary import resources
+from policies.vocabulary.objects import ObjectView
 from webhook.cluster.model import ClusterModel
 from webhook.placement.context import PlanContext, decimal_or_none
 
 
-def _profile_spec(model: ClusterModel, name: str) -> dict[str, Any] | None:
+def _profile_spec(model: ClusterModel, name: str) -> Mapping[str, Any] | None:
+    """The spec of the HardwareProfile `name` (empty when malformed); None when there is no such profile."""
     obj = model.hardware_profiles.get(name)
-    if obj is None:
-        return None
-    spec = obj.get("spec") or {}
-    return spec if isinstance(spec, dict) else {}
+    return None if obj is None else ObjectView(obj).spec
 
 
 def resolve_profile(ctx: PlanContext) -> bool:

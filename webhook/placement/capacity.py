@@ -3,7 +3,7 @@ the pod asks for is dropped (MIG pods are judged by slices in webhook/placement/
 
 from __future__ import annotations
 
-from webhook.cluster.model import TypeSummary
+from webhook.cluster.type_index import TypeSummary
 from webhook.placement.context import PlanContext
 from webhook.placement.trace import record
 

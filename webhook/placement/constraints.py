@@ -7,8 +7,10 @@ requirements go to `nodeSelector` instead, which is what users and tools expect 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.requirements import Requirement
 
 
@@ -48,9 +50,12 @@ def _spec(pod: dict[str, Any]) -> dict[str, Any]:
     return mapping_at(pod, "spec")
 
 
-def conflicts_with_pod(pod: dict[str, Any], requirements: list[Requirement]) -> list[str]:
+def conflicts_with_pod(pod: PodView | Mapping[str, Any], requirements: list[Requirement]) -> list[str]:
     """The user's nodeSelector values that contradict a requirement (never silently overwritten)."""
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    # The selector as written, values of any type (a value that is not a string is still the user's).
+    selector = pod_view(pod).spec.get("nodeSelector")
+    if not selector or not isinstance(selector, dict):
+        return []
     problems = []
     for req in requirements:
         if req.key not in selector:
@@ -88,9 +93,15 @@ def apply_requirements(pod: dict[str, Any], requirements: list[Requirement]) -> 
 
 
 def _has_required_terms(pod: dict[str, Any]) -> bool:
-    node_affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    return bool(required.get("nodeSelectorTerms"))
+    # The pipeline's working pod has no view (it is a new dict each run, written as it is read); read it
+    # as the views do, a part of the wrong type as absent, with no call per level (every run asks).
+    spec = pod.get("spec")
+    affinity = spec.get("affinity") if isinstance(spec, dict) else None
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
+        node_affinity, dict
+    ) else None
+    return isinstance(required, dict) and bool(required.get("nodeSelectorTerms"))
 
 
 def and_into_required_terms(pod: dict[str, Any], expressions: list[dict[str, Any]]) -> None:

@@ -13,14 +13,16 @@ cycle; `webhook.placement.plan` re-exports both, and importers keep using that p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from policies.gpu_demand import GpuDemand
+from policies.vocabulary.objects import PodView
 from policies.vocabulary.quantities import GIB
-from webhook.cluster.model import ClusterModel, TypeSummary
+from webhook.cluster.model import ClusterModel
+from webhook.cluster.type_index import TypeSummary
 from webhook.config import Config
 from webhook.dra.render import DraRendering
 from webhook.intent import PodIntent
@@ -79,7 +81,7 @@ class PlanContext:
     """One pod's planning state. The first group is fixed input; the rest is written by the steps in
     pipeline order (each field says which step sets it)."""
 
-    pod: dict[str, Any]
+    pod: PodView  # the request's view, built at decode (never edited: planning only reads the pod)
     intent: PodIntent
     model: ClusterModel
     config: Config
@@ -88,7 +90,7 @@ class PlanContext:
     # The policy decision's fields (authoritative over the intent where set).
     fields: dict[str, Any] = field(default_factory=dict)
     # profile: the named HardwareProfile's spec, None when the pod names none.
-    profile_spec: dict[str, Any] | None = None
+    profile_spec: Mapping[str, Any] | None = None
     # asked-types: the types asked for (intent, then profile, then the decision), in the user's order.
     requested: list[str] = field(default_factory=list)
     # asked-sharing: the sharing mode, MIG profile, MPS fraction, topology and gang asked for.

@@ -6,6 +6,7 @@ Prices come from the pod's HardwareProfile (`pricePerGPUHour`) or the configurat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -16,7 +17,7 @@ from webhook.placement.context import PlanContext, decimal_or_none
 from webhook.placement.mig import mig_demand
 
 
-def price(type_id: str, profile_spec: dict[str, Any] | None, config: Config) -> Decimal | None:
+def price(type_id: str, profile_spec: Mapping[str, Any] | None, config: Config) -> Decimal | None:
     """The hourly price of one GPU of `type_id`: the profile's when it sets one, else the configuration's."""
     if profile_spec is not None and profile_spec.get("pricePerGPUHour") is not None:
         return decimal_or_none(profile_spec.get("pricePerGPUHour"))

@@ -7,11 +7,13 @@ on multi-node NVLink also gets its ComputeDomain here (`attach_compute_domain`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from policies.gpu_demand import GpuDemand, mig_compute_slices
 from policies.vocabulary.accelerator_types import MigProfile
+from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
@@ -46,7 +48,7 @@ def _memory_gb(profile: str, info: MigProfile | None) -> int | None:
 
 def plan_dra_mig(
     plan: PlacementPlan,
-    pod: dict[str, Any],
+    pod: PodView,
     demand: GpuDemand,
     candidates: list[str],
     wanted_profile: str | None,
@@ -130,7 +132,7 @@ def dra_claims(ctx: PlanContext) -> bool:
     return True
 
 
-def render_dra(plan: PlacementPlan, pod: dict[str, Any], model: ClusterModel, config: Config) -> bool:
+def render_dra(plan: PlacementPlan, pod: PodView | Mapping[str, Any], model: ClusterModel, config: Config) -> bool:
     """Write the plan as claims and templates; False (with a refusal) when no device could satisfy them."""
     rendering, refusal = render(pod, model, config.dra, plan.types, plan.mig_choices if plan.sharing == "mig" else [])
     if refusal:
@@ -144,7 +146,7 @@ def render_dra(plan: PlacementPlan, pod: dict[str, Any], model: ClusterModel, co
 
 
 def attach_compute_domain(
-    plan: PlacementPlan, pod: dict[str, Any], rendering: DraRendering, model: ClusterModel
+    plan: PlacementPlan, pod: PodView | Mapping[str, Any], rendering: DraRendering, model: ClusterModel
 ) -> None:
     """A sized gang on multi-node NVLink cliques gets its ComputeDomain and channel claim
     (webhook/dra/compute_domain.py); any other pod is left as rendered."""
@@ -154,6 +156,6 @@ def attach_compute_domain(
         return
     gang, size = member
     gpus_per_pod = sum(int(Decimal(v)) for moved in rendering.moved.values() for v in moved.values())
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    namespace = pod_view(pod).namespace or "default"
     rendering.compute_domain = compute_domain(namespace, gang, node_count(model, plan.types, size, gpus_per_pod))
     plan.notes.append(f"gang {gang}: IMEX channel of ComputeDomain {rendering.compute_domain['metadata']['name']}")

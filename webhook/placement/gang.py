@@ -7,12 +7,14 @@ required clique label and pod affinity on it, so its pods share whichever clique
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView
 from policies.vocabulary.topology_schema import LABEL_NVLINK_CLIQUE
 from webhook.cluster.model import ClusterModel
-from webhook.gangs.placement import KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY, plan_sized_gang
+from webhook.gangs.placement import KUEUE_REQUIRED_TOPOLOGY, plan_sized_gang, queued_by_kueue
 from webhook.placement.constraints import Requirement
 from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster
 from webhook.placement.trace import record, refusal_or
@@ -39,7 +41,7 @@ def gang(ctx: PlanContext) -> bool:
 
 
 def plan_unsized_gang(
-    plan: PlacementPlan, pod: dict[str, Any], candidates: list[str], name: str, model: ClusterModel
+    plan: PlacementPlan, pod: PodView | Mapping[str, Any], candidates: list[str], name: str, model: ClusterModel
 ) -> bool:
     """A gang without a size: one multi-node NVLink clique by pod affinity; False (with a refusal) when no
     candidate type has one."""
@@ -58,8 +60,7 @@ def plan_unsized_gang(
     plan.pod_affinity_terms.append(
         {"labelSelector": {"matchLabels": {"kgwe.io/gang": name}}, "topologyKey": clique_key}
     )
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if KUEUE_QUEUE_LABEL in labels or KUEUE_QUEUE_LABEL in ((pod.get("metadata") or {}).get("annotations") or {}):
+    if queued_by_kueue(pod):
         plan.annotations[KUEUE_REQUIRED_TOPOLOGY] = clique_key
     plan.steps.append("gang")
     return True

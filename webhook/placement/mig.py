@@ -9,11 +9,11 @@ fitting profile, smallest first (webhook/placement/dra.py `plan_dra_mig`).
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
 
 from policies.gpu_demand import GpuDemand, mig_compute_slices
 from policies.vocabulary import keys, resources
 from policies.vocabulary.accelerator_types import MigProfile
+from policies.vocabulary.objects import PodView
 from policies.vocabulary.quantities import GIB
 from webhook.cluster.model import ClusterModel
 from webhook.intent import PodIntent
@@ -79,7 +79,7 @@ def mig_demand(demand: GpuDemand, plan: PlacementPlan) -> GpuDemand:
 
 def plan_mig(
     plan: PlacementPlan,
-    pod: dict[str, Any],
+    pod: PodView,
     demand: GpuDemand,
     candidates: list[str],
     wanted_profile: str | None,

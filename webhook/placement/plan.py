@@ -13,9 +13,11 @@ returns False ends planning (a refusal, usually); the plan is whatever the steps
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from policies.gpu_demand import GpuDemand, pod_gpu_demand
+from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.gangs.placement import KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
@@ -64,23 +66,25 @@ PLAN_STEPS: tuple[tuple[str, PlanStep], ...] = (
 
 
 def build_plan(
-    pod: dict[str, Any],
+    pod: PodView | Mapping[str, Any],
     intent: PodIntent,
     decision: Decision | None,
     model: ClusterModel,
     config: Config,
     demand: GpuDemand | None = None,
 ) -> PlacementPlan:
-    """The placement plan of `pod`. `demand` is the pod's GPU demand when the caller has it already (it
-    is derived from `pod`). A pod that asks for no GPU and has no intent gets an empty plan."""
-    demand = demand if demand is not None else pod_gpu_demand(pod)
+    """The placement plan of `pod` (its view, as admission passes the one built at decode, or the pod's
+    dict). `demand` is the pod's GPU demand when the caller has it already (it is derived from `pod`).
+    A pod that asks for no GPU and has no intent gets an empty plan. The pod is only read."""
+    view = pod_view(pod)
+    demand = demand if demand is not None else pod_gpu_demand(view)
     plan = PlacementPlan(gpu_pod=demand.asks_gpu or not intent.empty)
     if not plan.gpu_pod:
         return plan
     fields = dict(decision.fields) if decision else {}
     if decision:
         plan.decided_by = {k: v for k, v in decision.decided_by.items() if k in fields}
-    context = PlanContext(pod, intent, model, config, demand, plan, fields)
+    context = PlanContext(view, intent, model, config, demand, plan, fields)
     for _name, step in PLAN_STEPS:
         if not step(context):
             break

@@ -8,9 +8,10 @@ tolerated; a bare GPU request is left to the scheduler (no selector, no tolerati
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from webhook.cluster.model import TypeSummary
+from webhook.cluster.type_index import TypeSummary
 from webhook.placement.constraints import Requirement, merge
 from webhook.placement.context import PlanContext
 from webhook.placement.trace import record
@@ -80,7 +81,7 @@ def tolerations(ctx: PlanContext) -> bool:
     return True
 
 
-def gpu_tolerations(summaries: list[TypeSummary], profile_spec: dict[str, Any] | None) -> list[dict[str, Any]]:
+def gpu_tolerations(summaries: list[TypeSummary], profile_spec: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """One `Exists` toleration per GPU taint key and effect of these types, then the profile's own."""
     out: list[dict[str, Any]] = []
     taints = sorted({t for s in summaries for t in s.gpu_taints}, key=lambda t: (t.key, t.value or "", t.effect))

@@ -8,10 +8,10 @@ that way, and selects those nodes by the label they carry.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
+from policies.vocabulary.objects import PodView
 from policies.vocabulary.quantities import MIB
 from webhook.cluster.model import ClusterModel
 from webhook.placement.constraints import Requirement
@@ -34,11 +34,11 @@ def _sharing_requirement(model: ClusterModel, nodes: list[str]) -> Requirement:
     return Requirement(L_SHARING, "In", ("mps",))
 
 
-def _max_container_gpus(pod: dict[str, Any]) -> int:
-    """The most whole GPUs any one container asks for."""
+def _max_container_gpus(pod: PodView) -> int:
+    """The most whole GPUs any one app container asks for."""
     most = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        demand = pod_gpu_demand({"spec": {"containers": [container]}})
+    for container in pod.containers:
+        demand = pod_gpu_demand({"spec": {"containers": [container.raw]}})
         most = max(most, demand.whole_gpus)
     return most
 

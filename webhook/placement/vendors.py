@@ -7,29 +7,31 @@ vendor's GPUs runs only on that vendor's types, and naming the other vendor's ty
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
+from policies.vocabulary.objects import PodView, container_amounts, pod_view
 
 RESOURCE_VENDORS = (("nvidia.com/", "nvidia"), ("amd.com/gpu", "amd"))
 
 
-def pod_gpu_vendors(pod: dict[str, Any]) -> set[str]:
+def pod_gpu_vendors(pod: PodView | Mapping[str, Any]) -> set[str]:
     """Vendors whose GPU resources any container (init containers too) of the pod asks for."""
-    spec = pod.get("spec") or {}
+    # Walks the raw containers with the views' tolerant reader (no ContainerView each): every GPU pod's
+    # plan reads this.
+    spec = pod_view(pod).spec
     vendors: set[str] = set()
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        if not isinstance(container, dict):
-            continue
-        resources = container.get("resources") or {}
-        for section in ("limits", "requests"):
-            values = resources.get(section)
-            if not isinstance(values, dict):
+    for part in ("containers", "initContainers"):
+        containers = spec.get(part)
+        for container in containers if isinstance(containers, list) else ():
+            if not isinstance(container, dict):
                 continue
-            for key in values:
-                for prefix, vendor in RESOURCE_VENDORS:
-                    if isinstance(key, str) and key.startswith(prefix):
-                        vendors.add(vendor)
+            for values in container_amounts(container):
+                for key in values:
+                    for prefix, vendor in RESOURCE_VENDORS:
+                        if isinstance(key, str) and key.startswith(prefix):
+                            vendors.add(vendor)
     return vendors
 
 
@@ -39,7 +41,7 @@ def type_vendor(table: AcceleratorTable, type_id: str) -> str:
 
 
 def restrict_to_vendor(
-    pod: dict[str, Any], candidates: list[str], table: AcceleratorTable, explicit: bool
+    pod: PodView | Mapping[str, Any], candidates: list[str], table: AcceleratorTable, explicit: bool
 ) -> tuple[list[str], str | None]:
     """The candidates of the vendor the pod's resources ask for, and a refusal when none is left.
 

@@ -18,7 +18,10 @@ import orjson
 import yaml
 
 from webhook.config import ConfigError, load_config
-from webhook.inventory import Inventory, costs_view, hardware_profiles_view, nodes_view
+from webhook.inventory.capacity import Inventory
+from webhook.inventory.chargeback import costs_view
+from webhook.inventory.nodes import nodes_view
+from webhook.inventory.profiles import hardware_profiles_view
 from webhook.reports.tables import format_table
 from webhook.runtime import Runtime
 
@@ -99,7 +102,7 @@ def _cluster(args: argparse.Namespace) -> Cluster:
 
 def _cluster_from_api(config: Any, kubeconfig: str | None) -> Cluster:
     from webhook import assembly
-    from webhook.cluster.kube_source import load_kube_client
+    from webhook.cluster.kube_json import load_kube_client
 
     try:
         client = load_kube_client(kubeconfig)

@@ -18,14 +18,11 @@ from starlette.routing import Route
 
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.inventory import (
-    InventoryCache,
-    View,
-    costs_view,
-    hardware_profiles_view,
-    nodes_view,
-    tenants_view,
-)
+from webhook.inventory.cache import InventoryCache, View
+from webhook.inventory.chargeback import costs_view
+from webhook.inventory.nodes import nodes_view
+from webhook.inventory.profiles import hardware_profiles_view
+from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
 from webhook.server.reservations_view import with_reservations
 

@@ -9,7 +9,6 @@ SSLContext, so certificate renewals reach every worker.
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import ipaddress
 import logging
@@ -23,9 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 
-import uvicorn
 from cryptography import x509
-from starlette.types import ASGIApp
 
 from certs.authority import Settings
 from certs.files import ensure_files
@@ -37,9 +34,9 @@ from webhook.server import metrics, multiproc_metrics
 from webhook.server.app import BackgroundTask, create_app
 from webhook.server.callers import CallerAuthenticator
 from webhook.server.config_watch import ConfigWatcher
+from webhook.server.listener import ServeError, connection_limits, listening_sockets, uvicorn_server
 from webhook.server.quota_sync import QuotaSync
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
-from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
 from webhook.server.worker_logs import quiet_secondary_worker, worker_started
 from webhook.state import quota_state_file, state_dir
 
@@ -49,10 +46,6 @@ SELF_SIGNED_SERVICE = "kgwe-webhook"
 SELF_SIGNED_NAMESPACE = "kgwe"
 # A worker that dies this soon after starting will die again: stop instead of restarting it forever.
 CRASH_LOOP_SECONDS = 5.0
-
-
-class ServeError(RuntimeError):
-    """`kgwe serve` cannot start; the message says why."""
 
 
 @dataclass
@@ -114,7 +107,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
         return assembly.from_directory(
             config, options.cluster_dir, watch=True, quota_store=quota_store, gang_store=gang_store
         )
-    from webhook.cluster.kube_source import load_kube_client
+    from webhook.cluster.kube_json import load_kube_client
 
     return assembly.from_api(config, load_kube_client(None), serving=True)
 
@@ -239,51 +232,6 @@ def settle_heap() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
-def connection_limits(config: Config) -> ConnectionLimits:
-    """The listener's limits from the config's `server` section (read at start)."""
-    server = config.server
-    return ConnectionLimits(
-        idle_timeout=server.idle_timeout_seconds,
-        handshake_timeout=server.handshake_timeout_seconds,
-        header_timeout=server.header_timeout_seconds,
-        body_timeout=server.body_timeout_seconds,
-        max_connections=server.max_connections,
-    )
-
-
-def uvicorn_server(
-    app: ASGIApp,
-    host: str,
-    port: int,
-    tls: ReloadingSSLContext,
-    log_level: str = "info",
-    *,
-    limits: ConnectionLimits | None = None,
-) -> uvicorn.Server:
-    """uvicorn serving `app` over TLS with the reloading context, httptools and uvloop, and the connection
-    limits of webhook/server/transport.py (defaults: the config's defaults)."""
-    limits = limits or connection_limits(Config())
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        ssl_context_factory=lambda _config, _default: tls.context,
-        loop="auto",
-        http=limited_protocol(limits),
-        lifespan="on",
-        access_log=False,
-        log_level=log_level,
-        # Between two requests on one connection; the protocol applies the same before the first one.
-        # uvicorn takes whole seconds here.
-        timeout_keep_alive=max(1, round(limits.idle_timeout)),
-        server_header=False,
-        # The API server connects directly: a caller's X-Forwarded-* headers must not change the client
-        # address the server sees, and the middleware that would read them runs on every request.
-        proxy_headers=False,
-    )
-    return BoundedServer(config, limits.handshake_timeout)
-
-
 def serve(options: ServeOptions) -> int:
     if options.workers > 1:
         multiproc_metrics.ensure_multiprocess_mode()  # may re-execute this process (multiproc_metrics.py)
@@ -301,53 +249,6 @@ def serve(options: ServeOptions) -> int:
                 sock.close()
         return 0
     return _serve_workers(options, cert_file, key_file, sockets)
-
-
-def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
-    """A listening socket, bound before anything else starts, so a busy port or a foreign address is
-    one line saying what to do (ServeError), not a traceback from deep inside uvicorn."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        sock = socket.create_server((host, port), family=family, backlog=2048, reuse_port=reuse_port)
-    except PermissionError as exc:
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}; ports below 1024 need privileges, "
-                         "give --port 8443 or another free port") from exc
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            raise ServeError(f"port {port} on {host} is already in use (another kgwe serve?); stop it or give "
-                             "--port N") from exc
-        if exc.errno == errno.EADDRNOTAVAIL:
-            raise ServeError(f"cannot listen on {host}:{port}: {host} is not an address of this machine; give "
-                             "--host 127.0.0.1 or --host 0.0.0.0") from exc
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.set_inheritable(True)
-    return sock
-
-
-def listening_sockets(host: str, port: int, workers: int) -> list[socket.socket]:
-    """One listening socket per worker, all on `host:port` with SO_REUSEPORT, where the system has it;
-    otherwise one socket the workers share.
-
-    With one shared socket the worker whose event loop wakes first accepts every connection that is
-    waiting: 16 keep-alive connections opened together (the API server's, a load test's) all went to one
-    of two workers in two runs out of three, and the other worker idled for the connections' lifetime. With
-    SO_REUSEPORT the kernel spreads new connections over the sockets by their addresses. The parent keeps
-    every socket open, so connections that arrive while a worker restarts wait in its backlog. Only
-    processes of the same user can join the group (Linux), so no other user can take a share.
-    """
-    if workers <= 1 or not hasattr(socket, "SO_REUSEPORT"):
-        return [listen(host, port)]
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(workers):
-            sock = listen(host, port, reuse_port=True)
-            sockets.append(sock)
-            port = sock.getsockname()[1]  # port 0: the others join the port the first one got
-    except ServeError:
-        for sock in sockets:
-            sock.close()
-        raise
-    return sockets
 
 
 def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path, sockets: list[socket.socket]) -> int:

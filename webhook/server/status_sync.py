@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from policies.background import Task
-from webhook.inventory import Inventory, hardware_profiles_view
+from webhook.inventory.capacity import Inventory
+from webhook.inventory.profiles import hardware_profiles_view
 from webhook.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -108,7 +108,8 @@ class Identity:
     def _inherited(self, request: AdmissionRequest, obj: dict[str, Any]) -> Requester | None:
         """The signed requester of `obj`, when the API server's requester may act on it: a controller
         identity, or the very user (name and groups) it names, who gains nothing by it."""
-        value = pod_view(obj).annotation(REQUESTED_BY)
+        view = request.pod if obj is request.object else pod_view(obj)  # the view built at decode
+        value = view.annotation(REQUESTED_BY)
         if value is None:
             return None
         user = self.signer.verify(value, request.namespace)

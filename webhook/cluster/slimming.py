@@ -1,0 +1,61 @@
+"""What the cluster model keeps of the objects the API sends: pods slimmed, other kinds nearly whole.
+
+Pods are slimmed to what KGWE reads, because pods dominate a cluster's objects (`slim_pod`):
+metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp;
+spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, and containers /
+initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
+status phase. Everything else (images, env, volumes, conditions, container statuses) is dropped.
+Other kinds are kept whole except `metadata.managedFields` and a node's `status.images` (`slim_object`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.vocabulary.objects import ContainerView, ObjectView, PodView
+
+POD_METADATA_FIELDS = (
+    "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "resourceVersion", "creationTimestamp",
+)
+POD_SPEC_FIELDS = ("nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates")
+
+
+def _slim_container(container: ContainerView, init: bool) -> dict[str, Any]:
+    raw = container.raw
+    out = {"name": raw.get("name"), "resources": raw.get("resources") or {}}
+    if init and raw.get("restartPolicy"):
+        out["restartPolicy"] = raw["restartPolicy"]
+    return out
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a pod KGWE reads (see the module docstring); the rest is dropped to save memory."""
+    view = PodView(pod)
+    meta, spec = view.metadata, view.spec
+    slim_spec: dict[str, Any] = {k: spec[k] for k in POD_SPEC_FIELDS if k in spec}
+    for key, init in (("containers", False), ("initContainers", True)):
+        containers = view.init_containers if init else view.containers
+        if containers:
+            slim_spec[key] = [_slim_container(c, init) for c in containers]
+    out: dict[str, Any] = {
+        "apiVersion": view.api_version or "v1",
+        "kind": "Pod",
+        "metadata": {k: meta[k] for k in POD_METADATA_FIELDS if k in meta},
+        "spec": slim_spec,
+    }
+    phase = view.phase
+    if phase:
+        out["status"] = {"phase": phase}
+    return out
+
+
+def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
+    """Any other kind without what KGWE never reads and what is large: managedFields, a node's image list."""
+    meta = ObjectView(obj).metadata
+    status = obj.get("status")
+    if "managedFields" not in meta and not (isinstance(status, dict) and "images" in status):
+        return obj
+    out = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    if isinstance(status, dict) and "images" in status:
+        out["status"] = {k: v for k, v in status.items() if k != "images"}
+    return out

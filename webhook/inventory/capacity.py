@@ -1,0 +1,266 @@
+"""The one pass behind every inventory view: what each accelerator type has, what bound pods use and
+unbound pods wait for, what each node lends, and what each running pod costs.
+
+Units: a whole-GPU or shared (MPS, time-slicing) bucket counts physical GPUs, a shared node's replicas
+divided by its replicas per GPU; a MIG bucket counts slices of its profile. `available` is what the node
+allocates minus what bound unfinished pods request; `pending` is what unbound unfinished pods ask on a
+type named by their `kgwe.io/accelerator-type` annotation (a pod that may land on several types counts
+on each). Cordoned nodes hold no capacity. DRA nodes count what allocated ResourceClaims hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from policies.gpu_demand import GpuDemand, mig_compute_slices, pod_gpu_demand
+from policies.quota.model import PodCharge, resolve_tenant
+from policies.vocabulary import resources
+from policies.vocabulary.accelerator_types import UNKNOWN
+from policies.vocabulary.objects import PodView
+from webhook.admission.charging import pod_charge
+from webhook.cluster.model import ClusterModel
+from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
+from webhook.config import Config
+from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
+from webhook.dra.facts import dra_allocatable
+from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
+from webhook.inventory.numbers import ZERO
+
+SHARED_MODES = ("mps", "time-slicing")
+
+
+@dataclass
+class Bucket:
+    """Capacity of one kind on one type: whole GPUs, one sharing mode, or one MIG profile."""
+
+    total: Decimal = ZERO
+    allocatable: Decimal = ZERO
+    used: Decimal = ZERO
+    nodes: int = 0
+    min_replicas: int = 0  # shared buckets: the smallest replicas per GPU among the nodes
+
+    @property
+    def available(self) -> Decimal:
+        return max(ZERO, self.allocatable - self.used)
+
+
+@dataclass
+class TypeCapacity:
+    whole: Bucket = field(default_factory=Bucket)
+    shared: dict[str, Bucket] = field(default_factory=dict)  # mps | time-slicing
+    mig: dict[str, Bucket] = field(default_factory=dict)  # profile -> slices
+    pending_whole: Decimal = ZERO
+    pending_mig: dict[str, Decimal] = field(default_factory=dict)
+
+    def equivalents_available(self) -> Decimal:
+        """Free capacity in GPU-equivalents (SPEC section 6): whole GPU 1, MIG slice slices/7."""
+        total = self.whole.available + sum((b.available for b in self.shared.values()), ZERO)
+        for profile, bucket in self.mig.items():
+            total += bucket.available * mig_compute_slices(profile) / 7
+        return total
+
+
+@dataclass(frozen=True)
+class PodCost:
+    namespace: str
+    name: str
+    tenant: str
+    type_id: str
+    hourly: Decimal | None  # None: no price known for the pod's type
+    source: str  # annotation | computed | unpriced
+
+def gpu_resources(facts: NodeFacts) -> dict[str, Decimal]:
+    """The node's GPU resources: its allocatable GPU extended resources and its DRA devices."""
+    found = {k: v for k, v in facts.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES)}
+    return {**found, **dra_allocatable(facts)}
+
+
+def _whole_resource(facts: NodeFacts | None) -> str:
+    if facts is not None and resources.AMD_GPU in facts.allocatable and GPU_RESOURCE not in facts.allocatable:
+        return resources.AMD_GPU
+    return GPU_RESOURCE
+
+
+def demand_resources(demand: GpuDemand, facts: NodeFacts | None) -> dict[str, Decimal]:
+    """A pod's GPU demand as the node's resource names (what it takes from the node's allocatable)."""
+    out: dict[str, Decimal] = {}
+    if demand.whole_gpus:
+        out[_whole_resource(facts)] = Decimal(demand.whole_gpus)
+    for profile, count in demand.mig.items():
+        out[MIG_RESOURCE_PREFIX + profile] = Decimal(count)
+    for key, amount in demand.other.items():
+        out[key] = out.get(key, ZERO) + amount
+    return out
+
+
+class Inventory:
+    """The per-snapshot precompute behind every view."""
+
+    def __init__(self, model: ClusterModel, config: Config, now: datetime | None = None) -> None:
+        self.model = model
+        self.config = config
+        self.generated_at = now or datetime.now(UTC)
+        self.node_used: dict[str, dict[str, Decimal]] = {}
+        self.node_gpu_pods: dict[str, int] = {}  # unfinished GPU pods bound to each node
+        self.types: dict[str, TypeCapacity] = {}
+        self.charges: list[PodCharge] = []
+        self.pod_costs: list[PodCost] = []
+        self.namespace_tenants: dict[str, str] = {}
+        self._collect_pods()
+        self._collect_nodes()
+
+    # -- precompute ---------------------------------------------------------------------------
+    def _tenant_of_namespace(self, namespace: str) -> str:
+        tenant = self.namespace_tenants.get(namespace)
+        if tenant is None:
+            tenant, _quotas = resolve_tenant(
+                namespace, self.model.namespace_labels(namespace), [], list(self.model.tenant_quotas.values())
+            )
+            self.namespace_tenants[namespace] = tenant
+        return tenant
+
+    def _collect_pods(self) -> None:
+        model = self.model
+        for namespace in model.namespaces:
+            self._tenant_of_namespace(namespace)
+        for raw in model.pods.values():
+            pod = PodView(raw)
+            if pod.terminal:
+                continue
+            demand = pod_gpu_demand(pod)
+            if not demand.asks_gpu:
+                continue
+            notes = pod.annotations
+            node_name = pod.node_name
+            facts = model.nodes.get(node_name) if node_name else None
+            if node_name:
+                self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
+                used = self.node_used.setdefault(node_name, {})
+                for key, amount in demand_resources(demand, facts).items():
+                    used[key] = used.get(key, ZERO) + amount
+            else:
+                for type_id in notes.get(OUT_ACCELERATOR_TYPE, "").split(","):
+                    if type_id in model.types:
+                        capacity = self._capacity(type_id)
+                        capacity.pending_whole += demand.whole_gpus
+                        for profile, count in demand.mig.items():
+                            capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
+            charge = pod_charge(pod, model, None)
+            if charge is not None:
+                self.charges.append(charge)
+            if node_name:
+                self.pod_costs.append(self._pod_cost(pod, notes, facts, charge))
+
+    def _pod_cost(
+        self, pod: PodView, notes: Mapping[str, str], facts: NodeFacts | None, charge: PodCharge | None
+    ) -> PodCost:
+        namespace = pod.namespace
+        tenant = notes.get(OUT_TENANT) or self._tenant_of_namespace(namespace)
+        candidates = [t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t]
+        if facts is not None and facts.is_typed:
+            type_id = facts.accelerator_type
+        elif candidates:
+            type_id = candidates[0]
+        else:
+            type_id = facts.accelerator_type if facts is not None and facts.accelerator_type else UNKNOWN
+        stated = parse_hourly_cost(notes.get(OUT_HOURLY_COST))
+        if stated is not None:
+            hourly: Decimal | None = stated
+            source = "annotation"
+        elif charge is not None and charge.bound_type == type_id:
+            # The charge already holds the pod's GPU-equivalents on its node: only the price is missing.
+            price = price_per_gpu_hour(pod, type_id, self.model, self.config)
+            hourly = charge.gpu_equivalents * price if price is not None else None
+            source = "computed" if hourly is not None else "unpriced"
+        else:
+            typed = facts if facts is not None and facts.is_typed else None
+            hourly = pod_hourly_cost(pod, typed, type_id, self.model, self.config) if type_id != UNKNOWN else None
+            source = "computed" if hourly is not None else "unpriced"
+        return PodCost(namespace, pod.name, tenant, type_id, hourly, source)
+
+    def _capacity(self, type_id: str) -> TypeCapacity:
+        capacity = self.types.get(type_id)
+        if capacity is None:
+            capacity = self.types[type_id] = TypeCapacity()
+        return capacity
+
+    def _collect_nodes(self) -> None:
+        for facts in self.model.nodes.values():
+            if not facts.accelerator_type:
+                continue
+            capacity = self._capacity(facts.accelerator_type)
+            if facts.unschedulable:
+                continue
+            used = self.node_used.get(facts.name, {})
+            whole_key = _whole_resource(facts)
+            whole_alloc = facts.allocatable.get(whole_key, ZERO)
+            whole_used = used.get(whole_key, ZERO)
+            if facts.type_source == "dra" and facts.dra is not None:
+                # DRA devices: what allocated ResourceClaims hold is the truth, whoever's pods they serve.
+                self._add_dra(capacity, facts)
+                continue
+            if facts.mig_profiles and facts.mig_ready:
+                self._add_mig(capacity, facts, used)
+            if facts.sharing in SHARED_MODES:
+                replicas = max(1, facts.replicas)
+                bucket = capacity.shared.setdefault(facts.sharing, Bucket())
+                bucket.total += facts.gpu_count
+                bucket.allocatable += whole_alloc / replicas
+                bucket.used += whole_used / replicas
+                bucket.nodes += 1
+                bucket.min_replicas = min(bucket.min_replicas or replicas, replicas)
+            elif facts.mig_strategy in ("single", "gke") and facts.mig_profiles:
+                continue  # nvidia.com/gpu counts MIG slices here, already in the MIG bucket
+            elif whole_alloc > 0 or not facts.mig_profiles:
+                # On a MIG mixed node only the unpartitioned GPUs are whole GPUs.
+                capacity.whole.total += whole_alloc if facts.mig_profiles else Decimal(facts.gpu_count)
+                capacity.whole.allocatable += whole_alloc
+                capacity.whole.used += whole_used
+                capacity.whole.nodes += 1
+
+    @staticmethod
+    def _add_dra(capacity: TypeCapacity, facts: NodeFacts) -> None:
+        assert facts.dra is not None
+        if facts.dra.gpus:
+            capacity.whole.total += len(facts.dra.gpus)
+            capacity.whole.allocatable += len(facts.dra.gpus)
+            capacity.whole.used += facts.dra.allocated_gpus()
+            capacity.whole.nodes += 1
+        allocated = facts.dra.allocated_mig()
+        for profile, count in facts.dra.mig_profiles().items():
+            bucket = capacity.mig.setdefault(profile, Bucket())
+            bucket.total += count
+            bucket.allocatable += count
+            bucket.used += allocated.get(profile, 0)
+            bucket.nodes += 1
+
+    @staticmethod
+    def _add_mig(capacity: TypeCapacity, facts: NodeFacts, used: dict[str, Decimal]) -> None:
+        for profile, count in facts.mig_profiles.items():
+            key = GPU_RESOURCE if facts.mig_strategy in ("single", "gke") else MIG_RESOURCE_PREFIX + profile
+            bucket = capacity.mig.setdefault(profile, Bucket())
+            bucket.total += count
+            bucket.allocatable += facts.allocatable.get(key, Decimal(count))
+            bucket.used += used.get(key, ZERO)
+            bucket.nodes += 1
+
+    # -- profile arithmetic ---------------------------------------------------------------------
+    def profile_counts(self, type_id: str, sharing: dict[str, Any]) -> tuple[Decimal, Decimal, Decimal]:
+        """(total, available, pending) of one type under a profile's sharing mode."""
+        capacity = self.types.get(type_id)
+        if capacity is None:
+            return ZERO, ZERO, ZERO
+        mode = str(sharing.get("mode") or "exclusive")
+        if mode == "mig":
+            profile = str(sharing.get("migProfile") or "")
+            bucket = capacity.mig.get(profile, Bucket())
+            return bucket.total, bucket.available, capacity.pending_mig.get(profile, ZERO)
+        if mode in SHARED_MODES:
+            bucket = capacity.shared.get(mode, Bucket())
+            pending = capacity.pending_whole / max(1, bucket.min_replicas or 1)
+            return bucket.total, bucket.available, pending
+        return capacity.whole.total, capacity.whole.available, capacity.pending_whole
