@@ -75,7 +75,8 @@ class FileQuotaStore:
         self.path = Path(path)
         self.durable = durable
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_path = self.path.with_suffix(self.path.suffix + ".lock")
+        self._lock_path = str(self.path.with_suffix(self.path.suffix + ".lock"))
+        self._path, self._directory = str(self.path), str(self.path.parent)  # no pathlib under the lock
         self.max_lock_wait = max_lock_wait
         self._reported: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of the corrupt file logged
         self._report_guard = threading.Lock()
@@ -184,17 +185,34 @@ class FileQuotaStore:
 
     def _load(self) -> dict[str, dict[str, Any]]:
         """The whole state, validated; {} when there is no file yet. Call with the lock held."""
+        # Plain descriptors, not file objects: this runs under the lock on every reservation.
         try:
-            with open(self.path, "rb") as handle:
-                stat = os.fstat(handle.fileno())
-                if stat.st_size > MAX_STATE_BYTES:
-                    raise self._corrupt(f"{stat.st_size} bytes, more than {MAX_STATE_BYTES}", stat)
-                raw = handle.read(MAX_STATE_BYTES + 1)
+            fd = os.open(self._path, os.O_RDONLY)
         except FileNotFoundError:
             return {}
         except OSError as exc:
             QUOTA_STORE_ERRORS.labels("io").inc()
             raise QuotaUnavailable(f"quota state {self.path} unreadable: {exc}") from exc
+        try:
+            stat = os.fstat(fd)
+            if stat.st_size > MAX_STATE_BYTES:
+                raise self._corrupt(f"{stat.st_size} bytes, more than {MAX_STATE_BYTES}", stat)
+            chunks: list[bytes] = []
+            size = 0
+            while size <= MAX_STATE_BYTES:
+                chunk = os.read(fd, max(stat.st_size - size, 0) + 1)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > MAX_STATE_BYTES:
+                raise self._corrupt(f"more than {MAX_STATE_BYTES} bytes", stat)
+            raw = b"".join(chunks)
+        except OSError as exc:
+            QUOTA_STORE_ERRORS.labels("io").inc()
+            raise QuotaUnavailable(f"quota state {self.path} unreadable: {exc}") from exc
+        finally:
+            os.close(fd)
         if not raw:
             # We never write an empty file (writes are atomic renames): something else truncated it.
             raise self._corrupt("the file is empty", stat)
@@ -216,16 +234,20 @@ class FileQuotaStore:
 
     def _store(self, data: dict[str, dict[str, Any]]) -> None:
         """Replace the state file atomically (and durably with `durable`). Call with the lock held."""
-        scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        scratch = f"{self._directory}/.{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            with open(scratch, "wb") as handle:
-                handle.write(orjson.dumps(data))
-                handle.flush()
+            fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(orjson.dumps(data))
+                while view:
+                    view = view[os.write(fd, view):]
                 if self.durable:
-                    os.fsync(handle.fileno())
-            os.replace(scratch, self.path)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(scratch, self._path)
             if self.durable:
-                directory = os.open(self.path.parent, os.O_RDONLY)
+                directory = os.open(self._directory, os.O_RDONLY)
                 try:
                     os.fsync(directory)
                 finally:
@@ -233,7 +255,7 @@ class FileQuotaStore:
         except OSError as exc:
             QUOTA_STORE_ERRORS.labels("io").inc()
             with contextlib.suppress(OSError):
-                scratch.unlink()
+                os.unlink(scratch)
             raise QuotaUnavailable(f"quota state {self.path} could not be written: {exc}") from exc
 
     def read(self, quota: str, *, timeout: float | None = None) -> Versioned:
