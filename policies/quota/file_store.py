@@ -216,6 +216,10 @@ class FileQuotaStore:
         if not raw:
             # We never write an empty file (writes are atomic renames): something else truncated it.
             raise self._corrupt("the file is empty", stat)
+        return self._parse(raw, stat)
+
+    def _parse(self, raw: bytes, stat: os.stat_result | None) -> dict[str, dict[str, Any]]:
+        """The state document in `raw`, validated (QuotaStateCorrupt otherwise)."""
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 import yaml
-from quota_fixtures import ROOT, FileBackend, InMemoryBackend, RealCluster, TenantQuotaEndpoint, load_objects
+from quota_fixtures import (
+    ROOT,
+    FileBackend,
+    InMemoryBackend,
+    MappedBackend,
+    RealCluster,
+    TenantQuotaEndpoint,
+    load_objects,
+)
 
 
 @pytest.fixture
@@ -36,10 +44,10 @@ def tenantquota_endpoint() -> Iterator[TenantQuotaEndpoint]:
     endpoint.stop()
 
 
-@pytest.fixture(params=["in-memory", "file", "http-endpoint", "real-api-server"])
+@pytest.fixture(params=["in-memory", "file", "mapped", "http-endpoint", "real-api-server"])
 def store_backend(
     request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[InMemoryBackend | FileBackend | TenantQuotaEndpoint | RealCluster]:
+) -> Iterator[InMemoryBackend | FileBackend | MappedBackend | TenantQuotaEndpoint | RealCluster]:
     """The stores under one contract: in memory, KubeQuotaStore against the in-test HTTP endpoint, and
     KubeQuotaStore against the real API server of KGWE_TEST_KUBECONFIG (skipped without it)."""
     if request.param == "in-memory":
@@ -47,6 +55,9 @@ def store_backend(
         return
     if request.param == "file":
         yield FileBackend(tmp_path)
+        return
+    if request.param == "mapped":
+        yield MappedBackend(tmp_path)
         return
     if request.param == "http-endpoint":
         endpoint = TenantQuotaEndpoint()

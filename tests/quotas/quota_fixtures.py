@@ -18,6 +18,7 @@ from kubernetes import client, config
 from policies.kube_client import deadline_api_client
 from policies.quota.file_store import FileQuotaStore
 from policies.quota.kube_store import GROUP, PLURAL, VERSION, KubeQuotaStore
+from policies.quota.mapped_store import MappedQuotaStore
 from policies.quota.model import PodCharge
 from policies.quota.store import InMemoryQuotaStore
 
@@ -273,6 +274,13 @@ class FileBackend:
 
     def new_store(self) -> FileQuotaStore:
         return FileQuotaStore(self.path)
+
+
+class MappedBackend(FileBackend):
+    """The shared mapping `kgwe serve`'s workers use (one mapping per replica, as per worker process)."""
+
+    def new_store(self) -> MappedQuotaStore:  # type: ignore[override]
+        return MappedQuotaStore(self.path, slot_bytes=1024 * 1024)
 
 
 def unique_name(prefix: str) -> str:

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from quota_fixtures import charge, unique_name
 
 from policies.quota.check import QuotaDecision, QuotaService
@@ -74,10 +75,14 @@ def test_parallel_admissions_of_mixed_sizes_never_exceed_the_limit(store_backend
     assert smallest_refused is None or admitted + smallest_refused > LIMIT
 
 
-def _worker_admissions(path: str, name: str, quota: dict[str, Any], worker: int, count: int, results: Any) -> None:
+def _worker_admissions(
+    path: str, name: str, quota: dict[str, Any], worker: int, count: int, results: Any, mapped: bool
+) -> None:
     from policies.quota.file_store import FileQuotaStore
+    from policies.quota.mapped_store import MappedQuotaStore
 
-    service = QuotaService(FileQuotaStore(path, durable=False), lambda _: None, grace_seconds=600)
+    store = MappedQuotaStore(path, slot_bytes=1 << 20) if mapped else FileQuotaStore(path, durable=False)
+    service = QuotaService(store, lambda _: None, grace_seconds=600)
     allowed = 0
     for index in range(count):
         pod = charge(name, f"w{worker}-pod-{index}", Decimal(1), H100, uid=f"w{worker}-uid-{index}")
@@ -86,9 +91,10 @@ def _worker_admissions(path: str, name: str, quota: dict[str, Any], worker: int,
     results.put(allowed)
 
 
-def test_worker_processes_sharing_the_state_file_never_exceed_the_limit(tmp_path: Any) -> None:
-    """`kgwe serve`'s workers are processes, each with its own store on one file: their one-lock
-    transactions (read, change, write) never lose a reservation to each other."""
+@pytest.mark.parametrize("mapped", [False, True], ids=["file", "mapped"])
+def test_worker_processes_sharing_the_state_file_never_exceed_the_limit(tmp_path: Any, mapped: bool) -> None:
+    """`kgwe serve`'s workers are processes, each with its own store on one file (or one shared mapping):
+    their one-lock transactions (read, change, write) never lose a reservation to each other."""
     import multiprocessing
 
     name = unique_name("workers")
@@ -100,7 +106,8 @@ def test_worker_processes_sharing_the_state_file_never_exceed_the_limit(tmp_path
     results = context.Queue()
     path = str(tmp_path / "quota-state.json")
     workers = [
-        context.Process(target=_worker_admissions, args=(path, name, quota, worker, 30, results)) for worker in range(3)
+        context.Process(target=_worker_admissions, args=(path, name, quota, worker, 30, results, mapped))
+        for worker in range(3)
     ]
     for process in workers:
         process.start()
@@ -110,7 +117,9 @@ def test_worker_processes_sharing_the_state_file_never_exceed_the_limit(tmp_path
         assert process.exitcode == 0
     assert sum(admitted) == 40  # 90 asked for one GPU each; exactly the limit was taken
     from policies.quota.file_store import FileQuotaStore
+    from policies.quota.mapped_store import MappedQuotaStore
 
-    reservations = FileQuotaStore(path).read(name).status.reservations
+    reader = MappedQuotaStore(path, slot_bytes=1 << 20) if mapped else FileQuotaStore(path)
+    reservations = reader.read(name).status.reservations
     assert len(reservations) == 40
     assert len({r.pod for r in reservations}) == 40

@@ -95,11 +95,11 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     if options.cluster_dir is not None:
         quota_store = None
         if options.workers > 1:
-            # Workers are processes: their quota reservations meet in one file (the parent's pid names it).
-            from policies.quota.file_store import FileQuotaStore
+            # Workers are processes: their quota reservations meet in one shared mapping of a file in the
+            # runtime directory (the parent's pid names it; it lives as long as this server).
+            from policies.quota.mapped_store import MappedQuotaStore
 
-            # Not fsynced: the file lives as long as this server (policies/quota_file_store.py says why).
-            quota_store = FileQuotaStore(quota_state_file(options.port, os.getppid()), durable=False)
+            quota_store = MappedQuotaStore(quota_state_file(options.port, os.getppid()))
         # Gang records outlive a restart: a file beside the quota reservations, named by the port.
         from webhook.gangs.ledger import FileGangStore
 
