@@ -73,6 +73,15 @@ class FactGathering:
         plan = build_plan(view, intent, decision, model, runtime.config, demand)
         return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)
 
+    def _screen(self, request: AdmissionRequest) -> Outcome | None:
+        """The answer to a request neither flow judges: refused when decode found it invalid, passed as it
+        came when it is not a pod CREATE or UPDATE KGWE looks at; None for the rest."""
+        if request.invalid is not None:
+            return refuse_invalid(request)
+        if not self._in_scope(request):
+            return Outcome(object=request.object)
+        return None
+
     def _is_controller(self, request: AdmissionRequest) -> bool:
         return request.user.username in self.runtime.config.controller_users
 

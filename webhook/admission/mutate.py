@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from webhook.admission.facts import Facts
-from webhook.admission.gather import FactGathering, refuse_invalid
+from webhook.admission.gather import FactGathering
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
@@ -27,10 +27,9 @@ class Mutation(FactGathering):
     """The mutating flow of the admission core."""
 
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
-        if request.invalid is not None:
-            return refuse_invalid(request)
-        if not self._in_scope(request):
-            return Outcome(object=request.object)
+        screened = self._screen(request)
+        if screened is not None:
+            return screened
         assert request.object is not None
         if request.operation == "UPDATE":
             return self._mutate_update(request)

@@ -20,7 +20,7 @@ from policies.api import Violation, WouldBlock
 from policies.gpu_demand import pod_gpu_demand
 from policies.runtime import PolicyEngineError
 from webhook.admission.facts import Facts, Problem
-from webhook.admission.gather import FactGathering, check_deadline, refuse_invalid
+from webhook.admission.gather import FactGathering, check_deadline
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import (
     PREFIX as KGWE_PREFIX,
@@ -126,10 +126,9 @@ class Validation(FactGathering):
 
     def prepare_verdict(self, request: AdmissionRequest, deadline: float | None) -> Outcome | PendingVerdict:
         """The CPU-bound part of validation: an answer, or the gates still to run."""
-        if request.invalid is not None:
-            return refuse_invalid(request)
-        if not self._in_scope(request):
-            return Outcome(object=request.object)
+        screened = self._screen(request)
+        if screened is not None:
+            return screened
         assert request.object is not None
         if request.operation == "UPDATE":
             return self._prepare_update(request, deadline)

@@ -8,6 +8,7 @@ that way, and selects those nodes by the label they carry.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
@@ -34,6 +35,16 @@ def _sharing_requirement(model: ClusterModel, nodes: list[str]) -> Requirement:
     return Requirement(L_SHARING, "In", ("mps",))
 
 
+def _shared_types(ctx: PlanContext, step: str, mode: str, shared: str, offers: Callable[[str], bool]) -> list[str]:
+    """The candidate types with nodes shared this way, recorded in the trace; none: the plan is refused."""
+    types = [t for t in ctx.candidates if offers(t)]
+    record(ctx.plan, step, types, f"no node of this type is {shared}")
+    if not types:
+        asked = "/".join(ctx.candidates) if ctx.explicit_types else "GPU"
+        ctx.plan.refusals.append(f"{mode}: no {asked} node is {shared}; this cluster has {describe_cluster(ctx.model)}")
+    return types
+
+
 def _max_container_gpus(pod: PodView) -> int:
     """The most whole GPUs any one app container asks for."""
     most = 0
@@ -48,14 +59,9 @@ def mps(ctx: PlanContext) -> bool:
     percentage and `kgwe.io/gpu-memory` as the pinned memory limit."""
     if ctx.sharing != "mps":
         return True
-    plan, model, candidates = ctx.plan, ctx.model, ctx.candidates
-    mps_types = [t for t in candidates if model.types[t].mps_nodes]
-    record(plan, "mps", mps_types, "no node of this type is shared with MPS")
+    plan, model = ctx.plan, ctx.model
+    mps_types = _shared_types(ctx, "mps", "MPS sharing", "shared with MPS", lambda t: bool(model.types[t].mps_nodes))
     if not mps_types:
-        plan.refusals.append(
-            f"MPS sharing: no {'/'.join(candidates) if ctx.explicit_types else 'GPU'} node is shared with MPS; "
-            f"this cluster has {describe_cluster(model)}"
-        )
         return False
     max_container_gpus = _max_container_gpus(ctx.pod)
     if max_container_gpus > 1:
@@ -81,14 +87,11 @@ def time_slicing(ctx: PlanContext) -> bool:
     """Time-slicing: nodes whose GPUs are time-sliced, selected by GFD's sharing-strategy label."""
     if ctx.sharing != "time-slicing":
         return True
-    plan, model, candidates = ctx.plan, ctx.model, ctx.candidates
-    ts_types = [t for t in candidates if model.types[t].timeslice_nodes]
-    record(plan, "time-slicing", ts_types, "no node of this type is time-sliced")
+    plan, model = ctx.plan, ctx.model
+    ts_types = _shared_types(
+        ctx, "time-slicing", "time-slicing", "time-sliced", lambda t: bool(model.types[t].timeslice_nodes)
+    )
     if not ts_types:
-        plan.refusals.append(
-            f"time-slicing: no {'/'.join(candidates) if ctx.explicit_types else 'GPU'} node is time-sliced; "
-            f"this cluster has {describe_cluster(model)}"
-        )
         return False
     ctx.candidates = ts_types
     plan.sharing = "time-slicing"
