@@ -187,7 +187,6 @@ def run_worker(
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds).task)
     # Who may call the admission endpoints is fixed for the process's life, like the TLS context's client CA.
     callers = CallerAuthenticator(options.config.authentication)
-    callers.announce()
     app = create_app(
         runtime, ui=options.ui, extra_routers=[
             api_router(runtime), gangs_router(runtime), explain_router(runtime), workloads_router(runtime),
@@ -241,6 +240,8 @@ def serve(options: ServeOptions) -> int:
     else:
         cert_file, key_file, ca_file = self_signed_pair(options.host, options.extra_dns_names)
         print(f"kgwe serve: no --tls-cert-file given; serving a self-signed certificate. CA: {ca_file}", flush=True)
+    # Once, by the process the operator started, before any worker answers a request.
+    CallerAuthenticator(options.config.authentication).announce()
     if options.workers <= 1:
         try:
             run_worker(options, cert_file, key_file, sockets)
