@@ -16,7 +16,7 @@ import itertools
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -135,6 +135,49 @@ class _ThreadEngine:
     data_generation: int
 
 
+class ThreadBound:
+    """One native regorus object per thread for one prepared set: built by `build` in the thread that
+    uses it, kept in that thread's LRU of `per_thread` (under `slot`), and given the set's data again by
+    `load_data` whenever `data_changed()` has been called since."""
+
+    def __init__(
+        self, slot: str, build: Callable[[], Any], load_data: Callable[[Any], None], per_thread: int = 4
+    ) -> None:
+        self._slot, self._build, self._load_data, self._per_thread = slot, build, load_data, per_thread
+        self._token = next(_tokens)
+        self._generation = 0
+        self._lock = threading.Lock()
+
+    def data_changed(self) -> None:
+        with self._lock:
+            self._generation += 1
+
+    def get(self) -> Any:
+        cache: OrderedDict[int, _ThreadEngine] | None = getattr(_THREAD_ENGINES, self._slot, None)
+        if cache is None:
+            cache = OrderedDict()
+            setattr(_THREAD_ENGINES, self._slot, cache)
+        entry = cache.get(self._token)
+        if entry is None:
+            entry = _ThreadEngine(self._build(), -1)
+            cache[self._token] = entry
+            while len(cache) > self._per_thread:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(self._token)
+        generation = self._generation
+        if entry.data_generation != generation:
+            self._load_data(entry.engine)
+            entry.data_generation = generation
+        return entry.engine
+
+    def forget(self) -> None:
+        """Drop this thread's object (the set is closed, or was refused)."""
+        cache = getattr(_THREAD_ENGINES, self._slot, None)
+        if cache is not None:
+            cache.pop(self._token, None)
+
+
 class _PreparedRegorus:
     engine_name = "regorus"
 
@@ -142,9 +185,7 @@ class _PreparedRegorus:
         self._modules = dict(modules)
         self._data = dict(data)
         self._cluster: Mapping[str, Any] | None = None
-        self._data_generation = 0
-        self._token = next(_tokens)
-        self._lock = threading.Lock()
+        self._engines = ThreadBound("cache", self._build, self._load_data, _ENGINES_PER_THREAD)
         self._engine()  # parse now, in this thread: a module that does not parse is refused at load
 
     def _build(self) -> Any:
@@ -159,23 +200,11 @@ class _PreparedRegorus:
         return engine
 
     def _engine(self) -> Any:
-        cache: OrderedDict[int, _ThreadEngine] | None = getattr(_THREAD_ENGINES, "cache", None)
-        if cache is None:
-            cache = _THREAD_ENGINES.cache = OrderedDict()
-        entry = cache.get(self._token)
-        if entry is None:
-            entry = _ThreadEngine(self._build(), -1)
-            cache[self._token] = entry
-            while len(cache) > _ENGINES_PER_THREAD:
-                cache.popitem(last=False)
-        else:
-            cache.move_to_end(self._token)
-        generation = self._data_generation
-        if entry.data_generation != generation:
-            entry.engine.clear_data()
-            entry.engine.add_data_json(orjson.dumps(self._full_data(), default=_json_default).decode())
-            entry.data_generation = generation
-        return entry.engine
+        return self._engines.get()
+
+    def _load_data(self, engine: Any) -> None:
+        engine.clear_data()
+        engine.add_data_json(orjson.dumps(self._full_data(), default=_json_default).decode())
 
     def _full_data(self) -> dict[str, Any]:
         data = dict(self._data)
@@ -186,12 +215,9 @@ class _PreparedRegorus:
         return data
 
     def set_cluster(self, cluster: Mapping[str, Any]) -> None:
-        if cluster is self._cluster:
-            return
-        with self._lock:
-            if cluster is not self._cluster:
-                self._cluster = cluster
-                self._data_generation += 1
+        if cluster is not self._cluster:
+            self._cluster = cluster
+            self._engines.data_changed()
 
     def query(self, path: str, rego_input: RegoInput | None = None) -> Any:
         try:
@@ -208,9 +234,7 @@ class _PreparedRegorus:
         return rows[0]["expressions"][0]["value"]
 
     def close(self) -> None:
-        cache = getattr(_THREAD_ENGINES, "cache", None)
-        if cache is not None:
-            cache.pop(self._token, None)
+        self._engines.forget()
 
 
 class RegorusEngine:

@@ -44,22 +44,18 @@ import hashlib
 import logging
 import os
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
 from policies.engines.rego import (
-    _THREAD_ENGINES,
     PreparedRego,
     RegoEvaluationError,
     RegoInput,
+    ThreadBound,
     _json_default,
     _PreparedRegorus,
-    _tokens,
     clean_error,
 )
 from policies.loading.aggregate import (
@@ -436,12 +432,6 @@ def same_document(left: Any, right: Any) -> bool:
 # -- the prepared set ---------------------------------------------------------------------------
 
 
-@dataclass
-class _ThreadVm:
-    vm: Any
-    data_generation: int
-
-
 class RvmRefused(Exception):
     """This set is not served on the RVM (the message says why); the interpreter serves it."""
 
@@ -483,9 +473,7 @@ class _PreparedRvm:
         self._binary = bytes(program.serialize_binary())
         self._cluster: Mapping[str, Any] | None = None
         self._cluster_ok: tuple[Mapping[str, Any] | None, bool] = (None, True)
-        self._data_generation = 0
-        self._token = next(_tokens)
-        self._lock = threading.Lock()
+        self._vms = ThreadBound("vms", self._build_vm, self._load_data, _VMS_PER_THREAD)
         self.fallbacks = 0  # requests the interpreter answered (guards); read by tests and the bench
         self._self_check(g.name for g in gathered if g.gated)
 
@@ -511,30 +499,21 @@ class _PreparedRvm:
             self.set_cluster(prepared_cluster)  # back to the data the set was prepared with
 
     def _vm(self) -> Any:
-        cache: OrderedDict[int, _ThreadVm] | None = getattr(_THREAD_ENGINES, "vms", None)
-        if cache is None:
-            cache = _THREAD_ENGINES.vms = OrderedDict()
-        entry = cache.get(self._token)
-        if entry is None:
-            import regorus
+        return self._vms.get()
 
-            # (program, whether it must be recompiled): the bytes come from this very build, so never.
-            program, stale = regorus.Program.deserialize_binary(self._binary)
-            if stale:
-                raise RegoEvaluationError("the compiled Rego program must be recompiled")
-            vm = regorus.Rvm()
-            vm.load_program(program)
-            entry = _ThreadVm(vm, -1)
-            cache[self._token] = entry
-            while len(cache) > _VMS_PER_THREAD:
-                cache.popitem(last=False)
-        else:
-            cache.move_to_end(self._token)
-        generation = self._data_generation
-        if entry.data_generation != generation:
-            entry.vm.set_data_json(self._full_data_json())
-            entry.data_generation = generation
-        return entry.vm
+    def _build_vm(self) -> Any:
+        import regorus
+
+        # (program, whether it must be recompiled): the bytes come from this very build, so never.
+        program, stale = regorus.Program.deserialize_binary(self._binary)
+        if stale:
+            raise RegoEvaluationError("the compiled Rego program must be recompiled")
+        vm = regorus.Rvm()
+        vm.load_program(program)
+        return vm
+
+    def _load_data(self, vm: Any) -> None:
+        vm.set_data_json(self._full_data_json())
 
     def _full_data_json(self) -> str:
         if self._cluster is None:
@@ -545,12 +524,9 @@ class _PreparedRvm:
 
     def set_cluster(self, cluster: Mapping[str, Any]) -> None:
         self._interpreter.set_cluster(cluster)
-        if cluster is self._cluster:
-            return
-        with self._lock:
-            if cluster is not self._cluster:
-                self._cluster = cluster
-                self._data_generation += 1
+        if cluster is not self._cluster:
+            self._cluster = cluster
+            self._vms.data_changed()
 
     def _cluster_fits(self) -> bool:
         cluster = self._cluster
@@ -589,9 +565,7 @@ class _PreparedRvm:
         return value
 
     def _forget_vm(self) -> None:
-        cache = getattr(_THREAD_ENGINES, "vms", None)
-        if cache is not None:
-            cache.pop(self._token, None)
+        self._vms.forget()
 
     def close(self) -> None:
         self._forget_vm()

@@ -17,10 +17,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import yaml
 from kubernetes import client as k8s_client
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -188,6 +190,28 @@ class FakeApiServer:
     def open_watches(self, kind: str) -> int:
         with self.cond:
             return self._open.get(PATH_OF_KIND[kind], 0)
+
+
+def serving_cluster(directory: Path) -> FakeApiServer:
+    """A started fake API server holding every object of a YAML cluster directory it knows the kind of."""
+    from webhook.cluster.yaml_source import iter_manifests
+
+    server = FakeApiServer().start()
+    for _path, obj in iter_manifests(directory):
+        if obj.get("kind") in PATH_OF_KIND:
+            server.put(obj["kind"], obj)
+    return server
+
+
+def write_kubeconfig(path: Path, server_url: str, user: str = "kgwe") -> Path:
+    """A kubeconfig at `path` whose one context points at `server_url` with a token nobody checks."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": server_url}}],
+        "users": [{"name": user, "user": {"token": "not-checked"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": user}}],
+    }))
+    return path
 
 
 def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:

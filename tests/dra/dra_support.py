@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import ssl
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ import httpx
 import jsonpatch
 import orjson
 from fastapi import FastAPI
-from server_support import start_server
+from server_support import admission_review, start_server
 
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
@@ -26,34 +25,9 @@ DRA_CLUSTER = ROOT / "examples" / "cluster-dra"
 
 
 def review(pod: dict[str, Any], *, dry_run: bool = False, operation: str = "CREATE") -> dict[str, Any]:
-    """An AdmissionReview for a pod CREATE exactly as kube-apiserver posts it."""
-    meta = pod.get("metadata") or {}
-    gvk = {"group": "", "version": "v1", "kind": "Pod"}
-    gvr = {"group": "", "version": "v1", "resource": "pods"}
-    return {
-        "kind": "AdmissionReview",
-        "apiVersion": "admission.k8s.io/v1",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": gvk,
-            "resource": gvr,
-            "requestKind": gvk,
-            "requestResource": gvr,
-            "name": meta.get("name", ""),
-            "namespace": meta.get("namespace", "default"),
-            "operation": operation,
-            "userInfo": {
-                "username": "alice@example.com",
-                "uid": "b5d2b0c4-5a0b-4c0e-9d7e-1f2a3b4c5d6e",
-                "groups": ["team-a", "system:authenticated"],
-                "extra": {},
-            },
-            "object": pod,
-            "oldObject": None,
-            "dryRun": dry_run,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
-    }
+    """An AdmissionReview for a pod exactly as kube-apiserver posts it, in the pod's namespace."""
+    namespace = (pod.get("metadata") or {}).get("namespace", "default")
+    return admission_review(pod, operation=operation, dry_run=dry_run, namespace=namespace)
 
 
 def gpu_pod(name: str, annotations: dict[str, str], gpus: int = 1, namespace: str = "default") -> dict[str, Any]:

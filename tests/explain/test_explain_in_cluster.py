@@ -9,29 +9,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from cluster_dirs import EXAMPLE_CLUSTER, gpu_pod
-from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
+from kube_fake_apiserver import FakeApiServer, serving_cluster, write_kubeconfig
 
 from webhook.cli import main
-from webhook.cluster.yaml_source import iter_manifests
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeApiServer, Path]]:
-    api = FakeApiServer().start()
-    for _path, obj in iter_manifests(EXAMPLE_CLUSTER):
-        if obj.get("kind") in PATH_OF_KIND:
-            api.put(obj["kind"], obj)
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
-        "users": [{"name": "kgwe", "user": {"token": "not-checked"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "kgwe"}}],
-    }))
+    api = serving_cluster(EXAMPLE_CLUSTER)
+    path = write_kubeconfig(tmp_path / "kubeconfig", api.url)
     monkeypatch.setenv("KGWE_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("KGWE_TEST_KUBECONFIG", str(path))
     try:

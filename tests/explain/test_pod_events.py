@@ -17,9 +17,8 @@ import httpx
 import orjson
 import pytest
 import yaml
-from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
+from kube_fake_apiserver import FakeApiServer, serving_cluster, write_kubeconfig
 
-from webhook.cluster.yaml_source import iter_manifests
 from webhook.review import create_review
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,17 +41,8 @@ def _pod(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[FakeApiServer, httpx.Client]]:
-    api = FakeApiServer().start()
-    for _path, obj in iter_manifests(CLUSTER):
-        if obj.get("kind") in PATH_OF_KIND:
-            api.put(obj["kind"], obj)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
-        "users": [{"name": "kgwe", "user": {"token": "not-checked"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "kgwe"}}],
-    }))
+    api = serving_cluster(CLUSTER)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state"),
            "KGWE_TEST_KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": "kgwe"}

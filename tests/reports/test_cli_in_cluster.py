@@ -8,29 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, gpu_pod
-from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
+from kube_fake_apiserver import FakeApiServer, serving_cluster, write_kubeconfig
 
 from webhook.audit import ApiPodReader
 from webhook.cluster.kube_json import load_kube_client
-from webhook.cluster.yaml_source import iter_manifests
 from webhook.reports.commands import run
 
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Path]]:
-    server = FakeApiServer().start()
-    for _path, obj in iter_manifests(EXAMPLE_CLUSTER):
-        if obj.get("kind") in PATH_OF_KIND:
-            server.put(obj["kind"], obj)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
-        "users": [{"name": "kgwe", "user": {"token": "not-checked"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "kgwe"}}],
-    }))
+    server = serving_cluster(EXAMPLE_CLUSTER)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
     try:
         yield server, kubeconfig
     finally:

@@ -13,11 +13,9 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-import yaml
-from kube_fake_apiserver import PATH_OF_KIND, FakeApiServer
+from kube_fake_apiserver import serving_cluster, write_kubeconfig
 from server_support import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod
 
-from webhook.cluster.yaml_source import iter_manifests
 from webhook.config import load_config
 from webhook.review import create_review, review_pod
 from webhook.runtime import build_runtime
@@ -25,17 +23,8 @@ from webhook.runtime import build_runtime
 
 @pytest.fixture
 def api_with_example_cluster(tmp_path: Path) -> Iterator[Path]:
-    server = FakeApiServer().start()
-    for _path, obj in iter_manifests(CLUSTER):
-        if obj.get("kind") in PATH_OF_KIND:
-            server.put(obj["kind"], obj)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
-        "users": [{"name": "kgwe", "user": {"token": "not-checked"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "kgwe"}}],
-    }))
+    server = serving_cluster(CLUSTER)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
     try:
         yield kubeconfig
     finally:
