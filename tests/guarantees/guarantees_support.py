@@ -7,7 +7,6 @@ import base64
 import copy
 import json
 import ssl
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ import jsonpatch
 import orjson
 import pytest
 from fastapi import FastAPI
-from server_support import start_server
+from server_support import admission_review, start_server
 
 from certs.authority import Settings
 from certs.files import ensure_files
@@ -43,26 +42,10 @@ def review(
 ) -> dict[str, Any]:
     """An AdmissionReview as kube-apiserver sends it for a pod CREATE or UPDATE."""
     namespace = obj.get("metadata", {}).get("namespace", "team-a")
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": obj.get("metadata", {}).get("name", ""),
-            "namespace": namespace,
-            "operation": operation,
-            "userInfo": {"username": user, "uid": "u-" + user, "groups": list(groups)},
-            "object": obj,
-            "oldObject": old,
-            "dryRun": dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions" if operation == "CREATE"
-                        else "UpdateOptions"},
-        },
-    }
+    return admission_review(
+        obj, operation=operation, old=old, dry_run=dry_run, namespace=namespace,
+        user=user, user_uid="u-" + user, groups=groups, extra={},
+    )
 
 
 def gpu_pod(name: str = "train", namespace: str = "team-a", gpus: int | str = 1,

@@ -8,7 +8,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,10 @@ def admission_review(
     resource: str = "pods",
     dry_run: bool = False,
     namespace: str = "team-a",
+    user: str = "alice@example.com",
+    user_uid: str = "b5d2b0c4-5a0b-4c0e-9d7e-1f2a3b4c5d6e",
+    groups: Sequence[str] = ("team-a", "system:authenticated"),
+    extra: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """An AdmissionReview exactly as kube-apiserver posts it."""
     name = ((obj or old or {}).get("metadata") or {}).get("name", "")
@@ -87,10 +91,12 @@ def admission_review(
             "namespace": namespace,
             "operation": operation,
             "userInfo": {
-                "username": "alice@example.com",
-                "uid": "b5d2b0c4-5a0b-4c0e-9d7e-1f2a3b4c5d6e",
-                "groups": ["team-a", "system:authenticated"],
-                "extra": {"iam.gke.io/user-assertion": ["abc"], "user-assertion.cloud.google.com": ["xyz"]},
+                "username": user,
+                "uid": user_uid,
+                "groups": list(groups),
+                "extra": extra if extra is not None else {
+                    "iam.gke.io/user-assertion": ["abc"], "user-assertion.cloud.google.com": ["xyz"],
+                },
             },
             "object": copy.deepcopy(obj),
             "oldObject": copy.deepcopy(old),
