@@ -34,7 +34,7 @@ from policies.engines.cel import (
     uses_params,
 )
 from policies.engines.health import EngineHealth, UnreachablePrepared
-from policies.engines.native_builtins import Declined, NativeBuiltins, native_units
+from policies.engines.native_builtins import Declined, NativeBuiltins, merge_answers, native_units
 from policies.engines.rego import (
     UNDEFINED,
     RegoCompileError,
@@ -449,7 +449,9 @@ class PolicyRuntime:
             variables = {
                 "object": request.get("object"),
                 "oldObject": request.get("oldObject"),
-                "request": request,
+                # Converting the pod is most of an activation's cost: once, unless some expression may read
+                # it through `request` too.
+                "request": request if cache.policy_set.cel_reads_request_objects else _without_objects(request),
                 "params": None if shared else policy.params,
                 "namespaceObject": ctx.namespace_object,
             }
@@ -531,14 +533,19 @@ class PolicyRuntime:
             found.append(Violation(policy.name, policy.action, message))
         return found
 
-    def _rego_input(self, ctx: PolicyContext, active: Iterable[CompiledGPUPolicy]) -> RegoInput:
+    def _rego_input(self, ctx: PolicyContext, active: Iterable[CompiledGPUPolicy], native: Iterable[str] = ()
+                    ) -> RegoInput:
+        kgwe: dict[str, Any] = {"active": {p.name: True for p in active}}
+        skipped = dict.fromkeys(native, True)
+        if skipped:
+            kgwe["native"] = skipped
         return RegoInput({
             "request": ctx.request,
             "namespaceObject": ctx.namespace_object,
             "intent": ctx.intent,
             "tenant": ctx.tenant,
             "params": {},
-            "kgwe": {"active": {p.name: True for p in active}},
+            "kgwe": kgwe,
         })
 
     def _native_for(self, policy_set: PolicySet) -> NativeBuiltins | None:
@@ -550,21 +557,31 @@ class PolicyRuntime:
         self._native = (policy_set, native)
         return native
 
-    def _query(self, policy_set: PolicySet, query: str, ctx: PolicyContext, active: list[CompiledGPUPolicy]) -> Any:
+    def _query(self, policy_set: PolicySet, query: str, ctx: PolicyContext, active: list[CompiledGPUPolicy],
+               *, natively: bool = True) -> Any:
+        """The aggregate document `query` names: the built-ins answered in Python where they can be
+        (`natively`), the rest by the engine."""
         prepared = policy_set.prepared
         assert prepared is not None
-        if self.native_builtins:
+        native_answer: Any = None
+        native_names: list[str] = []
+        if natively and self.native_builtins:
             native = self._native_for(policy_set)
-            if native is not None and native.answers(p.name for p in active):
+            if native is not None:
                 document = {"request": ctx.request, "namespaceObject": ctx.namespace_object, "intent": ctx.intent}
                 try:
-                    return native.query(query, document, ctx.cluster)
+                    native_answer = native.query(query, document, ctx.cluster)
                 except Declined:
-                    pass  # a corner only the engine is authoritative on: ask it
+                    pass  # a corner only the engine is authoritative on: it answers everything
+                else:
+                    if native.answers(p.name for p in active):
+                        return native_answer
+                    # An active GPUPolicy's Rego must run: the engine answers it and skips the built-ins.
+                    native_names = native.policies
         started, wall = time.thread_time(), time.perf_counter()
         try:
             prepared.set_cluster(ctx.cluster)
-            result = prepared.query(query, self._rego_input(ctx, active))
+            result = prepared.query(query, self._rego_input(ctx, active, native_names))
         except RegoEngineUnreachable as exc:
             if policy_set is self._set:  # a request still on a set the reconnect loop just replaced says nothing
                 self.engine_health.mark_down(str(exc))
@@ -575,7 +592,13 @@ class PolicyRuntime:
             raise _EvaluationFailed(
                 prepared.engine_name, "rego", f"evaluation exceeded the Rego time limit of {self.rego_time_limit}s"
             )
-        return {} if result is UNDEFINED else result
+        result = {} if result is UNDEFINED else result
+        if native_names:
+            try:
+                return merge_answers(native_answer, result)
+            except Declined:
+                return self._query(policy_set, query, ctx, active, natively=False)
+        return result
 
     def _rego_check(self, policy_set: PolicySet, ctx: PolicyContext, active: list[CompiledGPUPolicy]
                     ) -> list[Violation]:
@@ -633,6 +656,10 @@ class PolicyRuntime:
         if self.failure_mode == "closed":
             return [Violation(failed.policy, "Deny", f"the policy engine failed: {failed.reason}")]
         return []
+
+
+def _without_objects(request: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in request.items() if key != "object" and key != "oldObject"}
 
 
 def _merge_partials(policy_set: PolicySet, partials: Any) -> PlacementDecision:

@@ -308,12 +308,36 @@ class CelPythonEngine:
 
 
 _PARAMS_WORD = re.compile(r"\bparams\b")
+_REQUEST_WORD = re.compile(r"\brequest\b")
+# The AdmissionRequest fields other than the two objects: an expression that reads `request` only as
+# `request.<one of these>` cannot tell a request without `object` and `oldObject` from the whole one.
+REQUEST_FIELDS_BESIDE_OBJECTS = frozenset({
+    "uid", "kind", "resource", "subResource", "requestKind", "requestResource", "requestSubResource", "name",
+    "namespace", "operation", "userInfo", "dryRun", "options",
+})
+_REQUEST_FIELD = re.compile(r"\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)\b")
 
 
 @functools.lru_cache(maxsize=4096)
 def uses_params(expression: str) -> bool:
     """Whether the expression may read `params` (a cautious textual test: a false True only costs sharing)."""
     return _PARAMS_WORD.search(expression) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def reads_request_objects(expression: str) -> bool:
+    """Whether the expression may read `request.object` or `request.oldObject` (or `request` as a whole).
+
+    Cautious and textual: every `request` word must be followed by `.field` with a field of
+    REQUEST_FIELDS_BESIDE_OBJECTS; anything else (`request.object`, `request["x"]`, `has(request.?o)`,
+    `request.all(...)`, `cel.bind(r, request, ...)`, the word in a string or a comment) counts as True.
+    The runtime then converts the pod once (`object`) instead of twice (`object`, `request.object`).
+    """
+    for found in _REQUEST_WORD.finditer(expression):
+        field = _REQUEST_FIELD.match(expression, found.end())
+        if field is None or field.group(1) not in REQUEST_FIELDS_BESIDE_OBJECTS:
+            return True
+    return False
 
 
 def build_cel_engine(name: CelEngineName = "cel-expr-python") -> CelEngine:

@@ -133,6 +133,12 @@ class NativeBuiltins:
         """Whether no Rego policy other than the built-ins runs for a request with these active GPUPolicies."""
         return not any(name in self._gated for name in active)
 
+    @property
+    def policies(self) -> list[str]:
+        """The built-in policies answered here: when a GPUPolicy's Rego must run too, the engine skips
+        these (`input.kgwe.native`) and `merge_answers` joins the two documents."""
+        return self._policies
+
     # -- the aggregate's documents ----------------------------------------------------------------
 
     def query(self, path: str, document: Mapping[str, Any], cluster: Mapping[str, Any]) -> Any:
@@ -183,6 +189,29 @@ class NativeBuiltins:
         if isinstance(found, Declined):
             raise found
         return found  # type: ignore[no-any-return]
+
+
+# The aggregate's document names; below them, policy names.
+_DOCUMENTS = frozenset({"deny", "warn", "check", "decision"})
+
+
+def merge_answers(native: Any, engine: Any) -> Any:
+    """One aggregate document from the built-ins' answer here and the engine's answer for every other
+    policy (it skipped the built-ins). Keys come out sorted, as in the engine's objects. Both documents
+    name disjoint policies; anything else raises Declined (ask the engine for the whole document)."""
+    if not isinstance(native, dict) or not isinstance(engine, dict):
+        raise Declined("an aggregate document that is not an object")
+    merged: dict[str, Any] = {}
+    for key in sorted(native.keys() | engine.keys()):
+        if key not in engine:
+            merged[key] = native[key]
+        elif key not in native:
+            merged[key] = engine[key]
+        elif key in _DOCUMENTS:
+            merged[key] = merge_answers(native[key], engine[key])
+        else:
+            raise Declined(f"policy {key} answered twice")
+    return merged
 
 
 # -- lib/pod.rego ---------------------------------------------------------------------------------

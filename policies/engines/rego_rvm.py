@@ -140,7 +140,7 @@ def rvm_aggregate_modules(policies: list[GatheredPolicy]) -> dict[str, str]:
             if kind not in policy.rules:
                 continue
             helper = f"{kind}_{index}"
-            guard = f"input.kgwe.active[{key}]\n\t" if policy.gated else ""
+            guard = f"input.kgwe.active[{key}]\n\t" if policy.gated else f"not input.kgwe.native[{key}]\n\t"
             helpers.append(f"default {helper} := {{}}\n\n{helper} := {{{key}: v}} if {{\n\t{guard}"
                            f"v := data.{policy.package}.{kind}\n}}\n")
             kinds[kind].append(f"data.{RVM_PACKAGE}.{helper}")
@@ -384,9 +384,12 @@ def _intent(**fields: Any) -> dict[str, Any]:
     return intent
 
 
-def probe_inputs(gated: Iterable[str]) -> list[tuple[dict[str, Any] | None, dict[str, Any]]]:
+def probe_inputs(
+    gated: Iterable[str], ungated: Iterable[str] = (),
+) -> list[tuple[dict[str, Any] | None, dict[str, Any]]]:
     """(cluster, input) pairs for the load-time self-check: GPU and CPU pods, privileged and env corners,
-    MIG and inference defaults, each with every GPUPolicy active and with none."""
+    MIG and inference defaults, each with every GPUPolicy active and with none, and with every always-run
+    policy answered natively (`input.kgwe.native`) and with none."""
     gpu = {"name": "main", "image": "registry.example/cuda:12",
            "resources": {"limits": {"nvidia.com/gpu": "2", "memory": "8Gi"}}, "securityContext": {}}
     odd = {"name": "side", "image": "busybox", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
@@ -408,15 +411,20 @@ def probe_inputs(gated: Iterable[str]) -> list[tuple[dict[str, Any] | None, dict
                  sharing="mig", gpuFraction=0.5, topology="nvlink", gang="g", gpus=1, inference=False)),
     ]
     names = list(gated)
+    always = list(ungated)
+    combinations = [(names, []), ([], []), *([(names, always)] if always else [])]
     probes: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
     for cluster in (None, _PROBE_CLUSTER):
         for pod, namespace, intent in cases:
-            for active in (names, []):
+            for active, native in combinations:
+                kgwe: dict[str, Any] = {"active": dict.fromkeys(active, True)}
+                if native:
+                    kgwe["native"] = dict.fromkeys(native, True)
                 probes.append((cluster, {
                     "request": {"uid": "probe", "operation": "CREATE", "namespace": "default", "object": pod,
                                 "userInfo": {"username": "probe", "groups": ["system:authenticated"]}},
                     "namespaceObject": namespace, "intent": intent, "tenant": None, "params": {},
-                    "kgwe": {"active": dict.fromkeys(active, True)},
+                    "kgwe": kgwe,
                 }))
     return probes
 
@@ -475,13 +483,13 @@ class _PreparedRvm:
         self._cluster_ok: tuple[Mapping[str, Any] | None, bool] = (None, True)
         self._vms = ThreadBound("vms", self._build_vm, self._load_data, _VMS_PER_THREAD)
         self.fallbacks = 0  # requests the interpreter answered (guards); read by tests and the bench
-        self._self_check(g.name for g in gathered if g.gated)
+        self._self_check([g.name for g in gathered if g.gated], [g.name for g in gathered if not g.gated])
 
     # The load-time self-check runs in the loading thread, on the same objects requests use.
-    def _self_check(self, gated: Iterable[str]) -> None:
+    def _self_check(self, gated: Iterable[str], ungated: Iterable[str]) -> None:
         prepared_cluster = (self._data.get("kgwe") or {}).get("cluster") or {}
         try:
-            for cluster, document in probe_inputs(gated):
+            for cluster, document in probe_inputs(gated, ungated):
                 self.set_cluster(cluster if cluster is not None else prepared_cluster)
                 rego_input = RegoInput(document)
                 for query in self._entries:

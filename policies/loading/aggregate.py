@@ -7,7 +7,9 @@ so a request costs one engine query however many policies there are.
 GPUPolicy modules run only when the policy matched the request (`input.kgwe.active[name]`, decided by
 match rules and CEL match conditions before any engine runs); their `input.params` is bound to
 `data.kgwe.params[name]` when they are loaded (`rego_source.bind_params`). Built-in and admin
-library policies always run and decide for themselves.
+library policies run for every request and decide for themselves, except those the request names in
+`input.kgwe.native[name]`: the runtime answered them without the engine (the built-ins in Python,
+policies/engines/native_builtins.py) and merges that answer with the engine's.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def _rule(kind: str, policy: GatheredPolicy) -> str:
     value = f"data.{policy.package}.{kind}"
     if policy.gated:
         conditions.append(f"input.kgwe.active[{key}]")
+    else:
+        conditions.append(f"not input.kgwe.native[{key}]")
     conditions.append(f"v := {value}")
     return f"{kind}[{key}] := v if {{\n\t" + "\n\t".join(conditions) + "\n}\n"
 

@@ -71,6 +71,15 @@ class CompiledGPUPolicy:
     params_key: bytes = field(default=b"")  # canonical JSON of params: the same params, the same CEL values
     params_slot: str = ""  # this policy's params in the request's shared CEL activation (params_slot())
 
+    def cel_programs(self) -> list[CelProgram]:
+        """Every CEL program of the policy: match conditions, validations and their message expressions."""
+        programs = [program for _name, program in self.match_conditions]
+        for validation in self.validations:
+            programs.append(validation.expression)
+            if validation.message_expression is not None:
+                programs.append(validation.message_expression)
+        return programs
+
 
 def params_slot(params_key: bytes) -> str:
     """A short name for one params document: its entry in a shared CEL activation's params table."""

@@ -8,11 +8,12 @@ once on the serving engine, with a warm-up query so that no request pays for laz
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.engines.cel import CelEngine
+from policies.engines.cel import CelEngine, reads_request_objects
 from policies.engines.rego import (
     PreparedRego,
     RegoCompileError,
@@ -83,9 +84,16 @@ class PolicySet:
     has_check: bool = False
     has_decision: bool = False
 
-    @property
+    @functools.cached_property
     def gpu_policies(self) -> list[CompiledGPUPolicy]:
         return [u.gpu_policy for u in self.units if u.gpu_policy is not None]
+
+    @functools.cached_property
+    def cel_reads_request_objects(self) -> bool:
+        """Whether any CEL expression of the set may read the objects through `request` (see
+        `reads_request_objects`); when none does, the `request` variable is given without them."""
+        return any(reads_request_objects(program.source) for policy in self.gpu_policies
+                   for program in policy.cel_programs())
 
     def close(self) -> None:
         if self.prepared is not None:

@@ -91,3 +91,44 @@ def test_shared_match_conditions_gate_each_policy(
     assert runtime.check(make_context(gpu_pod(gpus="1"))) == []
     found = sorted(runtime.check(make_context(gpu_pod(gpus="4"))), key=lambda v: v.policy)
     assert found == [Violation("gated-a", "Deny", "a"), Violation("gated-b", "Warn", "b")]
+
+
+# `request` is given without `object`/`oldObject` when no expression of the set can read them through it
+# (the pod is converted once): every other way of reading `request` must still see the whole request.
+WHOLE_REQUEST_READS = [
+    "request.object.metadata.name == 'gpu-pod'",
+    "has(request.object)",
+    "request['object'].metadata.name == 'gpu-pod'",
+    "'object' in request",
+    "request.exists(k, k == 'object')",
+    "cel.bind(r, request, has(r.object))",
+]
+
+
+@pytest.mark.parametrize("expression", WHOLE_REQUEST_READS)
+def test_request_read_whole_still_holds_the_pod(
+    runtime: PolicyRuntime, make_context: Callable[..., PolicyContext], expression: str
+) -> None:
+    if runtime.cel_engine.name == "cel-python" and expression.startswith("cel.bind"):
+        pytest.skip("cel-python has no cel.bind")
+    policies = [gpu_policy("whole", "Deny", validations=[{"expression": expression, "message": "no pod"}]),
+                gpu_policy("user", "Deny", validations=[{"expression": "request.userInfo.username != ''",
+                                                         "message": "no user"}])]
+    assert runtime.reload(builtin=False, gpu_policies=policies).ok
+    assert runtime._set.cel_reads_request_objects
+    assert _denied(runtime, make_context(gpu_pod("gpu-pod"))) == []
+
+
+def test_request_fields_beside_the_objects_read_alike_without_them(
+    runtime: PolicyRuntime, make_context: Callable[..., PolicyContext]
+) -> None:
+    policies = [gpu_policy("fields", "Deny", validations=[
+        {"expression": "request.operation == 'CREATE' && request.userInfo.username != '' && has(request.uid)",
+         "message": "fields"},
+        {"expression": "!has(request.dryRun) || !request.dryRun", "message": "dry run"},
+        {"expression": "object.metadata.name == 'gpu-pod'", "message": "object"},
+    ])]
+    assert runtime.reload(builtin=False, gpu_policies=policies).ok
+    assert not runtime._set.cel_reads_request_objects
+    assert _denied(runtime, make_context(gpu_pod("gpu-pod"))) == []
+    assert _denied(runtime, make_context(gpu_pod("other"))) == ["object"]
