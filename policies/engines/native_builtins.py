@@ -1,10 +1,11 @@
 """The built-in Rego policies (rego/admission, rego/placement, rego/lib/pod.rego) evaluated in Python.
 
 `/validate` spent two thirds of its CPU in the one Rego query, and with only the built-in policies loaded
-(the default) that query answers questions a few dictionary lookups answer. When no loaded Rego policy
-other than the built-ins can speak for a request, `PolicyRuntime` asks this module instead of the engine
-(see `NativeBuiltins.answers`). The answers are the documents the aggregate query returns, so everything
-after the query (merging decisions, turning messages into violations) is shared.
+(the default) that query answers questions a few dictionary lookups answer. `PolicyRuntime` asks this
+module for the built-ins' part of the aggregate documents. When no loaded Rego policy other than the
+built-ins can speak for a request (`NativeBuiltins.answers`), that is the whole answer; otherwise the
+engine answers the other policies, skipping the built-ins (`input.kgwe.native`), and `merge_answers`
+joins the two. Everything after the query (merging decisions, turning messages into violations) is shared.
 
 Contract: identical answers to regorus on the same modules, or no answer at all.
 
@@ -97,9 +98,10 @@ def _overlaps(package: str, protected: str) -> bool:
 class NativeBuiltins:
     """The built-ins of one policy set, evaluated in Python. Immutable, thread-safe."""
 
-    def __init__(self, policies: list[str], gated: frozenset[str]) -> None:
+    def __init__(self, policies: list[str], gated: frozenset[str], always: bool = False) -> None:
         self._policies = policies  # built-in policy names in load order (the order decisions merge in)
         self._gated = gated  # GPUPolicies with Rego rules: the native path holds only while none is active
+        self._always = always  # other Rego policies run for every request: the engine always runs too
         self._offers: tuple[Mapping[str, Any], Any] | None = None
 
     @classmethod
@@ -107,6 +109,7 @@ class NativeBuiltins:
         """The native evaluator of a set, or None when the set holds anything it cannot mirror."""
         policies: list[str] = []
         gated: set[str] = set()
+        always = False
         library_ok = False
         for unit in units:
             known = [KNOWN_MODULES.get(p) for p in unit.packages]
@@ -124,14 +127,14 @@ class NativeBuiltins:
                 if unit.has_rego_rules:
                     gated.add(unit.name)
             elif unit.has_rego_rules:
-                return None  # an admin Rego policy: it runs for every request, so Rego runs anyway
+                always = True  # an admin Rego policy: it runs for every request, the engine answers it
         if policies and not library_ok:
             return None
-        return cls(policies, frozenset(gated))
+        return cls(policies, frozenset(gated), always)
 
     def answers(self, active: Iterable[str]) -> bool:
         """Whether no Rego policy other than the built-ins runs for a request with these active GPUPolicies."""
-        return not any(name in self._gated for name in active)
+        return not self._always and not any(name in self._gated for name in active)
 
     @property
     def policies(self) -> list[str]:

@@ -5,6 +5,7 @@ for the whole set, on the interpreter and on the compiled VM alike."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,3 +138,37 @@ def test_merged_documents_name_each_policy_once_in_sorted_order(names: list[str]
     assert merged["check"]["deny"] == merged["deny"]
     with pytest.raises(Declined):
         merge_answers({"deny": {"a": []}}, {"deny": {"a": ["twice"]}})
+
+
+ADMIN_BAN = """package example.ban
+import rego.v1
+import data.kgwe.lib.pod
+
+deny contains msg if {
+\tsome c in pod.gpu_containers
+\tstartswith(c.image, "banned/")
+\tmsg := sprintf("container %s: banned image", [c.name])
+}
+"""
+
+
+@pytest.mark.parametrize("rego_vm", ["auto", "off"])
+def test_an_admin_policy_runs_on_the_engine_and_the_builtins_natively(tmp_path: Path, rego_vm: str) -> None:
+    (tmp_path / "ban.rego").write_text(ADMIN_BAN)
+    runtimes = []
+    for native in (True, False):
+        runtime = build_runtime(rego_vm=rego_vm)
+        runtime.native_builtins = native
+        assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
+        runtimes.append(runtime)
+    split, whole = runtimes
+    builtins = split._native_for(split._set)
+    assert builtins is not None and not builtins.answers([])
+    for pod in _example_pods():
+        ctx = _context(pod, {"gpus": 1}, None, EXAMPLE_CLUSTER)
+        assert split.evaluate(copy.deepcopy(ctx)) == whole.evaluate(copy.deepcopy(ctx))
+    banned = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+              "spec": {"containers": [{"name": "main", "image": "banned/x", "securityContext": {"privileged": True},
+                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    _decision, violations = split.evaluate(_context(banned, {"gpus": 1}, None, EXAMPLE_CLUSTER))
+    assert {v.policy for v in violations if v.action == "Deny"} >= {"example.ban", "kgwe.admission.privileged"}
