@@ -175,6 +175,29 @@ def _twenty_runtime(rego_vm: str = "auto") -> PolicyRuntime:
     return runtime
 
 
+# Three admin Rego policies that run for every request (required label, allowed registries, GPU limits),
+# as in issue 17's side-by-side with Gatekeeper ("the same three policies in every engine").
+THREE_POLICIES = Path(__file__).resolve().parent / "data" / "three_policies"
+
+
+def _three_admin_policies(ctx: PolicyContext, runs: int) -> dict[str, Any]:
+    """The built-ins + three admin Rego policies: served (the built-ins in Python, the three on the engine)
+    against the whole set on the engine (`native_builtins` off, as before the split), same requests."""
+    served, whole = build_runtime(), build_runtime()
+    whole.native_builtins = False
+    for runtime in (served, whole):
+        report = runtime.reload(builtin=True, directories=[str(THREE_POLICIES)])
+        if not report.ok:
+            raise RuntimeError(f"the three policies did not load: {report.errors}")
+    if served.evaluate(ctx) != whole.evaluate(ctx):
+        raise RuntimeError("the split and the whole Rego query disagree on the three-policy set")
+    return {
+        "rego_evaluator": rego_evaluator(served._set.prepared),
+        "evaluate": _time(lambda: served.evaluate(ctx), runs, 200),
+        "evaluate_whole_rego": _time(lambda: whole.evaluate(ctx), runs, 200),
+    }
+
+
 def _rego_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
     policy_set = runtime._set
     prepared = policy_set.prepared
@@ -272,6 +295,7 @@ def bench_policies(runs: int = 3000, slow_runs: int = 300) -> dict[str, Any]:
         "rego_check_rvm": _time(_rego_only(twenty, ctx), runs, 200),
         "rego_check_interpreter": _time(_rego_only(interpreted, ctx), runs, 200),
     }
+    results["three_admin_policies"] = _three_admin_policies(ctx, runs)
     builtin_only = build_runtime()
     builtin_only.reload(builtin=True)
     results["builtin_only_evaluate"] = _time(lambda: builtin_only.evaluate(ctx), runs, 200)
