@@ -100,8 +100,8 @@ class NativeBuiltins:
 
     def __init__(self, policies: list[str], gated: frozenset[str], always: bool = False) -> None:
         self._policies = policies  # built-in policy names in load order (the order decisions merge in)
-        self._gated = gated  # GPUPolicies with Rego rules: the native path holds only while none is active
-        self._always = always  # other Rego policies run for every request: the engine always runs too
+        self._gated = gated  # GPUPolicies with Rego rules: an active one needs the engine for its part
+        self._always = always  # admin Rego policies run for every request: the engine always answers them
         self._offers: tuple[Mapping[str, Any], Any] | None = None
 
     @classmethod
@@ -138,8 +138,8 @@ class NativeBuiltins:
 
     @property
     def policies(self) -> list[str]:
-        """The built-in policies answered here: when a GPUPolicy's Rego must run too, the engine skips
-        these (`input.kgwe.native`) and `merge_answers` joins the two documents."""
+        """The built-in policies answered here: when other Rego must run too, the engine skips these
+        (`input.kgwe.native`) and `merge_answers` joins the two documents."""
         return self._policies
 
     # -- the aggregate's documents ----------------------------------------------------------------
