@@ -8,6 +8,7 @@ reach the store raise QuotaUnavailable. `update_status` is the retry loop every 
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -227,21 +228,30 @@ def _key_from(entry: Mapping[str, Any]) -> LimitKey | None:
     return None
 
 
+# Every admission of a GPU pod under a quota reads and writes its whole status, and most reservations in it
+# are the same from one admission to the next: each is converted once (both ways) and remembered. The
+# entries are immutable values; a bounded LRU, so a flood of distinct reservations only costs conversions.
+RESERVATION_MEMO_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=RESERVATION_MEMO_SIZE)
+def _reservation_json(r: Reservation) -> dict[str, Any]:
+    namespace, _, name = r.pod.partition("/")
+    item: dict[str, Any] = {"id": r.id, "namespace": namespace, "name": name}
+    if r.pod_uid:
+        item["uid"] = r.pod_uid
+    item.update(_key_json(r.key))
+    item["gpus"] = _amount_json(r.gpus)
+    if r.gpu_memory is not None:
+        item["gpuMemory"] = _memory_json(r.gpu_memory)
+    item["created"] = _timestamp(r.created_at)
+    item["expires"] = _timestamp(r.expires_at)
+    return item
+
+
 def status_to_json(status: QuotaStatus) -> dict[str, Any]:
     """`status.reservations` and `status.used` in the shape of the TenantQuota CRD's status schema."""
-    reservations = []
-    for r in status.reservations:
-        namespace, _, name = r.pod.partition("/")
-        item: dict[str, Any] = {"id": r.id, "namespace": namespace, "name": name}
-        if r.pod_uid:
-            item["uid"] = r.pod_uid
-        item.update(_key_json(r.key))
-        item["gpus"] = _amount_json(r.gpus)
-        if r.gpu_memory is not None:
-            item["gpuMemory"] = _memory_json(r.gpu_memory)
-        item["created"] = _timestamp(r.created_at)
-        item["expires"] = _timestamp(r.expires_at)
-        reservations.append(item)
+    reservations = [dict(_reservation_json(r)) for r in status.reservations]  # copies: callers own them
     used = []
     for u in status.used:
         line: dict[str, Any] = {**_key_json(u.key), "gpus": _amount_json(u.gpus)}
@@ -251,6 +261,37 @@ def status_to_json(status: QuotaStatus) -> dict[str, Any]:
     return {"reservations": reservations, "used": used}
 
 
+# The fields of a reservation entry that `_reservation_from` reads, in its order; _ABSENT marks a missing one.
+_RESERVATION_FIELDS = ("id", "namespace", "name", "uid", "acceleratorType", "profile", "gpus", "gpuMemory", "created",
+                       "expires")
+_ABSENT = object()
+
+
+@functools.lru_cache(maxsize=RESERVATION_MEMO_SIZE)
+def _reservation_from(fields: tuple[tuple[Any, type], ...]) -> Reservation | None:
+    """The reservation of one status entry (its `_RESERVATION_FIELDS` values with their types), None when
+    it is mangled. Keyed by the values themselves, so equal entries share one parse; an entry holding a
+    value unhashable as a key is converted by `__wrapped__`, uncached."""
+    item = {name: value for name, (value, _type) in zip(_RESERVATION_FIELDS, fields, strict=True)
+            if value is not _ABSENT}
+    key = _key_from(item)
+    gpus = parse_amount(item.get("gpus"))
+    expires = _epoch(item.get("expires"))
+    if key is None or gpus is None or expires is None:
+        return None
+    created = _epoch(item.get("created"))
+    return Reservation(
+        id=str(item.get("id", "")),
+        pod=f"{item.get('namespace', '')}/{item.get('name', '')}",
+        pod_uid=str(item["uid"]) if item.get("uid") else None,
+        key=key,
+        gpus=gpus,
+        gpu_memory=parse_amount(item.get("gpuMemory")),
+        created_at=created if created is not None else expires,
+        expires_at=expires,
+    )
+
+
 def status_from_json(raw: Mapping[str, Any] | None) -> QuotaStatus:
     """Parse what we wrote; entries someone else mangled are dropped (a reservation lost is re-checked by pods)."""
     raw = raw or {}
@@ -258,24 +299,14 @@ def status_from_json(raw: Mapping[str, Any] | None) -> QuotaStatus:
     for item in raw.get("reservations") or []:
         if not isinstance(item, Mapping):
             continue
-        key = _key_from(item)
-        gpus = parse_amount(item.get("gpus"))
-        expires = _epoch(item.get("expires"))
-        if key is None or gpus is None or expires is None:
-            continue
-        created = _epoch(item.get("created"))
-        reservations.append(
-            Reservation(
-                id=str(item.get("id", "")),
-                pod=f"{item.get('namespace', '')}/{item.get('name', '')}",
-                pod_uid=str(item["uid"]) if item.get("uid") else None,
-                key=key,
-                gpus=gpus,
-                gpu_memory=parse_amount(item.get("gpuMemory")),
-                created_at=created if created is not None else expires,
-                expires_at=expires,
-            )
-        )
+        # Each value with its type: 1, 1.0 and True are equal as keys but not as amounts.
+        fields = tuple((value, value.__class__) for value in (item.get(name, _ABSENT) for name in _RESERVATION_FIELDS))
+        try:
+            reservation = _reservation_from(fields)
+        except TypeError:  # a value that cannot be a memo key (a list, an object): convert it uncached
+            reservation = _reservation_from.__wrapped__(fields)
+        if reservation is not None:
+            reservations.append(reservation)
     used = []
     for line in raw.get("used") or []:
         if not isinstance(line, Mapping):

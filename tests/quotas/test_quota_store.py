@@ -13,7 +13,14 @@ from quota_fixtures import ROOT, TenantQuotaEndpoint, charge, unique_name
 from policies.quota.check import QuotaService
 from policies.quota.kube_store import KubeQuotaStore
 from policies.quota.model import LimitKey
-from policies.quota.store import QuotaStatus, QuotaUnavailable, Reservation, UsedEntry, status_to_json
+from policies.quota.store import (
+    QuotaStatus,
+    QuotaUnavailable,
+    Reservation,
+    UsedEntry,
+    status_from_json,
+    status_to_json,
+)
 
 H100 = "nvidia-h100-80gb"
 
@@ -119,3 +126,25 @@ def test_no_api_call_for_pods_that_hit_no_limit(tenantquota_endpoint: TenantQuot
     # A dry run reads but never writes.
     assert service.check(charge("team-a", "h", 1, H100), "team-a", [quota], [], dry_run=True, deadline=None).allowed
     assert [m for m, _ in tenantquota_endpoint.requests] == ["GET"]
+
+
+def test_status_entries_read_alike_however_often_and_whatever_came_before() -> None:
+    """Reservations are converted once and remembered: equal entries share a conversion, but an entry is
+    never read as another that is merely equal as a Python key (1, 1.0 and True), and one holding a
+    value that cannot be a key (a list) is still converted."""
+    written = status_to_json(sample_status())
+    for _ in range(3):
+        assert status_from_json(written).reservations[0] == sample_status().reservations[0]
+    whole = dict(written["reservations"][0], gpus=1)
+    assert status_from_json({"reservations": [whole]}).reservations[0].gpus == Decimal(1)
+    assert status_from_json({"reservations": [dict(whole, gpus=True)]}).reservations == ()
+    assert status_from_json({"reservations": [dict(whole, gpus=1.0)]}).reservations[0].gpus == Decimal(1)
+    # A value that cannot be a memo key is converted all the same (here, as ever, to its text).
+    assert status_from_json({"reservations": [dict(whole, acceleratorType=[H100])]}).reservations[0].key == LimitKey(
+        "acceleratorType", str([H100]))
+    without_id = {k: v for k, v in whole.items() if k != "id"}
+    assert status_from_json({"reservations": [without_id]}).reservations[0].id == ""
+    assert status_from_json({"reservations": [dict(whole, id=None)]}).reservations[0].id == "None"
+    # What the caller does with the document it got does not change the next one.
+    written["reservations"][0]["gpus"] = 99
+    assert status_to_json(sample_status())["reservations"][0]["gpus"] == 4
