@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 
+import orjson
+
 from policies.api import WouldBlock
 from policies.quota.model import GIB, LimitKey, parse_amount
 
@@ -229,8 +231,9 @@ def _key_from(entry: Mapping[str, Any]) -> LimitKey | None:
 
 
 # Every admission of a GPU pod under a quota reads and writes its whole status, and most reservations in it
-# are the same from one admission to the next: each is converted once (both ways) and remembered. The
-# entries are immutable values; a bounded LRU, so a flood of distinct reservations only costs conversions.
+# are the same from one admission to the next: each is converted once (both ways) and remembered. Both
+# memos are bounded (an LRU; a table that starts again when full), so a flood of distinct reservations
+# only costs conversions; what they hold is immutable.
 RESERVATION_MEMO_SIZE = 4096
 
 
@@ -261,19 +264,13 @@ def status_to_json(status: QuotaStatus) -> dict[str, Any]:
     return {"reservations": reservations, "used": used}
 
 
-# The fields of a reservation entry that `_reservation_from` reads, in its order; _ABSENT marks a missing one.
-_RESERVATION_FIELDS = ("id", "namespace", "name", "uid", "acceleratorType", "profile", "gpus", "gpuMemory", "created",
-                       "expires")
-_ABSENT = object()
+# Reservations already read, by the exact JSON text of their entry (types included: 1, 1.0 and true differ).
+_READ: dict[bytes, Reservation | None] = {}
+_UNREAD = object()
 
 
-@functools.lru_cache(maxsize=RESERVATION_MEMO_SIZE)
-def _reservation_from(fields: tuple[tuple[Any, type], ...]) -> Reservation | None:
-    """The reservation of one status entry (its `_RESERVATION_FIELDS` values with their types), None when
-    it is mangled. Keyed by the values themselves, so equal entries share one parse; an entry holding a
-    value unhashable as a key is converted by `__wrapped__`, uncached."""
-    item = {name: value for name, (value, _type) in zip(_RESERVATION_FIELDS, fields, strict=True)
-            if value is not _ABSENT}
+def _reservation_from(item: Mapping[str, Any]) -> Reservation | None:
+    """The reservation of one status entry, None when it is mangled."""
     key = _key_from(item)
     gpus = parse_amount(item.get("gpus"))
     expires = _epoch(item.get("expires"))
@@ -292,6 +289,20 @@ def _reservation_from(fields: tuple[tuple[Any, type], ...]) -> Reservation | Non
     )
 
 
+def _remembered_reservation(item: Mapping[str, Any]) -> Reservation | None:
+    try:
+        text = orjson.dumps(item)
+    except TypeError:  # not JSON (only a caller's own object can be): convert it uncached
+        return _reservation_from(item)
+    found = _READ.get(text, _UNREAD)
+    if found is not _UNREAD:
+        return found  # type: ignore[return-value]
+    if len(_READ) >= RESERVATION_MEMO_SIZE:
+        _READ.clear()
+    reservation = _READ[text] = _reservation_from(item)
+    return reservation
+
+
 def status_from_json(raw: Mapping[str, Any] | None) -> QuotaStatus:
     """Parse what we wrote; entries someone else mangled are dropped (a reservation lost is re-checked by pods)."""
     raw = raw or {}
@@ -299,12 +310,7 @@ def status_from_json(raw: Mapping[str, Any] | None) -> QuotaStatus:
     for item in raw.get("reservations") or []:
         if not isinstance(item, Mapping):
             continue
-        # Each value with its type: 1, 1.0 and True are equal as keys but not as amounts.
-        fields = tuple((value, value.__class__) for value in (item.get(name, _ABSENT) for name in _RESERVATION_FIELDS))
-        try:
-            reservation = _reservation_from(fields)
-        except TypeError:  # a value that cannot be a memo key (a list, an object): convert it uncached
-            reservation = _reservation_from.__wrapped__(fields)
+        reservation = _remembered_reservation(item)
         if reservation is not None:
             reservations.append(reservation)
     used = []
