@@ -153,10 +153,18 @@ def _admission_rows(result: dict[str, Any]) -> list[Row]:
         ok = None
         if rate is not None and noop_rate:
             ok = rate >= GOAL_REQ_PER_S and rate >= GOAL_VS_NOOP * noop_rate
-        # bench_admission repeats one pod: for /mutate that is a workload's replicas (decision reused).
+        # bench_admission repeats one pod: a workload's replicas (their plans and decisions are reused).
         rows.append(Row(f"/{name} throughput (one pod repeated)", rate, noop_rate, "req/s",
                         "no-op FastAPI route, same server",
                         f">= {GOAL_REQ_PER_S:.0f} and >= {GOAL_VS_NOOP} x no-op", ok))
+        # Every request a pod of its own: nothing planned for one is reused for the next.
+        distinct = result.get(f"{name}_distinct") or {}
+        if distinct.get("req_per_s") is not None:
+            rows.append(Row(f"/{name} throughput (every request a distinct pod)", distinct["req_per_s"], noop_rate,
+                            "req/s", "no-op FastAPI route, same server"))
+            rows.append(Row(f"/{name} server CPU per request (distinct pods)",
+                            distinct.get("server_cpu_ms_per_request"), noop.get("server_cpu_ms_per_request"),
+                            "ms", "no-op FastAPI route, same server"))
         for percentile in ("p50_ms", "p99_ms"):
             rows.append(Row(f"/{name} {percentile[:3]} latency", measured.get(percentile), noop.get(percentile),
                             "ms", "no-op FastAPI route, same server"))
