@@ -11,7 +11,7 @@ import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -112,16 +112,20 @@ class QuotaService:
         dry_run: bool,
         deadline: float | None,
         wait: bool = True,
+        limits: Sequence[QuotaLimit] | None = None,
     ) -> QuotaDecision:
         """Admit or refuse `charge`; when admitted and not a dry run, reserve its GPUs in the store.
 
         `deadline` is a `time.monotonic()` value; raises QuotaUnavailable when the store cannot answer by then.
         Touches the store only when the pod hits at least one limit of its tenant. With `wait=False` the
         check is made only if the store can answer at once (one TenantQuota, its lock free); otherwise
-        `policies.api.WouldBlock` is raised before anything is reserved.
+        `policies.api.WouldBlock` is raised before anything is reserved. `limits` are the limits of `quotas`
+        in their order (`quota_limits` of each) when the caller has them already.
         """
         charged = charged_type(charge, self.price_of)
-        hit = [limit for quota in quotas for limit in quota_limits(quota) if hits(charge, limit.key, charged)]
+        if limits is None:
+            limits = [limit for quota in quotas for limit in quota_limits(quota)]
+        hit = [limit for limit in limits if hits(charge, limit.key, charged)]
         asked = _Amount(charge.gpu_equivalents, charge.gpu_memory_bytes or ZERO)
         if not hit or (asked.gpus <= 0 and asked.memory <= 0):
             return QuotaDecision(True, tenant=tenant)
