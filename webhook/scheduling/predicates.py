@@ -167,12 +167,13 @@ class _PodFit:
     read once, each when first needed (where `node_can_run` would first read it, so a malformed part
     fails at the same node), instead of once per node."""
 
-    __slots__ = ("_pod", "_selector", "_terms", "_tolerations")
+    __slots__ = ("_pod", "_selector", "_terms", "_terms_read", "_tolerations")
 
     def __init__(self, pod: dict[str, Any]) -> None:
         self._pod = pod
         self._selector: list[tuple[str, str]] | None = None
-        self._terms: list[dict[str, Any]] | None | bool = False  # False: not read yet (None: no terms)
+        self._terms: list[dict[str, Any]] | None = None  # None: no required terms (once read)
+        self._terms_read = False
         self._tolerations: list[dict[str, Any]] | None = None
 
     def can_run(self, node: NodeFacts, requests: dict[str, Decimal]) -> bool:
@@ -184,10 +185,11 @@ class _PodFit:
         for key, value in selector:
             if labels.get(key) != value:
                 return False
+        if not self._terms_read:
+            self._terms = required_terms(self._pod)
+            self._terms_read = True
         terms = self._terms
-        if terms is False:
-            terms = self._terms = required_terms(self._pod)
-        if terms is not None and not any(term_matches(term, labels, node.name) for term in terms):  # type: ignore[union-attr]
+        if terms is not None and not any(term_matches(term, labels, node.name) for term in terms):
             return False
         for taint in node.taints:
             if taint.effect not in ("NoSchedule", "NoExecute"):
