@@ -78,7 +78,12 @@ class ClusterModel:
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def type_ids(self) -> list[str]:
-        return sorted(t for t in self.types if t != UNKNOWN)
+        """The typed accelerator types of the snapshot, sorted (a new list: the caller may change it)."""
+        return list(self._type_ids)
+
+    @cached_property
+    def _type_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(t for t in self.types if t != UNKNOWN))
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         """The namespace's labels with `kubernetes.io/metadata.name` (a new dict: the caller may change it)."""
