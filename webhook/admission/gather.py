@@ -21,7 +21,8 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
 from webhook.intent import parse_intent
-from webhook.placement.plan import Decision, build_plan
+from webhook.placement.memo import planned
+from webhook.placement.plan import Decision
 
 log = logging.getLogger("kgwe.admission")
 
@@ -70,7 +71,7 @@ class FactGathering:
                 if with_checks:
                     violations = [Violation("kgwe.policy-engine", "Deny", str(exc))]
         check_deadline(deadline)
-        plan = build_plan(view, intent, decision, model, runtime.config, demand)
+        plan = planned(view, intent, decision, model, runtime.config, demand)  # build_plan, remembered for replicas
         return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)
 
     def _screen(self, request: AdmissionRequest) -> Outcome | None:

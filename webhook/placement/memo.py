@@ -1,0 +1,144 @@
+"""Placement plans remembered per cluster snapshot, for pods that plan alike: the replicas of one workload.
+
+A ReplicaSet, Job or StatefulSet creates pods that differ only in their identity (name, uid, creation
+time); both webhooks see each of them, and planning is the largest part of admission that is not a
+policy. `build_plan` is a pure function of the pod, its intent and GPU demand, the policy decision, the
+cluster snapshot and the configuration, and it reads nothing of a pod's identity. So admission plans
+the pod *without* its identity fields (`planning_pod`), and remembers the plan under everything it was
+computed from:
+
+- the snapshot: the memo lives in `ClusterModel.derived`, and dies with the snapshot;
+- the configuration: the object itself (a new configuration is a new object), compared by identity;
+- the pod without its identity, as its exact JSON bytes (two different pods never share a key; pods
+  over `MAX_KEY_BYTES` are planned every time);
+- the intent, the GPU demand and the decision, as exact values.
+
+Planning the pod without its identity makes the key complete by construction: a plan can only depend
+on what the key holds. Plans are mutable, so every caller gets its own copy (`copy_plan`); the memo's
+own plan is never handed out. Bounded: past `PLAN_MEMO_SIZE` plans the memo starts again.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Hashable
+from typing import Any
+
+import orjson
+
+from policies.gpu_demand import GpuDemand
+from policies.vocabulary.objects import PodView
+from webhook.cluster.model import ClusterModel
+from webhook.config import Config
+from webhook.intent import PodIntent
+from webhook.placement.context import Decision, PlacementPlan
+from webhook.placement.plan import build_plan
+
+PLAN_MEMO_SIZE = 512
+MAX_KEY_BYTES = 64 * 1024
+_MEMO = "placement.memo"
+# What tells one replica from another: planning never reads these (tests/placement/test_plan_memo.py).
+IDENTITY_FIELDS = frozenset(
+    {"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink"}
+)
+
+
+def planning_pod(view: PodView) -> PodView:
+    """The pod without its identity fields (a shallow copy: every other part is the pod's own object)."""
+    raw = view.raw
+    metadata = raw.get("metadata")
+    if not isinstance(metadata, dict) or IDENTITY_FIELDS.isdisjoint(metadata):
+        return view
+    stripped = dict(raw)
+    stripped["metadata"] = {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}
+    return PodView(stripped)
+
+
+def planned(
+    view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand
+) -> PlacementPlan:
+    """`build_plan(view, intent, decision, model, config, demand)`, the same plan, remembered for this
+    snapshot and configuration (see the module's docstring); `intent` and `demand` are the pod's."""
+    pod = planning_pod(view)
+    key = _key(pod, intent, decision, demand)
+    if key is None:
+        return build_plan(pod, intent, decision, model, config, demand)
+    memo: dict[Hashable, tuple[Config, PlacementPlan]] = model.derived.setdefault(_MEMO, {})
+    found = memo.get(key)
+    if found is not None and found[0] is config:
+        return copy_plan(found[1])
+    plan = build_plan(pod, intent, decision, model, config, demand)
+    if len(memo) >= PLAN_MEMO_SIZE:
+        memo.clear()
+    memo[key] = (config, plan)
+    return copy_plan(plan)
+
+
+def _key(pod: PodView, intent: PodIntent, decision: Decision | None, demand: GpuDemand) -> Hashable | None:
+    """Everything the plan is computed from besides the snapshot and configuration; None when it cannot be
+    written exactly (a value JSON cannot hold) or is too large to keep."""
+    try:
+        body = orjson.dumps(pod.raw)
+        decided = orjson.dumps([decision.fields, decision.decided_by]) if decision is not None else None
+    except TypeError:
+        return None
+    if len(body) > MAX_KEY_BYTES or (decided is not None and len(decided) > MAX_KEY_BYTES):
+        return None
+    return (body, decided, _intent_key(intent), _demand_key(demand))
+
+
+def _intent_key(intent: PodIntent) -> tuple[Any, ...]:
+    return (
+        tuple(intent.accelerator_types), intent.profile, _exact(intent.gpu_memory_bytes), intent.sharing,
+        _exact(intent.gpu_fraction), intent.topology, intent.gang, intent.gang_size, tuple(intent.problems),
+        tuple(intent.warnings),
+    )
+
+
+def _demand_key(demand: GpuDemand) -> tuple[Any, ...]:
+    return (
+        demand.whole_gpus, tuple(demand.mig.items()), tuple((k, _exact(v)) for k, v in demand.other.items()),
+        tuple(demand.invalid), tuple(demand.gpu_containers),
+    )
+
+
+def _exact(value: Any) -> Any:
+    # Decimals equal in value may differ in how they print (10 and 1E+1): keep the exact text too.
+    return None if value is None else (type(value).__name__, str(value))
+
+
+def copy_plan(plan: PlacementPlan) -> PlacementPlan:
+    """A plan equal to `plan` that shares nothing a caller could change with it (Decimals, strings and the
+    frozen requirements and trace steps are immutable and shared)."""
+    fresh = copy.copy(plan)
+    fresh.types = list(plan.types)
+    fresh.requirements = list(plan.requirements)
+    fresh.type_alternatives = [list(alternative) for alternative in plan.type_alternatives]
+    fresh.preferences = list(plan.preferences)
+    fresh.tolerations = _json_copy(plan.tolerations)
+    fresh.resource_renames = dict(plan.resource_renames)
+    fresh.env = dict(plan.env)
+    fresh.labels = dict(plan.labels)
+    fresh.annotations = dict(plan.annotations)
+    fresh.pod_affinity_terms = _json_copy(plan.pod_affinity_terms)
+    fresh.scheduling_gates = list(plan.scheduling_gates)
+    fresh.refusals = list(plan.refusals)
+    fresh.warnings = list(plan.warnings)
+    fresh.decided_by = dict(plan.decided_by)
+    fresh.steps = list(plan.steps)
+    fresh.notes = list(plan.notes)
+    fresh.mig_choices = list(plan.mig_choices)
+    fresh.dra = copy.deepcopy(plan.dra) if plan.dra is not None else None
+    fresh.trace = list(plan.trace)
+    return fresh
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, tuples of scalars), types kept as they are."""
+    if isinstance(value, dict):
+        return {k: _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_json_copy(v) for v in value)
+    return value
