@@ -110,27 +110,32 @@ def _exact(value: Any) -> Any:
 def copy_plan(plan: PlacementPlan) -> PlacementPlan:
     """A plan equal to `plan` that shares nothing a caller could change with it (Decimals, strings and the
     frozen requirements and trace steps are immutable and shared)."""
-    fresh = copy.copy(plan)
-    fresh.types = list(plan.types)
-    fresh.requirements = list(plan.requirements)
-    fresh.type_alternatives = [list(alternative) for alternative in plan.type_alternatives]
-    fresh.preferences = list(plan.preferences)
-    fresh.tolerations = _json_copy(plan.tolerations)
-    fresh.resource_renames = dict(plan.resource_renames)
-    fresh.env = dict(plan.env)
-    fresh.labels = dict(plan.labels)
-    fresh.annotations = dict(plan.annotations)
-    fresh.pod_affinity_terms = _json_copy(plan.pod_affinity_terms)
-    fresh.scheduling_gates = list(plan.scheduling_gates)
-    fresh.refusals = list(plan.refusals)
-    fresh.warnings = list(plan.warnings)
-    fresh.decided_by = dict(plan.decided_by)
-    fresh.steps = list(plan.steps)
-    fresh.notes = list(plan.notes)
-    fresh.mig_choices = list(plan.mig_choices)
-    fresh.dra = copy.deepcopy(plan.dra) if plan.dra is not None else None
-    fresh.trace = list(plan.trace)
+    fields = dict(plan.__dict__)  # every field, then a copy of each that holds a list or a dict
+    fields["types"] = list(plan.types)
+    fields["requirements"] = list(plan.requirements)
+    fields["type_alternatives"] = [list(alternative) for alternative in plan.type_alternatives]
+    fields["preferences"] = list(plan.preferences)
+    fields["tolerations"] = _json_copy(plan.tolerations)
+    fields["resource_renames"] = dict(plan.resource_renames)
+    fields["env"] = dict(plan.env)
+    fields["labels"] = dict(plan.labels)
+    fields["annotations"] = dict(plan.annotations)
+    fields["pod_affinity_terms"] = _json_copy(plan.pod_affinity_terms)
+    fields["scheduling_gates"] = list(plan.scheduling_gates)
+    fields["refusals"] = list(plan.refusals)
+    fields["warnings"] = list(plan.warnings)
+    fields["decided_by"] = dict(plan.decided_by)
+    fields["steps"] = list(plan.steps)
+    fields["notes"] = list(plan.notes)
+    fields["mig_choices"] = list(plan.mig_choices)
+    fields["dra"] = copy.deepcopy(plan.dra) if plan.dra is not None else None
+    fields["trace"] = list(plan.trace)
+    fresh: PlacementPlan = _new(PlacementPlan)  # the fields as they are: no __init__ (no defaults to build)
+    fresh.__dict__.update(fields)
     return fresh
+
+
+_new = object.__new__
 
 
 def _json_copy(value: Any) -> Any:
