@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -54,24 +55,43 @@ def planning_pod(view: PodView) -> PodView:
     return PodView(stripped)
 
 
+@dataclass(slots=True)
+class PlanMemoEntry:
+    """One remembered plan: the configuration it was made under, the plan (never handed out), the pod it
+    was planned from (without its identity), and what else admission derived from that same pod and plan
+    alone (`derived`, by name), so that replicas skip that too."""
+
+    config: Config
+    plan: PlacementPlan
+    pod: PodView
+    derived: dict[str, Any] = field(default_factory=dict)
+
+
 def planned(
     view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand
 ) -> PlacementPlan:
     """`build_plan(view, intent, decision, model, config, demand)`, the same plan, remembered for this
     snapshot and configuration (see the module's docstring); `intent` and `demand` are the pod's."""
+    return planned_with_entry(view, intent, decision, model, config, demand)[0]
+
+
+def planned_with_entry(
+    view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand
+) -> tuple[PlacementPlan, PlanMemoEntry | None]:
+    """`planned`, and the memo entry the plan came from (None when the pod cannot be remembered)."""
     pod = planning_pod(view)
     key = _key(pod, intent, decision, demand)
     if key is None:
-        return build_plan(pod, intent, decision, model, config, demand)
-    memo: dict[Hashable, tuple[Config, PlacementPlan]] = model.derived.setdefault(_MEMO, {})
+        return build_plan(pod, intent, decision, model, config, demand), None
+    memo: dict[Hashable, PlanMemoEntry] = model.derived.setdefault(_MEMO, {})
     found = memo.get(key)
-    if found is not None and found[0] is config:
-        return copy_plan(found[1])
+    if found is not None and found.config is config:
+        return copy_plan(found.plan), found
     plan = build_plan(pod, intent, decision, model, config, demand)
     if len(memo) >= PLAN_MEMO_SIZE:
         memo.clear()
-    memo[key] = (config, plan)
-    return copy_plan(plan)
+    entry = memo[key] = PlanMemoEntry(config, plan, pod)
+    return copy_plan(plan), entry
 
 
 def _key(pod: PodView, intent: PodIntent, decision: Decision | None, demand: GpuDemand) -> Hashable | None:
