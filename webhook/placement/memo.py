@@ -10,7 +10,9 @@ computed from:
 - the snapshot: the memo lives in `ClusterModel.derived`, and dies with the snapshot;
 - the configuration: the object itself (a new configuration is a new object), compared by identity;
 - the pod without its identity, as its exact JSON bytes (two different pods never share a key; pods
-  over `MAX_KEY_BYTES` are planned every time);
+  over `MAX_KEY_BYTES` are planned every time); the entry keeps its own copy of that pod, read back
+  from those bytes, and only a pod those bytes give back exactly is remembered (what the API server
+  sends, and the pods workload admission copies from templates, are JSON documents);
 - the intent, the GPU demand and the decision, as exact values.
 
 Planning the pod without its identity makes the key complete by construction: a plan can only depend
@@ -21,7 +23,6 @@ own plan is never handed out. Bounded: past `PLAN_MEMO_SIZE` plans the memo star
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +36,8 @@ from webhook.intent import PodIntent
 from webhook.placement.context import Decision, PlacementPlan
 from webhook.placement.plan import build_plan
 
-PLAN_MEMO_SIZE = 512
-MAX_KEY_BYTES = 64 * 1024
+PLAN_MEMO_SIZE = 256
+MAX_KEY_BYTES = 32 * 1024  # with PLAN_MEMO_SIZE: at most 8 MiB of keys per snapshot
 _MEMO = "placement.memo"
 # What tells one replica from another: planning never reads these (tests/placement/test_plan_memo.py).
 IDENTITY_FIELDS = frozenset(
@@ -83,18 +84,25 @@ def planned_with_entry(
     key = _key(pod, intent, decision, demand)
     if key is None:
         return build_plan(pod, intent, decision, model, config, demand), None
-    memo: dict[Hashable, PlanMemoEntry] = model.derived.setdefault(_MEMO, {})
+    memo: dict[PlanKey, PlanMemoEntry] = model.derived.setdefault(_MEMO, {})
     found = memo.get(key)
     if found is not None and found.config is config:
         return copy_plan(found.plan), found
     plan = build_plan(pod, intent, decision, model, config, demand)
+    own_pod = orjson.loads(key[0])
+    if own_pod != pod.raw:
+        return plan, None  # not a JSON document (a tuple for a list, say): its bytes do not say what it is
     if len(memo) >= PLAN_MEMO_SIZE:
         memo.clear()
-    entry = memo[key] = PlanMemoEntry(config, plan, pod)
-    return copy_plan(plan), entry
+    # The entry holds its own copies: the request's objects (and the plan given out) may change later.
+    entry = memo[key] = PlanMemoEntry(config, copy_plan(plan), PodView(own_pod))
+    return plan, entry
 
 
-def _key(pod: PodView, intent: PodIntent, decision: Decision | None, demand: GpuDemand) -> Hashable | None:
+PlanKey = tuple[bytes, bytes | None, tuple[Any, ...], tuple[Any, ...]]
+
+
+def _key(pod: PodView, intent: PodIntent, decision: Decision | None, demand: GpuDemand) -> PlanKey | None:
     """Everything the plan is computed from besides the snapshot and configuration; None when it cannot be
     written exactly (a value JSON cannot hold) or is too large to keep."""
     try:
