@@ -15,8 +15,10 @@ computed from:
   sends, and the pods workload admission copies from templates, are JSON documents);
 - the intent, the GPU demand and the decision, as exact values.
 
-Planning the pod without its identity makes the key complete by construction: a plan can only depend
-on what the key holds. Plans are mutable, so every caller gets its own copy (`copy_plan`); the memo's
+A key seen once is only marked (most pods are not replicas: remembering costs more than planning once);
+the second pod with it is planned without its identity and remembered, and the pods after it get a copy
+of that plan. Planning the pod without its identity makes the key complete by construction: a plan can
+only depend on what the key holds. Plans are mutable, so every caller gets its own copy (`copy_plan`); the memo's
 own plan is never handed out. Bounded: past `PLAN_MEMO_SIZE` plans the memo starts again.
 """
 
@@ -39,6 +41,7 @@ from webhook.placement.plan import build_plan
 PLAN_MEMO_SIZE = 256
 MAX_KEY_BYTES = 32 * 1024  # with PLAN_MEMO_SIZE: at most 8 MiB of keys per snapshot
 _MEMO = "placement.memo"
+_UNSEEN: Any = object()
 # What tells one replica from another: planning never reads these (tests/placement/test_plan_memo.py).
 IDENTITY_FIELDS = frozenset(
     {"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink"}
@@ -79,21 +82,28 @@ def planned(
 def planned_with_entry(
     view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand
 ) -> tuple[PlacementPlan, PlanMemoEntry | None]:
-    """`planned`, and the memo entry the plan came from (None when the pod cannot be remembered)."""
+    """`planned`, and the memo entry the plan came from (None when the plan was not remembered).
+
+    A pod seen for the first time in this snapshot is planned as it is, and only its key is kept: most
+    pods are not replicas, and remembering costs more than planning once. The second pod with that key
+    is planned without its identity and remembered; from the third on, the plan is a copy."""
     pod = planning_pod(view)
     key = _key(pod, intent, decision, demand)
     if key is None:
-        return build_plan(pod, intent, decision, model, config, demand), None
-    memo: dict[PlanKey, PlanMemoEntry] = model.derived.setdefault(_MEMO, {})
-    found = memo.get(key)
-    if found is not None and found.config is config:
+        return build_plan(view, intent, decision, model, config, demand), None
+    memo: dict[PlanKey, PlanMemoEntry | None] = model.derived.setdefault(_MEMO, {})
+    found = memo.get(key, _UNSEEN)
+    if isinstance(found, PlanMemoEntry) and found.config is config:
         return copy_plan(found.plan), found
+    if len(memo) >= PLAN_MEMO_SIZE:
+        memo.clear()
+    if found is _UNSEEN:
+        memo[key] = None  # seen once
+        return build_plan(view, intent, decision, model, config, demand), None
     plan = build_plan(pod, intent, decision, model, config, demand)
     own_pod = orjson.loads(key[0])
     if own_pod != pod.raw:
         return plan, None  # not a JSON document (a tuple for a list, say): its bytes do not say what it is
-    if len(memo) >= PLAN_MEMO_SIZE:
-        memo.clear()
     # The entry holds its own copies: the request's objects (and the plan given out) may change later.
     entry = memo[key] = PlanMemoEntry(config, copy_plan(plan), PodView(own_pod))
     return plan, entry
