@@ -11,8 +11,10 @@ computed from:
 - the configuration: the object itself (a new configuration is a new object), compared by identity;
 - the pod without its identity, as its exact JSON bytes (two different pods never share a key; pods
   over `MAX_KEY_BYTES` are planned every time); the entry keeps its own copy of that pod, read back
-  from those bytes, and only a pod those bytes give back exactly is remembered (what the API server
-  sends, and the pods workload admission copies from templates, are JSON documents);
+  from those bytes, and only a pod those bytes give back exactly is remembered. Bytes say exactly what
+  a JSON document is, and admission's pods are JSON documents (decoded from the API server's body, or
+  copied through JSON from a workload's template); a pod built in Python with a tuple where JSON has a
+  list would share its list twin's key, so the memo is for admission (`FactGathering.gather`) only;
 - the intent, the GPU demand and the decision, as exact values.
 
 A key seen once is only marked (most pods are not replicas: remembering costs more than planning once);
