@@ -20,7 +20,7 @@ from policies.api import PolicyContext, Violation, WouldBlock
 from policies.gpu_demand import GpuDemand
 from policies.metrics import record_refusal as _record_refusal
 from policies.quota.check import QuotaService
-from policies.quota.model import PodCharge
+from policies.quota.model import PodCharge, QuotaLimit, quota_limits
 from policies.quota.store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
 from policies.rbac.evaluator import Authorizer, RbacEvaluator, Resource, refusal_message
 from policies.runtime import PolicyRuntime
@@ -63,6 +63,10 @@ class Runtime:
     _tenancy: tuple[int, dict[tuple[str, tuple[str, ...]], tuple[str, list[dict[str, Any]]]]] = field(
         default=(-1, {}), init=False, repr=False
     )
+    # The limits of those TenantQuotas, remembered the same way (the quota gate reads them per request).
+    _limits: tuple[int, dict[tuple[str, tuple[str, ...]], list[QuotaLimit]]] = field(
+        default=(-1, {}), init=False, repr=False
+    )
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
     decision_events: Any | None = None  # in a cluster: webhook.server.pod_events.DecisionEvents
 
@@ -91,6 +95,20 @@ class Runtime:
         if found is None:
             found = cache[key] = tenant_and_quotas(request, model)
         return found[0], list(found[1])
+
+    def _quota_limits(self, request: AdmissionRequest, model: ClusterModel) -> list[QuotaLimit]:
+        """The limits of the TenantQuotas that apply to the request (`quota_limits` of each, in order),
+        remembered per snapshot, namespace and groups: those decide the quotas (`_tenant_and_quotas`)."""
+        generation, cache = self._limits
+        if generation != model.generation or len(cache) >= TENANCY_CACHE_SIZE:
+            cache = {}
+            self._limits = (model.generation, cache)
+        key = (request.namespace, tuple(request.user.groups))
+        found = cache.get(key)
+        if found is None:
+            _tenant, quotas = self._tenant_and_quotas(request, model)
+            found = cache[key] = [limit for quota in quotas for limit in quota_limits(quota)]
+        return found
 
     # -- policies -----------------------------------------------------------------------------
     def _policy_request(self, request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:
@@ -240,7 +258,7 @@ class Runtime:
         try:
             decision = self.quotas.check(
                 charge, tenant, quotas, self._usage_charges(facts.model), dry_run=request.dry_run, deadline=deadline,
-                wait=wait,
+                wait=wait, limits=self._quota_limits(request, facts.model),
             )
         except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
             log.warning("quota store unavailable for tenant %s: %s", tenant, exc)

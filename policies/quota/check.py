@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -88,6 +88,15 @@ def _over_limit(
     return None
 
 
+def new_reservation_id() -> str:
+    """A random (version 4) UUID as 32 hex digits, as `uuid.uuid4().hex` writes it, without building a UUID
+    object (a reservation is made on every admitted GPU pod under a quota)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
+
+
 class QuotaService:
     def __init__(
         self,
@@ -112,16 +121,20 @@ class QuotaService:
         dry_run: bool,
         deadline: float | None,
         wait: bool = True,
+        limits: Sequence[QuotaLimit] | None = None,
     ) -> QuotaDecision:
         """Admit or refuse `charge`; when admitted and not a dry run, reserve its GPUs in the store.
 
         `deadline` is a `time.monotonic()` value; raises QuotaUnavailable when the store cannot answer by then.
         Touches the store only when the pod hits at least one limit of its tenant. With `wait=False` the
         check is made only if the store can answer at once (one TenantQuota, its lock free); otherwise
-        `policies.api.WouldBlock` is raised before anything is reserved.
+        `policies.api.WouldBlock` is raised before anything is reserved. `limits` are the limits of `quotas`
+        in their order (`quota_limits` of each) when the caller has them already.
         """
         charged = charged_type(charge, self.price_of)
-        hit = [limit for quota in quotas for limit in quota_limits(quota) if hits(charge, limit.key, charged)]
+        if limits is None:
+            limits = [limit for quota in quotas for limit in quota_limits(quota)]
+        hit = [limit for limit in limits if hits(charge, limit.key, charged)]
         asked = _Amount(charge.gpu_equivalents, charge.gpu_memory_bytes or ZERO)
         if not hit or (asked.gpus <= 0 and asked.memory <= 0):
             return QuotaDecision(True, tenant=tenant)
@@ -130,7 +143,7 @@ class QuotaService:
         ]
         base = _pod_usage(pods, {limit.key for limit in hit}, self.price_of)
         note = self._steering_note(charge)
-        reservation_id = uuid.uuid4().hex
+        reservation_id = new_reservation_id()
         by_quota: dict[str, list[QuotaLimit]] = {}
         for limit in hit:
             by_quota.setdefault(limit.quota, []).append(limit)

@@ -15,9 +15,15 @@ MAX_MAGNITUDE = Decimal(2**63 - 1)
 # Byte units: GPU memory and MIG profile sizes are read as binary units (docs/decisions.md).
 GIB = Decimal(1024**3)
 MIB = Decimal(1024**2)
-# Byte units: GPU memory and MIG profile sizes are read as binary units (docs/decisions.md).
-GIB = Decimal(1024**3)
-MIB = Decimal(1024**2)
+
+
+# Parsed quantity strings. Pods repeat a handful of amounts (`1`, `16Gi`, `500m`) in every request and the
+# parser is the slowest part of reading them. The key is the whole string (only strings that parsed, of
+# at most MAX_MEMO_KEY characters), so two different strings never share an entry; the values are
+# immutable. Bounded: a flood of distinct amounts only starts the memo again.
+_PARSED: dict[str, Decimal] = {}
+PARSED_MEMO_SIZE = 4096
+MAX_MEMO_KEY = 64
 
 
 def _bounded(amount: Decimal, value: object) -> Decimal:
@@ -28,6 +34,20 @@ def _bounded(amount: Decimal, value: object) -> Decimal:
 
 def parse_quantity(value: object) -> Decimal:
     """Parse a quantity; raise ValueError with the offending value for anything else."""
+    if type(value) is str:
+        found = _PARSED.get(value)
+        if found is not None:
+            return found
+        amount = _parse(value)
+        if len(value) <= MAX_MEMO_KEY:
+            if len(_PARSED) >= PARSED_MEMO_SIZE:
+                _PARSED.clear()
+            _PARSED[value] = amount
+        return amount
+    return _parse(value)
+
+
+def _parse(value: object) -> Decimal:
     if isinstance(value, bool) or value is None:
         raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int | float | Decimal):

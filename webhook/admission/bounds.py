@@ -11,8 +11,7 @@ that could fail open.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 # Deeper than any object Kubernetes builds (a JobSet's pod template and its managedFields stay under
 # 30 levels), far below every serialiser's and engine's own recursion limit.
@@ -55,7 +54,11 @@ def check_bounds(value: Any, what: str = "request") -> None:
 
 def _expect(value: Any, kind: type, where: str) -> None:
     if not isinstance(value, kind):
-        raise ObjectOutOfBounds(f"{where} must be a JSON {'object' if kind is dict else 'array'}")
+        _wrong_type(kind, where)
+
+
+def _wrong_type(kind: type, where: str) -> NoReturn:
+    raise ObjectOutOfBounds(f"{where} must be a JSON {'object' if kind is dict else 'array'}")
 
 
 def _string_map(value: Any, where: str) -> None:
@@ -65,68 +68,88 @@ def _string_map(value: Any, where: str) -> None:
             raise ObjectOutOfBounds(f"{where}[{str(key)[:63]!r}] must be a string")
 
 
-def _optional(mapping: Mapping[str, Any], key: str) -> Any:
-    value = mapping.get(key)
-    return None if value is None else value
-
-
 def check_pod_shape(pod: Any, where: str = "object") -> None:
     """Raise ObjectOutOfBounds unless the parts of a Pod KGWE reads have the types the API server sends.
 
     Only those parts: the API server has validated the rest against the Pod schema, and a forged
     request with other oddities cannot reach a decision through them.
     """
-    _expect(pod, dict, where)
-    metadata = _optional(pod, "metadata")
+    # Every pod of every request passes here: the path of a part (`object.spec.containers[0]`) is built
+    # only when that part is wrong, never for the parts that are right.
+    if not isinstance(pod, dict):
+        _wrong_type(dict, where)
+    metadata = pod.get("metadata")
     if metadata is not None:
-        _expect(metadata, dict, f"{where}.metadata")
+        if not isinstance(metadata, dict):
+            _wrong_type(dict, f"{where}.metadata")
         for key in ("annotations", "labels"):
-            if metadata.get(key) is not None:
-                _string_map(metadata[key], f"{where}.metadata.{key}")
+            value = metadata.get(key)
+            if value is not None and not (type(value) is dict and all(type(v) is str for v in value.values())):
+                _string_map(value, f"{where}.metadata.{key}")  # the full check, naming the wrong entry
         for key in ("name", "namespace", "generateName", "uid"):
-            if metadata.get(key) is not None and not isinstance(metadata[key], str):
+            value = metadata.get(key)
+            if value is not None and not isinstance(value, str):
                 raise ObjectOutOfBounds(f"{where}.metadata.{key} must be a string")
-    spec = _optional(pod, "spec")
+    spec = pod.get("spec")
     if spec is None:
         return
-    _expect(spec, dict, f"{where}.spec")
-    if spec.get("nodeSelector") is not None:
-        _string_map(spec["nodeSelector"], f"{where}.spec.nodeSelector")
+    if not isinstance(spec, dict):
+        _wrong_type(dict, f"{where}.spec")
+    selector = spec.get("nodeSelector")
+    if selector is not None and not (type(selector) is dict and all(type(v) is str for v in selector.values())):
+        _string_map(selector, f"{where}.spec.nodeSelector")
     for key in ("tolerations", "schedulingGates", "resourceClaims"):
-        if spec.get(key) is not None:
-            _expect(spec[key], list, f"{where}.spec.{key}")
-            for index, item in enumerate(spec[key]):
-                _expect(item, dict, f"{where}.spec.{key}[{index}]")
-    if spec.get("affinity") is not None:
-        _expect(spec["affinity"], dict, f"{where}.spec.affinity")
-    if spec.get("nodeName") is not None and not isinstance(spec["nodeName"], str):
+        items = spec.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            _wrong_type(list, f"{where}.spec.{key}")
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                _wrong_type(dict, f"{where}.spec.{key}[{index}]")
+    affinity = spec.get("affinity")
+    if affinity is not None and not isinstance(affinity, dict):
+        _wrong_type(dict, f"{where}.spec.affinity")
+    node_name = spec.get("nodeName")
+    if node_name is not None and not isinstance(node_name, str):
         raise ObjectOutOfBounds(f"{where}.spec.nodeName must be a string")
     for key in ("containers", "initContainers", "ephemeralContainers"):
         containers = spec.get(key)
         if containers is None:
             continue
-        _expect(containers, list, f"{where}.spec.{key}")
+        if not isinstance(containers, list):
+            _wrong_type(list, f"{where}.spec.{key}")
         for index, container in enumerate(containers):
-            _check_container(container, f"{where}.spec.{key}[{index}]")
+            _check_container(container, where, key, index)
 
 
-def _check_container(container: Any, where: str) -> None:
-    _expect(container, dict, where)
-    if container.get("env") is not None:
-        _expect(container["env"], list, f"{where}.env")
-        for index, item in enumerate(container["env"]):
-            _expect(item, dict, f"{where}.env[{index}]")
+def _check_container(container: Any, where: str, key: str, index: int) -> None:
+    """One container of `{where}.spec.{key}[{index}]` (the path is built only for a message)."""
+    if not isinstance(container, dict):
+        _wrong_type(dict, f"{where}.spec.{key}[{index}]")
+    env = container.get("env")
+    if env is not None:
+        if not isinstance(env, list):
+            _wrong_type(list, f"{where}.spec.{key}[{index}].env")
+        for position, item in enumerate(env):
+            if not isinstance(item, dict):
+                _wrong_type(dict, f"{where}.spec.{key}[{index}].env[{position}]")
     resources = container.get("resources")
     if resources is None:
         return
-    _expect(resources, dict, f"{where}.resources")
+    if not isinstance(resources, dict):
+        _wrong_type(dict, f"{where}.spec.{key}[{index}].resources")
     for section in ("limits", "requests"):
         amounts = resources.get(section)
         if amounts is None:
             continue
-        _expect(amounts, dict, f"{where}.resources.{section}")
+        if not isinstance(amounts, dict):
+            _wrong_type(dict, f"{where}.spec.{key}[{index}].resources.{section}")
         for name, amount in amounts.items():
             if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
-                raise ObjectOutOfBounds(f"{where}.resources.{section}[{str(name)[:63]!r}] must be a quantity")
-    if resources.get("claims") is not None:
-        _expect(resources["claims"], list, f"{where}.resources.claims")
+                raise ObjectOutOfBounds(
+                    f"{where}.spec.{key}[{index}].resources.{section}[{str(name)[:63]!r}] must be a quantity"
+                )
+    claims = resources.get("claims")
+    if claims is not None and not isinstance(claims, list):
+        _wrong_type(list, f"{where}.spec.{key}[{index}].resources.claims")

@@ -18,6 +18,7 @@ from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
 from webhook.intent import PodIntent
 from webhook.placement.constraints import conflicts_with_pod
+from webhook.placement.memo import PlanMemoEntry
 from webhook.placement.plan import Decision, PlacementPlan
 
 Problem = tuple[str, str]  # (reason, message)
@@ -37,6 +38,9 @@ class Facts:
     decision: Decision | None
     demand: GpuDemand
     violations: list[Violation] = field(default_factory=list)
+    # Where the plan was remembered for replicas (webhook/placement/memo.py): what else depends only on the
+    # pod without its identity, the plan, the snapshot and the configuration may be remembered there.
+    plan_memo: PlanMemoEntry | None = None
 
     @cached_property
     def conflicts(self) -> list[str]:

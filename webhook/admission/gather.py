@@ -21,7 +21,8 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
 from webhook.intent import parse_intent
-from webhook.placement.plan import Decision, build_plan
+from webhook.placement.memo import planned_with_entry
+from webhook.placement.plan import Decision
 
 log = logging.getLogger("kgwe.admission")
 
@@ -70,8 +71,11 @@ class FactGathering:
                 if with_checks:
                     violations = [Violation("kgwe.policy-engine", "Deny", str(exc))]
         check_deadline(deadline)
-        plan = build_plan(view, intent, decision, model, runtime.config, demand)
-        return Facts(request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations)
+        # build_plan, remembered for replicas (webhook/placement/memo.py)
+        plan, memo = planned_with_entry(view, intent, decision, model, runtime.config, demand)
+        return Facts(
+            request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations, plan_memo=memo
+        )
 
     def _screen(self, request: AdmissionRequest) -> Outcome | None:
         """The answer to a request neither flow judges: refused when decode found it invalid, passed as it

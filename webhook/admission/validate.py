@@ -32,6 +32,7 @@ from webhook.admission.ownership import (
     output_mismatches,
 )
 from webhook.admission.ports import AdmissionPorts
+from webhook.admission.replicas import remembered
 from webhook.admission.request import AdmissionRequest
 from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
 from webhook.mutation.pipeline import run_pipeline
@@ -142,7 +143,8 @@ class Validation(FactGathering):
             problems.extend(self._ownership_problems(facts))
         if facts.plan.gpu_pod and not facts.intent.problems and not facts.demand.invalid:
             check_deadline(deadline)
-            placement = self._placement_problems(facts)
+            # The same for every replica of a workload: judged once per plan memo entry (replicas.py).
+            placement = remembered(facts, "validate.placement", self.runtime.config, self._placement_problems)
             if not _kgwe_placed(facts):
                 # A pod without KGWE intent passes as it came (SPEC section 1): admission plugins KGWE does
                 # not see may tolerate taints, nodes may lack labels. At most a warning.

@@ -78,12 +78,32 @@ class ClusterModel:
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def type_ids(self) -> list[str]:
-        return sorted(t for t in self.types if t != UNKNOWN)
+        """The typed accelerator types of the snapshot, sorted (a new list: the caller may change it)."""
+        return list(self._type_ids)
+
+    @cached_property
+    def _type_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(t for t in self.types if t != UNKNOWN))
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
+        """The namespace's labels with `kubernetes.io/metadata.name` (a new dict: the caller may change it)."""
+        known = self._namespace_labels.get(namespace)
+        if known is not None:
+            return dict(known)
         merged = dict(ObjectView(self.namespaces.get(namespace)).labels)
         merged.setdefault("kubernetes.io/metadata.name", namespace)
         return merged
+
+    @cached_property
+    def _namespace_labels(self) -> dict[str, dict[str, str]]:
+        # Every namespace of the snapshot, once (admission asks for the requester's on every request); a
+        # name the snapshot lacks is answered by the code above, so what a pod names cannot grow this.
+        out: dict[str, dict[str, str]] = {}
+        for name, obj in self.namespaces.items():
+            merged = dict(ObjectView(obj).labels)
+            merged.setdefault("kubernetes.io/metadata.name", name)
+            out[name] = merged
+        return out
 
     def summary(self) -> dict[str, Any]:
         """`data.kgwe.cluster` for policies: types with counts, MIG offers, NVLink and sharing. The same

@@ -77,17 +77,20 @@ def run_pipeline(pod: dict[str, Any], steps: Sequence[Step]) -> PipelineResult:
     changed_steps: list[str] = []
     max_passes = len(steps) + 1
     strict = _strict
+    # The pod as serialised after one step is the pod before the next: one serialisation per step.
+    before = orjson.dumps(working, option=orjson.OPT_SORT_KEYS)
     for passes in range(1, max_passes + 1):
         any_change = False
         for name, step in steps:
-            before = orjson.dumps(working, option=orjson.OPT_SORT_KEYS)
             step(working)
-            if orjson.dumps(working, option=orjson.OPT_SORT_KEYS) != before:
+            after = orjson.dumps(working, option=orjson.OPT_SORT_KEYS)
+            if after != before:
                 any_change = True
                 if name not in changed_steps:
                     changed_steps.append(name)
                 if strict:
                     check_step(name, diff(orjson.loads(before), working))
+            before = after
         if not any_change:
             patch = diff(pod, working)
             check_patch(patch, [name for name, _step in steps], changed_steps)

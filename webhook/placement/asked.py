@@ -94,7 +94,8 @@ def asked_sharing(ctx: PlanContext) -> bool:
 
 def hami_defers(ctx: PlanContext) -> bool:
     """A pod with HAMi resources has its GPUs shared by HAMi: KGWE drops MIG and MPS and selects nodes only."""
-    hami = any(key in ctx.demand.other for key in resources.HAMI_RESOURCES)
+    other = ctx.demand.other
+    hami = bool(other) and any(key in other for key in resources.HAMI_RESOURCES)
     if hami and ctx.sharing in ("mig", "mps"):
         ctx.plan.warnings.append("HAMi resources present: KGWE leaves GPU sharing to HAMi and selects nodes only")
         ctx.sharing = None

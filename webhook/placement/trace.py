@@ -43,6 +43,9 @@ def record(plan: PlacementPlan, step: str, kept: Iterable[str], why: Why = "", n
     kept and this one did not are dropped, each with `why(type_id)` (or the string `why`)."""
     kept_tuple = tuple(kept)
     previous = plan.trace[-1].kept if plan.trace else kept_tuple
+    if previous == kept_tuple:  # most steps keep every candidate: nothing was dropped
+        plan.trace.append(TraceStep(step, kept_tuple, (), note))
+        return
     dropped = tuple(
         (type_id, why(type_id) if callable(why) else why) for type_id in previous if type_id not in kept_tuple
     )

@@ -14,6 +14,7 @@ from policies.vocabulary.accelerator_types import AcceleratorTable
 from policies.vocabulary.objects import PodView, container_amounts, pod_view
 
 RESOURCE_VENDORS = (("nvidia.com/", "nvidia"), ("amd.com/gpu", "amd"))
+_VENDOR_PREFIXES = tuple(prefix for prefix, _vendor in RESOURCE_VENDORS)
 
 
 def pod_gpu_vendors(pod: PodView | Mapping[str, Any]) -> set[str]:
@@ -29,9 +30,11 @@ def pod_gpu_vendors(pod: PodView | Mapping[str, Any]) -> set[str]:
                 continue
             for values in container_amounts(container):
                 for key in values:
-                    for prefix, vendor in RESOURCE_VENDORS:
-                        if isinstance(key, str) and key.startswith(prefix):
-                            vendors.add(vendor)
+                    # One test skips the resources of no vendor (cpu, memory), most of them.
+                    if isinstance(key, str) and key.startswith(_VENDOR_PREFIXES):
+                        for prefix, vendor in RESOURCE_VENDORS:
+                            if key.startswith(prefix):
+                                vendors.add(vendor)
     return vendors
 
 

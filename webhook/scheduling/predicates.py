@@ -153,11 +153,54 @@ def feasible_nodes(pod: dict[str, Any], nodes: Iterable[NodeFacts]) -> list[str]
 
 
 def first_feasible(pod: dict[str, Any], nodes: Iterable[NodeFacts]) -> str | None:
+    """The first node that is not cordoned and can run the pod (`node_can_run`), None when none can."""
     requests = pod_requests(pod)
+    fit = _PodFit(pod)
     for node in nodes:
-        if not node.unschedulable and node_can_run(pod, node, requests):
+        if not node.unschedulable and fit.can_run(node, requests):
             return node.name
     return None
+
+
+class _PodFit:
+    """`node_can_run` for one pod over many nodes: the pod's selector, required terms and tolerations are
+    read once, each when first needed (where `node_can_run` would first read it, so a malformed part
+    fails at the same node), instead of once per node."""
+
+    __slots__ = ("_pod", "_selector", "_terms", "_terms_read", "_tolerations")
+
+    def __init__(self, pod: dict[str, Any]) -> None:
+        self._pod = pod
+        self._selector: list[tuple[str, str]] | None = None
+        self._terms: list[dict[str, Any]] | None = None  # None: no required terms (once read)
+        self._terms_read = False
+        self._tolerations: list[dict[str, Any]] | None = None
+
+    def can_run(self, node: NodeFacts, requests: dict[str, Decimal]) -> bool:
+        labels = node.labels
+        selector = self._selector
+        if selector is None:
+            raw = (self._pod.get("spec") or {}).get("nodeSelector") or {}
+            selector = self._selector = [(str(k), str(v)) for k, v in raw.items()]
+        for key, value in selector:
+            if labels.get(key) != value:
+                return False
+        if not self._terms_read:
+            self._terms = required_terms(self._pod)
+            self._terms_read = True
+        terms = self._terms
+        if terms is not None and not any(term_matches(term, labels, node.name) for term in terms):
+            return False
+        for taint in node.taints:
+            if taint.effect not in ("NoSchedule", "NoExecute"):
+                continue
+            tolerations = self._tolerations
+            if tolerations is None:
+                raw_tolerations = (self._pod.get("spec") or {}).get("tolerations") or []
+                tolerations = self._tolerations = [t for t in raw_tolerations if isinstance(t, dict)]
+            if not any(toleration_tolerates(t, taint) for t in tolerations):
+                return False
+        return resources_fit(requests, node.allocatable)
 
 
 def explain_infeasible(pod: dict[str, Any], nodes: Iterable[NodeFacts], limit: int = 3) -> str:

@@ -1,0 +1,132 @@
+"""Plans remembered per snapshot (webhook/placement/memo.py) are the plans `build_plan` computes.
+
+Differential: every example pod and hypothesis-generated pods (as users write them, and get wrong), with
+and without a policy decision, in the example cluster and the DRA example cluster, planned fresh and
+through the memo (first call and repeated), with their identity fields and without. Plans handed out
+share nothing a caller can change, and a new configuration is planned anew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from placement_support import EXAMPLES
+from review_strategies import pods
+
+from policies.gpu_demand import pod_gpu_demand
+from policies.vocabulary.objects import PodView
+from webhook.cluster.model import ClusterModel
+from webhook.config import Config, load_config
+from webhook.intent import parse_intent
+from webhook.placement.memo import IDENTITY_FIELDS, copy_plan, planned, planning_pod
+from webhook.placement.plan import Decision, PlacementPlan, build_plan
+from webhook.runtime import build_runtime
+
+CONFIG = load_config(EXAMPLES / "config.yaml")
+MODELS = {
+    name: build_runtime(CONFIG, EXAMPLES / name, load_policies=False).store.snapshot()
+    for name in ("cluster", "cluster-dra")
+}
+EXAMPLE_PODS = [
+    doc for path in sorted((EXAMPLES / "pods").glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+    if isinstance(doc, dict) and doc.get("kind") == "Pod"
+]
+DECISIONS = [
+    None,
+    Decision({"acceleratorTypes": ["nvidia-a100-80gb", "nvidia-h100-80gb"]}, {"acceleratorTypes": "prefer-a100"}),
+    Decision({"sharing": {"mode": "mig", "migProfile": "1g.10gb"}}, {"sharing": "small-to-mig"}),
+    Decision({"topology": "nvlink", "gang": "g-1"}, {"topology": "p", "gang": "p"}),
+]
+
+
+def _fresh(pod: dict[str, Any], decision: Decision | None, model: ClusterModel, config: Config) -> PlacementPlan:
+    view = PodView(pod)
+    return build_plan(view, parse_intent(view), decision, model, config, pod_gpu_demand(view))
+
+
+def _memo(pod: dict[str, Any], decision: Decision | None, model: ClusterModel, config: Config) -> PlacementPlan:
+    view = PodView(pod)
+    return planned(view, parse_intent(view), decision, model, config, pod_gpu_demand(view))
+
+
+def _assert_same_plans(pod: dict[str, Any], decision: Decision | None, model: ClusterModel) -> None:
+    expected = _fresh(pod, decision, model, CONFIG)
+    assert build_plan(planning_pod(PodView(pod)), parse_intent(pod), decision, model, CONFIG) == expected
+    # Seen once (planned as it is), remembered (planned without identity), then copies of the memo's plan.
+    for _ in range(4):
+        assert _memo(pod, decision, model, CONFIG) == expected
+
+
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+@pytest.mark.parametrize("index", range(len(EXAMPLE_PODS)))
+def test_every_example_pod_is_planned_as_build_plan_plans_it(model_name: str, index: int) -> None:
+    for decision in DECISIONS:
+        _assert_same_plans(EXAMPLE_PODS[index], decision, MODELS[model_name])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod=pods(), decision=st.sampled_from(DECISIONS), model_name=st.sampled_from(sorted(MODELS)))
+def test_generated_pods_are_planned_as_build_plan_plans_them(
+    pod: dict[str, Any], decision: Decision | None, model_name: str
+) -> None:
+    _assert_same_plans(pod, decision, MODELS[model_name])
+
+
+def test_replicas_share_one_entry_and_identity_fields_do_not_reach_the_plan() -> None:
+    model = build_runtime(CONFIG, EXAMPLES / "cluster", load_policies=False).store.snapshot()
+    template = next(p for p in EXAMPLE_PODS if (p["metadata"].get("annotations") or {}).get("kgwe.io/accelerator"))
+    plans = []
+    for replica in range(4):
+        pod = {**template, "metadata": {**template["metadata"], "name": f"web-{replica}", "uid": f"u-{replica}",
+                                        "generateName": "web-", "creationTimestamp": "2026-11-24T20:00:00Z"}}
+        plans.append(_memo(pod, None, model, CONFIG))
+        assert IDENTITY_FIELDS.isdisjoint(planning_pod(PodView(pod)).metadata)
+        assert planning_pod(PodView(pod)).annotations == PodView(pod).annotations
+    assert plans[0] == plans[1] == plans[2] == plans[3] == _fresh(template, None, model, CONFIG)
+    assert len(model.derived["placement.memo"]) == 1
+
+
+def test_a_plan_handed_out_shares_nothing_a_caller_can_change() -> None:
+    model = build_runtime(CONFIG, EXAMPLES / "cluster", load_policies=False).store.snapshot()
+    for pod in EXAMPLE_PODS:
+        expected = _fresh(pod, None, model, CONFIG)
+        _memo(pod, None, model, CONFIG)  # seen once
+        _memo(pod, None, model, CONFIG)  # remembered
+        given_out = _memo(pod, None, model, CONFIG)
+        for item in dataclasses.fields(PlacementPlan):
+            value = getattr(given_out, item.name)
+            if isinstance(value, list | dict):
+                value.clear()  # type: ignore[union-attr]
+        for toleration in expected.tolerations:
+            assert toleration in _memo(pod, None, model, CONFIG).tolerations
+        assert _memo(pod, None, model, CONFIG) == expected
+
+
+def test_copy_plan_copies_every_list_and_dict_field() -> None:
+    model = MODELS["cluster"]
+    for pod in EXAMPLE_PODS:
+        plan = _fresh(pod, None, model, CONFIG)
+        copied = copy_plan(plan)
+        assert copied == plan
+        for item in dataclasses.fields(PlacementPlan):
+            value = getattr(plan, item.name)
+            if isinstance(value, list | dict) or dataclasses.is_dataclass(value):
+                assert getattr(copied, item.name) is not value, item.name
+
+
+def test_a_new_configuration_is_planned_anew() -> None:
+    model = build_runtime(CONFIG, EXAMPLES / "cluster", load_policies=False).store.snapshot()
+    pod = next(p for p in EXAMPLE_PODS if (p["metadata"].get("annotations") or {}).get("kgwe.io/accelerator"))
+    for _ in range(3):
+        before = _memo(pod, None, model, CONFIG)
+    pricier = CONFIG.model_copy(deep=True)
+    pricier.pricing.per_gpu_hour = {k: v * 2 for k, v in pricier.pricing.per_gpu_hour.items()}
+    for _ in range(3):
+        after = _memo(pod, None, model, pricier)
+    assert after == _fresh(pod, None, model, pricier)
+    assert before.price_per_gpu_hour is not None and after.price_per_gpu_hour == before.price_per_gpu_hour * 2

@@ -1,0 +1,189 @@
+"""Placement plans remembered per cluster snapshot, for pods that plan alike: the replicas of one workload.
+
+A ReplicaSet, Job or StatefulSet creates pods that differ only in their identity (name, uid, creation
+time); both webhooks see each of them, and planning is the largest part of admission that is not a
+policy. `build_plan` is a pure function of the pod, its intent and GPU demand, the policy decision, the
+cluster snapshot and the configuration, and it reads nothing of a pod's identity. So admission plans
+the pod *without* its identity fields (`planning_pod`), and remembers the plan under everything it was
+computed from:
+
+- the snapshot: the memo lives in `ClusterModel.derived`, and dies with the snapshot;
+- the configuration: the object itself (a new configuration is a new object), compared by identity;
+- the pod without its identity, as its exact JSON bytes (two different pods never share a key; pods
+  over `MAX_KEY_BYTES` are planned every time); the entry keeps its own copy of that pod, read back
+  from those bytes, and only a pod those bytes give back exactly is remembered. Bytes say exactly what
+  a JSON document is, and admission's pods are JSON documents (decoded from the API server's body, or
+  copied through JSON from a workload's template); a pod built in Python with a tuple where JSON has a
+  list would share its list twin's key, so the memo is for admission (`FactGathering.gather`) only;
+- the intent, the GPU demand and the decision, as exact values.
+
+A key seen once is only marked (most pods are not replicas: remembering costs more than planning once);
+the second pod with it is planned without its identity and remembered, and the pods after it get a copy
+of that plan. Planning the pod without its identity makes the key complete by construction: a plan can
+only depend on what the key holds. Plans are mutable, so every caller gets its own copy (`copy_plan`); the memo's
+own plan is never handed out. Bounded: past `PLAN_MEMO_SIZE` plans the memo starts again.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from policies.gpu_demand import GpuDemand
+from policies.vocabulary.objects import PodView
+from webhook.cluster.model import ClusterModel
+from webhook.config import Config
+from webhook.intent import PodIntent
+from webhook.placement.context import Decision, PlacementPlan
+from webhook.placement.plan import build_plan
+
+PLAN_MEMO_SIZE = 256
+MAX_KEY_BYTES = 32 * 1024  # with PLAN_MEMO_SIZE: at most 8 MiB of keys per snapshot
+_MEMO = "placement.memo"
+_UNSEEN: Any = object()
+# What tells one replica from another: planning never reads these (tests/placement/test_plan_memo.py).
+IDENTITY_FIELDS = frozenset(
+    {"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink"}
+)
+
+
+def planning_pod(view: PodView) -> PodView:
+    """The pod without its identity fields (a shallow copy: every other part is the pod's own object)."""
+    raw = view.raw
+    metadata = raw.get("metadata")
+    if not isinstance(metadata, dict) or IDENTITY_FIELDS.isdisjoint(metadata):
+        return view
+    stripped = dict(raw)
+    stripped["metadata"] = {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}
+    return PodView(stripped)
+
+
+@dataclass(slots=True)
+class PlanMemoEntry:
+    """One remembered plan: the configuration it was made under, the plan (never handed out), the pod it
+    was planned from (without its identity), and what else admission derived from that same pod and plan
+    alone (`derived`, by name), so that replicas skip that too."""
+
+    config: Config
+    plan: PlacementPlan
+    pod: PodView
+    derived: dict[str, Any] = field(default_factory=dict)
+
+
+def planned(
+    view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand
+) -> PlacementPlan:
+    """`build_plan(view, intent, decision, model, config, demand)`, the same plan, remembered for this
+    snapshot and configuration (see the module's docstring); `intent` and `demand` are the pod's."""
+    return planned_with_entry(view, intent, decision, model, config, demand)[0]
+
+
+def planned_with_entry(
+    view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand
+) -> tuple[PlacementPlan, PlanMemoEntry | None]:
+    """`planned`, and the memo entry the plan came from (None when the plan was not remembered).
+
+    A pod seen for the first time in this snapshot is planned as it is, and only its key is kept: most
+    pods are not replicas, and remembering costs more than planning once. The second pod with that key
+    is planned without its identity and remembered; from the third on, the plan is a copy."""
+    pod = planning_pod(view)
+    key = _key(pod, intent, decision, demand)
+    if key is None:
+        return build_plan(view, intent, decision, model, config, demand), None
+    memo: dict[PlanKey, PlanMemoEntry | None] = model.derived.setdefault(_MEMO, {})
+    found = memo.get(key, _UNSEEN)
+    if isinstance(found, PlanMemoEntry) and found.config is config:
+        return copy_plan(found.plan), found
+    if len(memo) >= PLAN_MEMO_SIZE:
+        memo.clear()
+    if found is _UNSEEN:
+        memo[key] = None  # seen once
+        return build_plan(view, intent, decision, model, config, demand), None
+    plan = build_plan(pod, intent, decision, model, config, demand)
+    own_pod = orjson.loads(key[0])
+    if own_pod != pod.raw:
+        return plan, None  # not a JSON document (a tuple for a list, say): its bytes do not say what it is
+    # The entry holds its own copies: the request's objects (and the plan given out) may change later.
+    entry = memo[key] = PlanMemoEntry(config, copy_plan(plan), PodView(own_pod))
+    return plan, entry
+
+
+PlanKey = tuple[bytes, bytes | None, tuple[Any, ...], tuple[Any, ...]]
+
+
+def _key(pod: PodView, intent: PodIntent, decision: Decision | None, demand: GpuDemand) -> PlanKey | None:
+    """Everything the plan is computed from besides the snapshot and configuration; None when it cannot be
+    written exactly (a value JSON cannot hold) or is too large to keep."""
+    try:
+        body = orjson.dumps(pod.raw)
+        decided = orjson.dumps([decision.fields, decision.decided_by]) if decision is not None else None
+    except TypeError:
+        return None
+    if len(body) > MAX_KEY_BYTES or (decided is not None and len(decided) > MAX_KEY_BYTES):
+        return None
+    return (body, decided, _intent_key(intent), _demand_key(demand))
+
+
+def _intent_key(intent: PodIntent) -> tuple[Any, ...]:
+    return (
+        tuple(intent.accelerator_types), intent.profile, _exact(intent.gpu_memory_bytes), intent.sharing,
+        _exact(intent.gpu_fraction), intent.topology, intent.gang, intent.gang_size, tuple(intent.problems),
+        tuple(intent.warnings),
+    )
+
+
+def _demand_key(demand: GpuDemand) -> tuple[Any, ...]:
+    return (
+        demand.whole_gpus, tuple(demand.mig.items()), tuple((k, _exact(v)) for k, v in demand.other.items()),
+        tuple(demand.invalid), tuple(demand.gpu_containers),
+    )
+
+
+def _exact(value: Any) -> Any:
+    # Decimals equal in value may differ in how they print (10 and 1E+1): keep the exact text too.
+    return None if value is None else (type(value).__name__, str(value))
+
+
+def copy_plan(plan: PlacementPlan) -> PlacementPlan:
+    """A plan equal to `plan` that shares nothing a caller could change with it (Decimals, strings and the
+    frozen requirements and trace steps are immutable and shared)."""
+    fields = dict(plan.__dict__)  # every field, then a copy of each that holds a list or a dict
+    fields["types"] = list(plan.types)
+    fields["requirements"] = list(plan.requirements)
+    fields["type_alternatives"] = [list(alternative) for alternative in plan.type_alternatives]
+    fields["preferences"] = list(plan.preferences)
+    fields["tolerations"] = _json_copy(plan.tolerations)
+    fields["resource_renames"] = dict(plan.resource_renames)
+    fields["env"] = dict(plan.env)
+    fields["labels"] = dict(plan.labels)
+    fields["annotations"] = dict(plan.annotations)
+    fields["pod_affinity_terms"] = _json_copy(plan.pod_affinity_terms)
+    fields["scheduling_gates"] = list(plan.scheduling_gates)
+    fields["refusals"] = list(plan.refusals)
+    fields["warnings"] = list(plan.warnings)
+    fields["decided_by"] = dict(plan.decided_by)
+    fields["steps"] = list(plan.steps)
+    fields["notes"] = list(plan.notes)
+    fields["mig_choices"] = list(plan.mig_choices)
+    fields["dra"] = copy.deepcopy(plan.dra) if plan.dra is not None else None
+    fields["trace"] = list(plan.trace)
+    fresh: PlacementPlan = _new(PlacementPlan)  # the fields as they are: no __init__ (no defaults to build)
+    fresh.__dict__.update(fields)
+    return fresh
+
+
+_new = object.__new__
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, tuples of scalars), types kept as they are."""
+    if isinstance(value, dict):
+        return {k: _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_json_copy(v) for v in value)
+    return value
