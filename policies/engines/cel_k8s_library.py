@@ -126,6 +126,9 @@ def list_sum(items: Sequence[Any]) -> Any:
     values = list(items)
     if not values:
         return 0
+    kinds = {type(v) for v in values}
+    if len(kinds) == 1 and (int in kinds or float in kinds):  # the common case: plain numbers of one type
+        return sum(values)
     if all(isinstance(v, dict) and QUANTITY_KEY in v for v in values):
         return _wrap(sum((_as_decimal(v) for v in values), Decimal(0)))
     if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
