@@ -41,6 +41,13 @@ from webhook.workloads.admission import WorkloadAwareAdmission
 log = logging.getLogger("kgwe.runtime")
 
 DECISION_CACHE_SIZE = 2048
+@dataclass(frozen=True)
+class _Tenancy:
+    tenant: str
+    quotas: list[dict[str, Any]]
+    limits: list[QuotaLimit]
+
+
 TENANCY_CACHE_SIZE = 4096  # (namespace, groups) pairs per snapshot; past it the memo starts again
 _MISSING = object()
 
@@ -60,11 +67,8 @@ class Runtime:
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
     _decisions: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
-    _tenancy: tuple[int, dict[tuple[str, tuple[str, ...]], tuple[str, list[dict[str, Any]]]]] = field(
-        default=(-1, {}), init=False, repr=False
-    )
-    # The limits of those TenantQuotas, remembered the same way (the quota gate reads them per request).
-    _limits: tuple[int, dict[tuple[str, tuple[str, ...]], list[QuotaLimit]]] = field(
+    # Per snapshot, by (namespace, groups): the tenant, its TenantQuotas and their limits.
+    _tenancy: tuple[int, dict[tuple[str, tuple[str, ...]], _Tenancy]] = field(
         default=(-1, {}), init=False, repr=False
     )
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
@@ -83,32 +87,27 @@ class Runtime:
         tenant, _quotas = self._tenant_and_quotas(request, model)
         return tenant
 
-    def _tenant_and_quotas(self, request: AdmissionRequest, model: ClusterModel) -> tuple[str, list[dict[str, Any]]]:
-        """`tenant_and_quotas`, remembered per snapshot, namespace and groups: a request asks twice (its
-        tenant, then its quota gate), and one team's pods ask the same question all day."""
-        generation, cache = self._tenancy
+    def _tenancy_of(self, request: AdmissionRequest, model: ClusterModel) -> _Tenancy:
+        """`tenant_and_quotas` and the quotas' limits, remembered per snapshot, namespace and groups: a
+        request asks twice (its tenant, then its quota gate), and one team's pods ask the same all day."""
+        generation, cache = self._tenancy  # one tuple: a reader never sees one snapshot's table as another's
         if generation != model.generation or len(cache) >= TENANCY_CACHE_SIZE:
             cache = {}
             self._tenancy = (model.generation, cache)
         key = (request.namespace, tuple(request.user.groups))
         found = cache.get(key)
         if found is None:
-            found = cache[key] = tenant_and_quotas(request, model)
-        return found[0], list(found[1])
+            tenant, quotas = tenant_and_quotas(request, model)
+            found = cache[key] = _Tenancy(tenant, quotas, [limit for quota in quotas for limit in quota_limits(quota)])
+        return found
+
+    def _tenant_and_quotas(self, request: AdmissionRequest, model: ClusterModel) -> tuple[str, list[dict[str, Any]]]:
+        found = self._tenancy_of(request, model)
+        return found.tenant, list(found.quotas)
 
     def _quota_limits(self, request: AdmissionRequest, model: ClusterModel) -> list[QuotaLimit]:
-        """The limits of the TenantQuotas that apply to the request (`quota_limits` of each, in order),
-        remembered per snapshot, namespace and groups: those decide the quotas (`_tenant_and_quotas`)."""
-        generation, cache = self._limits
-        if generation != model.generation or len(cache) >= TENANCY_CACHE_SIZE:
-            cache = {}
-            self._limits = (model.generation, cache)
-        key = (request.namespace, tuple(request.user.groups))
-        found = cache.get(key)
-        if found is None:
-            _tenant, quotas = self._tenant_and_quotas(request, model)
-            found = cache[key] = [limit for quota in quotas for limit in quota_limits(quota)]
-        return found
+        """The limits of the TenantQuotas that apply to the request (`quota_limits` of each, in order)."""
+        return self._tenancy_of(request, model).limits
 
     # -- policies -----------------------------------------------------------------------------
     def _policy_request(self, request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:
