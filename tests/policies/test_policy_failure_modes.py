@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -50,3 +51,23 @@ def test_cel_time_limit(make_context: Callable[..., PolicyContext]) -> None:
     assert runtime.reload(builtin=False, gpu_policies=[slow]).ok
     [violation] = runtime.check(make_context(gpu_pod()))
     assert "time limit" in violation.message
+
+
+def test_cel_time_limit_reads_the_cpu_clock_once_and_stays_exact() -> None:
+    """The CPU used since the request's first evaluation bounds one evaluation's from above, and that
+    minus the wall time before it began from below: within the bounds the answer is exact; between them
+    the evaluation is timed again on its own."""
+    from policies.engines.cel import build_cel_engine
+    from policies.runtime import _cpu_over
+
+    engine = build_cel_engine()
+    program = engine.compile("[1, 2, 3].all(x, x > 0)")
+    activation = engine.activation({})
+    cpu, wall = time.thread_time(), time.perf_counter()
+    # Little CPU since the clocks were read: under any limit above it.
+    assert not _cpu_over(1.0, (cpu, wall), wall, program, activation)
+    # Ten seconds of CPU since the clocks, none of it before this evaluation began: over the limit.
+    assert _cpu_over(1.0, (cpu - 10.0, wall), wall, program, activation)
+    # Ten seconds of CPU, but twenty of wall time before the evaluation began: it may have used none of
+    # them, so it is timed alone, and a cheap expression is well under a second.
+    assert not _cpu_over(1.0, (cpu - 10.0, wall - 20.0), wall, program, activation)
