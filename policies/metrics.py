@@ -5,6 +5,11 @@ Defined once here so the webhook, the policy engines, quotas and RBAC count into
 
 from __future__ import annotations
 
+import math
+import os
+import threading
+from collections.abc import Mapping
+
 from prometheus_client import Counter, Gauge, Histogram
 
 ADMISSION_REFUSALS = Counter(
@@ -59,3 +64,39 @@ POLICY_ENGINE_UP = Gauge(
 
 def record_refusal(reason: str) -> None:
     ADMISSION_REFUSALS.labels(reason=reason).inc()
+
+
+# Label sets each labelled gauge was given through `replace_series` or `add_series` in this process.
+_SERIES: dict[int, set[tuple[str, ...]]] = {}
+_SERIES_LOCK = threading.Lock()
+
+
+def multiprocess_mode() -> bool:
+    """Whether prometheus-client keeps values in per-process files (`kgwe serve --workers N`)."""
+    return "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ
+
+
+def add_series(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
+    """Set these series of the gauge (label values -> value), leaving its others as they are."""
+    with _SERIES_LOCK:
+        for labels, value in values.items():
+            gauge.labels(*labels).set(value)
+        _SERIES.setdefault(id(gauge), set()).update(values)
+
+
+def replace_series(gauge: Gauge, values: Mapping[tuple[str, ...], float], *, stale: float = math.nan) -> None:
+    """Make `values` (label values -> value) the gauge's series: a series set before and not now goes.
+
+    In prometheus-client's multiprocess mode a series cannot be removed (the library only warns, and the
+    value stays in its file): there a series that went is set to `stale` instead: NaN (no value) by
+    default, 0 where absence means none (a count of waiting gangs).
+    """
+    with _SERIES_LOCK:
+        for labels in _SERIES.get(id(gauge), set()) - values.keys():
+            if multiprocess_mode():
+                gauge.labels(*labels).set(stale)
+            else:
+                gauge.remove(*labels)
+        for labels, value in values.items():
+            gauge.labels(*labels).set(value)
+        _SERIES[id(gauge)] = set(values)

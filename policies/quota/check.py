@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from policies.api import WouldBlock
-from policies.metrics import QUOTA_LIMIT, QUOTA_USED, record_refusal
+from policies.metrics import QUOTA_LIMIT, QUOTA_USED, add_series, record_refusal, replace_series
 from policies.quota.model import (
     LimitKey,
     PodCharge,
@@ -303,12 +303,17 @@ def usage_lines(
     return lines
 
 
-def publish_metrics(lines: Iterable[UsageLine]) -> None:
+def publish_metrics(lines: Iterable[UsageLine], *, every_tenant: bool = False) -> None:
+    """`kgwe_quota_used` and `kgwe_quota_limit` of these lines. With `every_tenant` (the reconciler's whole
+    view) the series of deleted quotas or limits go instead of freezing at their last value."""
+    used: dict[tuple[str, ...], float] = {}
     tightest: dict[tuple[str, str], Decimal] = {}
     for line in lines:
         labels = (line.tenant, line.key.metric_type)
-        QUOTA_USED.labels(*labels).set(float(line.used_gpus))
+        used[labels] = float(line.used_gpus)
         if line.limit_gpus is not None:
             tightest[labels] = min(tightest.get(labels, line.limit_gpus), line.limit_gpus)
-    for labels, limit in tightest.items():
-        QUOTA_LIMIT.labels(*labels).set(float(limit))
+    limits: dict[tuple[str, ...], float] = {labels: float(limit) for labels, limit in tightest.items()}
+    publish = replace_series if every_tenant else add_series
+    publish(QUOTA_USED, used)
+    publish(QUOTA_LIMIT, limits)

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
-from policies.metrics import QUOTA_LIMIT, QUOTA_USED
 from policies.quota.check import UsageLine, publish_metrics, usage_lines
 from policies.quota.model import PodCharge, quota_name, same_pod, tenant_of_quota
 from policies.quota.store import QuotaStatus, QuotaStore, QuotaUnavailable, UsedEntry, update_status
@@ -62,9 +61,7 @@ class QuotaReconciler:
                 except QuotaUnavailable as exc:
                     log.warning("TenantQuota %s: status not reconciled: %s", name, exc)
         # Series of deleted quotas or limits must disappear, not freeze at their last value.
-        QUOTA_USED.clear()
-        QUOTA_LIMIT.clear()
-        publish_metrics(lines)
+        publish_metrics(lines, every_tenant=True)
 
     def _settled(
         self, status: QuotaStatus, *, used: tuple[UsedEntry, ...], pods: list[PodCharge]

@@ -89,3 +89,34 @@ def test_one_scrape_shows_every_worker_and_the_directory_is_removed(tmp_path: Pa
         process.terminate()
         assert process.wait(20) in (0, -signal.SIGTERM)
     assert not directory.exists()
+
+
+# Run in a process of its own: prometheus-client picks its value store when first imported.
+_REPLACE_SERIES = """
+import warnings
+warnings.simplefilter("error")  # the library's 'not implemented in multi-process mode' warning fails this
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from policies.metrics import QUOTA_LIMIT, replace_series
+from webhook.gangs.controller import WAITING_TOO_LONG
+replace_series(QUOTA_LIMIT, {("team-a", "h100"): 8.0, ("team-b", "h100"): 4.0})
+replace_series(QUOTA_LIMIT, {("team-a", "h100"): 6.0})  # team-b's quota was deleted
+replace_series(WAITING_TOO_LONG, {("ml",): 2.0}, stale=0.0)
+replace_series(WAITING_TOO_LONG, {}, stale=0.0)
+registry = CollectorRegistry()
+MultiProcessCollector(registry)
+print(generate_latest(registry).decode())
+"""
+
+
+def test_series_that_went_are_cleared_in_multiprocess_mode_without_warnings(tmp_path: Path) -> None:
+    """A deleted quota's limit may not freeze at its last value in a multi-worker scrape: the library cannot
+    remove a series there, so it reads NaN (no value); a count that went reads 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", _REPLACE_SERIES], env=env, capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    limits = dict(_samples(result.stdout, "kgwe_quota_limit"))
+    assert [v for k, v in limits.items() if 'tenant="team-a"' in k] == [6.0]
+    assert all(v != v for k, v in limits.items() if 'tenant="team-b"' in k)  # NaN
+    assert [v for _k, v in _samples(result.stdout, "kgwe_gang_waiting_too_long")] == [0.0]

@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import Gauge
 
 from policies.background import Task
+from policies.metrics import replace_series
 from webhook.admission.charging import usage_charges
 from webhook.audit.checks import audit_pod, quota_findings
 from webhook.audit.findings import Finding
@@ -74,7 +75,6 @@ class Auditor:
         self._quota_key: tuple[int, int] | None = None
         self._first_seen: dict[Finding, float] = {}
         self._written: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self._gauge_labels: set[tuple[str, str]] = set()
         # One tick at start, then every interval, on the task's one thread: policy engines keep one native
         # engine per thread, so the audit costs one more engine, not one per thread of a pool. A follower
         # forgets (standby): the leader owns the reports and the metric.
@@ -143,11 +143,7 @@ class Auditor:
 
     def _publish_metrics(self, findings: list[Finding]) -> None:
         counts = Counter((f.category, f.namespace) for f in findings)
-        for labels in self._gauge_labels - set(counts):
-            AUDIT_VIOLATIONS.remove(*labels)
-        for labels, count in counts.items():
-            AUDIT_VIOLATIONS.labels(*labels).set(count)
-        self._gauge_labels = set(counts)
+        replace_series(AUDIT_VIOLATIONS, {labels: float(count) for labels, count in counts.items()}, stale=0.0)
 
     def _write(self, findings: list[Finding]) -> int:
         previous_namespaces = [namespace for _kind, namespace, _name in self._written if namespace]

@@ -6,25 +6,19 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge
 
+from policies.metrics import replace_series
 from webhook.cluster.node_facts import NodeFacts
 
 TOPOLOGY_AGE = Gauge(
     "kgwe_topology_age_seconds", "Age of the agent's topology document per node (absent: no document)", ["node"]
 )
-_exported: set[str] = set()
 
 
 def export_topology_ages(nodes: Iterable[NodeFacts]) -> None:
-    seen = set()
-    for facts in nodes:
-        if facts.topology_age_seconds is None:
-            continue
-        TOPOLOGY_AGE.labels(node=facts.name).set(facts.topology_age_seconds)
-        seen.add(facts.name)
-    for gone in _exported - seen:
-        TOPOLOGY_AGE.remove(gone)
-    _exported.clear()
-    _exported.update(seen)
+    """One series per node with an agent document; a node without one (or gone) has none."""
+    replace_series(TOPOLOGY_AGE, {
+        (facts.name,): facts.topology_age_seconds for facts in nodes if facts.topology_age_seconds is not None
+    })
 
 
 CLUSTER_DIRECTORY_ERRORS = Gauge(

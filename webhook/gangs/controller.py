@@ -33,6 +33,7 @@ from prometheus_client import Counter, Gauge
 
 from policies.background import Task
 from policies.gpu_demand import pod_gpu_demand
+from policies.metrics import replace_series
 from policies.vocabulary.objects import PodView, objects
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
@@ -314,13 +315,11 @@ class GangController:
         waiting = [r for r in records.values() if r.released_at is None]
         RECORDS.labels(state="waiting").set(len(waiting))
         RECORDS.labels(state="released").set(len(records) - len(waiting))
-        late: dict[str, int] = {}
+        late: dict[tuple[str, ...], float] = {}
         for record in waiting:
             if now - record.created_at > self.config.gangs.wait_warning_seconds:
-                late[record.namespace] = late.get(record.namespace, 0) + 1
-        WAITING_TOO_LONG.clear()
-        for namespace, count in late.items():
-            WAITING_TOO_LONG.labels(namespace=namespace).set(count)
+                late[(record.namespace,)] = late.get((record.namespace,), 0) + 1
+        replace_series(WAITING_TOO_LONG, late, stale=0.0)  # a namespace that has none left: 0
         SHORT_GPUS.set(sum(r.short_gpus for r in waiting))
 
     # -- loop ------------------------------------------------------------------------------------
