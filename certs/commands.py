@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_argument("--name", default="kgwe-apiserver-client",
                         help="the certificate's common name; must be in authentication.allowedNames "
                              "(default kgwe-apiserver-client)")
-    client.add_argument("--service", default="kgwe-webhook", help="webhook Service name (default kgwe-webhook)")
+    client.add_argument("--service", default=DEFAULT_SERVICE, help=f"webhook Service name (default {DEFAULT_SERVICE})")
     client.add_argument("--namespace", default=DEFAULT_NAMESPACE,
                         help=f"webhook namespace (default {DEFAULT_NAMESPACE}, the chart's)")
     client.add_argument("--port", type=int, default=443, help="the Service port the API server calls (default 443)")

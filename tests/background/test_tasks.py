@@ -7,20 +7,12 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
+from waiting import eventually
 
 from policies.background import Supervisor, Task
 from policies.vocabulary.backoff import Backoff
-
-
-def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 class Count:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kube_fake_apiserver import KGWE, FakeApiServer
 from kubernetes import client as k8s_client
+from waiting import eventually
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from policies.vocabulary.backoff import Backoff
@@ -18,14 +19,6 @@ from webhook.cluster.kube_json import TEST_KUBECONFIG_ENV, KubeJson, load_kube_c
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore, object_key
 from webhook.cluster.slimming import slim_object, slim_pod
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def node(name: str, product: str = "NVIDIA-H100-80GB-HBM3", gpus: int = 8) -> dict[str, Any]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kube_fake_apiserver import FakeApiServer
 from prometheus_client import CollectorRegistry
+from waiting import eventually
 
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
@@ -195,12 +194,6 @@ def test_a_follower_neither_patches_nor_exports(store, config, registry):
     assert gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") is None
 
 
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def test_against_an_api_server_patches_land_and_are_not_repeated(apiserver: FakeApiServer, api_client, config):

@@ -4,12 +4,11 @@ replica's tasks start."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from kube_fake_apiserver import FakeApiServer
 from prometheus_client import CollectorRegistry
+from waiting import eventually
 
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.yaml_source import YamlDirectorySource
@@ -19,12 +18,6 @@ from webhook.controllers.runner import Controllers, build_controllers
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def eventually(check: Callable[[], bool], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def exported(registry: CollectorRegistry) -> int:

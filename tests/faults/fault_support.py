@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -69,14 +68,6 @@ class Webhook:
         response = self.ask("mutate", pod, **kwargs)
         patch = orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else []
         return response, jsonpatch.apply_patch(create_review(pod, "x", [])["request"]["object"], patch)
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.02)
 
 
 def free_port() -> int:

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fault_support import CLUSTER, Served, eventually, gpu_pod
+from fault_support import CLUSTER, Served, gpu_pod
 from prometheus_client import REGISTRY
+from waiting import eventually
 
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.yaml_source import ClusterDirectoryError, YamlDirectorySource

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from fault_support import CLUSTER, CONFIG, Served, Webhook, eventually, free_port, gpu_pod
+from fault_support import CLUSTER, CONFIG, Served, Webhook, free_port, gpu_pod
 from opa_rest_stub import OpaRestStub
+from waiting import eventually
 
 from webhook.config import Config
 from webhook.runtime import build_runtime

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fault_support import Webhook, eventually, gpu_pod
+from fault_support import Webhook, gpu_pod
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
+from waiting import eventually
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.cluster.kube_source import KubeClusterSource

@@ -5,23 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable
 
 from server_support import FakeRuntime, start_server
+from waiting import eventually
 
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext
 from policies.background import Supervisor, Task
 from webhook.server.app import create_app
-
-
-def eventually(check: Callable[[], bool], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 class RecordingCertificate:
