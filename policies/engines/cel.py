@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from policies.engines import cel_k8s_library as lib
+from policies.engines.cel_binds import without_lazy_binds
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
 # Every policy's params, by slot, in the one activation a request shares (engines with
@@ -189,7 +190,7 @@ class CelExprPythonEngine:
 
     def _program(self, source: str, runnable: str) -> CelProgram:
         try:
-            return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR)
+            return _CppProgram(source, self._run_env.compile(without_lazy_binds(runnable)), self._cel.Type.ERROR)
         except Exception as exc:
             raise CelCompileError(str(exc).strip()) from exc
 
@@ -201,10 +202,11 @@ class CelExprPythonEngine:
         self._checked(expression)
         if not uses_params(expression):
             return self._program(expression, expression)
-        # `cel.bind` makes `params` a local of the expression, bound to this policy's entry of the table:
-        # the expression means what it says, and one activation serves every policy.
+        # `params` becomes a local of the expression, bound to this policy's entry of the table: the
+        # expression means what it says, and one activation serves every policy. (As a one-element `map`,
+        # not `cel.bind`: see policies/engines/cel_binds.py.)
         slot = params_slot.replace("\\", "").replace("'", "")
-        return self._program(expression, f"cel.bind(params, {PARAMS_TABLE}['{slot}'], ({expression}\n))")
+        return self._program(expression, f"[{PARAMS_TABLE}['{slot}']].map(params, ({expression}\n))[0]")
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         full = dict.fromkeys((*CEL_VARIABLES, PARAMS_TABLE))

@@ -31,7 +31,7 @@ KNOWN_CEL_DIVERGENCES: dict[str, set[str]] = {
     "cel-python": {
         "heterogeneous equality at runtime", "three-argument map", "string ext lowerAscii",
         "string ext split and join", "string ext replace", "string ext trim", "optional field selection",
-        "optional index", "cel.bind",
+        "optional index", "cel.bind", "cel.bind after an early stop", "cel.bind in a comprehension",
     },
 }
 
