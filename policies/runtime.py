@@ -34,6 +34,7 @@ from policies.engines.cel import (
     build_cel_engine,
     uses_params,
 )
+from policies.engines.cel_batches import JoinedPrograms
 from policies.engines.health import EngineHealth, UnreachablePrepared
 from policies.engines.native_builtins import Declined, NativeBuiltins, merge_answers, native_units
 from policies.engines.rego import (
@@ -159,6 +160,7 @@ class PolicyRuntime:
         self.native_builtins = rego_engine.name == "regorus" if native_builtins is None else native_builtins
         self._native: tuple[PolicySet, NativeBuiltins | None] | None = None
         self._params: tuple[PolicySet, dict[str, Any]] | None = None
+        self._joined: tuple[PolicySet, JoinedPrograms] | None = None
 
     @property
     def rego_engine_name(self) -> str:
@@ -340,6 +342,7 @@ class PolicyRuntime:
             activations = _CelScope(policy_set)  # the request's CEL activations and values, shared by all phases
             active = self._active(policy_set, ctx, lambda p: bool(p.validations) or _has_rules(p, "deny", "warn"),
                                   violations, activations)
+            self._prefetch([(p, v.expression) for p in active for v in p.validations], ctx, activations)
             for policy in active:
                 if policy.validations:
                     violations.extend(self._validate(policy, ctx, activations))
@@ -399,6 +402,7 @@ class PolicyRuntime:
                 violations, activations,
             )
             decision_failure = list(violations)
+            self._prefetch([(p, v.expression) for p in active for v in p.validations], ctx, activations)
             for policy in active:
                 if policy.validations:
                     violations.extend(self._validate(policy, ctx, activations))
@@ -434,9 +438,10 @@ class PolicyRuntime:
     ) -> list[CompiledGPUPolicy]:
         """GPUPolicies whose match rules and CEL match conditions hold, filtered before any engine runs."""
         active = []
-        for policy in policy_set.gpu_policies:
-            if not wanted(policy) or not policy.match.matches(ctx.request, ctx.namespace_object):
-                continue
+        candidates = [p for p in policy_set.gpu_policies
+                      if wanted(p) and p.match.matches(ctx.request, ctx.namespace_object)]
+        self._prefetch([(p, program) for p in candidates for _, program in p.match_conditions], ctx, activations)
+        for policy in candidates:
             try:
                 if all(self._cel_true(policy, program, ctx, activations) for _, program in policy.match_conditions):
                     active.append(policy)
@@ -471,12 +476,47 @@ class PolicyRuntime:
             self._params = cached = (policy_set, {p.params_slot: p.params for p in policy_set.gpu_policies})
         return cached[1]
 
+    def _prefetch(self, wanted: list[tuple[CompiledGPUPolicy, CelProgram]], ctx: PolicyContext, cache: _CelScope
+                  ) -> None:
+        """Fill `cache.values` for the expressions `wanted` that it lacks, in one evaluation when the engine
+        joins them. Anything else (a failure, the time limit, an engine that cannot join) leaves them to
+        `_eval_cel`, one by one, exactly as without this step."""
+        if not self.cel_engine.shares_activation:
+            return
+        missing: dict[tuple[str, bytes], CelProgram] = {}
+        for policy, program in wanted:
+            key = _memo_key(policy, program)
+            if key not in cache.values and key not in missing:
+                missing[key] = program
+        if len(missing) < 2:
+            return
+        joined = self._joined_for(cache.policy_set).get(list(missing.values()))
+        if joined is None:
+            return
+        activation = self._activation(wanted[0][0], ctx, cache)
+        if cache.clocks is None:
+            cache.clocks = (time.thread_time(), time.perf_counter())
+        wall = time.perf_counter()
+        try:
+            values = joined.evaluate(activation)
+        except CelEvaluationError:
+            return  # one of them fails: evaluated one by one, the failure is told apart
+        # Over the limit together: one by one, each is held to the limit on its own.
+        if time.perf_counter() - wall > self.cel_time_limit:
+            return
+        if isinstance(values, list) and len(values) == len(missing):
+            cache.values.update(zip(missing, values, strict=True))
+
+    def _joined_for(self, policy_set: PolicySet) -> JoinedPrograms:
+        cached = self._joined
+        if cached is None or cached[0] is not policy_set:
+            self._joined = cached = (policy_set, JoinedPrograms(self.cel_engine))
+        return cached[1]
+
     def _eval_cel(
         self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: _CelScope
     ) -> Any:
-        # One expression over one request (and one params, where it reads them) has one value, however
-        # many policies state it: shared match conditions and checks are evaluated once per request.
-        memo_key = (program.source, policy.params_key if uses_params(program.source) else b"")
+        memo_key = _memo_key(policy, program)
         known = cache.values.get(memo_key, _UNSET)
         if known is not _UNSET:
             if isinstance(known, _CelFailure):
@@ -685,6 +725,12 @@ def _cpu_over(limit: float, clocks: tuple[float, float], wall: float, program: C
     with contextlib.suppress(CelEvaluationError):
         program.evaluate(activation)
     return time.thread_time() - started > limit
+
+
+def _memo_key(policy: CompiledGPUPolicy, program: CelProgram) -> tuple[str, bytes]:
+    # One expression over one request (and one params, where it reads them) has one value, however
+    # many policies state it: shared match conditions and checks are evaluated once per request.
+    return program.source, policy.params_key if uses_params(program.source) else b""
 
 
 def _without_objects(request: Mapping[str, Any]) -> dict[str, Any]:
