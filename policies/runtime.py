@@ -32,7 +32,6 @@ from policies.engines.cel import (
     CelEvaluationError,
     CelProgram,
     build_cel_engine,
-    uses_params,
 )
 from policies.engines.cel_batches import JoinedPrograms
 from policies.engines.health import EngineHealth, UnreachablePrepared
@@ -484,8 +483,9 @@ class PolicyRuntime:
         if not self.cel_engine.shares_activation:
             return
         missing: dict[tuple[str, bytes], CelProgram] = {}
-        for policy, program in wanted:
-            key = _memo_key(policy, program)
+        keys = cache.policy_set.cel_values_keys
+        for _, program in wanted:
+            key = keys[id(program)]
             if key not in cache.values and key not in missing:
                 missing[key] = program
         if len(missing) < 2:
@@ -516,7 +516,7 @@ class PolicyRuntime:
     def _eval_cel(
         self, policy: CompiledGPUPolicy, program: CelProgram, ctx: PolicyContext, cache: _CelScope
     ) -> Any:
-        memo_key = _memo_key(policy, program)
+        memo_key = cache.policy_set.cel_values_keys[id(program)]
         known = cache.values.get(memo_key, _UNSET)
         if known is not _UNSET:
             if isinstance(known, _CelFailure):
@@ -725,12 +725,6 @@ def _cpu_over(limit: float, clocks: tuple[float, float], wall: float, program: C
     with contextlib.suppress(CelEvaluationError):
         program.evaluate(activation)
     return time.thread_time() - started > limit
-
-
-def _memo_key(policy: CompiledGPUPolicy, program: CelProgram) -> tuple[str, bytes]:
-    # One expression over one request (and one params, where it reads them) has one value, however
-    # many policies state it: shared match conditions and checks are evaluated once per request.
-    return program.source, policy.params_key if uses_params(program.source) else b""
 
 
 def _without_objects(request: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.engines.cel import CelEngine, reads_request_objects
+from policies.engines.cel import CelEngine, reads_request_objects, uses_params
 from policies.engines.rego import (
     PreparedRego,
     RegoCompileError,
@@ -94,6 +94,14 @@ class PolicySet:
         `reads_request_objects`); when none does, the `request` variable is given without them."""
         return any(reads_request_objects(program.source) for policy in self.gpu_policies
                    for program in policy.cel_programs())
+
+    @functools.cached_property
+    def cel_values_keys(self) -> dict[int, tuple[str, bytes]]:
+        """By program (its id: the set holds every program), what its value is remembered under in a
+        request: one expression over one request (and one params, where it reads them) has one value,
+        however many policies state it."""
+        return {id(program): (program.source, policy.params_key if uses_params(program.source) else b"")
+                for policy in self.gpu_policies for program in policy.cel_programs()}
 
     def close(self) -> None:
         if self.prepared is not None:
