@@ -318,6 +318,14 @@ def _serve_rows(result: dict[str, Any], admission: dict[str, Any] | None) -> lis
                         "req/s", "no-op FastAPI route, one worker (admission bench)", ">= 0.5 x no-op",
                         None if not noop or default.get("req_per_s") is None
                         else default["req_per_s"] >= 0.5 * noop))
+    three = result.get("validate_three_admin_policies") or {}
+    loaded, without = three.get("three_policies") or {}, three.get("without_policies") or {}
+    if loaded:
+        rate = loaded.get("req_per_s")
+        rows.append(Row(f"kgwe serve /validate, {workers} workers, issue 17's three admin Rego policies, "
+                        f"the {three.get('pods')} example pods they admit", rate, without.get("req_per_s"),
+                        "req/s", "the same pods without the policies, same run", f">= {GOAL_REQ_PER_S:.0f}",
+                        None if rate is None else rate >= GOAL_REQ_PER_S))
     return rows
 
 
