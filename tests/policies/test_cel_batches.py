@@ -91,14 +91,16 @@ def test_the_time_limit_still_holds_each_expression_alone(make_context: Callable
     assert "time limit" in violations[0].message
 
 
-def test_joined_programs_stay_bounded_and_right() -> None:
+def test_joined_programs_compile_a_bounded_number_of_sets_and_stay_right() -> None:
+    # A pod creator chooses which policies a request activates: new sets must not cost a compile each.
     engine = build_cel_engine()
     programs = [engine.compile(f"{n} + 1") for n in range(4)]
     joined = JoinedPrograms(engine, limit=2)
     activation = engine.activation({})
-    for first in range(3):
-        chosen = programs[first:first + 2]
-        program = joined.get(chosen)
+    for first in range(2):
+        program = joined.get(programs[first:first + 2])
         assert program is not None
         assert program.evaluate(activation) == [first + 1, first + 2]
-    assert len(joined._joined) <= 2
+    assert joined.get(programs[2:4]) is None  # the budget is spent: evaluated one by one
+    again = joined.get(programs[0:2])  # sets compiled before are still served
+    assert again is not None and again.evaluate(activation) == [1, 2]
