@@ -101,9 +101,15 @@ class _CppProgram:
             value = self._expression.eval(activation)
         except Exception as exc:  # the binding raises for evaluation failures it cannot express as values
             raise CelEvaluationError(str(exc)) from exc
-        if value.type() == self._error_type:
-            raise CelEvaluationError(str(value.value()))
-        return value.plain_value()
+        try:
+            if value.type() != self._error_type:
+                return value.plain_value()
+            reason = str(value.value())
+        except Exception as exc:
+            # A value Python has no form for (an optional, which the binding also reports as an error
+            # type): the policy's fault, told as such, never an exception out of the engine.
+            raise CelEvaluationError("its value has no plain form (an optional value?)") from exc
+        raise CelEvaluationError(reason)
 
 
 class CelExprPythonEngine:

@@ -71,3 +71,18 @@ def test_cel_time_limit_reads_the_cpu_clock_once_and_stays_exact() -> None:
     # Ten seconds of CPU, but twenty of wall time before the evaluation began: it may have used none of
     # them, so it is timed alone, and a cheap expression is well under a second.
     assert not _cpu_over(1.0, (cpu - 10.0, wall - 20.0), wall, program, activation)
+
+
+def test_a_value_python_cannot_hold_is_a_policy_failure_not_a_crash(
+    make_context: Callable[..., PolicyContext]
+) -> None:
+    # An optional as the value of a check (the binding cannot hand it to Python): the policy fails, alone.
+    runtime = build_runtime(failure_mode="closed")
+    policies = [
+        gpu_policy("optional", validations=[{"expression": "object.?metadata.?labels"}]),
+        gpu_policy("fine", validations=[{"expression": "false", "message": "refused"}]),
+    ]
+    assert runtime.reload(builtin=False, gpu_policies=policies).ok
+    violations = {v.policy: v.message for v in runtime.check(make_context(gpu_pod()))}
+    assert violations["fine"] == "refused"
+    assert "no plain form" in violations["optional"]
