@@ -621,7 +621,7 @@ class PolicyRuntime:
                 except Declined:
                     pass  # a corner only the engine is authoritative on: it answers everything
                 else:
-                    if native.answers(p.name for p in active):
+                    if native.answers((p.name for p in active), query):
                         return native_answer
                     # An active GPUPolicy's Rego must run: the engine answers it and skips the built-ins.
                     native_names = native.policies

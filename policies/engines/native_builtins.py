@@ -68,7 +68,11 @@ class NativeUnit:
     packages: tuple[str, ...]
     module_sources: tuple[str, ...]
     gated: bool  # a GPUPolicy (its Rego runs only when it matched the request)
-    has_rego_rules: bool  # defines deny, warn or decision
+    rule_kinds: frozenset[str]  # which of deny, warn, decision it defines
+
+    @property
+    def has_rego_rules(self) -> bool:
+        return bool(self.rule_kinds)
 
 
 def native_units(units: Iterable[Any]) -> list[NativeUnit]:
@@ -79,7 +83,7 @@ def native_units(units: Iterable[Any]) -> list[NativeUnit]:
             packages=tuple(info.package for info in u.source.infos),
             module_sources=tuple(u.source.modules.values()),
             gated=u.gpu_policy is not None,
-            has_rego_rules=bool(u.source.rules),
+            rule_kinds=frozenset(u.source.rules),
         )
         for u in units
     ]
@@ -95,13 +99,22 @@ def _overlaps(package: str, protected: str) -> bool:
     return package == protected or protected.startswith(package + ".") or package.startswith(protected + ".")
 
 
+_ALL_KINDS = frozenset({"deny", "warn", "decision"})
+# The rule kinds each aggregate query gathers (policies/loading/aggregate.py).
+_GATHERED_BY = {CHECK_QUERY: frozenset({"deny", "warn"}), DECISION_QUERY: frozenset({"decision"}),
+                EVERYTHING_QUERY: _ALL_KINDS}
+
+
 class NativeBuiltins:
     """The built-ins of one policy set, evaluated in Python. Immutable, thread-safe."""
 
-    def __init__(self, policies: list[str], gated: frozenset[str], always: bool = False) -> None:
+    def __init__(self, policies: list[str], gated: frozenset[str], always: frozenset[str] = frozenset()) -> None:
         self._policies = policies  # built-in policy names in load order (the order decisions merge in)
         self._gated = gated  # GPUPolicies with Rego rules: an active one needs the engine for its part
-        self._always = always  # admin Rego policies run for every request: the engine always answers them
+        # The rule kinds admin Rego policies define: they run for every request, so a query gathering one
+        # of these kinds needs the engine; one gathering none of them (an admin `deny` and the decision
+        # query) is the built-ins' alone.
+        self._always = always
         self._offers: tuple[Mapping[str, Any], Any] | None = None
 
     @classmethod
@@ -109,7 +122,7 @@ class NativeBuiltins:
         """The native evaluator of a set, or None when the set holds anything it cannot mirror."""
         policies: list[str] = []
         gated: set[str] = set()
-        always = False
+        always: set[str] = set()
         library_ok = False
         for unit in units:
             known = [KNOWN_MODULES.get(p) for p in unit.packages]
@@ -127,14 +140,17 @@ class NativeBuiltins:
                 if unit.has_rego_rules:
                     gated.add(unit.name)
             elif unit.has_rego_rules:
-                always = True  # an admin Rego policy: it runs for every request, the engine answers it
+                always |= unit.rule_kinds  # an admin Rego policy: it runs for every request
         if policies and not library_ok:
             return None
-        return cls(policies, frozenset(gated), always)
+        return cls(policies, frozenset(gated), frozenset(always))
 
-    def answers(self, active: Iterable[str]) -> bool:
-        """Whether no Rego policy other than the built-ins runs for a request with these active GPUPolicies."""
-        return not self._always and not any(name in self._gated for name in active)
+    def answers(self, active: Iterable[str], query: str = EVERYTHING_QUERY) -> bool:
+        """Whether no Rego policy other than the built-ins speaks in `query`'s document for a request with
+        these active GPUPolicies (the caller activates only GPUPolicies with rules the query gathers)."""
+        if self._always & _GATHERED_BY.get(query, _ALL_KINDS):
+            return False
+        return not any(name in self._gated for name in active)
 
     @property
     def policies(self) -> list[str]:

@@ -164,11 +164,42 @@ def test_an_admin_policy_runs_on_the_engine_and_the_builtins_natively(tmp_path: 
     split, whole = runtimes
     builtins = split._native_for(split._set)
     assert builtins is not None and not builtins.answers([])
+    # The admin policy only denies: decisions (what /mutate asks) are the built-ins' alone, no engine query.
+    assert builtins.answers([], DECISION_QUERY) and not builtins.answers([], CHECK_QUERY)
     for pod in _example_pods():
         ctx = _context(pod, {"gpus": 1}, None, EXAMPLE_CLUSTER)
         assert split.evaluate(copy.deepcopy(ctx)) == whole.evaluate(copy.deepcopy(ctx))
+        assert split.decide_placement(copy.deepcopy(ctx)) == whole.decide_placement(copy.deepcopy(ctx))
+        assert split.check(copy.deepcopy(ctx)) == whole.check(copy.deepcopy(ctx))
     banned = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
               "spec": {"containers": [{"name": "main", "image": "banned/x", "securityContext": {"privileged": True},
                                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
     _decision, violations = split.evaluate(_context(banned, {"gpus": 1}, None, EXAMPLE_CLUSTER))
     assert {v.policy for v in violations if v.action == "Deny"} >= {"example.ban", "kgwe.admission.privileged"}
+
+
+ADMIN_DECIDES = """package example.decides
+import rego.v1
+decision := {"topology": "none"} if input.request.object.metadata.labels["flat"] == "yes"
+"""
+
+
+def test_an_admin_policy_that_decides_keeps_the_engine_for_decisions(tmp_path: Path) -> None:
+    (tmp_path / "decides.rego").write_text(ADMIN_DECIDES)
+    runtimes = []
+    for native in (True, False):
+        runtime = build_runtime()
+        runtime.native_builtins = native
+        assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
+        runtimes.append(runtime)
+    split, whole = runtimes
+    builtins = split._native_for(split._set)
+    assert builtins is not None and not builtins.answers([], DECISION_QUERY) and builtins.answers([], CHECK_QUERY)
+    for pod in _example_pods():
+        pod = copy.deepcopy(pod)
+        pod["metadata"].setdefault("labels", {})["flat"] = "yes"
+        ctx = _context(pod, {"gpus": 1}, None, EXAMPLE_CLUSTER)
+        decision = split.decide_placement(copy.deepcopy(ctx))
+        assert decision == whole.decide_placement(copy.deepcopy(ctx))
+        assert split.evaluate(copy.deepcopy(ctx)) == whole.evaluate(copy.deepcopy(ctx))
+        assert decision.decided_by.get("topology") == "example.decides"
