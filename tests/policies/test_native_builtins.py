@@ -142,7 +142,7 @@ def test_native_answers_equal_regorus_on_odd_containers(
 
 
 def _example_pods() -> list[dict[str, Any]]:
-    found = []
+    found: list[dict[str, Any]] = []
     for path in sorted((ROOT / "examples" / "pods").glob("*.yaml")):
         found.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == "Pod")
     return found
