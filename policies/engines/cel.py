@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from policies.engines import cel_k8s_library as lib
 from policies.engines.cel_binds import without_lazy_binds
+from policies.engines.cel_optionals import without_lazy_optional_maps
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
 # Every policy's params, by slot, in the one activation a request shares (engines with
@@ -195,7 +196,7 @@ class CelExprPythonEngine:
             raise CelCompileError(str(exc).strip()) from exc
 
     def _program(self, source: str, runnable: str) -> _CppProgram:
-        runnable = without_lazy_binds(runnable)
+        runnable = without_lazy_optional_maps(without_lazy_binds(runnable))
         try:
             return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR, runnable)
         except Exception as exc:
@@ -248,9 +249,9 @@ def _plain(value: Any) -> Any:
         return float(value)
     if isinstance(value, celtypes.StringType):
         return str(value)
-    if isinstance(value, celtypes.MapType):
+    if isinstance(value, celtypes.MapType | dict):  # some operations (+) return plain Python containers
         return {_plain(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, celtypes.ListType):
+    if isinstance(value, celtypes.ListType | list):
         return [_plain(v) for v in value]
     if value is None or isinstance(value, celtypes.NullType):
         return None

@@ -1,0 +1,201 @@
+"""`optMap` and `optFlatMap` written so that cel-cpp evaluates them right.
+
+cel-cpp (cel-expr-python 0.1.3) expands `o.optMap(v, body)` to `o.hasValue() ? optional.of(<bind v to
+o.value() in body>) : optional.none()`, with the same lazily initialised binding as `cel.bind` (see
+policies/engines/cel_binds.py), and so it has the same fault: after a comprehension that stopped early,
+the body reads that comprehension's element as `v`:
+
+    [1, 2, 3].exists(x, x == 1) && optional.of(5).optMap(v, v).value() == 5     // was false
+
+Each `o.optMap(v, body)` is run as
+
+    ([o].map(t, t.hasValue() ? optional.of([t.value()].map(v, body)[0]) : optional.none())[0])
+
+and each `o.optFlatMap(v, body)` as the same without `optional.of`: the same value (the body is
+evaluated only when `o` has a value, with `v` bound to it eagerly, as cel-go does), made of plain
+comprehension steps. `o` is written once, so chains (`a.optMap(..).optMap(..)`) grow linearly. `t` is a
+name the expression does not contain. Expressions are still type-checked as their authors wrote them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_MACROS = frozenset({"optMap", "optFlatMap"})
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+_SPACE = re.compile(r"(?:\s+|//[^\n]*)+")
+_STRING_START = re.compile(r"(?:[rR][bB]?|[bB][rR]?)?('''|\"\"\"|'|\")")
+_NUMBER = re.compile(r"0[xX][0-9a-fA-F]+[uU]?|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[uU]?|\.\d+(?:[eE][+-]?\d+)?")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str  # "ident", "literal" (number or string) or "punct"
+    text: str
+    start: int
+    end: int
+
+
+def _string_end(text: str, start: int, quote: str, raw: bool) -> int:
+    """The index after a string literal whose opening quote ends at `start`."""
+    i = start
+    while i < len(text):
+        if text.startswith(quote, i):
+            return i + len(quote)
+        if text[i] == "\\" and not raw:
+            i += 2
+            continue
+        if text[i] == "\n" and len(quote) == 1:
+            break  # unterminated: the checker has refused this text already
+        i += 1
+    return len(text)
+
+
+def _tokens(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    i = 0
+    while i < len(text):
+        space = _SPACE.match(text, i)
+        if space:
+            i = space.end()
+            continue
+        string = _STRING_START.match(text, i)
+        if string:
+            raw = "r" in text[i:string.start(1)].lower()
+            end = _string_end(text, string.end(), string.group(1), raw)
+            tokens.append(_Token("literal", text[i:end], i, end))
+            i = end
+            continue
+        for kind, pattern in (("literal", _NUMBER), ("ident", _IDENT)):
+            found = pattern.match(text, i)
+            if found:
+                tokens.append(_Token(kind, found.group(), i, found.end()))
+                i = found.end()
+                break
+        else:
+            tokens.append(_Token("punct", text[i], i, i + 1))
+            i += 1
+    return tokens
+
+
+def _pairs(tokens: list[_Token]) -> dict[int, int]:
+    """Matching brackets, both ways, by token index (unmatched ones are left out)."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for index, token in enumerate(tokens):
+        if token.kind != "punct":
+            continue
+        if token.text in "([{":
+            stack.append(index)
+        elif token.text in _CLOSERS and stack and tokens[stack[-1]].text == _CLOSERS[token.text]:
+            opener = stack.pop()
+            pairs[opener], pairs[index] = index, opener
+    return pairs
+
+
+def _ends_operand(token: _Token) -> bool:
+    if token.kind == "ident":
+        return token.text != "in"
+    return token.kind == "literal" or token.text in _CLOSERS
+
+
+def _operand_start(tokens: list[_Token], pairs: dict[int, int], last: int) -> int | None:
+    """The first token of the member chain (`a.b[0].c(...)`, `(x).y`, `[1].z`) that ends at `last`."""
+    k = last
+    while True:
+        token = tokens[k]
+        if token.kind == "punct":
+            opener = pairs.get(k)
+            if opener is None:
+                return None
+            before = tokens[opener - 1] if opener > 0 else None
+            if tokens[opener].text == "[" and before is not None and _ends_operand(before):
+                k = opener - 1  # an index: the operand before it goes on the chain
+                continue
+            if tokens[opener].text in "({" and before is not None and before.kind == "ident" and before.text != "in":
+                head = opener - 1  # a call `f(...)`, `.f(...)`, or a message `T{...}`
+            else:
+                return opener  # a parenthesised expression, or a list or map literal
+        else:
+            head = k
+        if head >= 1 and tokens[head - 1].text == ".":
+            k = head - 2
+        elif head >= 2 and tokens[head - 1].text == "?" and tokens[head - 2].text == ".":
+            k = head - 3  # `.?field`
+        else:
+            return head
+        if k < 0:
+            return None
+
+
+def _arguments(tokens: list[_Token], pairs: dict[int, int], opener: int) -> list[tuple[int, int]]:
+    """(first, last) token indexes of each top-level argument of the call whose `(` is at `opener`."""
+    spans: list[tuple[int, int]] = []
+    first = opener + 1
+    k = first
+    closer = pairs[opener]
+    while k < closer:
+        if k in pairs and tokens[k].text in "([{":
+            k = pairs[k] + 1
+            continue
+        if tokens[k].text == ",":
+            spans.append((first, k - 1))
+            first = k + 1
+        k += 1
+    spans.append((first, closer - 1))
+    return spans
+
+
+def _name(text: str) -> str:
+    name = "kgwe__opt"
+    while name in text:
+        name += "_"
+    return name
+
+
+def without_lazy_optional_maps(expression: str) -> str:
+    """`expression` with every `o.optMap(v, body)` and `o.optFlatMap(v, body)` written as plain
+    comprehensions (see the module's docstring); other text as it was."""
+    if "optMap" not in expression and "optFlatMap" not in expression:
+        return expression
+    return _rewrite(expression, _name(expression))
+
+
+def _rewrite(text: str, name: str) -> str:
+    tokens = _tokens(text)
+    pairs = _pairs(tokens)
+    chosen: tuple[int, int, int] | None = None  # (macro token, operand start, closing parenthesis)
+    for j, token in enumerate(tokens):
+        if (token.kind != "ident" or token.text not in _MACROS or j < 2 or tokens[j - 1].text != "."
+                or j + 1 >= len(tokens) or tokens[j + 1].text != "(" or j + 1 not in pairs):
+            continue
+        closer = pairs[j + 1]
+        if chosen is not None and closer < chosen[2]:
+            continue
+        start = _operand_start(tokens, pairs, j - 2)
+        if start is None:
+            continue
+        # The call that ends last is inside no other's operand or arguments: rewrite it whole, the text
+        # before it on its own.
+        chosen = (j, start, closer)
+    if chosen is None:
+        return text
+    j, start, closer = chosen
+    arguments = _arguments(tokens, pairs, j + 1)
+    if (len(arguments) != 2 or arguments[0][0] != arguments[0][1] or tokens[arguments[0][0]].kind != "ident"
+            or arguments[1][0] > arguments[1][1]):
+        return text  # not the macro's shape: the checker has refused it already
+    variable = tokens[arguments[0][0]].text
+    operand = _rewrite(text[tokens[start].start:tokens[j - 1].start], name)
+    body = _rewrite(text[tokens[arguments[1][0]].start:tokens[closer].start], name)
+    # Newlines end any comment a part closes with.
+    value = f"[{name}.value()].map({variable}, {body}\n)[0]"
+    if tokens[j].text == "optMap":
+        value = f"optional.of({value})"
+    rewritten = f"([{operand}\n].map({name}, {name}.hasValue() ? {value} : optional.none())[0])"
+    return _rewrite(text[:tokens[start].start], name) + rewritten + text[tokens[closer].end:]
+
+
+__all__ = ["without_lazy_optional_maps"]
