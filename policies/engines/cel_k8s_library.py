@@ -8,12 +8,18 @@ from the engine itself.
 
 A quantity is carried through CEL as a one-key map holding its exact value as a normalised decimal
 string, so `==` between two quantities is semantic equality, as in Kubernetes.
+
+The functions keep CEL's semantics where Python's differ: `indexOf` compares with CEL equality (`true`
+is not `1`, `[1]` is not `[true]`), `min`/`max`/`isSorted` order only values of one orderable kind
+(numbers, strings, bools, bytes, quantities, timestamps, durations; a list of lists is an error), and
+`find`/`findAll` use RE2, as Kubernetes (Go) does and as CEL's own `matches()` does: `$` is the end of
+the text (not before a final newline), `\\d`, `\\w` and `\\s` are ASCII, look-arounds are refused.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
@@ -115,11 +121,52 @@ def quantity_greater(q: Any, other: Any) -> bool:
     return quantity_compare(q, other) > 0
 
 
-def _comparable(items: Sequence[Any]) -> list[Any]:
+def _orderable_kind(value: Any) -> str | None:
+    """The kind of value CEL orders with `<` against values of the same kind; None when it orders none."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float | Decimal):
+        return "number"  # CEL compares int, uint and double with each other
+    for kind in (str, bytes, datetime, timedelta):
+        if isinstance(value, kind):
+            return kind.__name__
+    return None
+
+
+def _comparable(items: Sequence[Any], name: str) -> list[Any]:
+    """`items` as Python values that order as CEL orders them; CelLibraryError when CEL cannot order them."""
     values = list(items)
     if any(isinstance(v, dict) and QUANTITY_KEY in v for v in values):
         return [_as_decimal(v) for v in values]
+    kinds = {_orderable_kind(v) for v in values}
+    if None in kinds or len(kinds) > 1:
+        raise CelLibraryError(f"{name}() needs comparable elements")
     return values
+
+
+def _map_key(key: Any) -> tuple[str, Any]:
+    # CEL map keys: a bool key is never a number key, though Python's True == 1.
+    return ("bool", key) if isinstance(key, bool) else ("key", key)
+
+
+def cel_equal(left: Any, right: Any) -> bool:
+    """CEL's `==` over plain values: numbers of any type compare by value (NaN equals nothing), a bool
+    equals only a bool, lists and maps compare element by element, values of other kinds only alike."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return bool(left == right)
+    if isinstance(left, list | tuple) and isinstance(right, list | tuple):
+        return len(left) == len(right) and all(cel_equal(a, b) for a, b in zip(left, right, strict=True))
+    if isinstance(left, Mapping) and isinstance(right, Mapping):
+        if len(left) != len(right):
+            return False
+        others = {_map_key(k): v for k, v in right.items()}
+        missing = object()
+        return all(cel_equal(v, others.get(_map_key(k), missing)) for k, v in left.items())
+    if not (isinstance(left, type(right)) or isinstance(right, type(left))):
+        return False  # a string is not bytes, null is nothing else
+    return bool(left == right)
 
 
 def list_sum(items: Sequence[Any]) -> Any:
@@ -142,10 +189,10 @@ def _extreme(items: Sequence[Any], pick: Any, name: str) -> Any:
     values = list(items)
     if not values:
         raise CelLibraryError(f"{name}() of an empty list")
-    keys = _comparable(values)
+    keys = _comparable(values, name)
     try:
         index = keys.index(pick(keys))
-    except TypeError as exc:
+    except TypeError as exc:  # timestamps with and without a zone
         raise CelLibraryError(f"{name}() needs comparable elements") from exc
     return values[index]
 
@@ -159,7 +206,7 @@ def list_max(items: Sequence[Any]) -> Any:
 
 
 def list_is_sorted(items: Sequence[Any]) -> bool:
-    keys = _comparable(items)
+    keys = _comparable(items, "isSorted")
     try:
         return all(keys[i] <= keys[i + 1] for i in range(len(keys) - 1))
     except TypeError as exc:
@@ -168,7 +215,7 @@ def list_is_sorted(items: Sequence[Any]) -> bool:
 
 def list_index_of(items: Sequence[Any], value: Any) -> int:
     for index, item in enumerate(items):
-        if item == value:
+        if cel_equal(item, value):
             return index
     return -1
 
@@ -176,16 +223,18 @@ def list_index_of(items: Sequence[Any], value: Any) -> int:
 def list_last_index_of(items: Sequence[Any], value: Any) -> int:
     values = list(items)
     for index in range(len(values) - 1, -1, -1):
-        if values[index] == value:
+        if cel_equal(values[index], value):
             return index
     return -1
 
 
 @lru_cache(maxsize=256)
-def _regex(pattern: str) -> re.Pattern[str]:
+def _regex(pattern: str) -> Any:
+    import re2  # google-re2; native, so imported on first use (after a pre-forking server forks)
+
     try:
-        return re.compile(pattern)
-    except re.error as exc:
+        return re2.compile(pattern)
+    except re2.error as exc:
         raise CelLibraryError(f"invalid regex {pattern!r}: {exc}") from exc
 
 
