@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
@@ -28,6 +28,12 @@ from kubernetes.utils.quantity import parse_quantity
 
 QUANTITY_KEY = "kgwe.io/quantity"
 MAX_QUANTITY_TEXT = 64
+# Quantities KGWE computes with: |value| within 10^-40 .. 10^40 (Kubernetes itself caps them at 2^63-1),
+# at most 64 significant digits. A 64-character text can say `1e999999`: turning that into digits took
+# half a minute of CPU, longer as the exponent grows. Arithmetic is exact within these bounds.
+MAX_QUANTITY_EXPONENT = 40
+MAX_QUANTITY_DIGITS = 64
+_EXACT = Context(prec=4 * MAX_QUANTITY_EXPONENT + MAX_QUANTITY_DIGITS, Emax=999999, Emin=-999999)
 
 
 class CelLibraryError(ValueError):
@@ -37,17 +43,33 @@ class CelLibraryError(ValueError):
 def _normalise(value: Decimal) -> str:
     if value == value.to_integral_value():
         return str(int(value))
-    return format(value.normalize(), "f")
+    return format(value.normalize(_EXACT), "f")  # the default context would round to 28 digits
+
+
+def _bounded(value: Decimal) -> Decimal:
+    """`value` when KGWE computes with it (see MAX_QUANTITY_EXPONENT), else CelLibraryError."""
+    if not value.is_finite():
+        raise CelLibraryError(f"invalid quantity: {value}")
+    if value and (abs(value.adjusted()) > MAX_QUANTITY_EXPONENT
+                  or len(value.as_tuple().digits) > MAX_QUANTITY_DIGITS):
+        raise CelLibraryError(f"quantity out of range: {value:.3e}")
+    return value
 
 
 def _as_decimal(quantity: Any) -> Decimal:
     if isinstance(quantity, dict) and QUANTITY_KEY in quantity:
-        return Decimal(str(quantity[QUANTITY_KEY]))
+        text = str(quantity[QUANTITY_KEY])
+        if len(text) > 2 * MAX_QUANTITY_DIGITS:  # only our own normalised text comes this way
+            raise CelLibraryError("quantity out of range")
+        try:
+            return _bounded(Decimal(text))
+        except InvalidOperation as exc:
+            raise CelLibraryError(f"not a quantity: {text!r}") from exc
     raise CelLibraryError(f"not a quantity: {quantity!r}")
 
 
 def _wrap(value: Decimal) -> dict[str, str]:
-    return {QUANTITY_KEY: _normalise(value)}
+    return {QUANTITY_KEY: _normalise(_bounded(value))}
 
 
 @lru_cache(maxsize=1024)
@@ -55,9 +77,10 @@ def _parse(text: str) -> Decimal:
     if len(text) > MAX_QUANTITY_TEXT or text != text.strip() or not text:
         raise CelLibraryError(f"invalid quantity: {text!r}")
     try:
-        return Decimal(parse_quantity(text))
+        value = Decimal(parse_quantity(text))
     except (ValueError, InvalidOperation, TypeError) as exc:
         raise CelLibraryError(f"invalid quantity: {text!r}") from exc
+    return _bounded(value)
 
 
 def quantity(text: str) -> dict[str, str]:
@@ -101,11 +124,11 @@ def _operand(other: Any) -> Decimal:
 
 
 def quantity_add(q: Any, other: Any) -> dict[str, str]:
-    return _wrap(_as_decimal(q) + _operand(other))
+    return _wrap(_EXACT.add(_as_decimal(q), _operand(other)))
 
 
 def quantity_sub(q: Any, other: Any) -> dict[str, str]:
-    return _wrap(_as_decimal(q) - _operand(other))
+    return _wrap(_EXACT.subtract(_as_decimal(q), _operand(other)))
 
 
 def quantity_compare(q: Any, other: Any) -> int:
@@ -177,7 +200,10 @@ def list_sum(items: Sequence[Any]) -> Any:
     if len(kinds) == 1 and (int in kinds or float in kinds):  # the common case: plain numbers of one type
         return sum(values)
     if all(isinstance(v, dict) and QUANTITY_KEY in v for v in values):
-        return _wrap(sum((_as_decimal(v) for v in values), Decimal(0)))
+        total = Decimal(0)
+        for v in values:
+            total = _EXACT.add(total, _as_decimal(v))
+        return _wrap(total)
     if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
         raise CelLibraryError("sum() needs a list of numbers or quantities")
     if len({type(v) for v in values}) > 1:

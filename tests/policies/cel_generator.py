@@ -134,6 +134,11 @@ class CelGenerator:
         made = self._gen(kind, 0, _Scope())
         return Generated(made.text, made.plain)
 
+    def condition(self) -> Generated:
+        """A boolean expression."""
+        made = self._bool(0, _Scope())
+        return Generated(made.text, made.plain)
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _pick(self, options: Sequence[Any]) -> Any:
@@ -230,6 +235,8 @@ class CelGenerator:
                 lambda: self._bind("bool", depth, scope),
                 lambda: self._bind("bool", depth, scope),
                 lambda: self._opt_has(depth, scope),
+                lambda: self._opt_has(depth, scope),
+                lambda: self._mixed_numbers(depth, scope),
                 lambda: _join("{}.lowerAscii() == {}", self._str(depth + 1, scope), self._str(depth + 1, scope)),
             ]
         return self._pick(options)()
@@ -242,11 +249,27 @@ class CelGenerator:
         return _E(f"object.metadata.labels.{macro}({var}, {body.text})",
                   f"object.metadata.labels.{macro}({var}, {body.plain})")
 
+    def _mixed_numbers(self, depth: int, scope: _Scope) -> _E:
+        """Runtime heterogeneous comparison (int against double through `dyn`); plain: an explicit conversion."""
+        number, other = self._int(depth + 1, scope), self._dbl(depth + 1, scope)
+        op = self._pick(["==", "!=", "<", "<=", ">", ">="])
+        return _E(f"dyn({number.text}) {op} dyn({other.text})", f"double({number.plain}) {op} {other.plain}")
+
     def _macro_bool(self, depth: int, scope: _Scope) -> _E:
         macro = self._pick(["exists", "all", "exists_one"])
         elem = self._pick(["int", "str", "c"])
         source, var, body = self._comprehension(depth, scope, elem, "bool")
-        return _E(f"{source.text}.{macro}({var}, {body.text})", f"{source.plain}.{macro}({var}, {body.plain})")
+        text = f"{source.text}.{macro}({var}, {body.text})"
+        if not self._extended:
+            return _E(text, f"{source.plain}.{macro}({var}, {body.plain})")
+        # The plain forms are the macros' duals, equal under CEL's error rules too: `exists` is an
+        # error-absorbing OR over the elements, `all` an AND, `exists_one` counts strictly, as `filter` does.
+        plain = {
+            "exists": f"!{source.plain}.all({var}, !({body.plain}))",
+            "all": f"!{source.plain}.exists({var}, !({body.plain}))",
+            "exists_one": f"(size({source.plain}.filter({var}, {body.plain})) == 1)",
+        }[macro]
+        return _E(text, plain)
 
     # -- numbers and strings ------------------------------------------------------------------
 
