@@ -67,6 +67,8 @@ _VARS = ("x", "y", "c", "k")
 _DUMMY = {"bool": "false", "int": "0", "str": "''", "li": "[]", "ls": "[]"}
 _LABEL_KEYS = ("app", "tier", "kgwe.io/owner", "missing")
 _STRINGS = ("", "a", "b", "main", "side", "trainer", "gpu", "nvcr.io/", "team-a", "x", "a,b,c")
+_QUANTITIES = ("'1Gi'", "'1024Mi'", "'500m'", "'2'", "'0.5'", "'1e3'", "'x'", "'-1k'",
+               "object.spec.containers[0].resources.limits['nvidia.com/gpu']")
 _REGEXES = ("^a", "b$", "^[a-z]+$", "i", "^nvcr\\\\.io/", "[0-9]+")
 # Each is a comprehension that stops at its first element (or runs to the end), evaluated before an
 # expression by the context checks: the sequences in which cel-cpp's shared slots went stale.
@@ -229,6 +231,12 @@ class CelGenerator:
             lambda: self._macro_bool(depth, scope),
             lambda: self._macro_bool(depth, scope),
             lambda: self._labels_macro(depth, scope),
+            # Kubernetes' library (policies/engines/cel_k8s_library.py), bound into both engines
+            lambda: _join("{}.isSorted()", self._pick([self._li, self._ls])(depth + 1, scope)),
+            lambda: _join("isQuantity({})", self._pick([self._str(depth + 1, scope), self._quantity_text()])),
+            lambda: _join("{}." + self._pick(["isLessThan", "isGreaterThan"]) + "({})",
+                          self._quantity(depth, scope), self._quantity(depth, scope)),
+            lambda: _join("{} == {}", self._quantity(depth, scope), self._quantity(depth, scope)),
         ]
         if self._extended:
             options += [
@@ -297,6 +305,12 @@ class CelGenerator:
             lambda: _join("int({})", self._pick([_same("'12'"), _same("'-4'"), _same("'x'")])),
             lambda: _join("int(uint({}))", self._int(depth + 1, scope)),
             lambda: _join("size({}.ports)", self._c(depth + 1, scope)),
+            lambda: _join("{}." + self._pick(["sum()", "min()", "max()"]), self._li(depth + 1, scope)),
+            lambda: _join("{}." + self._pick(["indexOf", "lastIndexOf"]) + "({})",
+                          self._li(depth + 1, scope), self._int(depth + 1, scope)),
+            lambda: _join("{}." + self._pick(["sign()", "asInteger()"]), self._quantity(depth, scope)),
+            lambda: _join("{}.compareTo({})", self._quantity(depth, scope), self._quantity(depth, scope)),
+            lambda: _join("{}.add({}).asInteger()", self._quantity(depth, scope), self._int(depth + 1, scope)),
         ]
         if self._extended:
             options += [
@@ -342,6 +356,7 @@ class CelGenerator:
             lambda: _join("string({})", self._int(depth + 1, scope)),
             lambda: _join("{}.name", self._c(depth + 1, scope)),
             lambda: _join("{}.image", self._c(depth + 1, scope)),
+            lambda: _join("{}.find('" + self._pick(list(_REGEXES)) + "')", self._str(depth + 1, scope)),
         ]
         if self._extended:
             options += [
@@ -392,6 +407,8 @@ class CelGenerator:
             lambda: self._filter_list("str", depth, scope),
             lambda: _join("({} + {})", self._ls(depth + 1, scope), self._ls(depth + 1, scope)),
             lambda: _join("[{}]", self._str(depth + 1, scope)),
+            lambda: _join("{}.findAll('" + self._pick(list(_REGEXES)) + "'" + self._pick(["", ", 1", ", -1"]) + ")",
+                          self._str(depth + 1, scope)),
         ]
         if self._extended:
             options += [
@@ -414,6 +431,18 @@ class CelGenerator:
         if own and self._rng.random() < 0.7:
             return self._pick(own)
         return _join("{}[" + str(self._rng.randint(0, 1)) + "]", self._lc(depth + 1, scope))
+
+    def _quantity_text(self) -> _E:
+        return _same(self._pick(list(_QUANTITIES)))
+
+    def _quantity(self, depth: int, scope: _Scope) -> _E:
+        """A quantity: parsed, or the result of quantity arithmetic."""
+        parsed = _join("quantity({})", self._quantity_text())
+        if self._leaf(depth + 1):
+            return parsed
+        return _join("{}." + self._pick(["add", "sub"]) + "({})", parsed,
+                     self._pick([lambda: _join("quantity({})", self._quantity_text()),
+                                 lambda: _same(str(self._rng.randint(-2, 3)))])())
 
     def _map_list(self, elem: str, depth: int, scope: _Scope) -> _E:
         source_elem = self._pick(["int", "str", "c"])

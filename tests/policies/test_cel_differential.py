@@ -9,7 +9,9 @@ Three oracles, all through KGWE's engine interface (`build_cel_engine`, `compile
   form spelled without them;
 - cel-expr-python against itself in context: an expression's value must not change when a comprehension
   that stopped early ran before it, which is how `cel.bind` and `optMap` went wrong (cel_binds.py,
-  cel_optionals.py).
+  cel_optionals.py);
+- cel-expr-python against the laws of CEL's logic (commutative `&&` and `||` with errors, De Morgan,
+  negated conditionals).
 
 A disagreement fails the test unless it is one of celpy's known gaps, each named with its reason in
 CELPY_GAPS and shown by an example in test_celpy_gaps_still_diverge; cel-expr-python's own faults are
@@ -29,8 +31,9 @@ from cel_generator import EARLY_STOPS, PODS, CelGenerator
 
 from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
 
-CROSS_EXPRESSIONS = 1500
-EXTENDED_EXPRESSIONS = 1200
+CROSS_EXPRESSIONS = 1200
+EXTENDED_EXPRESSIONS = 1000
+LAW_TRIPLES = 250
 
 Outcome = tuple[str, Any]  # ("value", a comparable form of the value) or ("error", the message)
 
@@ -174,6 +177,23 @@ def test_a_value_does_not_depend_on_the_comprehensions_before_it(cpp: _Runner) -
             if after is None or not _same(alone, after):
                 disagreements.append(f"#{seed} after {before}: {text}\n    {alone} != {after}")
     assert disagreements == []
+
+
+def test_logic_laws_hold(cpp: _Runner) -> None:
+    # CEL's && and || are commutative, errors included (an error loses to the deciding side, whichever
+    # side it is on), De Morgan holds, and a conditional reads the same with its condition negated.
+    broken: list[str] = []
+    for seed in range(LAW_TRIPLES):
+        generator = CelGenerator(seed, extended=True)
+        a, b, c = (generator.condition().text for _ in range(3))
+        for left, right in ((f"({a}) && ({b})", f"({b}) && ({a})"), (f"({a}) || ({b})", f"({b}) || ({a})"),
+                            (f"!(({a}) && ({b}))", f"!({a}) || !({b})"),
+                            (f"({a}) ? ({b}) : ({c})", f"!({a}) ? ({c}) : ({b})")):
+            one, other = cpp.outcomes(left), cpp.outcomes(right)
+            assert one is not None and other is not None, left
+            if not _same(one, other):
+                broken.append(f"#{seed} {left}  vs  {right}\n    {one} != {other}")
+    assert broken == []
 
 
 @pytest.mark.parametrize(("gap", "expression", "value"), [
