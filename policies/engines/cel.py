@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from policies.engines import cel_k8s_library as lib
 from policies.engines.cel_binds import without_lazy_binds
-from policies.engines.cel_optionals import without_lazy_optional_maps
+from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
 # Every policy's params, by slot, in the one activation a request shares (engines with
@@ -190,6 +190,8 @@ class CelExprPythonEngine:
 
     def _checked(self, expression: str) -> None:
         _check_length(expression)
+        if (refusal := optional_maps_refusal(expression)) is not None:  # before cel-cpp's parser sees it
+            raise CelCompileError(refusal)
         try:
             self._env.compile(expression)
         except Exception as exc:

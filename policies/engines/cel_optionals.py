@@ -15,6 +15,12 @@ and each `o.optFlatMap(v, body)` as the same without `optional.of`: the same val
 evaluated only when `o` has a value, with `v` bound to it eagerly, as cel-go does), made of plain
 comprehension steps. `o` is written once, so chains (`a.optMap(..).optMap(..)`) grow linearly. `t` is a
 name the expression does not contain. Expressions are still type-checked as their authors wrote them.
+
+Type-checking them is the other hazard: cel-cpp's parser copies the operand of each call while it
+expands the macro, so a chain of n calls expands to 2^n copies, holding the GIL (18 chained calls took
+4 s, every request thread stopped meanwhile; the parser's limits, 32 levels and 100,000 nodes, are
+checked only after the expansion). `optional_maps_refusal` keeps such texts from cel-cpp: more than
+MAX_OPTIONAL_MAPS calls in one expression are refused when the policy is loaded.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ import re
 from dataclasses import dataclass
 
 _MACROS = frozenset({"optMap", "optFlatMap"})
+# At most this many optMap/optFlatMap calls in one expression: a chain of 8 costs cel-cpp's parser
+# 2^8 copies of its operand (tens of milliseconds), and no sensible policy chains more.
+MAX_OPTIONAL_MAPS = 8
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _SPACE = re.compile(r"(?:\s+|//[^\n]*)+")
 _STRING_START = re.compile(r"(?:[rR][bB]?|[bB][rR]?)?('''|\"\"\"|'|\")")
@@ -155,6 +164,19 @@ def _name(text: str) -> str:
     return name
 
 
+def optional_maps_refusal(expression: str) -> str | None:
+    """Why `expression` must not reach cel-cpp's parser (see the module's docstring), or None."""
+    if "optMap" not in expression and "optFlatMap" not in expression:
+        return None
+    tokens = _tokens(expression)
+    calls = sum(1 for j, token in enumerate(tokens)
+                if token.kind == "ident" and token.text in _MACROS and j > 0 and tokens[j - 1].text == ".")
+    if calls <= MAX_OPTIONAL_MAPS:
+        return None
+    return (f"{calls} optMap/optFlatMap calls in one expression, more than {MAX_OPTIONAL_MAPS}: cel-cpp expands "
+            "chained calls exponentially; split the expression or bind intermediate values with cel.bind")
+
+
 def without_lazy_optional_maps(expression: str) -> str:
     """`expression` with every `o.optMap(v, body)` and `o.optFlatMap(v, body)` written as plain
     comprehensions (see the module's docstring); other text as it was."""
@@ -198,4 +220,4 @@ def _rewrite(text: str, name: str) -> str:
     return _rewrite(text[:tokens[start].start], name) + rewritten + text[tokens[closer].end:]
 
 
-__all__ = ["without_lazy_optional_maps"]
+__all__ = ["MAX_OPTIONAL_MAPS", "optional_maps_refusal", "without_lazy_optional_maps"]

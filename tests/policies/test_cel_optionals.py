@@ -16,7 +16,7 @@ from policy_fixtures import gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
 from policies.engines.cel import CelEvaluationError, build_cel_engine
-from policies.engines.cel_optionals import without_lazy_optional_maps
+from policies.engines.cel_optionals import MAX_OPTIONAL_MAPS, without_lazy_optional_maps
 from policies.runtime import build_runtime
 
 # Each is true of _two_containers() ("main" and "side", namespace team-a, one GPU).
@@ -87,3 +87,19 @@ def test_a_failing_body_fails_the_map() -> None:
 def test_expressions_without_the_macros_run_as_written() -> None:
     for expression in ("object.?spec.?optMap.orValue(1)", "x.optMap", "'optMap(v, v)'", "f(x).optMap(v)"):
         assert without_lazy_optional_maps(expression) == expression
+
+
+def test_long_optional_map_chains_are_refused_at_load(make_context: Callable[..., PolicyContext]) -> None:
+    # cel-cpp's parser expands a chain of n calls to 2^n copies of the operand, holding the GIL: 18 took
+    # seconds, 30 would take hours. The policy is refused before the parser sees it; 8 still load.
+    runtime = build_runtime(cel_engine="cel-expr-python")
+    chain = "optional.of(1)" + ".optMap(v, v + 1)" * (MAX_OPTIONAL_MAPS + 1) + ".value() > 0"
+    report = runtime.reload(builtin=False, gpu_policies=[
+        gpu_policy("chained", validations=[{"expression": chain, "message": "x"}])])
+    assert not report.ok
+    assert "more than 8" in report.errors["chained"] and "optMap" in report.errors["chained"]
+    within = "optional.of(1)" + ".optMap(v, v + 1)" * MAX_OPTIONAL_MAPS + ".value() == 9"
+    report = runtime.reload(builtin=False, gpu_policies=[
+        gpu_policy("chained", validations=[{"expression": within, "message": "x"}])])
+    assert report.ok
+    assert runtime.check(make_context(_two_containers())) == []
