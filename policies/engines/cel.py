@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from policies.engines import cel_k8s_library as lib
 from policies.engines.cel_binds import without_lazy_binds
+from policies.engines.cel_conversions import strict_conversions
 from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
@@ -198,7 +199,7 @@ class CelExprPythonEngine:
             raise CelCompileError(str(exc).strip()) from exc
 
     def _program(self, source: str, runnable: str) -> _CppProgram:
-        runnable = without_lazy_optional_maps(without_lazy_binds(runnable))
+        runnable = strict_conversions(without_lazy_optional_maps(without_lazy_binds(runnable)))
         try:
             return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR, runnable)
         except Exception as exc:

@@ -25,92 +25,21 @@ MAX_OPTIONAL_MAPS calls in one expression are refused when the policy is loaded.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from policies.engines.cel_text import CLOSERS, Token, bracket_pairs, call_arguments, fresh_name, lex
 
 _MACROS = frozenset({"optMap", "optFlatMap"})
 # At most this many optMap/optFlatMap calls in one expression: a chain of 8 costs cel-cpp's parser
 # 2^8 copies of its operand (tens of milliseconds), and no sensible policy chains more.
 MAX_OPTIONAL_MAPS = 8
-_CLOSERS = {")": "(", "]": "[", "}": "{"}
-_SPACE = re.compile(r"(?:\s+|//[^\n]*)+")
-_STRING_START = re.compile(r"(?:[rR][bB]?|[bB][rR]?)?('''|\"\"\"|'|\")")
-_NUMBER = re.compile(r"0[xX][0-9a-fA-F]+[uU]?|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[uU]?|\.\d+(?:[eE][+-]?\d+)?")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # "ident", "literal" (number or string) or "punct"
-    text: str
-    start: int
-    end: int
-
-
-def _string_end(text: str, start: int, quote: str, raw: bool) -> int:
-    """The index after a string literal whose opening quote ends at `start`."""
-    i = start
-    while i < len(text):
-        if text.startswith(quote, i):
-            return i + len(quote)
-        if text[i] == "\\" and not raw:
-            i += 2
-            continue
-        if text[i] == "\n" and len(quote) == 1:
-            break  # unterminated: the checker has refused this text already
-        i += 1
-    return len(text)
-
-
-def _tokens(text: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    i = 0
-    while i < len(text):
-        space = _SPACE.match(text, i)
-        if space:
-            i = space.end()
-            continue
-        string = _STRING_START.match(text, i)
-        if string:
-            raw = "r" in text[i:string.start(1)].lower()
-            end = _string_end(text, string.end(), string.group(1), raw)
-            tokens.append(_Token("literal", text[i:end], i, end))
-            i = end
-            continue
-        for kind, pattern in (("literal", _NUMBER), ("ident", _IDENT)):
-            found = pattern.match(text, i)
-            if found:
-                tokens.append(_Token(kind, found.group(), i, found.end()))
-                i = found.end()
-                break
-        else:
-            tokens.append(_Token("punct", text[i], i, i + 1))
-            i += 1
-    return tokens
-
-
-def _pairs(tokens: list[_Token]) -> dict[int, int]:
-    """Matching brackets, both ways, by token index (unmatched ones are left out)."""
-    pairs: dict[int, int] = {}
-    stack: list[int] = []
-    for index, token in enumerate(tokens):
-        if token.kind != "punct":
-            continue
-        if token.text in "([{":
-            stack.append(index)
-        elif token.text in _CLOSERS and stack and tokens[stack[-1]].text == _CLOSERS[token.text]:
-            opener = stack.pop()
-            pairs[opener], pairs[index] = index, opener
-    return pairs
-
-
-def _ends_operand(token: _Token) -> bool:
+def _ends_operand(token: Token) -> bool:
     if token.kind == "ident":
         return token.text != "in"
-    return token.kind == "literal" or token.text in _CLOSERS
+    return token.kind == "literal" or token.text in CLOSERS
 
 
-def _operand_start(tokens: list[_Token], pairs: dict[int, int], last: int) -> int | None:
+def _operand_start(tokens: list[Token], pairs: dict[int, int], last: int) -> int | None:
     """The first token of the member chain (`a.b[0].c(...)`, `(x).y`, `[1].z`) that ends at `last`."""
     k = last
     while True:
@@ -139,36 +68,11 @@ def _operand_start(tokens: list[_Token], pairs: dict[int, int], last: int) -> in
             return None
 
 
-def _arguments(tokens: list[_Token], pairs: dict[int, int], opener: int) -> list[tuple[int, int]]:
-    """(first, last) token indexes of each top-level argument of the call whose `(` is at `opener`."""
-    spans: list[tuple[int, int]] = []
-    first = opener + 1
-    k = first
-    closer = pairs[opener]
-    while k < closer:
-        if k in pairs and tokens[k].text in "([{":
-            k = pairs[k] + 1
-            continue
-        if tokens[k].text == ",":
-            spans.append((first, k - 1))
-            first = k + 1
-        k += 1
-    spans.append((first, closer - 1))
-    return spans
-
-
-def _name(text: str) -> str:
-    name = "kgwe__opt"
-    while name in text:
-        name += "_"
-    return name
-
-
 def optional_maps_refusal(expression: str) -> str | None:
     """Why `expression` must not reach cel-cpp's parser (see the module's docstring), or None."""
     if "optMap" not in expression and "optFlatMap" not in expression:
         return None
-    tokens = _tokens(expression)
+    tokens = lex(expression)
     calls = sum(1 for j, token in enumerate(tokens)
                 if token.kind == "ident" and token.text in _MACROS and j > 0 and tokens[j - 1].text == ".")
     if calls <= MAX_OPTIONAL_MAPS:
@@ -182,12 +86,12 @@ def without_lazy_optional_maps(expression: str) -> str:
     comprehensions (see the module's docstring); other text as it was."""
     if "optMap" not in expression and "optFlatMap" not in expression:
         return expression
-    return _rewrite(expression, _name(expression))
+    return _rewrite(expression, fresh_name(expression, "kgwe__opt"))
 
 
 def _rewrite(text: str, name: str) -> str:
-    tokens = _tokens(text)
-    pairs = _pairs(tokens)
+    tokens = lex(text)
+    pairs = bracket_pairs(tokens)
     chosen: tuple[int, int, int] | None = None  # (macro token, operand start, closing parenthesis)
     for j, token in enumerate(tokens):
         if (token.kind != "ident" or token.text not in _MACROS or j < 2 or tokens[j - 1].text != "."
@@ -205,7 +109,7 @@ def _rewrite(text: str, name: str) -> str:
     if chosen is None:
         return text
     j, start, closer = chosen
-    arguments = _arguments(tokens, pairs, j + 1)
+    arguments = call_arguments(tokens, pairs, j + 1)
     if (len(arguments) != 2 or arguments[0][0] != arguments[0][1] or tokens[arguments[0][0]].kind != "ident"
             or arguments[1][0] > arguments[1][1]):
         return text  # not the macro's shape: the checker has refused it already
