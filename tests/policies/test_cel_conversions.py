@@ -64,7 +64,8 @@ def test_what_go_reads_still_converts(expression: str, expected: Any) -> None:
 
 @pytest.mark.parametrize("expression", [
     "int(' 1')", "int('1 ')", "int('\\t1')", "uint('+1')", "uint(' 1')", "double(' 1.5')", "double('0x10')",
-    "double('1e400')", "double('-nan')", "timestamp(' 2026-01-01T00:00:00Z')", "[' 1'].map(s, int(s))",
+    "double('1e400')", "double('-nan')", "double('+NaN')", "timestamp(' 2026-01-01T00:00:00Z')",
+    "[' 1'].map(s, int(s))", "int('\\v1')",
 ])
 def test_what_go_refuses_fails(expression: str) -> None:
     engine = build_cel_engine("cel-expr-python")
