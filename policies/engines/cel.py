@@ -18,6 +18,7 @@ from policies.engines import cel_k8s_library as lib
 from policies.engines.cel_binds import without_lazy_binds
 from policies.engines.cel_conversions import strict_conversions
 from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
+from policies.engines.cel_values import may_hold_optional, read
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
 # Every policy's params, by slot, in the one activation a request shares (engines with
@@ -97,15 +98,17 @@ class _CppProgram:
         self.runnable = runnable  # the text compiled to run (binds rewritten, params bound)
         self._expression = expression
         self._error_type = error_type
+        self.walk = may_hold_optional(expression.return_type())  # see policies/engines/cel_values.py
 
     def evaluate(self, activation: Any) -> Any:
         try:
             value = self._expression.eval(activation)
         except Exception as exc:  # the binding raises for evaluation failures it cannot express as values
             raise CelEvaluationError(str(exc)) from exc
-        if value.type() == self._error_type:
-            raise CelEvaluationError(str(value.value()))
-        return value.plain_value()
+        plain, failure = read(value, self._error_type, self.walk)
+        if failure is not None:
+            raise CelEvaluationError(failure)
+        return plain
 
 
 class CelExprPythonEngine:
@@ -213,7 +216,9 @@ class CelExprPythonEngine:
         # Newlines close any comment an expression ends with.
         joined = ", ".join(f"dyn({p.runnable}\n)" for p in ours)
         try:
-            return self._program(f"<{len(ours)} expressions>", f"[{joined}]")
+            program = self._program(f"<{len(ours)} expressions>", f"[{joined}]")
+            program.walk = any(p.walk for p in ours)  # its type is a list of dyn whatever theirs are
+            return program
         except CelCompileError:
             return None  # beyond the compiler's limits together: they still run one by one
 
