@@ -198,7 +198,7 @@ def list_sum(items: Sequence[Any]) -> Any:
         return 0
     kinds = {type(v) for v in values}
     if len(kinds) == 1 and (int in kinds or float in kinds):  # the common case: plain numbers of one type
-        return sum(values)
+        return _in_int64(sum(values))
     if all(isinstance(v, dict) and QUANTITY_KEY in v for v in values):
         total = Decimal(0)
         for v in values:
@@ -208,7 +208,16 @@ def list_sum(items: Sequence[Any]) -> Any:
         raise CelLibraryError("sum() needs a list of numbers or quantities")
     if len({type(v) for v in values}) > 1:
         raise CelLibraryError("sum() needs a list of one numeric type")
-    return sum(values)
+    return _in_int64(sum(values))
+
+
+def _in_int64(total: Any) -> Any:
+    """CEL's ints are 64-bit and overflow is an error. (The binding turned a sum past 2^63-1 into a uint:
+    `[9223372036854775807, 1].sum()` was 9223372036854775808u. The engines hand uints over as Python ints
+    too, so a uint sum past 2^63-1 fails the same way.)"""
+    if isinstance(total, int) and not -(2**63) <= total < 2**63:
+        raise CelLibraryError("sum() overflows a 64-bit integer")
+    return total
 
 
 def _extreme(items: Sequence[Any], pick: Any, name: str) -> Any:
