@@ -16,6 +16,9 @@ from typing import Any, Literal, Protocol
 
 from policies.engines import cel_k8s_library as lib
 from policies.engines.cel_binds import without_lazy_binds
+from policies.engines.cel_conversions import strict_conversions
+from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
+from policies.engines.cel_values import may_hold_optional, read
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
 # Every policy's params, by slot, in the one activation a request shares (engines with
@@ -95,21 +98,17 @@ class _CppProgram:
         self.runnable = runnable  # the text compiled to run (binds rewritten, params bound)
         self._expression = expression
         self._error_type = error_type
+        self.walk = may_hold_optional(expression.return_type())  # see policies/engines/cel_values.py
 
     def evaluate(self, activation: Any) -> Any:
         try:
             value = self._expression.eval(activation)
         except Exception as exc:  # the binding raises for evaluation failures it cannot express as values
             raise CelEvaluationError(str(exc)) from exc
-        try:
-            if value.type() != self._error_type:
-                return value.plain_value()
-            reason = str(value.value())
-        except Exception as exc:
-            # A value Python has no form for (an optional, which the binding also reports as an error
-            # type): the policy's fault, told as such, never an exception out of the engine.
-            raise CelEvaluationError("its value has no plain form (an optional value?)") from exc
-        raise CelEvaluationError(reason)
+        plain, failure = read(value, self._error_type, self.walk)
+        if failure is not None:
+            raise CelEvaluationError(failure)
+        return plain
 
 
 class CelExprPythonEngine:
@@ -195,13 +194,15 @@ class CelExprPythonEngine:
 
     def _checked(self, expression: str) -> None:
         _check_length(expression)
+        if (refusal := optional_maps_refusal(expression)) is not None:  # before cel-cpp's parser sees it
+            raise CelCompileError(refusal)
         try:
             self._env.compile(expression)
         except Exception as exc:
             raise CelCompileError(str(exc).strip()) from exc
 
     def _program(self, source: str, runnable: str) -> _CppProgram:
-        runnable = without_lazy_binds(runnable)
+        runnable = strict_conversions(without_lazy_optional_maps(without_lazy_binds(runnable)))
         try:
             return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR, runnable)
         except Exception as exc:
@@ -215,7 +216,9 @@ class CelExprPythonEngine:
         # Newlines close any comment an expression ends with.
         joined = ", ".join(f"dyn({p.runnable}\n)" for p in ours)
         try:
-            return self._program(f"<{len(ours)} expressions>", f"[{joined}]")
+            program = self._program(f"<{len(ours)} expressions>", f"[{joined}]")
+            program.walk = any(p.walk for p in ours)  # its type is a list of dyn whatever theirs are
+            return program
         except CelCompileError:
             return None  # beyond the compiler's limits together: they still run one by one
 
@@ -254,9 +257,9 @@ def _plain(value: Any) -> Any:
         return float(value)
     if isinstance(value, celtypes.StringType):
         return str(value)
-    if isinstance(value, celtypes.MapType):
+    if isinstance(value, celtypes.MapType | dict):  # some operations (+) return plain Python containers
         return {_plain(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, celtypes.ListType):
+    if isinstance(value, celtypes.ListType | list):
         return [_plain(v) for v in value]
     if value is None or isinstance(value, celtypes.NullType):
         return None
