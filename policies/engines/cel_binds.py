@@ -15,132 +15,46 @@ in the text that runs. Expressions are still type-checked as their authors wrote
 
 from __future__ import annotations
 
-_IDENT_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-_IDENT = _IDENT_START | frozenset("0123456789")
-_OPEN = {"(": ")", "[": "]", "{": "}"}
+from policies.engines.cel_text import Token, bracket_pairs, call_arguments, lex
 
 
-def _string_end(text: str, start: int) -> int:
-    """The index after the string literal whose prefix or quote starts at `start`."""
-    i = start
-    raw = False
-    while text[i] not in "'\"":
-        raw = raw or text[i] in "rR"
-        i += 1
-    quote = text[i] * 3 if text.startswith(text[i] * 3, i) else text[i]
-    i += len(quote)
-    while i < len(text):
-        if text.startswith(quote, i):
-            return i + len(quote)
-        if text[i] == "\\" and not raw:
-            i += 2
-            continue
-        if text[i] == "\n" and len(quote) == 1:
-            break  # unterminated: the checker has refused this text already
-        i += 1
-    return len(text)
-
-
-def _skip(text: str, i: int) -> int:
-    """`i`, or past the string literal or comment starting there."""
-    if text.startswith("//", i):
-        end = text.find("\n", i)
-        return len(text) if end < 0 else end
-    if text[i] in "'\"":
-        return _string_end(text, i)
-    if text[i] in "rRbB":
-        j = i
-        while j < len(text) and j - i < 2 and text[j] in "rRbB":
-            j += 1
-        if j < len(text) and text[j] in "'\"" and (i == 0 or text[i - 1] not in _IDENT):
-            return _string_end(text, i)
-    return i
-
-
-def _blank(text: str, i: int) -> int:
-    while i < len(text) and text[i] in " \t\r\n":
-        i += 1
-    return i
-
-
-def _arguments(text: str, i: int) -> tuple[list[str], int] | None:
-    """The top-level arguments of the call whose `(` is at `i`, and the index after its `)`."""
-    closing: list[str] = [")"]
-    parts: list[str] = []
-    start = i = i + 1
-    while i < len(text):
-        skipped = _skip(text, i)
-        if skipped != i:
-            i = skipped
-            continue
-        char = text[i]
-        if char in _OPEN:
-            closing.append(_OPEN[char])
-        elif char in ")]}":
-            if char != closing.pop():
-                return None
-            if not closing:
-                parts.append(text[start:i])
-                return parts, i + 1
-        elif char == "," and len(closing) == 1:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    return None
-
-
-def _bind_at(text: str, i: int) -> tuple[str, int] | None:
-    """When a `cel.bind(...)` macro starts at `i`: its rewritten text and the index after it."""
-    if not text.startswith("cel", i) or (i > 0 and text[i - 1] in _IDENT):
-        return None
-    before = i - 1
-    while before >= 0 and text[before] in " \t\r\n":
-        before -= 1
-    if before >= 0 and text[before] == ".":
+def _bind_arguments(tokens: list[Token], pairs: dict[int, int], j: int) -> list[tuple[int, int]] | None:
+    """The three arguments' token spans when a `cel.bind(v, init, body)` macro starts at token `j`."""
+    if not (tokens[j].kind == "ident" and tokens[j].text == "cel" and (j == 0 or tokens[j - 1].text != ".")
+            and j + 3 < len(tokens) and tokens[j + 1].text == "." and tokens[j + 2].kind == "ident"
+            and tokens[j + 2].text == "bind" and tokens[j + 3].text == "(" and j + 3 in pairs):
         return None  # `x.cel.bind(...)` is a member call, not the macro
-    j = i + 3
-    if j < len(text) and text[j] in _IDENT:
+    arguments = call_arguments(tokens, pairs, j + 3)
+    if len(arguments) != 3 or any(first > last for first, last in arguments):
         return None
-    j = _blank(text, j)
-    if not text.startswith(".", j):
-        return None
-    j = _blank(text, j + 1)
-    if not text.startswith("bind", j) or (j + 4 < len(text) and text[j + 4] in _IDENT):
-        return None
-    j = _blank(text, j + 4)
-    if not text.startswith("(", j):
-        return None
-    found = _arguments(text, j)
-    if found is None or len(found[0]) != 3:
-        return None
-    (variable, init, body), end = found
-    # Newlines end any comment an argument closes with.
-    rewritten = (f"([{without_lazy_binds(init)}\n].map({variable.strip()}, {without_lazy_binds(body)}\n)[0])")
-    return rewritten, end
+    variable = arguments[0]
+    if variable[0] != variable[1] or tokens[variable[0]].kind != "ident":
+        return None  # not the macro's shape: the checker has refused it already
+    return arguments
 
 
 def without_lazy_binds(expression: str) -> str:
     """`expression` with every `cel.bind(v, init, body)` written as `[init].map(v, body)[0]`."""
     if "bind" not in expression:
         return expression
+    tokens = lex(expression)
+    pairs = bracket_pairs(tokens)
     out: list[str] = []
-    i = copied = 0
-    while i < len(expression):
-        skipped = _skip(expression, i)
-        if skipped != i:
-            i = skipped
+    copied = j = 0
+    while j < len(tokens):
+        arguments = _bind_arguments(tokens, pairs, j)
+        if arguments is None:
+            j += 1
             continue
-        if expression[i] in _IDENT_START and (i == 0 or expression[i - 1] not in _IDENT):
-            bind = _bind_at(expression, i)
-            if bind is not None:
-                out.append(expression[copied:i])
-                out.append(bind[0])
-                i = copied = bind[1]
-                continue
-            while i < len(expression) and expression[i] in _IDENT:
-                i += 1
-            continue
-        i += 1
+        (variable, _), (init_first, init_last), (body_first, body_last) = arguments
+        init = without_lazy_binds(expression[tokens[init_first].start:tokens[init_last].end])
+        body = without_lazy_binds(expression[tokens[body_first].start:tokens[body_last].end])
+        out.append(expression[copied:tokens[j].start])
+        # Newlines end any comment a part closes with.
+        out.append(f"([{init}\n].map({tokens[variable].text}, {body}\n)[0])")
+        closer = pairs[j + 3]
+        copied = tokens[closer].end
+        j = closer + 1
     out.append(expression[copied:])
     return "".join(out)
 

@@ -1,4 +1,4 @@
-"""CEL source text as tokens, for the rewrites that make cel-cpp answer right (cel_optionals.py,
+"""CEL source text as tokens, for the rewrites that make cel-cpp answer right (cel_binds.py, cel_optionals.py,
 cel_conversions.py). Only what they need: string literals, comments, numbers and identifiers are
 recognised as such, so text inside a string or a comment is never mistaken for code; every other
 character is a one-character token. The texts are ones the type checker has accepted.
