@@ -18,6 +18,8 @@ Run: `.venv/bin/python bench/bench_policies.py` (prints JSON).
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import gc
 import json
 import statistics
@@ -298,7 +300,16 @@ def bench_policies(runs: int = 3000, slow_runs: int = 300) -> dict[str, Any]:
     results["three_admin_policies"] = _three_admin_policies(ctx, runs)
     builtin_only = build_runtime()
     builtin_only.reload(builtin=True)
+    # A replica: the built-ins' answer is remembered for pods alike but for identity (policies/answer_memo.py).
     results["builtin_only_evaluate"] = _time(lambda: builtin_only.evaluate(ctx), runs, 200)
+    # A new pod every time: a label of its own, so the answer is computed (prepared before timing).
+    fresh = []
+    for number in range(runs + 200):
+        pod = copy.deepcopy(ctx.request["object"])
+        pod["metadata"]["labels"] = {**pod["metadata"].get("labels", {}), "bench/pod": str(number)}
+        fresh.append(dataclasses.replace(ctx, request={**ctx.request, "object": pod}))
+    pods = iter(fresh)
+    results["builtin_only_evaluate_new_pod"] = _time(lambda: builtin_only.evaluate(next(pods)), runs, 200)
     results["total_check_plus_decide"] = _time(
         lambda: (runtime.check(ctx), runtime.decide_placement(ctx)), runs, 200
     )

@@ -26,6 +26,11 @@ from typing import Any
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 POD_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# What tells the replicas of one workload apart: metadata no placement and no built-in policy reads
+# (tests/placement/test_plan_memo.py, tests/policies/test_answer_memo.py).
+IDENTITY_FIELDS = frozenset(
+    {"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink"}
+)
 
 
 def mapping(value: Any) -> Mapping[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from policies.gpu_demand import GpuDemand
-from policies.vocabulary.objects import PodView
+from policies.vocabulary.objects import IDENTITY_FIELDS, PodView
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.intent import PodIntent
@@ -44,10 +44,6 @@ PLAN_MEMO_SIZE = 256
 MAX_KEY_BYTES = 32 * 1024  # with PLAN_MEMO_SIZE: at most 8 MiB of keys per snapshot
 _MEMO = "placement.memo"
 _UNSEEN: Any = object()
-# What tells one replica from another: planning never reads these (tests/placement/test_plan_memo.py).
-IDENTITY_FIELDS = frozenset(
-    {"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink"}
-)
 
 
 def planning_pod(view: PodView) -> PodView:

@@ -1,0 +1,76 @@
+"""The built-in policies' answer remembered for pods that differ only in their identity.
+
+With the built-in set alone (no GPUPolicy, no admin Rego, the embedded engine: KGWE's default), what
+`/validate` evaluates reads the pod's containers, labels and annotations, the namespace's labels, the
+intent and the cluster summary: nothing of the pod's identity and nothing else of the request
+(policies/engines/native_builtins.py answers in Python; rego/ reads the same when it answers). The
+replicas of one workload reach `/validate` differing only in their identity (name, uid, creation time),
+so the answer is remembered under the exact JSON of the pod without its identity fields
+(`IDENTITY_FIELDS`), the namespace object and the intent, for one policy set and one cluster summary.
+Both are compared by identity: a new set or a new snapshot starts the memo again.
+
+Bounded: past MEMO_SIZE answers the memo starts again, and a key over MAX_KEY_BYTES is not remembered.
+An answer naming an engine failure is never remembered. Every caller gets its own copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from policies.api import PlacementDecision, PolicyContext, Violation
+from policies.vocabulary.objects import IDENTITY_FIELDS
+
+MEMO_SIZE = 256
+MAX_KEY_BYTES = 32 * 1024  # with MEMO_SIZE: at most 8 MiB of keys
+
+Answer = tuple[PlacementDecision, list[Violation]]
+
+
+def identity_free_key(ctx: PolicyContext) -> bytes | None:
+    """What the built-ins' answer for `ctx` depends on, as exact JSON; None when it is too large to keep."""
+    request = ctx.request
+    pod = request.get("object") if isinstance(request, Mapping) else None
+    if isinstance(pod, Mapping) and isinstance(pod.get("metadata"), Mapping):
+        pod = {**pod, "metadata": {k: v for k, v in pod["metadata"].items() if k not in IDENTITY_FIELDS}}
+    try:
+        key = orjson.dumps([pod, ctx.namespace_object, ctx.intent], option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None  # not JSON (a pod built in Python with other types): evaluated every time
+    return key if len(key) <= MAX_KEY_BYTES else None
+
+
+def _copy(answer: Answer) -> Answer:
+    decision, violations = answer
+    return PlacementDecision(dict(decision.fields), dict(decision.decided_by)), list(violations)
+
+
+class AnswerMemo:
+    """Remembered answers of one policy set over one cluster summary (thread-safe: one state swapped whole)."""
+
+    def __init__(self) -> None:
+        self._state: tuple[object, object, dict[bytes, Answer]] | None = None
+
+    def _answers(self, policy_set: object, cluster: object) -> dict[bytes, Answer]:
+        state = self._state
+        if state is None or state[0] is not policy_set or state[1] is not cluster:
+            state = self._state = (policy_set, cluster, {})
+        return state[2]
+
+    def get(self, policy_set: object, cluster: Mapping[str, Any], key: bytes) -> Answer | None:
+        found = self._answers(policy_set, cluster).get(key)
+        return None if found is None else _copy(found)
+
+    def put(self, policy_set: object, cluster: Mapping[str, Any], key: bytes, answer: Answer,
+            engine_policy: str) -> None:
+        if any(v.policy == engine_policy for v in answer[1]):
+            return  # an engine failure is the engine's state, not the pod's answer
+        answers = self._answers(policy_set, cluster)
+        if len(answers) >= MEMO_SIZE:
+            answers.clear()
+        answers[key] = _copy(answer)
+
+
+__all__ = ["MAX_KEY_BYTES", "MEMO_SIZE", "AnswerMemo", "identity_free_key"]

@@ -1,0 +1,115 @@
+"""The built-ins' answer remembered for pods alike but for their identity (policies/answer_memo.py).
+
+A remembered answer must be the answer: every replica gets what a runtime that never saw the first one
+gives it, a pod that differs in anything but identity gets its own, and a set whose policies may read
+the identity (a GPUPolicy, an admin Rego policy) is never answered from the memo.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from policy_fixtures import ROOT, gpu_pod, gpu_policy
+
+from policies.api import PolicyContext
+from policies.runtime import PolicyRuntime, build_runtime
+
+
+def _example_pods() -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in sorted((ROOT / "examples" / "pods").glob("*.yaml")):
+        found.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == "Pod")
+    return found
+
+
+def _replica(pod: dict[str, Any], number: int) -> dict[str, Any]:
+    replica = copy.deepcopy(pod)
+    metadata = replica.setdefault("metadata", {})
+    metadata.update(name=f"worker-{number}", uid=f"uid-{number}", creationTimestamp=f"2026-11-24T00:00:0{number}Z",
+                    generateName="worker-", resourceVersion=str(number))
+    return replica
+
+
+def _builtins() -> PolicyRuntime:
+    runtime = build_runtime()
+    assert runtime.reload(builtin=True).ok
+    return runtime
+
+
+def _answer(runtime: PolicyRuntime, context: PolicyContext) -> tuple[Any, list[tuple[str, str, str]]]:
+    decision, violations = runtime.evaluate(context)
+    return (decision.fields, decision.decided_by), sorted((v.policy, v.action, v.message) for v in violations)
+
+
+@pytest.mark.parametrize("intent", [{"gpus": 1}, {"gpus": 4}, {"gpus": 1, "inference": True}])
+def test_every_replica_gets_the_answer_of_a_runtime_that_never_saw_the_others(
+    make_context: Callable[..., PolicyContext], intent: dict[str, Any]
+) -> None:
+    remembering = _builtins()
+    # The same set answered by the engine: the memo serves only the built-ins' Python answer.
+    reference = build_runtime()
+    reference.native_builtins = False
+    assert reference.reload(builtin=True).ok
+    pods = _example_pods()
+    for pod in pods:
+        for number in range(3):
+            replica = _replica(pod, number)
+            expected = _answer(reference, make_context(replica, intent=intent))
+            assert _answer(remembering, make_context(replica, intent=intent)) == expected
+    state = remembering._answers._state
+    assert state is not None and len(state[2]) <= len(pods)  # the replicas shared their pod's entry
+
+
+def test_a_pod_that_differs_beyond_its_identity_gets_its_own_answer(
+    make_context: Callable[..., PolicyContext]
+) -> None:
+    runtime = _builtins()
+    plain = _replica(gpu_pod(), 1)
+    privileged = _replica(gpu_pod(privileged=True), 2)
+    assert _answer(runtime, make_context(plain))[1] == []
+    refused = _answer(runtime, make_context(privileged))[1]
+    assert [policy for policy, _, _ in refused] == ["kgwe.admission.privileged"]
+    # The first answer is not handed out again for the second pod, nor the second for the first.
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 3)))[1] == []
+    other_namespace = _replica(gpu_pod(namespace="team-b"), 4)
+    assert _answer(runtime, make_context(other_namespace)) == _answer(_builtins(), make_context(other_namespace))
+
+
+def test_answers_are_copies(make_context: Callable[..., PolicyContext]) -> None:
+    runtime = _builtins()
+    context = make_context(_replica(gpu_pod(privileged=True), 1))
+    first, violations = runtime.evaluate(context)
+    first.fields["sharing"] = "tampered"
+    violations.clear()
+    again, violations_again = runtime.evaluate(make_context(_replica(gpu_pod(privileged=True), 2)))
+    assert "sharing" not in again.fields or again.fields["sharing"] != "tampered"
+    assert violations_again
+
+
+def test_a_gpupolicy_that_reads_the_name_sees_every_replica(make_context: Callable[..., PolicyContext]) -> None:
+    runtime = build_runtime()
+    named = gpu_policy("named", "Deny", validations=[{"expression": "object.metadata.name.startsWith('ok-')",
+                                                      "message": "names start with ok-"}])
+    assert runtime.reload(builtin=True, gpu_policies=[named]).ok
+    ok, bad = copy.deepcopy(gpu_pod()), copy.deepcopy(gpu_pod())
+    ok["metadata"]["name"], bad["metadata"]["name"] = "ok-1", "bad-2"
+    assert _answer(runtime, make_context(ok))[1] == []
+    assert _answer(runtime, make_context(bad))[1] == [("named", "Deny", "names start with ok-")]
+
+
+def test_an_admin_policy_that_reads_the_uid_sees_every_replica(
+    make_context: Callable[..., PolicyContext], tmp_path: Path
+) -> None:
+    (tmp_path / "uid.rego").write_text(
+        'package admin.uid\nimport rego.v1\n'
+        'deny contains "odd uid" if endswith(input.request.object.metadata.uid, "1")\n'
+    )
+    runtime = build_runtime()
+    assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("admin.uid", "Deny", "odd uid")]
