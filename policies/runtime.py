@@ -419,6 +419,7 @@ class PolicyRuntime:
                 everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active)
             except _EvaluationFailed as failed:
                 everything = {}
+                memo_key = None  # the engine's failure (failing open, it reads as no violation) is not the pod's answer
                 if failed.unavailable:
                     # Not a PolicyEngineError: the CEL violations found above are answered too, first.
                     self._count_failure(failed)
