@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from policies.api import PlacementDecision, PolicyContext, Violation
-from policies.vocabulary.objects import IDENTITY_FIELDS
+from policies.vocabulary.objects import without_identity
 
 MEMO_SIZE = 256
 MAX_KEY_BYTES = 32 * 1024  # with MEMO_SIZE: at most 8 MiB of keys
@@ -32,9 +32,7 @@ Answer = tuple[PlacementDecision, list[Violation]]
 def identity_free_key(ctx: PolicyContext) -> bytes | None:
     """What the built-ins' answer for `ctx` depends on, as exact JSON; None when it is too large to keep."""
     request = ctx.request
-    pod = request.get("object") if isinstance(request, Mapping) else None
-    if isinstance(pod, Mapping) and isinstance(pod.get("metadata"), Mapping):
-        pod = {**pod, "metadata": {k: v for k, v in pod["metadata"].items() if k not in IDENTITY_FIELDS}}
+    pod = without_identity(request.get("object") if isinstance(request, Mapping) else None)
     try:
         key = orjson.dumps([pod, ctx.namespace_object, ctx.intent], option=orjson.OPT_SORT_KEYS)
     except TypeError:

@@ -33,6 +33,15 @@ IDENTITY_FIELDS = frozenset(
 )
 
 
+def without_identity(obj: Any) -> Any:
+    """`obj` without its metadata's IDENTITY_FIELDS: a shallow copy when it has any (every other part is
+    the object's own), else `obj` itself."""
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(metadata, dict) or IDENTITY_FIELDS.isdisjoint(metadata):
+        return obj
+    return {**obj, "metadata": {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}}
+
+
 def mapping(value: Any) -> Mapping[str, Any]:
     """`value` when it is a JSON object, else the empty mapping."""
     return value if isinstance(value, dict) else EMPTY

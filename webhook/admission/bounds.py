@@ -99,12 +99,7 @@ def check_pod_shape(pod: Any, where: str = "object") -> None:
     if selector is not None and not (type(selector) is dict and all(type(v) is str for v in selector.values())):
         _string_map(selector, f"{where}.spec.nodeSelector")
     for key in ("tolerations", "schedulingGates", "resourceClaims"):
-        items = spec.get(key)
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            _wrong_type(list, f"{where}.spec.{key}")
-        for index, item in enumerate(items):
+        for index, item in enumerate(_spec_list(spec, key, where)):
             if not isinstance(item, dict):
                 _wrong_type(dict, f"{where}.spec.{key}[{index}]")
     affinity = spec.get("affinity")
@@ -114,13 +109,18 @@ def check_pod_shape(pod: Any, where: str = "object") -> None:
     if node_name is not None and not isinstance(node_name, str):
         raise ObjectOutOfBounds(f"{where}.spec.nodeName must be a string")
     for key in ("containers", "initContainers", "ephemeralContainers"):
-        containers = spec.get(key)
-        if containers is None:
-            continue
-        if not isinstance(containers, list):
-            _wrong_type(list, f"{where}.spec.{key}")
-        for index, container in enumerate(containers):
+        for index, container in enumerate(_spec_list(spec, key, where)):
             _check_container(container, where, key, index)
+
+
+def _spec_list(spec: dict[str, Any], key: str, where: str) -> list[Any]:
+    """`spec[key]`, a list, or none (`[]`); anything else is refused."""
+    items = spec.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        _wrong_type(list, f"{where}.spec.{key}")
+    return items
 
 
 def _check_container(container: Any, where: str, key: str, index: int) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from policies.gpu_demand import GpuDemand
-from policies.vocabulary.objects import IDENTITY_FIELDS, PodView
+from policies.vocabulary.objects import PodView, without_identity
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.intent import PodIntent
@@ -48,13 +48,8 @@ _UNSEEN: Any = object()
 
 def planning_pod(view: PodView) -> PodView:
     """The pod without its identity fields (a shallow copy: every other part is the pod's own object)."""
-    raw = view.raw
-    metadata = raw.get("metadata")
-    if not isinstance(metadata, dict) or IDENTITY_FIELDS.isdisjoint(metadata):
-        return view
-    stripped = dict(raw)
-    stripped["metadata"] = {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}
-    return PodView(stripped)
+    stripped = without_identity(view.raw)
+    return view if stripped is view.raw else PodView(stripped)
 
 
 @dataclass(slots=True)
