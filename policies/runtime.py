@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from policies.answer_memo import AnswerMemo, identity_free_key
+from policies.answer_memo import MAX_KEY_BYTES, AnswerMemo, identity_free_key
 from policies.api import (
     DECISION_FIELDS,
     EnforcementAction,
@@ -58,6 +58,7 @@ from policies.loading.policy_set import (
     compile_unit,
     duplicate_packages,
     gathered_policies,
+    input_reads,
     prepare_rego,
     previous_units,
 )
@@ -265,6 +266,7 @@ class PolicyRuntime:
             gathered=gathered,
             has_check=any(g.rules & {"deny", "warn"} for g in gathered),
             has_decision=any("decision" in g.rules for g in gathered),
+            reads=input_reads(chosen),
         )
         # After the swap: a decision computed with the old set is never cached under the new generation
         # (the cache reads the generation before it evaluates).
@@ -281,7 +283,7 @@ class PolicyRuntime:
             prepared, gathered = prepare_rego(self._rego_engine, current.units)
             self._set = PolicySet(
                 units=current.units, prepared=prepared, gathered=gathered,
-                has_check=current.has_check, has_decision=current.has_decision,
+                has_check=current.has_check, has_decision=current.has_decision, reads=current.reads,
             )
             self._generation += 1  # cached placement decisions made while the engine was down are stale
 
@@ -394,7 +396,7 @@ class PolicyRuntime:
                 # Engine unreachable in closed mode: refuse, with the CEL policies' own messages first.
                 return PlacementDecision(), [*checked, Violation(ENGINE_POLICY, "Deny", str(exc))]
         started = time.perf_counter()
-        memo_key = identity_free_key(ctx) if self._answers_alone(policy_set) else None
+        memo_key, engine_input = self._memo_key(policy_set, ctx)
         if memo_key is not None:
             remembered = self._answers.get(policy_set, ctx.cluster, memo_key)
             if remembered is not None:
@@ -416,7 +418,7 @@ class PolicyRuntime:
                 if policy.validations:
                     violations.extend(self._validate(policy, ctx, activations))
             try:
-                everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active)
+                everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active, engine_input=engine_input)
             except _EvaluationFailed as failed:
                 everything = {}
                 memo_key = None  # the engine's failure (failing open, it reads as no violation) is not the pod's answer
@@ -442,13 +444,32 @@ class PolicyRuntime:
             self._answers.put(policy_set, ctx.cluster, memo_key, (decision, violations), ENGINE_POLICY)
         return decision, violations
 
-    def _answers_alone(self, policy_set: PolicySet) -> bool:
-        """Whether the built-ins alone answer every request of `policy_set`: then an answer depends on no
-        identity of the pod (policies/answer_memo.py)."""
+    def _memo_key(self, policy_set: PolicySet, ctx: PolicyContext) -> tuple[bytes | None, RegoInput | None]:
+        """What `evaluate`'s answer is remembered under (policies/answer_memo.py), or None; and the
+        engine's input when the key holds it.
+
+        With no GPUPolicy and the built-ins answered natively, an answer is the built-ins' (a function of
+        the pod without its identity, the namespace, the intent and the cluster summary) merged with the
+        engine's for the admin Rego policies (a function of the part of the input they can read,
+        policies/engines/rego_reads.py). The key holds both: replicas share an answer unless a policy
+        reads what tells them apart."""
         if policy_set.gpu_policies or not self.native_builtins:
-            return False
+            return None, None
         native = self._native_for(policy_set)
-        return native is not None and native.answers((), EVERYTHING_QUERY)
+        if native is None:
+            return None, None
+        key = identity_free_key(ctx)
+        if key is None or native.answers((), EVERYTHING_QUERY):
+            return key, None
+        projection = policy_set.reads.projection(native.policies) if policy_set.reads is not None else None
+        if projection is None or not projection.deterministic:
+            return None, None
+        engine_input = RegoInput(projection.apply(self._rego_input(ctx, (), native.policies).document))
+        try:
+            key = key + b"\n" + engine_input.raw
+        except TypeError:
+            return None, None
+        return (key if len(key) <= MAX_KEY_BYTES else None), engine_input
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -616,6 +637,12 @@ class PolicyRuntime:
             "kgwe": kgwe,
         })
 
+    @staticmethod
+    def _projected(policy_set: PolicySet, full: RegoInput, native: Iterable[str]) -> RegoInput:
+        """`full` cut to what the running Rego modules can read (policies/engines/rego_reads.py)."""
+        projection = policy_set.reads.projection(native) if policy_set.reads is not None else None
+        return full if projection is None else RegoInput(projection.apply(full.document))
+
     def _native_for(self, policy_set: PolicySet) -> NativeBuiltins | None:
         """The native evaluator of `policy_set` (built once per set; None when the set needs Rego)."""
         cached = self._native
@@ -626,9 +653,10 @@ class PolicyRuntime:
         return native
 
     def _query(self, policy_set: PolicySet, query: str, ctx: PolicyContext, active: list[CompiledGPUPolicy],
-               *, natively: bool = True) -> Any:
+               *, natively: bool = True, engine_input: RegoInput | None = None) -> Any:
         """The aggregate document `query` names: the built-ins answered in Python where they can be
-        (`natively`), the rest by the engine."""
+        (`natively`), the rest by the engine, on the part of the input it can read (`engine_input` when
+        the caller has it already, for the built-ins answered natively)."""
         prepared = policy_set.prepared
         assert prepared is not None
         native_answer: Any = None
@@ -646,10 +674,20 @@ class PolicyRuntime:
                         return native_answer
                     # An active GPUPolicy's Rego must run: the engine answers it and skips the built-ins.
                     native_names = native.policies
+        full = self._rego_input(ctx, active, native_names)
+        if engine_input is None or not native_names:
+            engine_input = self._projected(policy_set, full, native_names)
         started, wall = time.thread_time(), time.perf_counter()
         try:
             prepared.set_cluster(ctx.cluster)
-            result = prepared.query(query, self._rego_input(ctx, active, native_names))
+            try:
+                result = prepared.query(query, engine_input)
+            except RegoEvaluationError:
+                if engine_input is full:
+                    raise
+                # Never an answer the whole input would not give: a failure is asked again with it (a
+                # skipped built-in the engine evaluates anyway may fail on a key the projection removed).
+                result = prepared.query(query, full)
         except RegoEngineUnreachable as exc:
             if policy_set is self._set:  # a request still on a set the reconnect loop just replaced says nothing
                 self.engine_health.mark_down(str(exc))

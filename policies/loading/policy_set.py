@@ -23,6 +23,7 @@ from policies.engines.rego import (
     RegoEvaluationError,
     RegoInput,
 )
+from policies.engines.rego_reads import InputReads
 from policies.loading.aggregate import (
     AGGREGATE_MODULE,
     CHECK_QUERY,
@@ -83,6 +84,8 @@ class PolicySet:
     gathered: list[GatheredPolicy] = field(default_factory=list)
     has_check: bool = False
     has_decision: bool = False
+    # What the set's Rego can read of the input (policies/engines/rego_reads.py); None: all of it.
+    reads: InputReads | None = None
 
     @functools.cached_property
     def gpu_policies(self) -> list[CompiledGPUPolicy]:
@@ -117,6 +120,14 @@ def _modules(units: Iterable[CompiledUnit]) -> dict[str, str]:
 
 def _params(units: Iterable[CompiledUnit]) -> dict[str, Any]:
     return {u.name: u.gpu_policy.params for u in units if u.gpu_policy is not None}
+
+
+def input_reads(units: Iterable[CompiledUnit]) -> InputReads:
+    """The input reads of the units' Rego modules; a unit without rules (a library) runs only where a
+    policy references it."""
+    units = list(units)
+    return InputReads.of_sources({u.name: u.source.modules for u in units if u.source.modules},
+                                 libraries=[u.name for u in units if u.gathered() is None])
 
 
 def gathered_policies(units: Iterable[CompiledUnit]) -> list[GatheredPolicy]:
