@@ -210,15 +210,16 @@ def _policy_rows(result: dict[str, Any]) -> list[Row]:
                             _get(result, "baseline_orjson_roundtrip", "p99_ms"), "ms",
                             "orjson parse+serialise of the request"))
     three = result.get("three_admin_policies") or {}
-    for key, label in (("evaluate", "built-ins in Python, the three on the engine (served)"),
+    for key, label in (("evaluate_new_pod", "served, a new pod"), ("evaluate", "served, a replica"),
                        ("evaluate_whole_rego", "every policy on the engine")):
         p99 = _get(three, key, "p99_ms")
+        served = key != "evaluate_whole_rego"
         if p99 is not None:
             rows.append(Row(f"policies: built-ins + 3 admin Rego policies, /validate (evaluate), {label} p99", p99,
                             _get(result, "baseline_orjson_roundtrip", "p99_ms"), "ms",
                             "orjson parse+serialise of the request",
-                            f"<= {POLICY_P99_BUDGET_MS} ms" if key == "evaluate" else "",
-                            p99 <= POLICY_P99_BUDGET_MS if key == "evaluate" else None))
+                            f"<= {POLICY_P99_BUDGET_MS} ms" if served else "",
+                            p99 <= POLICY_P99_BUDGET_MS if served else None))
     for key, label in (("builtin_only_evaluate_new_pod", "a new pod"), ("builtin_only_evaluate", "a replica")):
         p99 = _get(result, key, "p99_ms")
         if p99 is not None:

@@ -1,13 +1,15 @@
-"""The built-in policies' answer remembered for pods that differ only in their identity.
+"""`evaluate`'s answer remembered for pods that differ only in what no policy of the set reads.
 
-With the built-in set alone (no GPUPolicy, no admin Rego, the embedded engine: KGWE's default), what
-`/validate` evaluates reads the pod's containers, labels and annotations, the namespace's labels, the
-intent and the cluster summary: nothing of the pod's identity and nothing else of the request
-(policies/engines/native_builtins.py answers in Python; rego/ reads the same when it answers). The
-replicas of one workload reach `/validate` differing only in their identity (name, uid, creation time),
-so the answer is remembered under the exact JSON of the pod without its identity fields
-(`IDENTITY_FIELDS`), the namespace object and the intent, for one policy set and one cluster summary.
-Both are compared by identity: a new set or a new snapshot starts the memo again.
+With no GPUPolicy and the built-ins answered natively (KGWE's default, with or without admin Rego
+policies): the built-ins read the pod's containers, labels and annotations, the namespace's labels, the
+intent and the cluster summary, never the pod's identity (policies/engines/native_builtins.py answers in
+Python; rego/ reads the same when it answers). The admin Rego policies read what their syntax tree
+reaches (policies/engines/rego_reads.py). The replicas of one workload reach `/validate` differing only
+in their identity (name, uid, creation time), so the answer is remembered under the exact JSON of the
+pod without its identity fields (`IDENTITY_FIELDS`), the namespace object and the intent, followed by the
+engine's projected input when admin Rego runs: an admin policy that reads the name sees every replica.
+One policy set and one cluster summary per memo, both compared by identity: a new set or a new snapshot
+starts it again. A set whose running Rego reads the clock or the network is never remembered.
 
 Bounded: past MEMO_SIZE answers the memo starts again, and a key over MAX_KEY_BYTES is not remembered.
 An answer naming an engine failure is never remembered. Every caller gets its own copy.

@@ -1,8 +1,10 @@
-"""The built-ins' answer remembered for pods alike but for their identity (policies/answer_memo.py).
+"""Answers remembered for pods alike but for their identity (policies/answer_memo.py).
 
 A remembered answer must be the answer: every replica gets what a runtime that never saw the first one
-gives it, a pod that differs in anything but identity gets its own, and a set whose policies may read
-the identity (a GPUPolicy, an admin Rego policy) is never answered from the memo.
+gives it, a pod that differs in anything but identity gets its own, a GPUPolicy set is never answered
+from the memo, and admin Rego policies are remembered only under the part of the input they can read
+(policies/engines/rego_reads.py): one that reads the identity sees every replica, one that reads the
+clock is never remembered.
 """
 
 from __future__ import annotations
@@ -113,3 +115,87 @@ def test_an_admin_policy_that_reads_the_uid_sees_every_replica(
     assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
     assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
     assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("admin.uid", "Deny", "odd uid")]
+
+
+THREE_POLICIES = ROOT / "bench" / "data" / "three_policies"
+
+
+def _with_directory(directory: Path, *, native: bool = True) -> PolicyRuntime:
+    runtime = build_runtime()
+    runtime.native_builtins = native
+    assert runtime.reload(builtin=True, directories=[str(directory)]).ok
+    return runtime
+
+
+def test_admin_rego_replicas_get_the_answer_of_the_engine_on_the_whole_input(
+    make_context: Callable[..., PolicyContext]
+) -> None:
+    remembering = _with_directory(THREE_POLICIES)
+    # Everything through the engine, on the whole input, with nothing remembered.
+    reference = _with_directory(THREE_POLICIES, native=False)
+    pods = _example_pods()
+    refusals = 0
+    for pod in pods:
+        for number in range(3):
+            replica = _replica(pod, number)
+            if number == 2:
+                replica["metadata"].setdefault("labels", {})["owner"] = "team-a"
+            expected = _answer(reference, make_context(replica))
+            assert _answer(remembering, make_context(replica)) == expected
+            refusals += any(policy.startswith("admin.") for policy, _, _ in expected[1])
+    assert refusals  # the example pods exercise the three policies' refusals, not only admissions
+    state = remembering._answers._state
+    # Replicas 0 and 1 shared an entry; the owner label, which a policy reads, made a second one.
+    assert state is not None and len(state[2]) <= 2 * len(pods)
+
+
+def test_an_admin_policy_reading_the_name_through_an_import_sees_every_replica(
+    make_context: Callable[..., PolicyContext], tmp_path: Path
+) -> None:
+    (tmp_path / "named.rego").write_text(
+        "package admin.named\nimport rego.v1\nimport input.request.object as pod\n"
+        'deny contains "odd name" if endswith(pod.metadata.name, "1")\n'
+    )
+    runtime = _with_directory(tmp_path)
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("admin.named", "Deny", "odd name")]
+
+
+def test_an_admin_policy_reading_the_requester_sees_every_request(
+    make_context: Callable[..., PolicyContext], tmp_path: Path
+) -> None:
+    (tmp_path / "user.rego").write_text(
+        "package admin.user\nimport rego.v1\n"
+        'deny contains "robots may not" if startswith(input.request.userInfo.username, "robot-")\n'
+    )
+    runtime = _with_directory(tmp_path)
+    human = make_context(_replica(gpu_pod(), 1))
+    robot = make_context(_replica(gpu_pod(), 1))
+    robot.request["userInfo"]["username"] = "robot-7"
+    assert _answer(runtime, human)[1] == []
+    assert _answer(runtime, robot)[1] == [("admin.user", "Deny", "robots may not")]
+    assert _answer(runtime, human)[1] == []
+
+
+def test_an_admin_policy_reading_the_whole_input_is_answered_every_time(
+    make_context: Callable[..., PolicyContext], tmp_path: Path
+) -> None:
+    (tmp_path / "whole.rego").write_text(
+        "package admin.whole\nimport rego.v1\n"
+        'deny contains "uid 1" if contains(json.marshal(input), "uid-1")\n'
+    )
+    runtime = _with_directory(tmp_path)
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("admin.whole", "Deny", "uid 1")]
+
+
+def test_an_admin_policy_reading_the_clock_is_never_remembered(
+    make_context: Callable[..., PolicyContext], tmp_path: Path
+) -> None:
+    (tmp_path / "clock.rego").write_text(
+        "package admin.clock\nimport rego.v1\n"
+        'warn contains msg if msg := sprintf("at %v", [time.now_ns()])\n'
+    )
+    runtime = _with_directory(tmp_path)
+    seen = {message for _ in range(3) for _, _, message in _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1]}
+    assert len(seen) == 3

@@ -1,0 +1,140 @@
+"""What a Rego policy set can read of the input (policies/engines/rego_reads.py), from regorus' own parser.
+
+The projection may read more than a policy needs, never less: each construct that reaches the input
+(dotted and bracket paths, computed keys, imports, a bare `input`, a library the policy calls) is held to
+the paths it yields, and every construct that defeats the analysis (`with`, a module that does not parse
+alone, a `data` reference with a computed root) hands over the whole input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policies.engines.rego_reads import WHOLE, InputReads, Path, Projection, module_reads
+
+HEADER = "package admin.p\nimport rego.v1\n"
+
+
+def _inputs(body: str, header: str = HEADER) -> set[Path]:
+    reads = module_reads("p.rego", header + body)
+    assert reads is not None
+    return set(reads.inputs)
+
+
+@pytest.mark.parametrize(("body", "paths"), [
+    ('deny contains "x" if not input.request.object.metadata.labels.owner',
+     {("request", "object", "metadata", "labels", "owner")}),
+    ('deny contains "x" if input.request.object.metadata.labels["kgwe.io/team"] == "a"',
+     {("request", "object", "metadata", "labels", "kgwe.io/team")}),
+    # A computed step ends the path: everything below it is kept.
+    ('deny contains c.image if { some c in input.request.object.spec.containers; c.image == "x" }',
+     {("request", "object", "spec", "containers")}),
+    ('deny contains "x" if input.request.object.spec.containers[0].image == "x"',
+     {("request", "object", "spec", "containers")}),
+    ('deny contains k if { some k; input.request.object.metadata[k] }', {("request", "object", "metadata")}),
+    # A computed key is itself read.
+    ('deny contains "x" if input.request.object.metadata.labels[input.tenant]',
+     {("request", "object", "metadata", "labels"), ("tenant",)}),
+    ('deny contains "x" if object.get(input, ["request", "uid"], "") == "u"', {WHOLE}),
+    ('deny contains "x" if count(json.marshal(input)) > 10', {WHOLE}),
+    ('deny contains "x" if { x := input; x.request.uid }', {WHOLE}),
+    ('deny contains "x" if { every c in input.request.object.spec.containers { c.image } }',
+     {("request", "object", "spec", "containers")}),
+    ('f(x) := x.name\ndeny contains f(input.request.object.metadata) if true', {("request", "object", "metadata")}),
+    ('default allow := false\nallow := input.intent.gpus > 1', {("intent", "gpus")}),
+    ('names := [c.name | some c in input.request.object.spec.initContainers]\ndeny contains "x" if count(names) > 1',
+     {("request", "object", "spec", "initContainers")}),
+])
+def test_each_reference_reads_its_leading_constant_path(body: str, paths: set[Path]) -> None:
+    assert _inputs(body) == paths
+
+
+def test_imports_of_the_input_count_as_reads() -> None:
+    header = "package admin.p\nimport rego.v1\nimport input.request.object as pod\n"
+    assert _inputs('deny contains "x" if pod.metadata.name == "a"', header) == {("request", "object")}
+    assert _inputs('deny contains "x" if true', "package admin.p\nimport rego.v1\nimport input\n") == {WHOLE}
+
+
+def test_with_and_impure_built_ins_are_flagged() -> None:
+    rewriting = module_reads("p.rego", HEADER + 'deny contains "x" if { not input.a with input.b as 1 }')
+    assert rewriting is not None and rewriting.rewrites
+    clock = module_reads("p.rego", HEADER + 'warn contains msg if msg := sprintf("%v", [time.now_ns()])')
+    assert clock is not None and clock.impure == frozenset({"time.now_ns"})
+
+
+def test_a_module_that_does_not_parse_alone_reads_everything() -> None:
+    assert module_reads("p.rego", "package admin.p\ndeny contains if {") is None
+    reads = InputReads({"broken": [None], "fine": [module_reads("p.rego", HEADER + 'deny contains "x" if input.a')]})
+    assert reads.projection() is None
+
+
+LIBRARY = "package lib.helpers\nimport rego.v1\nteam(pod) := pod.metadata.labels.team\nowner := input.owner\n"
+
+
+def _set(policy: str, *, more: dict[str, str] | None = None) -> InputReads:
+    units: dict[str, dict[str, str]] = {"policy": {"policy.rego": policy, **(more or {})},
+                                        "library": {"lib.rego": LIBRARY},
+                                        "other": {"other.rego": "package admin.other\nimport rego.v1\n"
+                                                                'deny contains "o" if input.other'}}
+    return InputReads.of_sources(units, libraries=["library"])
+
+
+def _paths(projection: Projection | None) -> Any:
+    assert projection is not None
+    return projection.tree
+
+
+def test_a_library_runs_only_where_a_running_policy_references_it() -> None:
+    alone = _set(HEADER + 'deny contains "x" if input.request.uid == "u"')
+    assert _paths(alone.projection()) == {"kgwe": None, "request": {"uid": None}, "other": None}
+    calling = _set(HEADER + 'import data.lib.helpers\ndeny contains "x" if helpers.owner == "a"')
+    assert _paths(calling.projection()) == {"kgwe": None, "owner": None, "other": None}
+    # Skipped (answered natively): its reads and the library's leave the projection.
+    assert _paths(calling.projection(["policy"])) == {"kgwe": None, "other": None}
+
+
+def test_a_package_split_across_files_reads_what_each_file_reads() -> None:
+    second = "package admin.p\nimport rego.v1\nextra if input.request.namespace == \"x\"\n"
+    split = _set(HEADER + 'deny contains "x" if extra', more={"second.rego": second})
+    assert _paths(split.projection(["other"])) == {"kgwe": None, "request": {"namespace": None}}
+
+
+@pytest.mark.parametrize(("reference", "reached"), [
+    ("data[x].deny", {"owner", "other"}),
+    ("data.kgwe.aggregate.check", {"owner", "other"}),
+    ("data.lib[x].owner", {"owner"}),  # every module under data.lib, and only those
+])
+def test_data_references_with_computed_steps_read_what_every_module_they_may_reach_reads(
+    reference: str, reached: set[str]
+) -> None:
+    reads = _set(HEADER + f'deny contains "x" if {{ some x; {reference} }}')
+    assert set(_paths(reads.projection(["other"]))) == {"kgwe", *reached}
+
+
+def test_a_rewrite_anywhere_among_the_running_modules_hands_over_everything() -> None:
+    reads = _set(HEADER + 'deny contains "x" if { not input.a with input.request.uid as "u" }')
+    assert reads.projection() is None
+    assert reads.projection(["policy"]) is not None  # not running: the others are projected as usual
+
+
+def test_the_projection_keeps_whole_subtrees_and_never_changes_a_value() -> None:
+    projection = Projection({"request": {"object": {"spec": {"containers": None}}, "uid": None}, "kgwe": None},
+                            deterministic=True)
+    document = {
+        "request": {"object": {"spec": {"containers": [{"name": "a", "env": [{"name": "X"}]}], "volumes": [1]},
+                               "metadata": {"name": "p"}},
+                    "uid": {"odd": ["shape"]}, "userInfo": {"username": "u"}},
+        "kgwe": {"active": {}},
+        "intent": {"gpus": 1},
+    }
+    assert projection.apply(document) == {
+        "request": {"object": {"spec": {"containers": [{"name": "a", "env": [{"name": "X"}]}]}},
+                    "uid": {"odd": ["shape"]}},
+        "kgwe": {"active": {}},
+    }
+    # A value that is not an object where the path goes on is kept as it is; a missing key stays missing.
+    assert projection.apply({"request": {"object": "text"}}) == {"request": {"object": "text"}}
+    assert projection.apply({"request": {"object": {}}}) == {"request": {"object": {}}}
+    assert projection.apply({}) == {}
