@@ -48,6 +48,7 @@ from policies.engines.rego import (
     RegorusEngine,
     build_rego_engine,
 )
+from policies.engines.rego_reads import Projection
 from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
 from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError
@@ -160,6 +161,9 @@ class PolicyRuntime:
         # Default: with the embedded engine only; an OPA engine the operator chose stays the one that answers.
         self.native_builtins = rego_engine.name == "regorus" if native_builtins is None else native_builtins
         self._native: tuple[PolicySet, NativeBuiltins | None] | None = None
+        # The engine is handed only what its running modules can read (policies/engines/rego_reads.py);
+        # off, it gets the whole input and no admin Rego answer is remembered (the tests' reference).
+        self.project_input = True
         self._params: tuple[PolicySet, dict[str, Any]] | None = None
         self._joined: tuple[PolicySet, JoinedPrograms] | None = None
         self._answers = AnswerMemo()  # the built-ins' answers for pods alike but for identity
@@ -461,7 +465,7 @@ class PolicyRuntime:
         key = identity_free_key(ctx)
         if key is None or native.answers((), EVERYTHING_QUERY):
             return key, None
-        projection = policy_set.reads.projection(native.policies) if policy_set.reads is not None else None
+        projection = self._projection(policy_set, native.policies)
         if projection is None or not projection.deterministic:
             return None, None
         engine_input = RegoInput(projection.apply(self._rego_input(ctx, (), native.policies).document))
@@ -637,10 +641,14 @@ class PolicyRuntime:
             "kgwe": kgwe,
         })
 
-    @staticmethod
-    def _projected(policy_set: PolicySet, full: RegoInput, native: Iterable[str]) -> RegoInput:
+    def _projection(self, policy_set: PolicySet, native: Iterable[str]) -> Projection | None:
+        if not self.project_input or policy_set.reads is None:
+            return None
+        return policy_set.reads.projection(native)
+
+    def _projected(self, policy_set: PolicySet, full: RegoInput, native: Iterable[str]) -> RegoInput:
         """`full` cut to what the running Rego modules can read (policies/engines/rego_reads.py)."""
-        projection = policy_set.reads.projection(native) if policy_set.reads is not None else None
+        projection = self._projection(policy_set, native)
         return full if projection is None else RegoInput(projection.apply(full.document))
 
     def _native_for(self, policy_set: PolicySet) -> NativeBuiltins | None:

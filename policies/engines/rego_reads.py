@@ -145,6 +145,59 @@ def _dotted(node: Any) -> str | None:
     return ".".join([name, *(k for k in keys if k is not None)])
 
 
+def _literal_keys(node: Any) -> list[str] | None:
+    """The keys of `object.get`'s second argument when it is a string literal or an array of them."""
+    key = _static_key(node)
+    if key is not None:
+        return [key]
+    items = node.get("Array", {}).get("items") if isinstance(node, dict) and len(node) == 1 else None
+    if not isinstance(items, list):
+        return None
+    keys = [_static_key(item) for item in items]
+    return None if any(k is None for k in keys) else [k for k in keys if k is not None]
+
+
+def _object_get(params: Any, found: _Found) -> bool:
+    """`object.get(input.a, "b", default)` (or `["b", "c"]`) reads `a.b` (`a.b.c`), not all of `a`: True
+    when the call was such a read and has been recorded, the default walked as any expression."""
+    if not isinstance(params, list) or len(params) != 3:
+        return False
+    keys = _literal_keys(params[1])
+    if keys is None:
+        return False
+    target = params[0]
+    if _var(target) == "input":
+        path: Path = ()
+    elif isinstance(target, dict) and len(target) == 1 and next(iter(target)) in _REFS:
+        root, steps, indexes = _unchain(target)
+        if _var(root) != "input" or indexes or any(step is None for step in steps):
+            return False
+        path = tuple(step for step in steps if step is not None)
+    elif isinstance(target, dict) and len(target) == 1 and "Call" in target:
+        # object.get(object.get(input, "a", {}), "b", x): the inner call's path, one level deeper.
+        inner = target["Call"]
+        if not isinstance(inner, dict) or _dotted(inner.get("fcn")) != "object.get":
+            return False
+        inner_found = _Found()
+        if not _object_get(inner.get("params"), inner_found) or len(inner_found.inputs) != 1:
+            return False
+        (path,) = inner_found.inputs
+        _merge(found, inner_found, skip_inputs=True)
+    else:
+        return False
+    found.inputs.add(path + tuple(keys))
+    _walk(params[2], found)
+    return True
+
+
+def _merge(found: _Found, other: _Found, *, skip_inputs: bool = False) -> None:
+    if not skip_inputs:
+        found.inputs |= other.inputs
+    found.data |= other.data
+    found.impure |= other.impure
+    found.rewrites = found.rewrites or other.rewrites
+
+
 def _walk(node: Any, found: _Found) -> None:
     if isinstance(node, list):
         for item in node:
@@ -178,6 +231,8 @@ def _walk(node: Any, found: _Found) -> None:
             called = _dotted(node["Call"].get("fcn"))
             if called in IMPURE_BUILTINS:
                 found.impure.add(called)
+            if called == "object.get" and _object_get(node["Call"].get("params"), found):
+                return
     for value in node.values():
         _walk(value, found)
 

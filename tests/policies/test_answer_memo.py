@@ -122,7 +122,7 @@ THREE_POLICIES = ROOT / "bench" / "data" / "three_policies"
 
 def _with_directory(directory: Path, *, native: bool = True) -> PolicyRuntime:
     runtime = build_runtime()
-    runtime.native_builtins = native
+    runtime.native_builtins = runtime.project_input = native
     assert runtime.reload(builtin=True, directories=[str(directory)]).ok
     return runtime
 

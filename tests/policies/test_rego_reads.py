@@ -37,7 +37,16 @@ def _inputs(body: str, header: str = HEADER) -> set[Path]:
     # A computed key is itself read.
     ('deny contains "x" if input.request.object.metadata.labels[input.tenant]',
      {("request", "object", "metadata", "labels"), ("tenant",)}),
-    ('deny contains "x" if object.get(input, ["request", "uid"], "") == "u"', {WHOLE}),
+    # object.get with literal keys reads below them; with a computed key, all of its object.
+    ('deny contains "x" if object.get(input, ["request", "uid"], "") == "u"', {("request", "uid")}),
+    ('deny contains "x" if object.get(object.get(input, "intent", {}), "gpus", 0) > 1', {("intent", "gpus")}),
+    ('deny contains "x" if object.get(input.request.object.metadata.labels, "team", input.tenant) == "a"',
+     {("request", "object", "metadata", "labels", "team"), ("tenant",)}),
+    ('deny contains "x" if object.get(input.request, [], {}) == {}', {("request",)}),
+    ('deny contains "x" if { some k; object.get(input.request, k, "") == "u" }', {("request",)}),
+    ('deny contains "x" if object.get(object.get(input, "a", input.b), "c", 0) > 1', {("a",), ("b",)}),
+    ('deny contains "x" if object.get(input, "request", {}).uid == "u"', {("request",)}),
+    ('deny contains "x" if object.get({"a": input.x}, "a", 0) == "u"', {("x",)}),
     ('deny contains "x" if count(json.marshal(input)) > 10', {WHOLE}),
     ('deny contains "x" if { x := input; x.request.uid }', {WHOLE}),
     ('deny contains "x" if { every c in input.request.object.spec.containers { c.image } }',
