@@ -164,6 +164,7 @@ class PolicyRuntime:
         # The engine is handed only what its running modules can read (policies/engines/rego_reads.py);
         # off, it gets the whole input and no admin Rego answer is remembered (the tests' reference).
         self.project_input = True
+        self._widening: tuple[PolicySet, Projection, Projection | None] | None = None
         self._params: tuple[PolicySet, dict[str, Any]] | None = None
         self._joined: tuple[PolicySet, JoinedPrograms] | None = None
         self._answers = AnswerMemo()  # the built-ins' answers for pods alike but for identity
@@ -444,6 +445,8 @@ class PolicyRuntime:
             _EVALUATION_SECONDS["evaluate"].observe(time.perf_counter() - started)
         for violation in violations:
             POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
+        if memo_key is not None and any(isinstance(v, _CelFailure) for v in activations.values.values()):
+            memo_key = None  # a CEL failure may be the clock's (the time limit), not the pod's answer
         if memo_key is not None:
             self._answers.put(policy_set, ctx.cluster, memo_key, (decision, violations), ENGINE_POLICY)
         return decision, violations
@@ -452,28 +455,46 @@ class PolicyRuntime:
         """What `evaluate`'s answer is remembered under (policies/answer_memo.py), or None; and the
         engine's input when the key holds it.
 
-        With no GPUPolicy and the built-ins answered natively, an answer is the built-ins' (a function of
-        the pod without its identity, the namespace, the intent and the cluster summary) merged with the
-        engine's for the admin Rego policies (a function of the part of the input they can read,
-        policies/engines/rego_reads.py). The key holds both: replicas share an answer unless a policy
-        reads what tells them apart."""
-        if policy_set.gpu_policies or not self.native_builtins:
+        With the built-ins answered natively, an answer is the built-ins' (a function of the pod without
+        its identity, the namespace, the intent and the cluster summary) merged with what the other
+        policies say: admin Rego and GPUPolicy Rego read the part of the input their syntax tree reaches
+        (policies/engines/rego_reads.py), GPUPolicy match rules and CEL expressions the paths their tokens
+        name (policies/engines/cel_reads.py). The key holds both parts: replicas share an answer unless a
+        policy reads what tells them apart."""
+        if not self.native_builtins:
             return None, None
         native = self._native_for(policy_set)
         if native is None:
             return None, None
         key = identity_free_key(ctx)
-        if key is None or native.answers((), EVERYTHING_QUERY):
+        if key is None or (not policy_set.gpu_policies and native.answers((), EVERYTHING_QUERY)):
             return key, None
         projection = self._projection(policy_set, native.policies)
         if projection is None or not projection.deterministic:
             return None, None
-        engine_input = RegoInput(projection.apply(self._rego_input(ctx, (), native.policies).document))
+        engine_input: RegoInput | None = None
+        if policy_set.gpu_policies:
+            # Which GPUPolicies run is itself a function of what the key holds: the engine's input is
+            # built later, once they are known.
+            widened = self._widened(policy_set, projection)
+            if widened is None:
+                return None, None
+            read = RegoInput(widened.apply({"request": ctx.request, "namespaceObject": ctx.namespace_object,
+                                            "intent": ctx.intent, "tenant": ctx.tenant}))
+        else:
+            read = engine_input = RegoInput(projection.apply(self._rego_input(ctx, (), native.policies).document))
         try:
-            key = key + b"\n" + engine_input.raw
+            key = key + b"\n" + read.raw
         except TypeError:
             return None, None
         return (key if len(key) <= MAX_KEY_BYTES else None), engine_input
+
+    def _widened(self, policy_set: PolicySet, projection: Projection) -> Projection | None:
+        """`projection` with what the GPUPolicies' match rules and CEL read (built once per set)."""
+        cached = self._widening
+        if cached is None or cached[0] is not policy_set or cached[1] is not projection:
+            cached = self._widening = (policy_set, projection, projection.widened(policy_set.request_reads))
+        return cached[2]
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -59,13 +59,15 @@ _PROJECTIONS_PER_SET = 16
 @dataclass(frozen=True)
 class ModuleReads:
     """What one module reads: input paths, `data` paths, and whether it rewrites documents or calls an
-    impure built-in."""
+    impure built-in. `aliases`: its rules that only name a part of the input (`pod :=
+    input.request.object`), read where they are referenced rather than where they are defined."""
 
     package: Path
     inputs: frozenset[Path]
     data: frozenset[Path]
     rewrites: bool
     impure: frozenset[str]
+    aliases: tuple[tuple[str, Path], ...] = ()
 
 
 # The aggregates themselves, as modules a policy could reference: they reach every policy.
@@ -73,6 +75,10 @@ _AGGREGATES = tuple(
     ModuleReads(tuple(package.split(".")), AGGREGATE_READS, frozenset({WHOLE}), rewrites=False, impure=frozenset())
     for package in (AGGREGATE_PACKAGE, RVM_PACKAGE)
 )
+# Rules the aggregate queries in every policy's package: never aliases (the aggregate reads them whole).
+_QUERIED_RULES = frozenset({"deny", "warn", "decision"})
+
+Root = tuple[str, Path]  # ("input" or "data", the path a name stands for)
 
 
 class _Found:
@@ -81,6 +87,31 @@ class _Found:
         self.data: set[Path] = set()
         self.rewrites = False
         self.impure: set[str] = set()
+
+    def record(self, roots: list[Root], steps: Path) -> None:
+        for kind, base in roots:
+            (self.inputs if kind == "input" else self.data).add(base + steps)
+
+
+@dataclass
+class _Scope:
+    """What a module's names stand for: `input`, `data`, its imports, and its package's aliases."""
+
+    imports: dict[str, Root]
+    aliases: dict[str, Path]
+
+    def roots(self, node: Any) -> list[Root]:
+        name = _var(node)
+        if name is None:
+            return []
+        if name in ("input", "data"):
+            return [(name, WHOLE)]
+        found = []
+        if name in self.imports:
+            found.append(self.imports[name])
+        if name in self.aliases:  # also an import of the same name: both, to be sure
+            found.append(("input", self.aliases[name]))
+        return found
 
 
 def _static_key(index: Any) -> str | None:
@@ -100,13 +131,17 @@ def _field(step: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _is_ref(node: Any) -> bool:
+    return isinstance(node, dict) and len(node) == 1 and next(iter(node)) in _REFS
+
+
 def _unchain(node: Mapping[str, Any]) -> tuple[Any, list[str | None], list[Any]]:
     """A reference chain as (root expression, keys from the root outward, computed indexes); a key is None
     where the step is computed (or not a string literal)."""
     keys: list[str | None] = []
     indexes: list[Any] = []
     current: Any = node
-    while isinstance(current, dict) and len(current) == 1 and next(iter(current)) in _REFS:
+    while _is_ref(current):
         kind, step = next(iter(current.items()))
         if kind == "RefDot":
             keys.append(_field(step))
@@ -136,6 +171,16 @@ def _leading(keys: list[str | None]) -> Path:
     return tuple(path)
 
 
+def _constant_path(node: Any, scope: _Scope) -> Path | None:
+    """The input path `node` names when it is `input`, an input name, or a chain of constant steps on one
+    (nothing computed on the way), else None."""
+    root, keys, indexes = _unchain(node) if _is_ref(node) else (node, [], [])
+    roots = scope.roots(root)
+    if len(roots) != 1 or roots[0][0] != "input" or indexes or any(k is None for k in keys):
+        return None
+    return roots[0][1] + tuple(k for k in keys if k is not None)
+
+
 def _dotted(node: Any) -> str | None:
     """`time.now_ns` for the function expression of a call, when it is a plain dotted name."""
     root, keys, _ = _unchain(node) if isinstance(node, dict) else (None, [], [])
@@ -157,51 +202,44 @@ def _literal_keys(node: Any) -> list[str] | None:
     return None if any(k is None for k in keys) else [k for k in keys if k is not None]
 
 
-def _object_get(params: Any, found: _Found) -> bool:
-    """`object.get(input.a, "b", default)` (or `["b", "c"]`) reads `a.b` (`a.b.c`), not all of `a`: True
-    when the call was such a read and has been recorded, the default walked as any expression."""
+def _object_get_path(call: Any, scope: _Scope, found: _Found) -> Path | None:
+    """For `object.get(<input path>, "b", default)` (or `["b", "c"]`): the input path it reads (`.b`,
+    `.b.c`), its default walked as any expression; None for any other call (nothing walked)."""
+    if not isinstance(call, dict) or _dotted(call.get("fcn")) != "object.get":
+        return None
+    params = call.get("params")
     if not isinstance(params, list) or len(params) != 3:
-        return False
+        return None
     keys = _literal_keys(params[1])
     if keys is None:
-        return False
+        return None
     target = params[0]
-    if _var(target) == "input":
-        path: Path = ()
-    elif isinstance(target, dict) and len(target) == 1 and next(iter(target)) in _REFS:
-        root, steps, indexes = _unchain(target)
-        if _var(root) != "input" or indexes or any(step is None for step in steps):
-            return False
-        path = tuple(step for step in steps if step is not None)
-    elif isinstance(target, dict) and len(target) == 1 and "Call" in target:
+    if isinstance(target, dict) and len(target) == 1 and "Call" in target:
         # object.get(object.get(input, "a", {}), "b", x): the inner call's path, one level deeper.
-        inner = target["Call"]
-        if not isinstance(inner, dict) or _dotted(inner.get("fcn")) != "object.get":
-            return False
-        inner_found = _Found()
-        if not _object_get(inner.get("params"), inner_found) or len(inner_found.inputs) != 1:
-            return False
-        (path,) = inner_found.inputs
-        _merge(found, inner_found, skip_inputs=True)
+        inner = _Found()
+        path = _object_get_path(target["Call"], scope, inner)
+        if path is None or inner.inputs:
+            return None  # an inner default that reads the input: walked as a whole instead
+        _merge(found, inner)
     else:
-        return False
-    found.inputs.add(path + tuple(keys))
-    _walk(params[2], found)
-    return True
+        path = _constant_path(target, scope)
+        if path is None:
+            return None
+    _walk(params[2], scope, found)
+    return path + tuple(keys)
 
 
-def _merge(found: _Found, other: _Found, *, skip_inputs: bool = False) -> None:
-    if not skip_inputs:
-        found.inputs |= other.inputs
+def _merge(found: _Found, other: _Found) -> None:
+    found.inputs |= other.inputs
     found.data |= other.data
     found.impure |= other.impure
     found.rewrites = found.rewrites or other.rewrites
 
 
-def _walk(node: Any, found: _Found) -> None:
+def _walk(node: Any, scope: _Scope, found: _Found) -> None:
     if isinstance(node, list):
         for item in node:
-            _walk(item, found)
+            _walk(item, scope, found)
         return
     if not isinstance(node, dict):
         return
@@ -211,59 +249,177 @@ def _walk(node: Any, found: _Found) -> None:
         kind = next(iter(node))
         if kind in _REFS:
             root, keys, indexes = _unchain(node)
-            name = _var(root)
-            if name == "input":
-                found.inputs.add(_leading(keys))
-            elif name == "data":
-                found.data.add(_leading(keys))
+            roots = scope.roots(root)
+            if roots:
+                found.record(roots, _leading(keys))
             else:
-                _walk(root, found)
-            _walk(indexes, found)
+                _walk(root, scope, found)
+            _walk(indexes, scope, found)
             return
-        name = _var(node)
-        if name == "input":
-            found.inputs.add(WHOLE)
-        elif name == "data":
-            found.data.add(WHOLE)
-        if name is not None:
+        if _var(node) is not None:
+            found.record(scope.roots(node), WHOLE)
             return
         if kind == "Call" and isinstance(node["Call"], dict):
             called = _dotted(node["Call"].get("fcn"))
             if called in IMPURE_BUILTINS:
                 found.impure.add(called)
-            if called == "object.get" and _object_get(node["Call"].get("params"), found):
+            path = _object_get_path(node["Call"], scope, found)
+            if path is not None:
+                found.inputs.add(path)
                 return
     for value in node.values():
-        _walk(value, found)
+        _walk(value, scope, found)
 
 
-def reads_of_ast(ast: Mapping[str, Any]) -> ModuleReads:
-    """The reads of one module from regorus' syntax tree (`Engine.get_ast_as_json`, one module's `ast`)."""
+def _head_name(rule: Any) -> str | None:
+    """The name a rule defines (`pod` of `pod := ...`, `deny` of `deny contains ...`, `f` of `f(x)`)."""
+    if not isinstance(rule, dict) or len(rule) != 1:
+        return None
+    kind, body = next(iter(rule.items()))
+    if kind == "Default":
+        refr = body.get("refr")
+    elif kind == "Spec":
+        head = body.get("head")
+        if not isinstance(head, dict) or len(head) != 1:
+            return None
+        refr = next(iter(head.values())).get("refr")
+    else:
+        return None
+    root = _unchain(refr)[0] if _is_ref(refr) else refr
+    return _var(root)
+
+
+def _alias_value(rule: Any) -> Any:
+    """The value expression of `name := <expression>` with no body, else None."""
+    spec = rule.get("Spec") if isinstance(rule, dict) and len(rule) == 1 else None
+    if not isinstance(spec, dict) or spec.get("bodies"):
+        return None
+    head = spec.get("head")
+    compr = head.get("Compr") if isinstance(head, dict) and len(head) == 1 else None
+    if not isinstance(compr, dict) or _var(compr.get("refr")) is None:
+        return None
+    assign = compr.get("assign")
+    if not isinstance(assign, dict) or assign.get("op") not in ("ColEq", "Eq"):
+        return None
+    return assign.get("value")
+
+
+@dataclass
+class _Parsed:
+    """One module as parsed, before its package's aliases are known."""
+
+    package: Path
+    ast: Mapping[str, Any]
+    imports: dict[str, Root]
+    heads: list[str]
+    alias_values: dict[str, Any]  # rule name -> value, for every bodiless `name := ...` rule
+
+
+def _import_name(entry: Mapping[str, Any], source: bytes, path: Path, root: str) -> str | None:
+    alias = entry.get("as")
+    if isinstance(alias, dict) and isinstance(alias.get("start"), int) and isinstance(alias.get("end"), int):
+        return source[alias["start"]:alias["end"]].decode("utf-8")
+    return path[-1] if path else root
+
+
+def _parse(name: str, source: str) -> _Parsed:
+    import regorus
+
+    engine = regorus.Engine()
+    engine.add_policy(name, source)
+    ast = orjson.loads(engine.get_ast_as_json())[0]["ast"]
     package = ast.get("package") or {}
-    root, keys, _ = _unchain(package.get("refr") or {})
-    name = _var(root)
+    root, keys, _ = _unchain(package.get("refr") or {}) if _is_ref(package.get("refr")) else (
+        package.get("refr"), [], [])
+    first = _var(root)
+    imports: dict[str, Root] = {}
+    raw = source.encode("utf-8")
+    for entry in ast.get("imports") or []:
+        refr = entry.get("refr")
+        top, steps, _ = _unchain(refr) if _is_ref(refr) else (refr, [], [])
+        kind = _var(top)
+        if kind not in ("input", "data") or any(step is None for step in steps):
+            continue  # rego.v1, future.keywords: no document
+        path = tuple(step for step in steps if step is not None)
+        local = _import_name(entry, raw, path, kind)
+        if local is None:
+            raise ValueError("an import without a name")
+        imports[local] = (kind, path)
+    rules = ast.get("rules") or []
+    heads = [head for head in (_head_name(rule) for rule in rules) if head is not None]
+    values = {}
+    for rule in rules:
+        value = _alias_value(rule)
+        head = _head_name(rule)
+        if value is not None and head is not None and head not in _QUERIED_RULES:
+            values[head] = value
+    return _Parsed(tuple(k for k in [first, *keys] if k is not None) if first else WHOLE, ast, imports, heads,
+                   values)
+
+
+def _aliases(modules: list[_Parsed]) -> dict[str, Path]:
+    """The aliases of one package: bodiless rules defined once in it whose value names a constant part of
+    the input, directly or through another alias."""
+    counts: dict[str, int] = {}
+    for module in modules:
+        for head in module.heads:
+            counts[head] = counts.get(head, 0) + 1
+    candidates = {name: (value, module) for module in modules for name, value in module.alias_values.items()
+                  if counts.get(name) == 1}
+    resolved: dict[str, Path] = {}
+    for _ in range(len(candidates) + 1):  # an alias of an alias resolves one round later
+        progress = False
+        for name, (value, module) in candidates.items():
+            if name in resolved:
+                continue
+            # Only names already known to be aliases: a chain through anything else is not one.
+            path = _constant_path(value, _Scope(module.imports, {k: v for k, v in resolved.items() if k != name}))
+            if path is not None:
+                resolved[name] = path
+                progress = True
+        if not progress:
+            break
+    return resolved
+
+
+def _reads(module: _Parsed, aliases: dict[str, Path]) -> ModuleReads:
+    scope = _Scope(module.imports, aliases)
     found = _Found()
-    _walk(ast.get("imports"), found)
-    _walk(ast.get("rules"), found)
-    return ModuleReads(
-        package=tuple(k for k in [name, *keys] if k is not None) if name else WHOLE,
-        inputs=frozenset(found.inputs), data=frozenset(found.data), rewrites=found.rewrites,
-        impure=frozenset(found.impure),
-    )
+    own: list[tuple[str, Path]] = []
+    for rule in module.ast.get("rules") or []:
+        head = _head_name(rule)
+        if head is not None and head in aliases and _alias_value(rule) is not None:
+            own.append((head, aliases[head]))
+            continue  # read where it is referenced
+        _walk(rule, scope, found)
+    return ModuleReads(module.package, frozenset(found.inputs), frozenset(found.data), found.rewrites,
+                       frozenset(found.impure), tuple(own))
 
 
-def module_reads(name: str, source: str) -> ModuleReads | None:
-    """The reads of one module, or None when regorus cannot parse it on its own (then: it reads all)."""
+def _parse_or_none(name: str, source: str) -> _Parsed | None:
     try:
-        import regorus
-
-        engine = regorus.Engine()
-        engine.add_policy(name, source)
-        parsed = orjson.loads(engine.get_ast_as_json())
-        return reads_of_ast(parsed[0]["ast"])
+        return _parse(name, source)
     except Exception as exc:  # any failure means: not known, so everything is read
         log.info("Rego module %s: its input reads are not known (%s); it is handed the whole input", name, exc)
         return None
+
+
+def reads_of_modules(modules: Mapping[str, str]) -> dict[str, ModuleReads | None]:
+    """The reads of each module (file name -> source), with the aliases of their packages resolved across
+    them; None for a module the parser cannot read on its own (then: it reads everything)."""
+    parsed = {name: _parse_or_none(name, source) for name, source in modules.items()}
+    packages: dict[Path, list[_Parsed]] = {}
+    for module in parsed.values():
+        if module is not None:
+            packages.setdefault(module.package, []).append(module)
+    aliases = {package: _aliases(members) for package, members in packages.items()}
+    return {name: None if module is None else _reads(module, aliases[module.package])
+            for name, module in parsed.items()}
+
+
+def module_reads(name: str, source: str) -> ModuleReads | None:
+    """The reads of one module on its own, or None when regorus cannot parse it (then: it reads all)."""
+    return reads_of_modules({name: source})[name]
 
 
 # -- the projection -------------------------------------------------------------------------------
@@ -304,9 +460,21 @@ class Projection:
 
     tree: Tree
     deterministic: bool  # no impure built-in among the running modules: the answer may be remembered
+    paths: frozenset[Path] = frozenset()
 
     def apply(self, document: Mapping[str, Any]) -> dict[str, Any]:
         return _apply(document, self.tree)
+
+    def widened(self, paths: Iterable[Path]) -> Projection | None:
+        """This projection with `paths` read too (None when they reach the whole document)."""
+        return projection_of([*self.paths, *paths], deterministic=self.deterministic)
+
+
+def projection_of(paths: Iterable[Path], *, deterministic: bool = True) -> Projection | None:
+    """The projection keeping `paths`, or None when one of them is the whole document."""
+    chosen = frozenset(paths)
+    tree = _tree(chosen)
+    return None if tree is None else Projection(tree, deterministic, chosen)
 
 
 def _overlaps(left: Path, right: Path) -> bool:
@@ -327,9 +495,11 @@ class InputReads:
 
     @classmethod
     def of_sources(cls, units: Mapping[str, Mapping[str, str]], libraries: Iterable[str] = ()) -> InputReads:
-        """From each unit's modules (file name -> source)."""
-        return cls({unit: [module_reads(name, source) for name, source in modules.items()]
-                    for unit, modules in units.items()}, libraries)
+        """From each unit's modules (file name -> source); a package's aliases resolve across units."""
+        named = {(unit, name): source for unit, modules in units.items() for name, source in modules.items()}
+        reads = reads_of_modules({f"{unit}/{name}": source for (unit, name), source in named.items()})
+        return cls({unit: [reads[f"{unit}/{name}"] for name in modules] for unit, modules in units.items()},
+                   libraries)
 
     def projection(self, skipped: Iterable[str] = ()) -> Projection | None:
         """The projection for a request where the engine skips the policies `skipped` (answered natively),
@@ -364,13 +534,14 @@ class InputReads:
         chosen = list(running.values())
         if any(m.rewrites for m in chosen):
             return None
-        tree = _tree([*AGGREGATE_READS, *(path for m in chosen for path in m.inputs)])
-        if tree is None:
-            return None
-        return Projection(tree, deterministic=not any(m.impure for m in chosen))
+        aliases = [((*m.package, name), target) for m in known for name, target in m.aliases]
+        referenced = [target + ref[len(rule):] if ref[:len(rule)] == rule else target
+                      for m in chosen for ref in m.data for rule, target in aliases if _overlaps(ref, rule)]
+        return projection_of([*AGGREGATE_READS, *(path for m in chosen for path in m.inputs), *referenced],
+                             deterministic=not any(m.impure for m in chosen))
 
 
 __all__ = [
     "AGGREGATE_READS", "IMPURE_BUILTINS", "WHOLE", "InputReads", "ModuleReads", "Projection", "module_reads",
-    "reads_of_ast",
+    "projection_of", "reads_of_modules",
 ]

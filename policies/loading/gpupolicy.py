@@ -28,6 +28,13 @@ class PolicyCompileError(ValueError):
     pass
 
 
+# What `MatchRules.matches` reads of the runtime's document (the request, the namespace object).
+MATCH_READS: frozenset[tuple[str, ...]] = frozenset({
+    ("request", "operation"), ("request", "namespace"), ("request", "object", "metadata", "namespace"),
+    ("request", "object", "metadata", "labels"), ("namespaceObject", "metadata", "labels"),
+})
+
+
 @dataclass(frozen=True)
 class MatchRules:
     namespaces: frozenset[str] | None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.engines.cel import CelEngine, reads_request_objects, uses_params
+from policies.engines.cel_reads import cel_reads
 from policies.engines.rego import (
     PreparedRego,
     RegoCompileError,
@@ -32,7 +33,7 @@ from policies.loading.aggregate import (
     aggregate_module,
     has_decisions,
 )
-from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError, compile_gpu_policy
+from policies.loading.gpupolicy import MATCH_READS, CompiledGPUPolicy, PolicyCompileError, compile_gpu_policy
 from policies.loading.loader import PolicySource
 
 # A pod that exercises the common paths of GPU policies during the warm-up query.
@@ -97,6 +98,15 @@ class PolicySet:
         `reads_request_objects`); when none does, the `request` variable is given without them."""
         return any(reads_request_objects(program.source) for policy in self.gpu_policies
                    for program in policy.cel_programs())
+
+    @functools.cached_property
+    def request_reads(self) -> frozenset[tuple[str, ...]]:
+        """What the GPUPolicies' match rules and CEL expressions can read of the runtime's document
+        (policies/engines/cel_reads.py); their Rego is in `reads`."""
+        if not self.gpu_policies:
+            return frozenset()
+        return MATCH_READS | frozenset(path for policy in self.gpu_policies for program in policy.cel_programs()
+                                       for path in cel_reads(program.source))
 
     @functools.cached_property
     def cel_values_keys(self) -> dict[int, tuple[str, bytes]]:

@@ -199,3 +199,94 @@ def test_an_admin_policy_reading_the_clock_is_never_remembered(
     runtime = _with_directory(tmp_path)
     seen = {message for _ in range(3) for _, _, message in _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1]}
     assert len(seen) == 3
+
+
+def _twenty() -> list[dict[str, Any]]:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_policies import twenty_policies
+
+    return twenty_policies()
+
+
+def test_gpupolicy_replicas_get_the_answer_of_the_engine_on_the_whole_input(
+    make_context: Callable[..., PolicyContext]
+) -> None:
+    policies = _twenty()
+    remembering, reference = build_runtime(), build_runtime()
+    reference.native_builtins = reference.project_input = False
+    for runtime in (remembering, reference):
+        assert runtime.reload(builtin=True, gpu_policies=policies).ok
+    pods = _example_pods()
+    for pod in pods:
+        for number in range(3):
+            replica = _replica(pod, number)
+            for intent in ({"gpus": 1}, {"gpus": 4}):
+                expected = _answer(reference, make_context(replica, intent=intent))
+                assert _answer(remembering, make_context(replica, intent=intent)) == expected
+    state = remembering._answers._state
+    assert state is not None and len(state[2]) <= 2 * len(pods)
+
+
+@pytest.mark.parametrize(("validation", "tell_apart"), [
+    ("request.userInfo.username != 'robot'", lambda c: c.request["userInfo"].update(username="robot")),
+    ("object.metadata['name'] != 'worker-9'", lambda c: c.request["object"]["metadata"].update(name="worker-9")),
+    ("!has(object.metadata.uid) || object.metadata.uid != 'u9'",
+     lambda c: c.request["object"]["metadata"].update(uid="u9")),
+    ("request.operation == 'CREATE'", lambda c: c.request.update(operation="UPDATE")),
+    ("[object].all(o, o.metadata.generateName != 'w9-')",
+     lambda c: c.request["object"]["metadata"].update(generateName="w9-")),
+    ("cel.bind(r, request, r.uid != 'u9')", lambda c: c.request.update(uid="u9")),
+])
+def test_a_gpupolicy_reading_what_tells_requests_apart_sees_every_request(
+    make_context: Callable[..., PolicyContext], validation: str, tell_apart: Callable[[PolicyContext], None]
+) -> None:
+    runtime = build_runtime()
+    policy = gpu_policy("apart", "Deny", match={"operations": ["CREATE", "UPDATE"]},
+                        validations=[{"expression": validation, "message": "told apart"}])
+    assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == []
+    odd = make_context(_replica(gpu_pod(), 1))
+    tell_apart(odd)
+    assert _answer(runtime, odd)[1] == [("apart", "Deny", "told apart")]
+
+
+def test_a_gpupolicy_rego_module_reading_the_name_sees_every_replica(
+    make_context: Callable[..., PolicyContext]
+) -> None:
+    module = ("package kgwe.test.named\nimport rego.v1\nimport input.request.object as pod\n"
+              'deny contains "odd name" if endswith(pod.metadata.name, "1")\n')
+    runtime = build_runtime()
+    assert runtime.reload(builtin=True, gpu_policies=[gpu_policy("named", "Deny", rego={"module": module})]).ok
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("named", "Deny", "odd name")]
+
+
+def test_a_cel_failure_is_not_remembered(make_context: Callable[..., PolicyContext]) -> None:
+    runtime = build_runtime()  # failing open: a failed policy says nothing
+    policy = gpu_policy("sizes", "Deny", validations=[{"expression": "object.spec.containers.size() > 5",
+                                                       "message": "too few containers"}])
+    assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
+    limit = runtime.cel_time_limit
+    runtime.cel_time_limit = 0.0  # every evaluation is over the limit: the policy fails, and says nothing
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == []
+    runtime.cel_time_limit = limit
+    # The next replica is evaluated, not handed the failure's silence.
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == [("sizes", "Deny", "too few containers")]
+
+
+@pytest.mark.parametrize(("match", "tell_apart"), [
+    ({"operations": ["CREATE"]}, lambda c: c.request.update(operation="UPDATE")),
+    ({"operations": ["CREATE", "UPDATE"], "namespaces": ["team-a"]}, lambda c: c.request.update(namespace="other")),
+])
+def test_requests_told_apart_only_by_the_match_rules_get_their_own_answer(
+    make_context: Callable[..., PolicyContext], match: dict[str, Any], tell_apart: Callable[[PolicyContext], None]
+) -> None:
+    runtime = build_runtime()
+    policy = gpu_policy("matched", "Deny", match=match, validations=[{"expression": "false", "message": "matched"}])
+    assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("matched", "Deny", "matched")]
+    unmatched = make_context(_replica(gpu_pod(), 1))
+    tell_apart(unmatched)
+    assert _answer(runtime, unmatched)[1] == []

@@ -60,10 +60,39 @@ def test_each_reference_reads_its_leading_constant_path(body: str, paths: set[Pa
     assert _inputs(body) == paths
 
 
-def test_imports_of_the_input_count_as_reads() -> None:
-    header = "package admin.p\nimport rego.v1\nimport input.request.object as pod\n"
-    assert _inputs('deny contains "x" if pod.metadata.name == "a"', header) == {("request", "object")}
-    assert _inputs('deny contains "x" if true', "package admin.p\nimport rego.v1\nimport input\n") == {WHOLE}
+def test_an_imported_name_reads_what_its_uses_reach() -> None:
+    header = "package admin.p\nimport rego.v1\nimport input.request.object as pod\nimport input.request\n"
+    assert _inputs('deny contains "x" if pod.metadata.name == "a"', header) == {
+        ("request", "object", "metadata", "name")}
+    assert _inputs('deny contains "x" if request.userInfo.username == "a"', header) == {
+        ("request", "userInfo", "username")}
+    assert _inputs('deny contains "x" if { x := pod; x.spec }', header) == {("request", "object")}
+    assert _inputs('deny contains "x" if json.marshal(request) == ""', header) == {("request",)}
+    assert _inputs('deny contains "x" if true', header) == set()  # an import alone reads nothing
+
+
+@pytest.mark.parametrize(("rules", "paths"), [
+    # A bodiless rule naming a part of the input is read where it is used, as far as the use reaches.
+    ('pod := input.request.object\ndeny contains "x" if pod.metadata.labels.team == "a"',
+     {("request", "object", "metadata", "labels", "team")}),
+    ('pod := input.request.object\nspec := pod.spec\ndeny contains "x" if count(spec.volumes) > 1',
+     {("request", "object", "spec", "volumes")}),
+    ('pod := input.request.object\ndeny contains "x" if object.get(pod.spec, "containers", []) == []',
+     {("request", "object", "spec", "containers")}),
+    ('pod := input.request.object\ndeny contains "x" if { x := pod; x.spec }', {("request", "object")}),
+    ('pod := input.request.object\ndeny contains "x" if pod[k]', {("request", "object")}),
+    # Not aliases: a body, a default, two definitions, a computed step, a rule the aggregate reads.
+    ('pod := input.request.object if input.request.uid\ndeny contains "x" if pod.metadata.name',
+     {("request", "object"), ("request", "uid")}),
+    ('default pod := {}\npod := input.request.object\ndeny contains "x" if pod.metadata.name', {("request", "object")}),
+    ('pod := input.request.object\npod := input.request.oldObject\ndeny contains "x" if pod.metadata.name',
+     {("request", "object"), ("request", "oldObject")}),
+    ('c := input.request.object.spec.containers[0]\ndeny contains "x" if c.image',
+     {("request", "object", "spec", "containers")}),
+    ('deny := input.request.object.metadata.annotations', {("request", "object", "metadata", "annotations")}),
+])
+def test_rules_that_name_a_part_of_the_input_are_read_where_they_are_used(rules: str, paths: set[Path]) -> None:
+    assert _inputs(rules) == paths
 
 
 def test_with_and_impure_built_ins_are_flagged() -> None:
@@ -147,3 +176,29 @@ def test_the_projection_keeps_whole_subtrees_and_never_changes_a_value() -> None
     assert projection.apply({"request": {"object": "text"}}) == {"request": {"object": "text"}}
     assert projection.apply({"request": {"object": {}}}) == {"request": {"object": {}}}
     assert projection.apply({}) == {}
+
+
+POD_LIBRARY = ("package lib.pod\nimport rego.v1\npod := input.request.object\nlabels := pod.metadata.labels\n"
+               "names := [c.name | some c in pod.spec.containers]\n")
+CONTAINERS = ("request", "object", "spec", "containers")
+
+
+@pytest.mark.parametrize(("policy", "paths"), [
+    ('import data.lib.pod\ndeny contains "x" if pod.pod.metadata.name',
+     {("request", "object", "metadata", "name"), CONTAINERS}),
+    ('deny contains "x" if data.lib.pod.labels.team',
+     {("request", "object", "metadata", "labels", "team"), CONTAINERS}),
+    ('deny contains "x" if count(data.lib.pod.names) > 1', {CONTAINERS}),
+    ('import data.lib\ndeny contains "x" if lib.pod.pod.spec', {("request", "object", "spec"), CONTAINERS}),
+    # The whole package, or a computed step into it: every alias it holds, whole.
+    ('deny contains "x" if { some k, v in data.lib.pod; v }', {("request", "object"), CONTAINERS,
+                                                             ("request", "object", "metadata", "labels")}),
+    ('deny contains "x" if { some k; data.lib.pod[k].spec }', {("request", "object"), CONTAINERS,
+                                                              ("request", "object", "metadata", "labels")}),
+])
+def test_a_library_alias_is_read_as_far_as_each_reference_reaches(policy: str, paths: set[Path]) -> None:
+    reads = InputReads.of_sources({"policy": {"policy.rego": HEADER + policy}, "library": {"pod.rego": POD_LIBRARY}},
+                                  libraries=["library"])
+    projection = reads.projection()
+    assert projection is not None
+    assert projection.paths == {("kgwe",), *paths}
