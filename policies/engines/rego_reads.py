@@ -5,14 +5,23 @@ Rego query's cost, and a pod as `/validate` sees it (affinity, annotations, env,
 what no policy reads. The same projection keys the answer memo (policies/answer_memo.py): replicas
 that agree on everything the policies read share one answer.
 
-Sound by construction, not by guessing: every reference whose root is `input` (rule bodies, heads,
-imports, function arguments, `with` targets, comprehension bodies) contributes the path of its leading
+Sound by construction, not by guessing: every reference whose root stands for the input (rule bodies,
+heads, function arguments, `with` targets, comprehension bodies) contributes the path of its leading
 constant keys (`input.request.object.spec.containers[_].image` reads `request.object.spec.containers`
-whole). A bare `input` (`json.marshal(input)`, `object.get(input, ...)`, `import input`) reads all of it,
-and so does any module the regorus parser cannot read on its own. A path keeps the whole subtree below
-it, so whatever the policy does with what it reached (iterate keys, compare whole objects) sees what
-the full input holds there. A projection only removes keys, never changes a value: what a removed key
-could change is the answer of a policy that reads it, and no policy run for the request does.
+whole). A bare `input` (`json.marshal(input)`, `x := input`) reads all of it, and so does any module the
+regorus parser cannot read on its own. `object.get(<path>, "key", default)` with literal keys reads below
+them. A path keeps the whole subtree below it, so whatever the policy does with what it reached (iterate
+keys, compare whole objects) sees what the full input holds there. A projection only removes keys, never
+changes a value: what a removed key could change is the answer of a policy that reads it, and no policy
+run for the request does.
+
+Names that stand for the input: `input`; an import of it (`import input.request.object as pod`); and an
+alias, a rule of the package defined once, without a body, as a constant part of the input (`pod :=
+input.request.object`, or of another alias). An alias is read where it is used, as far as the use
+reaches: `pod.metadata.labels` in its package, `data.kgwe.lib.pod.pod.spec` or an imported `pod.pod.spec`
+elsewhere; a reference to its package as a whole (`data.kgwe.lib.pod`, or a computed step into it)
+reads every alias the package holds, whole. A local variable that shadows such a name only adds reads.
+Rules the aggregate queries (`deny`, `warn`, `decision`) are never aliases.
 
 Which modules count: those of every policy the engine runs for the request (everything but the
 built-ins answered natively, `input.kgwe.native`), closed over the `data` references they make (a
