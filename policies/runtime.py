@@ -520,15 +520,19 @@ class PolicyRuntime:
         key = b"" if shared else policy.params_key
         activation = cache.activations.get(key)
         if activation is None:
-            request = ctx.request
+            request, namespace_object = ctx.request, ctx.namespace_object
+            projection = cache.policy_set.cel_projection if self.project_input else None
+            if projection is not None:
+                # Converting the pod is most of an activation's cost: only what some expression can read.
+                read = projection.apply({"request": request, "namespaceObject": namespace_object})
+                request, namespace_object = read.get("request") or {}, read.get("namespaceObject")
             variables = {
                 "object": request.get("object"),
                 "oldObject": request.get("oldObject"),
-                # Converting the pod is most of an activation's cost: once, unless some expression may read
-                # it through `request` too.
+                # Once, unless some expression may read the pod through `request` too.
                 "request": request if cache.policy_set.cel_reads_request_objects else _without_objects(request),
                 "params": None if shared else policy.params,
-                "namespaceObject": ctx.namespace_object,
+                "namespaceObject": namespace_object,
             }
             if shared:  # converting the request is most of a first evaluation's cost: once per request
                 variables[PARAMS_TABLE] = self._params_table(cache.policy_set)

@@ -24,7 +24,7 @@ from policies.engines.rego import (
     RegoEvaluationError,
     RegoInput,
 )
-from policies.engines.rego_reads import InputReads
+from policies.engines.rego_reads import InputReads, Projection, projection_of
 from policies.loading.aggregate import (
     AGGREGATE_MODULE,
     CHECK_QUERY,
@@ -98,6 +98,13 @@ class PolicySet:
         `reads_request_objects`); when none does, the `request` variable is given without them."""
         return any(reads_request_objects(program.source) for policy in self.gpu_policies
                    for program in policy.cel_programs())
+
+    @functools.cached_property
+    def cel_projection(self) -> Projection | None:
+        """The part of the request and namespace object the set's CEL expressions can read
+        (policies/engines/cel_reads.py): what the runtime converts for them. None: all of it."""
+        return projection_of(path for policy in self.gpu_policies for program in policy.cel_programs()
+                             for path in cel_reads(program.source))
 
     @functools.cached_property
     def request_reads(self) -> frozenset[tuple[str, ...]]:

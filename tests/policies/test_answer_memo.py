@@ -290,3 +290,36 @@ def test_requests_told_apart_only_by_the_match_rules_get_their_own_answer(
     unmatched = make_context(_replica(gpu_pod(), 1))
     tell_apart(unmatched)
     assert _answer(runtime, unmatched)[1] == []
+
+
+PROJECTED_CEL = [
+    "has(object.spec.volumes) || object.spec.containers.size() < 2",
+    "object.metadata.?annotations.orValue({}).all(k, !k.startsWith('kgwe.io/'))",
+    "object.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'NVIDIA_VISIBLE_DEVICES'))",
+    "cel.bind(s, object.spec, !has(s.nodeName))",
+    "namespaceObject == null || !has(namespaceObject.metadata.labels) || "
+    "namespaceObject.metadata.labels.all(k, k != 'frozen')",
+    "request.userInfo.username != '' && object.metadata.namespace != 'kube-system'",
+    "!has(object.spec.affinity) || object.spec.affinity.size() < 3",
+    "object.spec.containers.all(c, !has(c.resources.limits) || c.resources.limits.size() < 2)",
+]
+
+
+def test_cel_sees_what_it_reads_of_every_example_pod(make_context: Callable[..., PolicyContext]) -> None:
+    """The CEL variables carry only what some expression reads (PolicySet.cel_projection): every answer is
+    the one a runtime converting whole objects gives, message expressions included."""
+    policy = gpu_policy("shapes", "Deny", validations=[
+        {"expression": expression, "messageExpression": f"'{n}: ' + object.metadata.name"}
+        for n, expression in enumerate(PROJECTED_CEL)])
+    projected, whole = build_runtime(), build_runtime()
+    whole.project_input = False
+    for runtime in (projected, whole):
+        assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
+    seen = set()
+    for pod in _example_pods():
+        for namespace in (None, {"metadata": {"name": "x", "labels": {"frozen": "1"}}}):
+            context = make_context(_replica(pod, 1), namespace_object=namespace)
+            expected = _answer(whole, context)
+            assert _answer(projected, make_context(_replica(pod, 1), namespace_object=namespace)) == expected
+            seen.update(message for policy, _, message in expected[1] if policy == "shapes")
+    assert len(seen) > 1  # the expressions refuse some example pods, not none or all
