@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 from policies.engines import cel_k8s_library as lib
 from policies.engines.cel_binds import without_lazy_binds
 from policies.engines.cel_conversions import strict_conversions
+from policies.engines.cel_hoisting import hoist
 from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
 from policies.engines.cel_values import may_hold_optional, read
 
@@ -93,9 +94,12 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _CppProgram:
-    def __init__(self, source: str, expression: Any, error_type: Any, runnable: str) -> None:
+    def __init__(self, source: str, expression: Any, error_type: Any, runnable: str, text: str = "",
+                 slot: str | None = None) -> None:
         self.source = source
         self.runnable = runnable  # the text compiled to run (binds rewritten, params bound)
+        self.text = text or runnable  # the same before the rewrites
+        self.slot = slot  # the policy's entry in PARAMS_TABLE, for an expression that reads params
         self._expression = expression
         self._error_type = error_type
         self.walk = may_hold_optional(expression.return_type())  # see policies/engines/cel_values.py
@@ -109,6 +113,12 @@ class _CppProgram:
         if failure is not None:
             raise CelEvaluationError(failure)
         return plain
+
+
+def _with_params(expression: str, params_slot: str) -> str:
+    """`expression` with `params` bound to the policy's entry of PARAMS_TABLE."""
+    slot = params_slot.replace("\\", "").replace("'", "")
+    return f"[{PARAMS_TABLE}['{slot}']].map(params, ({expression}\n))[0]"
 
 
 class CelExprPythonEngine:
@@ -201,10 +211,10 @@ class CelExprPythonEngine:
         except Exception as exc:
             raise CelCompileError(str(exc).strip()) from exc
 
-    def _program(self, source: str, runnable: str) -> _CppProgram:
-        runnable = strict_conversions(without_lazy_optional_maps(without_lazy_binds(runnable)))
+    def _program(self, source: str, text: str, slot: str | None = None) -> _CppProgram:
+        runnable = strict_conversions(without_lazy_optional_maps(without_lazy_binds(text)))
         try:
-            return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR, runnable)
+            return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR, runnable, text, slot)
         except Exception as exc:
             raise CelCompileError(str(exc).strip()) from exc
 
@@ -212,11 +222,18 @@ class CelExprPythonEngine:
         ours = [p for p in programs if isinstance(p, _CppProgram)]
         if len(ours) != len(programs):
             return None
+        # Operands that several policies of one template share are bound once (cel_hoisting.py).
+        bindings, rewritten = hoist([p.source if p.slot is not None else None for p in ours])
+        texts = [p.text if new is None else _with_params(new, p.slot or "")
+                 for p, new in zip(ours, rewritten, strict=True)]
         # `dyn` keeps the list's elements of mixed types (the checker unifies a literal's elements).
         # Newlines close any comment an expression ends with.
-        joined = ", ".join(f"dyn({p.runnable}\n)" for p in ours)
+        joined = "[" + ", ".join(f"dyn({text}\n)" for text in texts) + "]"
+        for name, operand in reversed(bindings):
+            # A one-element `map`, not `cel.bind`: see policies/engines/cel_binds.py.
+            joined = f"[{operand}\n].map({name}, {joined})[0]"
         try:
-            program = self._program(f"<{len(ours)} expressions>", f"[{joined}]")
+            program = self._program(f"<{len(ours)} expressions>", joined)
             program.walk = any(p.walk for p in ours)  # its type is a list of dyn whatever theirs are
             return program
         except CelCompileError:
@@ -233,8 +250,7 @@ class CelExprPythonEngine:
         # `params` becomes a local of the expression, bound to this policy's entry of the table: the
         # expression means what it says, and one activation serves every policy. (As a one-element `map`,
         # not `cel.bind`: see policies/engines/cel_binds.py.)
-        slot = params_slot.replace("\\", "").replace("'", "")
-        return self._program(expression, f"[{PARAMS_TABLE}['{slot}']].map(params, ({expression}\n))[0]")
+        return self._program(expression, _with_params(expression, params_slot), params_slot)
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         full = dict.fromkeys((*CEL_VARIABLES, PARAMS_TABLE))
