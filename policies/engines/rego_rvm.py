@@ -58,6 +58,7 @@ from policies.engines.rego import (
     _PreparedRegorus,
     clean_error,
 )
+from policies.engines.rego_imports import expanded_imports
 from policies.loading.aggregate import (
     AGGREGATE_MODULE,
     AGGREGATE_PACKAGE,
@@ -463,7 +464,9 @@ class _PreparedRvm:
         self._entries: dict[str, str] = {CHECK_QUERY: CHECK_QUERY, EVERYTHING_QUERY: EVERYTHING_ENTRY}
         if any("decision" in g.rules for g in gathered):
             self._entries[DECISION_QUERY] = DECISION_QUERY
-        rvm_modules = {**modules, **rvm_aggregate_modules(gathered)}
+        # Imported names written out (rego_imports.py): the RVM reads a whole package through an import.
+        rvm_modules = {**{name: expanded_imports(name, source) for name, source in modules.items()},
+                       **rvm_aggregate_modules(gathered)}
         self._data = dict(data)
         self._data_json = orjson.dumps(self._data, default=_json_default).decode()
         try:
