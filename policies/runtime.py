@@ -504,8 +504,9 @@ class PolicyRuntime:
     ) -> list[CompiledGPUPolicy]:
         """GPUPolicies whose match rules and CEL match conditions hold, filtered before any engine runs."""
         active = []
-        candidates = [p for p in policy_set.gpu_policies
-                      if wanted(p) and p.match.matches(ctx.request, ctx.namespace_object)]
+        matched = {id(p) for rules, group in policy_set.match_groups
+                   if rules.matches(ctx.request, ctx.namespace_object) for p in group}
+        candidates = [p for p in policy_set.gpu_policies if id(p) in matched and wanted(p)]
         self._prefetch([(p, program) for p in candidates for _, program in p.match_conditions], ctx, activations)
         for policy in candidates:
             try:

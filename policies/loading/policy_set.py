@@ -33,7 +33,13 @@ from policies.loading.aggregate import (
     aggregate_module,
     has_decisions,
 )
-from policies.loading.gpupolicy import MATCH_READS, CompiledGPUPolicy, PolicyCompileError, compile_gpu_policy
+from policies.loading.gpupolicy import (
+    MATCH_READS,
+    CompiledGPUPolicy,
+    MatchRules,
+    PolicyCompileError,
+    compile_gpu_policy,
+)
 from policies.loading.loader import PolicySource
 
 # A pod that exercises the common paths of GPU policies during the warm-up query.
@@ -98,6 +104,15 @@ class PolicySet:
         `reads_request_objects`); when none does, the `request` variable is given without them."""
         return any(reads_request_objects(program.source) for policy in self.gpu_policies
                    for program in policy.cel_programs())
+
+    @functools.cached_property
+    def match_groups(self) -> list[tuple[MatchRules, list[CompiledGPUPolicy]]]:
+        """The GPUPolicies grouped by equal match rules, in load order: a request asks each group once
+        (policies made from one template usually match alike)."""
+        groups: dict[MatchRules, list[CompiledGPUPolicy]] = {}
+        for policy in self.gpu_policies:
+            groups.setdefault(policy.match, []).append(policy)
+        return list(groups.items())
 
     @functools.cached_property
     def cel_projection(self) -> Projection | None:
