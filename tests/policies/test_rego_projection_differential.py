@@ -366,6 +366,22 @@ deny contains "over" if input.intent.gpus >= data.kgwe.params["gpu-limit"].limit
         "gen.p": _unit("gen.p", _DELETE),
         "gen.lib.util": _unit("gen.lib.util", "x := input.request.object\n"),
     }, (), "projected"),
+    # Modules in or around the aggregate's package add to the documents KGWE queries (data.kgwe.aggregate),
+    # referenced by a policy or not: a deny of their own, a subpackage that fails the whole query.
+    "aggregate-package-adds-a-deny": ({
+        "gen.p": _unit("gen.p", _DELETE),
+        "kgwe.aggregate": _unit("kgwe.aggregate", """
+deny.evil := ["bad"] if input.request.object.metadata.name == "bad"
+"""),
+    }, (), ("request", "object", "metadata", "name")),
+    "aggregate-subpackage-fails": ({
+        "gen.p": _unit("gen.p", _DELETE),
+        "kgwe.aggregate.extra": _unit("kgwe.aggregate.extra", "n := to_number(input.request.object.metadata.name)\n"),
+    }, (), ("request", "object", "metadata", "name")),
+    "aggregate-parent-package-ref-head": ({
+        "gen.p": _unit("gen.p", _DELETE),
+        "kgwe": _unit("kgwe", "aggregate.extra := to_number(input.request.object.metadata.name)\n"),
+    }, (), ("request", "object", "metadata", "name")),
 }
 
 
