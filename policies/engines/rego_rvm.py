@@ -471,8 +471,13 @@ class _PreparedRvm:
 
             program = regorus.Program.compile_from_modules(
                 self._data_json, list(rvm_modules.items()), sorted(set(self._entries.values())))
-        except Exception as exc:
-            raise RvmRefused(f"does not compile on the RVM: {clean_error(str(exc)).splitlines()[-1]}") from exc
+        except BaseException as exc:
+            # The compiler panics on some valid sets (an iteration in a set rule's head): pyo3 raises that
+            # as PanicException, a BaseException. The interpreter serves such a set.
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            reason = (clean_error(str(exc)).splitlines() or [type(exc).__name__])[-1]
+            raise RvmRefused(f"does not compile on the RVM: {reason}") from exc
         packages = {package for source in modules.values() for package in _packages(source)}
         risky = risky_constructs(program.generate_listing(), _shipped_packages(modules), packages)
         if risky:
