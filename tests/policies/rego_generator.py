@@ -86,6 +86,9 @@ INPUT_REFS: list[tuple[Rego, str]] = [
     ("input.params", "obj"),
     ("input.params.limit", "num"),
     ("input.kgwe.active", "obj"),
+    # An index that is itself read from the input.
+    ("input.request.object.metadata.labels[input.intent.profile]", "str"),
+    ("input.namespaceObject.metadata.labels[input.request.object.metadata.labels.app]", "str"),
 ]
 # The same places through `import input.request.object as pod`.
 POD_REFS: list[tuple[Rego, str]] = [
@@ -521,7 +524,8 @@ class RegoGenerator:
         rng = self.rng
         labels: dict[str, Any] = {}
         for key in rng.sample(KEYS, rng.randrange(0, 4)):
-            labels[key] = self._odd(rng.choice(STRINGS))
+            # A value is now and then a key too, for the refs whose index is read from the input.
+            labels[key] = self._odd(rng.choice(STRINGS if rng.random() < 0.7 else KEYS))
         return self._odd(labels)
 
     def _container(self) -> dict[str, Any]:
@@ -581,7 +585,9 @@ class RegoGenerator:
             "namespaceObject": rng.choice([None, {}, {"metadata": _present({
                 "name": rng.choice(["default", "team-a", "bad"]), "labels": self._maybe(self._labels())})}]),
             "intent": rng.choice([None, {}, _present({
-                "gpus": self._odd(rng.choice([0, 1, 2, 8])), "profile": self._maybe(self._odd("1g.10gb")),
+                "gpus": self._odd(rng.choice([0, 1, 2, 8])),
+                # Now and then a label key: some refs index the labels with it.
+                "profile": self._maybe(self._odd(rng.choice(["1g.10gb", "app", "kgwe.io/x"]))),
                 "shareable": self._maybe(rng.random() < 0.5)})]),
             "tenant": rng.choice([None, "team-a", {"name": self._odd(rng.choice(["team-a", "bad"])), "tier": "gold"}]),
             "params": rng.choice([{}, {}, {"limit": rng.choice([1, 2, "2"])}]),
