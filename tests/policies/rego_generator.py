@@ -424,6 +424,13 @@ class _Module:
             statements = [*conditions, f"msg := {json.dumps(tag)}"]
         self.rules.append(f"{kind} contains msg if {{\n\t" + "\n\t".join(statements) + "\n}\n")
 
+    def decision_rule(self) -> None:
+        """A placement decision read from the input (a complete rule: two values fail the query)."""
+        value, _, pre = self.value()
+        self.features.add("decision")
+        body = [*self.body(1), *pre, f"v := {value}"]
+        self.rules.append('decision := {"profile": v} if {\n\t' + "\n\t".join(body) + "\n}\n")
+
     def source(self) -> str:
         header = [f"package {self.package}", "", "import rego.v1"]
         return "\n".join([*header, *self.imports, "", *self.rules])
@@ -491,6 +498,9 @@ class RegoGenerator:
             for kind in sorted(kinds):
                 for _ in range(rng.choice([1, 1, 2])):
                     rng.choice(files).gathered_rule(kind)
+            if rng.random() < 0.2:
+                kinds.add("decision")
+                main.decision_rule()
             if split:
                 # The second file's helpers are read by the first one through the package.
                 for helper in files[1].helpers:

@@ -181,7 +181,8 @@ def test_generated_sets_answer_the_same_on_the_projected_input() -> None:
     assert stats.rvm > 0, stats
     assert {"every", "walk", "with", "bare-input", "computed-key", "computed-data-root", "import-alias",
             "import-data", "library", "split-package", "skipped", "other-policy", "head-reads-input",
-            "comprehension", "some-k-v", "whole-compare", "else", "default"} <= stats.features, stats.features
+            "comprehension", "some-k-v", "whole-compare", "else", "default", "decision"} <= stats.features, (
+        stats.features)
 
 
 # -- hand-written corners ---------------------------------------------------------------------------
