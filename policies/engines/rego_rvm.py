@@ -58,6 +58,7 @@ from policies.engines.rego import (
     _PreparedRegorus,
     clean_error,
 )
+from policies.engines.rego_cycles import rule_cycle
 from policies.loading.aggregate import (
     AGGREGATE_MODULE,
     AGGREGATE_PACKAGE,
@@ -464,6 +465,12 @@ class _PreparedRvm:
         if any("decision" in g.rules for g in gathered):
             self._entries[DECISION_QUERY] = DECISION_QUERY
         rvm_modules = {**modules, **rvm_aggregate_modules(gathered)}
+        cycle = rule_cycle(rvm_modules)
+        if cycle is None:
+            raise RvmRefused("its rules' dependencies are not known (a module regorus cannot read alone)")
+        if cycle:
+            raise RvmRefused(f"recursive rules (the RVM crashes where a request reaches them): "
+                             f"{' -> '.join(cycle[:5])}")
         self._data = dict(data)
         self._data_json = orjson.dumps(self._data, default=_json_default).decode()
         try:

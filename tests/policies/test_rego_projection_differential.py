@@ -30,6 +30,7 @@ import regorus
 from rego_generator import GeneratedSet, RegoGenerator
 
 from policies.api import PolicyContext
+from policies.engines.rego_cycles import rule_cycle
 from policies.engines.rego_reads import InputReads, Projection
 from policies.engines.rego_rvm import EVERYTHING_ENTRY, rvm_aggregate_modules
 from policies.engines.rego_source import inspect_module
@@ -64,6 +65,8 @@ def _interpreter(policy_set: GeneratedSet) -> Any | None:
 def _rvm(policy_set: GeneratedSet) -> Any | None:
     """The set as policies/engines/rego_rvm.py compiles it for the RVM, or None where it does not compile."""
     modules = {**policy_set.modules(), **rvm_aggregate_modules(_gathered(policy_set))}
+    if rule_cycle(modules) != []:
+        return None  # recursion crashes the RVM: KGWE keeps such a set on the interpreter (rego_cycles.py)
     try:
         program = regorus.Program.compile_from_modules(orjson.dumps(DATA).decode(), list(modules.items()),
                                                        [EVERYTHING_ENTRY])
@@ -386,6 +389,12 @@ deny.evil := ["bad"] if input.request.object.metadata.name == "bad"
         "gen.p": _unit("gen.p", _DELETE),
         "kgwe.aggregate.extra": _unit("kgwe.aggregate.extra", "n := to_number(input.request.object.metadata.name)\n"),
     }, (), ("request", "object", "metadata", "name")),
+    # A policy reading the aggregate reaches every policy (and recurses: both inputs fail alike).
+    "policy-reads-the-aggregate": ({
+        "gen.p1": _unit("gen.p1", 'deny contains "others" if count(data.gen.lib.util.denied) > 1\n'),
+        "gen.p2": _unit("gen.p2", 'deny contains "ns" if input.request.namespace == "team-a"\n'),
+        "gen.lib.util": _unit("gen.lib.util", "denied := data.kgwe.aggregate.check.deny\n"),
+    }, ("gen.p2",), ("request", "namespace")),
     "aggregate-parent-package-ref-head": ({
         "gen.p": _unit("gen.p", _DELETE),
         "kgwe": _unit("kgwe", "aggregate.extra := to_number(input.request.object.metadata.name)\n"),
