@@ -121,7 +121,7 @@ class GeneratedSet:
     units: dict[str, dict[str, str]]
     libraries: frozenset[str]
     packages: dict[str, str]  # policy unit -> its package, dotted
-    rules: dict[str, frozenset[str]]  # policy unit -> which of deny/warn it defines
+    rules: dict[str, frozenset[str]]  # policy unit -> which of deny/warn/decision it defines
     skipped: frozenset[str] = frozenset()
     features: set[str] = field(default_factory=set)  # what the set uses, for the coverage check
 
@@ -149,7 +149,8 @@ _GUARDS: dict[int, str] = {
 class _Module:
     """One module being written: its fresh variable names, helpers and rules."""
 
-    def __init__(self, gen: RegoGenerator, package: str, libraries: list[str], others: list[str]) -> None:
+    def __init__(self, gen: RegoGenerator, package: str, libraries: list[str], others: list[str],
+                 numbered_from: int = 0) -> None:
         self.gen = gen
         self.rng = gen.rng
         self.package = package
@@ -161,7 +162,7 @@ class _Module:
         self.functions: list[str] = []  # one-argument helper function names
         self.pod_alias = False
         self.imported_libs: dict[str, str] = {}  # library package -> the name its import binds
-        self._count = 0
+        self._count = numbered_from
         self.features: set[str] = set()
 
     def fresh(self, stem: str) -> str:
@@ -477,7 +478,8 @@ class RegoGenerator:
             files: list[_Module] = [_Module(self, package, lib_packages, others)]
             if split:
                 features.add("split-package")
-                files.append(_Module(self, package, lib_packages, others))
+                # Numbered from 100: its helpers' names differ from the first file's.
+                files.append(_Module(self, package, lib_packages, others, numbered_from=100))
             main = files[0]
             if rng.random() < 0.3:
                 main.imports.append("import input.request.object as pod")
