@@ -304,6 +304,11 @@ is_bad(c) if input.request.namespace == "team-a"
         "gen.p1": _unit("gen.p1", _DELETE),
         "gen.p2": _unit("gen.p2", 'deny contains "ns" if input.request.namespace == "team-a"\n'),
     }, ("gen.p2",), "projected"),
+    # Skipped, it is never evaluated: it would fail on the projected input (no name) and not on the whole.
+    "skipped-policy-failing-on-the-projection": ({
+        "gen.p1": _unit("gen.p1", _DELETE),
+        "gen.p2": _unit("gen.p2", 'deny contains "x" if { not input.request.object.metadata.name; to_number("x") }\n'),
+    }, ("gen.p2",), "projected"),
     "with-rewrites-input": ({"gen.p": _unit("gen.p", """
 op := input.request.operation
 deny contains "x" if {
