@@ -24,10 +24,11 @@ reads every alias the package holds, whole. A local variable that shadows such a
 Rules the aggregate queries (`deny`, `warn`, `decision`) are never aliases.
 
 Which modules count: those of every policy the engine runs for the request (everything but the
-built-ins answered natively, `input.kgwe.native`), closed over the `data` references they make (a
-library package they import or call, a package of theirs split across files). A `data` reference with
-a computed root reads every module. A `with` modifier anywhere among them turns the projection off:
-it changes what other rules see.
+built-ins answered natively, `input.kgwe.native`) and every module whose package is in, above or below
+the aggregate's (`kgwe.aggregate`: such a module adds to the very documents KGWE queries), closed over
+the `data` references they make (a library package they import or call, a package of theirs split
+across files). A `data` reference with a computed root reads every module. A `with` modifier anywhere
+among them turns the projection off: it changes what other rules see.
 
 Remembering answers also needs the answer to be a function of the input: a set whose running modules
 call a built-in that reads the clock, randomness or the network (`IMPURE_BUILTINS`) is projected but
@@ -530,6 +531,12 @@ class InputReads:
         known = [*(m for m in modules if m is not None), *_AGGREGATES]
         running = {id(m): m for unit, reads in self._units.items()
                    if unit not in skipped and unit not in self._libraries for m in reads if m is not None}
+        # The aggregate queries read every module in, above or below their packages, whichever unit holds
+        # it and whether or not a policy references it: `package kgwe.aggregate` with `deny.x := ...`
+        # adds a deny, `package kgwe.aggregate.x` (or `kgwe` with `aggregate.x := ...`) a document whose
+        # failure fails the query.
+        running.update({id(m): m for m in modules
+                        if m is not None and any(_overlaps(m.package, a.package) for a in _AGGREGATES)})
         # Close over `data` references: a running module may reach any module whose package its
         # reference overlaps (imports, calls, rules of its own package in another file).
         pending = list(running.values())

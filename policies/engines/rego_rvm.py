@@ -58,6 +58,7 @@ from policies.engines.rego import (
     _PreparedRegorus,
     clean_error,
 )
+from policies.engines.rego_cycles import rule_cycle
 from policies.engines.rego_imports import expanded_imports
 from policies.loading.aggregate import (
     AGGREGATE_MODULE,
@@ -467,6 +468,12 @@ class _PreparedRvm:
         # Imported names written out (rego_imports.py): the RVM reads a whole package through an import.
         rvm_modules = {**{name: expanded_imports(name, source) for name, source in modules.items()},
                        **rvm_aggregate_modules(gathered)}
+        cycle = rule_cycle(rvm_modules)
+        if cycle is None:
+            raise RvmRefused("its rules' dependencies are not known (a module regorus cannot read alone)")
+        if cycle:
+            raise RvmRefused(f"recursive rules (the RVM crashes where a request reaches them): "
+                             f"{' -> '.join(cycle[:5])}")
         self._data = dict(data)
         self._data_json = orjson.dumps(self._data, default=_json_default).decode()
         try:
@@ -474,8 +481,13 @@ class _PreparedRvm:
 
             program = regorus.Program.compile_from_modules(
                 self._data_json, list(rvm_modules.items()), sorted(set(self._entries.values())))
-        except Exception as exc:
-            raise RvmRefused(f"does not compile on the RVM: {clean_error(str(exc)).splitlines()[-1]}") from exc
+        except BaseException as exc:
+            # The compiler panics on some valid sets (an iteration in a set rule's head): pyo3 raises that
+            # as PanicException, a BaseException. The interpreter serves such a set.
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            reason = (clean_error(str(exc)).splitlines() or [type(exc).__name__])[-1]
+            raise RvmRefused(f"does not compile on the RVM: {reason}") from exc
         packages = {package for source in modules.values() for package in _packages(source)}
         risky = risky_constructs(program.generate_listing(), _shipped_packages(modules), packages)
         if risky:

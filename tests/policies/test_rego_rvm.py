@@ -407,3 +407,20 @@ def test_every_example_pod_gets_the_same_answers_through_the_runtime(name: str) 
                 assert on.evaluate(ctx) == off.evaluate(ctx), pod["metadata"]["name"]
                 assert on.check(ctx) == off.check(ctx)
                 assert on.decide_placement(ctx) == off.decide_placement(ctx)
+
+
+def test_a_set_the_rvm_compiler_panics_on_is_served_by_the_interpreter(
+    tmp_path: Path, make_context: Any
+) -> None:
+    # regorus 0.13's RVM compiler panics (index out of bounds) on an iteration in a set rule's head; a
+    # panic is pyo3's PanicException, a BaseException: the set must load on the interpreter, not fail the
+    # reload (found by tests/policies/test_rego_projection_differential.py).
+    (tmp_path / "images.rego").write_text(
+        "package kgwe.admin.images\nimport rego.v1\n\n"
+        "deny contains input.request.object.spec.containers[_].image if input.request.operation == \"CREATE\"\n")
+    runtime = _runtime("auto", directories=(str(tmp_path),))
+    assert rego_evaluator(runtime._set.prepared) == "interpreter"
+    from policy_fixtures import gpu_pod
+
+    _, violations = runtime.evaluate(make_context(gpu_pod()))
+    assert [(v.policy, v.action, v.message) for v in violations] == [("kgwe.admin.images", "Deny", "cuda")]
