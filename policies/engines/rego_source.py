@@ -10,7 +10,9 @@ from dataclasses import dataclass
 GATHERED_RULES = ("deny", "warn", "decision")
 
 _PACKAGE = re.compile(r"^\s*package\s+([A-Za-z_][\w.]*(?:\[\"[^\"]+\"\][\w.]*)*)\s*(?:#.*)?$", re.MULTILINE)
-_RULE_HEAD = re.compile(r"^(deny|warn|decision)\b\s*(?:contains\b|\[|:=|=|if\b|\{)", re.MULTILINE)
+# Indented too, and ref heads (`deny.x := ...`): a rule missed here would never be enforced, while a false
+# match (a local named `deny` in a body) only gathers a rule that stays undefined.
+_RULE_HEAD = re.compile(r"^[ \t]*(deny|warn|decision)\b\s*(?:contains\b|\[|\.|:=|=|if\b|\{)", re.MULTILINE)
 _TEST_RULE = re.compile(r"^(test_[A-Za-z0-9_]+)\b", re.MULTILINE)
 
 
