@@ -103,6 +103,9 @@ class _CelScope:
     # The thread's CPU and wall clocks, read together before the first evaluation: one CPU reading (a
     # system call, ~1 us here) per request instead of one per evaluation (`_cpu_over`).
     clocks: tuple[float, float] | None = None
+    # The engine failed the projected input and answered the whole one: an answer not to remember (the
+    # projection's key would not hold what it read).
+    retried: bool = False
 
 
 class _EvaluationFailed(Exception):
@@ -423,7 +426,8 @@ class PolicyRuntime:
                 if policy.validations:
                     violations.extend(self._validate(policy, ctx, activations))
             try:
-                everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active, engine_input=engine_input)
+                everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active, engine_input=engine_input,
+                                         scope=activations)
             except _EvaluationFailed as failed:
                 everything = {}
                 memo_key = None  # the engine's failure (failing open, it reads as no violation) is not the pod's answer
@@ -445,7 +449,8 @@ class PolicyRuntime:
             _EVALUATION_SECONDS["evaluate"].observe(time.perf_counter() - started)
         for violation in violations:
             POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
-        if memo_key is not None and any(isinstance(v, _CelFailure) for v in activations.values.values()):
+        if memo_key is not None and (activations.retried
+                                     or any(isinstance(v, _CelFailure) for v in activations.values.values())):
             memo_key = None  # a CEL failure may be the clock's (the time limit), not the pod's answer
         if memo_key is not None:
             self._answers.put(policy_set, ctx.cluster, memo_key, (decision, violations), ENGINE_POLICY)
@@ -687,7 +692,8 @@ class PolicyRuntime:
         return native
 
     def _query(self, policy_set: PolicySet, query: str, ctx: PolicyContext, active: list[CompiledGPUPolicy],
-               *, natively: bool = True, engine_input: RegoInput | None = None) -> Any:
+               *, natively: bool = True, engine_input: RegoInput | None = None, scope: _CelScope | None = None
+               ) -> Any:
         """The aggregate document `query` names: the built-ins answered in Python where they can be
         (`natively`), the rest by the engine, on the part of the input it can read (`engine_input` when
         the caller has it already, for the built-ins answered natively)."""
@@ -722,6 +728,8 @@ class PolicyRuntime:
                 # Never an answer the whole input would not give: a failure is asked again with it (a
                 # skipped built-in the engine evaluates anyway may fail on a key the projection removed).
                 result = prepared.query(query, full)
+                if scope is not None:
+                    scope.retried = True
         except RegoEngineUnreachable as exc:
             if policy_set is self._set:  # a request still on a set the reconnect loop just replaced says nothing
                 self.engine_health.mark_down(str(exc))
@@ -737,7 +745,7 @@ class PolicyRuntime:
             try:
                 return merge_answers(native_answer, result)
             except Declined:
-                return self._query(policy_set, query, ctx, active, natively=False)
+                return self._query(policy_set, query, ctx, active, natively=False, scope=scope)
         return result
 
     def _rego_check(self, policy_set: PolicySet, ctx: PolicyContext, active: list[CompiledGPUPolicy]
