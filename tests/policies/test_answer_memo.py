@@ -323,4 +323,3 @@ def test_cel_sees_what_it_reads_of_every_example_pod(make_context: Callable[...,
             assert _answer(projected, make_context(_replica(pod, 1), namespace_object=namespace)) == expected
             seen.update(message for policy, _, message in expected[1] if policy == "shapes")
     assert len(seen) > 1  # the expressions refuse some example pods, not none or all
-
