@@ -37,6 +37,7 @@ from policies.engines.cel import (
 from policies.engines.cel_batches import JoinedPrograms
 from policies.engines.health import EngineHealth, UnreachablePrepared
 from policies.engines.native_builtins import Declined, NativeBuiltins, merge_answers, native_units
+from policies.engines.projection import Projection
 from policies.engines.rego import (
     UNDEFINED,
     RegoCompileError,
@@ -48,7 +49,6 @@ from policies.engines.rego import (
     RegorusEngine,
     build_rego_engine,
 )
-from policies.engines.rego_reads import Projection
 from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
 from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError

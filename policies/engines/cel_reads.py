@@ -16,7 +16,7 @@ Strings and comments are never words (policies/engines/cel_text.py).
 from __future__ import annotations
 
 from policies.engines.cel_text import Token, lex
-from policies.engines.rego_reads import Path
+from policies.engines.projection import Path
 
 # Where each CEL variable lives in the runtime's document (`request` with its objects, `namespaceObject`).
 VARIABLE_PATHS: dict[str, Path] = {

@@ -22,33 +22,23 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import orjson
+from policies.engines.rego_ast import REFS, Path, leading, package_path, parse_module, unchain, var
 
 log = logging.getLogger("kgwe.policies")
 
-Path = tuple[str, ...]
-_REFS = ("RefDot", "RefBrack")
 
 
-def _ast_helpers() -> tuple[Any, Any, Any]:
-    # rego_reads reads references the same way; imported here, not at the top, because it imports
-    # rego_rvm, which imports this module.
-    from policies.engines.rego_reads import _leading, _unchain, _var
-
-    return _unchain, _var, _leading
-
-
-def _names(node: Any, found: set[Path], unchain: Any, var: Any, leading: Any) -> None:
+def _names(node: Any, found: set[Path]) -> None:
     """Every reference below `node`: ("data", ...) for a `data` reference, ("", name, ...) for a name."""
     if isinstance(node, list):
         for item in node:
-            _names(item, found, unchain, var, leading)
+            _names(item, found)
         return
     if not isinstance(node, dict):
         return
     if len(node) == 1:
         kind = next(iter(node))
-        if kind in _REFS:
+        if kind in REFS:
             root, keys, indexes = unchain(node)
             name = var(root)
             if name == "data":
@@ -56,8 +46,8 @@ def _names(node: Any, found: set[Path], unchain: Any, var: Any, leading: Any) ->
             elif name is not None and name != "input":
                 found.add(("", name, *leading(keys)))
             else:
-                _names(root, found, unchain, var, leading)
-            _names(indexes, found, unchain, var, leading)
+                _names(root, found)
+            _names(indexes, found)
             return
         name = var(node)
         if name == "data":
@@ -67,7 +57,7 @@ def _names(node: Any, found: set[Path], unchain: Any, var: Any, leading: Any) ->
         if name is not None:
             return
     for value in node.values():
-        _names(value, found, unchain, var, leading)
+        _names(value, found)
 
 
 def _parts(rule: Mapping[str, Any]) -> tuple[Any, list[Any]]:
@@ -88,32 +78,26 @@ def _parts(rule: Mapping[str, Any]) -> tuple[Any, list[Any]]:
 def _rules(modules: Mapping[str, str]) -> dict[Path, set[Path]] | None:
     """Each rule's path below `data` and the paths its references may reach; None when a module cannot
     be read on its own."""
-    unchain, var, leading = _ast_helpers()
     depends: dict[Path, set[Path]] = {}
     for name, source in modules.items():
         try:
-            import regorus
-
-            engine = regorus.Engine()
-            engine.add_policy(name, source)
-            ast = orjson.loads(engine.get_ast_as_json())[0]["ast"]
+            ast = parse_module(name, source)
         except Exception as exc:  # not readable alone: its dependencies are not known
             log.info("Rego module %s: its rules' dependencies are not known (%s)", name, exc)
             return None
-        root, keys, _ = unchain((ast.get("package") or {}).get("refr") or {})
-        package: Path = tuple(k for k in [var(root), *keys] if k is not None)
+        package = package_path(ast)
         imported: set[Path] = set()
-        _names(ast.get("imports"), imported, unchain, var, leading)
+        _names(ast.get("imports"), imported)
         imported = {path for path in imported if path[0] == "data"}
         for rule in ast.get("rules") or []:
             head, parts = _parts(rule)
-            head_root, head_keys, head_indexes = unchain(head) if isinstance(head, dict) else (None, [], [])
+            head_root, head_keys, head_indexes = unchain(head)
             rule_name = var(head_root)
             if rule_name is None:
                 return None
             # The head's own name is not a reference to the rule; its computed keys are references.
             found: set[Path] = set()
-            _names([parts, head_indexes], found, unchain, var, leading)
+            _names([parts, head_indexes], found)
             reached = depends.setdefault((*package, rule_name, *leading(head_keys)), set())
             reached.update(ref[1:] if ref[0] == "data" else (*package, *ref[1:]) for ref in found | imported)
     return depends

@@ -19,26 +19,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
+from policies.engines.rego_ast import REFS, head_name, parse_module, span, var
 
 log = logging.getLogger("kgwe.policies")
 
-_REFS = ("RefDot", "RefBrack")
 
 
-def _var(node: Any) -> str | None:
-    if isinstance(node, dict) and len(node) == 1 and isinstance(node.get("Var"), dict):
-        value = node["Var"].get("value")
-        return value if isinstance(value, str) else None
-    return None
-
-
-def _span(node: Any) -> tuple[int, int] | None:
-    body = next(iter(node.values())) if isinstance(node, dict) and len(node) == 1 else None
-    span = body.get("span") if isinstance(body, dict) else None
-    if isinstance(span, dict) and isinstance(span.get("start"), int) and isinstance(span.get("end"), int):
-        return span["start"], span["end"]
-    return None
 
 
 def _root_and_first(node: Mapping[str, Any]) -> tuple[Any, bool, list[Any]]:
@@ -46,7 +32,7 @@ def _root_and_first(node: Mapping[str, Any]) -> tuple[Any, bool, list[Any]]:
     current: Any = node
     first_constant = False
     indexes: list[Any] = []
-    while isinstance(current, dict) and len(current) == 1 and next(iter(current)) in _REFS:
+    while isinstance(current, dict) and len(current) == 1 and next(iter(current)) in REFS:
         kind, step = next(iter(current.items()))
         if kind == "RefDot":
             first_constant = True
@@ -67,20 +53,20 @@ def _scan(node: Any, names: set[str], uses: dict[str, list[tuple[int, int]]], un
         return
     if not isinstance(node, dict):
         return
-    if len(node) == 1 and next(iter(node)) in _REFS:
+    if len(node) == 1 and next(iter(node)) in REFS:
         root, first_constant, indexes = _root_and_first(node)
-        name = _var(root)
+        name = var(root)
         if name in names:
-            span = _span(root)
-            if first_constant and span is not None:
-                uses.setdefault(name, []).append(span)
+            where = span(root)
+            if first_constant and where is not None:
+                uses.setdefault(name, []).append(where)
             else:
                 unsafe.add(name)
         else:
             _scan(root, names, uses, unsafe)
         _scan(indexes, names, uses, unsafe)
         return
-    name = _var(node)
+    name = var(node)
     if name is not None:
         if name in names:
             unsafe.add(name)
@@ -89,30 +75,11 @@ def _scan(node: Any, names: set[str], uses: dict[str, list[tuple[int, int]]], un
         _scan(value, names, uses, unsafe)
 
 
-def _head_root(rule: Any) -> str | None:
-    if not isinstance(rule, dict) or len(rule) != 1:
-        return None
-    kind, body = next(iter(rule.items()))
-    if kind == "Default":
-        refr = body.get("refr")
-    else:
-        head = body.get("head")
-        inner = next(iter(head.values()), None) if isinstance(head, dict) else None
-        refr = inner.get("refr") if isinstance(inner, dict) else None
-    while isinstance(refr, dict) and len(refr) == 1 and next(iter(refr)) in _REFS:
-        refr = next(iter(refr.values())).get("refr")
-    return _var(refr)
-
-
 def expanded_imports(name: str, source: str) -> str:
     """`source` with each safely replaceable imported `data` name written out in full (see the module's
     docstring); `source` itself when there is none, or when the parser cannot read it alone."""
     try:
-        import regorus
-
-        engine = regorus.Engine()
-        engine.add_policy(name, source)
-        ast = orjson.loads(engine.get_ast_as_json())[0]["ast"]
+        ast = parse_module(name, source)
     except Exception as exc:  # the interpreter reports what does not parse; here it is only not rewritten
         log.debug("Rego module %s: imports kept as written (%s)", name, exc)
         return source
@@ -120,11 +87,11 @@ def expanded_imports(name: str, source: str) -> str:
     paths: dict[str, bytes] = {}
     for entry in ast.get("imports") or []:
         refr = entry.get("refr")
-        span = _span(refr)
+        where = span(refr)
         root, _, indexes = _root_and_first(refr) if isinstance(refr, dict) else (None, False, [])
-        if _var(root) != "data" or indexes or span is None or refr is root:
+        if var(root) != "data" or indexes or where is None or refr is root:
             continue
-        path = raw[span[0]:span[1]]
+        path = raw[where[0]:where[1]]
         alias = entry.get("as")
         local: Any
         if isinstance(alias, dict) and isinstance(alias.get("start"), int) and isinstance(alias.get("end"), int):
@@ -138,7 +105,7 @@ def expanded_imports(name: str, source: str) -> str:
         return source
     rules = ast.get("rules") or []
     uses: dict[str, list[tuple[int, int]]] = {}
-    unsafe = {head for head in (_head_root(rule) for rule in rules) if head in paths}
+    unsafe = {head for head in (head_name(rule) for rule in rules) if head in paths}
     _scan(rules, set(paths), uses, unsafe)
     replacements = sorted(((start, end, local) for local, spans in uses.items() if local not in unsafe
                            for start, end in spans), reverse=True)

@@ -43,15 +43,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from policies.engines.projection import WHOLE, Path, Projection, overlaps, projection_of
+from policies.engines.rego_ast import (
+    REFS,
+    dotted,
+    head_name,
+    leading,
+    package_path,
+    parse_module,
+    static_key,
+    unchain,
+    var,
+)
 from policies.engines.rego_rvm import RVM_PACKAGE
 from policies.loading.aggregate import AGGREGATE_PACKAGE
 
 log = logging.getLogger("kgwe.policies")
-
-Path = tuple[str, ...]
-WHOLE: Path = ()  # the path of a read of the whole document
 
 # Built-ins whose answer is not a function of their arguments (clock, randomness, network, runtime).
 IMPURE_BUILTINS = frozenset({
@@ -62,7 +69,6 @@ IMPURE_BUILTINS = frozenset({
 # What KGWE's aggregate reads of the input (policies/loading/aggregate.py and the RVM's helpers): which
 # policies are active and which the built-ins answered.
 AGGREGATE_READS: frozenset[Path] = frozenset({("kgwe",)})
-_REFS = ("RefDot", "RefBrack")
 _PROJECTIONS_PER_SET = 16
 
 
@@ -111,7 +117,7 @@ class _Scope:
     aliases: dict[str, Path]
 
     def roots(self, node: Any) -> list[Root]:
-        name = _var(node)
+        name = var(node)
         if name is None:
             return []
         if name in ("input", "data"):
@@ -124,98 +130,33 @@ class _Scope:
         return found
 
 
-def _static_key(index: Any) -> str | None:
-    """The key a bracket index names when it is a string literal, else None."""
-    if isinstance(index, dict) and len(index) == 1:
-        kind, body = next(iter(index.items()))
-        if kind in ("String", "RawString") and isinstance(body, dict) and isinstance(body.get("value"), str):
-            return str(body["value"])
-    return None
-
-
-def _field(step: Mapping[str, Any]) -> str | None:
-    field = step.get("field")
-    # The parser writes a field as [span, name].
-    if isinstance(field, list) and field and isinstance(field[-1], str):
-        return field[-1]
-    return None
-
-
-def _is_ref(node: Any) -> bool:
-    return isinstance(node, dict) and len(node) == 1 and next(iter(node)) in _REFS
-
-
-def _unchain(node: Mapping[str, Any]) -> tuple[Any, list[str | None], list[Any]]:
-    """A reference chain as (root expression, keys from the root outward, computed indexes); a key is None
-    where the step is computed (or not a string literal)."""
-    keys: list[str | None] = []
-    indexes: list[Any] = []
-    current: Any = node
-    while _is_ref(current):
-        kind, step = next(iter(current.items()))
-        if kind == "RefDot":
-            keys.append(_field(step))
-        else:
-            key = _static_key(step.get("index"))
-            keys.append(key)
-            if key is None:
-                indexes.append(step.get("index"))
-        current = step.get("refr")
-    keys.reverse()
-    return current, keys, indexes
-
-
-def _var(node: Any) -> str | None:
-    if isinstance(node, dict) and len(node) == 1 and isinstance(node.get("Var"), dict):
-        value = node["Var"].get("value")
-        return value if isinstance(value, str) else None
-    return None
-
-
-def _leading(keys: list[str | None]) -> Path:
-    path: list[str] = []
-    for key in keys:
-        if key is None:
-            break
-        path.append(key)
-    return tuple(path)
-
-
 def _constant_path(node: Any, scope: _Scope) -> Path | None:
     """The input path `node` names when it is `input`, an input name, or a chain of constant steps on one
     (nothing computed on the way), else None."""
-    root, keys, indexes = _unchain(node) if _is_ref(node) else (node, [], [])
+    root, keys, indexes = unchain(node)
     roots = scope.roots(root)
     if len(roots) != 1 or roots[0][0] != "input" or indexes or any(k is None for k in keys):
         return None
     return roots[0][1] + tuple(k for k in keys if k is not None)
 
 
-def _dotted(node: Any) -> str | None:
-    """`time.now_ns` for the function expression of a call, when it is a plain dotted name."""
-    root, keys, _ = _unchain(node) if isinstance(node, dict) else (None, [], [])
-    name = _var(root)
-    if name is None or any(k is None for k in keys):
-        return None
-    return ".".join([name, *(k for k in keys if k is not None)])
-
 
 def _literal_keys(node: Any) -> list[str] | None:
     """The keys of `object.get`'s second argument when it is a string literal or an array of them."""
-    key = _static_key(node)
+    key = static_key(node)
     if key is not None:
         return [key]
     items = node.get("Array", {}).get("items") if isinstance(node, dict) and len(node) == 1 else None
     if not isinstance(items, list):
         return None
-    keys = [_static_key(item) for item in items]
+    keys = [static_key(item) for item in items]
     return None if any(k is None for k in keys) else [k for k in keys if k is not None]
 
 
 def _object_get_path(call: Any, scope: _Scope, found: _Found) -> Path | None:
     """For `object.get(<input path>, "b", default)` (or `["b", "c"]`): the input path it reads (`.b`,
     `.b.c`), its default walked as any expression; None for any other call (nothing walked)."""
-    if not isinstance(call, dict) or _dotted(call.get("fcn")) != "object.get":
+    if not isinstance(call, dict) or dotted(call.get("fcn")) != "object.get":
         return None
     params = call.get("params")
     if not isinstance(params, list) or len(params) != 3:
@@ -257,20 +198,20 @@ def _walk(node: Any, scope: _Scope, found: _Found) -> None:
         found.rewrites = True
     if len(node) == 1:
         kind = next(iter(node))
-        if kind in _REFS:
-            root, keys, indexes = _unchain(node)
+        if kind in REFS:
+            root, keys, indexes = unchain(node)
             roots = scope.roots(root)
             if roots:
-                found.record(roots, _leading(keys))
+                found.record(roots, leading(keys))
             else:
                 _walk(root, scope, found)
             _walk(indexes, scope, found)
             return
-        if _var(node) is not None:
+        if var(node) is not None:
             found.record(scope.roots(node), WHOLE)
             return
         if kind == "Call" and isinstance(node["Call"], dict):
-            called = _dotted(node["Call"].get("fcn"))
+            called = dotted(node["Call"].get("fcn"))
             if called in IMPURE_BUILTINS:
                 found.impure.add(called)
             path = _object_get_path(node["Call"], scope, found)
@@ -281,23 +222,6 @@ def _walk(node: Any, scope: _Scope, found: _Found) -> None:
         _walk(value, scope, found)
 
 
-def _head_name(rule: Any) -> str | None:
-    """The name a rule defines (`pod` of `pod := ...`, `deny` of `deny contains ...`, `f` of `f(x)`)."""
-    if not isinstance(rule, dict) or len(rule) != 1:
-        return None
-    kind, body = next(iter(rule.items()))
-    if kind == "Default":
-        refr = body.get("refr")
-    elif kind == "Spec":
-        head = body.get("head")
-        if not isinstance(head, dict) or len(head) != 1:
-            return None
-        refr = next(iter(head.values())).get("refr")
-    else:
-        return None
-    root = _unchain(refr)[0] if _is_ref(refr) else refr
-    return _var(root)
-
 
 def _alias_value(rule: Any) -> Any:
     """The value expression of `name := <expression>` with no body, else None."""
@@ -306,7 +230,7 @@ def _alias_value(rule: Any) -> Any:
         return None
     head = spec.get("head")
     compr = head.get("Compr") if isinstance(head, dict) and len(head) == 1 else None
-    if not isinstance(compr, dict) or _var(compr.get("refr")) is None:
+    if not isinstance(compr, dict) or var(compr.get("refr")) is None:
         return None
     assign = compr.get("assign")
     if not isinstance(assign, dict) or assign.get("op") not in ("ColEq", "Eq"):
@@ -333,21 +257,13 @@ def _import_name(entry: Mapping[str, Any], source: bytes, path: Path, root: str)
 
 
 def _parse(name: str, source: str) -> _Parsed:
-    import regorus
-
-    engine = regorus.Engine()
-    engine.add_policy(name, source)
-    ast = orjson.loads(engine.get_ast_as_json())[0]["ast"]
-    package = ast.get("package") or {}
-    root, keys, _ = _unchain(package.get("refr") or {}) if _is_ref(package.get("refr")) else (
-        package.get("refr"), [], [])
-    first = _var(root)
+    ast = parse_module(name, source)
     imports: dict[str, Root] = {}
     raw = source.encode("utf-8")
     for entry in ast.get("imports") or []:
         refr = entry.get("refr")
-        top, steps, _ = _unchain(refr) if _is_ref(refr) else (refr, [], [])
-        kind = _var(top)
+        top, steps, _ = unchain(refr)
+        kind = var(top)
         if kind not in ("input", "data") or any(step is None for step in steps):
             continue  # rego.v1, future.keywords: no document
         path = tuple(step for step in steps if step is not None)
@@ -356,15 +272,14 @@ def _parse(name: str, source: str) -> _Parsed:
             raise ValueError("an import without a name")
         imports[local] = (kind, path)
     rules = ast.get("rules") or []
-    heads = [head for head in (_head_name(rule) for rule in rules) if head is not None]
+    heads = [head for head in (head_name(rule) for rule in rules) if head is not None]
     values = {}
     for rule in rules:
         value = _alias_value(rule)
-        head = _head_name(rule)
+        head = head_name(rule)
         if value is not None and head is not None and head not in _QUERIED_RULES:
             values[head] = value
-    return _Parsed(tuple(k for k in [first, *keys] if k is not None) if first else WHOLE, ast, imports, heads,
-                   values)
+    return _Parsed(package_path(ast), ast, imports, heads, values)
 
 
 def _aliases(modules: list[_Parsed]) -> dict[str, Path]:
@@ -397,7 +312,7 @@ def _reads(module: _Parsed, aliases: dict[str, Path]) -> ModuleReads:
     found = _Found()
     own: list[tuple[str, Path]] = []
     for rule in module.ast.get("rules") or []:
-        head = _head_name(rule)
+        head = head_name(rule)
         if head is not None and head in aliases and _alias_value(rule) is not None:
             own.append((head, aliases[head]))
             continue  # read where it is referenced
@@ -430,66 +345,6 @@ def reads_of_modules(modules: Mapping[str, str]) -> dict[str, ModuleReads | None
 def module_reads(name: str, source: str) -> ModuleReads | None:
     """The reads of one module on its own, or None when regorus cannot parse it (then: it reads all)."""
     return reads_of_modules({name: source})[name]
-
-
-# -- the projection -------------------------------------------------------------------------------
-
-Tree = dict[str, "Tree | None"]  # None below a key: the whole subtree
-
-
-def _tree(paths: Iterable[Path]) -> Tree | None:
-    """The paths as a key tree, or None when one of them is the whole document."""
-    tree: Tree = {}
-    for path in sorted(set(paths), key=len):
-        if path == WHOLE:
-            return None
-        node: Tree | None = tree
-        for key in path[:-1]:
-            if node is None:
-                break
-            child = node.setdefault(key, {})
-            node = child
-        if node is not None:
-            node[path[-1]] = None
-    return tree
-
-
-def _apply(document: Mapping[str, Any], tree: Tree) -> dict[str, Any]:
-    kept: dict[str, Any] = {}
-    for key, below in tree.items():
-        if key not in document:
-            continue
-        value = document[key]
-        kept[key] = _apply(value, below) if below is not None and isinstance(value, dict) else value
-    return kept
-
-
-@dataclass(frozen=True)
-class Projection:
-    """The part of the input a request's running modules can read."""
-
-    tree: Tree
-    deterministic: bool  # no impure built-in among the running modules: the answer may be remembered
-    paths: frozenset[Path] = frozenset()
-
-    def apply(self, document: Mapping[str, Any]) -> dict[str, Any]:
-        return _apply(document, self.tree)
-
-    def widened(self, paths: Iterable[Path]) -> Projection | None:
-        """This projection with `paths` read too (None when they reach the whole document)."""
-        return projection_of([*self.paths, *paths], deterministic=self.deterministic)
-
-
-def projection_of(paths: Iterable[Path], *, deterministic: bool = True) -> Projection | None:
-    """The projection keeping `paths`, or None when one of them is the whole document."""
-    chosen = frozenset(paths)
-    tree = _tree(chosen)
-    return None if tree is None else Projection(tree, deterministic, chosen)
-
-
-def _overlaps(left: Path, right: Path) -> bool:
-    shorter = min(len(left), len(right))
-    return left[:shorter] == right[:shorter]
 
 
 class InputReads:
@@ -536,7 +391,7 @@ class InputReads:
         # adds a deny, `package kgwe.aggregate.x` (or `kgwe` with `aggregate.x := ...`) a document whose
         # failure fails the query.
         running.update({id(m): m for m in modules
-                        if m is not None and any(_overlaps(m.package, a.package) for a in _AGGREGATES)})
+                        if m is not None and any(overlaps(m.package, a.package) for a in _AGGREGATES)})
         # Close over `data` references: a running module may reach any module whose package its
         # reference overlaps (imports, calls, rules of its own package in another file).
         pending = list(running.values())
@@ -544,7 +399,7 @@ class InputReads:
             module = pending.pop()
             targets = [*module.data, module.package]
             for other in known:
-                if id(other) not in running and any(_overlaps(t, other.package) for t in targets):
+                if id(other) not in running and any(overlaps(t, other.package) for t in targets):
                     running[id(other)] = other
                     pending.append(other)
         chosen = list(running.values())
@@ -552,7 +407,7 @@ class InputReads:
             return None
         aliases = [((*m.package, name), target) for m in known for name, target in m.aliases]
         referenced = [target + ref[len(rule):] if ref[:len(rule)] == rule else target
-                      for m in chosen for ref in m.data for rule, target in aliases if _overlaps(ref, rule)]
+                      for m in chosen for ref in m.data for rule, target in aliases if overlaps(ref, rule)]
         return projection_of([*AGGREGATE_READS, *(path for m in chosen for path in m.inputs), *referenced],
                              deterministic=not any(m.impure for m in chosen))
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from policies.engines.cel import CelEngine, reads_request_objects, uses_params
 from policies.engines.cel_reads import cel_reads
+from policies.engines.projection import Projection, projection_of
 from policies.engines.rego import (
     PreparedRego,
     RegoCompileError,
@@ -24,7 +25,7 @@ from policies.engines.rego import (
     RegoEvaluationError,
     RegoInput,
 )
-from policies.engines.rego_reads import InputReads, Projection, projection_of
+from policies.engines.rego_reads import InputReads
 from policies.loading.aggregate import (
     AGGREGATE_MODULE,
     CHECK_QUERY,

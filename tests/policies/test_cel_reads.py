@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from policies.engines.cel_reads import cel_reads
-from policies.engines.rego_reads import Path
+from policies.engines.projection import Path
 
 OBJECT = ("request", "object")
 

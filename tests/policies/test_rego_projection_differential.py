@@ -30,8 +30,9 @@ import regorus
 from rego_generator import GeneratedSet, RegoGenerator
 
 from policies.api import PolicyContext
+from policies.engines.projection import Projection
 from policies.engines.rego_cycles import rule_cycle
-from policies.engines.rego_reads import InputReads, Projection
+from policies.engines.rego_reads import InputReads
 from policies.engines.rego_rvm import EVERYTHING_ENTRY, rvm_aggregate_modules
 from policies.engines.rego_source import inspect_module
 from policies.loading.aggregate import AGGREGATE_MODULE, EVERYTHING_QUERY, GatheredPolicy, aggregate_module

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from policies.engines.rego_reads import WHOLE, InputReads, Path, Projection, module_reads
+from policies.engines.projection import WHOLE, Path, Projection
+from policies.engines.rego_reads import InputReads, module_reads
 
 HEADER = "package admin.p\nimport rego.v1\n"
 
