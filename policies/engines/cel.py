@@ -19,6 +19,7 @@ from policies.engines.cel_binds import without_lazy_binds
 from policies.engines.cel_conversions import strict_conversions
 from policies.engines.cel_hoisting import hoist
 from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
+from policies.engines.cel_text import lex, opens_root_name
 from policies.engines.cel_values import may_hold_optional, read
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
@@ -116,7 +117,14 @@ class _CppProgram:
 
 
 def _with_params(expression: str, params_slot: str) -> str:
-    """`expression` with `params` bound to the policy's entry of PARAMS_TABLE."""
+    """`expression` with `params` bound to the policy's entry of PARAMS_TABLE. A root-scope `.params`
+    (CEL's leading dot, which no local shadows) means the same variable: it loses its dot, so that it reads
+    the binding too rather than the shared activation's empty `params`."""
+    tokens = lex(expression)
+    dots = [tokens[k].start for k in range(len(tokens) - 1)
+            if tokens[k + 1].text == "params" and tokens[k + 1].kind == "ident" and opens_root_name(tokens, k)]
+    for start in reversed(dots):
+        expression = expression[:start] + expression[start + 1:]
     slot = params_slot.replace("\\", "").replace("'", "")
     return f"[{PARAMS_TABLE}['{slot}']].map(params, ({expression}\n))[0]"
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.engines.cel_text import Token, bracket_pairs, fresh_name, lex
+from policies.engines.cel_text import Token, bracket_pairs, fresh_name, is_field, lex
 
 Span = tuple[int, int]  # token indexes, first and last inclusive
 
@@ -57,8 +57,8 @@ def _operators(tokens: list[Token], pairs: dict[int, int], span: Span) -> tuple[
 
 
 def _reads_params(tokens: list[Token], span: Span) -> bool:
-    return any(tokens[k].kind == "ident" and tokens[k].text == "params"
-               and not (k > 0 and tokens[k - 1].text in (".", "?")) for k in range(span[0], span[1] + 1))
+    return any(tokens[k].kind == "ident" and tokens[k].text == "params" and not is_field(tokens, k)
+               for k in range(span[0], span[1] + 1))
 
 
 def _calls(tokens: list[Token], span: Span) -> bool:

@@ -5,17 +5,18 @@ CEL expression that reads `object.metadata.name` must see every replica, one tha
 `object.spec.containers` need not.
 
 Each occurrence of a variable (`object`, `oldObject`, `request`, `namespaceObject`) as a word of its own
-(not a field after `.` or `.?`) is a read of the path its chain of constant steps names: `.field`,
-`.?field`, `['key']` or `["key"]`. The chain ends at anything else (a method or macro call, a computed
-index, an operator, a comma), and everything below where it ended counts as read: `object.spec.containers
-.all(c, c.image != '')` reads `object.spec.containers` whole, `cel.bind(o, object, o.metadata.name)`
-reads all of `object`. The word shadowed by a comprehension variable of the same name only adds reads.
+or after CEL's root-scope dot (`.object`), not a field after `.` or `.?`, is a read of the path its
+chain of constant steps names: `.field`, `.?field`, `['key']` or `["key"]`. The chain ends at anything
+else (a method or macro call, a computed index, an operator, a comma), and everything below where it
+ended counts as read: `object.spec.containers.all(c, c.image != '')` reads `object.spec.containers`
+whole, `cel.bind(o, object, o.metadata.name)` reads all of `object`. The word shadowed by a
+comprehension variable of the same name only adds reads.
 Strings and comments are never words (policies/engines/cel_text.py).
 """
 
 from __future__ import annotations
 
-from policies.engines.cel_text import Token, lex
+from policies.engines.cel_text import Token, is_field, lex
 from policies.engines.projection import Path
 
 # Where each CEL variable lives in the runtime's document (`request` with its objects, `namespaceObject`).
@@ -36,14 +37,6 @@ def _plain_string(token: Token) -> str | None:
     if "\\" in inner or text[0] in inner or text.startswith(("'''", '"""')):
         return None
     return inner
-
-
-def _is_member(tokens: list[Token], index: int) -> bool:
-    """Whether the word at `index` is a field name (`x.word`, `x.?word`), not a variable."""
-    before = tokens[index - 1].text if index >= 1 and tokens[index - 1].kind == "punct" else ""
-    if before == ".":
-        return True
-    return before == "?" and index >= 2 and tokens[index - 2].text == "."
 
 
 def _chain(tokens: list[Token], index: int) -> Path:
@@ -79,7 +72,7 @@ def cel_reads(expression: str) -> frozenset[Path]:
     found: set[Path] = set()
     for index, token in enumerate(tokens):
         root = VARIABLE_PATHS.get(token.text) if token.kind == "ident" else None
-        if root is None or _is_member(tokens, index):
+        if root is None or is_field(tokens, index):
             continue
         found.add(root + _chain(tokens, index))
     return frozenset(found)

@@ -66,6 +66,23 @@ def lex(text: str) -> list[Token]:
     return tokens
 
 
+def opens_root_name(tokens: list[Token], index: int) -> bool:
+    """Whether the `.` at `index` opens a name in the root scope (`.object`, `.params`: CEL's leading dot,
+    which no local variable shadows) rather than selecting a field of what precedes it."""
+    if tokens[index].text != ".":
+        return False
+    before = tokens[index - 1] if index > 0 else None
+    return before is None or not (before.kind in ("ident", "literal") or before.text in (")", "]", "}"))
+
+
+def is_field(tokens: list[Token], index: int) -> bool:
+    """Whether the word at `index` names a field (`x.word`, `x.?word`), not a variable (`word`, `.word`)."""
+    dot = index - 1
+    if dot >= 1 and tokens[dot].text == "?" and tokens[dot - 1].text == ".":
+        dot -= 1
+    return dot >= 0 and tokens[dot].text == "." and not opens_root_name(tokens, dot)
+
+
 def bracket_pairs(tokens: list[Token]) -> dict[int, int]:
     """Matching brackets, both ways, by token index (unmatched ones are left out)."""
     pairs: dict[int, int] = {}

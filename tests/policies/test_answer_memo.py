@@ -238,6 +238,7 @@ def test_gpupolicy_replicas_get_the_answer_of_the_engine_on_the_whole_input(
     ("[object].all(o, o.metadata.generateName != 'w9-')",
      lambda c: c.request["object"]["metadata"].update(generateName="w9-")),
     ("cel.bind(r, request, r.uid != 'u9')", lambda c: c.request.update(uid="u9")),
+    (".object.metadata.name != 'worker-9'", lambda c: c.request["object"]["metadata"].update(name="worker-9")),
 ])
 def test_a_gpupolicy_reading_what_tells_requests_apart_sees_every_request(
     make_context: Callable[..., PolicyContext], validation: str, tell_apart: Callable[[PolicyContext], None]

@@ -36,6 +36,9 @@ SUM = "object.spec.containers.map(c, int(c.resources.limits['nvidia.com/gpu'])).
     # `params` as a field name is not the variable.
     (f"{SUM} <= object.params.max", [f"{SUM} <= object.params.max"]),
     ("'a' in object.metadata.labels.map(k, k) == params.x", ["object.metadata.labels.map(k, k)"]),
+    # The root-scope `.params` is params too.
+    (f"{SUM} <= .params.max", [SUM]),
+    (f"size(.params.names) > 0 && {SUM} > 0", [f"{SUM} > 0"]),
 ])
 def test_operands_free_of_params_are_found_at_the_top_level(expression: str, operands: list[str]) -> None:
     assert [expression[a:b] for a, b in params_free_operands(expression)] == operands
@@ -58,6 +61,8 @@ def _template(enabled: bool, limit: int) -> dict[str, Any]:
     return gpu_policy(f"n-{enabled}-{limit}", "Deny", validations=[
         {"expression": f"!params.enabled || {GUARDED} <= params.limit", "message": "n too large"},
         {"expression": f"{SUM} <= params.limit", "message": "too many GPUs"},
+        # The root-scope `.params` reads the policy's own params, as in Kubernetes.
+        {"expression": f"{SUM} < .params.limit + 1", "message": "too many GPUs (root scope)"},
     ], params={"enabled": enabled, "limit": limit})
 
 

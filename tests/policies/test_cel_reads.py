@@ -38,6 +38,12 @@ OBJECT = ("request", "object")
     ("object.metadata.labels[r'x'] == ''", {(*OBJECT, "metadata", "labels")}),
     ("true ? object.metadata.name : ''", {(*OBJECT, "metadata", "name")}),
     ("object.metadata.name.size() > 3", {(*OBJECT, "metadata", "name")}),
+    # CEL's root-scope dot names the variable too; after an operand it selects a field.
+    (".object.metadata.name == 'x'", {(*OBJECT, "metadata", "name")}),
+    ("size(.request.userInfo.groups) > 0 && (.namespaceObject).metadata.name == ''",
+     {("request", "userInfo", "groups"), ("namespaceObject",)}),
+    ("[1].all(object, .object.metadata.uid != '')", {(*OBJECT, "metadata", "uid"), OBJECT}),
+    ("object.spec.?request.orValue('') == '' && params.x.object == 1", {(*OBJECT, "spec", "request")}),
 ])
 def test_each_variable_reads_its_chain_of_constant_steps(expression: str, paths: set[Path]) -> None:
     assert cel_reads(expression) == paths
