@@ -293,7 +293,9 @@ def _plain_container(container: Any) -> bool:
 def request_guard(document: Mapping[str, Any]) -> str | None:
     """None when the RVM may answer this admission input; else why the interpreter must (a shape the API
     server never sends, in a field the shipped policies read)."""
-    request = document.get("request")
+    # A part absent altogether is one the engine was not handed (policies/engines/rego_reads.py: no running
+    # module reads it); the API server itself always sends `request`, its `object` and the pod's `spec`.
+    request = document.get("request", {})
     if not isinstance(request, dict):
         return "no admission request"
     for key in ("uid", "operation", "namespace"):
@@ -305,7 +307,7 @@ def request_guard(document: Mapping[str, Any]) -> str | None:
     groups = user.get("groups", [])
     if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
         return "userInfo.groups is not a list of strings"
-    pod = request.get("object")
+    pod = request.get("object", {})
     if not isinstance(pod, dict):
         return "no pod object"
     metadata = pod.get("metadata", {})
@@ -315,7 +317,7 @@ def request_guard(document: Mapping[str, Any]) -> str | None:
         return "the pod's name or namespace is not a string"
     if not _strings(metadata.get("labels", {})) or not _strings(metadata.get("annotations", {})):
         return "labels or annotations are not strings"
-    spec = pod.get("spec")
+    spec = pod.get("spec", {})
     if not isinstance(spec, dict):
         return "no pod spec"
     for key in ("containers", "initContainers", "ephemeralContainers"):

@@ -9,6 +9,7 @@ the API server would never send included. Documents must be byte-identical as so
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ import pytest
 from bench_policies import twenty_policies
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_fixtures import gpu_pod
 
+from policies.api import PolicyContext
 from policies.engines.rego import UNDEFINED, RegoEvaluationError, RegoInput, RegorusEngine
 from policies.engines.rego_rvm import (
     _PROBE_CLUSTER,
@@ -420,7 +423,23 @@ def test_a_set_the_rvm_compiler_panics_on_is_served_by_the_interpreter(
         "deny contains input.request.object.spec.containers[_].image if input.request.operation == \"CREATE\"\n")
     runtime = _runtime("auto", directories=(str(tmp_path),))
     assert rego_evaluator(runtime._set.prepared) == "interpreter"
-    from policy_fixtures import gpu_pod
-
     _, violations = runtime.evaluate(make_context(gpu_pod()))
     assert [(v.policy, v.action, v.message) for v in violations] == [("kgwe.admin.images", "Deny", "cuda")]
+
+
+def test_a_part_the_engine_was_not_handed_keeps_the_request_on_the_rvm(
+    make_context: Callable[..., PolicyContext], tmp_path: Path
+) -> None:
+    """A policy set that reads only labels is handed no pod spec (policies/engines/rego_reads.py): the
+    guard takes the absent parts for what they are, and the RVM answers as the interpreter does."""
+    (tmp_path / "labels.rego").write_text(
+        "package admin.labels\nimport rego.v1\n"
+        'deny contains "stop" if input.request.object.metadata.labels.stop == "1"\n')
+    answers = []
+    for vm in ("auto", "off"):
+        runtime = build_runtime(rego_vm=vm)  # type: ignore[arg-type]
+        assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
+        answers.append([runtime.evaluate(make_context(gpu_pod(labels=labels)))[1] for labels in ({"stop": "1"}, {})])
+        if vm == "auto":
+            assert getattr(runtime._set.prepared, "fallbacks", None) == 0
+    assert answers[0] == answers[1] and answers[0][0] and not answers[0][1]
