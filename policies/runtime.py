@@ -164,13 +164,14 @@ class PolicyRuntime:
         # Default: with the embedded engine only; an OPA engine the operator chose stays the one that answers.
         self.native_builtins = rego_engine.name == "regorus" if native_builtins is None else native_builtins
         self._native: tuple[PolicySet, NativeBuiltins | None] | None = None
-        # The engine is handed only what its running modules can read (policies/engines/rego_reads.py);
-        # off, it gets the whole input and no admin Rego answer is remembered (the tests' reference).
+        # The engine and CEL are handed only what the running policies can read (policies/engines/rego_reads.py,
+        # cel_reads.py); off, they get whole inputs and only the built-ins' answers are remembered (the
+        # tests' reference).
         self.project_input = True
         self._widening: tuple[PolicySet, Projection, Projection | None] | None = None
         self._params: tuple[PolicySet, dict[str, Any]] | None = None
         self._joined: tuple[PolicySet, JoinedPrograms] | None = None
-        self._answers = AnswerMemo()  # the built-ins' answers for pods alike but for identity
+        self._answers = AnswerMemo()  # evaluate's answers for pods alike in all the policies read (_memo_key)
 
     @property
     def rego_engine_name(self) -> str:
