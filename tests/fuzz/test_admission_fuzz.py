@@ -170,6 +170,8 @@ def test_pods_found_by_fuzzing_get_a_decision(app: App, endpoint: str, pod: dict
 
 
 @pytest.mark.slow
+# A longer hunt (`KGWE_FUZZ_EXAMPLES`) gets the time it asks for: up to 0.1 s per example.
+@pytest.mark.timeout(max(120, EXAMPLES * 5 // 10))
 @LONG
 @given(review=reviews())
 def test_reviews_long_run(app: App, review: dict[str, Any]) -> None:
