@@ -8,7 +8,9 @@ a rule's head. They are read here once, from the parser's own tree, never from t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -17,6 +19,10 @@ Path = tuple[str, ...]
 REFS = ("RefDot", "RefBrack")
 
 
+# A reload reads each module several times (its reads, the RVM's import rewrite, the recursion check,
+# once per unit compiled with the library): one parse serves them all, and an unchanged module is not
+# parsed again on the next reload. Callers only read the tree.
+@functools.lru_cache(maxsize=64)
 def parse_module(name: str, source: str) -> dict[str, Any]:
     """The syntax tree of one module on its own (raises what regorus raises when it does not parse)."""
     import regorus
@@ -124,6 +130,67 @@ def head_name(rule: Any) -> str | None:
     return var(unchain(head_ref(rule))[0])
 
 
+def references(node: Any) -> Iterator[tuple[str, Any, list[str | None]]]:
+    """Every use of a variable below `node`: (its name, its node, the keys of the reference it roots; []
+    for the variable alone). A reference's computed indexes, and a root that is not a variable, are
+    searched in turn."""
+    if isinstance(node, list):
+        for item in node:
+            yield from references(item)
+        return
+    if not isinstance(node, dict):
+        return
+    if is_ref(node):
+        root, keys, indexes = unchain(node)
+        name = var(root)
+        if name is not None:
+            yield name, root, keys
+        else:
+            yield from references(root)
+        yield from references(indexes)
+        return
+    name = var(node)
+    if name is not None:
+        yield name, node, []
+        return
+    for value in node.values():
+        yield from references(value)
+
+
+@dataclass(frozen=True)
+class Import:
+    """An import of a document: `import data.kgwe.lib.pod` binds `pod` to ("data", ("kgwe", "lib", "pod"))."""
+
+    name: str  # the name it binds (its `as`, else the path's last key, else the root)
+    root: str  # "input" or "data"
+    path: Path  # below the root
+    text: bytes  # the reference as written in the source
+    written: bool  # whether the name is written in the source (`as name`, or a path ending in `.name`)
+
+
+def document_imports(ast: Mapping[str, Any], source: str) -> list[Import]:
+    """The module's imports of `input` and `data` (not `rego.v1` or `future.keywords`); raises
+    UnicodeDecodeError when a span does not fall on the source's characters."""
+    raw = source.encode("utf-8")
+    found = []
+    for entry in ast.get("imports") or []:
+        refr = entry.get("refr")
+        root, keys, _ = unchain(refr)
+        kind = var(root)
+        where = span(refr)
+        if kind not in ("input", "data") or where is None or any(key is None for key in keys):
+            continue
+        path = tuple(key for key in keys if key is not None)
+        alias = entry.get("as")
+        aliased = isinstance(alias, dict) and isinstance(alias.get("start"), int) and isinstance(alias.get("end"), int)
+        # The name an import binds: its `as`, else the path's last key, else the root itself.
+        default = path[-1] if path else kind
+        name = raw[alias["start"]:alias["end"]].decode("utf-8") if aliased else default
+        written = aliased or (isinstance(refr, dict) and "RefDot" in refr)
+        found.append(Import(name, kind, path, raw[where[0]:where[1]], written))
+    return found
+
+
 def package_path(ast: Mapping[str, Any]) -> Path:
     """The module's package as a path below `data` (empty when unreadable)."""
     root, keys, _ = unchain((ast.get("package") or {}).get("refr"))
@@ -132,6 +199,6 @@ def package_path(ast: Mapping[str, Any]) -> Path:
 
 
 __all__ = [
-    "REFS", "Path", "dotted", "head_name", "head_ref", "is_ref", "leading", "package_path", "parse_module", "span",
-    "static_key", "unchain", "var",
+    "REFS", "Import", "Path", "document_imports", "dotted", "head_name", "head_ref", "is_ref", "leading",
+    "package_path", "parse_module", "references", "span", "static_key", "unchain", "var",
 ]

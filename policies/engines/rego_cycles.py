@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies.engines.rego_ast import REFS, Path, leading, package_path, parse_module, unchain, var
+from policies.engines.rego_ast import Path, leading, package_path, parse_module, references, unchain, var
 
 log = logging.getLogger("kgwe.policies")
 
@@ -30,34 +30,11 @@ log = logging.getLogger("kgwe.policies")
 
 def _names(node: Any, found: set[Path]) -> None:
     """Every reference below `node`: ("data", ...) for a `data` reference, ("", name, ...) for a name."""
-    if isinstance(node, list):
-        for item in node:
-            _names(item, found)
-        return
-    if not isinstance(node, dict):
-        return
-    if len(node) == 1:
-        kind = next(iter(node))
-        if kind in REFS:
-            root, keys, indexes = unchain(node)
-            name = var(root)
-            if name == "data":
-                found.add(("data", *leading(keys)))
-            elif name is not None and name != "input":
-                found.add(("", name, *leading(keys)))
-            else:
-                _names(root, found)
-            _names(indexes, found)
-            return
-        name = var(node)
+    for name, _, keys in references(node):
         if name == "data":
-            found.add(("data",))
-        elif name is not None and name != "input":
-            found.add(("", name))
-        if name is not None:
-            return
-    for value in node.values():
-        _names(value, found)
+            found.add(("data", *leading(keys)))
+        elif name != "input":
+            found.add(("", name, *leading(keys)))
 
 
 def _parts(rule: Mapping[str, Any]) -> tuple[Any, list[Any]]:

@@ -46,6 +46,7 @@ from typing import Any
 from policies.engines.projection import WHOLE, Path, Projection, overlaps, projection_of
 from policies.engines.rego_ast import (
     REFS,
+    document_imports,
     dotted,
     head_name,
     leading,
@@ -249,28 +250,9 @@ class _Parsed:
     alias_values: dict[str, Any]  # rule name -> value, for every bodiless `name := ...` rule
 
 
-def _import_name(entry: Mapping[str, Any], source: bytes, path: Path, root: str) -> str | None:
-    alias = entry.get("as")
-    if isinstance(alias, dict) and isinstance(alias.get("start"), int) and isinstance(alias.get("end"), int):
-        return source[alias["start"]:alias["end"]].decode("utf-8")
-    return path[-1] if path else root
-
-
 def _parse(name: str, source: str) -> _Parsed:
     ast = parse_module(name, source)
-    imports: dict[str, Root] = {}
-    raw = source.encode("utf-8")
-    for entry in ast.get("imports") or []:
-        refr = entry.get("refr")
-        top, steps, _ = unchain(refr)
-        kind = var(top)
-        if kind not in ("input", "data") or any(step is None for step in steps):
-            continue  # rego.v1, future.keywords: no document
-        path = tuple(step for step in steps if step is not None)
-        local = _import_name(entry, raw, path, kind)
-        if local is None:
-            raise ValueError("an import without a name")
-        imports[local] = (kind, path)
+    imports: dict[str, Root] = {i.name: (i.root, i.path) for i in document_imports(ast, source)}
     rules = ast.get("rules") or []
     heads = [head for head in (head_name(rule) for rule in rules) if head is not None]
     values = {}
