@@ -116,20 +116,23 @@ class PolicySet:
         return list(groups.items())
 
     @functools.cached_property
+    def cel_read_paths(self) -> frozenset[tuple[str, ...]]:
+        """What the set's CEL expressions can read of the runtime's document (policies/engines/cel_reads.py)."""
+        return frozenset(path for policy in self.gpu_policies for program in policy.cel_programs()
+                         for path in cel_reads(program.source))
+
+    @functools.cached_property
     def cel_projection(self) -> Projection | None:
-        """The part of the request and namespace object the set's CEL expressions can read
-        (policies/engines/cel_reads.py): what the runtime converts for them. None: all of it."""
-        return projection_of(path for policy in self.gpu_policies for program in policy.cel_programs()
-                             for path in cel_reads(program.source))
+        """The part of the request and namespace object the runtime converts for CEL; None: all of it."""
+        return projection_of(self.cel_read_paths)
 
     @functools.cached_property
     def request_reads(self) -> frozenset[tuple[str, ...]]:
-        """What the GPUPolicies' match rules and CEL expressions can read of the runtime's document
-        (policies/engines/cel_reads.py); their Rego is in `reads`."""
+        """What the GPUPolicies' match rules and CEL expressions can read of the runtime's document; their
+        Rego is in `reads`."""
         if not self.gpu_policies:
             return frozenset()
-        return MATCH_READS | frozenset(path for policy in self.gpu_policies for program in policy.cel_programs()
-                                       for path in cel_reads(program.source))
+        return MATCH_READS | self.cel_read_paths
 
     @functools.cached_property
     def cel_values_keys(self) -> dict[int, tuple[str, bytes]]:
