@@ -19,7 +19,7 @@ from policies.engines.cel_binds import without_lazy_binds
 from policies.engines.cel_conversions import strict_conversions
 from policies.engines.cel_hoisting import hoist
 from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
-from policies.engines.cel_text import lex, opens_root_name
+from policies.engines.cel_text import bound, lex, opens_root_name
 from policies.engines.cel_values import may_hold_optional, read
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
@@ -126,7 +126,7 @@ def _with_params(expression: str, params_slot: str) -> str:
     for start in reversed(dots):
         expression = expression[:start] + expression[start + 1:]
     slot = params_slot.replace("\\", "").replace("'", "")
-    return f"[{PARAMS_TABLE}['{slot}']].map(params, ({expression}\n))[0]"
+    return bound("params", f"{PARAMS_TABLE}['{slot}']", expression)
 
 
 class CelExprPythonEngine:
@@ -239,7 +239,7 @@ class CelExprPythonEngine:
         joined = "[" + ", ".join(f"dyn({text}\n)" for text in texts) + "]"
         for name, operand in reversed(bindings):
             # A one-element `map`, not `cel.bind`: see policies/engines/cel_binds.py.
-            joined = f"[{operand}\n].map({name}, {joined})[0]"
+            joined = bound(name, operand, joined)
         try:
             program = self._program(f"<{len(ours)} expressions>", joined)
             program.walk = any(p.walk for p in ours)  # its type is a list of dyn whatever theirs are

@@ -15,7 +15,7 @@ in the text that runs. Expressions are still type-checked as their authors wrote
 
 from __future__ import annotations
 
-from policies.engines.cel_text import Token, bracket_pairs, call_arguments, lex
+from policies.engines.cel_text import Token, bound, bracket_pairs, call_arguments, lex
 
 
 def _bind_arguments(tokens: list[Token], pairs: dict[int, int], j: int) -> list[tuple[int, int]] | None:
@@ -50,8 +50,7 @@ def without_lazy_binds(expression: str) -> str:
         init = without_lazy_binds(expression[tokens[init_first].start:tokens[init_last].end])
         body = without_lazy_binds(expression[tokens[body_first].start:tokens[body_last].end])
         out.append(expression[copied:tokens[j].start])
-        # Newlines end any comment a part closes with.
-        out.append(f"([{init}\n].map({tokens[variable].text}, {body}\n)[0])")
+        out.append(bound(tokens[variable].text, init, body))
         closer = pairs[j + 3]
         copied = tokens[closer].end
         j = closer + 1

@@ -19,7 +19,7 @@ but Go would not, the conversion of `''` (an error, as cel-go's), for anything e
 
 from __future__ import annotations
 
-from policies.engines.cel_text import bracket_pairs, call_arguments, fresh_name, lex
+from policies.engines.cel_text import bound, bracket_pairs, call_arguments, fresh_name, lex
 
 _FUNCTIONS = frozenset({"int", "uint", "double", "timestamp"})
 
@@ -41,8 +41,7 @@ def _guarded(function: str, argument: str, name: str) -> str:
                    f" || math.isInf(double({name})) && !{lower}.contains('inf'))"),
         "timestamp": padded,
     }[function]
-    return (f"([{argument}\n].map({name}, type({name}) == string && {refused} ? {function}('') "
-            f": {function}({name}))[0])")
+    return bound(name, argument, f"type({name}) == string && {refused} ? {function}('') : {function}({name})")
 
 
 def strict_conversions(expression: str) -> str:

@@ -25,7 +25,7 @@ MAX_OPTIONAL_MAPS calls in one expression are refused when the policy is loaded.
 
 from __future__ import annotations
 
-from policies.engines.cel_text import CLOSERS, Token, bracket_pairs, call_arguments, fresh_name, lex
+from policies.engines.cel_text import CLOSERS, Token, bound, bracket_pairs, call_arguments, fresh_name, lex
 
 _MACROS = frozenset({"optMap", "optFlatMap"})
 # At most this many optMap/optFlatMap calls in one expression: a chain of 8 costs cel-cpp's parser
@@ -117,10 +117,10 @@ def _rewrite(text: str, name: str) -> str:
     operand = _rewrite(text[tokens[start].start:tokens[j - 1].start], name)
     body = _rewrite(text[tokens[arguments[1][0]].start:tokens[closer].start], name)
     # Newlines end any comment a part closes with.
-    value = f"[{name}.value()].map({variable}, {body}\n)[0]"
+    value = bound(variable, f"{name}.value()", body)
     if tokens[j].text == "optMap":
         value = f"optional.of({value})"
-    rewritten = f"([{operand}\n].map({name}, {name}.hasValue() ? {value} : optional.none())[0])"
+    rewritten = bound(name, operand, f"{name}.hasValue() ? {value} : optional.none()")
     return _rewrite(text[:tokens[start].start], name) + rewritten + text[tokens[closer].end:]
 
 

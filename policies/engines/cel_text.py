@@ -83,6 +83,13 @@ def is_field(tokens: list[Token], index: int) -> bool:
     return dot >= 0 and tokens[dot].text == "." and not opens_root_name(tokens, dot)
 
 
+def bound(variable: str, init: str, body: str) -> str:
+    """`body` with `variable` bound to the value of `init`, evaluated once, first: a one-element `map`.
+    Every rewrite that binds a name writes it so: cel-cpp's own lazy `cel.bind` read a stale value after
+    a comprehension that stopped early (cel_binds.py). Newlines end any comment a part closes with."""
+    return f"([{init}\n].map({variable}, {body}\n)[0])"
+
+
 def bracket_pairs(tokens: list[Token]) -> dict[int, int]:
     """Matching brackets, both ways, by token index (unmatched ones are left out)."""
     pairs: dict[int, int] = {}
