@@ -104,17 +104,27 @@ def test_a_gpupolicy_that_reads_the_name_sees_every_replica(make_context: Callab
     assert _answer(runtime, make_context(bad))[1] == [("named", "Deny", "names start with ok-")]
 
 
-def test_an_admin_policy_that_reads_the_uid_sees_every_replica(
-    make_context: Callable[..., PolicyContext], tmp_path: Path
+@pytest.mark.parametrize(("module", "refusal"), [
+    ('package admin.uid\nimport rego.v1\n'
+     'deny contains "odd uid" if endswith(input.request.object.metadata.uid, "1")\n',
+     ("admin.uid", "Deny", "odd uid")),
+    # Through an import of the input.
+    ("package admin.named\nimport rego.v1\nimport input.request.object as pod\n"
+     'deny contains "odd name" if endswith(pod.metadata.name, "1")\n',
+     ("admin.named", "Deny", "odd name")),
+    # The whole input: answered every time.
+    ("package admin.whole\nimport rego.v1\n"
+     'deny contains "uid 1" if contains(json.marshal(input), "uid-1")\n',
+     ("admin.whole", "Deny", "uid 1")),
+])
+def test_an_admin_policy_that_reads_the_identity_sees_every_replica(
+    make_context: Callable[..., PolicyContext], tmp_path: Path, module: str, refusal: tuple[str, str, str]
 ) -> None:
-    (tmp_path / "uid.rego").write_text(
-        'package admin.uid\nimport rego.v1\n'
-        'deny contains "odd uid" if endswith(input.request.object.metadata.uid, "1")\n'
-    )
+    (tmp_path / "policy.rego").write_text(module)
     runtime = build_runtime()
     assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
     assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
-    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("admin.uid", "Deny", "odd uid")]
+    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [refusal]
 
 
 THREE_POLICIES = ROOT / "bench" / "data" / "three_policies"
@@ -149,18 +159,6 @@ def test_admin_rego_replicas_get_the_answer_of_the_engine_on_the_whole_input(
     assert state is not None and len(state[2]) <= 2 * len(pods)
 
 
-def test_an_admin_policy_reading_the_name_through_an_import_sees_every_replica(
-    make_context: Callable[..., PolicyContext], tmp_path: Path
-) -> None:
-    (tmp_path / "named.rego").write_text(
-        "package admin.named\nimport rego.v1\nimport input.request.object as pod\n"
-        'deny contains "odd name" if endswith(pod.metadata.name, "1")\n'
-    )
-    runtime = _with_directory(tmp_path)
-    assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
-    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("admin.named", "Deny", "odd name")]
-
-
 def test_an_admin_policy_reading_the_requester_sees_every_request(
     make_context: Callable[..., PolicyContext], tmp_path: Path
 ) -> None:
@@ -175,18 +173,6 @@ def test_an_admin_policy_reading_the_requester_sees_every_request(
     assert _answer(runtime, human)[1] == []
     assert _answer(runtime, robot)[1] == [("admin.user", "Deny", "robots may not")]
     assert _answer(runtime, human)[1] == []
-
-
-def test_an_admin_policy_reading_the_whole_input_is_answered_every_time(
-    make_context: Callable[..., PolicyContext], tmp_path: Path
-) -> None:
-    (tmp_path / "whole.rego").write_text(
-        "package admin.whole\nimport rego.v1\n"
-        'deny contains "uid 1" if contains(json.marshal(input), "uid-1")\n'
-    )
-    runtime = _with_directory(tmp_path)
-    assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
-    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("admin.whole", "Deny", "uid 1")]
 
 
 def test_an_admin_policy_reading_the_clock_is_never_remembered(
