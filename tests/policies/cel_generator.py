@@ -141,6 +141,51 @@ class CelGenerator:
         made = self._bool(0, _Scope())
         return Generated(made.text, made.plain)
 
+    def member_condition(self) -> Generated:
+        """A macro over the pod's containers whose body reads its member (`object.spec.containers.all(c,
+        ...)`): what the expression reads of each member is then narrower than the member, except where
+        the body uses it whole (`c == c`, `size(c)`). cel-expr-python only (optional values)."""
+        macro = self._pick(["exists", "all", "exists_one", "map"])
+        var = self._pick([v for v in _VARS if v != "y"])
+        inner = _Scope().with_var(var, "c", var)
+        if macro == "map":
+            value = self._pick([
+                lambda: _same(f"{var}.name"),
+                lambda: _same(f"int({var}.?resources.?limits['nvidia.com/gpu'].orValue('0'))"),
+                lambda: _same(f"size({var}.ports)"),
+                lambda: self._gen(self._pick(["int", "str", "bool"]), 1, inner),
+            ])()
+            return Generated(f"object.spec.containers.map({var}, {value.text})",
+                             f"object.spec.containers.map({var}, {value.text})")
+        body = self._member_predicate(var, inner, 0)
+        text = f"object.spec.containers.{macro}({var}, {body})"
+        if self._rng.random() < 0.25:  # `filter` answers with members: whatever reads them next
+            kept = f"object.spec.containers.filter({var}, {body})"
+            text = self._pick([f"{kept}.size() > 0", f"{kept}[0].image == 'busybox'",
+                               f"{kept}.map(y, y.image).size() > 1", f"{kept} == object.spec.containers"])
+        return Generated(text, text)
+
+    def _member_predicate(self, var: str, scope: _Scope, depth: int) -> str:
+        if depth < 2 and self._rng.random() < 0.45:
+            left, right = self._member_predicate(var, scope, depth + 1), self._member_predicate(var, scope, depth + 1)
+            return self._pick([f"({left} && {right})", f"({left} || {right})", f"!({left})"])
+        return self._pick([
+            lambda: f"{var}.name == '{self._pick(['main', 'side', 'only', 'a'])}'",
+            lambda: f"{var}.image.startsWith('nvcr.io/')",
+            lambda: f"has({var}.resources)",
+            lambda: f"has({var}.resources.limits)",
+            lambda: f"size({var}.ports) > {self._rng.randint(0, 1)}",
+            lambda: f"{var}.ports.exists(p, p > 8000)",
+            lambda: f"{var}.ports.all(p, p >= 1)",
+            lambda: f"'nvidia.com/gpu' in {var}.?resources.?limits.orValue({{}})",
+            lambda: f"{var}.resources.limits['cpu'] == '4'",
+            lambda: f"int({var}.?resources.?limits['nvidia.com/gpu'].orValue('0')) > 1",
+            lambda: f"{var}.?resources.?limits.orValue({{}}).size() > 0",
+            lambda: f"{var} == {var}",
+            lambda: f"size({var}) > 3",
+            lambda: self._bool(2, scope).text,
+        ])()
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _pick(self, options: Sequence[Any]) -> Any:

@@ -31,11 +31,14 @@ import pytest
 from cel_generator import EARLY_STOPS, PODS, CelGenerator
 
 from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
+from policies.engines.cel_reads import cel_reads
+from policies.engines.projection import EACH, projection_of
 
 CROSS_EXPRESSIONS = 1200
 EXTENDED_EXPRESSIONS = 1000
 LAW_TRIPLES = 250
 BATCHES = 150
+PROJECTED_EXPRESSIONS = 1500
 
 Outcome = tuple[str, Any]  # ("value", a comparable form of the value) or ("error", the message)
 
@@ -207,6 +210,37 @@ def test_a_batch_answers_as_its_members(cpp: _Runner) -> None:
             if together != expected:
                 wrong.append(f"group {group}, pod {pod}: {texts}\n    {together} != {expected}")
     assert wrong == []
+
+
+def test_a_value_is_the_same_on_the_part_of_the_pod_it_reads(cpp: _Runner) -> None:
+    # The runtime converts for CEL only what its expressions read (policies/engines/cel_reads.py, cut by
+    # Projection.apply): every expression on every pod, as it reads, must answer as on the whole pod. A
+    # wrong read is a policy that passes a pod it would refuse.
+    wrong: list[str] = []
+    narrowed = members = 0
+    for seed in range(PROJECTED_EXPRESSIONS):
+        generator = CelGenerator(20_000 + seed, extended=seed % 4 >= 2)
+        text = (generator.member_condition() if seed % 2 else generator.expression()).text
+        program = cpp.engine.compile(text)
+        paths = cel_reads(text)
+        projection = projection_of(paths)
+        members += any(EACH in path for path in paths)
+        for pod, whole_pod in enumerate(PODS):
+            cut = projection.apply({"request": {"object": whole_pod}}) if projection is not None else None
+            cut_pod = whole_pod if cut is None else (cut.get("request") or {}).get("object")
+            narrowed += cut_pod != whole_pod
+            outcomes = []
+            for activation in (cpp.activations[pod], cpp.engine.activation({"object": cut_pod})):
+                try:
+                    outcomes.append(("value", _comparable(program.evaluate(activation))))
+                except CelEvaluationError:
+                    outcomes.append(("error", ""))
+            if outcomes[0] != outcomes[1]:
+                wrong.append(f"#{seed} pod {pod}: {text}\n    reads {sorted(paths)}\n"
+                             f"    {outcomes[0]} != {outcomes[1]}")
+    assert wrong == []
+    # The grammar reaches the narrowing: members read in part, and pods actually cut.
+    assert members > PROJECTED_EXPRESSIONS // 3 and narrowed > PROJECTED_EXPRESSIONS
 
 
 def test_logic_laws_hold(cpp: _Runner) -> None:

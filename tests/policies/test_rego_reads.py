@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from policies.engines.projection import WHOLE, Path, Projection
+from policies.engines.projection import EACH, WHOLE, Path, Projection, projection_of
 from policies.engines.rego_reads import InputReads, module_reads
 
 HEADER = "package admin.p\nimport rego.v1\n"
@@ -177,6 +177,35 @@ def test_the_projection_keeps_whole_subtrees_and_never_changes_a_value() -> None
     assert projection.apply({"request": {"object": "text"}}) == {"request": {"object": "text"}}
     assert projection.apply({"request": {"object": {}}}) == {"request": {"object": {}}}
     assert projection.apply({}) == {}
+
+
+def test_an_each_step_cuts_every_member_and_keeps_the_collection_as_long() -> None:
+    containers = ("request", "object", "spec", "containers")
+    projection = projection_of([(*containers, EACH, "image"), (*containers, EACH, "env", EACH, "name"),
+                                ("request", "object", "metadata", "labels", EACH, "x")])
+    assert projection is not None
+    document = {"request": {"object": {
+        "spec": {"containers": [{"name": "a", "image": "i", "env": [{"name": "X", "value": "1"}]},
+                                {"name": "b"}, "odd", None, {"env": "text"}]},
+        "metadata": {"labels": {"a": "1", "b": {"x": 1, "y": 2}}, "name": "p"},
+    }}}
+    assert projection.apply(document) == {"request": {"object": {
+        "spec": {"containers": [{"image": "i", "env": [{"name": "X"}]}, {}, "odd", None, {"env": "text"}]},
+        # an object's members are its values: every key stays
+        "metadata": {"labels": {"a": "1", "b": {"x": 1}}},
+    }}}
+    # Not a collection where the step is: kept as it is.
+    assert projection.apply({"request": {"object": {"spec": {"containers": "text"}}}}) == {
+        "request": {"object": {"spec": {"containers": "text"}}}}
+
+
+def test_a_node_read_through_each_and_by_name_is_kept_whole() -> None:
+    labels = ("request", "object", "metadata", "labels")
+    mixed = projection_of([(*labels, EACH, "x"), (*labels, "team")])
+    assert mixed is not None and mixed.tree == {"request": {"object": {"metadata": {"labels": None}}}}
+    # Every member whole is the collection whole, and a document is no collection of members.
+    assert projection_of([(*labels, EACH)]).tree == projection_of([labels]).tree  # type: ignore[union-attr]
+    assert projection_of([(EACH, "x")]) is None
 
 
 POD_LIBRARY = ("package lib.pod\nimport rego.v1\npod := input.request.object\nlabels := pod.metadata.labels\n"
