@@ -9,7 +9,8 @@ A step `EACH` stands for every member of a collection: each element of an array,
 object (Rego's `some c in x` and CEL's `x.all(c, ...)` iterate either). `spec.containers[*].image` keeps
 every container, in order, each with its `image` only; an array stays as long as it was, an object
 keeps every key. Where one node is read both through `EACH` and through named keys, the node is kept
-whole: the simple answer, never a smaller one.
+whole: the simple answer, never a smaller one. `NOTHING` after `EACH` keeps the members but none of
+their keys (a count of them).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ WHOLE: Path = ()  # the path of a read of the whole document
 # Every member of a collection. Never looked up as a key: a document key spelled so is kept like any
 # other member (a read of that key alone would keep no more than this keeps).
 EACH = "[*]"
+# A key no reader reads: `(*collection, EACH, NOTHING)` keeps every member and none of its keys, for a
+# reader that only counts the members (a document key spelled so is kept, which only keeps more).
+NOTHING = "[-]"
 
 
 class Each:
@@ -140,4 +144,4 @@ def overlaps(left: Path, right: Path) -> bool:
     return left[:shorter] == right[:shorter]
 
 
-__all__ = ["EACH", "WHOLE", "Each", "Path", "Projection", "Tree", "overlaps", "projection_of", "trimmed"]
+__all__ = ["EACH", "NOTHING", "WHOLE", "Each", "Path", "Projection", "Tree", "overlaps", "projection_of", "trimmed"]

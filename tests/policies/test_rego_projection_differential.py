@@ -30,7 +30,7 @@ import regorus
 from rego_generator import GeneratedSet, RegoGenerator
 
 from policies.api import PolicyContext
-from policies.engines.projection import Projection
+from policies.engines.projection import EACH, Each, Projection
 from policies.engines.rego_cycles import rule_cycle
 from policies.engines.rego_reads import InputReads
 from policies.engines.rego_rvm import EVERYTHING_ENTRY, rvm_aggregate_modules
@@ -301,7 +301,7 @@ deny contains "lib says" if {
     "alias-shadowed-by-a-local": ({"gen.p": _unit("gen.p", """
 pod := input.request.object
 deny contains "x" if { some pod in input.request.object.spec.containers; pod.name == "bad" }
-""")}, (), ("request", "object", "spec", "containers")),
+""")}, (), ("request", "object", "spec", "containers", EACH, "name")),
     "alias-package-iterated": ({
         "gen.p": _unit("gen.p", 'deny contains k if { some k, v in data.gen.lib.pod; v.name == "bad" }\n'),
         "gen.lib.pod": _unit("gen.lib.pod", "meta := input.request.object.metadata\n"),
@@ -380,13 +380,13 @@ deny contains "x" if object.get(input, ["tenant", "name"], "none") == "bad"
     "key-iteration": ({"gen.p": _unit("gen.p", """
 deny contains k if { some k, v in input.request.object.metadata.annotations; startswith(k, "kgwe.io/") }
 warn contains k if { some k, _ in input.request.object.spec.containers[_].resources.limits }
-""")}, (), ("request", "object", "spec", "containers")),
+""")}, (), ("request", "object", "spec", "containers", EACH, "resources", "limits")),
     "computed-key-below-input": ({"gen.p": _unit("gen.p", """
 deny contains "old bad" if {
     k := concat("", ["old", "Object"])
     input.request[k].metadata.name == "bad"
 }
-""")}, (), ("request",)),
+""")}, (), ("request", EACH, "metadata", "name")),
     "input-inside-an-index": ({"gen.p": _unit("gen.p", """
 deny contains "x" if input.request.object.metadata.labels[input.request.userInfo.username] == "bad"
 """)}, (), ("request", "userInfo", "username")),
@@ -396,7 +396,7 @@ warn contains "root" if { k := concat("", ["ten", "ant"]); input[k].name == "bad
     "numeric-index": ({"gen.p": _unit("gen.p", """
 deny contains "first" if input.request.object.spec.containers[0].image == "bad/image"
 warn contains "second" if input.request.object.spec.containers[1].securityContext.privileged
-""")}, (), ("request", "object", "spec", "containers")),
+""")}, (), ("request", "object", "spec", "containers", EACH, "image")),
     "comprehensions": ({"gen.p": _unit("gen.p", """
 images := {c.image | some c in input.request.object.spec.containers}
 by_name := {c.name: c.image | some c in input.request.object.spec.containers}
@@ -440,11 +440,16 @@ deny.evil := ["bad"] if input.request.object.metadata.name == "bad"
 
 
 def _kept(tree: Mapping[str, Any] | None, path: tuple[str, ...]) -> bool:
-    """Whether the projection keeps the whole subtree at `path`."""
+    """Whether the projection keeps the whole subtree at `path` (`EACH`: below every member)."""
     node: Any = tree
     for key in path:
         if node is None:
             return True
+        if isinstance(node, Each):
+            if key != EACH:
+                return False
+            node = node.below
+            continue
         if key not in node:
             return False
         node = node[key]
