@@ -514,7 +514,12 @@ class PolicyRuntime:
                    if rules.matches(ctx.request, ctx.namespace_object) for p in group}
         candidates = [p for p in policy_set.gpu_policies if id(p) in matched and wanted(p)]
         self._prefetch([(p, program) for p in candidates for _, program in p.match_conditions], ctx, activations)
+        values, keys = activations.values, policy_set.cel_values_keys
         for policy in candidates:
+            # Conditions the joined evaluation found true: no call per condition (the common case).
+            if all(values.get(keys[id(program)]) is True for _, program in policy.match_conditions):
+                active.append(policy)
+                continue
             try:
                 if all(self._cel_true(policy, program, ctx, activations) for _, program in policy.match_conditions):
                     active.append(policy)
@@ -638,7 +643,10 @@ class PolicyRuntime:
 
     def _validate(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: _CelScope) -> list[Violation]:
         found = []
+        values, keys = cache.values, cache.policy_set.cel_values_keys
         for validation in policy.validations:
+            if values.get(keys[id(validation.expression)]) is True:
+                continue  # found true by the joined evaluation
             try:
                 if self._cel_true(policy, validation.expression, ctx, cache):
                     continue
