@@ -70,6 +70,7 @@ from policies.metrics import (
     POLICY_VIOLATIONS,
 )
 from policies.vocabulary import keys
+from policies.vocabulary.objects import identity_of
 from rego import LIBRARY_DIR
 
 log = logging.getLogger("kgwe.policies")
@@ -485,8 +486,11 @@ class PolicyRuntime:
             widened = self._widened(policy_set, projection)
             if widened is None:
                 return None, None
-            read = RegoInput(widened.apply({"request": ctx.request, "namespaceObject": ctx.namespace_object,
-                                            "intent": ctx.intent, "tenant": ctx.tenant}))
+            # The key holds the pod without its identity, the namespace and the intent whole already: of
+            # them, only the identity is left to cut.
+            request = ctx.request
+            read = RegoInput(widened.apply({"request": {**request, "object": identity_of(request.get("object"))},
+                                            "tenant": ctx.tenant}))
         else:
             read = engine_input = RegoInput(projection.apply(self._rego_input(ctx, (), native.policies).document))
         try:

@@ -42,6 +42,14 @@ def without_identity(obj: Any) -> Any:
     return {**obj, "metadata": {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}}
 
 
+def identity_of(obj: Any) -> dict[str, Any]:
+    """What `without_identity` leaves out of `obj`: `{"metadata": {...its IDENTITY_FIELDS...}}`, or `{}`
+    when it leaves nothing out. The two together hold all of `obj`."""
+    if without_identity(obj) is obj:
+        return {}
+    return {"metadata": {k: v for k, v in obj["metadata"].items() if k in IDENTITY_FIELDS}}
+
+
 def mapping(value: Any) -> Mapping[str, Any]:
     """`value` when it is a JSON object, else the empty mapping."""
     return value if isinstance(value, dict) else EMPTY

@@ -225,6 +225,11 @@ def test_gpupolicy_replicas_get_the_answer_of_the_engine_on_the_whole_input(
      lambda c: c.request["object"]["metadata"].update(generateName="w9-")),
     ("cel.bind(r, request, r.uid != 'u9')", lambda c: c.request.update(uid="u9")),
     (".object.metadata.name != 'worker-9'", lambda c: c.request["object"]["metadata"].update(name="worker-9")),
+    # A member's field (read through a macro's variable) and the identity read inside a macro.
+    ("object.spec.containers.all(c, c.image != 'evil/image')",
+     lambda c: c.request["object"]["spec"]["containers"][0].update(image="evil/image")),
+    ("[object.metadata].exists(m, m.name == 'worker-9') == false",
+     lambda c: c.request["object"]["metadata"].update(name="worker-9")),
 ])
 def test_a_gpupolicy_reading_what_tells_requests_apart_sees_every_request(
     make_context: Callable[..., PolicyContext], validation: str, tell_apart: Callable[[PolicyContext], None]
