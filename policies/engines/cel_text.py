@@ -68,11 +68,13 @@ def lex(text: str) -> list[Token]:
 
 def opens_root_name(tokens: list[Token], index: int) -> bool:
     """Whether the `.` at `index` opens a name in the root scope (`.object`, `.params`: CEL's leading dot,
-    which no local variable shadows) rather than selecting a field of what precedes it."""
+    which no local variable shadows) rather than selecting a field of what precedes it. `in` is the one
+    operator spelled as a word: `'gpu' in .object.metadata.labels` names the variable."""
     if tokens[index].text != ".":
         return False
     before = tokens[index - 1] if index > 0 else None
-    return before is None or not (before.kind in ("ident", "literal") or before.text in (")", "]", "}"))
+    return before is None or not (before.kind == "literal" or (before.kind == "ident" and before.text != "in")
+                                  or before.text in (")", "]", "}"))
 
 
 def is_field(tokens: list[Token], index: int) -> bool:

@@ -310,3 +310,27 @@ def test_cel_sees_what_it_reads_of_every_example_pod(make_context: Callable[...,
             assert _answer(projected, make_context(_replica(pod, 1), namespace_object=namespace)) == expected
             seen.update(message for policy, _, message in expected[1] if policy == "shapes")
     assert len(seen) > 1  # the expressions refuse some example pods, not none or all
+
+
+# Deny policies written so that a wrong read would cut what refuses the pod (the runtime converts only what
+# the set's CEL reads): each refuses POD_WITH_EVERYTHING on the whole pod, so it must on the cut one.
+CUT_REFUSALS = [
+    # `in` then CEL's root-scope dot: the variable, not a field of `in`.
+    "object.spec.containers.size() > 0 && !('kgwe.io/unrestricted' in .object.?metadata.?labels.orValue({}))",
+]
+
+
+@pytest.mark.parametrize("expression", CUT_REFUSALS)
+def test_a_deny_policy_refuses_the_cut_pod_it_refuses_whole(
+    make_context: Callable[..., PolicyContext], expression: str
+) -> None:
+    pod = gpu_pod(labels={"kgwe.io/unrestricted": "yes"}, privileged=True)
+    pod["metadata"]["annotations"] = {"kgwe.io/exempt": "no"}
+    policy = gpu_policy("cut", "Deny", validations=[{"expression": expression, "message": "refused"}])
+    projected, whole = build_runtime(), build_runtime()
+    whole.project_input = False
+    for runtime in (projected, whole):
+        assert runtime.reload(builtin=False, gpu_policies=[policy]).ok
+    expected = _answer(whole, make_context(pod))
+    assert ("cut", "Deny", "refused") in expected[1]
+    assert _answer(projected, make_context(pod)) == expected

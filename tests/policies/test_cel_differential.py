@@ -32,7 +32,7 @@ from cel_generator import EARLY_STOPS, PODS, CelGenerator
 
 from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
 from policies.engines.cel_reads import cel_reads
-from policies.engines.projection import EACH, projection_of
+from policies.engines.projection import EACH, Path, projection_of
 
 CROSS_EXPRESSIONS = 1200
 EXTENDED_EXPRESSIONS = 1000
@@ -212,6 +212,20 @@ def test_a_batch_answers_as_its_members(cpp: _Runner) -> None:
     assert wrong == []
 
 
+def _whole_and_cut(cpp: _Runner, program: Any, paths: frozenset[Path], pod: dict[str, Any]) -> list[Outcome]:
+    """`program`'s outcome on the whole pod, then on the pod cut to `paths` as the runtime cuts it."""
+    projection = projection_of(paths)
+    cut = projection.apply({"request": {"object": pod}}) if projection is not None else None
+    cut_pod = pod if cut is None else (cut.get("request") or {}).get("object")
+    outcomes: list[Outcome] = []
+    for variables in ({"object": pod}, {"object": cut_pod}):
+        try:
+            outcomes.append(("value", _comparable(program.evaluate(cpp.engine.activation(variables)))))
+        except CelEvaluationError:
+            outcomes.append(("error", ""))
+    return outcomes
+
+
 def test_a_value_is_the_same_on_the_part_of_the_pod_it_reads(cpp: _Runner) -> None:
     # The runtime converts for CEL only what its expressions read (policies/engines/cel_reads.py, cut by
     # Projection.apply): every expression on every pod, as it reads, must answer as on the whole pod. A
@@ -226,21 +240,77 @@ def test_a_value_is_the_same_on_the_part_of_the_pod_it_reads(cpp: _Runner) -> No
         projection = projection_of(paths)
         members += any(EACH in path for path in paths)
         for pod, whole_pod in enumerate(PODS):
-            cut = projection.apply({"request": {"object": whole_pod}}) if projection is not None else None
-            cut_pod = whole_pod if cut is None else (cut.get("request") or {}).get("object")
-            narrowed += cut_pod != whole_pod
-            outcomes = []
-            for activation in (cpp.activations[pod], cpp.engine.activation({"object": cut_pod})):
-                try:
-                    outcomes.append(("value", _comparable(program.evaluate(activation))))
-                except CelEvaluationError:
-                    outcomes.append(("error", ""))
+            narrowed += projection is not None and projection.apply({"request": {"object": whole_pod}}) != {
+                "request": {"object": whole_pod}}
+            outcomes = _whole_and_cut(cpp, program, paths, whole_pod)
             if outcomes[0] != outcomes[1]:
                 wrong.append(f"#{seed} pod {pod}: {text}\n    reads {sorted(paths)}\n"
                              f"    {outcomes[0]} != {outcomes[1]}")
     assert wrong == []
     # The grammar reaches the narrowing: members read in part, and pods actually cut.
     assert members > PROJECTED_EXPRESSIONS // 3 and narrowed > PROJECTED_EXPRESSIONS
+
+
+# A pod whose collections hold what a container never is (a string, null, a list, a number) and whose maps
+# have keys spelled like a projection step or a comment: members read in part must stay what they were.
+ODD_POD: dict[str, Any] = {
+    "metadata": {"name": "odd", "labels": {"app": "odd", "[*]": "star", "a//b": "slashes"},
+                 "annotations": {"kgwe.io//exempt": "no"}},
+    "spec": {
+        "containers": [{"name": "main", "image": "", "ports": [1], "env": [{"name": "A", "value": "x"}],
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}, "sidecar", None, [1, 2], 3],
+        "data": {"nested": {"a": {"b": 1, "c": 2}, "[*]": {"b": 5, "z": 1}},
+                 "matrix": [[{"v": 1, "w": 2}], [{"v": 3}], []]},
+    },
+}
+
+# Expressions written to make a body see more of a member than its variable's chains, or to hide a read
+# from the token reader: shadowing, root-scope dots, binds, optionals, whole members, keys iterated, keys
+# spelled like steps, quoted field names, comments.
+CUT_ATTACKS = [
+    "'app' in .object.metadata.labels",
+    "object.spec.containers.exists(c, c.name in.object.metadata.labels)",
+    "object.spec.containers.all(c, c.env.all(c, c.name != ''))",
+    "object.spec.containers.all(c, [{'name': 'q'}].all(c, c.name == 'q') && c.image != '')",
+    "object.spec.containers.all(c, cel.bind(c, {'image': ''}, c.image == '') && c.name != '')",
+    "object.spec.containers.all(c, cel.bind(d, c, d.image != ''))",
+    "object.spec.containers.all(object, object.image != '')",
+    "object.spec.containers.all(object, .object.metadata.name == 'odd')",
+    "object.spec.containers.exists(c, c.?image.orValue('x') == '')",
+    "object.spec.containers.exists(c, c[?'image'].orValue('x') == '')",
+    "object.spec.containers.exists(c, optional.of(c).optMap(d, d.image).orValue('x') == '')",
+    "object.spec.containers.exists(c, 'env' in c)",
+    "object.spec.containers.exists(c, c.exists(k, k == 'resources'))",
+    "object.spec.containers.exists(c, c.all(k, c[k] != ''))",
+    "object.spec.containers.map(c, c.resources).size() > 1",
+    "object.spec.containers.map(c, c.env.map(e, e)).size() > 0",
+    "object.spec.containers.map(c, c.image == '', c).size() == 1",
+    "object.spec.containers.exists_one(c, has(c.resources.limits))",
+    "object.spec.containers.exists(c, c == null || type(c) == list || dyn(c) == 3 || size(c) > 5)",
+    "object.spec.containers.exists(c, c.env.exists(e, e == c.env[0]))",
+    "object.spec.containers.exists(c, {'a': c}.a.image == '' || [c][0].name == '' || (c).image == '')",
+    "object.spec.containers.exists(c, c // a comment\n.image == '')",
+    "object.spec.containers.exists(c, c.`image` == '')",
+    "object.spec.containers.exists(c, object.spec.containers.exists(d, d.image == c.name))",
+    "object.spec.containers.exists(c, c.image == '') || object.spec.containers[1] == 'sidecar'",
+    "object.spec.data.matrix.all(r, r.all(x, has(x.w)))",
+    "object.spec.data.matrix.exists(r, r.exists(x, x.size() == 2))",
+    "object.spec.data.nested.all(k, has(k.b))",
+    "object.spec.data.nested.all(k, object.spec.data.nested[k].b > 0)",
+    "object.spec.data.nested['[*]'].z == 1 && object.spec.data.nested.a.c == 2",
+    "object.metadata.labels['[*]'] == 'star'",
+    "object.metadata.exists(k, k == 'annotations')",
+    "[1, 2].all(x, object.spec.containers.exists(c, c.image == ''))",
+]
+
+
+@pytest.mark.parametrize("text", CUT_ATTACKS)
+def test_an_adversarial_value_is_the_same_on_the_part_of_the_pod_it_reads(cpp: _Runner, text: str) -> None:
+    program = cpp.engine.compile(text)
+    paths = cel_reads(text)
+    for pod in (*PODS, ODD_POD):
+        whole, cut = _whole_and_cut(cpp, program, paths, pod)
+        assert whole == cut, f"{pod['metadata']['name']}: reads {sorted(paths)}"
 
 
 def test_logic_laws_hold(cpp: _Runner) -> None:

@@ -64,6 +64,10 @@ OBJECT = ("request", "object")
     ("size(.request.userInfo.groups) > 0 && (.namespaceObject).metadata.name == ''",
      {("request", "userInfo", "groups"), ("namespaceObject",)}),
     ("[1].all(object, .object.metadata.uid != '')", {OBJECT}),
+    # `in` is an operator spelled as a word: a dot after it opens a root name, never selects a field.
+    ("'gpu' in .object.metadata.labels", {(*OBJECT, "metadata", "labels")}),
+    ("object.spec.containers.all(c, c.name in.object.metadata.labels)",
+     {(*OBJECT, "spec", "containers", EACH, "name"), (*OBJECT, "metadata", "labels")}),
     ("object.spec.?request.orValue('') == '' && params.x.object == 1", {(*OBJECT, "spec", "request")}),
 ])
 def test_each_variable_reads_its_chain_of_constant_steps(expression: str, paths: set[Path]) -> None:

@@ -57,6 +57,15 @@ def test_params_as_a_local_name_and_comments_keep_their_meaning(
     assert _denied(runtime, make_context(gpu_pod(gpus="1"))) == ["comment-low: at most 2"]
 
 
+def test_the_root_scope_params_after_in_is_the_policys_own(make_context: Callable[..., PolicyContext]) -> None:
+    # `in .params.x`: the dot opens the root name (not a field of `in`), so it reads the policy's entry too.
+    runtime = build_runtime()
+    policies = [gpu_policy(name, "Deny", validations=[{"expression": "'main' in .params.allowed", "message": name}],
+                           params={"allowed": allowed}) for name, allowed in (("in", ["main"]), ("out", ["x"]))]
+    assert runtime.reload(builtin=False, gpu_policies=policies).ok
+    assert _denied(runtime, make_context(gpu_pod())) == ["out"]
+
+
 def test_a_shared_expression_that_fails_is_reported_for_every_policy_stating_it(
     make_context: Callable[..., PolicyContext]
 ) -> None:
