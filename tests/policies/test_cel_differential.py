@@ -270,6 +270,8 @@ ODD_POD: dict[str, Any] = {
 CUT_ATTACKS = [
     "'app' in .object.metadata.labels",
     "object.spec.containers.exists(c, c.name in.object.metadata.labels)",
+    "has(object.metadata.labels.`a//b`) || object.metadata.name == 'odd'",
+    "object.metadata.labels.`a//b` == 'slashes' && object.spec.containers.all(c, c.image != '')",
     "object.spec.containers.all(c, c.env.all(c, c.name != ''))",
     "object.spec.containers.all(c, [{'name': 'q'}].all(c, c.name == 'q') && c.image != '')",
     "object.spec.containers.all(c, cel.bind(c, {'image': ''}, c.image == '') && c.name != '')",

@@ -59,6 +59,11 @@ OBJECT = ("request", "object")
     ("object.metadata.labels[r'x'] == ''", {(*OBJECT, "metadata", "labels")}),
     ("true ? object.metadata.name : ''", {(*OBJECT, "metadata", "name")}),
     ("object.metadata.name.size() > 3", {(*OBJECT, "metadata", "name")}),
+    # A backtick-quoted field name ends a chain (what it selects is read whole); `//` inside it opens no
+    # comment that would hide the rest of the line.
+    ("has(object.metadata.labels.`a//b`) || object.metadata.name == 'x'",
+     {(*OBJECT, "metadata", "labels"), (*OBJECT, "metadata", "name")}),
+    ("object.spec.containers.all(c, c.`image` != '' && c.name != '')", {(*OBJECT, "spec", "containers")}),
     # CEL's root-scope dot names the variable too; after an operand it selects a field.
     (".object.metadata.name == 'x'", {(*OBJECT, "metadata", "name")}),
     ("size(.request.userInfo.groups) > 0 && (.namespaceObject).metadata.name == ''",
