@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import pytest
 
+from policies.engines.cel import build_cel_engine
 from policies.engines.cel_reads import cel_reads
 from policies.engines.projection import EACH, Path
 
@@ -83,3 +84,13 @@ def _outermost(paths: Iterable[Path]) -> set[Path]:
     """The paths not below another one (a path keeps everything below it)."""
     paths = set(paths)
     return {p for p in paths if not any(q != p and p[:len(q)] == q for q in paths)}
+
+
+def test_comprehensions_that_declare_one_name_again_and_again_are_read_in_one_walk() -> None:
+    # Each level declares `c` again, so the outermost member is used whole. Following a shadowed name once
+    # per enclosing comprehension walked 2^depth times: this policy of 324 characters, which cel-cpp
+    # accepts, held the worker that first read it for hours.
+    depth = 28
+    expression = "object.spec.containers.all(c, " + "c.all(c, " * depth + "c.image != ''" + ")" * (depth + 1)
+    build_cel_engine("cel-expr-python").compile(expression)
+    assert _outermost(cel_reads(expression)) == {(*OBJECT, "spec", "containers")}
