@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from cel_generator import EARLY_STOPS, PODS, CelGenerator
+from cel_generator import EARLY_STOPS, ODD_POD, PODS, CelGenerator, CutAttackGenerator
 
 from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
 from policies.engines.cel_reads import cel_reads
@@ -39,6 +39,7 @@ EXTENDED_EXPRESSIONS = 1000
 LAW_TRIPLES = 250
 BATCHES = 150
 PROJECTED_EXPRESSIONS = 1500
+CUT_ATTACK_EXPRESSIONS = 1500
 
 Outcome = tuple[str, Any]  # ("value", a comparable form of the value) or ("error", the message)
 
@@ -251,19 +252,6 @@ def test_a_value_is_the_same_on_the_part_of_the_pod_it_reads(cpp: _Runner) -> No
     assert members > PROJECTED_EXPRESSIONS // 3 and narrowed > PROJECTED_EXPRESSIONS
 
 
-# A pod whose collections hold what a container never is (a string, null, a list, a number) and whose maps
-# have keys spelled like a projection step or a comment: members read in part must stay what they were.
-ODD_POD: dict[str, Any] = {
-    "metadata": {"name": "odd", "labels": {"app": "odd", "[*]": "star", "a//b": "slashes"},
-                 "annotations": {"kgwe.io//exempt": "no"}},
-    "spec": {
-        "containers": [{"name": "main", "image": "", "ports": [1], "env": [{"name": "A", "value": "x"}],
-                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}, "sidecar", None, [1, 2], 3],
-        "data": {"nested": {"a": {"b": 1, "c": 2}, "[*]": {"b": 5, "z": 1}},
-                 "matrix": [[{"v": 1, "w": 2}], [{"v": 3}], []]},
-    },
-}
-
 # Expressions written to make a body see more of a member than its variable's chains, or to hide a read
 # from the token reader: shadowing, root-scope dots, binds, optionals, whole members, keys iterated, keys
 # spelled like steps, quoted field names, comments.
@@ -304,6 +292,27 @@ CUT_ATTACKS = [
     "object.metadata.exists(k, k == 'annotations')",
     "[1, 2].all(x, object.spec.containers.exists(c, c.image == ''))",
 ]
+
+
+def test_a_generated_attack_answers_on_the_part_of_the_pod_it_reads(cpp: _Runner) -> None:
+    # CutAttackGenerator's expressions are untyped: those cel-expr-python accepts are compared.
+    wrong: list[str] = []
+    compiled = 0
+    for seed in range(CUT_ATTACK_EXPRESSIONS):
+        text = CutAttackGenerator(seed).expression()
+        try:
+            program = cpp.engine.compile(text)
+        except CelCompileError:
+            continue
+        compiled += 1
+        paths = cel_reads(text)
+        for pod in (*PODS, ODD_POD):
+            whole, cut = _whole_and_cut(cpp, program, paths, pod)
+            if whole != cut:
+                wrong.append(f"#{seed} {pod['metadata']['name']}: {text!r}\n    reads {sorted(paths)}\n"
+                             f"    {whole} != {cut}")
+    assert wrong == []
+    assert compiled > CUT_ATTACK_EXPRESSIONS // 2
 
 
 @pytest.mark.parametrize("text", CUT_ATTACKS)
