@@ -594,6 +594,47 @@ ODD_POD: dict[str, Any] = {
     },
 }
 
+# Expressions written to make a body see more of a member than its variable's chains, or to hide a read
+# from the token reader: shadowing, root-scope dots, binds, optionals, whole members, keys iterated, keys
+# spelled like steps, quoted field names, comments.
+CUT_ATTACKS = [
+    "'app' in .object.metadata.labels",
+    "object.spec.containers.exists(c, c.name in.object.metadata.labels)",
+    "has(object.metadata.labels.`a//b`) || object.metadata.name == 'odd'",
+    "object.metadata.labels.`a//b` == 'slashes' && object.spec.containers.all(c, c.image != '')",
+    "object.spec.containers.all(c, c.env.all(c, c.name != ''))",
+    "object.spec.containers.all(c, [{'name': 'q'}].all(c, c.name == 'q') && c.image != '')",
+    "object.spec.containers.all(c, cel.bind(c, {'image': ''}, c.image == '') && c.name != '')",
+    "object.spec.containers.all(c, cel.bind(d, c, d.image != ''))",
+    "object.spec.containers.all(object, object.image != '')",
+    "object.spec.containers.all(object, .object.metadata.name == 'odd')",
+    "object.spec.containers.exists(c, c.?image.orValue('x') == '')",
+    "object.spec.containers.exists(c, c[?'image'].orValue('x') == '')",
+    "object.spec.containers.exists(c, optional.of(c).optMap(d, d.image).orValue('x') == '')",
+    "object.spec.containers.exists(c, 'env' in c)",
+    "object.spec.containers.exists(c, c.exists(k, k == 'resources'))",
+    "object.spec.containers.exists(c, c.all(k, c[k] != ''))",
+    "object.spec.containers.map(c, c.resources).size() > 1",
+    "object.spec.containers.map(c, c.env.map(e, e)).size() > 0",
+    "object.spec.containers.map(c, c.image == '', c).size() == 1",
+    "object.spec.containers.exists_one(c, has(c.resources.limits))",
+    "object.spec.containers.exists(c, c == null || type(c) == list || dyn(c) == 3 || size(c) > 5)",
+    "object.spec.containers.exists(c, c.env.exists(e, e == c.env[0]))",
+    "object.spec.containers.exists(c, {'a': c}.a.image == '' || [c][0].name == '' || (c).image == '')",
+    "object.spec.containers.exists(c, c // a comment\n.image == '')",
+    "object.spec.containers.exists(c, c.`image` == '')",
+    "object.spec.containers.exists(c, object.spec.containers.exists(d, d.image == c.name))",
+    "object.spec.containers.exists(c, c.image == '') || object.spec.containers[1] == 'sidecar'",
+    "object.spec.data.matrix.all(r, r.all(x, has(x.w)))",
+    "object.spec.data.matrix.exists(r, r.exists(x, x.size() == 2))",
+    "object.spec.data.nested.all(k, has(k.b))",
+    "object.spec.data.nested.all(k, object.spec.data.nested[k].b > 0)",
+    "object.spec.data.nested['[*]'].z == 1 && object.spec.data.nested.a.c == 2",
+    "object.metadata.labels['[*]'] == 'star'",
+    "object.metadata.exists(k, k == 'annotations')",
+    "[1, 2].all(x, object.spec.containers.exists(c, c.image == ''))",
+]
+
 # The spellings of the pod a cut-attack starts from, the collections it iterates and the fields it reads.
 _ROOTS = ("object", ".object", "request.object", ".request.object", "(object)", "cel.bind(o, object, o)",
           "dyn(object)")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cel_generator import CUT_ATTACKS, ODD_POD, PODS
 from policy_fixtures import ROOT, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
@@ -337,3 +338,19 @@ def test_a_deny_policy_refuses_the_cut_pod_it_refuses_whole(
     expected = _answer(whole, make_context(pod))
     assert ("cut", "Deny", "refused") in expected[1]
     assert _answer(projected, make_context(pod)) == expected
+
+
+@pytest.mark.parametrize("expression", CUT_ATTACKS)
+def test_a_cut_attack_answers_on_the_projected_runtime_as_on_the_whole_one(
+    make_context: Callable[..., PolicyContext], expression: str
+) -> None:
+    """An expression written to break the CEL reads (cel_generator.CUT_ATTACKS), alone in its set (where
+    other policies' reads cannot cover its own), failures refusing: the runtime that cuts the pod answers
+    every pod as the one converting it whole."""
+    policy = gpu_policy("attack", "Deny", validations=[{"expression": expression, "message": "refused"}])
+    projected, whole = build_runtime(failure_mode="closed"), build_runtime(failure_mode="closed")
+    whole.project_input = False
+    for runtime in (projected, whole):
+        assert runtime.reload(builtin=False, gpu_policies=[policy]).ok
+    for pod in (*PODS, ODD_POD):
+        assert _answer(projected, make_context(pod)) == _answer(whole, make_context(pod))
