@@ -19,7 +19,7 @@ from policies.engines.cel_binds import without_lazy_binds
 from policies.engines.cel_conversions import strict_conversions
 from policies.engines.cel_hoisting import hoist
 from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
-from policies.engines.cel_text import bound, lex, opens_root_name
+from policies.engines.cel_text import bound, fresh_name, lex, opens_root_name
 from policies.engines.cel_values import may_hold_optional, read
 
 CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
@@ -118,13 +118,17 @@ class _CppProgram:
 
 def _with_params(expression: str, params_slot: str) -> str:
     """`expression` with `params` bound to the policy's entry of PARAMS_TABLE. A root-scope `.params`
-    (CEL's leading dot, which no local shadows) means the same variable: it loses its dot, so that it reads
-    the binding too rather than the shared activation's empty `params`."""
+    (CEL's leading dot, which no local shadows) means the same variable: it becomes a fresh name bound to
+    `params` outside every comprehension, so that it reads the binding too rather than the shared
+    activation's empty `params`, and a comprehension variable named `params` cannot capture it."""
     tokens = lex(expression)
-    dots = [tokens[k].start for k in range(len(tokens) - 1)
+    dots = [k for k in range(len(tokens) - 1)
             if tokens[k + 1].text == "params" and tokens[k + 1].kind == "ident" and opens_root_name(tokens, k)]
-    for start in reversed(dots):
-        expression = expression[:start] + expression[start + 1:]
+    if dots:
+        root = fresh_name(expression, "kgwe__root_params")
+        for k in reversed(dots):
+            expression = expression[:tokens[k].start] + root + expression[tokens[k + 1].end:]
+        expression = bound(root, "params", expression)
     slot = params_slot.replace("\\", "").replace("'", "")
     return bound("params", f"{PARAMS_TABLE}['{slot}']", expression)
 

@@ -103,14 +103,26 @@ def _reads_at(tokens: list[Token], pairs: dict[int, int], index: int, base: Path
         found.add(trimmed(base + steps))
         return
     names, body = macro
+    uses = [k for first, last in body for k in range(first, last + 1)
+            if tokens[k].kind == "ident" and tokens[k].text in names and not is_field(tokens, k)]
+    # A member used whole (a nested comprehension declaring the same name is such a use) reads the
+    # collection whole, and every other use reads below it: nothing more to follow. Following them anyway
+    # would follow a shadowed name once per enclosing comprehension: 2^depth walks for `c.all(c, c.all(c, ...))`.
+    if any(_whole_use(tokens, pairs, k) for k in uses):
+        found.add(trimmed(base + steps))
+        return
     member = (*base, *steps, EACH)
     read: set[Path] = set()
-    for first, last in body:
-        for k in range(first, last + 1):
-            if tokens[k].kind == "ident" and tokens[k].text in names and not is_field(tokens, k):
-                _reads_at(tokens, pairs, k, member, read)
+    for k in uses:
+        _reads_at(tokens, pairs, k, member, read)
     # A body that reads nothing of its members still counts them: the collection whole, as before.
     found.update(read or {base + steps})
+
+
+def _whole_use(tokens: list[Token], pairs: dict[int, int], index: int) -> bool:
+    """Whether the name at `index` stands for all of its value: no constant step, no narrowing macro after it."""
+    steps, end = _chain(tokens, index)
+    return not steps and _macro_variables(tokens, pairs, end) is None
 
 
 def cel_reads(expression: str) -> frozenset[Path]:

@@ -1,7 +1,8 @@
 """CEL source text as tokens, for the rewrites that make cel-cpp answer right (cel_binds.py, cel_optionals.py,
 cel_conversions.py). Only what they need: string literals, comments, numbers and identifiers are
-recognised as such, so text inside a string or a comment is never mistaken for code; every other
-character is a one-character token. The texts are ones the type checker has accepted.
+recognised as such, and so are backtick-quoted field names (`` x.`a//b` ``), so text inside a string, a
+quoted name or a comment is never mistaken for code; every other character is a one-character token.
+The texts are ones the type checker has accepted.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ _SPACE = re.compile(r"(?:\s+|//[^\n]*)+")
 _STRING_START = re.compile(r"(?:[rR][bB]?|[bB][rR]?)?('''|\"\"\"|'|\")")
 _NUMBER = re.compile(r"0[xX][0-9a-fA-F]+[uU]?|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[uU]?|\.\d+(?:[eE][+-]?\d+)?")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A field name in backticks (CEL allows `.`, `-`, `/` and spaces in one): `//` inside it opens no comment.
+_QUOTED_NAME = re.compile(r"`[^`\n]*`")
 
 
 @dataclass(frozen=True)
 class Token:
-    kind: str  # "ident", "literal" (number or string) or "punct"
+    kind: str  # "ident", "literal" (a number, a string or a backtick-quoted field name: never a variable) or "punct"
     text: str
     start: int
     end: int
@@ -54,7 +57,7 @@ def lex(text: str) -> list[Token]:
             tokens.append(Token("literal", text[i:end], i, end))
             i = end
             continue
-        for kind, pattern in (("literal", _NUMBER), ("ident", _IDENT)):
+        for kind, pattern in (("literal", _NUMBER), ("ident", _IDENT), ("literal", _QUOTED_NAME)):
             found = pattern.match(text, i)
             if found:
                 tokens.append(Token(kind, found.group(), i, found.end()))
@@ -68,11 +71,13 @@ def lex(text: str) -> list[Token]:
 
 def opens_root_name(tokens: list[Token], index: int) -> bool:
     """Whether the `.` at `index` opens a name in the root scope (`.object`, `.params`: CEL's leading dot,
-    which no local variable shadows) rather than selecting a field of what precedes it."""
+    which no local variable shadows) rather than selecting a field of what precedes it. `in` is the one
+    operator spelled as a word: `'gpu' in .object.metadata.labels` names the variable."""
     if tokens[index].text != ".":
         return False
     before = tokens[index - 1] if index > 0 else None
-    return before is None or not (before.kind in ("ident", "literal") or before.text in (")", "]", "}"))
+    return before is None or not (before.kind == "literal" or (before.kind == "ident" and before.text != "in")
+                                  or before.text in (")", "]", "}"))
 
 
 def is_field(tokens: list[Token], index: int) -> bool:

@@ -579,3 +579,126 @@ class CelGenerator:
     def _opt_has(self, depth: int, scope: _Scope) -> _E:
         opt = self._opt(self._pick(["int", "str"]), depth + 1, scope)
         return _E(f"{opt.text}.hasValue()", opt.has)
+
+
+# A pod whose collections hold what a container never is (a string, null, a list, a number) and whose maps
+# have keys spelled like a projection step or a comment: members read in part must stay what they were.
+ODD_POD: dict[str, Any] = {
+    "metadata": {"name": "odd", "labels": {"app": "odd", "[*]": "star", "a//b": "slashes"},
+                 "annotations": {"kgwe.io//exempt": "no"}},
+    "spec": {
+        "containers": [{"name": "main", "image": "", "ports": [1], "env": [{"name": "A", "value": "x"}],
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}, "sidecar", None, [1, 2], 3],
+        "data": {"nested": {"a": {"b": 1, "c": 2}, "[*]": {"b": 5, "z": 1}},
+                 "matrix": [[{"v": 1, "w": 2}], [{"v": 3}], []]},
+    },
+}
+
+# Expressions written to make a body see more of a member than its variable's chains, or to hide a read
+# from the token reader: shadowing, root-scope dots, binds, optionals, whole members, keys iterated, keys
+# spelled like steps, quoted field names, comments.
+CUT_ATTACKS = [
+    "'app' in .object.metadata.labels",
+    "object.spec.containers.exists(c, c.name in.object.metadata.labels)",
+    "has(object.metadata.labels.`a//b`) || object.metadata.name == 'odd'",
+    "object.metadata.labels.`a//b` == 'slashes' && object.spec.containers.all(c, c.image != '')",
+    "object.spec.containers.all(c, c.env.all(c, c.name != ''))",
+    "object.spec.containers.all(c, [{'name': 'q'}].all(c, c.name == 'q') && c.image != '')",
+    "object.spec.containers.all(c, cel.bind(c, {'image': ''}, c.image == '') && c.name != '')",
+    "object.spec.containers.all(c, cel.bind(d, c, d.image != ''))",
+    "object.spec.containers.all(object, object.image != '')",
+    "object.spec.containers.all(object, .object.metadata.name == 'odd')",
+    "object.spec.containers.exists(c, c.?image.orValue('x') == '')",
+    "object.spec.containers.exists(c, c[?'image'].orValue('x') == '')",
+    "object.spec.containers.exists(c, optional.of(c).optMap(d, d.image).orValue('x') == '')",
+    "object.spec.containers.exists(c, 'env' in c)",
+    "object.spec.containers.exists(c, c.exists(k, k == 'resources'))",
+    "object.spec.containers.exists(c, c.all(k, c[k] != ''))",
+    "object.spec.containers.map(c, c.resources).size() > 1",
+    "object.spec.containers.map(c, c.env.map(e, e)).size() > 0",
+    "object.spec.containers.map(c, c.image == '', c).size() == 1",
+    "object.spec.containers.exists_one(c, has(c.resources.limits))",
+    "object.spec.containers.exists(c, c == null || type(c) == list || dyn(c) == 3 || size(c) > 5)",
+    "object.spec.containers.exists(c, c.env.exists(e, e == c.env[0]))",
+    "object.spec.containers.exists(c, {'a': c}.a.image == '' || [c][0].name == '' || (c).image == '')",
+    "object.spec.containers.exists(c, c // a comment\n.image == '')",
+    "object.spec.containers.exists(c, c.`image` == '')",
+    "object.spec.containers.exists(c, object.spec.containers.exists(d, d.image == c.name))",
+    "object.spec.containers.exists(c, c.image == '') || object.spec.containers[1] == 'sidecar'",
+    "object.spec.data.matrix.all(r, r.all(x, has(x.w)))",
+    "object.spec.data.matrix.exists(r, r.exists(x, x.size() == 2))",
+    "object.spec.data.nested.all(k, has(k.b))",
+    "object.spec.data.nested.all(k, object.spec.data.nested[k].b > 0)",
+    "object.spec.data.nested['[*]'].z == 1 && object.spec.data.nested.a.c == 2",
+    "object.metadata.labels['[*]'] == 'star'",
+    "object.metadata.exists(k, k == 'annotations')",
+    "[1, 2].all(x, object.spec.containers.exists(c, c.image == ''))",
+]
+
+# The spellings of the pod a cut-attack starts from, the collections it iterates and the fields it reads.
+_ROOTS = ("object", ".object", "request.object", ".request.object", "(object)", "cel.bind(o, object, o)",
+          "dyn(object)")
+_CUT_VARS = ("c", "x", "object", "request", "params")
+_COLLECTIONS = ("spec.containers", "spec.data.matrix", "spec.data.nested", "metadata.labels", "metadata", "spec",
+                "spec.containers[0]", "spec.containers[0].ports", "spec.data.strs")
+_FIELDS = ("name", "image", "ports", "resources", "env", "b", "v", "w", "app", "resources.limits", "`image`",
+           "`a//b`")
+
+
+class CutAttackGenerator:
+    """Seeded, untyped expressions that try to make a comprehension's body see more of a member than its
+    variable's chains reach, or to hide a read from the token reader (policies/engines/cel_reads.py):
+    variables named like the pod's roots or like each other, root-scope dots (after `in` too), binds,
+    optionals, members used whole, maps iterated by key, quoted field names, comments and strings that
+    spell code. Many fail the type checker: callers keep those cel-expr-python compiles."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+
+    def expression(self) -> str:
+        var = self._rng.choice(_CUT_VARS)
+        macro = self._rng.choice(("all", "exists", "exists_one", "map"))
+        source = f"{self._rng.choice(_ROOTS)}.{self._rng.choice(_COLLECTIONS)}"
+        if macro == "map":
+            # A map's keys come in no fixed order (cel-cpp): the answer is whether some result is a given one.
+            value = self._rng.choice((f"{var}.{self._field()}", var, self._use(var, 0)))
+            wanted = self._rng.choice(("1", "'x'", "true", "null"))
+            text = f"{source}.map({var}, {value}).exists(r, r == {wanted})"
+        else:
+            text = f"{source}.{macro}({var}, {self._use(var, 0)})"
+        if self._rng.random() < 0.3:
+            other = f"{self._rng.choice(_ROOTS)}.{self._rng.choice(_COLLECTIONS)}"
+            text += f" {self._rng.choice(('&&', '||', '=='))} {other}.exists({var}, {self._use(var, 1)})"
+        return text
+
+    def _field(self) -> str:
+        return str(self._rng.choice(_FIELDS))
+
+    def _use(self, var: str, depth: int) -> str:
+        """A boolean body that reads `var` (or a name shadowing it) some way."""
+        roll = self._rng.random()
+        if depth < 3 and roll < 0.35:
+            inner = self._rng.choice((*_CUT_VARS, var))
+            source = self._rng.choice((f"{var}.{self._field()}", var,
+                                       f"{self._rng.choice(_ROOTS)}.{self._rng.choice(_COLLECTIONS)}"))
+            macro = self._rng.choice(("all", "exists", "exists_one", "map", "filter"))
+            body = self._use(self._rng.choice((inner, var)), depth + 1)
+            if macro in ("map", "filter"):
+                return f"{source}.{macro}({inner}, {body}).size() > 0"
+            return f"{source}.{macro}({inner}, {body})"
+        if depth < 3 and roll < 0.55:
+            operator = self._rng.choice(("&&", "||"))
+            return f"({self._use(var, depth + 1)} {operator} {self._use(self._rng.choice(_CUT_VARS), depth + 1)})"
+        if depth < 3 and roll < 0.6:
+            return f"!({self._use(var, depth + 1)})"
+        field_ = self._field()
+        key = field_.strip("`")
+        return str(self._rng.choice((
+            f"{var}.{field_} == 1", f"has({var}.{field_})", f"{var}.?{field_}.orValue(0) == 0",
+            f"{var}['{key}'] == 'x'", f"size({var}) > 1", f"{var} == null", f"'name' in {var}",
+            f"type({var}) == map", f"{var}.{field_}.size() > 0", f"[{var}][0].{field_} == 1",
+            f"cel.bind(q, {var}, q.{field_} == 1)", f"cel.bind({var}, {var}.{field_}, {var} == 1)",
+            f"{var}.{field_} in.object.metadata.labels", "'app' in .object.metadata.labels",
+            f"{var}.{field_} == 1 // {var}.other\n", f"'{var}.{field_}.all(' == ''",
+            f"optional.of({var}).optMap(o, o.{field_}).orValue(0) == 0",
+        )))

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cel_generator import CUT_ATTACKS, ODD_POD, PODS
 from policy_fixtures import ROOT, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
@@ -315,3 +316,46 @@ def test_cel_sees_what_it_reads_of_every_example_pod(make_context: Callable[...,
             assert _answer(projected, make_context(_replica(pod, 1), namespace_object=namespace)) == expected
             seen.update(message for policy, _, message in expected[1] if policy == "shapes")
     assert len(seen) > 1  # the expressions refuse some example pods, not none or all
+
+
+# Deny policies written so that a wrong read would cut what refuses the pod (the runtime converts only what
+# the set's CEL reads): each refuses POD_WITH_EVERYTHING on the whole pod, so it must on the cut one.
+CUT_REFUSALS = [
+    # `in` then CEL's root-scope dot: the variable, not a field of `in`.
+    "object.spec.containers.size() > 0 && !('kgwe.io/unrestricted' in .object.?metadata.?labels.orValue({}))",
+    # `//` inside a backtick-quoted field name: no comment hiding the rest of the line.
+    "has(object.metadata.annotations.`kgwe.io//exempt`) || "
+    "!object.spec.containers.exists(c, c.?securityContext.?privileged.orValue(false))",
+]
+
+
+@pytest.mark.parametrize("expression", CUT_REFUSALS)
+def test_a_deny_policy_refuses_the_cut_pod_it_refuses_whole(
+    make_context: Callable[..., PolicyContext], expression: str
+) -> None:
+    pod = gpu_pod(labels={"kgwe.io/unrestricted": "yes"}, privileged=True)
+    pod["metadata"]["annotations"] = {"kgwe.io/exempt": "no"}
+    policy = gpu_policy("cut", "Deny", validations=[{"expression": expression, "message": "refused"}])
+    projected, whole = build_runtime(), build_runtime()
+    whole.project_input = False
+    for runtime in (projected, whole):
+        assert runtime.reload(builtin=False, gpu_policies=[policy]).ok
+    expected = _answer(whole, make_context(pod))
+    assert ("cut", "Deny", "refused") in expected[1]
+    assert _answer(projected, make_context(pod)) == expected
+
+
+@pytest.mark.parametrize("expression", CUT_ATTACKS)
+def test_a_cut_attack_answers_on_the_projected_runtime_as_on_the_whole_one(
+    make_context: Callable[..., PolicyContext], expression: str
+) -> None:
+    """An expression written to break the CEL reads (cel_generator.CUT_ATTACKS), alone in its set (where
+    other policies' reads cannot cover its own), failures refusing: the runtime that cuts the pod answers
+    every pod as the one converting it whole."""
+    policy = gpu_policy("attack", "Deny", validations=[{"expression": expression, "message": "refused"}])
+    projected, whole = build_runtime(failure_mode="closed"), build_runtime(failure_mode="closed")
+    whole.project_input = False
+    for runtime in (projected, whole):
+        assert runtime.reload(builtin=False, gpu_policies=[policy]).ok
+    for pod in (*PODS, ODD_POD):
+        assert _answer(projected, make_context(pod)) == _answer(whole, make_context(pod))

@@ -28,17 +28,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from cel_generator import EARLY_STOPS, PODS, CelGenerator
+from cel_generator import CUT_ATTACKS, EARLY_STOPS, ODD_POD, PODS, CelGenerator, CutAttackGenerator
 
 from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
 from policies.engines.cel_reads import cel_reads
-from policies.engines.projection import EACH, projection_of
+from policies.engines.projection import EACH, Path, projection_of
 
 CROSS_EXPRESSIONS = 1200
 EXTENDED_EXPRESSIONS = 1000
 LAW_TRIPLES = 250
 BATCHES = 150
 PROJECTED_EXPRESSIONS = 1500
+CUT_ATTACK_EXPRESSIONS = 1500
 
 Outcome = tuple[str, Any]  # ("value", a comparable form of the value) or ("error", the message)
 
@@ -212,6 +213,20 @@ def test_a_batch_answers_as_its_members(cpp: _Runner) -> None:
     assert wrong == []
 
 
+def _whole_and_cut(cpp: _Runner, program: Any, paths: frozenset[Path], pod: dict[str, Any]) -> list[Outcome]:
+    """`program`'s outcome on the whole pod, then on the pod cut to `paths` as the runtime cuts it."""
+    projection = projection_of(paths)
+    cut = projection.apply({"request": {"object": pod}}) if projection is not None else None
+    cut_pod = pod if cut is None else (cut.get("request") or {}).get("object")
+    outcomes: list[Outcome] = []
+    for variables in ({"object": pod}, {"object": cut_pod}):
+        try:
+            outcomes.append(("value", _comparable(program.evaluate(cpp.engine.activation(variables)))))
+        except CelEvaluationError:
+            outcomes.append(("error", ""))
+    return outcomes
+
+
 def test_a_value_is_the_same_on_the_part_of_the_pod_it_reads(cpp: _Runner) -> None:
     # The runtime converts for CEL only what its expressions read (policies/engines/cel_reads.py, cut by
     # Projection.apply): every expression on every pod, as it reads, must answer as on the whole pod. A
@@ -226,21 +241,45 @@ def test_a_value_is_the_same_on_the_part_of_the_pod_it_reads(cpp: _Runner) -> No
         projection = projection_of(paths)
         members += any(EACH in path for path in paths)
         for pod, whole_pod in enumerate(PODS):
-            cut = projection.apply({"request": {"object": whole_pod}}) if projection is not None else None
-            cut_pod = whole_pod if cut is None else (cut.get("request") or {}).get("object")
-            narrowed += cut_pod != whole_pod
-            outcomes = []
-            for activation in (cpp.activations[pod], cpp.engine.activation({"object": cut_pod})):
-                try:
-                    outcomes.append(("value", _comparable(program.evaluate(activation))))
-                except CelEvaluationError:
-                    outcomes.append(("error", ""))
+            narrowed += projection is not None and projection.apply({"request": {"object": whole_pod}}) != {
+                "request": {"object": whole_pod}}
+            outcomes = _whole_and_cut(cpp, program, paths, whole_pod)
             if outcomes[0] != outcomes[1]:
                 wrong.append(f"#{seed} pod {pod}: {text}\n    reads {sorted(paths)}\n"
                              f"    {outcomes[0]} != {outcomes[1]}")
     assert wrong == []
     # The grammar reaches the narrowing: members read in part, and pods actually cut.
     assert members > PROJECTED_EXPRESSIONS // 3 and narrowed > PROJECTED_EXPRESSIONS
+
+
+def test_a_generated_attack_answers_on_the_part_of_the_pod_it_reads(cpp: _Runner) -> None:
+    # CutAttackGenerator's expressions are untyped: those cel-expr-python accepts are compared.
+    wrong: list[str] = []
+    compiled = 0
+    for seed in range(CUT_ATTACK_EXPRESSIONS):
+        text = CutAttackGenerator(seed).expression()
+        try:
+            program = cpp.engine.compile(text)
+        except CelCompileError:
+            continue
+        compiled += 1
+        paths = cel_reads(text)
+        for pod in (*PODS, ODD_POD):
+            whole, cut = _whole_and_cut(cpp, program, paths, pod)
+            if whole != cut:
+                wrong.append(f"#{seed} {pod['metadata']['name']}: {text!r}\n    reads {sorted(paths)}\n"
+                             f"    {whole} != {cut}")
+    assert wrong == []
+    assert compiled > CUT_ATTACK_EXPRESSIONS // 2
+
+
+@pytest.mark.parametrize("text", CUT_ATTACKS)
+def test_an_adversarial_value_is_the_same_on_the_part_of_the_pod_it_reads(cpp: _Runner, text: str) -> None:
+    program = cpp.engine.compile(text)
+    paths = cel_reads(text)
+    for pod in (*PODS, ODD_POD):
+        whole, cut = _whole_and_cut(cpp, program, paths, pod)
+        assert whole == cut, f"{pod['metadata']['name']}: reads {sorted(paths)}"
 
 
 def test_logic_laws_hold(cpp: _Runner) -> None:

@@ -39,6 +39,7 @@ SUM = "object.spec.containers.map(c, int(c.resources.limits['nvidia.com/gpu'])).
     # The root-scope `.params` is params too.
     (f"{SUM} <= .params.max", [SUM]),
     (f"size(.params.names) > 0 && {SUM} > 0", [f"{SUM} > 0"]),
+    (f"{SUM} > 0 && [1].exists(x, 'a' in .params.names)", [f"{SUM} > 0"]),
 ])
 def test_operands_free_of_params_are_found_at_the_top_level(expression: str, operands: list[str]) -> None:
     assert [expression[a:b] for a, b in params_free_operands(expression)] == operands

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import pytest
 
+from policies.engines.cel import build_cel_engine
 from policies.engines.cel_reads import cel_reads
 from policies.engines.projection import EACH, Path
 
@@ -59,11 +60,20 @@ OBJECT = ("request", "object")
     ("object.metadata.labels[r'x'] == ''", {(*OBJECT, "metadata", "labels")}),
     ("true ? object.metadata.name : ''", {(*OBJECT, "metadata", "name")}),
     ("object.metadata.name.size() > 3", {(*OBJECT, "metadata", "name")}),
+    # A backtick-quoted field name ends a chain (what it selects is read whole); `//` inside it opens no
+    # comment that would hide the rest of the line.
+    ("has(object.metadata.labels.`a//b`) || object.metadata.name == 'x'",
+     {(*OBJECT, "metadata", "labels"), (*OBJECT, "metadata", "name")}),
+    ("object.spec.containers.all(c, c.`image` != '' && c.name != '')", {(*OBJECT, "spec", "containers")}),
     # CEL's root-scope dot names the variable too; after an operand it selects a field.
     (".object.metadata.name == 'x'", {(*OBJECT, "metadata", "name")}),
     ("size(.request.userInfo.groups) > 0 && (.namespaceObject).metadata.name == ''",
      {("request", "userInfo", "groups"), ("namespaceObject",)}),
     ("[1].all(object, .object.metadata.uid != '')", {OBJECT}),
+    # `in` is an operator spelled as a word: a dot after it opens a root name, never selects a field.
+    ("'gpu' in .object.metadata.labels", {(*OBJECT, "metadata", "labels")}),
+    ("object.spec.containers.all(c, c.name in.object.metadata.labels)",
+     {(*OBJECT, "spec", "containers", EACH, "name"), (*OBJECT, "metadata", "labels")}),
     ("object.spec.?request.orValue('') == '' && params.x.object == 1", {(*OBJECT, "spec", "request")}),
 ])
 def test_each_variable_reads_its_chain_of_constant_steps(expression: str, paths: set[Path]) -> None:
@@ -74,3 +84,13 @@ def _outermost(paths: Iterable[Path]) -> set[Path]:
     """The paths not below another one (a path keeps everything below it)."""
     paths = set(paths)
     return {p for p in paths if not any(q != p and p[:len(q)] == q for q in paths)}
+
+
+def test_comprehensions_that_declare_one_name_again_and_again_are_read_in_one_walk() -> None:
+    # Each level declares `c` again, so the outermost member is used whole. Following a shadowed name once
+    # per enclosing comprehension walked 2^depth times: this policy of 324 characters, which cel-cpp
+    # accepts, held the worker that first read it for hours.
+    depth = 28
+    expression = "object.spec.containers.all(c, " + "c.all(c, " * depth + "c.image != ''" + ")" * (depth + 1)
+    build_cel_engine("cel-expr-python").compile(expression)
+    assert _outermost(cel_reads(expression)) == {(*OBJECT, "spec", "containers")}

@@ -57,6 +57,23 @@ def test_params_as_a_local_name_and_comments_keep_their_meaning(
     assert _denied(runtime, make_context(gpu_pod(gpus="1"))) == ["comment-low: at most 2"]
 
 
+@pytest.mark.parametrize("expression", [
+    # `in .params.x`: the dot opens the root name (not a field of `in`), so it reads the policy's entry too.
+    "'main' in .params.allowed",
+    # ... and marks the operand as reading params: it is not hoisted out of the policy's binding and shared.
+    "object.spec.containers.size() > 0 && object.spec.containers.exists(c, c.name in .params.allowed)",
+    # The root-scope `.params` is the policy's params even where a comprehension variable is named `params`
+    # (cel-cpp's answer; celpy lets the local capture it).
+    "object.spec.containers.all(params, params.name in .params.allowed)",
+])
+def test_the_root_scope_params_is_the_policys_own(make_context: Callable[..., PolicyContext], expression: str) -> None:
+    runtime = build_runtime(failure_mode="closed")
+    policies = [gpu_policy(name, "Deny", validations=[{"expression": expression, "message": name}],
+                           params={"allowed": allowed}) for name, allowed in (("in", ["main"]), ("out", ["x"]))]
+    assert runtime.reload(builtin=False, gpu_policies=policies).ok
+    assert _denied(runtime, make_context(gpu_pod())) == ["out"]
+
+
 def test_a_shared_expression_that_fails_is_reported_for_every_policy_stating_it(
     make_context: Callable[..., PolicyContext]
 ) -> None:
