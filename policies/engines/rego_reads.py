@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -133,6 +133,11 @@ class _Scope:
     members: Mapping[str, frozenset[Path]] = field(default_factory=dict)
     collections: Mapping[Path, frozenset[Path]] = field(default_factory=dict)
     functions: _Functions | None = None
+    # Answers of `_sources` and `_bindings` by (node, the member variables in scope that it names), for
+    # one reading of a set: nested comprehensions ask about the same inner nodes from every level and
+    # every round of an outer fixpoint (exponential in the nesting otherwise); and the names each node uses.
+    known: dict[tuple[int, frozenset[tuple[str, frozenset[Path]]]], Any] = field(default_factory=dict)
+    named: dict[int, frozenset[str]] = field(default_factory=dict)
 
     def roots(self, node: Any) -> list[Root]:
         name = var(node)
@@ -239,8 +244,23 @@ def _constant(node: Any) -> bool:
     return not any(True for _ in references(node))
 
 
+def _remembered(node: Any, scope: _Scope, compute: Callable[[Any, _Scope], Any]) -> Any:
+    names = scope.named.get(id(node))
+    if names is None:
+        names = scope.named[id(node)] = frozenset(name for name, _, _ in references(node))
+    members = scope.members
+    key = (id(node), frozenset((name, members[name]) for name in names if name in members))
+    if key not in scope.known:
+        scope.known[key] = compute(node, scope)
+    return scope.known[key]
+
+
 def _sources(node: Any, scope: _Scope) -> frozenset[Path] | None:
     """The input collections whose members are exactly the members of `node`'s value, or None."""
+    return _remembered(node, scope, _sources_of)  # type: ignore[no-any-return]
+
+
+def _sources_of(node: Any, scope: _Scope) -> frozenset[Path] | None:
     if not isinstance(node, dict) or len(node) != 1:
         return None
     kind, body = next(iter(node.items()))
@@ -299,6 +319,10 @@ def _some_in(statement: Any) -> Mapping[str, Any] | None:
 def _bindings(query: Any, scope: _Scope) -> dict[str, frozenset[Path]]:
     """The member variables a query binds (`some c in <collection>`), to a fixpoint: a collection may be
     a member's path bound by another statement (`some c in X; some e in c.env`)."""
+    return dict(_remembered(query, scope, _bindings_of))
+
+
+def _bindings_of(query: Any, scope: _Scope) -> dict[str, frozenset[Path]]:
     statements = query.get("stmts") if isinstance(query, dict) else None
     if not isinstance(statements, list):
         return {}

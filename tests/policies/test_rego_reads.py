@@ -245,3 +245,13 @@ def test_a_library_alias_is_read_as_far_as_each_reference_reaches(policy: str, p
     projection = reads.projection()
     assert projection is not None
     assert _outermost(projection.paths) == _outermost({("kgwe",), *paths})
+
+
+def test_nested_comprehensions_are_read_once_per_level() -> None:
+    # Asked again from every level and every round of the outer fixpoint, 30 levels took ~2^30 steps: a
+    # 700-character policy would stall the reload that reads it. (No time is asserted: the suite's
+    # timeout is the bound.)
+    inner = "input.x"
+    for level in range(30):
+        inner = f"[v{level} | some v{level} in {inner}]"
+    assert _inputs(f"deny contains c.name if {{ some c in {inner} }}") == {("x", EACH, "name"), ("x", EACH, NOTHING)}
