@@ -15,9 +15,28 @@ functions with `else` chains and defaults, `with input.x as y`, library packages
 `data.gen.lib.lN` or an import, references to other policies' packages (some of them skipped), a
 package split across two files, and `data` references with a computed root.
 
+Member flows (`features` names them `member-*` and `collection-*`): `some c in X`, `some k, c in X`,
+`every`, comprehensions of the three kinds over members, `X[i].f`, `X[_].f`, `X[0].f`, `count(X)`, nested
+iteration (`some e in c.env`), objects iterated by value (`some k, v in c.resources`), member fields in
+rule heads; collections named by rules defined once without a body (an input collection, an `object.get`,
+an `array.concat` of such, an array comprehension keeping members whole, a set comprehension of
+members), in the policy's package or in a library as rego/lib/pod.rego writes them (`containers`,
+`gpu_containers`, `is_gpu_container` defined three times), reached through an import or a `data.` ref;
+functions of a member (several definitions, an else chain, one returning part of its argument, one
+calling another with its parameter, one with its parameter whole in its value, one iterating its
+parameter). And the uses that need members whole: sets of members counted, `json.marshal(c)`,
+`walk(c, ...)`, `object.keys(c)`, `c = <input ref>`, `some [a, b] in X`, a local variable that shadows a
+collection rule's name, a member variable bound again, `with` replacing the members. Half the sets
+(`member_focus`) read no container collection whole outside these flows, so that an analysis cutting
+members has room to cut, and to cut too much.
+
 The inputs vary presence, types (a string where an object is expected, a number where a string is,
 null, empty objects and lists), nesting and values drawn from small pools, so conditions hold about as
-often as not and built-ins sometimes fail on a wrong type (failures are compared too).
+often as not and built-ins sometimes fail on a wrong type (failures are compared too). Container
+collections (containers, init and ephemeral ones) are missing, empty, or hold members that differ field
+by field (images and names the set's policies compare with come more often), members that are no
+objects (strings, numbers, null, arrays to destructure), and twins: copies of a member that differ only in
+one field (or none), which a set of whole members keeps apart and a set of one field does not.
 """
 
 from __future__ import annotations

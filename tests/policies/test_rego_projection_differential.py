@@ -11,7 +11,9 @@ admit the pod), so the check runs regorus itself, as KGWE serves it, on both inp
   (its aggregate, entry `everything`), where it compiles.
 
 Sets come from tests/policies/rego_generator.py (seeded: the same sets every run), and from the
-hand-written cases below, one per corner of the language the analysis must see through. The reads are
+hand-written cases below, one per corner of the language the analysis must see through; MEMBER_CASES
+are the reads into collection members (projection step EACH), each with the paths a sound narrowing keeps
+(a member kept whole where it must be), on inputs whose members differ where a cut would show. The reads are
 built as `policies.loading.policy_set.input_reads` builds them: a unit per package, libraries being the
 units with no deny/warn/decision rules.
 """
