@@ -691,9 +691,11 @@ def _reads(module: _Parsed, scope: _Scope) -> ModuleReads:
         if head is not None and head in scope.aliases and _alias_value(rule) is not None:
             own.append((head, scope.aliases[head]))
             continue  # read where it is referenced
-        if head is not None and (*module.package, head) in scope.collections:
-            # Its members are read where it is iterated; what choosing them reads, here.
-            _walk_collection_parts(_alias_value(rule), scope, found)
+        # A collection rule: its members are read where it is iterated; here, what choosing them reads and
+        # the collections themselves (regorus evaluates every rule of a package it is asked about, and
+        # `object.get` or `array.concat` fails on a collection of the wrong type).
+        if head is not None and (*module.package, head) in scope.collections \
+                and _walk_collection(_alias_value(rule), scope, found):
             continue
         _walk_rule(rule, scope, found)
     return ModuleReads(module.package, frozenset(found.inputs), frozenset(found.data), found.rewrites,
