@@ -378,13 +378,19 @@ class PolicyRuntime:
             active = self._active(policy_set, ctx, lambda p: _has_rules(p, "decision"), failures, _CelScope(policy_set))
             if failures:
                 raise PolicyEngineError(failures[0].message)
+            failed_policies: list[_EvaluationFailed] = []
             try:
-                partials = self._query(policy_set, DECISION_QUERY, ctx, active)
+                partials = self._query(policy_set, DECISION_QUERY, ctx, active, failures=failed_policies)
             except _EvaluationFailed as failed:
                 self._count_failure(failed)
                 if self.failure_mode == "closed":
                     raise PolicyEngineError(f"policy engine failed: {failed.reason}") from None
                 return decision
+            for policy_failed in failed_policies:
+                self._count_failure(policy_failed)
+                if self.failure_mode == "closed":
+                    raise PolicyEngineError(
+                        f"policy engine failed on policy {policy_failed.policy}: {policy_failed.reason}")
         finally:
             _EVALUATION_SECONDS["decide"].observe(time.perf_counter() - started)
         return _merge_partials(policy_set, partials)
@@ -427,9 +433,13 @@ class PolicyRuntime:
             for policy in active:
                 if policy.validations:
                     violations.extend(self._validate(policy, ctx, activations))
+            failed_policies: list[_EvaluationFailed] = []
             try:
                 everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active, engine_input=engine_input,
-                                         scope=activations)
+                                         scope=activations, failures=failed_policies)
+                if failed_policies:
+                    memo_key = None  # a policy's failure is not the pod's answer
+                    violations.extend(v for f in failed_policies for v in self._failure_violations(f))
             except _EvaluationFailed as failed:
                 everything = {}
                 memo_key = None  # the engine's failure (failing open, it reads as no violation) is not the pod's answer
@@ -705,11 +715,12 @@ class PolicyRuntime:
         return native
 
     def _query(self, policy_set: PolicySet, query: str, ctx: PolicyContext, active: list[CompiledGPUPolicy],
-               *, natively: bool = True, engine_input: RegoInput | None = None, scope: _CelScope | None = None
-               ) -> Any:
+               *, natively: bool = True, engine_input: RegoInput | None = None, scope: _CelScope | None = None,
+               failures: list[_EvaluationFailed] | None = None) -> Any:
         """The aggregate document `query` names: the built-ins answered in Python where they can be
         (`natively`), the rest by the engine, on the part of the input it can read (`engine_input` when
-        the caller has it already, for the built-ins answered natively)."""
+        the caller has it already, for the built-ins answered natively). With `failures`, a query that
+        fails on some policies is answered by the others (`_by_policy`), the failures appended there."""
         prepared = policy_set.prepared
         assert prepared is not None
         native_answer: Any = None
@@ -748,7 +759,10 @@ class PolicyRuntime:
                 self.engine_health.mark_down(str(exc))
             raise _EvaluationFailed(prepared.engine_name, "rego", str(exc), unavailable=True) from exc
         except RegoEvaluationError as exc:
-            raise _EvaluationFailed(prepared.engine_name, "rego", str(exc)) from exc
+            failed = _EvaluationFailed(prepared.engine_name, "rego", str(exc))
+            if failures is None:
+                raise failed from exc
+            result = self._by_policy(policy_set, query, full, failed, failures)
         if time.perf_counter() - wall > self.rego_time_limit and time.thread_time() - started > self.rego_time_limit:
             raise _EvaluationFailed(
                 prepared.engine_name, "rego", f"evaluation exceeded the Rego time limit of {self.rego_time_limit}s"
@@ -758,19 +772,65 @@ class PolicyRuntime:
             try:
                 return merge_answers(native_answer, result)
             except Declined:
-                return self._query(policy_set, query, ctx, active, natively=False, scope=scope)
+                if failures is not None:
+                    failures.clear()  # asked again, whole: its own failures only
+                return self._query(policy_set, query, ctx, active, natively=False, scope=scope, failures=failures)
         return result
+
+    def _by_policy(self, policy_set: PolicySet, query: str, full: RegoInput, failed: _EvaluationFailed,
+                   failures: list[_EvaluationFailed]) -> Any:
+        """The document `query` names, assembled policy by policy after the one query failed: each policy
+        that fails alone is appended to `failures` (and says what failureMode makes it say), the others
+        answer as in the aggregate. One policy that fails, perhaps made to by a value the pod's creator
+        chose, must not silence every other one. Raises `failed` when no single policy explains the
+        failure (then it is the aggregate's own: a module in its package) or none answers."""
+        prepared = policy_set.prepared
+        assert prepared is not None
+        gates = full.document.get("kgwe") or {}
+        active, native = gates.get("active") or {}, gates.get("native") or {}
+        kinds = {CHECK_QUERY: ("deny", "warn"), DECISION_QUERY: ("decision",)}.get(query, ("deny", "warn", "decision"))
+        found: dict[str, dict[str, Any]] = {kind: {} for kind in kinds}
+        failing: list[_EvaluationFailed] = []
+        for policy in policy_set.gathered:
+            if (policy.gated and not active.get(policy.name)) or (not policy.gated and native.get(policy.name)):
+                continue  # the aggregate skips it too
+            answers: dict[str, Any] = {}
+            try:
+                for kind in kinds:
+                    if kind in policy.rules:
+                        value = prepared.query(f"data.{policy.package}.{kind}", full)
+                        if value is not UNDEFINED:
+                            answers[kind] = value
+            except RegoEngineUnreachable as exc:
+                if policy_set is self._set:
+                    self.engine_health.mark_down(str(exc))
+                raise _EvaluationFailed(prepared.engine_name, "rego", str(exc), unavailable=True) from exc
+            except RegoEvaluationError as exc:
+                failing.append(_EvaluationFailed(prepared.engine_name, policy.name, str(exc)))
+                continue
+            for kind, value in answers.items():
+                found[kind][policy.name] = value
+        if not failing:
+            raise failed
+        failures.extend(failing)
+        check = {kind: found[kind] for kind in ("deny", "warn") if kind in found}
+        if query == CHECK_QUERY:
+            return check
+        if query == DECISION_QUERY:
+            return found["decision"]
+        return {**check, "check": check, "decision": found["decision"]}
 
     def _rego_check(self, policy_set: PolicySet, ctx: PolicyContext, active: list[CompiledGPUPolicy]
                     ) -> list[Violation]:
+        failures: list[_EvaluationFailed] = []
         try:
-            result = self._query(policy_set, CHECK_QUERY, ctx, active)
+            result = self._query(policy_set, CHECK_QUERY, ctx, active, failures=failures)
         except _EvaluationFailed as failed:
             if failed.unavailable:
                 self._count_failure(failed)
                 return self._unavailable_violations(policy_set, active, failed, with_decision=False)
             return self._failure_violations(failed)
-        return self._violations_from(result, active)
+        return [*self._violations_from(result, active), *(v for f in failures for v in self._failure_violations(f))]
 
     @staticmethod
     def _violations_from(result: Any, active: list[CompiledGPUPolicy]) -> list[Violation]:

@@ -41,7 +41,34 @@ def test_fail_closed(make_context: Callable[..., PolicyContext]) -> None:
     assert [(v.policy, v.action) for v in violations] == [("cel-boom", "Deny")]
     assert "the policy engine failed" in violations[0].message
     violations = runtime.check(make_context(gpu_pod(labels={"n": "NaN?"})))
-    assert ("rego", "Deny") in [(v.policy, v.action) for v in violations]
+    assert ("rego-boom", "Deny") in [(v.policy, v.action) for v in violations]
+
+
+REGO_TEAM = gpu_policy("rego-team", rego={"module": (
+    "package kgwe.policy.team\nimport rego.v1\n"
+    'deny contains "team blocked" if input.request.object.metadata.labels.team == "blocked"\n')})
+
+
+@pytest.mark.parametrize("mode", ["open", "closed"])
+@pytest.mark.parametrize("builtin", [False, True])
+def test_a_policy_made_to_fail_does_not_silence_the_others(
+    make_context: Callable[..., PolicyContext], mode: str, builtin: bool
+) -> None:
+    # The pod's creator picks the label value that makes `rego-boom` fail on the engine; `rego-team`,
+    # answered in the same query, still refuses the pod (failing open skips only the failing policy).
+    runtime = build_runtime(failure_mode=mode)  # type: ignore[arg-type]
+    assert runtime.reload(builtin=builtin, gpu_policies=[REGO_BOOM, REGO_TEAM]).ok
+    ctx = make_context(gpu_pod(labels={"n": "NaN?", "team": "blocked"}))
+    before = _engine_errors("regorus")
+    for violations in (runtime.check(ctx), runtime.evaluate(ctx)[1]):
+        found = [(v.policy, v.action) for v in violations]
+        assert ("rego-team", "Deny") in found
+        assert (("rego-boom", "Deny") in found) == (mode == "closed")
+    assert _engine_errors("regorus") >= before + 2
+    # Not remembered: the next replica is evaluated again, and still refused.
+    assert ("rego-team", "Deny") in [(v.policy, v.action) for v in runtime.evaluate(ctx)[1]]
+    if mode == "open":
+        assert runtime.decide_placement(ctx) is not None
 
 
 def test_cel_time_limit(make_context: Callable[..., PolicyContext]) -> None:
