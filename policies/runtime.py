@@ -682,7 +682,9 @@ class PolicyRuntime:
 
     def _rego_input(self, ctx: PolicyContext, active: Iterable[CompiledGPUPolicy], native: Iterable[str] = ()
                     ) -> RegoInput:
-        kgwe: dict[str, Any] = {"active": {p.name: True for p in active}}
+        # Only GPUPolicies with Rego: the aggregate gates nothing else (a CEL-only policy's name would be
+        # parsed for nothing).
+        kgwe: dict[str, Any] = {"active": {p.name: True for p in active if p.rego_info is not None}}
         skipped = dict.fromkeys(native, True)
         if skipped:
             kgwe["native"] = skipped
