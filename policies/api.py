@@ -44,6 +44,9 @@ class Violation:
     policy: str
     action: EnforcementAction
     message: str
+    # The policy could not be evaluated for this request (its engine failed on it, or it ran past its time
+    # limit): `action` is what policies.failureMode makes of that, and /validate refuses a GPU pod either way.
+    failed: bool = False
 
 
 @dataclass(frozen=True)

@@ -376,7 +376,7 @@ class PolicyRuntime:
         failures: list[Violation] = []
         try:
             active = self._active(policy_set, ctx, lambda p: _has_rules(p, "decision"), failures, _CelScope(policy_set))
-            if failures:
+            if failures and self.failure_mode == "closed":
                 raise PolicyEngineError(failures[0].message)
             failed_policies: list[_EvaluationFailed] = []
             try:
@@ -875,10 +875,11 @@ class PolicyRuntime:
         return found
 
     def _failure_violations(self, failed: _EvaluationFailed) -> list[Violation]:
+        """A policy that could not be evaluated: closed, a Deny; open, a warning. Both are marked `failed`:
+        an error never admits a GPU pod (/validate refuses one whatever the mode, webhook/admission/validate.py)."""
         self._count_failure(failed)
-        if self.failure_mode == "closed":
-            return [Violation(failed.policy, "Deny", f"the policy engine failed: {failed.reason}")]
-        return []
+        message = f"the policy engine failed: {failed.reason}"
+        return [Violation(failed.policy, "Deny" if self.failure_mode == "closed" else "Warn", message, failed=True)]
 
 
 # The evaluation-time histogram's children, looked up once (`labels()` takes a lock and builds a key).

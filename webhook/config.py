@@ -34,7 +34,10 @@ class Policies(_Section):
     # Embedded Rego engine by default; `opa` sends Rego to an OPA server at `opaUrl`.
     rego_engine: Literal["embedded", "opa"] = Field(default="embedded", alias="regoEngine")
     opa_url: str | None = Field(default=None, alias="opaUrl")
-    # What to do when an engine or the OPA server cannot answer: fail open (admit) or closed (refuse).
+    # What to do when an engine or the OPA server cannot answer: fail open (admit) or closed (refuse). A policy
+    # that cannot be evaluated for a pod (its CEL or Rego fails on the pod's values, or runs past its time
+    # limit) refuses a GPU pod, a pod with a `kgwe.io/` key or a workload either way; `open` makes it a
+    # warning for other pods.
     failure_mode: Literal["open", "closed"] = Field(default="open", alias="failureMode")
     # Embedded engine only: `auto` serves a policy set on regorus' compiled VM when it compiles there and
     # answers a load-time self-check as the interpreter does (docs/policies.md); `off`: the interpreter.

@@ -257,13 +257,14 @@ def test_a_gpupolicy_rego_module_reading_the_name_sees_every_replica(
 
 
 def test_a_cel_failure_is_not_remembered(make_context: Callable[..., PolicyContext]) -> None:
-    runtime = build_runtime()  # failing open: a failed policy says nothing
+    runtime = build_runtime()  # failing open: a failed policy only warns
     policy = gpu_policy("sizes", "Deny", validations=[{"expression": "object.spec.containers.size() > 5",
                                                        "message": "too few containers"}])
     assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
     limit = runtime.cel_time_limit
-    runtime.cel_time_limit = 0.0  # every evaluation is over the limit: the policy fails, and says nothing
-    assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == []
+    runtime.cel_time_limit = 0.0  # every evaluation is over the limit: the policy fails, and only warns
+    [(policy, action, message)] = _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1]
+    assert (policy, action) == ("sizes", "Warn") and "time limit" in message
     runtime.cel_time_limit = limit
     # The next replica is evaluated, not handed the failure's silence.
     assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == [("sizes", "Deny", "too few containers")]

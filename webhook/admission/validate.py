@@ -138,7 +138,7 @@ class Validation(FactGathering):
         warnings: list[str] = facts.intent.warnings + facts.plan.warnings
         audit: dict[str, str] = {}
         # A policy's own refusal leads the message: it is what the user must change.
-        self._apply_violations(facts.violations, problems, warnings, audit)
+        self._apply_violations(facts.violations, problems, warnings, audit, fails_closed(request))
         if not problems:
             problems.extend(self._ownership_problems(facts))
         if facts.plan.gpu_pod and not facts.intent.problems and not facts.demand.invalid:
@@ -179,7 +179,8 @@ class Validation(FactGathering):
         warnings: list[str] = []
         audit: dict[str, str] = {}
         if not controller:
-            self._apply_violations(self._update_violations(request, deadline), problems, warnings, audit)
+            self._apply_violations(self._update_violations(request, deadline), problems, warnings, audit,
+                                   fails_closed(request))
         return PendingVerdict(request, problems, warnings, audit)
 
     def _update_violations(self, request: AdmissionRequest, deadline: float | None) -> list[Violation]:
@@ -230,13 +231,19 @@ class Validation(FactGathering):
         return [("placement", infeasible)] if infeasible else []
 
     def _apply_violations(
-        self, violations: list[Violation], problems: list[tuple[str, str]], warnings: list[str], audit: dict[str, str]
+        self, violations: list[Violation], problems: list[tuple[str, str]], warnings: list[str], audit: dict[str, str],
+        closed: bool,
     ) -> None:
+        """The policies' answers as refusals, warnings and audit annotations. `closed` (`fails_closed`): a
+        policy that could not be evaluated refuses the request whatever policies.failureMode says, so that
+        a value that makes a policy fail never gets a GPU pod past it."""
         for violation in violations:
             key = f"policy-{violation.policy}"[:63]
-            if violation.action == "Deny":
+            if violation.action == "Deny" or (violation.failed and closed):
                 # In audit mode `_verdict` turns this into a warning and an audit annotation.
-                problems.append(("policy", f"[{violation.policy}] {violation.message}"))
+                message = violation.message if violation.action == "Deny" else (
+                    f"{violation.message}; a GPU pod is refused while a policy cannot decide it")
+                problems.append(("policy", f"[{violation.policy}] {message}"))
                 if self.runtime.config.mode == "audit":
                     audit[key] = violation.message[:256]
             elif violation.action == "Warn":
