@@ -138,7 +138,7 @@ class Validation(FactGathering):
         warnings: list[str] = facts.intent.warnings + facts.plan.warnings
         audit: dict[str, str] = {}
         # A policy's own refusal leads the message: it is what the user must change.
-        self._apply_violations(facts.violations, problems, warnings, audit, fails_closed(request))
+        self._apply_violations(facts.violations, problems, warnings, audit, request)
         if not problems:
             problems.extend(self._ownership_problems(facts))
         if facts.plan.gpu_pod and not facts.intent.problems and not facts.demand.invalid:
@@ -179,8 +179,7 @@ class Validation(FactGathering):
         warnings: list[str] = []
         audit: dict[str, str] = {}
         if not controller:
-            self._apply_violations(self._update_violations(request, deadline), problems, warnings, audit,
-                                   fails_closed(request))
+            self._apply_violations(self._update_violations(request, deadline), problems, warnings, audit, request)
         return PendingVerdict(request, problems, warnings, audit)
 
     def _update_violations(self, request: AdmissionRequest, deadline: float | None) -> list[Violation]:
@@ -232,11 +231,13 @@ class Validation(FactGathering):
 
     def _apply_violations(
         self, violations: list[Violation], problems: list[tuple[str, str]], warnings: list[str], audit: dict[str, str],
-        closed: bool,
+        request: AdmissionRequest,
     ) -> None:
-        """The policies' answers as refusals, warnings and audit annotations. `closed` (`fails_closed`): a
-        policy that could not be evaluated refuses the request whatever policies.failureMode says, so that
-        a value that makes a policy fail never gets a GPU pod past it."""
+        """The policies' answers as refusals, warnings and audit annotations. Where `request` fails closed
+        (`fails_closed`, asked only when some policy failed), a policy that could not be evaluated refuses
+        it whatever policies.failureMode says, so that a value that makes a policy fail never gets a GPU pod
+        past it."""
+        closed = any(v.failed for v in violations) and fails_closed(request)
         for violation in violations:
             key = f"policy-{violation.policy}"[:63]
             if violation.action == "Deny" or (violation.failed and closed):
