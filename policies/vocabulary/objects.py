@@ -45,9 +45,9 @@ def without_identity(obj: Any) -> Any:
 def identity_of(obj: Any) -> dict[str, Any]:
     """What `without_identity` leaves out of `obj`: `{"metadata": {...its IDENTITY_FIELDS...}}`, or `{}`
     when it leaves nothing out. The two together hold all of `obj`."""
-    if without_identity(obj) is obj:
-        return {}
-    return {"metadata": {k: v for k, v in obj["metadata"].items() if k in IDENTITY_FIELDS}}
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    identity = {k: v for k, v in metadata.items() if k in IDENTITY_FIELDS} if isinstance(metadata, dict) else {}
+    return {"metadata": identity} if identity else {}
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
