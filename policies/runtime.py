@@ -50,7 +50,7 @@ from policies.engines.rego import (
     build_rego_engine,
 )
 from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
-from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY, QUERY_KINDS, query_value
 from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError
 from policies.loading.loader import PolicySource, collect_sources
 from policies.loading.policy_set import (
@@ -790,7 +790,7 @@ class PolicyRuntime:
         assert prepared is not None
         gates = full.document.get("kgwe") or {}
         active, native = gates.get("active") or {}, gates.get("native") or {}
-        kinds = {CHECK_QUERY: ("deny", "warn"), DECISION_QUERY: ("decision",)}.get(query, ("deny", "warn", "decision"))
+        kinds = QUERY_KINDS[query]
         found: dict[str, dict[str, Any]] = {kind: {} for kind in kinds}
         failing: list[_EvaluationFailed] = []
         for policy in policy_set.gathered:
@@ -815,12 +815,8 @@ class PolicyRuntime:
         if not failing:
             raise failed
         failures.extend(failing)
-        check = {kind: found[kind] for kind in ("deny", "warn") if kind in found}
-        if query == CHECK_QUERY:
-            return check
-        if query == DECISION_QUERY:
-            return found["decision"]
-        return {**check, "check": check, "decision": found["decision"]}
+        return query_value(query, lambda: {kind: found[kind] for kind in ("deny", "warn") if kind in found},
+                           lambda: found["decision"])
 
     def _rego_check(self, policy_set: PolicySet, ctx: PolicyContext, active: list[CompiledGPUPolicy]
                     ) -> list[Violation]:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+from policies.loading.aggregate import EVERYTHING_QUERY, QUERY_KINDS, query_value
 
 # The module texts the Python below mirrors, by package.
 KNOWN_MODULES: dict[str, str] = {
@@ -99,12 +99,6 @@ def _overlaps(package: str, protected: str) -> bool:
     return package == protected or protected.startswith(package + ".") or package.startswith(protected + ".")
 
 
-_ALL_KINDS = frozenset({"deny", "warn", "decision"})
-# The rule kinds each aggregate query gathers (policies/loading/aggregate.py).
-_GATHERED_BY = {CHECK_QUERY: frozenset({"deny", "warn"}), DECISION_QUERY: frozenset({"decision"}),
-                EVERYTHING_QUERY: _ALL_KINDS}
-
-
 class NativeBuiltins:
     """The built-ins of one policy set, evaluated in Python. Immutable, thread-safe."""
 
@@ -148,7 +142,7 @@ class NativeBuiltins:
     def answers(self, active: Iterable[str], query: str = EVERYTHING_QUERY) -> bool:
         """Whether no Rego policy other than the built-ins speaks in `query`'s document for a request with
         these active GPUPolicies (the caller activates only GPUPolicies with rules the query gathers)."""
-        if self._always & _GATHERED_BY.get(query, _ALL_KINDS):
+        if not self._always.isdisjoint(QUERY_KINDS.get(query, QUERY_KINDS[EVERYTHING_QUERY])):
             return False
         return not any(name in self._gated for name in active)
 
@@ -162,15 +156,9 @@ class NativeBuiltins:
 
     def query(self, path: str, document: Mapping[str, Any], cluster: Mapping[str, Any]) -> Any:
         """The value of `path` (one of the aggregate's queries) for `document`; raises Declined."""
-        if path == EVERYTHING_QUERY:
-            # The whole package: its partial `deny`/`warn` documents too, which `check` merely groups.
-            check = self._check(document)
-            return {**check, "check": check, "decision": self._decision(document, cluster)}
-        if path == CHECK_QUERY:
-            return self._check(document)
-        if path == DECISION_QUERY:
-            return self._decision(document, cluster)
-        raise Declined(path)
+        if path not in QUERY_KINDS:
+            raise Declined(path)
+        return query_value(path, lambda: self._check(document), lambda: self._decision(document, cluster))
 
     def _check(self, document: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
         checks = {name: CHECKS[name] for name in self._policies if name in CHECKS}

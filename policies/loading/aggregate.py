@@ -15,8 +15,9 @@ policies/engines/native_builtins.py) and merges that answer with the engine's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 AGGREGATE_PACKAGE = "kgwe.aggregate"
 AGGREGATE_MODULE = "kgwe-aggregate.rego"
@@ -24,6 +25,21 @@ CHECK_QUERY = f"data.{AGGREGATE_PACKAGE}.check"
 DECISION_QUERY = f"data.{AGGREGATE_PACKAGE}.decision"
 # The whole package: `check` and `decision` in one query, for a request that needs both (`/validate`).
 EVERYTHING_QUERY = f"data.{AGGREGATE_PACKAGE}"
+# The policies' rule kinds each query reads.
+QUERY_KINDS: dict[str, tuple[str, ...]] = {
+    CHECK_QUERY: ("deny", "warn"), DECISION_QUERY: ("decision",), EVERYTHING_QUERY: ("deny", "warn", "decision"),
+}
+
+
+def query_value(query: str, check: Callable[[], dict[str, Any]], decision: Callable[[], dict[str, Any]]) -> Any:
+    """What `query` (one of QUERY_KINDS) answers, given its `check` and `decision` documents, each made
+    only where the query needs it: the whole package holds its partial `deny`/`warn` documents too."""
+    if query == CHECK_QUERY:
+        return check()
+    if query == DECISION_QUERY:
+        return decision()
+    checked = check()
+    return {**checked, "check": checked, "decision": decision()}
 
 
 @dataclass(frozen=True)
