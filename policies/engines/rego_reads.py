@@ -306,7 +306,7 @@ def _sources_of(node: Any, scope: _Scope) -> frozenset[Path] | None:
         bound = _bindings(query, scope) if term is not None else {}
         if term is None or term not in bound:
             return None
-        return frozenset(trimmed_member[:-1] for trimmed_member in bound[term])
+        return frozenset(member[:-1] for member in bound[term])  # a member's path ends in EACH
     return None
 
 
@@ -371,8 +371,7 @@ def _walk_collection_parts(node: Any, scope: _Scope, found: _Found) -> None:
         if called == "array.concat":
             for part in body["params"]:
                 _walk_collection_parts(part, scope, found)
-        else:  # object.get of an input path with a constant default
-            _walk(body["params"][2], scope, found)
+        # else object.get of an input path with a constant default: nothing more to read
     else:  # an array comprehension: its query (conditions, other variables), not its term (the member)
         query = body["query"]
         _walk_query(query, scope.with_members(_bindings(query, scope)), found)
