@@ -757,9 +757,7 @@ class PolicyRuntime:
                 if scope is not None:
                     scope.retried = True
         except RegoEngineUnreachable as exc:
-            if policy_set is self._set:  # a request still on a set the reconnect loop just replaced says nothing
-                self.engine_health.mark_down(str(exc))
-            raise _EvaluationFailed(prepared.engine_name, "rego", str(exc), unavailable=True) from exc
+            raise self._unreachable(policy_set, exc) from exc
         except RegoEvaluationError as exc:
             failed = _EvaluationFailed(prepared.engine_name, "rego", str(exc))
             if failures is None:
@@ -779,13 +777,20 @@ class PolicyRuntime:
                 return self._query(policy_set, query, ctx, active, natively=False, scope=scope, failures=failures)
         return result
 
+    def _unreachable(self, policy_set: PolicySet, exc: RegoEngineUnreachable) -> _EvaluationFailed:
+        """The failure of an engine that could not be reached, marked down for the set being served."""
+        if policy_set is self._set:  # a request still on a set the reconnect loop just replaced says nothing
+            self.engine_health.mark_down(str(exc))
+        assert policy_set.prepared is not None
+        return _EvaluationFailed(policy_set.prepared.engine_name, "rego", str(exc), unavailable=True)
+
     def _by_policy(self, policy_set: PolicySet, query: str, full: RegoInput, failed: _EvaluationFailed,
                    failures: list[_EvaluationFailed]) -> Any:
         """The document `query` names, assembled policy by policy after the one query failed: each policy
         that fails alone is appended to `failures` (and says what failureMode makes it say), the others
         answer as in the aggregate. One policy that fails, perhaps made to by a value the pod's creator
-        chose, must not silence every other one. Raises `failed` when no single policy explains the
-        failure (then it is the aggregate's own: a module in its package) or none answers."""
+        chose, must not silence every other one. Raises `failed` when no single policy fails alone (then
+        the failure is the aggregate's own: a module in its package)."""
         prepared = policy_set.prepared
         assert prepared is not None
         gates = full.document.get("kgwe") or {}
@@ -804,9 +809,7 @@ class PolicyRuntime:
                         if value is not UNDEFINED:
                             answers[kind] = value
             except RegoEngineUnreachable as exc:
-                if policy_set is self._set:
-                    self.engine_health.mark_down(str(exc))
-                raise _EvaluationFailed(prepared.engine_name, "rego", str(exc), unavailable=True) from exc
+                raise self._unreachable(policy_set, exc) from exc
             except RegoEvaluationError as exc:
                 failing.append(_EvaluationFailed(prepared.engine_name, policy.name, str(exc)))
                 continue
