@@ -253,8 +253,7 @@ def _cel_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
     def run() -> None:
         scope = _CelScope(policy_set)
         failures: list[Any] = []
-        for policy in runtime._active(policy_set, ctx, lambda p: bool(p.validations), failures, scope):
-            runtime._validate(policy, ctx, scope)
+        runtime._validations(policy_set, runtime._active(policy_set, ctx, "check", failures, scope), ctx, scope)
 
     return run
 

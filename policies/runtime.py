@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,6 +53,7 @@ from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
 from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY, QUERY_KINDS, query_value
 from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError
 from policies.loading.loader import PolicySource, collect_sources
+from policies.loading.plans import CelStep, Purpose, ValueKey
 from policies.loading.policy_set import (
     CompiledUnit,
     PolicySet,
@@ -353,12 +354,8 @@ class PolicyRuntime:
         violations: list[Violation] = []
         try:
             activations = _CelScope(policy_set)  # the request's CEL activations and values, shared by all phases
-            active = self._active(policy_set, ctx, lambda p: bool(p.validations) or _has_rules(p, "deny", "warn"),
-                                  violations, activations)
-            self._prefetch([(p, v.expression) for p in active for v in p.validations], ctx, activations)
-            for policy in active:
-                if policy.validations:
-                    violations.extend(self._validate(policy, ctx, activations))
+            active = self._active(policy_set, ctx, "check", violations, activations)
+            violations.extend(self._validations(policy_set, active, ctx, activations))
             if policy_set.has_check and policy_set.prepared is not None:
                 violations.extend(self._rego_check(policy_set, ctx, active))
         finally:
@@ -375,7 +372,7 @@ class PolicyRuntime:
         started = time.perf_counter()
         failures: list[Violation] = []
         try:
-            active = self._active(policy_set, ctx, lambda p: _has_rules(p, "decision"), failures, _CelScope(policy_set))
+            active = self._active(policy_set, ctx, "decide", failures, _CelScope(policy_set))
             if failures and self.failure_mode == "closed":
                 raise PolicyEngineError(failures[0].message)
             failed_policies: list[_EvaluationFailed] = []
@@ -424,15 +421,9 @@ class PolicyRuntime:
         decision = PlacementDecision()
         try:
             activations = _CelScope(policy_set)
-            active = self._active(
-                policy_set, ctx, lambda p: bool(p.validations) or _has_rules(p, "deny", "warn", "decision"),
-                violations, activations,
-            )
+            active = self._active(policy_set, ctx, "evaluate", violations, activations)
             decision_failure = list(violations)
-            self._prefetch([(p, v.expression) for p in active for v in p.validations], ctx, activations)
-            for policy in active:
-                if policy.validations:
-                    violations.extend(self._validate(policy, ctx, activations))
+            violations.extend(self._validations(policy_set, active, ctx, activations))
             failed_policies: list[_EvaluationFailed] = []
             try:
                 everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active, engine_input=engine_input,
@@ -519,19 +510,19 @@ class PolicyRuntime:
     # -- internals ----------------------------------------------------------------------------
 
     def _active(
-        self, policy_set: PolicySet, ctx: PolicyContext, wanted: Callable[[CompiledGPUPolicy], bool],
-        failures: list[Violation], activations: _CelScope,
+        self, policy_set: PolicySet, ctx: PolicyContext, purpose: Purpose, failures: list[Violation],
+        activations: _CelScope,
     ) -> list[CompiledGPUPolicy]:
-        """GPUPolicies whose match rules and CEL match conditions hold, filtered before any engine runs."""
+        """GPUPolicies running for `purpose` whose match rules and CEL match conditions hold, filtered before
+        any engine runs."""
         active = []
-        matched = {id(p) for rules, group in policy_set.match_groups
-                   if rules.matches(ctx.request, ctx.namespace_object) for p in group}
-        candidates = [p for p in policy_set.gpu_policies if id(p) in matched and wanted(p)]
-        self._prefetch([(p, program) for p in candidates for _, program in p.match_conditions], ctx, activations)
-        values, keys = activations.values, policy_set.cel_values_keys
-        for policy in candidates:
+        matched = tuple(rules.matches(ctx.request, ctx.namespace_object) for rules, _ in policy_set.match_groups)
+        step = policy_set.plans.candidates(purpose, matched)
+        self._prefetch(step, ctx, activations)
+        values = activations.values
+        for policy, own in zip(step.policies, step.keys, strict=True):
             # Conditions the joined evaluation found true: no call per condition (the common case).
-            if all(values.get(keys[id(program)]) is True for _, program in policy.match_conditions):
+            if all(values.get(key) is True for key in own):
                 active.append(policy)
                 continue
             try:
@@ -572,25 +563,36 @@ class PolicyRuntime:
             self._params = cached = (policy_set, {p.params_slot: p.params for p in policy_set.gpu_policies})
         return cached[1]
 
-    def _prefetch(self, wanted: list[tuple[CompiledGPUPolicy, CelProgram]], ctx: PolicyContext, cache: _CelScope
-                  ) -> None:
-        """Fill `cache.values` for the expressions `wanted` that it lacks, in one evaluation when the engine
+    def _validations(self, policy_set: PolicySet, active: list[CompiledGPUPolicy], ctx: PolicyContext,
+                     activations: _CelScope) -> list[Violation]:
+        """The CEL validations of the `active` policies, in order."""
+        step = policy_set.plans.validations(active)
+        if not step.policies:
+            return []
+        self._prefetch(step, ctx, activations)
+        found: list[Violation] = []
+        for policy, own in zip(step.policies, step.keys, strict=True):
+            found.extend(self._validate(policy, own, ctx, activations))
+        return found
+
+    def _prefetch(self, step: CelStep, ctx: PolicyContext, cache: _CelScope) -> None:
+        """Fill `cache.values` for the expressions of `step` that it lacks, in one evaluation when the engine
         joins them. Anything else (a failure, the time limit, an engine that cannot join) leaves them to
         `_eval_cel`, one by one, exactly as without this step."""
-        if not self.cel_engine.shares_activation:
+        if not self.cel_engine.shares_activation or len(step.distinct) < 2:
             return
-        missing: dict[tuple[str, bytes], CelProgram] = {}
-        keys = cache.policy_set.cel_values_keys
-        for _, program in wanted:
-            key = keys[id(program)]
-            if key not in cache.values and key not in missing:
-                missing[key] = program
-        if len(missing) < 2:
-            return
-        joined = self._joined_for(cache.policy_set).get(list(missing.values()))
+        known = cache.values
+        if any(key in known for key, _ in step.distinct):
+            missing = tuple((key, program) for key, program in step.distinct if key not in known)
+            if len(missing) < 2:
+                return
+            programs: Sequence[CelProgram] = [program for _, program in missing]
+        else:
+            missing, programs = step.distinct, step.programs
+        joined = self._joined_for(cache.policy_set).get(programs)
         if joined is None:
             return
-        activation = self._activation(wanted[0][0], ctx, cache)
+        activation = self._activation(step.policies[0], ctx, cache)
         if cache.clocks is None:
             cache.clocks = (time.thread_time(), time.perf_counter())
         wall = time.perf_counter()
@@ -602,7 +604,7 @@ class PolicyRuntime:
         if time.perf_counter() - wall > self.cel_time_limit:
             return
         if isinstance(values, list) and len(values) == len(missing):
-            cache.values.update(zip(missing, values, strict=True))
+            cache.values.update(zip((key for key, _ in missing), values, strict=True))
 
     def _joined_for(self, policy_set: PolicySet) -> JoinedPrograms:
         cached = self._joined
@@ -655,11 +657,13 @@ class PolicyRuntime:
             raise _EvaluationFailed(self.cel_engine.name, policy.name, f"{program.source!r} did not return a bool")
         return value
 
-    def _validate(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: _CelScope) -> list[Violation]:
+    def _validate(self, policy: CompiledGPUPolicy, keys: tuple[ValueKey, ...], ctx: PolicyContext,
+                  cache: _CelScope) -> list[Violation]:
+        """`policy`'s violations of its validations, whose values are remembered under `keys`."""
         found = []
-        values, keys = cache.values, cache.policy_set.cel_values_keys
-        for validation in policy.validations:
-            if values.get(keys[id(validation.expression)]) is True:
+        values = cache.values
+        for validation, key in zip(policy.validations, keys, strict=True):
+            if values.get(key) is True:
                 continue  # found true by the joined evaluation
             try:
                 if self._cel_true(policy, validation.expression, ctx, cache):

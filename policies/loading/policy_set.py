@@ -42,6 +42,7 @@ from policies.loading.gpupolicy import (
     compile_gpu_policy,
 )
 from policies.loading.loader import PolicySource
+from policies.loading.plans import Plans
 
 # A pod that exercises the common paths of GPU policies during the warm-up query.
 WARMUP_POD: dict[str, Any] = {
@@ -141,6 +142,11 @@ class PolicySet:
         however many policies state it."""
         return {id(program): (program.source, policy.params_key if uses_params(program.source) else b"")
                 for policy in self.gpu_policies for program in policy.cel_programs()}
+
+    @functools.cached_property
+    def plans(self) -> Plans:
+        """What a request evaluates once it knows which match groups matched (policies/loading/plans.py)."""
+        return Plans([group for _, group in self.match_groups], self.gpu_policies, self.cel_values_keys)
 
     def close(self) -> None:
         if self.prepared is not None:

@@ -87,7 +87,7 @@ def _document(runtime: PolicyRuntime, query: str, ctx: PolicyContext, active: li
 
 def _same(pair: tuple[PolicyRuntime, PolicyRuntime], ctx: PolicyContext) -> None:
     split, whole = pair
-    active = split._active(split._set, ctx, lambda p: True, [], _CelScope(split._set))
+    active = split._active(split._set, ctx, "evaluate", [], _CelScope(split._set))
     assert [p.name for p in active] == ["echo", "flat"]
     for query in (EVERYTHING_QUERY, CHECK_QUERY, DECISION_QUERY):
         assert _document(split, query, ctx, active) == _document(whole, query, ctx, active), query
