@@ -36,7 +36,9 @@ def identity_free_key(ctx: PolicyContext) -> bytes | None:
     request = ctx.request
     pod = without_identity(request.get("object") if isinstance(request, Mapping) else None)
     try:
-        key = orjson.dumps([pod, ctx.namespace_object, ctx.intent], option=orjson.OPT_SORT_KEYS)
+        # In the order the keys came: the API server writes one object's keys in one order (Go's encoder),
+        # so replicas give the same bytes; a pod with its keys in another order is only a miss.
+        key = orjson.dumps([pod, ctx.namespace_object, ctx.intent])
     except TypeError:
         return None  # not JSON (a pod built in Python with other types): evaluated every time
     return key if len(key) <= MAX_KEY_BYTES else None

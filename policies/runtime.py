@@ -841,10 +841,14 @@ class PolicyRuntime:
     def _violations_from(result: Any, active: list[CompiledGPUPolicy]) -> list[Violation]:
         if not isinstance(result, dict):
             return []
-        actions = {p.name: p.action for p in active}
+        actions: dict[str, EnforcementAction] | None = None
         found = []
         for kind in ("deny", "warn"):
             for policy, messages in (result.get(kind) or {}).items():
+                if not messages:
+                    continue  # most policies, on most requests
+                if actions is None:
+                    actions = {p.name: p.action for p in active}
                 action = _action(kind, actions.get(policy))
                 for message in sorted(str(m) for m in messages or ()):
                     found.append(Violation(policy, action, message))
