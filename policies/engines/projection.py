@@ -126,7 +126,7 @@ Cutter = Callable[[Mapping[str, Any]], dict[str, Any]]
 def _compiled(tree: Tree) -> Cutter:
     """`_apply(document, tree)` as a Python program written for `tree`, a function per object node: the
     keys become constants, the walk of the tree is gone (about twice as fast, on every request). The keys
-    enter it only as `repr` literals. A tree that will not compile is cut by `_apply`."""
+    enter it only as `repr` literals of `str`s. A tree that will not compile is cut by `_apply`."""
     lines: list[str] = []
     names: list[int] = [0]
 
@@ -159,6 +159,8 @@ def _compiled(tree: Tree) -> Cutter:
         name = fresh("node")
         body = [f"def {name}(d):", "    kept = {}"]
         for key, below in node.items():
+            if type(key) is not str:
+                raise TypeError("only string keys are written as literals")
             literal = repr(key)
             body.append(f"    if {literal} in d:")
             if below is None:
@@ -175,7 +177,7 @@ def _compiled(tree: Tree) -> Cutter:
         namespace: dict[str, Any] = {}
         exec(compile("\n".join(lines), "<projection>", "exec"), namespace)
         cutter: Cutter = namespace[root]
-    except (OverflowError, RecursionError, SyntaxError, MemoryError, ValueError):
+    except (OverflowError, RecursionError, SyntaxError, MemoryError, ValueError, TypeError):
         return functools.partial(_apply, tree=tree)
     return cutter
 

@@ -62,3 +62,24 @@ def test_deep_and_large_trees_cut_alike() -> None:
     wide = projection_of([("spec", f"field{i}", "x") for i in range(MAX_COMPILED_NODES + 10)])
     assert wide is not None
     assert wide.apply({"spec": {"field3": {"x": 1, "y": 2}}}) == {"spec": {"field3": {"x": 1}}}
+
+
+class _Hostile:
+    """A key whose text would be code if written as it prints."""
+
+    def __repr__(self) -> str:
+        return "__import__('os').system('exit 1')"
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+
+def test_only_string_keys_are_written_into_the_program() -> None:
+    hostile = _Hostile()
+    projection = projection_of([("spec", hostile)])  # type: ignore[list-item]
+    assert projection is not None
+    assert projection.apply({"spec": {hostile: 1, "other": 2}}) == {"spec": {hostile: 1}}
+    assert projection._cutter.func is _apply  # type: ignore[attr-defined]  # walked, not compiled
