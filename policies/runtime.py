@@ -850,7 +850,7 @@ class PolicyRuntime:
                 if actions is None:
                     actions = {p.name: p.action for p in active}
                 action = _action(kind, actions.get(policy))
-                for message in sorted(str(m) for m in messages or ()):
+                for message in sorted(str(m) for m in messages):
                     found.append(Violation(policy, action, message))
         return found
 

@@ -48,9 +48,10 @@ def cel_step(policies: Sequence[CompiledGPUPolicy], programs: Callable[[Compiled
     keys: list[tuple[ValueKey, ...]] = []
     distinct: dict[ValueKey, CelProgram] = {}
     for policy in policies:
-        own = tuple(value_keys[id(program)] for program in programs(policy))
+        stated = programs(policy)
+        own = tuple(value_keys[id(program)] for program in stated)
         keys.append(own)
-        for key, program in zip(own, programs(policy), strict=True):
+        for key, program in zip(own, stated, strict=True):
             distinct.setdefault(key, program)
     return CelStep(tuple(policies), tuple(keys), tuple(distinct.items()), tuple(distinct.values()))
 
