@@ -169,10 +169,17 @@ def shape_errors(obj: Mapping[str, Any]) -> list[str]:
     rego = spec.get("rego")
     if rego is not None and not isinstance(rego, dict):
         errors.append("spec.rego must be an object")
+    params = spec.get("params") or {}
     try:
-        orjson.dumps(spec.get("params") or {}, option=orjson.OPT_SORT_KEYS)
+        # What JSON cannot hold would be written as something else: YAML's .nan and .inf become null,
+        # so policies with {max: .inf} and {max: null} would share one params entry (params_slot) and
+        # one CEL value per expression, one answering with the other's params.
+        exact = orjson.loads(orjson.dumps(params, option=orjson.OPT_SORT_KEYS)) == params
     except TypeError as exc:
         errors.append(f"spec.params is not JSON: {exc}")
+    else:
+        if not exact:
+            errors.append("spec.params is not JSON: it holds a value JSON cannot write (NaN, an infinity)")
     return errors
 
 

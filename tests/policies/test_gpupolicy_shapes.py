@@ -36,6 +36,9 @@ MALFORMED: dict[str, dict[str, Any]] = {
     "matchConditions is a string": gpu_policy("bad", matchConditions="true", validations=[REFUSE_ALL]),
     "a match condition is a string": gpu_policy("bad", matchConditions=["true"], validations=[REFUSE_ALL]),
     "params with a key that is not a string": gpu_policy("bad", params={1: 2}, validations=[REFUSE_ALL]),
+    # JSON writes both as null: the policy would share its params and CEL values with {max: null}.
+    "params with an infinity": gpu_policy("bad", params={"max": float("inf")}, validations=[REFUSE_ALL]),
+    "params with a NaN": gpu_policy("bad", params={"max": float("nan")}, validations=[REFUSE_ALL]),
     "matchLabels is a list": gpu_policy("bad", match={"objectSelector": {"matchLabels": ["team=a"]}},
                                         validations=[REFUSE_ALL]),
     # Read otherwise, these loaded and never matched what their author meant.
@@ -87,3 +90,24 @@ def test_a_directory_manifest_with_unquoted_yaml_values_is_refused_not_silently_
     assert "spec.rego must be an object" in report.errors["broken"]
     _, violations = runtime.evaluate(make_context(gpu_pod("p", "team-a")))
     assert any(v.policy == "guard" and v.action == "Deny" for v in violations)
+
+
+def test_params_json_cannot_write_are_refused_not_shared_with_another_policy(
+    make_context: Callable[..., PolicyContext]
+) -> None:
+    # JSON writes .inf and -.inf alike (null): loaded, both policies read one params entry, whichever loaded
+    # last, and the cap of -.inf admitted 8 GPUs. Now both are refused, saying why; `unset` keeps its own.
+    gpus = "int(object.spec.containers[0].resources.limits['nvidia.com/gpu'])"
+    unlimited = gpu_policy("unlimited", params={"max": float("inf")},
+                           validations=[{"expression": f"{gpus} <= params.max", "message": "too many"}])
+    capped = gpu_policy("capped", params={"max": float("-inf")},
+                        validations=[{"expression": f"{gpus} <= params.max", "message": "capped"}])
+    unset = gpu_policy("unset", params={"max": None},
+                       validations=[{"expression": f"params.max != null && {gpus} <= params.max", "message": "unset"}])
+    runtime = build_runtime()
+    report = runtime.reload(builtin=True, gpu_policies=[capped, unset, unlimited])
+    assert set(report.errors) == {"unlimited", "capped"}
+    assert all("spec.params is not JSON" in error for error in report.errors.values())
+    _, violations = runtime.evaluate(make_context(gpu_pod("p", "team-a", gpus="8")))
+    assert [(v.policy, v.message) for v in violations if v.policy in ("unlimited", "capped", "unset")] == [
+        ("unset", "unset")]
