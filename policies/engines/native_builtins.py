@@ -35,7 +35,7 @@ from policies.loading.aggregate import EVERYTHING_QUERY, QUERY_KINDS, query_valu
 KNOWN_MODULES: dict[str, str] = {
     "kgwe.admission.memory_limit": "1029c6adf70d9917f653e2593622ee706584390969dd24de0c58c4feb6f21e96",
     "kgwe.admission.privileged": "a23d33db0e390b3711c319923f7f586cf2f7977a51f754c97860c6ada3b541ca",
-    "kgwe.admission.visible_devices": "f4a55480991748febb02915f79322d5f6e14b078e92a0b22c535d265e36e5a3a",
+    "kgwe.admission.visible_devices": "17505f5019d99b0d888bfd81fab762df4626e8beac757df19d51eea018721cdb",
     "kgwe.lib.pod": "65bc63f5277e1f38d54f269e20fa88fe2201f496ede4c34f6b7d17ca51f13358",
     "kgwe.placement.inference_mig": "4a8fcc4f8c5e30bb587f2cd25eda1dfb34e78db4147d6eb04ec1fb52a7fc87c6",
     "kgwe.placement.namespace_mig": "7d62ace9b118dcc46bfe166cbf1d5a6ff597ef068486e330c4c4963831af955d",
@@ -305,10 +305,23 @@ def _privileged(pod: _Pod) -> set[str]:
     return found
 
 
+def _zero_gpus(value: Any) -> bool:
+    """`value in {"0", 0, false}` as Rego has it (a bool is never a number there, 0.0 is 0)."""
+    return value is False or value == "0" or (_is_number(value) and value == 0)
+
+
+def _receives_gpus(container: Mapping[str, Any]) -> bool:
+    """`receives_gpus` of visible_devices.rego: a GPU container with a GPU or MIG limit that is not zero."""
+    return _Pod.is_gpu_container(container) and any(
+        (name in GPU_RESOURCES or (isinstance(name, str) and name.startswith(MIG_PREFIX))) and not _zero_gpus(value)
+        for name, value in _Pod.limits(container).items()
+    )
+
+
 def _visible_devices(pod: _Pod) -> set[str]:
     found = set()
     for container, gpu in zip(pod.containers, pod.gpu, strict=True):
-        if gpu:
+        if gpu and _receives_gpus(container):
             continue
         env = container.get("env", [])
         if not isinstance(env, list) or not all(isinstance(e, dict) for e in env):
@@ -322,6 +335,9 @@ def _visible_devices(pod: _Pod) -> set[str]:
             if value not in ALLOWED_VISIBLE_DEVICES:
                 found.add(f"container {_quoted(container.get('name'))} sets NVIDIA_VISIBLE_DEVICES="
                           f"{_quoted(value)} without asking for a GPU")
+            if variable.get("valueFrom", None) is not None:
+                found.add(f"container {_quoted(container.get('name'))} takes NVIDIA_VISIBLE_DEVICES from "
+                          "valueFrom without asking for a GPU")
     return found
 
 

@@ -94,7 +94,10 @@ def params_slot(params_key: bytes) -> str:
 
 
 def fingerprint(obj: Mapping[str, Any]) -> str:
-    return hashlib.sha256(orjson.dumps(obj.get("spec") or {}, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    # Keys that are not strings (a YAML manifest may hold them) are written as strings: a fingerprint is
+    # taken of every object, well formed or not (compile_gpu_policy refuses the malformed ones).
+    spec = obj.get("spec") or {}
+    return hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)).hexdigest()
 
 
 def policy_name(obj: Mapping[str, Any]) -> str:
@@ -138,8 +141,52 @@ def _compile(cel: CelEngine, where: str, expression: Any, errors: list[str], par
         return None
 
 
+def _list_of(value: Any, kind: type, where: str, errors: list[str]) -> None:
+    if value is not None and (not isinstance(value, list) or not all(isinstance(v, kind) for v in value)):
+        errors.append(f"{where} must be a list of {'strings' if kind is str else 'objects'}")
+
+
+def shape_errors(obj: Mapping[str, Any]) -> list[str]:
+    """What in a GPUPolicy object does not have the shape its CRD schema gives (a manifest from a
+    directory is checked by nobody else). Anything else is read as if it were well formed: a string
+    for a list would be iterated character by character (`namespaces: team-a` would match namespaces
+    `t`, `e`, ...), an object for a list would fail the whole reload. Such a policy is refused instead,
+    with these messages, and its last good version keeps serving."""
+    spec = obj.get("spec")
+    if spec is None:
+        return []
+    if not isinstance(spec, dict):
+        return ["spec must be an object"]
+    errors: list[str] = []
+    match = spec.get("match")
+    if match is not None and not isinstance(match, dict):
+        errors.append("spec.match must be an object")
+    elif match is not None:
+        _list_of(match.get("namespaces"), str, "spec.match.namespaces", errors)
+        _list_of(match.get("operations"), str, "spec.match.operations", errors)
+    _list_of(spec.get("matchConditions"), dict, "spec.matchConditions", errors)
+    _list_of(spec.get("validations"), dict, "spec.validations", errors)
+    rego = spec.get("rego")
+    if rego is not None and not isinstance(rego, dict):
+        errors.append("spec.rego must be an object")
+    params = spec.get("params") or {}
+    try:
+        # What JSON cannot hold would be written as something else: YAML's .nan and .inf become null,
+        # so policies with {max: .inf} and {max: null} would share one params entry (params_slot) and
+        # one CEL value per expression, one answering with the other's params.
+        exact = orjson.loads(orjson.dumps(params, option=orjson.OPT_SORT_KEYS)) == params
+    except TypeError as exc:
+        errors.append(f"spec.params is not JSON: {exc}")
+    else:
+        if not exact:
+            errors.append("spec.params is not JSON: it holds a value JSON cannot write (NaN, an infinity)")
+    return errors
+
+
 def compile_gpu_policy(obj: Mapping[str, Any], cel: CelEngine) -> CompiledGPUPolicy:
     name = policy_name(obj)
+    if shape := shape_errors(obj):
+        raise PolicyCompileError("; ".join([*([] if name else ["metadata.name is required"]), *shape]))
     spec = obj.get("spec") or {}
     errors: list[str] = []
     if not name:

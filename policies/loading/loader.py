@@ -94,7 +94,10 @@ def gpu_policy_sources(objects: Iterable[Mapping[str, Any]], origin: Origin) -> 
     for obj in objects:
         name = policy_name(obj)
         unit = PolicySource(name or "<unnamed>", "GPUPolicy", origin, f"GPUPolicy/{name}", gpu_policy=dict(obj))
-        module = ((obj.get("spec") or {}).get("rego") or {}).get("module")
+        spec = obj.get("spec")
+        rego = spec.get("rego") if isinstance(spec, dict) else None
+        # A malformed spec is refused by compile_gpu_policy (gpupolicy.shape_errors), with its messages.
+        module = rego.get("module") if isinstance(rego, dict) else None
         if module is not None:
             try:
                 info = inspect_module(str(module))

@@ -56,6 +56,24 @@ def test_builtin_visible_devices_refuses_a_gpu_smuggled_by_env(webhook) -> None:
     assert answer["allowed"] is False and "NVIDIA_VISIBLE_DEVICES" in answer["status"]["message"]
 
 
+def test_builtin_visible_devices_refuses_a_zero_gpu_container_that_asks_for_every_gpu(webhook) -> None:
+    # `nvidia.com/gpu: 0` reaches KGWE (it names a GPU resource) and gets no GPU from the scheduler, but the
+    # NVIDIA runtime still honours the container's own NVIDIA_VISIBLE_DEVICES=all: every GPU of the node.
+    pod = gpu_pod("zero")
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0"
+    pod["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    answer, _ = webhook.admit(pod)
+    assert answer["allowed"] is False and "NVIDIA_VISIBLE_DEVICES=\"all\"" in answer["status"]["message"]
+
+
+def test_builtin_visible_devices_refuses_a_value_taken_from_a_configmap(webhook) -> None:
+    pod = gpu_pod("from-configmap")
+    pod["spec"]["containers"].append({"name": "side", "image": "busybox", "env": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "devices", "key": "all"}}}]})
+    answer, _ = webhook.admit(pod)
+    assert answer["allowed"] is False and "from valueFrom" in answer["status"]["message"]
+
+
 def test_builtin_memory_limit_warns(webhook) -> None:
     pod = gpu_pod("nolimit", annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"})
     del pod["spec"]["containers"][0]["resources"]["limits"]["memory"]

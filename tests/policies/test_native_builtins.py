@@ -106,7 +106,9 @@ hostile_containers = st.fixed_dictionaries({"name": st.one_of(st.sampled_from(("
         st.one_of(st.sampled_from(("1", "0", "2Gi")), st.integers(0, 2), st.booleans()), max_size=3)}),
     "securityContext": st.fixed_dictionaries({}, optional={"privileged": st.one_of(st.booleans(), st.just("true"))}),
     "env": st.lists(st.fixed_dictionaries({"name": st.sampled_from(("NVIDIA_VISIBLE_DEVICES", "X"))}, optional={
-        "value": st.one_of(st.sampled_from(("all", "0,1", "void", "none", "")), text)}), max_size=2),
+        "value": st.one_of(st.sampled_from(("all", "0,1", "void", "none", "")), text),
+        "valueFrom": st.one_of(st.none(), st.just({"configMapKeyRef": {"name": "devices", "key": "all"}}))}),
+        max_size=2),
 })
 
 
