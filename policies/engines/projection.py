@@ -169,7 +169,7 @@ def _compiled(tree: Tree) -> Cutter:
                 body.append(f"        v = d[{literal}]")
                 body.append(f"        kept[{literal}] = {member(below, 'v')}")
         body.append("    return kept")
-        lines.extend(body)  # after the nodes below it, so every name it calls is defined first
+        lines.extend(body)  # after the nodes below it: the program reads from the leaves up
         return name
 
     try:
