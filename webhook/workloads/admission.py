@@ -111,7 +111,23 @@ class WorkloadAwareAdmission(AdmissionService):
         """A pod CREATE judged for whoever asked for it (the workload's creator for controller-made pods)."""
         if request.template or not request.is_pod or request.operation != "CREATE" or request.object is None:
             return request
-        return with_requester(request, self.identity.for_pod(request, request.object))
+        requester = self.identity.for_pod(request, request.object, self._owner_admitted(request))
+        return with_requester(request, requester)
+
+    def _owner_admitted(self, request: AdmissionRequest) -> bool:
+        """Whether the object's controller owner, if it has one, is of a kind whose pod templates KGWE admits
+        (a kind of the kind table, or a Pod: a LeaderWorkerSet's worker StatefulSet is owned by its leader).
+
+        Only then did the templates a controller copies into the object pass workload admission, which
+        signs them for whoever wrote them; an operator for a kind KGWE does not know (a TFJob, a RayService)
+        copies whatever its author wrote, a `kgwe.io/requested-by` taken from another workload included."""
+        owner = request.pod.controller_owner
+        if owner is None:
+            return True
+        api_version, kind = str(owner.get("apiVersion") or ""), str(owner.get("kind") or "")
+        if api_version == "v1" and kind == "Pod":
+            return True
+        return self.kinds.by_api_version(api_version, kind) is not None
 
     def _workload_in_scope(self, request: AdmissionRequest) -> bool:
         return (
@@ -127,8 +143,8 @@ class WorkloadAwareAdmission(AdmissionService):
         written and judged at the owner's admission, its pods are admitted on their own, and a template
         changed under the owner's controller makes it churn (the Deployment controller finds its
         ReplicaSet by comparing templates, and would make new ones without end)."""
-        if request.pod.controller_owner is None:
-            return False
+        if request.pod.controller_owner is None or not self._owner_admitted(request):
+            return False  # an owner KGWE does not admit (a RayService's RayCluster): its templates are judged here
         return self.identity.is_controller(request.user)
 
     # -- mutate -------------------------------------------------------------------------------
@@ -215,6 +231,7 @@ class WorkloadAwareAdmission(AdmissionService):
             # A workload gang is the gang of all its GPU pods, not a gang name for each template.
             inherited.pop(A_GANG, None)
         pods = [template_pod(t, inherited, request.namespace) for t in templates]
+        admitted_owner = self._owner_admitted(request)
         plan = WorkloadPlan()
         try:
             plan.counts = pods_per_template(workload, spec, templates)
@@ -234,7 +251,9 @@ class WorkloadAwareAdmission(AdmissionService):
             if member is None and own_gang is not None:
                 member = own_gang
             if _in_kgwe_scope(pod, template.value):
-                requester = self.identity.for_template(request, template.value, old_templates.get(template.pointer))
+                requester = self.identity.for_template(
+                    request, template.value, old_templates.get(template.pointer), admitted_owner
+                )
             else:
                 # Like the webhook configurations' matchConditions: a template with no GPU and no kgwe.io/ key
                 # is none of KGWE's business, and gets no attribution written into it.
