@@ -27,7 +27,7 @@ def test_webhook_reads_dra_facts_and_only_creates_templates(default: Rendered) -
         "resourceslices": {"get", "list", "watch"},
         "deviceclasses": {"get", "list", "watch"},
         "resourceclaims": {"get", "list", "watch"},
-        "resourceclaimtemplates": {"create"},
+        "resourceclaimtemplates": {"create", "get"},
     }
 
 

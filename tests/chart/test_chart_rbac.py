@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from chart_support import NAMESPACE, Cel, Rendered
+from chart_support import NAMESPACE, Cel, Rendered, render
 
 AGENT_USER = f"system:serviceaccount:{NAMESPACE}:kgwe-agent"
 
@@ -144,7 +144,7 @@ def _policy_verdict(cel: Cel, rendered: Rendered, request: dict[str, Any], new: 
     if not all(cel.check(c["expression"], **activation) for c in policy["matchConditions"]):
         return "skipped"
     variables: dict[str, Any] = {}
-    for variable in policy["variables"]:
+    for variable in policy.get("variables", []):
         value = cel.evaluate(variable["expression"], **activation, variables=variables)
         variables[variable["name"]] = _plain(value)
     for validation in policy["validations"]:
@@ -232,3 +232,29 @@ def test_policy_is_bound_to_deny(default: Rendered) -> None:
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert AGENT_USER in policy["spec"]["matchConditions"][0]["expression"]
+
+
+WEBHOOK_USER = f"system:serviceaccount:{NAMESPACE}:kgwe-webhook"
+
+
+@pytest.mark.parametrize(
+    ("user", "name", "expected"),
+    [
+        ("alice", "kgwe-0123456789abcdef0123", "refused"),  # a squatter under KGWE's content-hashed name
+        (WEBHOOK_USER, "kgwe-0123456789abcdef0123", "skipped"),
+        ("alice", "my-gpus", "skipped"),  # users' own templates are theirs to write
+    ],
+)
+def test_only_the_webhook_writes_kgwe_claim_templates(default: Rendered, cel: Cel, user: str, name: str,
+                                                      expected: str) -> None:
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": "team-a"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 8}}]}}}}
+    request = {"operation": "CREATE", "name": name, "subResource": "", "userInfo": {"username": user}}
+    verdict = _policy_verdict(cel, default, request, template, {}, "kgwe-webhook-claim-template-scope")
+    assert ("refused" if verdict.startswith("ResourceClaimTemplates named kgwe-") else verdict) == expected
+    binding = default.one("ValidatingAdmissionPolicyBinding", "kgwe-webhook-claim-template-scope")
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    off = render({"webhook": {"claimTemplateScopePolicy": {"enabled": False}}})
+    assert "kgwe-webhook-claim-template-scope" not in off.names("ValidatingAdmissionPolicy")

@@ -266,6 +266,13 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if pod is None:
                     return self._status(404, "NotFound", f'pods "{segments[5]}" not found')
                 return self._send_json(200, pod)
+            if len(segments) == 7 and segments[0] == "apis" and segments[3] == "namespaces":
+                # GET /apis/{group}/{version}/namespaces/{ns}/{resource}/{name}: one namespaced object.
+                collection = server.collections.get("/" + "/".join([*segments[:3], segments[5]]))
+                found = collection.objects.get(f"{segments[4]}/{segments[6]}") if collection is not None else None
+                if found is None:
+                    return self._status(404, "NotFound", f'{segments[5]} "{segments[6]}" not found')
+                return self._send_json(200, found)
             if path not in server.collections or path in server.missing:
                 return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
             if query.get("watch") == "true":

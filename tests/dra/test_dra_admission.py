@@ -162,3 +162,29 @@ def test_quota_counts_dra_gpus_of_running_pods(webhook: Webhook) -> None:
     _final, over = webhook.create(gpu_pod("over", {"kgwe.io/accelerator": "nvidia-h100-80gb"}, 1, "team-a"))
     assert not over["allowed"]
     assert "nvidia-h100-80gb 6 of 6 GPUs in use" in over["status"]["message"]
+
+
+def test_a_template_squatted_under_kgwes_name_is_not_taken_for_kgwes(webhook: Webhook, fake_api: FakeApiServer) -> None:
+    # The template name is a hash of its content: anyone can compute it (here: a dry run shows it) and, with
+    # the `edit` role, create a template under it first, asking for 8 GPUs of any type. A pod charged for the
+    # one H100 KGWE renders then got whatever that template asks: the 409 was taken for "KGWE's is there".
+    pod = gpu_pod("squatted", {"kgwe.io/accelerator": "nvidia-h100-80gb"}, gpus=6)
+    dry, _ = webhook.create(pod, dry_run=True)
+    name = claim_of(dry)[1]
+    fake_api.put("ResourceClaimTemplate", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "kgwe"}},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 8}}]}}},
+    })
+    answer, final = webhook.mutate(pod)
+    assert "patch" not in answer and final == pod
+    assert any("create the pod again" in w for w in answer["warnings"]), answer["warnings"]
+    assert stored_template(fake_api, name)["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 8
+    verdict = webhook.validate(final)
+    assert not verdict["allowed"]
+    # Once the squatter's template is gone, KGWE writes its own and the pod is admitted.
+    fake_api.delete("ResourceClaimTemplate", f"default/{name}")
+    final, verdict = webhook.create(pod)
+    assert verdict["allowed"], verdict
+    assert stored_template(fake_api, name)["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 6

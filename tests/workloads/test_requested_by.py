@@ -167,3 +167,79 @@ def test_the_creator_making_a_pod_from_his_own_template_changes_nothing(server: 
     assert server.ask("/validate", review(pod, user="bob"))["allowed"]
     # bob with other groups is another requester: re-attributed, and the annotation goes.
     assert "patch" in server.ask("/mutate", review(pod, user="bob", groups=("team-a",)))
+
+
+TRAINING_OPERATOR = "system:serviceaccount:kubeflow:training-operator"
+KUBERAY = "system:serviceaccount:ray-system:kuberay-operator"
+
+
+def owned_by(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": "owner",
+                                           "uid": "6b1f0c2e-0000-4000-8000-000000000001", "controller": True}]
+    return obj
+
+
+def signer_of(template: dict[str, Any]) -> str:
+    return str(orjson.loads(notes(template)["kgwe.io/requested-by"])["user"])
+
+
+def test_a_signature_copied_into_a_kind_kgwe_does_not_admit_is_not_honoured(server: Server) -> None:
+    # mallory copies bob's signed template (readable by anyone in `default`) into a TFJob: the training
+    # operator, a configured controller, creates its pods. TFJobs never pass workload admission, so their
+    # pods are the operator's, not bob's (they used to be charged and RBAC-checked as bob).
+    _, mutated, _ = server.admit(review(deployment("default", 8), user="bob"))
+    template = mutated["spec"]["template"]
+    pod = pod_from_template(template, "default", "tf-worker-0")
+    tfjob_pod = review(owned_by(pod, "kubeflow.org/v1", "TFJob"), user=TRAINING_OPERATOR,
+                       groups=("system:serviceaccounts",))
+    _validated, final, patch = server.admit(tfjob_pod)
+    assert "kgwe.io/requested-by" not in notes(final) and notes(final)["kgwe.io/tenant"] != "ml-research"
+    assert patch
+    assert not server.ask("/validate", tfjob_pod)["allowed"]  # mutation skipped: refused
+    # The same pod under a PyTorchJob, whose templates KGWE admits, is bob's.
+    pytorch_pod = review(owned_by(pod, "kubeflow.org/v1", "PyTorchJob"), user=TRAINING_OPERATOR,
+                         groups=("system:serviceaccounts",))
+    assert "patch" not in server.ask("/mutate", pytorch_pod)
+    assert server.ask("/validate", pytorch_pod)["allowed"]
+
+
+def test_a_raycluster_kuberay_writes_for_a_rayservice_is_judged_not_passed(server: Server) -> None:
+    # A RayService is no kind of the table: KubeRay copies its template, bob's signature included, into a
+    # RayCluster it owns. That RayCluster is admitted as KubeRay's, not passed unchanged as bob's.
+    _, mutated, _ = server.admit(review(deployment("default", 1), user="bob"))
+    cluster = {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "serve-raycluster-x7k2", "namespace": "default"},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+            {"name": "ray-head", "image": "rayproject/ray:2.38.0", "resources": {"limits": {"cpu": "2"}}}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "rayStartParams": {},
+                                  "template": copy.deepcopy(mutated["spec"]["template"])}]},
+    }
+    body = review(owned_by(cluster, "ray.io/v1", "RayService"), user=KUBERAY, groups=("system:serviceaccounts",))
+    _validated, final, patch = server.admit(body)
+    assert patch
+    assert signer_of(final["spec"]["workerGroupSpecs"][0]["template"]) == KUBERAY
+    assert not server.ask("/validate", body)["allowed"]
+    # Owned by a RayJob, whose templates KGWE admits, the same RayCluster passes unchanged.
+    by_rayjob = review(owned_by(cluster, "ray.io/v1", "RayJob"), user=KUBERAY, groups=("system:serviceaccounts",))
+    assert "patch" not in server.ask("/mutate", by_rayjob)
+    assert server.ask("/validate", by_rayjob)["allowed"]
+
+
+def test_a_rayjob_submitter_template_is_admitted_like_the_others(server: Server) -> None:
+    # KubeRay makes the submitter Job from `submitterPodTemplate`; a signature copied there was kept.
+    _, mutated, _ = server.admit(review(deployment("default", 1), user="bob"))
+    job = {
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "infer", "namespace": "default"},
+        "spec": {"entrypoint": "python /app/run.py",
+                 "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                     {"name": "ray-head", "image": "rayproject/ray:2.38.0"}]}}}},
+                 "submitterPodTemplate": copy.deepcopy(mutated["spec"]["template"])},
+    }
+    body = review(job, user="mallory", groups=())
+    _validated, final, _patch = server.admit(body)
+    assert signer_of(final["spec"]["submitterPodTemplate"]) == "mallory"
+    answer = server.ask("/validate", body)
+    assert not answer["allowed"] and "spec.submitterPodTemplate: " in answer["status"]["message"]

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from policies.gpu_demand import pod_gpu_demand
 from policies.quota.model import PodCharge, resolve_tenant
 from policies.vocabulary.objects import PodView, pod_view
@@ -21,8 +23,9 @@ from policies.vocabulary.quantities import GIB, parse_quantity
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, pod_is_finished
+from webhook.cluster.node_facts import NodeFacts
 from webhook.costs import pod_gpu_equivalents
-from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_TENANT
+from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_TENANT
 
 
 def tenant_and_quotas(request: AdmissionRequest, model: ClusterModel) -> tuple[str, list[dict[str, Any]]]:
@@ -56,14 +59,19 @@ def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Fac
         return None
     memory: Decimal | None = None
     units = demand.whole_gpus + sum(demand.mig.values())
+    gb = model.table.memory_gb(bound_type or candidates[0]) if units and (bound_type or candidates) else None
     if notes.get(A_GPU_MEMORY):
         try:
             memory = parse_quantity(notes[A_GPU_MEMORY]) * units
         except ValueError:
             memory = None
-    elif units and (bound_type or candidates):
-        gb = model.table.memory_gb(bound_type or candidates[0])
-        memory = Decimal(gb) * GIB * units if gb else None
+        # `kgwe.io/gpu-memory` is a minimum the creator writes: a GPU the pod holds whole is all its memory,
+        # whatever was asked (1Mi on eight exclusive H100s held 640Gi and counted 8Mi against gpuMemory).
+        held = _whole_gpus_held(view, demand.whole_gpus, node, facts)
+        if memory is not None and held and gb:
+            memory = max(memory, Decimal(gb) * GIB * held)
+    elif gb:
+        memory = Decimal(gb) * GIB * units
     namespace = view.namespace or (facts.request.namespace if facts else "")
     return PodCharge(
         namespace=namespace,
@@ -77,6 +85,24 @@ def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Fac
         tenant=notes.get(OUT_TENANT),
         namespace_labels=model.namespace_labels(namespace),
     )
+
+
+def _whole_gpus_held(view: PodView, whole_gpus: int, node: NodeFacts | None, facts: Facts | None) -> int:
+    """How many of the pod's `nvidia.com/gpu` units are whole GPUs it holds alone: none when they are MPS or
+    time-sliced replicas or MIG slices (the single strategy names slices `nvidia.com/gpu`), by the plan at
+    admission, else by the node it is bound to and the sharing KGWE decided (`kgwe.io/decision`)."""
+    if not whole_gpus:
+        return 0
+    if facts is not None:
+        return whole_gpus if facts.plan.sharing == "exclusive" and facts.plan.mig_profile is None else 0
+    if node is not None and (node.sharing in ("mps", "time-slicing") or node.mig_strategy in ("single", "gke")):
+        return 0
+    try:
+        decision = orjson.loads(view.annotation(OUT_DECISION) or "{}")
+    except orjson.JSONDecodeError:
+        decision = {}
+    shared = isinstance(decision, dict) and (decision.get("sharing") not in (None, "exclusive") or "mig" in decision)
+    return 0 if shared else whole_gpus
 
 
 def usage_charges(model: ClusterModel) -> list[PodCharge]:

@@ -7,8 +7,9 @@ while admitting the pod, because only then is it known, and only then can a fail
 - never on `dryRun` requests and never in audit mode (no patch is returned there): admission stays
   free of side effects where Kubernetes asks for that; `kgwe review` and the `creates` of the outcome
   show what would be created;
-- idempotent: the name is a hash of the content, so `409 AlreadyExists` means the same template is
-  there; recently created names are remembered for `REMEMBER_SECONDS` to save the round trip;
+- idempotent: the name is a hash of the content; on `409 AlreadyExists` the template there is read back
+  and used only when it holds the same request (a namespace's users can create templates, and compute
+  the name); recently created names are remembered for `REMEMBER_SECONDS` to save the round trips;
 - bounded by the admission deadline;
 - when the template (or a gang's ComputeDomain, webhook/dra/compute_domain.py) cannot be created the
   mutation is withdrawn (no patch, a warning): the pod is
@@ -109,9 +110,31 @@ class KubeTemplateWriter:
         except ApiException as exc:
             if exc.status != 409:
                 raise TemplateError(f"{what}: {exc.status} {exc.reason}") from exc
+            self._check_existing(f"{path}/{key[2]}", template, what, deadline)
         except Exception as exc:  # urllib3 timeouts and connection errors: the same answer for the user
             raise TemplateError(f"{what}: {exc}") from exc
         self._remember(key)
+
+    def _check_existing(self, path: str, template: dict[str, Any], what: str, deadline: float | None) -> None:
+        """A ResourceClaimTemplate already under KGWE's name must hold KGWE's request.
+
+        The name is a hash of the content, which anyone can compute, and the users of a namespace may create
+        templates in it: one made first under that name (8 GPUs of any type, say) would otherwise be taken
+        for KGWE's, and the pod, charged for what KGWE rendered, would get what the template asks."""
+        if template.get("kind") != "ResourceClaimTemplate":
+            return
+        remaining = 10.0 if deadline is None else deadline - time.monotonic()
+        if remaining <= 0:
+            raise TemplateError(f"{what}: no time left to read the template already there")
+        try:
+            existing = self.api.request("GET", path, timeout=(min(self.connect_timeout, remaining), remaining))
+        except Exception as exc:  # gone again, forbidden, timed out: not known to be KGWE's
+            raise TemplateError(f"{what}: the template already there could not be read: {exc}") from exc
+        if not isinstance(existing, dict) or existing.get("spec") != template.get("spec"):
+            raise TemplateError(
+                f"{what}: a template of that name exists with another request, not written by KGWE; "
+                "an administrator must delete it"
+            )
 
 
 def ensure_claim_templates(

@@ -31,9 +31,12 @@ from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.validate import PendingVerdict
 from webhook.costs import pod_gpu_equivalents
+from webhook.gangs.placement import plan_sized_gang
+from webhook.gangs.spec import parse_gang_size
 from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE, annotations_of
 from webhook.mutation.patch import diff
 from webhook.mutation.pipeline import copy_json
+from webhook.placement.context import PlacementPlan
 from webhook.workloads.identity import Identity, Requester, Signer, load_key, with_requester
 from webhook.workloads.kinds import (
     KindSpec,
@@ -111,7 +114,23 @@ class WorkloadAwareAdmission(AdmissionService):
         """A pod CREATE judged for whoever asked for it (the workload's creator for controller-made pods)."""
         if request.template or not request.is_pod or request.operation != "CREATE" or request.object is None:
             return request
-        return with_requester(request, self.identity.for_pod(request, request.object))
+        requester = self.identity.for_pod(request, request.object, self._owner_admitted(request))
+        return with_requester(request, requester)
+
+    def _owner_admitted(self, request: AdmissionRequest) -> bool:
+        """Whether the object's controller owner, if it has one, is of a kind whose pod templates KGWE admits
+        (a kind of the kind table, or a Pod: a LeaderWorkerSet's worker StatefulSet is owned by its leader).
+
+        Only then did the templates a controller copies into the object pass workload admission, which
+        signs them for whoever wrote them; an operator for a kind KGWE does not know (a TFJob, a RayService)
+        copies whatever its author wrote, a `kgwe.io/requested-by` taken from another workload included."""
+        owner = request.pod.controller_owner
+        if owner is None:
+            return True
+        api_version, kind = str(owner.get("apiVersion") or ""), str(owner.get("kind") or "")
+        if api_version == "v1" and kind == "Pod":
+            return True
+        return self.kinds.by_api_version(api_version, kind) is not None
 
     def _workload_in_scope(self, request: AdmissionRequest) -> bool:
         return (
@@ -127,8 +146,8 @@ class WorkloadAwareAdmission(AdmissionService):
         written and judged at the owner's admission, its pods are admitted on their own, and a template
         changed under the owner's controller makes it churn (the Deployment controller finds its
         ReplicaSet by comparing templates, and would make new ones without end)."""
-        if request.pod.controller_owner is None:
-            return False
+        if request.pod.controller_owner is None or not self._owner_admitted(request):
+            return False  # an owner KGWE does not admit (a RayService's RayCluster): its templates are judged here
         return self.identity.is_controller(request.user)
 
     # -- mutate -------------------------------------------------------------------------------
@@ -175,7 +194,7 @@ class WorkloadAwareAdmission(AdmissionService):
             answer = super().validate(item.request, deadline)
             warnings.extend(f"{item.template.path}: {w}" for w in answer.warnings)
             audit.update(answer.audit_annotations)
-            gang_problem = _gang_mismatch(item.template.value, item.gang)
+            gang_problem = _gang_mismatch(item.template.value, item.gang) or self._gang_refusal(item)
             if gang_problem:
                 refusals.append(f"{item.template.path}: {gang_problem}")
                 codes.add(403)
@@ -197,6 +216,30 @@ class WorkloadAwareAdmission(AdmissionService):
         denial.object = request.object
         return denial
 
+    def _gang_refusal(self, item: TemplateItem) -> str | None:
+        """What every pod of this template would be refused for as a member of its sized gang (SPEC section 8:
+        more than 1,024 members, or more GPUs than any NVLink room could ever hold), so the workload is
+        refused at apply like its pods would be (SPEC section 7). The template itself is judged without its
+        gang, which is placed per pod; its pods' own admission keeps the last word."""
+        gang = item.gang
+        pod = item.request.object
+        if gang is None or not gang.size or pod is None:
+            return None
+        demand = pod_gpu_demand(pod)
+        if not demand.asks_gpu:
+            return None
+        _size, problem = parse_gang_size(str(gang.size))
+        if problem is not None:
+            return problem
+        model = self.runtime.store.snapshot()
+        types = [t for t in annotations_of(pod).get(OUT_ACCELERATOR_TYPE, "").split(",") if t in model.types]
+        if not types:
+            return None  # not placed by KGWE's mutating webhook: the template's own verdict refuses it
+        scratch = PlacementPlan(gpu_pod=True)
+        if plan_sized_gang(scratch, pod, types, gang.name, gang.size, demand.whole_gpus, model):
+            return None
+        return "; ".join(scratch.refusals)
+
     # -- the templates as pods ------------------------------------------------------------------
     def _plan(self, request: AdmissionRequest, spec: KindSpec) -> WorkloadPlan:
         assert request.object is not None
@@ -215,6 +258,7 @@ class WorkloadAwareAdmission(AdmissionService):
             # A workload gang is the gang of all its GPU pods, not a gang name for each template.
             inherited.pop(A_GANG, None)
         pods = [template_pod(t, inherited, request.namespace) for t in templates]
+        admitted_owner = self._owner_admitted(request)
         plan = WorkloadPlan()
         try:
             plan.counts = pods_per_template(workload, spec, templates)
@@ -229,12 +273,14 @@ class WorkloadAwareAdmission(AdmissionService):
             except ValueError as exc:
                 plan.problems.append(str(exc))
         for template, pod, count in zip(templates, pods, plan.counts, strict=True):
-            own_gang = _take_gang(pod)
+            own_gang = _take_gang(pod, template.path)
             member = gang if gang is not None and pod_gpu_demand(pod).asks_gpu else None
             if member is None and own_gang is not None:
                 member = own_gang
             if _in_kgwe_scope(pod, template.value):
-                requester = self.identity.for_template(request, template.value, old_templates.get(template.pointer))
+                requester = self.identity.for_template(
+                    request, template.value, old_templates.get(template.pointer), admitted_owner
+                )
             else:
                 # Like the webhook configurations' matchConditions: a template with no GPU and no kgwe.io/ key
                 # is none of KGWE's business, and gets no attribution written into it.
@@ -346,17 +392,26 @@ def template_pod(template: Template, inherited: dict[str, str], namespace: str) 
     return pod
 
 
-def _take_gang(pod: dict[str, Any]) -> WorkloadGang | None:
-    """Remove the gang intent from a template's pod (gangs are placed per pod) and return the template's own."""
+def _take_gang(pod: dict[str, Any], where: str) -> WorkloadGang | None:
+    """Remove the gang intent from a template's pod (gangs are placed per pod) and return the template's own.
+
+    The size is read as a pod's is (`parse_gang_size`): a value its pods would be refused for refuses the
+    workload, naming the template, instead of being dropped (which made its pods an ungated gang) or
+    raising (`int("²")`: a digit to `str.isdigit`, not to `int`)."""
     notes = (pod.get("metadata") or {}).get("annotations") or {}
     name = str(notes.pop(A_GANG, "") or "").strip()
-    size = str(notes.pop(A_GANG_SIZE, "") or "").strip()
+    raw_size = notes.pop(A_GANG_SIZE, None)
     labels = (pod.get("metadata") or {}).get("labels")
     if isinstance(labels, dict):
         labels.pop(LABEL_GANG, None)
     if not name:
         return None
-    return WorkloadGang(name, int(size) if size.isdigit() and len(size) < 8 else 0)
+    if raw_size is None:
+        return WorkloadGang(name, 0)
+    size, problem = parse_gang_size(str(raw_size))
+    if size is None:
+        raise WorkloadShapeError(f"{where}: {problem}")
+    return WorkloadGang(name, size)
 
 
 def _as_template(original: dict[str, Any], pod: dict[str, Any], gang: WorkloadGang | None) -> dict[str, Any]:

@@ -105,9 +105,14 @@ class Identity:
     def is_controller(self, user: UserInfo) -> bool:
         return user.username in self.controllers
 
-    def _inherited(self, request: AdmissionRequest, obj: dict[str, Any]) -> Requester | None:
+    def _inherited(self, request: AdmissionRequest, obj: dict[str, Any], admitted_owner: bool) -> Requester | None:
         """The signed requester of `obj`, when the API server's requester may act on it: a controller
-        identity, or the very user (name and groups) it names, who gains nothing by it."""
+        identity writing for an owner whose templates KGWE admits (`admitted_owner`), or the very user
+        (name and groups) it names, who gains nothing by it.
+
+        A controller also turns templates KGWE never saw into objects (the Kubeflow training operator's
+        TFJob and MPIJob, KubeRay's RayService); a signature copied into one of those from another
+        workload of the namespace must not make its pods someone else's."""
         view = request.pod if obj is request.object else pod_view(obj)  # the view built at decode
         value = view.annotation(REQUESTED_BY)
         if value is None:
@@ -116,27 +121,33 @@ class Identity:
         if user is None:
             return None
         if self.is_controller(request.user):
-            return Requester(user, value, VIA_TEMPLATE, True)
+            return Requester(user, value, VIA_TEMPLATE, True) if admitted_owner else None
         if _same_person(user, request.user):
             return Requester(request.user, value, VIA_TEMPLATE, False)
         return None
 
-    def for_pod(self, request: AdmissionRequest, pod: dict[str, Any]) -> Requester:
-        """A pod's requester: the signed user for a controller-made pod from an admitted template, else the
+    def for_pod(self, request: AdmissionRequest, pod: dict[str, Any], admitted_owner: bool = True) -> Requester:
+        """A pod's requester: the signed user for a controller-made pod from an admitted template (its
+        controller owner, if any, of a kind whose templates KGWE admits: `admitted_owner`), else the
         caller (who keeps an annotation that names exactly them: a pod made by hand from their template)."""
-        return self._inherited(request, pod) or Requester(request.user, None, "", False)
+        return self._inherited(request, pod, admitted_owner) or Requester(request.user, None, "", False)
 
     def for_template(
-        self, request: AdmissionRequest, template: dict[str, Any], unchanged_from: dict[str, Any] | None
+        self,
+        request: AdmissionRequest,
+        template: dict[str, Any],
+        unchanged_from: dict[str, Any] | None,
+        admitted_owner: bool = True,
     ) -> Requester:
         """A template's requester, and the annotation it must carry.
 
         A controller writing a workload (the Deployment controller's ReplicaSet, Kueue's update of a
-        Job) keeps the signed creator; so does anyone whose UPDATE leaves the template as it was
+        Job) keeps the signed creator when the workload's owner, if any, is of a kind KGWE admits
+        (`admitted_owner`); so does anyone whose UPDATE leaves the template as it was
         (scaling a Deployment must not re-attribute, or roll out, its pods). Anyone else who writes a
         template becomes its requester.
         """
-        inherited = self._inherited(request, template)
+        inherited = self._inherited(request, template, admitted_owner)
         if inherited is not None:
             return inherited
         if unchanged_from is not None:

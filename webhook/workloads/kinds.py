@@ -107,7 +107,9 @@ BUILTIN_KINDS: tuple[KindSpec, ...] = (
           ["spec.leaderWorkerTemplate.leaderTemplate", "spec.leaderWorkerTemplate.workerTemplate"], gang="lws"),
     _spec("kubeflow.org", "PyTorchJob", "pytorchjobs", ["v1"], ["spec.pytorchReplicaSpecs.*.template"],
           gang="pytorchjob"),
-    _spec("ray.io", "RayJob", "rayjobs", ["v1"], [f"spec.rayClusterSpec.{p}" for p in RAY_PATHS], gang="rayjob"),
+    # The submitter (K8sJobMode) is a Job KubeRay makes from `submitterPodTemplate`: a template like the others.
+    _spec("ray.io", "RayJob", "rayjobs", ["v1"],
+          [*(f"spec.rayClusterSpec.{p}" for p in RAY_PATHS), "spec.submitterPodTemplate"], gang="rayjob"),
     _spec("ray.io", "RayCluster", "rayclusters", ["v1"], [f"spec.{p}" for p in RAY_PATHS], gang="raycluster"),
 )
 

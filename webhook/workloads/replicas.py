@@ -89,6 +89,8 @@ def _pytorchjob(workload: dict[str, Any], template: Template) -> int | None:
 
 def _ray(prefix: int) -> Callable[[dict[str, Any], Template], int | None]:
     def count(workload: dict[str, Any], template: Template) -> int | None:
+        if template.pointer[-1] == "submitterPodTemplate":
+            return 1  # a RayJob's submitter: the one pod of the Job KubeRay makes from it
         group_name = template.pointer[prefix]
         if group_name == "headGroupSpec":
             return 1
