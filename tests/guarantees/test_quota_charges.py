@@ -40,3 +40,12 @@ def test_a_tiny_gpu_memory_ask_does_not_shrink_the_charge_of_whole_gpus(serve_cl
         answer, _ = webhook.admit(gpu_pod("one-more", gpus=1, annotations=notes))
         assert answer["allowed"] is False
         assert "480Gi of 480Gi GPU memory in use" in answer["status"]["message"]
+
+
+def test_a_tiny_gpu_memory_ask_without_a_sharing_mode_counts_whole_gpus(serve_cluster, tmp_path: Path) -> None:
+    # The same ask without `kgwe.io/sharing`: a plan shares only when the pod asks to, so its GPUs count whole.
+    notes = {"kgwe.io/accelerator": H100, "kgwe.io/gpu-memory": "1Mi"}
+    for webhook in serve_cluster(memory_capped_cluster(tmp_path / "cluster")):
+        answer, _ = webhook.admit(gpu_pod("big", gpus=8, annotations=notes))
+        assert answer["allowed"] is False
+        assert "this pod asks for 640Gi" in answer["status"]["message"]
