@@ -4,12 +4,21 @@ idempotence, refusals that name what exists, quotas and costs on DRA GPUs."""
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from dra_support import Webhook, gpu_pod
+from dra_support import Webhook, gpu_pod, serve
 from kube_fake_apiserver import FakeApiServer
+from kubernetes import client as k8s_client
+
+from webhook.cluster.kube_json import KubeJson
+from webhook.config import load_config
+from webhook.dra.templates import KubeTemplateWriter
+from webhook.runtime import build_runtime
+from webhook.server.app import create_app
 
 # Quota reservations last a while: only the quota test uses team-a (which has a TenantQuota).
 TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates"
@@ -188,3 +197,35 @@ def test_a_template_squatted_under_kgwes_name_is_not_taken_for_kgwes(webhook: We
     final, verdict = webhook.create(pod)
     assert verdict["allowed"], verdict
     assert stored_template(fake_api, name)["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 6
+
+
+def test_kgwes_own_template_as_the_api_server_returns_it_is_taken_by_another_replica(
+    webhook: Webhook, fake_api: FakeApiServer, dra_dir: Path, tmp_path: Path,
+) -> None:
+    # A second replica (or this one, past REMEMBER_SECONDS) meets KGWE's template by its 409 and reads it back.
+    # The API server writes it with what KGWE leaves out (the claims' empty `metadata`, identity fields): the
+    # same request, to be used, not refused as a squatter's.
+    pod = gpu_pod("replicated", {"kgwe.io/accelerator": "nvidia-h100-80gb"}, gpus=3)
+    final, verdict = webhook.create(pod)
+    assert verdict["allowed"], verdict
+    name = claim_of(final)[1]
+    stored = copy.deepcopy(stored_template(fake_api, name))
+    stored["metadata"].update({"uid": "0b6f", "resourceVersion": "7", "creationTimestamp": "2026-11-25T07:00:00Z"})
+    stored["spec"]["metadata"] = {}
+    fake_api.put("ResourceClaimTemplate", stored)
+    configuration = k8s_client.Configuration()
+    configuration.host = fake_api.url
+    api = k8s_client.ApiClient(configuration)
+
+    def make_app() -> object:
+        runtime = build_runtime(load_config(dra_dir / "config.yaml"), dra_dir / "cluster")
+        runtime.claim_templates = KubeTemplateWriter(KubeJson(api))
+        return create_app(runtime, ui=False)
+
+    try:
+        for other in serve(make_app, tmp_path):  # type: ignore[arg-type]
+            again, verdict = other.create(pod)
+            assert verdict["allowed"], verdict
+            assert claim_of(again)[1] == name
+    finally:
+        api.close()

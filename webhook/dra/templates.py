@@ -130,12 +130,29 @@ class KubeTemplateWriter:
             existing = self.api.request("GET", path, timeout=(min(self.connect_timeout, remaining), remaining))
         except Exception as exc:  # gone again, forbidden, timed out: not known to be KGWE's
             raise TemplateError(f"{what}: the template already there could not be read: {exc}") from exc
-        if not isinstance(existing, dict) or existing.get("spec") != template.get("spec"):
+        if not isinstance(existing, dict) or _claim_spec(existing) != _claim_spec(template):
             raise TemplateError(
                 f"{what}: a template of that name exists with another request, not written by KGWE; "
                 "an administrator must delete it"
             )
 
+
+
+def _claim_spec(template: Any) -> Any:
+    """What a ResourceClaimTemplate asks for (`spec.spec`, the claims' spec), as the API server and KGWE both
+    write it: without empty values, which the server may spell where KGWE leaves a field out (an empty list,
+    `null`). The claims' own `spec.metadata` (the server writes `{}` there) asks for no device."""
+    spec = template.get("spec") if isinstance(template, dict) else None
+    return _without_empty(spec.get("spec") if isinstance(spec, dict) else None)
+
+
+def _without_empty(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {key: _without_empty(item) for key, item in value.items()}
+        return {key: item for key, item in kept.items() if item not in (None, {}, [])}
+    if isinstance(value, list):
+        return [_without_empty(item) for item in value]
+    return value
 
 def ensure_claim_templates(
     runtime: TemplateRuntime,
