@@ -243,6 +243,9 @@ WEBHOOK_USER = f"system:serviceaccount:{NAMESPACE}:kgwe-webhook"
         ("alice", "kgwe-0123456789abcdef0123", "refused"),  # a squatter under KGWE's content-hashed name
         (WEBHOOK_USER, "kgwe-0123456789abcdef0123", "skipped"),
         ("alice", "my-gpus", "skipped"),  # users' own templates are theirs to write
+        # A ComputeDomain's IMEX channel template: NVIDIA's ComputeDomain controller writes it.
+        ("system:serviceaccount:nvidia-dra-driver-gpu:compute-domain-controller", "kgwe-cd-0123456789ab-channel",
+         "skipped"),
     ],
 )
 def test_only_the_webhook_writes_kgwe_claim_templates(default: Rendered, cel: Cel, user: str, name: str,
