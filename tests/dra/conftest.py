@@ -9,15 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dra_support import DRA_CLUSTER, ROOT, Webhook, serve
+from dra_support import DRA_CLUSTER, ROOT, Webhook, serve_replica
 from kube_fake_apiserver import FakeApiServer
-from kubernetes import client as k8s_client
 
-from webhook.cluster.kube_json import KubeJson
 from webhook.config import load_config
-from webhook.dra.templates import KubeTemplateWriter
 from webhook.runtime import Runtime, build_runtime
-from webhook.server.app import create_app
 
 CONFIG = {
     "mode": "enforce",
@@ -73,17 +69,7 @@ def dra_runtime(dra_dir: Path) -> Runtime:
 
 @pytest.fixture(scope="module")
 def webhook(dra_dir: Path, fake_api: FakeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
-    configuration = k8s_client.Configuration()
-    configuration.host = fake_api.url
-    api = k8s_client.ApiClient(configuration)
-
-    def make_app() -> object:
-        runtime = build_runtime(load_config(dra_dir / "config.yaml"), dra_dir / "cluster")
-        runtime.claim_templates = KubeTemplateWriter(KubeJson(api))
-        return create_app(runtime, ui=False)
-
-    yield from serve(make_app, tmp_path_factory.mktemp("certs"))  # type: ignore[arg-type]
-    api.close()
+    yield from serve_replica(dra_dir, fake_api, tmp_path_factory.mktemp("certs"))
 
 
 __all__ = ["ROOT"]

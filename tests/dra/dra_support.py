@@ -14,11 +14,18 @@ import httpx
 import jsonpatch
 import orjson
 from fastapi import FastAPI
+from kube_fake_apiserver import FakeApiServer
+from kubernetes import client as k8s_client
 from server_support import admission_review, start_server
 
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
 from certs.reloader import ReloadingSSLContext
+from webhook.cluster.kube_json import KubeJson
+from webhook.config import load_config
+from webhook.dra.templates import KubeTemplateWriter
+from webhook.runtime import build_runtime
+from webhook.server.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 DRA_CLUSTER = ROOT / "examples" / "cluster-dra"
@@ -87,3 +94,20 @@ def serve(make_app: Callable[[], FastAPI], directory: Path) -> Iterator[Webhook]
         yield Webhook(server.url, server.ca_file)
     finally:
         running.close()
+
+
+def serve_replica(dra_dir: Path, fake_api: FakeApiServer, certs: Path) -> Iterator[Webhook]:
+    """One webhook replica over HTTPS, writing its templates to `fake_api` (each replica remembers its own)."""
+    configuration = k8s_client.Configuration()
+    configuration.host = fake_api.url
+    api = k8s_client.ApiClient(configuration)
+
+    def make_app() -> object:
+        runtime = build_runtime(load_config(dra_dir / "config.yaml"), dra_dir / "cluster")
+        runtime.claim_templates = KubeTemplateWriter(KubeJson(api))
+        return create_app(runtime, ui=False)
+
+    try:
+        yield from serve(make_app, certs)  # type: ignore[arg-type]
+    finally:
+        api.close()

@@ -10,15 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dra_support import Webhook, gpu_pod, serve
+from dra_support import Webhook, gpu_pod, serve_replica
 from kube_fake_apiserver import FakeApiServer
-from kubernetes import client as k8s_client
-
-from webhook.cluster.kube_json import KubeJson
-from webhook.config import load_config
-from webhook.dra.templates import KubeTemplateWriter
-from webhook.runtime import build_runtime
-from webhook.server.app import create_app
 
 # Quota reservations last a while: only the quota test uses team-a (which has a TenantQuota).
 TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates"
@@ -213,19 +206,7 @@ def test_kgwes_own_template_as_the_api_server_returns_it_is_taken_by_another_rep
     stored["metadata"].update({"uid": "0b6f", "resourceVersion": "7", "creationTimestamp": "2026-11-25T07:00:00Z"})
     stored["spec"]["metadata"] = {}
     fake_api.put("ResourceClaimTemplate", stored)
-    configuration = k8s_client.Configuration()
-    configuration.host = fake_api.url
-    api = k8s_client.ApiClient(configuration)
-
-    def make_app() -> object:
-        runtime = build_runtime(load_config(dra_dir / "config.yaml"), dra_dir / "cluster")
-        runtime.claim_templates = KubeTemplateWriter(KubeJson(api))
-        return create_app(runtime, ui=False)
-
-    try:
-        for other in serve(make_app, tmp_path):  # type: ignore[arg-type]
-            again, verdict = other.create(pod)
-            assert verdict["allowed"], verdict
-            assert claim_of(again)[1] == name
-    finally:
-        api.close()
+    for other in serve_replica(dra_dir, fake_api, tmp_path):
+        again, verdict = other.create(pod)
+        assert verdict["allowed"], verdict
+        assert claim_of(again)[1] == name
