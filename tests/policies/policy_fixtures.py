@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from policies.runtime import PolicyRuntime, build_runtime
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,3 +26,15 @@ def gpu_pod(name: str = "p", namespace: str = "team-a", *, gpus: str = "1", labe
 def gpu_policy(name: str, action: str = "Deny", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "kgwe.io/v1alpha1", "kind": "GPUPolicy", "metadata": {"name": name},
             "spec": {"enforcementAction": action, **spec}}
+
+
+# Answers compared across CEL engines are answers, not timings: cel-python interprets in Python and, on
+# a loaded machine, can pass the runtime's 50 ms CPU limit per expression; the limit has tests of its own.
+COMPARED_CEL_TIME_LIMIT = 10.0
+
+
+def comparing_runtime(engine: str, **options: Any) -> PolicyRuntime:
+    """A runtime on `engine` whose answers a test compares with another engine's (see COMPARED_CEL_TIME_LIMIT)."""
+    runtime = build_runtime(cel_engine=engine, **options)  # type: ignore[arg-type]
+    runtime.cel_time_limit = COMPARED_CEL_TIME_LIMIT
+    return runtime

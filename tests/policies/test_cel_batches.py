@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from policy_fixtures import gpu_pod, gpu_policy
+from policy_fixtures import comparing_runtime, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
 from policies.engines.cel import build_cel_engine
@@ -37,7 +37,7 @@ def _policies() -> list[dict[str, Any]]:
 
 
 def _answers(engine: str, make_context: Callable[..., PolicyContext], pod: dict[str, Any]) -> list[tuple[str, ...]]:
-    runtime = build_runtime(cel_engine=engine)  # type: ignore[arg-type]
+    runtime = comparing_runtime(engine)
     assert runtime.reload(builtin=False, gpu_policies=_policies()).ok
     return sorted((v.policy, v.action, v.message) for v in runtime.check(make_context(pod)))
 

@@ -13,11 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from policy_fixtures import gpu_pod, gpu_policy
+from policy_fixtures import comparing_runtime, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
 from policies.engines.cel_hoisting import hoist, params_free_operands
-from policies.runtime import build_runtime
 
 SUM = "object.spec.containers.map(c, int(c.resources.limits['nvidia.com/gpu'])).sum()"
 
@@ -68,7 +67,7 @@ def _template(enabled: bool, limit: int) -> dict[str, Any]:
 
 
 def _answers(engine: str, make_context: Callable[..., PolicyContext], pod: dict[str, Any]) -> list[tuple[str, ...]]:
-    runtime = build_runtime(cel_engine=engine, failure_mode="closed")  # type: ignore[arg-type]
+    runtime = comparing_runtime(engine, failure_mode="closed")
     policies = [_template(enabled, limit) for enabled in (True, False) for limit in (1, 3, 8)]
     assert runtime.reload(builtin=False, gpu_policies=policies).ok
     # The engines word a failure differently: that it failed, and where, is the answer.

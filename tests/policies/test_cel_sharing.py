@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from policy_fixtures import gpu_pod, gpu_policy
+from policy_fixtures import comparing_runtime, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext, Violation
 from policies.runtime import PolicyRuntime, build_runtime
@@ -27,7 +27,7 @@ def _limit(name: str, most: int, expression: str = AT_MOST, **extra: Any) -> dic
 
 @pytest.fixture(params=ENGINES)
 def runtime(request: pytest.FixtureRequest) -> PolicyRuntime:
-    return build_runtime(cel_engine=request.param)
+    return comparing_runtime(request.param)
 
 
 def _denied(runtime: PolicyRuntime, context: PolicyContext) -> list[str]:
