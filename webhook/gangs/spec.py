@@ -29,9 +29,15 @@ def parse_gang_size(value: str) -> tuple[int | None, str | None]:
     if not text or len(text) > _MAX_DIGITS or not text.isascii() or not text.isdigit():
         return None, f"{A_GANG_SIZE}: {value[:32]!r} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
     size = int(text)
+    problem = gang_size_problem(size)
+    return (None, problem) if problem is not None else (size, None)
+
+
+def gang_size_problem(size: int) -> str | None:
+    """Why a gang of `size` pods cannot be, in the words `parse_gang_size` uses; None when it can."""
     if not 1 <= size <= MAX_GANG_SIZE:
-        return None, f"{A_GANG_SIZE}: {size} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
-    return size, None
+        return f"{A_GANG_SIZE}: {size} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from webhook.admission.request import AdmissionRequest
 from webhook.admission.validate import PendingVerdict
 from webhook.costs import pod_gpu_equivalents
 from webhook.gangs.placement import plan_sized_gang
-from webhook.gangs.spec import parse_gang_size
+from webhook.gangs.spec import gang_size_problem, parse_gang_size
 from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE, annotations_of
 from webhook.mutation.patch import diff
 from webhook.mutation.pipeline import copy_json
@@ -228,7 +228,7 @@ class WorkloadAwareAdmission(AdmissionService):
         demand = pod_gpu_demand(pod)
         if not demand.asks_gpu:
             return None
-        _size, problem = parse_gang_size(str(gang.size))
+        problem = gang_size_problem(gang.size)
         if problem is not None:
             return problem
         model = self.runtime.store.snapshot()
