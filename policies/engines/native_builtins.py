@@ -310,18 +310,20 @@ def _zero_gpus(value: Any) -> bool:
     return value is False or value == "0" or (_is_number(value) and value == 0)
 
 
-def _receives_gpus(container: Mapping[str, Any]) -> bool:
-    """`receives_gpus` of visible_devices.rego: a GPU container with a GPU or MIG limit that is not zero."""
-    return _Pod.is_gpu_container(container) and any(
-        (name in GPU_RESOURCES or (isinstance(name, str) and name.startswith(MIG_PREFIX))) and not _zero_gpus(value)
-        for name, value in _Pod.limits(container).items()
-    )
+def _gpu_resource(name: Any) -> bool:
+    """`gpu_resource` of visible_devices.rego."""
+    return name in GPU_RESOURCES or (isinstance(name, str) and name.startswith(MIG_PREFIX))
+
+
+def _nonzero_gpu_limit(container: Mapping[str, Any]) -> bool:
+    """What `receives_gpus` of visible_devices.rego adds to `is_gpu_container`: a GPU or MIG limit not zero."""
+    return any(_gpu_resource(name) and not _zero_gpus(value) for name, value in _Pod.limits(container).items())
 
 
 def _visible_devices(pod: _Pod) -> set[str]:
     found = set()
     for container, gpu in zip(pod.containers, pod.gpu, strict=True):
-        if gpu and _receives_gpus(container):
+        if gpu and _nonzero_gpu_limit(container):  # `receives_gpus`: `gpu` is `is_gpu_container`
             continue
         env = container.get("env", [])
         if not isinstance(env, list) or not all(isinstance(e, dict) for e in env):
