@@ -98,9 +98,7 @@ class KubeTemplateWriter:
         key = (str(template.get("kind")), str(meta["namespace"]), str(meta["name"]))
         if self._remembered(key):
             return
-        remaining = 10.0 if deadline is None else deadline - time.monotonic()
-        if remaining <= 0:
-            raise TemplateError("no time left before the admission deadline")
+        remaining = _left(deadline, "no time left before the admission deadline")
         kind = str(template.get("kind") or "ResourceClaimTemplate")
         api_version, plural = COLLECTIONS[kind]
         path = f"/apis/{api_version}/namespaces/{key[1]}/{plural}"
@@ -123,9 +121,7 @@ class KubeTemplateWriter:
         for KGWE's, and the pod, charged for what KGWE rendered, would get what the template asks."""
         if template.get("kind") != "ResourceClaimTemplate":
             return
-        remaining = 10.0 if deadline is None else deadline - time.monotonic()
-        if remaining <= 0:
-            raise TemplateError(f"{what}: no time left to read the template already there")
+        remaining = _left(deadline, f"{what}: no time left to read the template already there")
         try:
             existing = self.api.request("GET", path, timeout=(min(self.connect_timeout, remaining), remaining))
         except Exception as exc:  # gone again, forbidden, timed out: not known to be KGWE's
@@ -137,6 +133,14 @@ class KubeTemplateWriter:
             )
 
 
+
+
+def _left(deadline: float | None, late: str) -> float:
+    """Seconds left before `deadline` (10 without one); TemplateError(`late`) when none are."""
+    remaining = 10.0 if deadline is None else deadline - time.monotonic()
+    if remaining <= 0:
+        raise TemplateError(late)
+    return remaining
 
 def _claim_spec(template: Any) -> Any:
     """What a ResourceClaimTemplate asks for (`spec.spec`, the claims' spec), as the API server and KGWE both
