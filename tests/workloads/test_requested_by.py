@@ -204,17 +204,25 @@ def test_a_signature_copied_into_a_kind_kgwe_does_not_admit_is_not_honoured(serv
     assert server.ask("/validate", pytorch_pod)["allowed"]
 
 
+def _bobs_template(server: Server) -> dict[str, Any]:
+    """A pod template KGWE admitted and signed for bob (a copy, to put where an operator would)."""
+    _, mutated, _ = server.admit(review(deployment("default", 1), user="bob"))
+    return copy.deepcopy(mutated["spec"]["template"])
+
+
+RAY_HEAD = {"rayStartParams": {}, "template": {"spec": {"containers": [
+    {"name": "ray-head", "image": "rayproject/ray:2.38.0", "resources": {"limits": {"cpu": "2"}}}]}}}
+
+
 def test_a_raycluster_kuberay_writes_for_a_rayservice_is_judged_not_passed(server: Server) -> None:
     # A RayService is no kind of the table: KubeRay copies its template, bob's signature included, into a
     # RayCluster it owns. That RayCluster is admitted as KubeRay's, not passed unchanged as bob's.
-    _, mutated, _ = server.admit(review(deployment("default", 1), user="bob"))
     cluster = {
         "apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": "serve-raycluster-x7k2", "namespace": "default"},
-        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-            {"name": "ray-head", "image": "rayproject/ray:2.38.0", "resources": {"limits": {"cpu": "2"}}}]}}},
-            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "rayStartParams": {},
-                                  "template": copy.deepcopy(mutated["spec"]["template"])}]},
+        "spec": {"headGroupSpec": copy.deepcopy(RAY_HEAD),
+                 "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "rayStartParams": {},
+                                       "template": _bobs_template(server)}]},
     }
     body = review(owned_by(cluster, "ray.io/v1", "RayService"), user=KUBERAY, groups=("system:serviceaccounts",))
     _validated, final, patch = server.admit(body)
@@ -229,14 +237,11 @@ def test_a_raycluster_kuberay_writes_for_a_rayservice_is_judged_not_passed(serve
 
 def test_a_rayjob_submitter_template_is_admitted_like_the_others(server: Server) -> None:
     # KubeRay makes the submitter Job from `submitterPodTemplate`; a signature copied there was kept.
-    _, mutated, _ = server.admit(review(deployment("default", 1), user="bob"))
     job = {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
         "metadata": {"name": "infer", "namespace": "default"},
-        "spec": {"entrypoint": "python /app/run.py",
-                 "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                     {"name": "ray-head", "image": "rayproject/ray:2.38.0"}]}}}},
-                 "submitterPodTemplate": copy.deepcopy(mutated["spec"]["template"])},
+        "spec": {"entrypoint": "python /app/run.py", "rayClusterSpec": {"headGroupSpec": copy.deepcopy(RAY_HEAD)},
+                 "submitterPodTemplate": _bobs_template(server)},
     }
     body = review(job, user="mallory", groups=())
     _validated, final, _patch = server.admit(body)
