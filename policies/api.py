@@ -17,7 +17,15 @@ DECISION_FIELDS = ("acceleratorTypes", "sharing", "topology", "gang")
 
 class WouldBlock(Exception):
     """Raised by a check asked not to wait (`wait=False`) when its answer needs a lock, a file or the
-    network: the caller asks again where waiting is allowed (off the event loop). Nothing was changed."""
+    network: the caller asks again where waiting is allowed (off the event loop). Nothing was changed.
+
+    `soon` is True when what was in the way is a local lock held for microseconds (another worker's
+    quota transaction): asking again without waiting a moment later usually succeeds, which is cheaper
+    than handing the check to a thread that must win the GIL back from a busy event loop."""
+
+    def __init__(self, message: str, *, soon: bool = False) -> None:
+        super().__init__(message)
+        self.soon = soon
 
 
 @dataclass(frozen=True)

@@ -90,12 +90,14 @@ class FileQuotaStore:
     def _locked_now(self) -> Iterator[None]:
         """Both locks if they are free at this moment; else WouldBlock (nothing counted, nothing changed)."""
         if not self._threads.acquire(blocking=False):
-            raise WouldBlock(f"quota state {self.path} is locked by another request of this worker")
+            raise WouldBlock(f"quota state {self.path} is locked by another request of this worker", soon=True)
         try:
             try:
                 handle = self._lock_handle()
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:  # BlockingIOError (another worker holds it) or any other trouble
+            except BlockingIOError as exc:
+                raise WouldBlock(f"quota state {self.path} is locked by another worker", soon=True) from exc
+            except OSError as exc:
                 raise WouldBlock(f"quota state {self.path}: {exc}") from exc
             try:
                 if not self._still_the_lock_file(handle):

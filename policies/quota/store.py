@@ -178,7 +178,7 @@ class InMemoryQuotaStore:
         wait: bool = True,
     ) -> T:
         if not self._lock.acquire(blocking=wait):
-            raise WouldBlock(f"TenantQuota {quota}: held by another request")
+            raise WouldBlock(f"TenantQuota {quota}: held by another request", soon=True)
         try:
             version, status = self._states.get(quota, (0, QuotaStatus()))
             new_status, result = change(status)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from prometheus_client import Counter
+
 from policies.api import Violation, WouldBlock
 from policies.gpu_demand import pod_gpu_demand
 from policies.runtime import PolicyEngineError
@@ -46,6 +48,18 @@ log = logging.getLogger("kgwe.admission")
 # Gates that may wait on the network (SubjectAccessReview, quota compare-and-swap) run on this many
 # threads, never on the event loop: a slow API server stalls only the requests that need it.
 GATE_THREADS = 8
+# Pauses (seconds) before the event loop asks a gate again when what blocked it is a lock held for a
+# moment (`WouldBlock.soon`: another worker's quota transaction, ~10 us). A thread hop costs more: the
+# thread must win the GIL back from a loop busy with other requests, which made the two-worker p99 of
+# `/validate` two to three times its value without quotas. The first pause only lets the requests
+# already read run; epoll rounds the others up to a millisecond, during which the loop serves other
+# requests. Past the last pause the check takes a thread.
+LOOP_RETRY_PAUSES = (0.0, 0.0001, 0.0002, 0.0004, 0.0008)
+GATE_ANSWERS = Counter(
+    "kgwe_validate_gate_answers_total",
+    "I/O gates of /validate by where they answered: at once, after retries on the event loop, on a thread",
+    ["gate", "where"],
+)
 
 
 @dataclass
@@ -103,11 +117,11 @@ class Validation(FactGathering):
                 pending.problems.extend(gate.run(deadline))
                 continue
             if gate.try_now is not None:
-                try:
-                    pending.problems.extend(gate.try_now(deadline))
+                answered = await _try_on_loop(gate, deadline)
+                if answered is not None:
+                    pending.problems.extend(answered)
                     continue
-                except WouldBlock:
-                    pass  # it would wait: on a thread, bounded by the deadline
+            GATE_ANSWERS.labels(gate.name, "thread").inc()
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 pending.problems.append((gate.name, f"no time was left to check {gate.name}; try again"))
@@ -309,6 +323,26 @@ class Validation(FactGathering):
         denial.audit_annotations = audit
         denial.object = request.object
         return denial
+
+
+async def _try_on_loop(gate: Gate, deadline: float | None) -> list[Problem] | None:
+    """The gate's answer without a thread: asked at once, then again after each of `LOOP_RETRY_PAUSES`
+    while what blocks it is a lock held for a moment. None when it has to wait on a thread."""
+    assert gate.try_now is not None
+    for attempt, pause in enumerate((None, *LOOP_RETRY_PAUSES)):
+        if pause is not None:
+            if deadline is not None and time.monotonic() + pause >= deadline:
+                return None
+            await asyncio.sleep(pause)
+        try:
+            answer = gate.try_now(deadline)
+        except WouldBlock as blocked:
+            if not blocked.soon:
+                return None
+            continue
+        GATE_ANSWERS.labels(gate.name, "at-once" if attempt == 0 else "loop-retry").inc()
+        return answer
+    return None
 
 
 def _kgwe_placed(facts: Facts) -> bool:
