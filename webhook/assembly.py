@@ -137,6 +137,7 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     from policies.quota.kube_store import KubeQuotaStore
     from policies.rbac.review import SubjectAccessReviewer
     from webhook.cluster.kube_json import KubeJson
+    from webhook.dra.claim_reader import KubeClaimReader
     from webhook.dra.templates import KubeTemplateWriter
     from webhook.gangs.ledger import KubeGangStore
 
@@ -154,4 +155,5 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
         gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
     )
     runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
+    runtime.claim_reader = KubeClaimReader(KubeJson(bounded))
     return Assembly(runtime, api, source.stop, list(source.tasks))

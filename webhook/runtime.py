@@ -26,12 +26,20 @@ from policies.rbac.evaluator import Authorizer, RbacEvaluator, Resource, refusal
 from policies.runtime import PolicyRuntime
 from policies.vocabulary.keys import WORKLOAD
 from policies.vocabulary.objects import PodView, pod_view
-from webhook.admission.charging import pod_charge, tenant_and_quotas, usage_charges
+from webhook.admission.charging import (
+    claim_candidate_types,
+    claimed_charge,
+    pod_charge,
+    tenant_and_quotas,
+    usage_charges,
+)
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
+from webhook.dra.claim_reader import ClaimReader, ClaimReadError, ModelClaimReader
+from webhook.dra.claimed import ForeignClaims, GpuClasses, most_devices_on_a_node, requested_gpus
 from webhook.gangs.admission import GangService
 from webhook.gangs.ledger import GangStore, MemoryGangStore
 from webhook.intent import PodIntent
@@ -63,6 +71,8 @@ class Runtime:
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
     gangs: GangService | None = None  # gang records written at /mutate (webhook.gangs)
     claim_templates: Any | None = None  # in a cluster: webhook.dra.templates.KubeTemplateWriter
+    # Reads the claims and templates pods name (webhook/dra/claim_reader.py): the API server in a cluster.
+    claim_reader: ClaimReader = field(default_factory=ModelClaimReader)
     admission: WorkloadAwareAdmission = field(init=False)
     _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
@@ -218,9 +228,15 @@ class Runtime:
             checks.append(("hardwareprofiles", plan.profile))
         if self.config.rbac.accelerator_types:
             checks.extend(("acceleratortypes", type_id) for type_id in plan.types)
+        return self._may_use(request, facts.model, checks, deadline, wait)
+
+    def _may_use(
+        self, request: AdmissionRequest, model: ClusterModel, checks: list[tuple[Resource, str]],
+        deadline: float | None, wait: bool,
+    ) -> list[tuple[str, str]]:
         if not checks:
             return []
-        authorizer = self._authorizer(facts.model)
+        authorizer = self._authorizer(model)
         user = request.user.as_dict()
         problems: list[tuple[str, str]] = []
         for resource, name in checks:
@@ -258,6 +274,64 @@ class Runtime:
             decision = self.quotas.check(
                 charge, tenant, quotas, self._usage_charges(facts.model), dry_run=request.dry_run, deadline=deadline,
                 wait=wait, limits=self._quota_limits(request, facts.model),
+            )
+        except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
+            log.warning("quota store unavailable for tenant %s: %s", tenant, exc)
+            return [("quota", f"tenant {tenant}: quota could not be checked ({exc}); try again")]
+        return [] if decision.allowed else [("quota", decision.message)]
+
+    # -- GPUs through the pod's own ResourceClaims --------------------------------------------
+    @property
+    def claims_block_io(self) -> bool:
+        return bool(self.claim_reader.blocks_io) or self.rbac_blocks_io or self.quota_blocks_io
+
+    def check_claims(
+        self, request: AdmissionRequest, facts: Facts, claims: ForeignClaims, deadline: float | None,
+        *, wait: bool = True,
+    ) -> list[tuple[str, str]]:
+        """Refusals for a pod that names ResourceClaims of its own (webhook/dra/claimed.py): what they ask
+        is read, and GPUs there pass the accelerator-type RBAC and the quota like `nvidia.com/gpu` does."""
+        if claims.problems:
+            return [("invalid", p) for p in claims.problems]
+        if wait is False and self.claim_reader.blocks_io:
+            raise WouldBlock("the pod's ResourceClaims are read from the API server")
+        model = facts.model
+        specs: list[tuple[str, Any]] = []
+        for ref in claims.refs:
+            what = f"spec.resourceClaims {ref.entry!r}: {ref.kind} {request.namespace}/{ref.name}"
+            try:
+                spec = self.claim_reader.read(request.namespace, ref, model, deadline)
+            except ClaimReadError as exc:
+                log.warning("%s could not be read: %s", what, exc)
+                return [("dra-claims", f"{what} could not be read ({exc}); try again")]
+            if spec is None:
+                return [("dra-claims", f"{what} does not exist, so KGWE cannot tell what it asks for; "
+                                       "create it before the pod")]
+            specs.append((what, spec))
+        asked = requested_gpus(specs, GpuClasses(model.device_classes), most_devices_on_a_node(model))
+        if asked.problems:
+            return [("invalid", p) for p in asked.problems]
+        if not asked.devices:
+            return []
+        if facts.plan.gpu_pod:
+            return [("dra-claims", "this pod asks for GPUs both as resources (nvidia.com/gpu, MIG) and through "
+                                   f"its own ResourceClaims ({', '.join(sorted(asked.classes))}); ask one way")]
+        types = claim_candidate_types(model)
+        if self.config.rbac.accelerator_types:
+            # The claim may be given any of these types: the requester must be allowed each.
+            problems = self._may_use(request, model, [("acceleratortypes", t) for t in types], deadline, wait)
+            if problems:
+                return problems
+        if self.quotas is None or request.template:
+            return []
+        tenant, quotas = self._tenant_and_quotas(request, model)
+        charge = claimed_charge(request.pod, model, request.namespace, asked.devices)
+        if not quotas or charge is None:
+            return []
+        try:
+            decision = self.quotas.check(
+                charge, tenant, quotas, self._usage_charges(model), dry_run=request.dry_run, deadline=deadline,
+                wait=wait, limits=self._quota_limits(request, model),
             )
         except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
             log.warning("quota store unavailable for tenant %s: %s", tenant, exc)

@@ -187,6 +187,8 @@ class QuotaService:
         charged = charged_type(charge, self.price_of)
         if charge.bound_type or len(set(charge.candidate_types)) < 2 or charged is None:
             return ""
+        if charge.every_candidate:
+            return " (its own ResourceClaims may be given any of these types, so it counts against each until bound)"
         return f" (counted against {charged}, the most expensive type it may run on, until it is bound)"
 
     def _reserve(

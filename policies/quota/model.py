@@ -43,6 +43,10 @@ class PodCharge:
     tenant: str | None = None
     # Labels of the pod's namespace, for TenantQuotas that pick namespaces by selector.
     namespace_labels: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    # Until bound, count against the limit of every candidate type, not only the most expensive: for GPUs
+    # a pod asks through ResourceClaims of its own, whose selectors KGWE does not narrow, so the creator
+    # picks the type (webhook/dra/claimed.py).
+    every_candidate: bool = False
 
     @property
     def pod(self) -> str:
@@ -181,6 +185,8 @@ def charged_type(charge: PodCharge, price_of: PriceOf) -> str | None:
 def hits(charge: PodCharge, key: LimitKey, charged: str | None) -> bool:
     if key.kind == "profile":
         return charge.profile == key.name
+    if charge.every_candidate and not charge.bound_type:
+        return key.name in charge.candidate_types
     return charged == key.name
 
 

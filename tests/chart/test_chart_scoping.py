@@ -175,6 +175,21 @@ def test_extra_resource_prefixes_are_scoped_in(cel: Cel) -> None:
     assert not _sent(cel, _webhook(render({}), "MutatingWebhookConfiguration"), "CREATE", amd)
 
 
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_pods_that_name_resource_claims_reach_the_webhook_unless_turned_off(cel: Cel, kind: str) -> None:
+    # A claim of the pod's own may ask for GPUs (docs/dra.md): without the webhook, no quota would count it.
+    claiming = copy.deepcopy(PLAIN_POD)
+    claiming["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "eight-h100"}]
+    claiming["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    assert _sent(cel, _webhook(render({}), kind), "CREATE", claiming)
+    without = copy.deepcopy(PLAIN_POD)
+    without["spec"]["resourceClaims"] = []
+    assert not _sent(cel, _webhook(render({}), kind), "CREATE", without)
+    turned_off = render({"webhooks": {"resourceClaimPods": False}})
+    assert not _sent(cel, _webhook(turned_off, kind), "CREATE", claiming)
+    assert _sent(cel, _webhook(turned_off, kind), "CREATE", GPU_POD)
+
+
 def test_rollout_selector_is_added_not_substituted() -> None:
     rendered = render({"webhooks": {"namespaceSelectorExpressions": [
         {"key": "kgwe.io/enabled", "operator": "In", "values": ["true"]}

@@ -25,6 +25,17 @@ from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
 from webhook.costs import pod_gpu_equivalents
+from webhook.dra.claimed import (
+    GpuClasses,
+    HeldGpu,
+    allocated_gpus,
+    devices_by_key,
+    foreign_claims,
+    generated_claim_names,
+    most_devices_on_a_node,
+    recorded_by_kgwe,
+    requested_gpus,
+)
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_TENANT
 
 
@@ -105,13 +116,111 @@ def _whole_gpus_held(view: PodView, whole_gpus: int, node: NodeFacts | None, fac
     return 0 if shared else whole_gpus
 
 
+def claim_candidate_types(model: ClusterModel) -> tuple[str, ...]:
+    """The types a GPU claim of the pod's own may be allocated: those published through DRA, else every
+    type (a claim that no slice can satisfy yet is still charged, as the most expensive type)."""
+    published = tuple(t for t, summary in model.types.items() if summary.dra_nodes)
+    return published or tuple(model.types)
+
+
+def claimed_charge(
+    view: PodView, model: ClusterModel, namespace: str, devices: int, held: list[HeldGpu] | None = None
+) -> PodCharge | None:
+    """What the GPUs a pod asks through its own ResourceClaims count against quotas.
+
+    Allocated (`held`): each device its worth (a MIG device its compute slices / 7), the pod bound to the
+    type of its first typed device, memory what the devices have. Not allocated (`devices`): each device one
+    whole GPU, with the largest memory of the types a claim may get, counted against the limit of every
+    one of those types (the claim's own selectors pick among them, not KGWE).
+    """
+    if held:
+        typed = [h.type_id for h in held if h.type_id]
+        known = [h.memory_bytes for h in held if h.memory_bytes is not None]
+        return PodCharge(
+            namespace=namespace,
+            name=view.name or view.generate_name,
+            uid=view.uid or None,
+            candidate_types=() if typed else claim_candidate_types(model),
+            every_candidate=not typed,
+            bound_type=typed[0] if typed else None,
+            profile=None,
+            gpu_equivalents=sum((h.equivalents for h in held), Decimal(0)),
+            gpu_memory_bytes=sum(known, Decimal(0)) if len(known) == len(held) else None,
+            tenant=view.annotations.get(OUT_TENANT),
+            namespace_labels=model.namespace_labels(namespace),
+        )
+    candidates = claim_candidate_types(model)
+    if devices <= 0 or not candidates:
+        return None
+    largest = max((model.table.memory_gb(t) or 0 for t in candidates), default=0)
+    return PodCharge(
+        namespace=namespace,
+        name=view.name or view.generate_name,
+        uid=view.uid or None,
+        candidate_types=candidates,
+        bound_type=None,
+        profile=None,
+        gpu_equivalents=Decimal(devices),
+        gpu_memory_bytes=Decimal(largest) * GIB * devices if largest else None,
+        tenant=view.annotations.get(OUT_TENANT),
+        namespace_labels=model.namespace_labels(namespace),
+        every_candidate=True,
+    )
+
+
+class _ClaimUsage:
+    """What existing pods hold or ask through claims of their own, for one snapshot."""
+
+    def __init__(self, model: ClusterModel) -> None:
+        self.model = model
+        self.devices = devices_by_key(model)
+        self.classes = GpuClasses(model.device_classes)
+        self.all_devices = most_devices_on_a_node(model)
+
+    def charge(self, pod: dict[str, Any]) -> PodCharge | None:
+        view = pod_view(pod)
+        refs = foreign_claims(view, recorded_by_kgwe(view)).refs
+        if not refs:
+            return None
+        namespace = view.namespace
+        generated = generated_claim_names(view)
+        held: list[HeldGpu] = []
+        specs: list[tuple[str, Any]] = []
+        for ref in refs:
+            claim_name = ref.name if ref.kind == "ResourceClaim" else generated.get(ref.entry)
+            claim = self.model.resource_claims.get(f"{namespace}/{claim_name}") if claim_name else None
+            if claim is not None:
+                allocated = allocated_gpus(claim, self.devices)
+                if allocated is not None:
+                    held.extend(allocated)
+                else:
+                    specs.append((ref.entry, claim.get("spec")))
+            elif ref.kind == "ResourceClaimTemplate":
+                template = self.model.claim_templates.get(f"{namespace}/{ref.name}")
+                spec = template.get("spec") if isinstance(template, dict) else None
+                if isinstance(spec, dict):
+                    specs.append((ref.entry, spec.get("spec")))
+        asked = requested_gpus(specs, self.classes, self.all_devices).devices if specs else 0
+        if held and not asked:
+            return claimed_charge(view, self.model, namespace, 0, held)
+        return claimed_charge(view, self.model, namespace, asked + len(held))
+
+
 def usage_charges(model: ClusterModel) -> list[PodCharge]:
-    """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check)."""
+    """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check),
+    including the GPUs pods hold or ask through ResourceClaims of their own."""
     charges = []
+    claims: _ClaimUsage | None = None
     for pod in model.pods.values():
         if pod_is_finished(pod):
             continue
         charge = pod_charge(pod, model, None)
         if charge is not None:
             charges.append(charge)
+        spec = pod.get("spec")
+        if isinstance(spec, dict) and spec.get("resourceClaims"):
+            claims = claims or _ClaimUsage(model)
+            claimed = claims.charge(pod)
+            if claimed is not None:
+                charges.append(claimed)
     return charges

@@ -26,6 +26,7 @@ from webhook.admission.facts import Facts, Problem
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
+from webhook.dra.claimed import ForeignClaims
 from webhook.dra.templates import TemplateWriter
 from webhook.gangs.admission import GangService
 from webhook.intent import PodIntent
@@ -107,7 +108,24 @@ class QuotaGate(Protocol):
         ...
 
 
-class AdmissionPorts(PolicyGate, RbacGate, QuotaGate, Protocol):
+class ClaimGate(Protocol):
+    """GPUs a pod asks through ResourceClaims of its own (SPEC section 9): read, then RBAC and quota."""
+
+    @property
+    def claims_block_io(self) -> bool:
+        """True when reading the claims, or the RBAC and quota checks after it, may wait on the network."""
+        ...
+
+    def check_claims(
+        self, request: AdmissionRequest, facts: Facts, claims: ForeignClaims, deadline: float | None,
+        *, wait: bool = True,
+    ) -> list[Problem]:
+        """The refusals; a claim that cannot be read is a refusal, never an admission. With `wait=False`,
+        raises `policies.api.WouldBlock` when the answer needs the network or a held lock."""
+        ...
+
+
+class AdmissionPorts(PolicyGate, RbacGate, QuotaGate, ClaimGate, Protocol):
     """Everything the admission core reads: configuration, the cluster, the gates and two metrics."""
 
     @property

@@ -36,6 +36,7 @@ from webhook.admission.ownership import (
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.replicas import remembered
 from webhook.admission.request import AdmissionRequest
+from webhook.dra.claimed import foreign_claims, rendered_by
 from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
 from webhook.mutation.pipeline import run_pipeline
 from webhook.mutation.steps import placement_steps
@@ -166,6 +167,15 @@ class Validation(FactGathering):
             else:
                 problems.extend(placement)
         pending = PendingVerdict(request, problems, warnings, audit)
+        if not request.template and request.pod.spec.get("resourceClaims") is not None:
+            claims = foreign_claims(request.pod, rendered_by(facts.plan.dra))
+            if claims:
+                # First: a pod that asks GPUs both ways is refused before any quota is reserved for it.
+                rt = self.runtime
+                pending.gates.append(Gate(
+                    "DRA claims", lambda d: rt.check_claims(request, facts, claims, d), rt.claims_block_io,
+                    lambda d: rt.check_claims(request, facts, claims, d, wait=False),
+                ))
         if facts.plan.gpu_pod:
             rt = self.runtime
             pending.gates.append(Gate(
@@ -365,6 +375,8 @@ def fails_closed(request: AdmissionRequest) -> bool:
         if not request.is_pod:
             return True
         if request.pod.has_key_with_prefix(KGWE_PREFIX) or request.old_pod.has_key_with_prefix(KGWE_PREFIX):
+            return True
+        if request.pod.spec.get("resourceClaims"):  # claims of its own may ask for GPUs
             return True
         return pod_gpu_demand(request.pod).asks_gpu
     except Exception:

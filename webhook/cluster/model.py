@@ -46,6 +46,9 @@ KINDS = (
     "ResourceSlice",
     "DeviceClass",
     "ResourceClaim",
+    # Read from a cluster directory only; in a cluster, admission reads a pod's templates from the API
+    # (webhook/dra/claim_reader.py), so a template replaced an instant ago is never judged stale.
+    "ResourceClaimTemplate",
 )
 FINISHED_PHASES = POD_TERMINAL_PHASES  # Succeeded, Failed
 
@@ -74,6 +77,10 @@ class ClusterModel:
     built_at: float
     table: AcceleratorTable
     device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # DRA claims and (from a cluster directory) claim templates by `namespace/name`: what pods that name
+    # their own claims ask for and hold (webhook/dra/claimed.py).
+    resource_claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    claim_templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Workloads of the kind table by `Kind/namespace/name` (webhook/cluster/workloads.py): views only.
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -327,6 +334,8 @@ class ClusterStore:
             built_at=time.monotonic(),
             table=self.table,
             device_classes={object_key(o): o for o in objs["DeviceClass"].values()},
+            resource_claims=dict(objs["ResourceClaim"]),
+            claim_templates=dict(objs["ResourceClaimTemplate"]),
             workloads={
                 workload_key(o): o for kind in sorted(self.workload_kinds) for o in objs.get(kind, {}).values()
             },

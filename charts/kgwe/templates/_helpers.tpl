@@ -88,6 +88,7 @@ name starts with one of the GPU prefixes?
 {{- $matches := join " || " $prefixes }}
 {{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, %s)))" $matches $matches }}
 {{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $container $container }}
+{{- if .Values.webhooks.resourceClaimPods }} || (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0){{ end }}
 {{- end }}
 
 {{/* CEL: does `obj` carry any kgwe.io/ annotation? */}}

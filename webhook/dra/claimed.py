@@ -1,0 +1,327 @@
+"""GPUs a pod asks for through ResourceClaims it names itself, not through KGWE's intent.
+
+A pod creator can skip `nvidia.com/gpu` and name a ResourceClaimTemplate or ResourceClaim of their own
+that asks the DRA driver for GPUs (`deviceClassName: gpu.nvidia.com`). Left unread, such a pod would get
+GPUs past every TenantQuota and accelerator-type RBAC rule (SPEC section 9: quotas count DRA devices like
+device-plugin GPUs). This module reads what those claims ask for, purely:
+
+- `foreign_claims`: the pod's `spec.resourceClaims` entries KGWE did not render (its own `kgwe-gpu-*`
+  claims are counted through `kgwe.io/dra-claims`, policies/gpu_demand.py);
+- `requested_gpus`: the GPU devices a claim's spec asks for, before allocation. A request counts when its
+  DeviceClass can give GPUs (`GpuClasses`); `ExactCount` counts `count`, `All` counts the most devices
+  one node publishes, `firstAvailable` counts its largest GPU alternative. The type is not known before
+  allocation, so every device counts as one whole GPU (a MIG device too): never less than it can take;
+- `allocated_gpus`: the devices an allocated claim holds (`status.allocation.devices.results`), each
+  with its type and worth from the ResourceSlices (a MIG device counts its compute slices / 7).
+
+Everything read here is bounded by the API's own limits (32 claims per pod, 32 requests per claim, 8
+alternatives per request); anything past them, or of the wrong shape, is a problem, never a silent zero.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal
+
+from policies.gpu_demand import DRA_CLAIM_PREFIX, SEVEN, dra_rendered, mig_compute_slices
+from policies.vocabulary.objects import PodView, pod_view
+from webhook.cluster.model import ClusterModel
+from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
+from webhook.dra.facts import DraDevice
+from webhook.dra.render import DraRendering, claim_name
+
+MAX_POD_CLAIMS = 32  # PodSpec.resourceClaims
+MAX_REQUESTS = 32  # DeviceClaim.requests
+MAX_ALTERNATIVES = 8  # DeviceRequest.firstAvailable
+MAX_RESULTS = 32 * 8  # results of one allocation: at most one per requested device, bounded generously
+MAX_NAME = 253
+# Drivers whose devices are GPUs: NVIDIA's GPU DRA driver (whole GPUs and MIG devices) and AMD's.
+GPU_DRIVERS = ("gpu.nvidia.com", "gpu.amd.com")
+
+ClaimKind = Literal["ResourceClaimTemplate", "ResourceClaim"]
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """One `spec.resourceClaims` entry of a pod: the pod's name for it and what it names."""
+
+    entry: str
+    kind: ClaimKind
+    name: str
+
+
+@dataclass
+class ForeignClaims:
+    """The claims of a pod that KGWE did not render, and what is wrong with the list itself."""
+
+    refs: list[ClaimRef] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.refs or self.problems)
+
+
+@dataclass
+class RequestedGpus:
+    """What claims ask for before allocation: GPU devices (each counted as one whole GPU)."""
+
+    devices: int = 0
+    classes: set[str] = field(default_factory=set)  # the GPU DeviceClasses named
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HeldGpu:
+    """One GPU device an allocated claim holds."""
+
+    type_id: str
+    equivalents: Decimal  # 1 for a whole GPU, compute slices / 7 for a MIG device
+    memory_bytes: Decimal | None
+
+
+# An object name (DNS subdomain): what a claim or template may be called. The names are put into API
+# paths, so nothing else ever passes.
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def object_name(value: Any) -> str | None:
+    """`value` when it is a valid object name, else None."""
+    return value if isinstance(value, str) and len(value) <= MAX_NAME and _NAME.fullmatch(value) else None
+
+
+def rendered_by(rendering: DraRendering | None) -> Callable[[str, str], bool]:
+    """At admission: a claim is KGWE's when it is exactly one KGWE's rendering of this pod writes
+    (its pod claim name and template name)."""
+    own: set[tuple[str, str]] = set()
+    if rendering is not None:
+        own = {(claim, rendering.template_name(claim)) for claim in rendering.templates}
+        if rendering.compute_domain is not None:
+            own.add((CHANNEL_CLAIM, channel_template(rendering.compute_domain)))
+    return lambda entry, template: (entry, template) in own
+
+
+def recorded_by_kgwe(pod: PodView | Mapping[str, Any]) -> Callable[[str, str], bool]:
+    """For a pod already admitted: KGWE's claims are the GPU claims its rendering recorded in
+    `kgwe.io/dra-claims` (an output `/validate` checked at creation), naming a `kgwe-` template. Anything
+    else, a `kgwe-` name of the creator's or a gang's channel claim included, is read (a channel's class
+    gives no GPU, so it counts nothing)."""
+    own = {claim_name(container) for container in dra_rendered(pod)}
+    return lambda entry, template: entry in own and template.startswith(DRA_CLAIM_PREFIX)
+
+
+def foreign_claims(pod: PodView | Mapping[str, Any], is_own: Callable[[str, str], bool]) -> ForeignClaims:
+    """The pod's `spec.resourceClaims` entries other than KGWE's own (`is_own(entry, template)`)."""
+    entries = pod_view(pod).spec.get("resourceClaims")
+    found = ForeignClaims()
+    if entries is None:
+        return found
+    if not isinstance(entries, list):
+        found.problems.append("spec.resourceClaims is not a list")
+        return found
+    if len(entries) > MAX_POD_CLAIMS:
+        found.problems.append(f"spec.resourceClaims has {len(entries)} entries; at most {MAX_POD_CLAIMS}")
+        return found
+    for index, entry in enumerate(entries):
+        where = f"spec.resourceClaims[{index}]"
+        if not isinstance(entry, dict):
+            found.problems.append(f"{where} is not an object")
+            continue
+        name = object_name(entry.get("name"))
+        template = entry.get("resourceClaimTemplateName")
+        claim = entry.get("resourceClaimName")
+        if name is None:
+            found.problems.append(f"{where} has no name")
+            continue
+        if template is not None and claim is not None:
+            found.problems.append(f"{where} names both a ResourceClaimTemplate and a ResourceClaim")
+        elif template is not None:
+            if isinstance(template, str) and is_own(name, template):
+                continue
+            if object_name(template) is None:
+                found.problems.append(f"{where}.resourceClaimTemplateName is not a name")
+            else:
+                found.refs.append(ClaimRef(name, "ResourceClaimTemplate", template))
+        elif claim is not None:
+            if object_name(claim) is None:
+                found.problems.append(f"{where}.resourceClaimName is not a name")
+            else:
+                found.refs.append(ClaimRef(name, "ResourceClaim", claim))
+        else:
+            found.problems.append(f"{where} names neither a ResourceClaimTemplate nor a ResourceClaim")
+    return found
+
+
+class GpuClasses:
+    """Which DeviceClasses can give GPUs, by the classes the cluster publishes.
+
+    A class is a GPU class when its selectors name a GPU driver (`GPU_DRIVERS`, as the CEL string
+    `device.driver == "gpu.nvidia.com"` does) or it has no selector at all (it matches every device). A
+    class the snapshot does not know counts as a GPU class: only an administrator creates classes, and a
+    claim can be allocated only once its class exists, so an unknown name is a class too new to be seen.
+    """
+
+    def __init__(self, device_classes: Mapping[str, Mapping[str, Any]], drivers: Iterable[str] = GPU_DRIVERS):
+        self._drivers = tuple(drivers)
+        self._known = device_classes
+        self._verdicts: dict[str, bool] = {}
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return True
+        verdict = self._verdicts.get(name)
+        if verdict is None:
+            verdict = self._verdicts[name] = self._judge(name)
+        return verdict
+
+    def _judge(self, name: str) -> bool:
+        device_class = self._known.get(name)
+        if device_class is None:
+            return True
+        spec = device_class.get("spec")
+        selectors = spec.get("selectors") if isinstance(spec, dict) else None
+        if not isinstance(selectors, list) or not selectors:
+            return True
+        for selector in selectors:
+            cel = selector.get("cel") if isinstance(selector, dict) else None
+            expression = cel.get("expression") if isinstance(cel, dict) else None
+            if not isinstance(expression, str) or any(driver in expression for driver in self._drivers):
+                return True
+        return False
+
+
+def most_devices_on_a_node(model: ClusterModel) -> int:
+    """The most GPU and MIG devices one node publishes through DRA (what `allocationMode: All` can take)."""
+    best = 0
+    for node in model.nodes.values():
+        if node.dra is not None:
+            best = max(best, len(node.dra.gpus) + len(node.dra.mig))
+    return best
+
+
+def _device_count(body: Mapping[str, Any], where: str, all_devices: int, out: RequestedGpus) -> int:
+    mode = body.get("allocationMode", "ExactCount")
+    if mode == "All":
+        return max(all_devices, 1)
+    if mode not in ("ExactCount", None):
+        out.problems.append(f"{where}.allocationMode {str(mode)[:40]!r} is not ExactCount or All")
+        return 0
+    count = body.get("count", 1)
+    if count is None:
+        return 1
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        out.problems.append(f"{where}.count {str(count)[:40]!r} is not a positive whole number")
+        return 0
+    return count
+
+
+def requested_gpus(
+    specs: Iterable[tuple[str, Any]], classes: GpuClasses, all_devices: int
+) -> RequestedGpus:
+    """The GPU devices the claim specs (`ResourceClaimSpec`, each with where it came from) ask for.
+
+    Reads `resource.k8s.io/v1` (`exactly`, `firstAvailable`) and the older flat request of v1beta1
+    (`deviceClassName` on the request itself).
+    """
+    out = RequestedGpus()
+    for where, spec in specs:
+        devices = spec.get("devices") if isinstance(spec, dict) else None
+        if devices is None:
+            continue  # a claim that asks for no device
+        requests = devices.get("requests") if isinstance(devices, dict) else None
+        if requests is None:
+            continue
+        if not isinstance(requests, list) or len(requests) > MAX_REQUESTS:
+            out.problems.append(f"{where}: spec.devices.requests is not a list of at most {MAX_REQUESTS}")
+            continue
+        for index, request in enumerate(requests):
+            at = f"{where}: requests[{index}]"
+            if not isinstance(request, dict):
+                out.problems.append(f"{at} is not an object")
+                continue
+            exactly = request.get("exactly")
+            if exactly is None and "deviceClassName" in request:
+                exactly = request
+            alternatives = request.get("firstAvailable")
+            if isinstance(exactly, dict):
+                out.devices += _gpus_of(exactly, at, classes, all_devices, out)
+            elif isinstance(alternatives, list) and 0 < len(alternatives) <= MAX_ALTERNATIVES:
+                counts = [
+                    _gpus_of(alt, f"{at}.firstAvailable[{i}]", classes, all_devices, out)
+                    if isinstance(alt, dict) else 0
+                    for i, alt in enumerate(alternatives)
+                ]
+                out.devices += max(counts)
+            else:
+                out.problems.append(f"{at} has neither `exactly` nor up to {MAX_ALTERNATIVES} `firstAvailable`")
+    return out
+
+
+def _gpus_of(body: Mapping[str, Any], where: str, classes: GpuClasses, all_devices: int, out: RequestedGpus) -> int:
+    device_class = body.get("deviceClassName")
+    if not isinstance(device_class, str) or device_class not in classes:
+        return 0
+    count = _device_count(body, where, all_devices, out)
+    if count:
+        out.classes.add(device_class[:MAX_NAME])
+    return count
+
+
+def devices_by_key(model: ClusterModel) -> dict[tuple[str, str, str], DraDevice]:
+    """Every GPU and MIG device the ResourceSlices publish, by (driver, pool, device)."""
+    found: dict[tuple[str, str, str], DraDevice] = {}
+    for node in model.nodes.values():
+        if node.dra is not None:
+            for device in (*node.dra.gpus, *node.dra.mig):
+                found[device.key] = device
+    return found
+
+
+def allocated_gpus(
+    claim: Mapping[str, Any], devices: Mapping[tuple[str, str, str], DraDevice], drivers: Iterable[str] = GPU_DRIVERS
+) -> list[HeldGpu] | None:
+    """The GPU devices an allocated claim holds; None when it is not allocated.
+
+    A result of a GPU driver that the slices do not describe (an AMD GPU, a slice not seen yet) counts as
+    one whole GPU of an unknown type (`type_id` empty).
+    """
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, dict) else None
+    if not isinstance(allocation, dict):
+        return None
+    results = allocation.get("devices", {}).get("results") if isinstance(allocation.get("devices"), dict) else None
+    if not isinstance(results, list):
+        return []
+    gpu_drivers = tuple(drivers)
+    held: list[HeldGpu] = []
+    for result in results[:MAX_RESULTS]:
+        if not isinstance(result, dict) or result.get("driver") not in gpu_drivers:
+            continue
+        key = (str(result.get("driver")), str(result.get("pool", "")), str(result.get("device", "")))
+        device = devices.get(key)
+        if device is None:
+            held.append(HeldGpu("", Decimal(1), None))
+        elif device.kind == "mig":
+            slices = Decimal(mig_compute_slices(device.profile or ""))
+            held.append(HeldGpu(device.type_id, slices / SEVEN, device.memory_bytes))
+        else:
+            held.append(HeldGpu(device.type_id, Decimal(1), device.memory_bytes))
+    return held
+
+
+def generated_claim_names(pod: PodView | Mapping[str, Any]) -> dict[str, str]:
+    """Pod claim name -> the ResourceClaim the API server made for it from a template
+    (`status.resourceClaimStatuses`)."""
+    status = pod_view(pod).raw.get("status")
+    entries = status.get("resourceClaimStatuses") if isinstance(status, dict) else None
+    if not isinstance(entries, list):
+        return {}
+    out: dict[str, str] = {}
+    for entry in entries[:MAX_POD_CLAIMS]:
+        if isinstance(entry, dict):
+            name, claim = object_name(entry.get("name")), object_name(entry.get("resourceClaimName"))
+            if name and claim:
+                out[name] = claim
+    return out
