@@ -144,7 +144,9 @@ def resolve_tenant(
 
     A namespace listed by name wins over one picked by selector, which wins over the creator's groups;
     among equals, the TenantQuota whose name sorts first decides. Without any match the tenant is the
-    namespace label `kgwe.io/tenant`, else the namespace name, and no quota applies.
+    namespace label `kgwe.io/tenant`, else the namespace name, and no quota applies. The label never names
+    a tenant that has TenantQuotas: those say themselves which namespaces are theirs, and a namespace
+    labelled into one would fill its quota with pods no limit of it applied to.
     """
     ordered = sorted(quotas, key=quota_name)
     for claims in (
@@ -156,7 +158,10 @@ def resolve_tenant(
             if claims(quota):
                 tenant = tenant_of_quota(quota)
                 return tenant, [q for q in ordered if tenant_of_quota(q) == tenant]
-    return namespace_labels.get(TENANT_LABEL) or namespace, []
+    label = namespace_labels.get(TENANT_LABEL)
+    if label and not any(tenant_of_quota(q) == label for q in ordered):
+        return label, []
+    return namespace, []
 
 
 def charge_belongs_to(charge: PodCharge, tenant: str, tenant_quotas: Iterable[Mapping[str, Any]]) -> bool:

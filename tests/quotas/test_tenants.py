@@ -66,6 +66,12 @@ def test_without_a_matching_quota_the_tenant_comes_from_the_namespace(example_qu
     assert resolve_tenant("default", {}, ["developers"], example_quotas) == ("default", [])
 
 
+def test_a_namespace_label_cannot_join_a_tenant_that_has_quotas(example_quotas: list[dict[str, Any]]) -> None:
+    # team-a's TenantQuota lists its namespaces: a namespace labelled into team-a (by whoever may label
+    # namespaces) would otherwise fill team-a's quota with pods that no limit of team-a's applied to.
+    assert resolve_tenant("sandbox", {"kgwe.io/tenant": "team-a"}, [], example_quotas) == ("sandbox", [])
+
+
 def test_limits_parse_types_profiles_and_memory(example_quotas: list[dict[str, Any]]) -> None:
     ml = next(q for q in example_quotas if q["metadata"]["name"] == "ml-research")
     limits = {limit.key: limit for limit in quota_limits(ml)}
