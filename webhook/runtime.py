@@ -293,9 +293,15 @@ class Runtime:
         is read, and GPUs there pass the accelerator-type RBAC and the quota like `nvidia.com/gpu` does."""
         if claims.problems:
             return [("invalid", p) for p in claims.problems]
+        model = facts.model
+        tenant, quotas = self._tenant_and_quotas(request, model)
+        charged = bool(quotas) and self.quotas is not None and not request.template
+        if not (charged or self.config.rbac.accelerator_types or facts.plan.gpu_pod):
+            # Nothing here depends on what the claims ask: no read (a template created after its pod, as
+            # Helm orders unknown kinds, is then no refusal).
+            return []
         if wait is False and self.claim_reader.blocks_io:
             raise WouldBlock("the pod's ResourceClaims are read from the API server")
-        model = facts.model
         specs: list[tuple[str, Any]] = []
         for ref in claims.refs:
             what = f"spec.resourceClaims {ref.entry!r}: {ref.kind} {request.namespace}/{ref.name}"
@@ -322,11 +328,8 @@ class Runtime:
             problems = self._may_use(request, model, [("acceleratortypes", t) for t in types], deadline, wait)
             if problems:
                 return problems
-        if self.quotas is None or request.template:
-            return []
-        tenant, quotas = self._tenant_and_quotas(request, model)
         charge = claimed_charge(request.pod, model, request.namespace, asked.devices)
-        if not quotas or charge is None:
+        if not charged or self.quotas is None or charge is None:
             return []
         try:
             decision = self.quotas.check(
