@@ -26,6 +26,7 @@ from webhook.cluster.kube_json import KubeJson
 from webhook.config import load_config
 from webhook.dra.claim_reader import KubeClaimReader
 from webhook.dra.claimed import GpuClasses, requested_gpus
+from webhook.inventory.capacity import Inventory
 from webhook.review import review_pod
 from webhook.runtime import Runtime, build_runtime
 from webhook.server.app import create_app
@@ -220,6 +221,12 @@ def test_running_pods_count_what_their_own_claims_hold(cluster_dir: Path, tmp_pa
     asked = charges["team-a/waiting"]
     assert asked.bound_type is None and asked.every_candidate and asked.gpu_equivalents == 2
     assert set(asked.candidate_types) == set(TYPES)
+    # FinOps sees what the claims hold: trainer-0's two H100s at 4.50, notebook's 1g.10gb slice at 2.80 / 7.
+    costs = {(c.namespace, c.name): c for c in Inventory(runtime.store.snapshot(), runtime.config).pod_costs}
+    assert (costs[("team-a", "trainer-0")].type_id, costs[("team-a", "trainer-0")].hourly) == (
+        "nvidia-h100-80gb", Decimal("9.0"))
+    assert round(costs[("inference", "notebook")].hourly or 0, 6) == Decimal("0.4")
+    assert costs[("team-a", "trainer-0")].tenant == "team-a"
     # With trainer-0's, rendered's and waiting's two H100s each and forged's eight in use, team-a has none left.
     _final, answer = _serve_once(runtime, _pod("more", "two-gpus"), tmp_path)
     assert "nvidia-h100-80gb 14 of 4 GPUs in use" in _refusal(answer)

@@ -168,7 +168,7 @@ def claimed_charge(
     )
 
 
-class _ClaimUsage:
+class ClaimUsage:
     """What existing pods hold or ask through claims of their own, for one snapshot."""
 
     def __init__(self, model: ClusterModel) -> None:
@@ -210,7 +210,7 @@ def usage_charges(model: ClusterModel) -> list[PodCharge]:
     """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check),
     including the GPUs pods hold or ask through ResourceClaims of their own."""
     charges = []
-    claims: _ClaimUsage | None = None
+    claims: ClaimUsage | None = None
     for pod in model.pods.values():
         if pod_is_finished(pod):
             continue
@@ -219,7 +219,7 @@ def usage_charges(model: ClusterModel) -> list[PodCharge]:
             charges.append(charge)
         spec = pod.get("spec")
         if isinstance(spec, dict) and spec.get("resourceClaims"):
-            claims = claims or _ClaimUsage(model)
+            claims = claims or ClaimUsage(model)
             claimed = claims.charge(pod)
             if claimed is not None:
                 charges.append(claimed)
