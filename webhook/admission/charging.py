@@ -126,45 +126,41 @@ def claim_candidate_types(model: ClusterModel) -> tuple[str, ...]:
 def claimed_charge(
     view: PodView, model: ClusterModel, namespace: str, devices: int, held: list[HeldGpu] | None = None
 ) -> PodCharge | None:
-    """What the GPUs a pod asks through its own ResourceClaims count against quotas.
+    """What the GPUs a pod asks (`devices`) or holds (`held`) through its own ResourceClaims count against
+    quotas.
 
-    Allocated (`held`): each device its worth (a MIG device its compute slices / 7), the pod bound to the
-    type of its first typed device, memory what the devices have. Not allocated (`devices`): each device one
-    whole GPU, with the largest memory of the types a claim may get, counted against the limit of every
-    one of those types (the claim's own selectors pick among them, not KGWE).
+    All allocated on devices the slices describe: each device its worth (a MIG device its compute slices
+    / 7), the pod bound to the type of its first device, memory what the devices have. Otherwise each
+    device one whole GPU, with the largest memory of the types a claim may get, counted against the limit
+    of every one of those types (the claim's own selectors pick among them, not KGWE).
     """
-    if held:
-        typed = [h.type_id for h in held if h.type_id]
+    held = held or []
+    typed = [h.type_id for h in held if h.type_id]
+    candidates: tuple[str, ...] = ()
+    if typed and not devices:
         known = [h.memory_bytes for h in held if h.memory_bytes is not None]
-        return PodCharge(
-            namespace=namespace,
-            name=view.name or view.generate_name,
-            uid=view.uid or None,
-            candidate_types=() if typed else claim_candidate_types(model),
-            every_candidate=not typed,
-            bound_type=typed[0] if typed else None,
-            profile=None,
-            gpu_equivalents=sum((h.equivalents for h in held), Decimal(0)),
-            gpu_memory_bytes=sum(known, Decimal(0)) if len(known) == len(held) else None,
-            tenant=view.annotations.get(OUT_TENANT),
-            namespace_labels=model.namespace_labels(namespace),
-        )
-    candidates = claim_candidate_types(model)
-    if devices <= 0 or not candidates:
-        return None
-    largest = max((model.table.memory_gb(t) or 0 for t in candidates), default=0)
+        equivalents = sum((h.equivalents for h in held), Decimal(0))
+        memory = sum(known, Decimal(0)) if len(known) == len(held) else None
+    else:
+        candidates = claim_candidate_types(model)
+        count = devices + len(held)
+        if count <= 0 or not candidates:
+            return None
+        largest = max((model.table.memory_gb(t) or 0 for t in candidates), default=0)
+        equivalents = Decimal(count)
+        memory = Decimal(largest) * GIB * count if largest else None
     return PodCharge(
         namespace=namespace,
         name=view.name or view.generate_name,
         uid=view.uid or None,
         candidate_types=candidates,
-        bound_type=None,
+        bound_type=None if candidates else typed[0],
         profile=None,
-        gpu_equivalents=Decimal(devices),
-        gpu_memory_bytes=Decimal(largest) * GIB * devices if largest else None,
+        gpu_equivalents=equivalents,
+        gpu_memory_bytes=memory,
         tenant=view.annotations.get(OUT_TENANT),
         namespace_labels=model.namespace_labels(namespace),
-        every_candidate=True,
+        every_candidate=bool(candidates),
     )
 
 
@@ -201,9 +197,7 @@ class ClaimUsage:
                 if isinstance(spec, dict):
                     specs.append((ref.entry, spec.get("spec")))
         asked = requested_gpus(specs, self.classes, self.all_devices).devices if specs else 0
-        if held and not asked:
-            return claimed_charge(view, self.model, namespace, 0, held)
-        return claimed_charge(view, self.model, namespace, asked + len(held))
+        return claimed_charge(view, self.model, namespace, asked, held)
 
 
 def usage_charges(model: ClusterModel) -> list[PodCharge]:
