@@ -174,13 +174,15 @@ class GangApiServer(FakeApiServer):
         super().__init__()
         self.ledger: dict[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
+        self.clock_offset = 0.0  # seconds the API server's clock is ahead (creationTimestamps have 1s resolution)
         self.httpd.RequestHandlerClass = _gang_handler(self, self.httpd.RequestHandlerClass)
 
     def put(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         """As the base, and a pod's `creationTimestamp` is set when it is first stored (the API server's clock)."""
         if kind == "Pod" and not obj.get("metadata", {}).get("creationTimestamp"):
             obj = copy.deepcopy(obj)
-            obj.setdefault("metadata", {})["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            created = datetime.fromtimestamp(time.time() + self.clock_offset, UTC)
+            obj.setdefault("metadata", {})["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
         return super().put(kind, obj)
 
     def ledger_records(self) -> list[dict[str, Any]]:
@@ -386,7 +388,7 @@ _sources: list[KubeClusterSource] = []
 
 
 @pytest.fixture
-def api(gang_apiserver: GangApiServer) -> Iterator[k8s_client.ApiClient]:  # noqa: F811
+def api(gang_apiserver: GangApiServer) -> Iterator[k8s_client.ApiClient]:
     configuration = k8s_client.Configuration()
     configuration.host = gang_apiserver.url
     with k8s_client.ApiClient(configuration) as client:

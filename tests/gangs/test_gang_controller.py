@@ -191,8 +191,8 @@ def test_other_scheduling_gates_are_kept(
 class RacingStore(KubeGangStore):
     """Both replicas read before either writes: the race the compare-and-swap must settle."""
 
-    def __init__(self, api: Any, barrier: threading.Barrier) -> None:
-        super().__init__(api)
+    def __init__(self, custom_objects: Any, barrier: threading.Barrier) -> None:
+        super().__init__(custom_objects)
         self.barrier = barrier
         self.first = True
 
