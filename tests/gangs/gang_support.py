@@ -9,17 +9,22 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import jsonpatch
 import pytest
 from kube_fake_apiserver import FakeApiServer, Request
+from kubernetes import client as k8s_client
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.admission.request import decode_review
+from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
-from webhook.config import Config
-from webhook.gangs.ledger import GangStore, MemoryGangStore
+from webhook.config import Config, Gangs
+from webhook.gangs.controller import GangController, kube_pod_writer
+from webhook.gangs.ledger import GangStore, KubeGangStore, MemoryGangStore
 from webhook.runtime import Runtime, build_runtime
 
 GB200 = "nvidia-gb200-186gb"
@@ -169,7 +174,16 @@ class GangApiServer(FakeApiServer):
         super().__init__()
         self.ledger: dict[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
+        self.clock_offset = 0.0  # seconds the API server's clock is ahead (creationTimestamps have 1s resolution)
         self.httpd.RequestHandlerClass = _gang_handler(self, self.httpd.RequestHandlerClass)
+
+    def put(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """As the base, and a pod's `creationTimestamp` is set when it is first stored (the API server's clock)."""
+        if kind == "Pod" and not obj.get("metadata", {}).get("creationTimestamp"):
+            obj = copy.deepcopy(obj)
+            created = datetime.fromtimestamp(time.time() + self.clock_offset, UTC)
+            obj.setdefault("metadata", {})["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return super().put(kind, obj)
 
     def ledger_records(self) -> list[dict[str, Any]]:
         with self.cond:
@@ -284,3 +298,105 @@ def gang_apiserver() -> Iterator[GangApiServer]:
     server = GangApiServer().start()
     yield server
     server.close()
+
+
+# -- one webhook replica over the fake API server, as `kgwe serve` runs in a cluster ----------------------
+@dataclass
+class Clock:
+    offset: float = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass
+class Cluster:
+    """One webhook replica (runtime and controller) over the fake API server."""
+
+    server: GangApiServer
+    api: k8s_client.ApiClient
+    store: ClusterStore
+    runtime: Runtime
+    clock: Clock = field(default_factory=Clock)
+    config: Config = field(default_factory=lambda: Config(gangs=Gangs(waitWarningSeconds=120, timeoutSeconds=600)))
+
+    def controller(self, *, writer: bool = True) -> GangController:
+        return GangController(
+            self.store, KubeGangStore(k8s_client.CustomObjectsApi(self.api)), self.config,
+            kube_pod_writer(self.api) if writer else None, clock=self.clock,
+        )
+
+    def create(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """A pod CREATE through the webhooks, then stored by the API server; the model catches up."""
+        result = admit(self.runtime, pod)
+        assert result.allowed, result.message
+        stored = self.server.put("Pod", result.pod)
+        self.sync()
+        return stored
+
+    def schedule(self, key: str, node: str) -> None:
+        pod = self.server.pod(key)
+        assert "schedulingGates" not in pod["spec"], f"{key} is still gated"
+        self.server.put("Pod", bind(pod, node))
+        self.sync()
+
+    def delete(self, key: str) -> None:
+        self.server.delete("Pod", key)
+        self.sync()
+
+    def terminate(self, key: str) -> None:
+        """A graceful delete of a pod that runs: the API server sets `deletionTimestamp` and keeps the pod until
+        its kubelet confirms it stopped (up to the grace period)."""
+        pod = self.server.pod(key)
+        pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pod["metadata"]["deletionGracePeriodSeconds"] = 30
+        self.server.put("Pod", pod)
+        self.sync()
+
+    def finish(self, key: str, phase: str = "Succeeded") -> None:
+        """The pod's containers ended (`Succeeded` or `Failed`); a Job controller keeps such pods."""
+        pod = self.server.pod(key)
+        pod.setdefault("status", {})["phase"] = phase
+        self.server.put("Pod", pod)
+        self.sync()
+
+    def sync(self) -> None:
+        """Wait until the model shows every pod as the API server has it."""
+        wanted = {k: p["metadata"]["resourceVersion"] for k, p in self.server.objects("Pod").items()}
+
+        def caught_up() -> bool:
+            pods = self.store.snapshot(force=True).pods
+            return {k: p["metadata"]["resourceVersion"] for k, p in pods.items()} == wanted
+
+        self.server.wait_for(caught_up)
+
+    def gated(self) -> set[str]:
+        return {k for k, p in self.server.objects("Pod").items() if p["spec"].get("schedulingGates")}
+
+
+def replica(server: GangApiServer, api: k8s_client.ApiClient) -> Cluster:
+    store = ClusterStore(AcceleratorTable.build(), min_rebuild_interval=0)
+    source = KubeClusterSource(store, api, kinds=("Node", "Pod", "Namespace"))
+    source.start()
+    assert source.wait_loaded(10)
+    _sources.append(source)
+    runtime = make_runtime(store, KubeGangStore(k8s_client.CustomObjectsApi(api)))
+    return Cluster(server, api, store, runtime)
+
+
+_sources: list[KubeClusterSource] = []
+
+
+@pytest.fixture
+def api(gang_apiserver: GangApiServer) -> Iterator[k8s_client.ApiClient]:
+    configuration = k8s_client.Configuration()
+    configuration.host = gang_apiserver.url
+    with k8s_client.ApiClient(configuration) as client:
+        yield client
+    while _sources:
+        _sources.pop().stop()
+
+
+def with_nodes(server: GangApiServer, nodes: list[dict[str, Any]]) -> None:
+    for node in nodes:
+        server.put("Node", node)

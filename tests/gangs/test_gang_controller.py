@@ -6,121 +6,30 @@ replicas racing for one clique never promise the same room."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from gang_support import (
     H100,
     LEDGER_PATH,
+    Cluster,
     GangApiServer,
     admit,
+    api,  # noqa: F401  (fixture)
     bind,
     clique_of,
     cliques,
     gang_apiserver,  # noqa: F401  (fixture)
     h100_node,
-    make_runtime,
     member,
+    replica,
+    with_nodes,
 )
 from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY
 
-from policies.vocabulary.accelerator_types import AcceleratorTable
-from webhook.cluster.kube_source import KubeClusterSource
-from webhook.cluster.model import ClusterStore
-from webhook.config import Config, Gangs
 from webhook.gangs.admission import GangService
-from webhook.gangs.controller import NEW_RECORD_GRACE_SECONDS, GangController, kube_pod_writer
+from webhook.gangs.controller import NEW_RECORD_GRACE_SECONDS
 from webhook.gangs.ledger import KubeGangStore, Versioned
-from webhook.runtime import Runtime
-
-
-@dataclass
-class Clock:
-    offset: float = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-
-@dataclass
-class Cluster:
-    """One webhook replica (runtime and controller) over the fake API server."""
-
-    server: GangApiServer
-    api: k8s_client.ApiClient
-    store: ClusterStore
-    runtime: Runtime
-    clock: Clock = field(default_factory=Clock)
-    config: Config = field(default_factory=lambda: Config(gangs=Gangs(waitWarningSeconds=120, timeoutSeconds=600)))
-
-    def controller(self, *, writer: bool = True) -> GangController:
-        return GangController(
-            self.store, KubeGangStore(k8s_client.CustomObjectsApi(self.api)), self.config,
-            kube_pod_writer(self.api) if writer else None, clock=self.clock,
-        )
-
-    def create(self, pod: dict[str, Any]) -> dict[str, Any]:
-        """A pod CREATE through the webhooks, then stored by the API server; the model catches up."""
-        result = admit(self.runtime, pod)
-        assert result.allowed, result.message
-        stored = self.server.put("Pod", result.pod)
-        self.sync()
-        return stored
-
-    def schedule(self, key: str, node: str) -> None:
-        pod = self.server.pod(key)
-        assert "schedulingGates" not in pod["spec"], f"{key} is still gated"
-        self.server.put("Pod", bind(pod, node))
-        self.sync()
-
-    def delete(self, key: str) -> None:
-        self.server.delete("Pod", key)
-        self.sync()
-
-    def sync(self) -> None:
-        """Wait until the model shows every pod as the API server has it."""
-        wanted = {k: p["metadata"]["resourceVersion"] for k, p in self.server.objects("Pod").items()}
-
-        def caught_up() -> bool:
-            pods = self.store.snapshot(force=True).pods
-            return {k: p["metadata"]["resourceVersion"] for k, p in pods.items()} == wanted
-
-        self.server.wait_for(caught_up)
-
-    def gated(self) -> set[str]:
-        return {k for k, p in self.server.objects("Pod").items() if p["spec"].get("schedulingGates")}
-
-
-def replica(server: GangApiServer, api: k8s_client.ApiClient) -> Cluster:
-    store = ClusterStore(AcceleratorTable.build(), min_rebuild_interval=0)
-    source = KubeClusterSource(store, api, kinds=("Node", "Pod", "Namespace"))
-    source.start()
-    assert source.wait_loaded(10)
-    _sources.append(source)
-    runtime = make_runtime(store, KubeGangStore(k8s_client.CustomObjectsApi(api)))
-    return Cluster(server, api, store, runtime)
-
-
-_sources: list[KubeClusterSource] = []
-
-
-@pytest.fixture
-def api(gang_apiserver: GangApiServer) -> Iterator[k8s_client.ApiClient]:  # noqa: F811
-    configuration = k8s_client.Configuration()
-    configuration.host = gang_apiserver.url
-    with k8s_client.ApiClient(configuration) as client:
-        yield client
-    while _sources:
-        _sources.pop().stop()
-
-
-def with_nodes(server: GangApiServer, nodes: list[dict[str, Any]]) -> None:
-    for node in nodes:
-        server.put("Node", node)
 
 
 def test_gates_come_off_only_when_the_gang_is_complete_then_the_record_goes_when_bound(
@@ -282,8 +191,8 @@ def test_other_scheduling_gates_are_kept(
 class RacingStore(KubeGangStore):
     """Both replicas read before either writes: the race the compare-and-swap must settle."""
 
-    def __init__(self, api: Any, barrier: threading.Barrier) -> None:
-        super().__init__(api)
+    def __init__(self, custom_objects: Any, barrier: threading.Barrier) -> None:
+        super().__init__(custom_objects)
         self.barrier = barrier
         self.first = True
 

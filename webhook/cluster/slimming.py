@@ -1,7 +1,8 @@
 """What the cluster model keeps of the objects the API sends: pods slimmed, other kinds nearly whole.
 
 Pods are slimmed to what KGWE reads, because pods dominate a cluster's objects (`slim_pod`):
-metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp;
+metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp,
+deletionTimestamp (a terminating pod is no gang member);
 spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, and containers /
 initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
 status phase. Everything else (images, env, volumes, conditions, container statuses) is dropped.
@@ -16,6 +17,7 @@ from policies.vocabulary.objects import ContainerView, ObjectView, PodView
 
 POD_METADATA_FIELDS = (
     "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "resourceVersion", "creationTimestamp",
+    "deletionTimestamp",
 )
 POD_SPEC_FIELDS = ("nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates")
 

@@ -1,6 +1,8 @@
 """All-or-nothing gangs in one NVLink room with the unmodified kube-scheduler (SPEC section 8).
 
-A gang is the pods of one namespace with the same `kgwe.io/gang` and a `kgwe.io/gang-size` of N.
+A gang is the live pods (neither finished nor terminating) of one namespace with the same `kgwe.io/gang`
+and a `kgwe.io/gang-size` of N; a job restarted under the same name is a new run of the gang, never
+completed by the pods of the old one (docs/gangs.md, "Restarts").
 The pieces, in the order a gang meets them:
 
 - `spec`: names, the bounded parse of `kgwe.io/gang-size`, a pod's gang membership;

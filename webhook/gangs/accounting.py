@@ -15,7 +15,7 @@ from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.gangs.ledger import GangRecord, Records
 from webhook.gangs.placement import holding_rooms
 from webhook.gangs.rooms import Fit, Room, RoomId, best_fit, fit, free_gpus, per_snapshot
-from webhook.gangs.spec import is_bound, is_gated, membership
+from webhook.gangs.spec import is_bound, is_gated, is_terminating, membership
 from webhook.scheduling.predicates import node_affinity_matches, node_selector_matches
 
 # A clique of thousands of nodes is checked on a sample: its nodes share the labels a gang selects on.
@@ -24,7 +24,8 @@ COMPATIBILITY_SAMPLE = 16
 
 @dataclass
 class GangPods:
-    """The unfinished pods of one gang, as the model shows them."""
+    """The live members of one gang, as the model shows them: pods neither finished nor terminating.
+    `size` is the largest `kgwe.io/gang-size` among them (a gang is whole only when every claim is met)."""
 
     size: int
     pods: list[dict[str, Any]] = field(default_factory=list)
@@ -37,14 +38,23 @@ class GangPods:
     def gated(self) -> list[dict[str, Any]]:
         return [p for p in self.pods if is_gated(p)]
 
+    @property
+    def unbound(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods if not is_bound(p)]
+
 
 @per_snapshot
 def gang_pods(model: ClusterModel) -> dict[str, GangPods]:
-    """namespace/gang -> its unfinished members (pods with the gang label and a valid gang size).
-    Computed once per snapshot: callers must not change the answer."""
+    """namespace/gang -> its live members (pods with the gang label and a valid gang size).
+    Computed once per snapshot: callers must not change the answer.
+
+    A finished pod (Succeeded, Failed: a Job keeps them) and a terminating one (deletionTimestamp set: a
+    job restarted under the same name deletes its old pods, which run on through their grace period) are
+    never members: counted, they would complete a new run of the gang that has only some of its pods, and
+    hold room for pods that will never be placed. A terminating pod still holds its GPUs (`free_gpus`)."""
     out: dict[str, GangPods] = {}
     for pod in model.pods.values():
-        if pod_is_finished(pod):
+        if pod_is_finished(pod) or is_terminating(pod):
             continue
         member = membership(pod)
         if member is None:
@@ -62,15 +72,21 @@ def promised_gpus(
     exclude: str,
     counts: Callable[[GangRecord], bool] = lambda _r: True,
 ) -> dict[RoomId, int]:
-    """GPUs per room promised to other gangs for their members not bound yet (bound ones hold GPUs already)."""
+    """GPUs per room promised to other gangs for their members not bound yet (bound ones hold GPUs already).
+
+    A waiting gang holds room for all its members not bound (some may not exist yet); a released one only
+    for its live members not bound: all existed at the release, and one that finished or was deleted since
+    will never be placed."""
     promised: dict[RoomId, int] = {}
     for key, record in records.items():
         if key == exclude or not record.promising or not counts(record):
             continue
         assert record.room is not None
         group = members.get(key)
-        bound = len(group.bound) if group else 0
-        waiting = max(0, record.size - bound)
+        if record.released_at is not None:
+            waiting = len(group.unbound) if group else 0
+        else:
+            waiting = max(0, record.size - (len(group.bound) if group else 0))
         promised[record.room] = promised.get(record.room, 0) + waiting * record.gpus_per_pod
     return promised
 
@@ -100,12 +116,19 @@ def candidate_rooms(model: ClusterModel, record: GangRecord, pod: dict[str, Any]
 
 
 def room_of_bound(model: ClusterModel, rooms: list[Room], group: GangPods | None) -> Room | None:
-    """The room the gang's bound members are in (a replacement member joins them there)."""
+    """The room the gang's placed members are in: bound on its nodes, or ungated and pinned to it (a release
+    that lost a member half way). A replacement member joins them there, so one gang never spans two rooms."""
     if group is None:
         return None
     nodes = {PodView(p).node_name for p in group.bound}
+    pinned = {
+        (key, value)
+        for p in group.unbound
+        if not is_gated(p)
+        for key, value in PodView(p).node_selector.items()
+    }
     for room in rooms:
-        if nodes & set(room.nodes):
+        if nodes & set(room.nodes) or (room.id.key, room.id.value) in pinned:
             return room
     return None
 

@@ -15,6 +15,11 @@ Every `interval_seconds`, from a store snapshot and the gang records:
 - a record is dropped when its gang is bound fully, when its pods are gone, or when a released gang
   has not bound fully within `gangs.timeoutSeconds`.
 
+Members are the live pods of the gang (`gang_pods`: never a finished or terminating pod). A release
+covers the members it was decided for (created no later than the newest of them, by the API server's
+clock) and only while the gang is still whole: a gated pod of a new run of the gang (a job restarted
+under the same name), or a gang that lost a member before every gate came off, waits again as a new gang.
+
 Members are never pinned before the release, so a waiting gang can move to any room: KEP-3838 lets a
 gated pod's node constraints only grow, and a pin is the one growth made, once.
 """
@@ -48,7 +53,7 @@ from webhook.gangs.accounting import (
 )
 from webhook.gangs.ledger import MAX_RECORDS, GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
 from webhook.gangs.rooms import RoomId, fit, free_gpus
-from webhook.gangs.spec import GATE
+from webhook.gangs.spec import GATE, created, parse_timestamp
 from webhook.intent import OUT_ACCELERATOR_TYPE
 
 log = logging.getLogger("kgwe.gangs.controller")
@@ -202,7 +207,9 @@ class GangController:
                 continue  # nothing to hold back, or the ledger is full: the gang stays gated until there is room
             record = out.get(key) or _new_record(key, group, now)
             if not gated:
-                bound = len(group.bound) >= record.size
+                # A released gang is done when every live member is bound (one that finished or was deleted since
+                # the release will never be placed); any other when `size` members are.
+                bound = not group.unbound if record.released_at is not None else len(group.bound) >= record.size
                 # Ungated but not bound fully for too long (released and unschedulable, or a gate removed by
                 # someone else): the record stops promising anything.
                 stuck = now - (record.released_at or record.created_at) > settings.timeout_seconds
@@ -211,12 +218,16 @@ class GangController:
                     if bound:
                         actions.append(Action(record, [], "bound"))
                 continue
-            if record.released_at is not None:  # an interrupted release: finish it
-                actions.append(Action(record, gated, "release"))
-                continue
+            if record.released_at is not None:
+                covered = covered_by_release(record, group)
+                if covered:  # an interrupted release: finish it, never re-planned
+                    actions.append(Action(record, covered, "release"))
+                    continue
+                record = _waiting_again(record, group, now)
             record = self._plan_waiting(model, record, group, out, members, now)
             out[key] = record
             if record.released_at is not None:
+                out[key] = record = replace(record, released_upto=_newest_creation(group.pods))
                 actions.append(Action(record, gated, "release"))
             elif now - record.created_at > settings.wait_warning_seconds and not record.warned:
                 out[key] = record = replace(record, warned=True)
@@ -233,7 +244,11 @@ class GangController:
         now: float,
     ) -> GangRecord:
         present = len(group.pods)
-        size = record.size
+        # The live members say how big the gang is: a run re-created with another size, or a member whose claim
+        # is larger than the one the record was written from, is waited for whole.
+        size = group.size
+        if record.size != size:
+            record = replace(record, size=size)
         if present < size:
             reason = f"{present} of {size} members exist"
             expired = record.expired or now - record.created_at > self.config.gangs.timeout_seconds
@@ -335,6 +350,44 @@ class GangController:
             self.reconcile_once()
         except GangStoreUnavailable as exc:  # expected while the store's backend is away: one line, no trace
             log.warning("gang records unavailable: %s", exc)
+
+
+def covered_by_release(record: GangRecord, group: GangPods) -> list[dict[str, Any]]:
+    """The gated members a committed release still has to ungate: those it was decided for, and only while the
+    gang is whole. Empty when the gated pods belong to a new run of the gang (created after the newest member
+    the release saw) or a member is gone (ungating the rest would start part of a gang)."""
+    if len(group.pods) < max(record.size, group.size):
+        return []
+    upto = parse_timestamp(record.released_upto)
+    if upto is None:  # a record written before the field existed, or members without creationTimestamp
+        return group.gated
+    out = []
+    for pod in group.gated:
+        stamp = created(pod)
+        if stamp is None or stamp <= upto:
+            out.append(pod)
+    return out
+
+
+def _waiting_again(record: GangRecord, group: GangPods, now: float) -> GangRecord:
+    """A released record whose release covers none of the gated members: the gang waits again as a new gang
+    (its room kept as the first choice, its age, timeout and warning counted afresh)."""
+    log.info("gang %s: its release covers none of its %d gated members; it waits again", record.key, len(group.gated))
+    return replace(record, size=group.size, released_at=None, released_upto=None, created_at=now, expired=False,
+                   reason="", short_gpus=0, warned=False)
+
+
+def _newest_creation(pods: list[dict[str, Any]]) -> str | None:
+    """The newest creationTimestamp of `pods`, as the API server wrote it; None when one lacks it (then the
+    release covers every gated member, as before the field existed)."""
+    newest: tuple[datetime, str] | None = None
+    for pod in pods:
+        stamp = created(pod)
+        if stamp is None:
+            return None
+        if newest is None or stamp > newest[0]:
+            newest = (stamp, PodView(pod).creation_timestamp)
+    return newest[1] if newest is not None else None
 
 
 def _new_record(key: str, group: GangPods, now: float) -> GangRecord:

@@ -61,6 +61,9 @@ class GangRecord:
     room: RoomId | None  # None: no room had space when the gang was last planned
     created_at: float  # seconds since the epoch (replicas share wall-clock time, not monotonic time)
     released_at: float | None = None  # the gates were removed (pinned to `room`) at this time
+    # The newest creationTimestamp (the API server's clock) of the members the release was decided for: a
+    # gated pod created later belongs to a new run of the gang, which the release does not cover.
+    released_upto: str | None = None
     expired: bool = False  # an incomplete gang waited past the timeout: its promise no longer counts
     reason: str = ""  # why the gang waits, in words (empty once released)
     short_gpus: int = 0
@@ -88,6 +91,8 @@ class GangRecord:
             out["room"] = self.room.as_json()
         if self.released_at is not None:
             out["releasedAt"] = self.released_at
+        if self.released_upto is not None:
+            out["releasedUpTo"] = self.released_upto
         if self.expired:
             out["expired"] = True
         if self.reason:
@@ -115,6 +120,7 @@ class GangRecord:
                 room=RoomId.from_json(raw.get("room")),
                 created_at=float(raw["createdAt"]),
                 released_at=float(raw["releasedAt"]) if raw.get("releasedAt") is not None else None,
+                released_upto=str(raw["releasedUpTo"])[:64] if raw.get("releasedUpTo") is not None else None,
                 expired=bool(raw.get("expired")),
                 reason=str(raw.get("reason") or "")[:512],
                 short_gpus=int(raw.get("shortGPUs") or 0),

@@ -7,6 +7,7 @@ gang size is a decimal integer between 1 and `MAX_GANG_SIZE`, the gang name a la
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from policies.vocabulary import keys
@@ -73,3 +74,26 @@ def is_gated(pod: dict[str, Any]) -> bool:
 
 def is_bound(pod: dict[str, Any]) -> bool:
     return bool(PodView(pod).node_name)
+
+
+def is_terminating(pod: dict[str, Any]) -> bool:
+    """Deletion was asked (`metadata.deletionTimestamp`): the pod is going away, whatever runs in it still.
+    Only the API server sets the field, and it is never cleared, so a pod creator cannot fake the way back."""
+    return PodView(pod).deleting
+
+
+def created(pod: dict[str, Any]) -> datetime | None:
+    """The pod's `metadata.creationTimestamp` (set by the API server, whole seconds); None when absent or unreadable
+    (pods of a YAML cluster directory may lack it)."""
+    return parse_timestamp(PodView(pod).creation_timestamp)
+
+
+def parse_timestamp(text: str | None) -> datetime | None:
+    """An RFC 3339 time as the API server writes it; None for anything else."""
+    if not text or len(text) > 64:
+        return None
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else None
