@@ -135,6 +135,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         runtime = assembly.from_directory(config, args.cluster).runtime
     except (OSError, ValueError) as exc:
         raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
+    _add_claim_objects(runtime.store, documents)
     results = [
         review_document(runtime.admission, document, args.user, args.group, config.limits.deadline_seconds)
         for document in documents
@@ -149,6 +150,20 @@ def cmd_review(args: argparse.Namespace) -> int:
     else:
         print("\n---\n".join(render_text(result) for result in results))
     return 0
+
+
+def _add_claim_objects(store: Any, documents: list[Any]) -> None:
+    """ResourceClaimTemplates and ResourceClaims in the reviewed file are what it creates beside its pods:
+    the pods' review reads them as if they were in the cluster (docs/dra.md, "Claims a pod writes itself")."""
+    added = False
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") in ("ResourceClaimTemplate", "ResourceClaim"):
+            metadata = document.get("metadata")
+            if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
+                store.upsert({**document, "metadata": {"namespace": "default", **metadata}})
+                added = True
+    if added:
+        store.snapshot(force=True)  # the reviews read the snapshot with them, not the one before
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -188,7 +188,9 @@ class QuotaService:
         if charge.bound_type or len(set(charge.candidate_types)) < 2 or charged is None:
             return ""
         if charge.every_candidate:
-            return " (its own ResourceClaims may be given any of these types, so it counts against each until bound)"
+            types = sorted(set(charge.candidate_types))
+            named = ", ".join(types[:6]) + (f" and {len(types) - 6} more" if len(types) > 6 else "")
+            return f" (its own ResourceClaims may be given any of {named}, so it counts against each until bound)"
         return f" (counted against {charged}, the most expensive type it may run on, until it is bound)"
 
     def _reserve(

@@ -74,3 +74,26 @@ def test_a_device_plugin_mig_resource_on_dra_slices_is_answered_not_an_internal_
     assert any("MIG slices here are DRA devices: ask for nvidia.com/gpu with kgwe.io/sharing: mig" in w
                for w in result.warnings), result.warnings
     assert not any("internal error" in w for w in result.warnings)
+
+
+def test_review_reads_the_claim_templates_of_the_same_file(tmp_path: Path) -> None:
+    # A file that creates a template and a pod naming it: the pod is judged by that template (team-a's
+    # H100 limit in the example cluster is 8 with 4 in use).
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+           "spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "eight"}],
+                    "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "g"}]}}]}}
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "eight", "namespace": "team-a"},
+                "spec": {"spec": {"devices": {"requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}]}}}}
+    both = tmp_path / "both.yaml"
+    both.write_text(yaml.safe_dump_all([template, pod]))
+    out = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "review", str(both), "--cluster", str(ROOT / "examples" / "cluster"),
+         "-o", "json"],
+        capture_output=True, text=True, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True,
+    )
+    _template_result, pod_result = json.loads(out.stdout)
+    assert not pod_result["allowed"]
+    assert "nvidia-h100-80gb 4 of 8 GPUs in use, this pod asks for 8" in pod_result["message"]

@@ -18,6 +18,7 @@ import orjson
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.quota.model import PodCharge, resolve_tenant
+from policies.vocabulary.accelerator_types import MIXED
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB, parse_quantity
 from webhook.admission.facts import Facts
@@ -119,8 +120,9 @@ def _whole_gpus_held(view: PodView, whole_gpus: int, node: NodeFacts | None, fac
 def claim_candidate_types(model: ClusterModel) -> tuple[str, ...]:
     """The types a GPU claim of the pod's own may be allocated: those published through DRA, else every
     type (a claim that no slice can satisfy yet is still charged, as the most expensive type)."""
-    published = tuple(t for t, summary in model.types.items() if summary.dra_nodes)
-    return published or tuple(model.types)
+    types = [t for t in model.types if t != MIXED]  # a node of several types is no type a limit names
+    published = tuple(t for t in types if model.types[t].dra_nodes)
+    return published or tuple(types)
 
 
 def claimed_charge(
