@@ -36,7 +36,7 @@ from webhook.admission.ownership import (
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.replicas import remembered
 from webhook.admission.request import AdmissionRequest
-from webhook.dra.claimed import foreign_claims, rendered_by
+from webhook.dra.claimed import channel_of, foreign_claims, rendered_by
 from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
 from webhook.mutation.pipeline import run_pipeline
 from webhook.mutation.steps import placement_steps
@@ -168,7 +168,7 @@ class Validation(FactGathering):
                 problems.extend(placement)
         pending = PendingVerdict(request, problems, warnings, audit)
         if not request.template and request.pod.spec.get("resourceClaims") is not None:
-            claims = foreign_claims(request.pod, rendered_by(facts.plan.dra))
+            claims = foreign_claims(request.pod, rendered_by(facts.plan.dra), channel_of(facts.plan.dra))
             if claims:
                 # First: a pod that asks GPUs both ways is refused before any quota is reserved for it.
                 rt = self.runtime
