@@ -4,25 +4,34 @@ claims are read from, and KGWE's templates and ComputeDomains written to, the fa
 
 from __future__ import annotations
 
+import base64
+import copy
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
+import orjson
 import pytest
 import yaml
-from dra_support import DRA_CLUSTER, Webhook, gpu_pod, serve
+from dra_support import DRA_CLUSTER, ROOT, Webhook, gpu_pod, serve
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 
 from webhook.cluster.kube_json import KubeJson
-from webhook.config import load_config
+from webhook.config import DEFAULT_CONTROLLER_IDENTITIES, load_config
 from webhook.dra.claim_reader import KubeClaimReader
 from webhook.dra.claimed import GpuClasses
 from webhook.dra.compute_domain import channel_template, compute_domain
 from webhook.dra.templates import KubeTemplateWriter
 from webhook.runtime import build_runtime
 from webhook.server.app import create_app
+from webhook.workloads.identity import Identity, Signer
+
+CLUSTER = ROOT / "examples" / "cluster"
+EXAMPLE_CONFIG = ROOT / "examples" / "config.yaml"
 
 CONFIG = {"mode": "enforce", "pricing": {"currency": "USD", "perGPUHour": {"nvidia-h100-80gb": 4.5,
                                                                              "nvidia-a100-80gb": 2.8,
@@ -149,3 +158,75 @@ def test_a_class_counts_as_no_gpu_only_when_its_selectors_pin_another_driver() -
         assert name in classes, name
     for name in ("channel", "nic", "nic-and"):
         assert name not in classes, name
+
+
+# -- workloads: their pods are created by controllers ------------------------------------------------------
+REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+IDENTITY_KEY = b"0123456789abcdef0123456789abcdef"
+
+
+def _admission_review(obj: dict[str, Any], user: str, groups: list[str], resource: tuple[str, str, str],
+                      ) -> dict[str, Any]:
+    group, version, plural = resource
+    gvk = {"group": group, "version": version, "kind": obj["kind"]}
+    gvr = {"group": group, "version": version, "resource": plural}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+        "name": obj["metadata"].get("name", ""), "namespace": obj["metadata"]["namespace"], "operation": "CREATE",
+        "userInfo": {"username": user, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, user)),
+                     "groups": [*groups, "system:authenticated"]},
+        "object": obj, "oldObject": None, "dryRun": False,
+        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}}}
+
+
+def _through_both(webhook: Webhook, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """/mutate then /validate, as the API server chains them: (object after the patch, validating answer)."""
+    mutated = webhook.ask("/mutate", body)
+    assert mutated["allowed"], mutated
+    patch = orjson.loads(base64.b64decode(mutated["patch"])) if mutated.get("patch") else []
+    obj = jsonpatch.apply_patch(body["request"]["object"], patch) if patch else body["request"]["object"]
+    again = copy.deepcopy(body)
+    again["request"].update(uid=str(uuid.uuid4()), object=obj)
+    return obj, webhook.ask("/validate", again)
+
+
+@pytest.fixture(scope="module")
+def group_tenant_webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    """The example cluster (ml-research is the tenant of group ml-researchers, 16 H100 and 16 GB200) with a
+    template asking for 20 GPUs in `default`, a namespace of no tenant."""
+    root = tmp_path_factory.mktemp("workload-claims")
+    shutil.copytree(CLUSTER, root / "cluster")
+    (root / "cluster" / "twenty.yaml").write_text(yaml.safe_dump(_template("twenty", "gpu.nvidia.com", 20)))
+
+    def make_app() -> object:
+        runtime = build_runtime(load_config(EXAMPLE_CONFIG), root / "cluster")
+        runtime.admission.identity = Identity(Signer(IDENTITY_KEY), DEFAULT_CONTROLLER_IDENTITIES)
+        return create_app(runtime, ui=False)
+
+    yield from serve(make_app, root / "certs")  # type: ignore[arg-type]
+
+
+def test_a_deployments_claim_pods_are_charged_to_its_author_not_to_the_replicaset_controller(
+    group_tenant_webhook: Webhook,
+) -> None:
+    # bob (group ml-researchers) may not hold 20 GPUs. Through a Deployment whose template names a claim
+    # template of his own, the pods are created by the ReplicaSet controller: judged as that controller
+    # (no tenant in `default`), they would pass every quota.
+    template = {"metadata": {"labels": {"app": "big"}}, "spec": {
+        "containers": [{"name": "m", "image": "cuda", "resources": {"claims": [{"name": "gpus"}]}}],
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "twenty"}]}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": "default"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "big"}}, "template": template}}
+    admitted, answer = _through_both(
+        group_tenant_webhook, _admission_review(deployment, "bob", ["ml-researchers"], ("apps", "v1", "deployments")))
+    assert answer["allowed"] is True, answer  # templates are judged by their pods
+    signed = admitted["spec"]["template"]["metadata"]["annotations"]["kgwe.io/requested-by"]
+    assert orjson.loads(signed)["user"] == "bob"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        **copy.deepcopy(admitted["spec"]["template"]["metadata"]), "name": "big-5d8f7c9b4-x2x7z",
+        "namespace": "default"}, "spec": copy.deepcopy(admitted["spec"]["template"]["spec"])}
+    controller_groups = ["system:serviceaccounts", "system:serviceaccounts:kube-system"]
+    _pod, answer = _through_both(
+        group_tenant_webhook, _admission_review(pod, REPLICASET_CONTROLLER, controller_groups, ("", "v1", "pods")))
+    message = _refusal(answer)
+    assert "tenant ml-research" in message and "this pod asks for 20" in message

@@ -356,6 +356,10 @@ def _num(value: Decimal) -> str:
 def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any]) -> bool:
     if pod_gpu_demand(pod).asks_gpu:
         return True
+    if PodView(pod).spec.get("resourceClaims"):
+        # Claims of its own may ask for GPUs (docs/dra.md): its pods, made by a controller, must be judged
+        # as the template's author, which only a signed kgwe.io/requested-by tells.
+        return True
     return ObjectView(template).has_key_with_prefix(keys.PREFIX) or PodView(pod).has_key_with_prefix(keys.PREFIX)
 
 

@@ -156,8 +156,8 @@ annotations:
 
 {{/*
 CEL over a pod spec (`.spec`, an expression): does any container or init container request or limit a
-GPU resource? Every optional field is guarded with has(): a matchCondition error would apply the
-webhook's failurePolicy.
+GPU resource, or (webhooks.resourceClaimPods) does the spec name ResourceClaims? Every optional field is
+guarded with has(): a matchCondition error would apply the webhook's failurePolicy.
 */}}
 {{- define "kgwe.cel.specRequestsGpu" -}}
 {{- $prefixes := list }}
@@ -165,6 +165,8 @@ webhook's failurePolicy.
 {{- $matches := join " || " $prefixes }}
 {{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, %s)))" $matches $matches }}
 {{- printf "(has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s))" .spec .spec $container .spec .spec $container }}
+{{- /* Claims of the pods' own may ask for GPUs (docs/dra.md): the template must be signed for its author. */}}
+{{- if .root.Values.webhooks.resourceClaimPods }}{{ printf " || (has(%s.resourceClaims) && size(%s.resourceClaims) > 0)" .spec .spec }}{{ end }}
 {{- end }}
 
 {{/*
