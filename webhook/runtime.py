@@ -313,6 +313,7 @@ class Runtime:
             specs.append((what, spec))
             if ref.awaited:
                 awaited.append((what, spec))
+        specs.extend(claims.extended)  # DRA devices asked as extended resources
         classes, all_devices = GpuClasses(model.device_classes), most_devices_on_a_node(model)
         asked = requested_gpus(specs, classes, all_devices)
         if asked.problems:

@@ -207,3 +207,13 @@ def test_ca_bundle_is_left_to_its_owner(rendered_scenarios: dict[str, Rendered])
         assert "cert-manager.io/inject-ca-from" not in (default["metadata"].get("annotations") or {})
         managed = rendered_scenarios["cert-manager"].one(kind)
         assert managed["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/kgwe-webhook"
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_pods_that_ask_device_class_extended_resources_reach_the_webhook(cel: Cel, kind: str) -> None:
+    # deviceclass.resource.kubernetes.io/<class> gets DRA devices without a claim (KEP-5004): GPUs too.
+    implicit = copy.deepcopy(PLAIN_POD)
+    limits = {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "8"}
+    implicit["spec"]["containers"][0]["resources"]["limits"] = limits
+    assert _sent(cel, _webhook(render({}), kind), "CREATE", implicit)
+    assert not _sent(cel, _webhook(render({"webhooks": {"resourceClaimPods": False}}), kind), "CREATE", implicit)

@@ -9,6 +9,7 @@ import copy
 import shutil
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from dra_support import DRA_CLUSTER, ROOT, Webhook, gpu_pod, serve
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 
+from webhook.admission.charging import usage_charges
 from webhook.cluster.kube_json import KubeJson
 from webhook.config import DEFAULT_CONTROLLER_IDENTITIES, load_config
 from webhook.dra.claim_reader import KubeClaimReader
@@ -47,6 +49,19 @@ CHANNEL_CLASS = {
 }
 
 
+IMPLICIT = "deviceclass.resource.kubernetes.io/"
+# team-a may hold 4 H100s; other types are not limited.
+QUOTA = {"apiVersion": "kgwe.io/v1alpha1", "kind": "TenantQuota", "metadata": {"name": "team-a"},
+         "spec": {"tenant": "team-a", "namespaces": ["team-a"],
+                  "limits": [{"acceleratorType": "nvidia-h100-80gb", "gpus": 4}]}}
+# An administrator's class that lets pods ask `example.com/gpu` and get GPUs through DRA (KEP-5004).
+MAPPED_CLASS = {
+    "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "example-gpus"},
+    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+             "extendedResourceName": "example.com/gpu"},
+}
+
+
 def _template(name: str, device_class: str, count: int = 1, namespace: str = "default") -> dict[str, Any]:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": name, "namespace": namespace},
@@ -63,7 +78,7 @@ def _refusal(answer: dict[str, Any]) -> str:
 def attack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("claim-attacks")
     shutil.copytree(DRA_CLUSTER, root / "cluster")
-    (root / "cluster" / "channel-class.yaml").write_text(yaml.safe_dump(CHANNEL_CLASS))
+    (root / "cluster" / "channel-class.yaml").write_text(yaml.safe_dump_all([CHANNEL_CLASS, MAPPED_CLASS, QUOTA]))
     (root / "config.yaml").write_text(yaml.safe_dump(CONFIG))
     return root
 
@@ -206,15 +221,21 @@ def group_tenant_webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[W
     yield from serve(make_app, root / "certs")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("how", ["claim", "extended resource"])
 def test_a_deployments_claim_pods_are_charged_to_its_author_not_to_the_replicaset_controller(
-    group_tenant_webhook: Webhook,
+    group_tenant_webhook: Webhook, how: str
 ) -> None:
     # bob (group ml-researchers) may not hold 20 GPUs. Through a Deployment whose template names a claim
-    # template of his own, the pods are created by the ReplicaSet controller: judged as that controller
-    # (no tenant in `default`), they would pass every quota.
-    template = {"metadata": {"labels": {"app": "big"}}, "spec": {
-        "containers": [{"name": "m", "image": "cuda", "resources": {"claims": [{"name": "gpus"}]}}],
-        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "twenty"}]}}
+    # template of his own (or asks deviceclass.resource.kubernetes.io/gpu.nvidia.com), the pods are created
+    # by the ReplicaSet controller: judged as that controller (no tenant in `default`), they would pass
+    # every quota.
+    if how == "claim":
+        template = {"metadata": {"labels": {"app": "big"}}, "spec": {
+            "containers": [{"name": "m", "image": "cuda", "resources": {"claims": [{"name": "gpus"}]}}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "twenty"}]}}
+    else:
+        template = {"metadata": {"labels": {"app": "big"}}, "spec": {"containers": [
+            {"name": "m", "image": "cuda", "resources": {"limits": {f"{IMPLICIT}gpu.nvidia.com": "20"}}}]}}
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": "default"},
                   "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "big"}}, "template": template}}
     admitted, answer = _through_both(
@@ -230,3 +251,50 @@ def test_a_deployments_claim_pods_are_charged_to_its_author_not_to_the_replicase
         group_tenant_webhook, _admission_review(pod, REPLICASET_CONTROLLER, controller_groups, ("", "v1", "pods")))
     message = _refusal(answer)
     assert "tenant ml-research" in message and "this pod asks for 20" in message
+
+
+
+# -- GPUs through extended resources that DRA serves (KEP-5004): no spec.resourceClaims at all ------------
+def _extended_pod(name: str, **limits: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": dict(limits)}}]}}
+
+
+def test_gpus_asked_as_a_device_class_extended_resource_are_counted(webhook: Webhook) -> None:
+    # Every DeviceClass is also the extended resource deviceclass.resource.kubernetes.io/<class>: the
+    # scheduler makes the pod a claim for that many devices of the class. No resourceClaims, no nvidia.com/.
+    pod = _extended_pod("implicit", **{f"{IMPLICIT}gpu.nvidia.com": "8", "memory": "1Gi"})
+    assert "this pod asks for 8" in _refusal(webhook.create(pod)[1])
+    mapped = _extended_pod("mapped", **{"example.com/gpu": "6"})
+    assert "this pod asks for 6" in _refusal(webhook.create(mapped)[1])
+    both = _extended_pod("both", **{f"{IMPLICIT}gpu.nvidia.com": "1", "nvidia.com/gpu": "1"})
+    assert "ask one way" in _refusal(webhook.create(both)[1])
+    # Within the quota, and a class that gives no GPU, pass.
+    assert webhook.create(_extended_pod("two", **{f"{IMPLICIT}gpu.nvidia.com": "2"}), dry_run=True)[1]["allowed"]
+    channel = _extended_pod("channel", **{f"{IMPLICIT}compute-domain-default-channel.nvidia.com": "1"})
+    assert webhook.create(channel)[1]["allowed"]
+    broken = _extended_pod("broken", **{f"{IMPLICIT}gpu.nvidia.com": "1500m"})
+    assert "is not a whole number" in _refusal(webhook.create(broken)[1])
+
+
+def test_running_pods_count_the_devices_they_asked_as_extended_resources(attack_dir: Path, tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster"
+    shutil.copytree(attack_dir / "cluster", cluster)
+    # allocated: the scheduler made its claim (trainer-0-gpu-8s2kd holds two H100s of dra-h100-01);
+    # waiting: not scheduled yet, its 3 devices are what it asks; mapped: `example.com/gpu`; channel: no GPU.
+    allocated = _extended_pod("allocated", **{f"{IMPLICIT}gpu.nvidia.com": "2"})
+    allocated["status"] = {"phase": "Running", "extendedResourceClaimStatus": {
+        "resourceClaimName": "trainer-0-gpu-8s2kd",
+        "requestMappings": [{"containerName": "main", "resourceName": f"{IMPLICIT}gpu.nvidia.com",
+                             "requestName": "container-0-request-0"}]}}
+    waiting = _extended_pod("waiting", **{f"{IMPLICIT}gpu.nvidia.com": "3"})
+    mapped = _extended_pod("mapped", **{"example.com/gpu": "1"})
+    channel = _extended_pod("channel", **{f"{IMPLICIT}compute-domain-default-channel.nvidia.com": "1"})
+    (cluster / "running.yaml").write_text(yaml.safe_dump_all([allocated, waiting, mapped, channel]))
+    runtime = build_runtime(load_config(attack_dir / "config.yaml"), cluster)
+    charges = {c.pod: c for c in usage_charges(runtime.store.snapshot()) if c.namespace == "team-a"}
+    assert set(charges) == {"team-a/allocated", "team-a/waiting", "team-a/mapped"}
+    held = charges["team-a/allocated"]
+    assert (held.bound_type, held.gpu_equivalents) == ("nvidia-h100-80gb", Decimal(2))
+    assert charges["team-a/waiting"].every_candidate and charges["team-a/waiting"].gpu_equivalents == 3
+    assert charges["team-a/mapped"].gpu_equivalents == 1

@@ -29,9 +29,13 @@ from webhook.dra.claimed import (
     GpuClasses,
     HeldGpu,
     allocated_gpus,
+    asks_extended_devices,
     devices_by_key,
+    extended_claim_name,
+    extended_requests,
     foreign_claims,
     generated_claim_names,
+    mapped_resources,
     most_devices_on_a_node,
     recorded_by_kgwe,
     requested_gpus,
@@ -176,16 +180,27 @@ class _ClaimUsage:
         self.devices = devices_by_key(model)
         self.classes = GpuClasses(model.device_classes)
         self.all_devices = most_devices_on_a_node(model)
+        self.mapped = mapped_resources(model.device_classes)
 
     def charge(self, pod: dict[str, Any]) -> PodCharge | None:
         view = pod_view(pod)
-        refs = foreign_claims(view, recorded_by_kgwe(view)).refs
-        if not refs:
+        refs = foreign_claims(view, recorded_by_kgwe(view)).refs if view.spec.get("resourceClaims") else []
+        extended = extended_requests(view, self.mapped, [])
+        if not refs and not extended:
             return None
         namespace = view.namespace
         generated = generated_claim_names(view)
         held: list[HeldGpu] = []
         specs: list[tuple[str, Any]] = []
+        if extended:
+            # One claim the scheduler made for all of them, once it has: what it holds; before, what is asked.
+            made = extended_claim_name(view)
+            claim = self.model.resource_claims.get(f"{namespace}/{made}") if made else None
+            allocated = allocated_gpus(claim, self.devices) if claim is not None else None
+            if allocated is not None:
+                held.extend(allocated)
+            else:
+                specs.extend(extended)
         for ref in refs:
             claim_name = ref.name if ref.kind == "ResourceClaim" else generated.get(ref.entry)
             claim = self.model.resource_claims.get(f"{namespace}/{claim_name}") if claim_name else None
@@ -211,6 +226,7 @@ def usage_charges(model: ClusterModel) -> list[PodCharge]:
     including the GPUs pods hold or ask through ResourceClaims of their own."""
     charges = []
     claims: _ClaimUsage | None = None
+    mapped = mapped_resources(model.device_classes)
     for pod in model.pods.values():
         if pod_is_finished(pod):
             continue
@@ -218,7 +234,7 @@ def usage_charges(model: ClusterModel) -> list[PodCharge]:
         if charge is not None:
             charges.append(charge)
         spec = pod.get("spec")
-        if isinstance(spec, dict) and spec.get("resourceClaims"):
+        if isinstance(spec, dict) and (spec.get("resourceClaims") or asks_extended_devices(pod, mapped)):
             claims = claims or _ClaimUsage(model)
             claimed = claims.charge(pod)
             if claimed is not None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from policies.gpu_demand import DRA_CLAIM_PREFIX, SEVEN, dra_rendered, mig_compute_slices
+from policies.gpu_demand import DRA_CLAIM_PREFIX, GPU_PREFIXES, SEVEN, dra_rendered, mig_compute_slices
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
@@ -58,13 +58,15 @@ class ClaimRef:
 
 @dataclass
 class ForeignClaims:
-    """The claims of a pod that KGWE did not render, and what is wrong with the list itself."""
+    """The claims of a pod that KGWE did not render, the DRA devices it asks as extended resources
+    (`extended`: claim specs like the one the scheduler makes for them), and what is wrong with either."""
 
     refs: list[ClaimRef] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    extended: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.refs or self.problems)
+        return bool(self.refs or self.problems or self.extended)
 
 
 @dataclass
@@ -125,6 +127,80 @@ def recorded_by_kgwe(pod: PodView | Mapping[str, Any]) -> Callable[[str, str], b
     gives no GPU, so it counts nothing)."""
     own = {claim_name(container) for container in dra_rendered(pod)}
     return lambda entry, template: entry in own and template.startswith(DRA_CLAIM_PREFIX)
+
+
+# Every DeviceClass is also the extended resource `deviceclass.resource.kubernetes.io/<class name>`, and a
+# class may name one of its own (`spec.extendedResourceName`, KEP-5004): a pod asking for it gets that many
+# devices of the class through a claim the scheduler makes (`status.extendedResourceClaimStatus`).
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
+_WHOLE = re.compile(r"[0-9]{1,18}")
+
+
+def mapped_resources(device_classes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Extended resource name -> the DeviceClass that serves it (`spec.extendedResourceName`), except the
+    names KGWE counts as GPU resources itself (`nvidia.com/gpu` served by DRA is still `nvidia.com/gpu`)."""
+    mapped: dict[str, str] = {}
+    for name, device_class in sorted(device_classes.items()):
+        spec = device_class.get("spec")
+        resource = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+        if isinstance(resource, str) and resource and not resource.startswith(GPU_PREFIXES):
+            mapped[resource] = name
+    return mapped
+
+
+def asks_extended_devices(pod: PodView | Mapping[str, Any], mapped: Mapping[str, str] | None = None) -> bool:
+    """Whether a container or init container asks for `deviceclass.resource.kubernetes.io/...` or a name
+    of `mapped` (`mapped_resources`). Without `mapped`, needs no snapshot: for deciding that an error
+    must refuse the pod."""
+    return any(
+        isinstance(name, str) and (name.startswith(IMPLICIT_PREFIX) or (mapped is not None and name in mapped))
+        for container in pod_view(pod).all_containers
+        for amounts in container.amounts()
+        for name in amounts
+    )
+
+
+def extended_requests(
+    pod: PodView | Mapping[str, Any], mapped: Mapping[str, str], problems: list[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The DRA devices the pod's containers and init containers ask for as extended resources, each as the
+    claim spec the scheduler makes for it (`ExactCount` of that class). Every container counts (an init
+    container's devices too: never less than the pod can hold); a quantity that is not a whole number is a
+    problem (the API server accepts only whole extended resources)."""
+    specs: list[tuple[str, dict[str, Any]]] = []
+    for container in pod_view(pod).all_containers:
+        limits, requests = container.amounts()
+        for name in sorted({*limits, *requests}, key=str):
+            if not isinstance(name, str):
+                continue
+            device_class = name[len(IMPLICIT_PREFIX):] if name.startswith(IMPLICIT_PREFIX) else mapped.get(name)
+            if device_class is None:
+                continue
+            where = f"container {container.name[:63]!r}: {name[:MAX_NAME]}"
+            value = limits.get(name, requests.get(name))
+            text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+            if object_name(device_class) is None or not _WHOLE.fullmatch(text):
+                problems.append(f"{where}: {str(value)[:40]!r} is not a whole number of devices of a DeviceClass")
+                continue
+            if int(text):
+                request = {"name": "extended", "exactly": {"deviceClassName": device_class, "count": int(text)}}
+                specs.append((where, {"devices": {"requests": [request]}}))
+    return specs
+
+
+def own_dra_asks(
+    pod: PodView | Mapping[str, Any],
+    rendering: DraRendering | None,
+    device_classes: Mapping[str, Mapping[str, Any]],
+) -> ForeignClaims:
+    """At admission: what the pod asks of DRA on its own, past KGWE's intent: its claims except the ones
+    KGWE rendered for it (`rendered_by`, `channel_of`), and DRA devices asked as extended resources."""
+    view = pod_view(pod)
+    found = ForeignClaims()
+    if view.spec.get("resourceClaims") is not None:
+        found = foreign_claims(view, rendered_by(rendering), channel_of(rendering))
+    found.extended = extended_requests(view, mapped_resources(device_classes), found.problems)
+    return found
 
 
 def foreign_claims(
@@ -397,6 +473,14 @@ def allocated_gpus(
         else:
             held.append(HeldGpu(device.type_id, Decimal(1), device.memory_bytes))
     return held
+
+
+def extended_claim_name(pod: PodView | Mapping[str, Any]) -> str | None:
+    """The ResourceClaim the scheduler made for the pod's DRA extended resources
+    (`status.extendedResourceClaimStatus.resourceClaimName`), once it has."""
+    status = pod_view(pod).raw.get("status")
+    extended = status.get("extendedResourceClaimStatus") if isinstance(status, dict) else None
+    return object_name(extended.get("resourceClaimName")) if isinstance(extended, dict) else None
 
 
 def generated_claim_names(pod: PodView | Mapping[str, Any]) -> dict[str, str]:

@@ -79,12 +79,23 @@ webhook's service account to controllerUsers: both must hold whatever the user w
 {{- end }}
 
 {{/*
+The resource prefixes that make a pod a GPU pod, as a JSON list: webhooks.resourcePrefixes and, with
+webhooks.resourceClaimPods, `deviceclass.resource.kubernetes.io/` (every DeviceClass is that extended
+resource, KEP-5004: a pod asking for it gets DRA devices, GPUs among them, without naming a claim).
+*/}}
+{{- define "kgwe.gpuResourcePrefixes" -}}
+{{- $prefixes := .Values.webhooks.resourcePrefixes }}
+{{- if .Values.webhooks.resourceClaimPods }}{{ $prefixes = append $prefixes "deviceclass.resource.kubernetes.io/" }}{{ end }}
+{{- $prefixes | uniq | toJson }}
+{{- end }}
+
+{{/*
 CEL over a pod (`obj`): does any container or init container request or limit a resource whose
 name starts with one of the GPU prefixes?
 */}}
 {{- define "kgwe.cel.requestsGpu" -}}
 {{- $prefixes := list }}
-{{- range .Values.webhooks.resourcePrefixes }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
+{{- range (include "kgwe.gpuResourcePrefixes" . | fromJsonArray) }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
 {{- $matches := join " || " $prefixes }}
 {{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, %s)))" $matches $matches }}
 {{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $container $container }}
@@ -161,7 +172,7 @@ guarded with has(): a matchCondition error would apply the webhook's failurePoli
 */}}
 {{- define "kgwe.cel.specRequestsGpu" -}}
 {{- $prefixes := list }}
-{{- range .root.Values.webhooks.resourcePrefixes }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
+{{- range (include "kgwe.gpuResourcePrefixes" .root | fromJsonArray) }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
 {{- $matches := join " || " $prefixes }}
 {{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, %s)))" $matches $matches }}
 {{- printf "(has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s))" .spec .spec $container .spec .spec $container }}
