@@ -5,6 +5,7 @@ claims are read from, and KGWE's templates and ComputeDomains written to, the fa
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import shutil
 import uuid
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from dra_support import DRA_CLUSTER, ROOT, Webhook, gpu_pod, serve
 from kube_fake_apiserver import FakeApiServer
+from server_support import admission_review
 from kubernetes import client as k8s_client
 
 from webhook.admission.charging import usage_charges
@@ -167,9 +169,11 @@ def test_a_class_counts_as_no_gpu_only_when_its_selectors_pin_another_driver() -
         "channel": CHANNEL_CLASS,
         "nic": _class('device.driver == "nic.example.com"', "device.attributes['nic.example.com'].rdma"),
         "nic-and": _class("device.attributes['nic.example.com'].rdma && ( device.driver=='nic.example.com' )"),
+        # Read in one pass however deep: a pin under more parentheses than KGWE unwraps just counts.
+        "deep": _class("(" * 5000 + "device.driver == 'nic.example.com'" + ")" * 5000),
     })
     for name in ("all-nvidia", "not-nics", "spliced", "either", "big-memory", "negated", "chosen", "compared",
-                 "in-a-string", "commented", "triple"):
+                 "in-a-string", "commented", "triple", "deep"):
         assert name in classes, name
     for name in ("channel", "nic", "nic-and"):
         assert name not in classes, name
@@ -298,3 +302,61 @@ def test_running_pods_count_the_devices_they_asked_as_extended_resources(attack_
     assert (held.bound_type, held.gpu_equivalents) == ("nvidia-h100-80gb", Decimal(2))
     assert charges["team-a/waiting"].every_candidate and charges["team-a/waiting"].gpu_equivalents == 3
     assert charges["team-a/mapped"].gpu_equivalents == 1
+
+
+# -- legitimate pods: no false refusals ---------------------------------------------------------------------
+def _claim_pod(name: str, template: str, namespace: str = "team-a") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "mine"}]}}],
+                     "resourceClaims": [{"name": "mine", "resourceClaimTemplateName": template}]}}
+
+
+def test_an_update_of_a_running_claim_pod_is_not_judged_again(webhook: Webhook) -> None:
+    # The claim template may be gone by now, and the pod already counts in usage: a label change, a
+    # finalizer removed, must pass (spec.resourceClaims cannot change after creation).
+    old = _claim_pod("running", "deleted-long-ago")
+    old["metadata"]["uid"] = "2c0f6b1e-0000-4000-8000-000000000001"
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"stage": "draining"}
+    answer = webhook.ask("/validate", admission_review(new, operation="UPDATE", old=old, namespace="team-a"))
+    assert answer["allowed"] is True, answer
+
+
+def test_gang_members_kgwe_renders_keep_passing_as_replicas(webhook: Webhook, api_server: FakeApiServer) -> None:
+    # KGWE's own DRA claims and the gang's channel (written by the driver's controller, here an instant
+    # after the first member) are no claims of the pods' own: every member of the gang passes, the later
+    # ones judged from the decision cache.
+    name = channel_template(compute_domain("default", "legit", 2))
+    for index in range(2):
+        final, answer = webhook.create(_member(f"legit-{index}", "legit"))
+        assert answer["allowed"] is True, answer
+        assert {c["resourceClaimTemplateName"] for c in final["spec"]["resourceClaims"]} >= {name}
+        if not index:
+            api_server.put("ResourceClaimTemplate", _template(name, "compute-domain-default-channel.nvidia.com"))
+
+
+def test_audit_mode_reports_what_it_would_refuse_and_admits(attack_dir: Path, tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster"
+    shutil.copytree(attack_dir / "cluster", cluster)
+    (cluster / "eight.yaml").write_text(yaml.safe_dump(_template("eight", "gpu.nvidia.com", 8, namespace="team-a")))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**CONFIG, "mode": "audit"}))
+    runtime = build_runtime(load_config(tmp_path / "config.yaml"), cluster)
+    with contextlib.ExitStack() as stack:
+        audit = stack.enter_context(contextlib.contextmanager(serve)(
+            lambda: create_app(runtime, ui=False), tmp_path / "certs"))  # type: ignore[arg-type]
+        final, answer = audit.create(_claim_pod("eight", "eight"))
+        assert answer["allowed"] is True, answer
+        assert any("this pod asks for 8" in w for w in answer.get("warnings", [])), answer
+        assert "kgwe.io/tenant" not in (final["metadata"].get("annotations") or {})  # audit mode writes nothing
+
+
+def test_reservations_close_the_gap_until_the_pod_list_shows_a_claim_pod(
+    webhook: Webhook, api_server: FakeApiServer
+) -> None:
+    # Two pods of 3 GPUs each, created back to back, against team-a's 4 H100s: the pod list shows neither
+    # yet, the first one's reservation refuses the second. A dry run reserves nothing.
+    api_server.put("ResourceClaimTemplate", _template("three", "gpu.nvidia.com", 3, namespace="team-a"))
+    assert webhook.create(_claim_pod("dry", "three"), dry_run=True)[1]["allowed"] is True
+    assert webhook.create(_claim_pod("first", "three"))[1]["allowed"] is True
+    message = _refusal(webhook.create(_claim_pod("second", "three"))[1])
+    assert "this pod asks for 3" in message and "reserved for 1 pod" in message

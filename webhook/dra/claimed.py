@@ -297,6 +297,7 @@ class GpuClasses:
 
 MAX_SELECTORS = 32  # DeviceClassSpec.selectors
 MAX_EXPRESSION = 10 * 1024  # a CEL selector expression is at most 10 Ki characters
+MAX_PARENTHESES = 4  # pairs removed around one term; a pin under more is not read (the class counts)
 # `device.driver == "name"`, either way round, either quote.
 _DRIVER_IS = re.compile(
     r"""device\.driver\s*==\s*(?P<q>['"])(?P<a>[^'"]+)(?P=q)|(?P<r>['"])(?P<b>[^'"]+)(?P=r)\s*==\s*device\.driver"""
@@ -318,7 +319,9 @@ def pinned_driver(expression: str) -> str | None:
     terms = _top_level_terms(expression)
     for term in terms or ():
         term = term.strip()
-        while term.startswith("(") and term.endswith(")") and _top_level_terms(term[1:-1]) == [term[1:-1]]:
+        for _ in range(MAX_PARENTHESES):  # each pass rescans the term: bounded, so a deep nest costs little
+            if not (term.startswith("(") and term.endswith(")") and _top_level_terms(term[1:-1]) == [term[1:-1]]):
+                break
             term = term[1:-1].strip()  # parentheses around the whole term, with no `&&`, `||` or `?` inside
         match = _DRIVER_IS.fullmatch(term)
         if match is not None:
