@@ -20,8 +20,8 @@ import pytest
 import yaml
 from dra_support import DRA_CLUSTER, ROOT, Webhook, gpu_pod, serve
 from kube_fake_apiserver import FakeApiServer
-from server_support import admission_review
 from kubernetes import client as k8s_client
+from server_support import admission_review
 
 from webhook.admission.charging import usage_charges
 from webhook.cluster.kube_json import KubeJson
@@ -360,3 +360,26 @@ def test_reservations_close_the_gap_until_the_pod_list_shows_a_claim_pod(
     assert webhook.create(_claim_pod("first", "three"))[1]["allowed"] is True
     message = _refusal(webhook.create(_claim_pod("second", "three"))[1])
     assert "this pod asks for 3" in message and "reserved for 1 pod" in message
+
+
+def test_a_pod_holding_gpus_of_two_types_counts_each_against_its_own_type(attack_dir: Path, tmp_path: Path) -> None:
+    # As on a node with GPUs of two types: one H100 and one whole A100 held through the pod's own claim.
+    # Charging both to the first type would leave the A100 limit blind to them.
+    cluster = tmp_path / "cluster"
+    shutil.copytree(attack_dir / "cluster", cluster)
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "mixed", "namespace": "team-a"},
+             "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                         "count": 2}}]}},
+             "status": {"allocation": {"devices": {"results": [
+                 {"request": "r", "driver": "gpu.nvidia.com", "pool": "dra-h100-01", "device": "gpu-3"},
+                 {"request": "r", "driver": "gpu.nvidia.com", "pool": "dra-a100-01", "device": "gpu-1"}]}}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mixed", "namespace": "team-a"},
+           "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "c"}]}}],
+                    "resourceClaims": [{"name": "c", "resourceClaimName": "mixed"}]},
+           "status": {"phase": "Running"}}
+    (cluster / "mixed.yaml").write_text(yaml.safe_dump_all([claim, pod]))
+    runtime = build_runtime(load_config(attack_dir / "config.yaml"), cluster)
+    charges = [c for c in usage_charges(runtime.store.snapshot()) if c.pod == "team-a/mixed"]
+    assert sorted((c.bound_type, c.gpu_equivalents) for c in charges) == [
+        ("nvidia-a100-80gb", Decimal(1)), ("nvidia-h100-80gb", Decimal(1))]

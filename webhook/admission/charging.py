@@ -132,8 +132,9 @@ def claimed_charge(
 ) -> PodCharge | None:
     """What the GPUs a pod asks through its own ResourceClaims count against quotas.
 
-    Allocated (`held`): each device its worth (a MIG device its compute slices / 7), the pod bound to the
-    type of its first typed device, memory what the devices have. Not allocated (`devices`): each device one
+    Allocated (`held`, devices of one type: callers charge each type apart): each device its worth (a MIG
+    device its compute slices / 7), the pod bound to their type, memory what the devices have; devices of no
+    known type count against every type a claim may get. Not allocated (`devices`): each device one
     whole GPU, with the largest memory of the types a claim may get, counted against the limit of every
     one of those types (the claim's own selectors pick among them, not KGWE).
     """
@@ -182,12 +183,14 @@ class _ClaimUsage:
         self.all_devices = most_devices_on_a_node(model)
         self.mapped = mapped_resources(model.device_classes)
 
-    def charge(self, pod: dict[str, Any]) -> PodCharge | None:
+    def charges(self, pod: dict[str, Any]) -> list[PodCharge]:
+        """The pod's charges: one per type of the GPUs its claims hold (untyped ones: every candidate), and
+        one for what its claims not yet allocated ask (every candidate)."""
         view = pod_view(pod)
         refs = foreign_claims(view, recorded_by_kgwe(view)).refs if view.spec.get("resourceClaims") else []
         extended = extended_requests(view, self.mapped, [])
         if not refs and not extended:
-            return None
+            return []
         namespace = view.namespace
         generated = generated_claim_names(view)
         held: list[HeldGpu] = []
@@ -216,9 +219,13 @@ class _ClaimUsage:
                 if isinstance(spec, dict):
                     specs.append((ref.entry, spec.get("spec")))
         asked = requested_gpus(specs, self.classes, self.all_devices).devices if specs else 0
-        if held and not asked:
-            return claimed_charge(view, self.model, namespace, 0, held)
-        return claimed_charge(view, self.model, namespace, asked + len(held))
+        by_type: dict[str, list[HeldGpu]] = {}
+        for gpu in held:
+            by_type.setdefault(gpu.type_id, []).append(gpu)
+        # A node with GPUs of two types: each type's limit sees its own GPUs, not all of them under the first.
+        found = [claimed_charge(view, self.model, namespace, 0, gpus) for _type, gpus in sorted(by_type.items())]
+        found.append(claimed_charge(view, self.model, namespace, asked))
+        return [charge for charge in found if charge is not None]
 
 
 def usage_charges(model: ClusterModel) -> list[PodCharge]:
@@ -236,7 +243,5 @@ def usage_charges(model: ClusterModel) -> list[PodCharge]:
         spec = pod.get("spec")
         if isinstance(spec, dict) and (spec.get("resourceClaims") or asks_extended_devices(pod, mapped)):
             claims = claims or _ClaimUsage(model)
-            claimed = claims.charge(pod)
-            if claimed is not None:
-                charges.append(claimed)
+            charges.extend(claims.charges(pod))
     return charges
