@@ -383,3 +383,20 @@ def test_a_pod_holding_gpus_of_two_types_counts_each_against_its_own_type(attack
     charges = [c for c in usage_charges(runtime.store.snapshot()) if c.pod == "team-a/mixed"]
     assert sorted((c.bound_type, c.gpu_equivalents) for c in charges) == [
         ("nvidia-a100-80gb", Decimal(1)), ("nvidia-h100-80gb", Decimal(1))]
+
+
+@pytest.mark.parametrize(("claims", "expected"), [
+    ([{"name": f"c{i}", "resourceClaimTemplateName": "three"} for i in range(33)], "at most 32"),
+    (["not-an-object"], "must be a JSON object"),  # the decoder's shape screen answers first
+    ([{"name": "c"}], "names neither"),
+    ([{"name": "c", "resourceClaimTemplateName": "three", "resourceClaimName": "x"}], "names both"),
+    ([{"name": "c", "resourceClaimTemplateName": "a/b"}], "is not a name"),
+    ([{"name": "c", "resourceClaimName": "x" * 254}], "is not a name"),
+    ("everything", "must be a JSON array"),
+])
+def test_malformed_claim_lists_are_refused_never_crash(webhook: Webhook, claims: Any, expected: str) -> None:
+    # Shapes the API server itself would refuse (a webhook may still be sent them by a misbehaving caller).
+    pod = _claim_pod("odd", "three")
+    pod["spec"]["resourceClaims"] = claims
+    message = _refusal(webhook.validate(pod))
+    assert expected in message, message
