@@ -400,3 +400,39 @@ def test_malformed_claim_lists_are_refused_never_crash(webhook: Webhook, claims:
     pod["spec"]["resourceClaims"] = claims
     message = _refusal(webhook.validate(pod))
     assert expected in message, message
+
+
+# -- a claim made again under the name a waiting pod names ------------------------------------------------
+def _claim(name: str, device_class: str, count: int) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class,
+                                                                        "count": count}}]}}}
+
+
+def _claim_review(claim: dict[str, Any]) -> dict[str, Any]:
+    return admission_review(claim, kind="ResourceClaim", group="resource.k8s.io", version="v1",
+                            resource="resourceclaims", namespace="team-a")
+
+
+def test_a_claim_deleted_and_made_again_for_a_waiting_pod_is_refused(attack_dir: Path, tmp_path: Path) -> None:
+    # The pod was admitted naming ResourceClaim `mine` when it asked for one GPU. It waits (here: not yet
+    # scheduled); deleted and made again asking 8 H100s, the scheduler would allocate the new one to it,
+    # past the quota and the accelerator-type RBAC it was judged by.
+    cluster = tmp_path / "cluster"
+    shutil.copytree(attack_dir / "cluster", cluster)
+    waiting = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting", "namespace": "team-a"},
+               "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"claims": [{"name": "c"}]}}],
+                        "resourceClaims": [{"name": "c", "resourceClaimName": "mine"}]},
+               "status": {"phase": "Pending"}}
+    (cluster / "waiting.yaml").write_text(yaml.safe_dump(waiting))
+    runtime = build_runtime(load_config(attack_dir / "config.yaml"), cluster)
+    with contextlib.ExitStack() as stack:
+        served = stack.enter_context(contextlib.contextmanager(serve)(
+            lambda: create_app(runtime, ui=False), tmp_path / "certs"))  # type: ignore[arg-type]
+        message = _refusal(served.ask("/validate", _claim_review(_claim("mine", "gpu.nvidia.com", 8))))
+        assert "team-a/waiting" in message and "create the pod again" in message
+        # Claims no waiting pod names, claims for no GPU, and the claims Kubernetes makes for pods pass.
+        assert served.ask("/validate", _claim_review(_claim("other", "gpu.nvidia.com", 8)))["allowed"]
+        channel = _claim("mine", "compute-domain-default-channel.nvidia.com", 1)
+        assert served.ask("/validate", _claim_review(channel))["allowed"]

@@ -32,6 +32,7 @@ from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.validate import PendingVerdict
 from webhook.costs import pod_gpu_equivalents
+from webhook.dra.claim_guard import is_claim_create, judge_claim_create
 from webhook.dra.claimed import asks_extended_devices, mapped_resources
 from webhook.gangs.placement import plan_sized_gang
 from webhook.gangs.spec import gang_size_problem, parse_gang_size
@@ -110,6 +111,8 @@ class WorkloadAwareAdmission(AdmissionService):
         spec = self.workload_kind(request)
         if spec is not None:
             return self._validate_workload(request, spec, deadline)
+        if is_claim_create(request) and request.invalid is None:  # a claim a waiting pod names (docs/dra.md)
+            return judge_claim_create(request, self.runtime.store.snapshot(), self.runtime.config.mode == "audit")
         return super().prepare_verdict(self._resolved(request), deadline)
 
     def _resolved(self, request: AdmissionRequest) -> AdmissionRequest:
