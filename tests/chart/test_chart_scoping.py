@@ -228,7 +228,8 @@ def test_resource_claims_users_create_reach_the_validating_webhook(cel: Cel) -> 
 
     (webhook,) = claims_webhook(render({}))
     assert webhook["rules"] == [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE"],
-                                 "resources": ["resourceclaims"], "scope": "Namespaced"}]
+                                 "resources": ["resourceclaims", "resourceclaimtemplates"],
+                                 "scope": "Namespaced"}]
     assert webhook["clientConfig"]["service"]["path"] == "/validate"
     claim = {"metadata": {"name": "mine", "namespace": "team-a"}, "spec": {}}
 
@@ -241,4 +242,5 @@ def test_resource_claims_users_create_reach_the_validating_webhook(cel: Cel) -> 
     assert not sent("alice@example.com", namespace="kgwe-system")
     assert not sent("system:serviceaccount:kube-system:resource-claim-controller")
     assert not sent("system:kube-scheduler")
+    assert not sent("system:serviceaccount:kgwe-system:kgwe-webhook")  # its templates hold what KGWE judged
     assert claims_webhook(render({"webhooks": {"resourceClaimPods": False}})) == []

@@ -436,3 +436,30 @@ def test_a_claim_deleted_and_made_again_for_a_waiting_pod_is_refused(attack_dir:
         assert served.ask("/validate", _claim_review(_claim("other", "gpu.nvidia.com", 8)))["allowed"]
         channel = _claim("mine", "compute-domain-default-channel.nvidia.com", 1)
         assert served.ask("/validate", _claim_review(channel))["allowed"]
+
+
+def test_a_template_deleted_and_made_again_before_the_pods_claim_is_made_is_refused(
+    attack_dir: Path, tmp_path: Path
+) -> None:
+    # Admitted when template `one` asked for one GPU; deleted before Kubernetes made the pod's claim from it
+    # (which it then does as soon as a template of that name appears again): made again with 8 GPUs, the
+    # pod would get those. A pod whose claim was made already no longer waits for the template.
+    cluster = tmp_path / "cluster"
+    shutil.copytree(attack_dir / "cluster", cluster)
+    waiting = _claim_pod("waiting", "one")
+    claimed = _claim_pod("claimed", "two")
+    claimed["status"] = {"phase": "Pending", "resourceClaimStatuses": [{"name": "mine",
+                                                                        "resourceClaimName": "claimed-mine-x7k2p"}]}
+    (cluster / "pods.yaml").write_text(yaml.safe_dump_all([waiting, claimed]))
+    runtime = build_runtime(load_config(attack_dir / "config.yaml"), cluster)
+
+    def review(template: dict[str, Any]) -> dict[str, Any]:
+        return admission_review(template, kind="ResourceClaimTemplate", group="resource.k8s.io", version="v1",
+                                resource="resourceclaimtemplates", namespace="team-a")
+
+    with contextlib.ExitStack() as stack:
+        served = stack.enter_context(contextlib.contextmanager(serve)(
+            lambda: create_app(runtime, ui=False), tmp_path / "certs"))  # type: ignore[arg-type]
+        message = _refusal(served.ask("/validate", review(_template("one", "gpu.nvidia.com", 8, "team-a"))))
+        assert "ResourceClaimTemplate team-a/one" in message and "team-a/waiting" in message
+        assert served.ask("/validate", review(_template("two", "gpu.nvidia.com", 8, "team-a")))["allowed"]
