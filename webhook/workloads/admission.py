@@ -111,7 +111,7 @@ class WorkloadAwareAdmission(AdmissionService):
         spec = self.workload_kind(request)
         if spec is not None:
             return self._validate_workload(request, spec, deadline)
-        if is_claim_create(request) and request.invalid is None:  # a claim a waiting pod names (docs/dra.md)
+        if is_claim_create(request) and request.invalid is None:  # a claim or template a pod waits for (dra.md)
             return judge_claim_create(request, self.runtime.store.snapshot(), self.runtime.config.mode == "audit")
         return super().prepare_verdict(self._resolved(request), deadline)
 
