@@ -303,6 +303,7 @@ class Runtime:
         if wait is False and self.claim_reader.blocks_io:
             raise WouldBlock("the pod's ResourceClaims are read from the API server")
         specs: list[tuple[str, Any]] = []
+        awaited: list[tuple[str, Any]] = []  # a gang's channel template (webhook/dra/claimed.py channel_of)
         for ref in claims.refs:
             what = f"spec.resourceClaims {ref.entry!r}: {ref.kind} {request.namespace}/{ref.name}"
             try:
@@ -311,14 +312,26 @@ class Runtime:
                 log.warning("%s could not be read: %s", what, exc)
                 return [("dra-claims", f"{what} could not be read ({exc}); try again")]
             if spec is None:
+                if ref.awaited:
+                    continue  # written by its controller after the admission; the usage reads its claim then
                 return [("dra-claims", f"{what} does not exist, so KGWE cannot tell what it asks for; "
                                        "create it before the pod")]
             specs.append((what, spec))
-        asked = requested_gpus(specs, GpuClasses(model.device_classes), most_devices_on_a_node(model))
+            if ref.awaited:
+                awaited.append((what, spec))
+        specs.extend(claims.extended)  # DRA devices asked as extended resources
+        classes, all_devices = GpuClasses(model.device_classes), most_devices_on_a_node(model)
+        asked = requested_gpus(specs, classes, all_devices)
         if asked.problems:
             return [("invalid", p) for p in asked.problems]
         if not asked.devices:
             return []
+        for what, spec in awaited:
+            if requested_gpus([(what, spec)], classes, all_devices).devices:
+                return [("dra-claims", f"{what} asks for GPUs, but it is the gang's ComputeDomain channel "
+                                       "template, which NVIDIA's ComputeDomain controller writes with an IMEX "
+                                       "channel only; it was written by someone else: an administrator must "
+                                       "delete it")]
         if facts.plan.gpu_pod:
             return [("dra-claims", "this pod asks for GPUs both as resources (nvidia.com/gpu, MIG) and through "
                                    f"its own ResourceClaims ({', '.join(sorted(asked.classes))}); ask one way")]

@@ -207,3 +207,40 @@ def test_ca_bundle_is_left_to_its_owner(rendered_scenarios: dict[str, Rendered])
         assert "cert-manager.io/inject-ca-from" not in (default["metadata"].get("annotations") or {})
         managed = rendered_scenarios["cert-manager"].one(kind)
         assert managed["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/kgwe-webhook"
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_pods_that_ask_device_class_extended_resources_reach_the_webhook(cel: Cel, kind: str) -> None:
+    # deviceclass.resource.kubernetes.io/<class> gets DRA devices without a claim (KEP-5004): GPUs too.
+    implicit = copy.deepcopy(PLAIN_POD)
+    limits = {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "8"}
+    implicit["spec"]["containers"][0]["resources"]["limits"] = limits
+    assert _sent(cel, _webhook(render({}), kind), "CREATE", implicit)
+    assert not _sent(cel, _webhook(render({"webhooks": {"resourceClaimPods": False}}), kind), "CREATE", implicit)
+
+
+def test_resource_claims_users_create_reach_the_validating_webhook(cel: Cel) -> None:
+    # A claim made again under the name a waiting pod names is judged (docs/dra.md); the claims Kubernetes
+    # makes for pods are not sent, and nothing is sent with resourceClaimPods off.
+    def claims_webhook(rendered: Rendered) -> list[dict[str, Any]]:
+        configuration = rendered.one("ValidatingWebhookConfiguration", "kgwe")
+        return [w for w in configuration["webhooks"] if w["name"] == "resourceclaims.validate.kgwe.io"]
+
+    (webhook,) = claims_webhook(render({}))
+    assert webhook["rules"] == [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE"],
+                                 "resources": ["resourceclaims", "resourceclaimtemplates"],
+                                 "scope": "Namespaced"}]
+    assert webhook["clientConfig"]["service"]["path"] == "/validate"
+    claim = {"metadata": {"name": "mine", "namespace": "team-a"}, "spec": {}}
+
+    def sent(user: str, namespace: str = "team-a") -> bool:
+        request = {"operation": "CREATE", "namespace": namespace, "userInfo": {"username": user}}
+        return all(cel.check(c["expression"], object=claim, oldObject=None, request=request)
+                   for c in webhook["matchConditions"])
+
+    assert sent("alice@example.com")
+    assert not sent("alice@example.com", namespace="kgwe-system")
+    assert not sent("system:serviceaccount:kube-system:resource-claim-controller")
+    assert not sent("system:kube-scheduler")
+    assert not sent("system:serviceaccount:kgwe-system:kgwe-webhook")  # its templates hold what KGWE judged
+    assert claims_webhook(render({"webhooks": {"resourceClaimPods": False}})) == []

@@ -20,7 +20,9 @@ def rendered() -> Any:
 
 def workload_webhooks(rendered: Any, kind: str) -> dict[str, dict[str, Any]]:
     configuration = rendered.one(kind, "kgwe")
-    return {w["rules"][0]["resources"][0]: w for w in configuration["webhooks"] if w["name"].count(".") == 3}
+    # Not the pod webhook (`validate.kgwe.io`), nor the ResourceClaim one (tests/chart/test_chart_scoping.py).
+    return {w["rules"][0]["resources"][0]: w for w in configuration["webhooks"]
+            if w["name"].count(".") == 3 and w["name"] != "resourceclaims.validate.kgwe.io"}
 
 
 def sent(webhook: dict[str, Any], obj: dict[str, Any], namespace: str = "team-a") -> bool:
@@ -106,3 +108,19 @@ def test_the_webhook_may_list_and_watch_every_workload_kind(rendered: Any) -> No
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     off = chart.render({"webhooks": {"workloads": {"enabled": False}}})
     assert not [r for r in off.of_kind("ClusterRole") if r["metadata"]["name"].endswith("-workloads")]
+
+
+def test_templates_that_name_resource_claims_are_sent_unless_turned_off(rendered: Any) -> None:
+    # A template's claims of its own may ask for GPUs (docs/dra.md): its pods are made by a controller, and
+    # only workload admission signs kgwe.io/requested-by, which makes them its author's, not the controller's.
+    resource = {k.kind: k.resource for k in BUILTIN_KINDS}
+    plain = _strip_gpus(load(next(p for p in WORKLOADS if load(p)["kind"] == "Deployment")))
+    claiming = copy.deepcopy(plain)
+    claiming["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "eight"}]
+    empty = copy.deepcopy(plain)
+    empty["spec"]["template"]["spec"]["resourceClaims"] = []
+    turned_off = chart.render({"webhooks": {"resourceClaimPods": False}})
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        webhook = workload_webhooks(rendered, kind)[resource["Deployment"]]
+        assert sent(webhook, claiming) and not sent(webhook, empty) and not sent(webhook, plain)
+        assert not sent(workload_webhooks(turned_off, kind)[resource["Deployment"]], claiming)

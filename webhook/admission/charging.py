@@ -10,7 +10,7 @@ GPU-equivalents (SPEC section 6) and its GPU memory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -30,9 +30,13 @@ from webhook.dra.claimed import (
     GpuClasses,
     HeldGpu,
     allocated_gpus,
+    asks_extended_devices,
     devices_by_key,
+    extended_claim_name,
+    extended_requests,
     foreign_claims,
     generated_claim_names,
+    mapped_resources,
     most_devices_on_a_node,
     recorded_by_kgwe,
     requested_gpus,
@@ -131,10 +135,11 @@ def claimed_charge(
     """What the GPUs a pod asks (`devices`) or holds (`held`) through its own ResourceClaims count against
     quotas.
 
-    All allocated on devices the slices describe: each device its worth (a MIG device its compute slices
-    / 7), the pod bound to the type of its first device, memory what the devices have. Otherwise each
-    device one whole GPU, with the largest memory of the types a claim may get, counted against the limit
-    of every one of those types (the claim's own selectors pick among them, not KGWE).
+    Allocated (`held`, devices of one type: callers charge each type apart): each device its worth (a MIG
+    device its compute slices / 7), the pod bound to their type, memory what the devices have; devices of no
+    known type count against every type a claim may get. Not allocated (`devices`): each device one
+    whole GPU, with the largest memory of the types a claim may get, counted against the limit of every
+    one of those types (the claim's own selectors pick among them, not KGWE).
     """
     held = held or []
     typed = [h.type_id for h in held if h.type_id]
@@ -174,16 +179,29 @@ class ClaimUsage:
         self.devices = devices_by_key(model)
         self.classes = GpuClasses(model.device_classes)
         self.all_devices = most_devices_on_a_node(model)
+        self.mapped = mapped_resources(model.device_classes)
 
-    def charge(self, pod: dict[str, Any]) -> PodCharge | None:
+    def charges(self, pod: dict[str, Any]) -> list[PodCharge]:
+        """The pod's charges: one per type of the GPUs its claims hold (untyped ones: every candidate), and
+        one for what its claims not yet allocated ask (every candidate)."""
         view = pod_view(pod)
-        refs = foreign_claims(view, recorded_by_kgwe(view)).refs
-        if not refs:
-            return None
+        refs = foreign_claims(view, recorded_by_kgwe(view)).refs if view.spec.get("resourceClaims") else []
+        extended = extended_requests(view, self.mapped, [])
+        if not refs and not extended:
+            return []
         namespace = view.namespace
         generated = generated_claim_names(view)
         held: list[HeldGpu] = []
         specs: list[tuple[str, Any]] = []
+        if extended:
+            # One claim the scheduler made for all of them, once it has: what it holds; before, what is asked.
+            made = extended_claim_name(view)
+            claim = self.model.resource_claims.get(f"{namespace}/{made}") if made else None
+            allocated = allocated_gpus(claim, self.devices) if claim is not None else None
+            if allocated is not None:
+                held.extend(allocated)
+            else:
+                specs.extend(extended)
         for ref in refs:
             claim_name = ref.name if ref.kind == "ResourceClaim" else generated.get(ref.entry)
             claim = self.model.resource_claims.get(f"{namespace}/{claim_name}") if claim_name else None
@@ -199,24 +217,40 @@ class ClaimUsage:
                 if isinstance(spec, dict):
                     specs.append((ref.entry, spec.get("spec")))
         asked = requested_gpus(specs, self.classes, self.all_devices).devices if specs else 0
-        return claimed_charge(view, self.model, namespace, asked, held)
+        by_type: dict[str, list[HeldGpu]] = {}
+        for gpu in held:
+            by_type.setdefault(gpu.type_id, []).append(gpu)
+        # A node with GPUs of two types: each type's limit sees its own GPUs, not all of them under the first.
+        found = [claimed_charge(view, self.model, namespace, 0, gpus) for _type, gpus in sorted(by_type.items())]
+        found.append(claimed_charge(view, self.model, namespace, asked))
+        return [charge for charge in found if charge is not None]
+
+
+def claimed_charges(model: ClusterModel) -> Iterator[tuple[dict[str, Any], list[PodCharge]]]:
+    """Every unfinished pod that asks DRA devices of its own (claims, or devices as extended resources), with
+    what those count against quotas (empty for claims that ask no GPU)."""
+    claims: ClaimUsage | None = None
+    mapped = mapped_resources(model.device_classes)
+    for pod in model.pods.values():
+        spec = pod.get("spec")
+        if not isinstance(spec, dict) or not (spec.get("resourceClaims") or asks_extended_devices(pod, mapped)):
+            continue
+        if pod_is_finished(pod):
+            continue
+        claims = claims or ClaimUsage(model)
+        yield pod, claims.charges(pod)
 
 
 def usage_charges(model: ClusterModel) -> list[PodCharge]:
     """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check),
-    including the GPUs pods hold or ask through ResourceClaims of their own."""
+    including the GPUs pods hold or ask through DRA of their own (`claimed_charges`)."""
     charges = []
-    claims: ClaimUsage | None = None
     for pod in model.pods.values():
         if pod_is_finished(pod):
             continue
         charge = pod_charge(pod, model, None)
         if charge is not None:
             charges.append(charge)
-        spec = pod.get("spec")
-        if isinstance(spec, dict) and spec.get("resourceClaims"):
-            claims = claims or ClaimUsage(model)
-            claimed = claims.charge(pod)
-            if claimed is not None:
-                charges.append(claimed)
+    for _pod, claimed in claimed_charges(model):
+        charges.extend(claimed)
     return charges

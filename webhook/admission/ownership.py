@@ -16,7 +16,7 @@ from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.admission.facts import Facts
 from webhook.costs import format_hourly_cost
-from webhook.dra.claimed import foreign_claims, rendered_by
+from webhook.dra.claimed import own_dra_asks
 from webhook.intent import (
     OUT_ACCELERATOR_TYPE,
     OUT_DECISION,
@@ -40,9 +40,10 @@ def expected_outputs(facts: Facts) -> dict[str, str | None]:
     # Who asked: set only where workload admission verified it (webhook/workloads/identity.py).
     outputs[OUT_REQUESTED_BY] = facts.request.requested_by
     if not plan.gpu_pod:
-        if foreign_claims(facts.pod, rendered_by(plan.dra)).refs:
-            # Claims of its own may hold GPUs: the tenant is recorded so that quotas of a group-based tenant
-            # find the pod (policies/quota/model.py charge_belongs_to).
+        asks = own_dra_asks(facts.pod, plan.dra, facts.model.device_classes)
+        if asks.refs or asks.extended:
+            # Claims of its own (or DRA extended resources) may hold GPUs: the tenant is recorded so that quotas
+            # of a group-based tenant find the pod (policies/quota/model.py charge_belongs_to).
             outputs[OUT_TENANT] = facts.tenant
         return outputs
     outputs[OUT_TENANT] = facts.tenant

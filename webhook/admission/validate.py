@@ -36,7 +36,7 @@ from webhook.admission.ownership import (
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.replicas import remembered
 from webhook.admission.request import AdmissionRequest
-from webhook.dra.claimed import foreign_claims, rendered_by
+from webhook.dra.claimed import asks_extended_devices, own_dra_asks
 from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
 from webhook.mutation.pipeline import run_pipeline
 from webhook.mutation.steps import placement_steps
@@ -167,8 +167,8 @@ class Validation(FactGathering):
             else:
                 problems.extend(placement)
         pending = PendingVerdict(request, problems, warnings, audit)
-        if not request.template and request.pod.spec.get("resourceClaims") is not None:
-            claims = foreign_claims(request.pod, rendered_by(facts.plan.dra))
+        if not request.template:
+            claims = own_dra_asks(request.pod, facts.plan.dra, facts.model.device_classes)
             if claims:
                 # First: a pod that asks GPUs both ways is refused before any quota is reserved for it.
                 rt = self.runtime
@@ -376,8 +376,8 @@ def fails_closed(request: AdmissionRequest) -> bool:
             return True
         if request.pod.has_key_with_prefix(KGWE_PREFIX) or request.old_pod.has_key_with_prefix(KGWE_PREFIX):
             return True
-        if request.pod.spec.get("resourceClaims"):  # claims of its own may ask for GPUs
-            return True
+        if request.pod.spec.get("resourceClaims") or asks_extended_devices(request.pod):
+            return True  # claims of its own, or DRA devices as extended resources, may be GPUs
         return pod_gpu_demand(request.pod).asks_gpu
     except Exception:
         return True

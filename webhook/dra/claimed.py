@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from policies.gpu_demand import DRA_CLAIM_PREFIX, SEVEN, dra_rendered, mig_compute_slices
+from policies.gpu_demand import DRA_CLAIM_PREFIX, GPU_PREFIXES, SEVEN, dra_rendered, mig_compute_slices
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
@@ -51,17 +51,22 @@ class ClaimRef:
     entry: str
     kind: ClaimKind
     name: str
+    # A template another controller writes after the pod's admission (a gang's IMEX channel template, by
+    # NVIDIA's ComputeDomain controller): not there yet is no refusal, but when it is there it is read.
+    awaited: bool = False
 
 
 @dataclass
 class ForeignClaims:
-    """The claims of a pod that KGWE did not render, and what is wrong with the list itself."""
+    """The claims of a pod that KGWE did not render, the DRA devices it asks as extended resources
+    (`extended`: claim specs like the one the scheduler makes for them), and what is wrong with either."""
 
     refs: list[ClaimRef] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    extended: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.refs or self.problems)
+        return bool(self.refs or self.problems or self.extended)
 
 
 @dataclass
@@ -93,14 +98,26 @@ def object_name(value: Any) -> str | None:
 
 
 def rendered_by(rendering: DraRendering | None) -> Callable[[str, str], bool]:
-    """At admission: a claim is KGWE's when it is exactly one KGWE's rendering of this pod writes
-    (its pod claim name and template name)."""
+    """At admission: a GPU claim is KGWE's when it is exactly one KGWE's rendering of this pod writes (its
+    pod claim name and template name). Those templates are KGWE's own content (written by the mutating
+    webhook, which refuses a same-named template of other content; the chart's policy lets nobody else
+    write `kgwe-` templates), so they need no reading. A gang's channel claim is not among them: see
+    `channel_of`."""
     own: set[tuple[str, str]] = set()
     if rendering is not None:
         own = {(claim, rendering.template_name(claim)) for claim in rendering.templates}
-        if rendering.compute_domain is not None:
-            own.add((CHANNEL_CLAIM, channel_template(rendering.compute_domain)))
     return lambda entry, template: (entry, template) in own
+
+
+def channel_of(rendering: DraRendering | None) -> Callable[[str, str], bool]:
+    """At admission: the gang's IMEX channel claim KGWE's rendering of this pod names. Its template is
+    written by NVIDIA's ComputeDomain controller, not by KGWE, under a name anyone can compute (the domain's
+    name is a hash of namespace, gang and size), and the pod creator may write one under that name first:
+    so it is read like the creator's own claims, except that not existing yet is expected."""
+    channel: tuple[str, str] | None = None
+    if rendering is not None and rendering.compute_domain is not None:
+        channel = (CHANNEL_CLAIM, channel_template(rendering.compute_domain))
+    return lambda entry, template: (entry, template) == channel
 
 
 def recorded_by_kgwe(pod: PodView | Mapping[str, Any]) -> Callable[[str, str], bool]:
@@ -112,8 +129,87 @@ def recorded_by_kgwe(pod: PodView | Mapping[str, Any]) -> Callable[[str, str], b
     return lambda entry, template: entry in own and template.startswith(DRA_CLAIM_PREFIX)
 
 
-def foreign_claims(pod: PodView | Mapping[str, Any], is_own: Callable[[str, str], bool]) -> ForeignClaims:
-    """The pod's `spec.resourceClaims` entries other than KGWE's own (`is_own(entry, template)`)."""
+# Every DeviceClass is also the extended resource `deviceclass.resource.kubernetes.io/<class name>`, and a
+# class may name one of its own (`spec.extendedResourceName`, KEP-5004): a pod asking for it gets that many
+# devices of the class through a claim the scheduler makes (`status.extendedResourceClaimStatus`).
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
+_WHOLE = re.compile(r"[0-9]{1,18}")
+
+
+def mapped_resources(device_classes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Extended resource name -> the DeviceClass that serves it (`spec.extendedResourceName`), except the
+    names KGWE counts as GPU resources itself (`nvidia.com/gpu` served by DRA is still `nvidia.com/gpu`)."""
+    mapped: dict[str, str] = {}
+    for name, device_class in sorted(device_classes.items()):
+        spec = device_class.get("spec")
+        resource = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+        if isinstance(resource, str) and resource and not resource.startswith(GPU_PREFIXES):
+            mapped[resource] = name
+    return mapped
+
+
+def asks_extended_devices(pod: PodView | Mapping[str, Any], mapped: Mapping[str, str] | None = None) -> bool:
+    """Whether a container or init container asks for `deviceclass.resource.kubernetes.io/...` or a name
+    of `mapped` (`mapped_resources`). Without `mapped`, needs no snapshot: for deciding that an error
+    must refuse the pod."""
+    return any(
+        isinstance(name, str) and (name.startswith(IMPLICIT_PREFIX) or (mapped is not None and name in mapped))
+        for container in pod_view(pod).all_containers
+        for amounts in container.amounts()
+        for name in amounts
+    )
+
+
+def extended_requests(
+    pod: PodView | Mapping[str, Any], mapped: Mapping[str, str], problems: list[str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The DRA devices the pod's containers and init containers ask for as extended resources, each as the
+    claim spec the scheduler makes for it (`ExactCount` of that class). Every container counts (an init
+    container's devices too: never less than the pod can hold); a quantity that is not a whole number is a
+    problem (the API server accepts only whole extended resources)."""
+    specs: list[tuple[str, dict[str, Any]]] = []
+    for container in pod_view(pod).all_containers:
+        limits, requests = container.amounts()
+        for name in sorted({*limits, *requests}, key=str):
+            if not isinstance(name, str):
+                continue
+            device_class = name[len(IMPLICIT_PREFIX):] if name.startswith(IMPLICIT_PREFIX) else mapped.get(name)
+            if device_class is None:
+                continue
+            where = f"container {container.name[:63]!r}: {name[:MAX_NAME]}"
+            value = limits.get(name, requests.get(name))
+            text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+            if object_name(device_class) is None or not _WHOLE.fullmatch(text):
+                problems.append(f"{where}: {str(value)[:40]!r} is not a whole number of devices of a DeviceClass")
+                continue
+            if int(text):
+                request = {"name": "extended", "exactly": {"deviceClassName": device_class, "count": int(text)}}
+                specs.append((where, {"devices": {"requests": [request]}}))
+    return specs
+
+
+def own_dra_asks(
+    pod: PodView | Mapping[str, Any],
+    rendering: DraRendering | None,
+    device_classes: Mapping[str, Mapping[str, Any]],
+) -> ForeignClaims:
+    """At admission: what the pod asks of DRA on its own, past KGWE's intent: its claims except the ones
+    KGWE rendered for it (`rendered_by`, `channel_of`), and DRA devices asked as extended resources."""
+    view = pod_view(pod)
+    found = ForeignClaims()
+    if view.spec.get("resourceClaims") is not None:
+        found = foreign_claims(view, rendered_by(rendering), channel_of(rendering))
+    found.extended = extended_requests(view, mapped_resources(device_classes), found.problems)
+    return found
+
+
+def foreign_claims(
+    pod: PodView | Mapping[str, Any],
+    is_own: Callable[[str, str], bool],
+    awaited: Callable[[str, str], bool] | None = None,
+) -> ForeignClaims:
+    """The pod's `spec.resourceClaims` entries other than KGWE's own (`is_own(entry, template)`); those
+    `awaited(entry, template)` names are marked `awaited` (written by another controller later)."""
     entries = pod_view(pod).spec.get("resourceClaims")
     found = ForeignClaims()
     if entries is None:
@@ -143,7 +239,8 @@ def foreign_claims(pod: PodView | Mapping[str, Any], is_own: Callable[[str, str]
             if object_name(template) is None:
                 found.problems.append(f"{where}.resourceClaimTemplateName is not a name")
             else:
-                found.refs.append(ClaimRef(name, "ResourceClaimTemplate", template))
+                later = awaited is not None and awaited(name, template)
+                found.refs.append(ClaimRef(name, "ResourceClaimTemplate", template, awaited=later))
         elif claim is not None:
             if object_name(claim) is None:
                 found.problems.append(f"{where}.resourceClaimName is not a name")
@@ -157,10 +254,15 @@ def foreign_claims(pod: PodView | Mapping[str, Any], is_own: Callable[[str, str]
 class GpuClasses:
     """Which DeviceClasses can give GPUs, by the classes the cluster publishes.
 
-    A class is a GPU class when its selectors name a GPU driver (`GPU_DRIVERS`, as the CEL string
-    `device.driver == "gpu.nvidia.com"` does) or it has no selector at all (it matches every device). A
-    class the snapshot does not know counts as a GPU class: only an administrator creates classes, and a
-    claim can be allocated only once its class exists, so an unknown name is a class too new to be seen.
+    A class gives no GPU only when it says so plainly: one of its selectors requires a driver that is not
+    a GPU driver (`pinned_driver`: a top-level `&&` term `device.driver == "<name>"`, as NVIDIA's
+    `compute-domain-default-channel.nvidia.com` and most NIC classes are written). Every other class is a
+    GPU class: one that names a GPU driver (`GPU_DRIVERS`), one with no selector (it matches every device),
+    and one whose selectors KGWE cannot read as excluding GPUs (`device.driver.endsWith('nvidia.com')`, a
+    driver other than one, an `||`, a selector on memory alone): an administrator's class is not
+    evaluated, and a GPU it lets through must never count as none. A class the snapshot does not know
+    counts as a GPU class too: only an administrator creates classes, and a claim can be allocated only
+    once its class exists, so an unknown name is a class too new to be seen.
     """
 
     def __init__(self, device_classes: Mapping[str, Mapping[str, Any]], drivers: Iterable[str] = GPU_DRIVERS):
@@ -184,12 +286,77 @@ class GpuClasses:
         selectors = spec.get("selectors") if isinstance(spec, dict) else None
         if not isinstance(selectors, list) or not selectors:
             return True
-        for selector in selectors:
+        for selector in selectors[:MAX_SELECTORS]:
             cel = selector.get("cel") if isinstance(selector, dict) else None
             expression = cel.get("expression") if isinstance(cel, dict) else None
-            if not isinstance(expression, str) or any(driver in expression for driver in self._drivers):
-                return True
-        return False
+            driver = pinned_driver(expression) if isinstance(expression, str) else None
+            if driver is not None and driver not in self._drivers:
+                return False  # every device of the class comes from that driver
+        return True
+
+
+MAX_SELECTORS = 32  # DeviceClassSpec.selectors
+MAX_EXPRESSION = 10 * 1024  # a CEL selector expression is at most 10 Ki characters
+MAX_PARENTHESES = 4  # pairs removed around one term; a pin under more is not read (the class counts)
+# `device.driver == "name"`, either way round, either quote.
+_DRIVER_IS = re.compile(
+    r"""device\.driver\s*==\s*(?P<q>['"])(?P<a>[^'"]+)(?P=q)|(?P<r>['"])(?P<b>[^'"]+)(?P=r)\s*==\s*device\.driver"""
+)
+# What the small scanner below does not model, so an expression holding it is never read as excluding
+# GPUs: escapes and raw strings (a backslash), triple-quoted strings, comments.
+_UNREAD = ("\\", '"""', "'''", "//")
+
+
+def pinned_driver(expression: str) -> str | None:
+    """The driver a CEL selector requires of every device it matches, when one of its top-level `&&` terms
+    (outside brackets and string literals, outer parentheses removed) is `device.driver == "<name>"`.
+
+    None when there is no such term, when the expression has a top-level `||` or `?` (both bind looser
+    than `&&`, so no term alone decides), or when it holds what the scanner does not model (`_UNREAD`):
+    a None only makes the class count as a GPU class, never the other way round."""
+    if len(expression) > MAX_EXPRESSION or any(token in expression for token in _UNREAD):
+        return None
+    terms = _top_level_terms(expression)
+    for term in terms or ():
+        term = term.strip()
+        for _ in range(MAX_PARENTHESES):  # each pass rescans the term: bounded, so a deep nest costs little
+            if not (term.startswith("(") and term.endswith(")") and _top_level_terms(term[1:-1]) == [term[1:-1]]):
+                break
+            term = term[1:-1].strip()  # parentheses around the whole term, with no `&&`, `||` or `?` inside
+        match = _DRIVER_IS.fullmatch(term)
+        if match is not None:
+            return match.group("a") or match.group("b")
+    return None
+
+
+def _top_level_terms(expression: str) -> list[str] | None:
+    """The expression's top-level `&&` terms; None when it has a top-level `||` or `?`, unbalanced
+    brackets or an unclosed string."""
+    terms: list[str] = []
+    depth, start, quote, index = 0, 0, "", 0
+    while index < len(expression):
+        char = expression[index]
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif depth == 0 and expression.startswith("&&", index):
+            terms.append(expression[start:index])
+            start = index + 2
+            index += 1
+        elif depth == 0 and (expression.startswith("||", index) or char == "?"):
+            return None
+        index += 1
+    if quote or depth:
+        return None
+    terms.append(expression[start:])
+    return terms
 
 
 def most_devices_on_a_node(model: ClusterModel) -> int:
@@ -309,6 +476,14 @@ def allocated_gpus(
         else:
             held.append(HeldGpu(device.type_id, Decimal(1), device.memory_bytes))
     return held
+
+
+def extended_claim_name(pod: PodView | Mapping[str, Any]) -> str | None:
+    """The ResourceClaim the scheduler made for the pod's DRA extended resources
+    (`status.extendedResourceClaimStatus.resourceClaimName`), once it has."""
+    status = pod_view(pod).raw.get("status")
+    extended = status.get("extendedResourceClaimStatus") if isinstance(status, dict) else None
+    return object_name(extended.get("resourceClaimName")) if isinstance(extended, dict) else None
 
 
 def generated_claim_names(pod: PodView | Mapping[str, Any]) -> dict[str, str]:

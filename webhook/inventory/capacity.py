@@ -21,7 +21,7 @@ from policies.quota.model import PodCharge, resolve_tenant
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import UNKNOWN
 from policies.vocabulary.objects import PodView
-from webhook.admission.charging import ClaimUsage, pod_charge
+from webhook.admission.charging import claimed_charges, pod_charge
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
@@ -157,27 +157,18 @@ class Inventory:
         self._collect_claimed_pods()
 
     def _collect_claimed_pods(self) -> None:
-        """Pods holding GPUs through ResourceClaims of their own (webhook/dra/claimed.py): their quota use,
-        and once allocated on a node, their cost (each device its worth times its type's price)."""
-        claims: ClaimUsage | None = None
-        for raw in self.model.pods.values():
-            spec = raw.get("spec")
-            if not isinstance(spec, dict) or not spec.get("resourceClaims"):
-                continue
+        """Pods holding GPUs through DRA of their own (webhook/dra/claimed.py): their quota use, and once
+        allocated on a node, their cost (each device its worth times its type's price)."""
+        for raw, charges in claimed_charges(self.model):
             pod = PodView(raw)
-            if pod.terminal:
-                continue
-            claims = claims or ClaimUsage(self.model)
-            charge = claims.charge(raw)
-            if charge is None:
-                continue
-            self.charges.append(charge)
-            if pod.node_name and charge.bound_type:
-                tenant = pod.annotations.get(OUT_TENANT) or self._tenant_of_namespace(pod.namespace)
-                price = price_per_gpu_hour(pod, charge.bound_type, self.model, self.config)
-                hourly = charge.gpu_equivalents * price if price is not None else None
-                source = "computed" if hourly is not None else "unpriced"
-                self.pod_costs.append(PodCost(pod.namespace, pod.name, tenant, charge.bound_type, hourly, source))
+            for charge in charges:
+                self.charges.append(charge)
+                if pod.node_name and charge.bound_type:
+                    tenant = pod.annotations.get(OUT_TENANT) or self._tenant_of_namespace(pod.namespace)
+                    price = price_per_gpu_hour(pod, charge.bound_type, self.model, self.config)
+                    hourly = charge.gpu_equivalents * price if price is not None else None
+                    source = "computed" if hourly is not None else "unpriced"
+                    self.pod_costs.append(PodCost(pod.namespace, pod.name, tenant, charge.bound_type, hourly, source))
 
     def _pod_cost(
         self, pod: PodView, notes: Mapping[str, str], facts: NodeFacts | None, charge: PodCharge | None

@@ -16,6 +16,7 @@ gang label and the `kgwe.io/gang` and `kgwe.io/gang-size` annotations.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -31,6 +32,8 @@ from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.validate import PendingVerdict
 from webhook.costs import pod_gpu_equivalents
+from webhook.dra.claim_guard import is_claim_create, judge_claim_create
+from webhook.dra.claimed import asks_extended_devices, mapped_resources
 from webhook.gangs.placement import plan_sized_gang
 from webhook.gangs.spec import gang_size_problem, parse_gang_size
 from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE, annotations_of
@@ -108,6 +111,8 @@ class WorkloadAwareAdmission(AdmissionService):
         spec = self.workload_kind(request)
         if spec is not None:
             return self._validate_workload(request, spec, deadline)
+        if is_claim_create(request) and request.invalid is None:  # a claim or template a pod waits for (dra.md)
+            return judge_claim_create(request, self.runtime.store.snapshot(), self.runtime.config.mode == "audit")
         return super().prepare_verdict(self._resolved(request), deadline)
 
     def _resolved(self, request: AdmissionRequest) -> AdmissionRequest:
@@ -259,6 +264,7 @@ class WorkloadAwareAdmission(AdmissionService):
             inherited.pop(A_GANG, None)
         pods = [template_pod(t, inherited, request.namespace) for t in templates]
         admitted_owner = self._owner_admitted(request)
+        mapped = mapped_resources(self.runtime.store.snapshot().device_classes)
         plan = WorkloadPlan()
         try:
             plan.counts = pods_per_template(workload, spec, templates)
@@ -277,7 +283,7 @@ class WorkloadAwareAdmission(AdmissionService):
             member = gang if gang is not None and pod_gpu_demand(pod).asks_gpu else None
             if member is None and own_gang is not None:
                 member = own_gang
-            if _in_kgwe_scope(pod, template.value):
+            if _in_kgwe_scope(pod, template.value, mapped):
                 requester = self.identity.for_template(
                     request, template.value, old_templates.get(template.pointer), admitted_owner
                 )
@@ -353,8 +359,13 @@ def _num(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
-def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any]) -> bool:
+def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any], mapped: Mapping[str, str]) -> bool:
     if pod_gpu_demand(pod).asks_gpu:
+        return True
+    if PodView(pod).spec.get("resourceClaims") or asks_extended_devices(pod, mapped):
+        # Claims of its own, or DRA devices asked as extended resources, may be GPUs (docs/dra.md): its pods,
+        # made by a controller, must be judged as the template's author, which only a signed
+        # kgwe.io/requested-by tells.
         return True
     return ObjectView(template).has_key_with_prefix(keys.PREFIX) or PodView(pod).has_key_with_prefix(keys.PREFIX)
 

@@ -79,12 +79,23 @@ webhook's service account to controllerUsers: both must hold whatever the user w
 {{- end }}
 
 {{/*
+The resource prefixes that make a pod a GPU pod, as a JSON list: webhooks.resourcePrefixes and, with
+webhooks.resourceClaimPods, `deviceclass.resource.kubernetes.io/` (every DeviceClass is that extended
+resource, KEP-5004: a pod asking for it gets DRA devices, GPUs among them, without naming a claim).
+*/}}
+{{- define "kgwe.gpuResourcePrefixes" -}}
+{{- $prefixes := .Values.webhooks.resourcePrefixes }}
+{{- if .Values.webhooks.resourceClaimPods }}{{ $prefixes = append $prefixes "deviceclass.resource.kubernetes.io/" }}{{ end }}
+{{- $prefixes | uniq | toJson }}
+{{- end }}
+
+{{/*
 CEL over a pod (`obj`): does any container or init container request or limit a resource whose
 name starts with one of the GPU prefixes?
 */}}
 {{- define "kgwe.cel.requestsGpu" -}}
 {{- $prefixes := list }}
-{{- range .Values.webhooks.resourcePrefixes }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
+{{- range (include "kgwe.gpuResourcePrefixes" . | fromJsonArray) }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
 {{- $matches := join " || " $prefixes }}
 {{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, %s)))" $matches $matches }}
 {{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $container $container }}
@@ -156,15 +167,17 @@ annotations:
 
 {{/*
 CEL over a pod spec (`.spec`, an expression): does any container or init container request or limit a
-GPU resource? Every optional field is guarded with has(): a matchCondition error would apply the
-webhook's failurePolicy.
+GPU resource, or (webhooks.resourceClaimPods) does the spec name ResourceClaims? Every optional field is
+guarded with has(): a matchCondition error would apply the webhook's failurePolicy.
 */}}
 {{- define "kgwe.cel.specRequestsGpu" -}}
 {{- $prefixes := list }}
-{{- range .root.Values.webhooks.resourcePrefixes }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
+{{- range (include "kgwe.gpuResourcePrefixes" .root | fromJsonArray) }}{{ $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}{{ end }}
 {{- $matches := join " || " $prefixes }}
 {{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, %s)))" $matches $matches }}
 {{- printf "(has(%s.containers) && %s.containers.exists(c, %s)) || (has(%s.initContainers) && %s.initContainers.exists(c, %s))" .spec .spec $container .spec .spec $container }}
+{{- /* Claims of the pods' own may ask for GPUs (docs/dra.md): the template must be signed for its author. */}}
+{{- if .root.Values.webhooks.resourceClaimPods }}{{ printf " || (has(%s.resourceClaims) && size(%s.resourceClaims) > 0)" .spec .spec }}{{ end }}
 {{- end }}
 
 {{/*
