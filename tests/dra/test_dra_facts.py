@@ -41,7 +41,9 @@ def test_dra_only_nodes_are_typed_and_counted(dra_runtime: Runtime) -> None:
     assert (a100.gpu_count, a100.mig_strategy, a100.mig_profiles) == (4, "dra", {"1g.10gb": 7, "3g.40gb": 2})
     assert model.types["nvidia-h100-80gb"].gpus_total == 16
     assert model.types["nvidia-h100-80gb"].dra_products == {"NVIDIA H100 80GB HBM3"}
-    assert set(model.device_classes) == {"gpu.nvidia.com", "mig.nvidia.com"}
+    assert set(model.device_classes) == {
+        "gpu.nvidia.com", "mig.nvidia.com", "compute-domain-default-channel.nvidia.com"
+    }
 
 
 def test_node_view_counts_allocated_claims(dra_runtime: Runtime) -> None:

@@ -42,7 +42,8 @@ def test_a_missing_device_class_is_named(tmp_path: Path) -> None:
     runtime = build_runtime(Config(), cluster)
     result = review_pod(runtime.admission, gpu_pod("p", {"kgwe.io/sharing": "mig", "kgwe.io/gpu-memory": "5Gi"}))
     assert not result.allowed
-    assert "DRA: DeviceClass mig.nvidia.com does not exist; this cluster has gpu.nvidia.com" in result.message
+    assert ("DRA: DeviceClass mig.nvidia.com does not exist; this cluster has "
+            "compute-domain-default-channel.nvidia.com, gpu.nvidia.com") in result.message
     assert result.creates == []
 
 
