@@ -58,6 +58,7 @@ _FIRST_SLEEP = 0.0002
 _MAX_SLEEP = 0.025
 # The state file is written by us only; a bigger one is not ours (or is damaged) and is not parsed.
 MAX_STATE_BYTES = 64 * 1024 * 1024
+MAX_KEPT_STATUSES = 4096  # parsed statuses kept by `_status_of`, one per TenantQuota
 
 
 class QuotaStateCorrupt(QuotaUnavailable):
@@ -85,6 +86,7 @@ class FileQuotaStore:
         # slept through most of the time the file lock was free.
         self._threads = threading.Lock()
         self._lock_file: tuple[Any, int] = (None, 0)
+        self._statuses: dict[str, tuple[Any, QuotaStatus]] = {}  # `_status_of`
 
     @contextlib.contextmanager
     def _locked_now(self) -> Iterator[None]:
@@ -280,6 +282,18 @@ class FileQuotaStore:
             self._store(data)
             return True
 
+    def _status_of(self, quota: str, raw: Any) -> QuotaStatus:
+        """`status_from_json(raw)`, kept per quota while `_load` hands out the same parsed entry (the mapped
+        store keeps its parsed state between transactions). Call with the lock held."""
+        kept = self._statuses.get(quota)
+        if kept is not None and kept[0] is raw and raw is not None:
+            return kept[1]
+        status = status_from_json(raw)
+        if len(self._statuses) >= MAX_KEPT_STATUSES:
+            self._statuses.clear()
+        self._statuses[quota] = (raw, status)
+        return status
+
     def transact(
         self,
         quota: str,
@@ -297,7 +311,7 @@ class FileQuotaStore:
         with self._locked(timeout) if wait else self._locked_now():
             data = self._load()
             entry = data.get(quota) or {}
-            status = status_from_json(entry.get("status"))
+            status = self._status_of(quota, entry.get("status"))
             new_status, result = change(status)
             if new_status is not None and new_status != status:
                 data[quota] = {"version": int(entry.get("version", 0)) + 1, "status": status_to_json(new_status)}

@@ -7,11 +7,14 @@ rewritten and renamed per reservation: the lock is held for a parse, a change an
 waiting, also when the one holding it is preempted.
 
 Layout: a 64-byte header, then two slots of `SLOT_BYTES`. The header names the active slot and holds
-each slot's length and CRC-32. A write fills the inactive slot, records its length and CRC, and only
-then flips the active index (one byte): a worker that dies mid-write leaves the previous state whole.
-A header or active slot that does not check out is corrupt: every read and write refuses
-(`QuotaStateCorrupt`) and nothing overwrites it, as with the file store. The file lives in the runtime
-directory for the server's life (never durable: a restarted server starts a new one).
+each slot's length and CRC-32, and a write counter (`GENERATION`, bumped before anything else a write
+changes). A write fills the inactive slot, records its length and CRC, and only then flips the active
+index (one byte): a worker that dies mid-write leaves the previous state whole. A header or active slot
+that does not check out is corrupt: every read and write refuses (`QuotaStateCorrupt`) and nothing
+overwrites it, as with the file store. Every read checks the active slot's CRC, but parses it only when
+the counter, slot, length or CRC moved since this worker last parsed or wrote it: a transaction parses the
+state only after another worker wrote it. The file lives in the runtime directory for the server's life
+(never durable: a restarted server starts a new one).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ MAGIC = b"KGWEQS01"
 HEADER = struct.Struct("<8sB7xQQII")
 HEADER_BYTES = 64
 ACTIVE_OFFSET = 8
+# The write counter, after HEADER's 40 bytes. Bumped first: a writer that dies after it changed nothing else
+# only costs readers a parse; one that dies later leaves a new counter beside whatever it wrote.
+GENERATION = struct.Struct("<Q")
+GENERATION_OFFSET = 40
 # Per slot: room for tens of thousands of reservations. The file is sparse; only pages written use memory.
 SLOT_BYTES = 16 * 1024 * 1024
 
@@ -44,6 +51,9 @@ class MappedQuotaStore(FileQuotaStore):
         super().__init__(path, max_lock_wait=max_lock_wait, durable=False)
         self.slot_bytes = slot_bytes
         self._mapping: tuple[mmap.mmap | None, int] = (None, 0)
+        # ((pid, generation, active slot, length, CRC), state) of the last state this process parsed or
+        # wrote; used under the lock only.
+        self._parsed: tuple[tuple[int, int, int, int, int], dict[str, dict[str, Any]]] | None = None
 
     def _map(self) -> mmap.mmap:
         """This process's mapping of the state file (call with the lock held); made at the first use."""
@@ -70,6 +80,10 @@ class MappedQuotaStore(FileQuotaStore):
         return magic, active, [first, second], [first_crc, second_crc]
 
     def _load(self) -> dict[str, dict[str, Any]]:
+        """The state (call with the lock held). The active slot is checked against its CRC on every read;
+        it is parsed again only when the write counter, slot, length or CRC moved. A top-level copy: a
+        transaction replaces entries in it, never changes one, so the entries are shared with the kept
+        state."""
         mapped = self._map()
         magic, active, lengths, crcs = self._header(mapped)
         if magic == bytes(8):
@@ -80,7 +94,13 @@ class MappedQuotaStore(FileQuotaStore):
         raw = mapped[start:start + lengths[active]]
         if zlib.crc32(raw) != crcs[active]:
             raise self._corrupt("the active slot does not match its checksum", None)
-        return self._parse(raw, None)
+        key = (os.getpid(), GENERATION.unpack_from(mapped, GENERATION_OFFSET)[0], active, lengths[active], crcs[active])
+        kept = self._parsed
+        if kept is not None and kept[0] == key:
+            return dict(kept[1])
+        data = self._parse(raw, None)
+        self._parsed = (key, data)
+        return dict(data)
 
     def _store(self, data: dict[str, dict[str, Any]]) -> None:
         raw = orjson.dumps(data)
@@ -88,6 +108,9 @@ class MappedQuotaStore(FileQuotaStore):
             QUOTA_STORE_ERRORS.labels("io").inc()
             raise QuotaUnavailable(f"quota state {self.path}: {len(raw)} bytes do not fit a slot of {self.slot_bytes}")
         mapped = self._map()
+        self._parsed = None
+        generation = GENERATION.unpack_from(mapped, GENERATION_OFFSET)[0] + 1
+        GENERATION.pack_into(mapped, GENERATION_OFFSET, generation)
         magic, active, lengths, crcs = self._header(mapped)
         fresh = magic != MAGIC
         target = 0 if fresh else 1 - active
@@ -98,3 +121,4 @@ class MappedQuotaStore(FileQuotaStore):
         HEADER.pack_into(mapped, 0, MAGIC, target if fresh else active, *lengths, *crcs)
         # ...then the index: one byte, so a reader sees the old state or the new one whole.
         mapped[ACTIVE_OFFSET] = target
+        self._parsed = ((os.getpid(), generation, target, lengths[target], crcs[target]), dict(data))

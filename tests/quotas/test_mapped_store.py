@@ -95,3 +95,17 @@ def test_a_state_too_large_for_a_slot_is_refused(tmp_path: Path) -> None:
                 {"acceleratorType": H100, "gpus": 1000}]}}, f"pod-{index}")
             admitted += 1
     assert 0 < admitted < 64
+
+
+def test_workers_taking_turns_each_see_every_reservation(tmp_path: Path) -> None:
+    """A worker keeps the state it parsed last; another worker's write (the write counter moves) makes it
+    read the mapping again, so no reservation is ever counted from a stale copy."""
+    path = tmp_path / "quota-state.json"
+    first, second = _service(path), _service(path)
+    quota = _quota(unique_name("turns"))
+    for index in range(8):
+        store, service = (first, second)[index % 2]
+        assert _admit(service, quota, f"pod-{index}")
+        assert len(store.read(quota["metadata"]["name"]).status.reservations) == index + 1
+    # The limit is 8 GPUs: whichever worker asks next sees all eight reserved.
+    assert not _admit(first[1], quota, "ninth") and not _admit(second[1], quota, "ninth")
