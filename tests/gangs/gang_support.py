@@ -280,6 +280,12 @@ def _gang_handler(server: GangApiServer, base: Any) -> Any:
                 gates_after = (body.get("spec") or {}).get("schedulingGates")
                 if gates_after and {g["name"] for g in gates_after} - gates_before:
                     return self._status(422, "Invalid", "spec.schedulingGates: only deletion is allowed")
+                # KEP-3838: while a pod is gated its nodeSelector may only gain keys, never change a value.
+                selector_before = (current or {}).get("spec", {}).get("nodeSelector") or {}
+                selector_after = (body.get("spec") or {}).get("nodeSelector") or {}
+                if gates_before and any(k in selector_before and selector_before[k] != v
+                                        for k, v in selector_after.items()):
+                    return self._status(422, "Invalid", "spec.nodeSelector: only additions are allowed while gated")
                 # Hand the body on to the base handler, which reads it again; the connection's own
                 # stream comes back afterwards for the next request on this keep-alive connection.
                 connection_stream = self.rfile

@@ -6,9 +6,11 @@ so both count alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel, pod_is_finished
@@ -106,12 +108,33 @@ def compatible(room: Room, pod: dict[str, Any], model: ClusterModel) -> bool:
     return False
 
 
-def candidate_rooms(model: ClusterModel, record: GangRecord, pod: dict[str, Any]) -> list[Room]:
-    """Rooms of the gang's types that could ever hold it and that its members' constraints allow."""
+def distinct_constraints(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One pod per distinct node constraint (`spec.nodeSelector`, required node affinity) among `pods`.
+
+    Members of one gang usually share a template, so this is one pod; a member with constraints of its own (its
+    creator's nodeSelector) is kept, so every room is checked against it too."""
+    seen: set[bytes] = set()
+    out: list[dict[str, Any]] = []
+    for pod in pods:
+        spec = PodView(pod).spec
+        affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
+        signature = orjson.dumps(
+            [spec.get("nodeSelector"), (affinity or {}).get("nodeAffinity")], option=orjson.OPT_SORT_KEYS,
+        )
+        if signature not in seen:
+            seen.add(signature)
+            out.append(pod)
+    return out
+
+
+def candidate_rooms(model: ClusterModel, record: GangRecord, pods: Iterable[dict[str, Any]]) -> list[Room]:
+    """Rooms of the gang's types that could ever hold it and that the constraints of every one of `pods` (its
+    members) allow: a room one member cannot run in would start the others without it, a partial gang."""
+    kinds = distinct_constraints(pods)
     return [
         room
         for room in holding_rooms(model, list(record.types), record.size, record.gpus_per_pod)
-        if compatible(room, pod, model)
+        if all(compatible(room, pod, model) for pod in kinds)
     ]
 
 
@@ -140,9 +163,10 @@ def choose_room(
     records: Records,
     members: dict[str, GangPods],
 ) -> tuple[Fit | None, list[Room]]:
-    """The best-fit room for the gang's members not bound yet, every other promise counted as used."""
-    rooms = candidate_rooms(model, record, pod)
+    """The best-fit room for the gang's members not bound yet, every other promise counted as used; the room
+    must suit `pod` (the member being admitted, or one of the gang) and every live member."""
     group = members.get(record.key)
+    rooms = candidate_rooms(model, record, [pod, *(group.pods if group else [])])
     needed = record.size - (len(group.bound) if group else 0)
     free = free_gpus(model)
     promised = promised_gpus(records, members, exclude=record.key)

@@ -262,12 +262,12 @@ class GangController:
         free = free_gpus(model)
         gpus = record.gpus_per_pod
         sample = group.gated[0]
-        joined = room_of_bound(model, candidate_rooms(model, record, sample), group)
+        joined = room_of_bound(model, candidate_rooms(model, record, group.pods), group)
         if joined is not None and record.room != joined.id:
             record = replace(record, room=joined.id)  # members already run there: the rest must follow
         if record.room is not None:
             before = promised_gpus(records, members, exclude=record.key, counts=older_or_released(record))
-            room = next((r for r in candidate_rooms(model, record, sample) if r.id == record.room), None)
+            room = next((r for r in candidate_rooms(model, record, group.pods) if r.id == record.room), None)
             if room is not None:
                 found = fit(room, gpus, needed, free, before.get(room.id, 0))
                 if found.fits:

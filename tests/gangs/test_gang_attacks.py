@@ -1,0 +1,66 @@
+"""Red-team cases of all-or-nothing gangs: a pod creator or an unlucky operator trying to make a gang hold GPUs
+while incomplete, to take room promised to another tenant's gang, or to wedge gangs. Each runs the controller as
+`kgwe serve` does, over the fake API server, with every pod admitted through the webhooks as kube-apiserver
+posts it."""
+
+from __future__ import annotations
+
+from gang_support import (
+    GangApiServer,
+    api,  # noqa: F401  (fixture)
+    clique_of,
+    cliques,
+    gang_apiserver,  # noqa: F401  (fixture)
+    member,
+    replica,
+    with_nodes,
+)
+from kubernetes import client as k8s_client
+
+CLIQUE_LABEL = "kgwe.io/nvlink-clique"
+
+
+def record_of(server: GangApiServer, gang: str, namespace: str = "ml") -> dict[str, object]:
+    (found,) = [r for r in server.ledger_records() if r["gang"] == gang and r["namespace"] == namespace]
+    return found
+
+
+def pinned(server: GangApiServer, key: str) -> str | None:
+    selector = server.pod(key)["spec"].get("nodeSelector") or {}
+    return selector.get(CLIQUE_LABEL)
+
+
+def test_a_member_whose_own_selector_names_another_room_moves_the_whole_gang_there(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    # Attack: the first member admitted is unconstrained (the best fit is the small clique), a later one selects
+    # the big clique itself. Pinned to the small clique, that member could never run (and Kubernetes refuses to
+    # change a gated pod's nodeSelector value): the others would start without it, a partial gang holding GPUs.
+    nodes = cliques(2, 4)
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    big = clique_of(nodes, "rack1-tray0")
+    cluster.create(member("w-0", "llm", 2))
+    assert record_of(gang_apiserver, "llm")["room"]["value"] == clique_of(nodes, "rack0-tray0")  # type: ignore[index]
+    picky = member("w-1", "llm", 2)
+    picky["spec"]["nodeSelector"] = {CLIQUE_LABEL: big}
+    cluster.create(picky)
+    cluster.controller().reconcile_once()
+    assert cluster.gated() == set()
+    assert {pinned(gang_apiserver, "ml/w-0"), pinned(gang_apiserver, "ml/w-1")} == {big}
+
+
+def test_members_no_single_room_satisfies_wait_gated_and_none_starts(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2, 4)
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    for index, tray in enumerate(("rack0-tray0", "rack1-tray0")):
+        pod = member(f"w-{index}", "llm", 2)
+        pod["spec"]["nodeSelector"] = {CLIQUE_LABEL: clique_of(nodes, tray)}
+        cluster.create(pod)
+    cluster.controller().reconcile_once()
+    assert cluster.gated() == {"ml/w-0", "ml/w-1"}  # two rooms asked: all or nothing means nothing
+    assert record_of(gang_apiserver, "llm")["reason"] == "no NVLink room of its types could hold it"
+    assert pinned(gang_apiserver, "ml/w-0") == clique_of(nodes, "rack0-tray0")  # its own choice, untouched
