@@ -64,3 +64,20 @@ def test_members_no_single_room_satisfies_wait_gated_and_none_starts(
     assert cluster.gated() == {"ml/w-0", "ml/w-1"}  # two rooms asked: all or nothing means nothing
     assert record_of(gang_apiserver, "llm")["reason"] == "no NVLink room of its types could hold it"
     assert pinned(gang_apiserver, "ml/w-0") == clique_of(nodes, "rack0-tray0")  # its own choice, untouched
+
+
+def test_a_pin_that_fails_ungates_no_member_until_every_member_is_pinned(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    # The unlucky SRE: the API server fails one member's pin (a 500, an etcd timeout) in the middle of a release.
+    with_nodes(gang_apiserver, cliques(4))
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    gang_apiserver.fail_next("/api/v1/namespaces/ml/pods/w-0", 500)
+    controller.reconcile_once()
+    assert cluster.gated() == {"ml/w-0", "ml/w-1"}  # w-1 alone would hold GPUs its gang cannot use
+    cluster.sync()
+    controller.reconcile_once()  # the release is finished on the next pass
+    assert cluster.gated() == set()

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
@@ -300,30 +301,54 @@ class GangController:
         if action.kind == "bound":
             BOUND.inc()
             return
-        if self.writer is None:
+        writer = self.writer
+        if writer is None:
             return
+        if action.kind == "warn":
+            for pod in action.pods:
+                self._change(record, pod, lambda p: writer.event(
+                    p, "GangWaiting", f"gang {record.gang} ({record.size} pods): {record.reason}"))
+            return
+        room = record.room
+        assert room is not None
+        # Every member is pinned before any gate comes off: a pin that fails (the API server answers 500, the pod
+        # changed) leaves the whole gang gated, and the next pass finishes the release from the record. Ungating
+        # as each pin succeeded would start the members before it without the one that failed.
+        versions: list[str] = []
         for pod in action.pods:
             view = PodView(pod)
-            name = f"{view.namespace}/{view.name}"
-            try:
-                if action.kind == "warn":
-                    self.writer.event(pod, "GangWaiting", f"gang {record.gang} ({record.size} pods): {record.reason}")
-                    continue
-                assert record.room is not None
-                version = view.resource_version
-                if view.node_selector.get(record.room.key) != record.room.value:
-                    version = self.writer.pin(pod, record.room)
-                self.writer.ungate(pod, version)
-                self.writer.event(pod, "GangReleased", f"gang {record.gang}: all {record.size} pods start together "
-                                  f"in {record.room} ({record.room.key}={record.room.value})", "Normal")
-            except ApiException as exc:
-                if exc.status not in (404, 409):  # deleted, or changed since read: the next pass sees it
-                    log.warning("gang %s: pod %s: %s %s", record.key, name, exc.status, exc.reason)
-            except Exception:
-                log.exception("gang %s: pod %s could not be changed", record.key, name)
+            if view.node_selector.get(room.key) == room.value:
+                versions.append(view.resource_version)
+                continue
+            version = self._change(record, pod, lambda p: writer.pin(p, room))
+            if version is None:
+                log.info("gang %s: not every member could be pinned; no gate removed this pass", record.key)
+                return
+            versions.append(version)
+        for pod, version in zip(action.pods, versions, strict=True):
+            if self._change(record, pod, partial(_ungate, writer, version=version)) is not None:
+                self._change(record, pod, lambda p: writer.event(
+                    p, "GangReleased", f"gang {record.gang}: all {record.size} pods start together "
+                    f"in {room} ({room.key}={room.value})", "Normal"))
         if action.kind == "release":
             RELEASED.inc()
             log.info("gang %s: %d members released into %s", record.key, len(action.pods), record.room)
+
+    def _change(self, record: GangRecord, pod: dict[str, Any], call: Callable[[dict[str, Any]], Any]) -> Any:
+        """`call(pod)`'s answer, or None when it failed (logged; 404 and 409 quietly: the pod was deleted or
+        changed since read, and the next pass sees it). A call that answers None succeeds as True."""
+        view = PodView(pod)
+        name = f"{view.namespace}/{view.name}"
+        try:
+            answer = call(pod)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                log.warning("gang %s: pod %s: %s %s", record.key, name, exc.status, exc.reason)
+            return None
+        except Exception:
+            log.exception("gang %s: pod %s could not be changed", record.key, name)
+            return None
+        return True if answer is None else answer
 
     def _export(self, records: Records, model: ClusterModel) -> None:
         now = self.clock()
@@ -367,6 +392,10 @@ def covered_by_release(record: GangRecord, group: GangPods) -> list[dict[str, An
         if stamp is None or stamp <= upto:
             out.append(pod)
     return out
+
+
+def _ungate(writer: PodWriter, pod: dict[str, Any], *, version: str) -> None:
+    writer.ungate(pod, version)
 
 
 def _waiting_again(record: GangRecord, group: GangPods, now: float) -> GangRecord:
