@@ -81,3 +81,31 @@ def test_a_pin_that_fails_ungates_no_member_until_every_member_is_pinned(
     cluster.sync()
     controller.reconcile_once()  # the release is finished on the next pass
     assert cluster.gated() == set()
+
+
+def test_an_expired_gang_that_comes_back_takes_no_room_promised_to_a_gang_since(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    # Attack: one member of gang `a` waits past the timeout (its promise lapses), another tenant's gang `b` is then
+    # promised the room; `a`'s last member arrives. Its record's age is from before `b`, so counted as older it
+    # would skip `b`'s promise and take the room: two gangs promised one room, and the queue jumped at will.
+    nodes = cliques(2)  # one 8-GPU clique: room for one gang of 2 x 4 GPUs
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("a-0", "a", 2))
+    controller.reconcile_once()
+    cluster.clock.offset = 700  # past gangs.timeoutSeconds (600)
+    controller.reconcile_once()
+    assert record_of(gang_apiserver, "a").get("expired") is True
+    cluster.clock.offset = 0  # the controller's clock back with the webhook's, so that `b`'s promise stays fresh
+    cluster.create(member("b-0", "b", 2, namespace="team-b"))
+    assert record_of(gang_apiserver, "b", "team-b")["room"]["value"] == clique_of(nodes, "rack0-tray0")  # type: ignore[index]
+    cluster.create(member("a-1", "a", 2))
+    controller.reconcile_once()
+    assert cluster.gated() == {"ml/a-0", "ml/a-1", "team-b/b-0"}  # `a` waits behind `b`'s promise
+    assert "8 GPUs short" in str(record_of(gang_apiserver, "a")["reason"])
+
+    cluster.create(member("b-1", "b", 2, namespace="team-b"))
+    controller.reconcile_once()
+    assert cluster.gated() == {"ml/a-0", "ml/a-1"}

@@ -257,6 +257,10 @@ class GangController:
                 reason += f"; waiting over {self.config.gangs.timeout_seconds:.0f}s, its room is no longer held"
             return replace(record, reason=reason, expired=expired, short_gpus=0)
         # Complete: the gang claims its room again (an expired promise is renewed), sized by its largest member.
+        if record.expired:
+            # Its promise lapsed and others may have been promised the room since: it queues as a new gang (its age
+            # from now), so it never counts as older than they are and takes their room.
+            record = replace(record, created_at=now, warned=False)
         largest = max(pod_gpu_demand(p).whole_gpus for p in group.pods)
         record = replace(record, expired=False, gpus_per_pod=max(record.gpus_per_pod, largest))
         needed = size - len(group.bound)
