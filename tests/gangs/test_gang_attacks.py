@@ -5,6 +5,7 @@ posts it."""
 
 from __future__ import annotations
 
+import pytest
 from gang_support import (
     GangApiServer,
     api,  # noqa: F401  (fixture)
@@ -16,6 +17,9 @@ from gang_support import (
     with_nodes,
 )
 from kubernetes import client as k8s_client
+
+import webhook.gangs.controller
+import webhook.gangs.ledger
 
 CLIQUE_LABEL = "kgwe.io/nvlink-clique"
 
@@ -109,3 +113,25 @@ def test_an_expired_gang_that_comes_back_takes_no_room_promised_to_a_gang_since(
     cluster.create(member("b-1", "b", 2, namespace="team-b"))
     controller.reconcile_once()
     assert cluster.gated() == {"ml/a-0", "ml/a-1"}
+
+
+def test_a_full_ledger_of_lapsed_one_pod_gangs_never_wedges_a_complete_gang(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    # Attack: a tenant fills the ledger with gangs that never complete (one gated pod each, holding no GPU).
+    # Another tenant's complete gang then has no record: it must still start once those promises lapsed.
+    monkeypatch.setattr(webhook.gangs.ledger, "MAX_RECORDS", 2)  # the bound, made small enough to reach here
+    monkeypatch.setattr(webhook.gangs.controller, "MAX_RECORDS", 2)
+    with_nodes(gang_apiserver, cliques(4))
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    for index in range(2):
+        cluster.create(member(f"squat-{index}", f"squat-{index}", 2, namespace="evil"))
+    cluster.create(member("v-0", "v", 2))
+    cluster.create(member("v-1", "v", 2))
+    controller.reconcile_once()
+    assert cluster.gated() == {"evil/squat-0", "evil/squat-1", "ml/v-0", "ml/v-1"}  # the promises still hold
+    cluster.clock.offset = 700  # past gangs.timeoutSeconds: the squatters' promises lapse
+    controller.reconcile_once()
+    assert cluster.gated() == {"evil/squat-0", "evil/squat-1"}
+    assert len(gang_apiserver.ledger_records()) <= 2

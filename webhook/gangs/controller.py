@@ -204,6 +204,8 @@ class GangController:
         for key in sorted(members, key=lambda k: (records[k].created_at, k) if k in records else (now, k)):
             group = members[key]
             gated = group.gated
+            if key not in out and gated and len(out) >= MAX_RECORDS and len(group.pods) >= group.size:
+                _evict_lapsed(out, members, now, settings.timeout_seconds)
             if key not in out and (not gated or len(out) >= MAX_RECORDS):
                 continue  # nothing to hold back, or the ledger is full: the gang stays gated until there is room
             record = out.get(key) or _new_record(key, group, now)
@@ -396,6 +398,23 @@ def covered_by_release(record: GangRecord, group: GangPods) -> list[dict[str, An
         if stamp is None or stamp <= upto:
             out.append(pod)
     return out
+
+
+def _evict_lapsed(records: Records, members: dict[str, GangPods], now: float, timeout: float) -> None:
+    """Make room in a full ledger for a complete gang: drop the oldest record of an incomplete gang whose promise
+    lapsed (it holds nothing; it only keeps its age). Else a tenant filling the ledger with gangs that never
+    complete would wedge every other tenant's gang that found no record, for as long as those pods exist. The
+    dropped gang stays gated, and is recorded again when the ledger has room."""
+    lapsed = [
+        record for key, record in records.items()
+        if record.released_at is None
+        and (record.expired or now - record.created_at > timeout)
+        and (key not in members or len(members[key].pods) < members[key].size)
+    ]
+    if lapsed:
+        oldest = min(lapsed, key=lambda r: (r.created_at, r.key))
+        log.info("gang records full: %s (incomplete, its promise lapsed) makes room for a complete gang", oldest.key)
+        del records[oldest.key]
 
 
 def _ungate(writer: PodWriter, pod: dict[str, Any], *, version: str) -> None:
