@@ -20,6 +20,8 @@ from kubernetes import client as k8s_client
 
 import webhook.gangs.controller
 import webhook.gangs.ledger
+from webhook.gangs.controller import GangController, kube_pod_writer
+from webhook.gangs.ledger import KubeGangStore, Versioned
 
 CLIQUE_LABEL = "kgwe.io/nvlink-clique"
 
@@ -135,3 +137,36 @@ def test_a_full_ledger_of_lapsed_one_pod_gangs_never_wedges_a_complete_gang(
     controller.reconcile_once()
     assert cluster.gated() == {"evil/squat-0", "evil/squat-1"}
     assert len(gang_apiserver.ledger_records()) <= 2
+
+
+class _WrittenInBetween(KubeGangStore):
+    """The real ledger store, where another replica's admission writes the ledger right after each of the
+    controller's first `races` reads (a busy cluster admitting first members of new gangs all the time)."""
+
+    def __init__(self, client: k8s_client.ApiClient, races: int) -> None:
+        super().__init__(k8s_client.CustomObjectsApi(client))
+        self.other = KubeGangStore(k8s_client.CustomObjectsApi(client))
+        self.races = races
+
+    def read(self, *, timeout: float | None = None) -> Versioned:
+        current = super().read(timeout=timeout)
+        if self.races > 0:
+            self.races -= 1
+            theirs = self.other.read()
+            assert self.other.write(theirs.records, theirs.version)
+        return current
+
+
+def test_a_controller_pass_that_loses_the_ledger_race_plans_again_at_once(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    # Admissions on other replicas write the ledger between the controller's read and its write: the pass must
+    # still release a complete gang (re-read, re-plan), or a steady stream of new gangs starves every release.
+    with_nodes(gang_apiserver, cliques(4))
+    cluster = replica(gang_apiserver, api)
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    controller = GangController(cluster.store, _WrittenInBetween(api, races=2), cluster.config, kube_pod_writer(api),
+                                clock=cluster.clock)
+    assert [a.kind for a in controller.reconcile_once()] == ["release"]
+    assert cluster.gated() == set()

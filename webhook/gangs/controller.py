@@ -62,6 +62,8 @@ log = logging.getLogger("kgwe.gangs.controller")
 # A record whose pods the model does not show yet (the watch lags the admission) is kept this long.
 NEW_RECORD_GRACE_SECONDS = 60.0
 FIELD_MANAGER = "kgwe-controller"
+# Reads and plans of one pass when other writers' compare-and-swap wins come in between (planning is CPU only).
+PASS_ATTEMPTS = 4
 
 RECORDS = Gauge("kgwe_gang_records", "Gang records, by state (waiting: gated; released: being scheduled)", ["state"])
 WAITING_TOO_LONG = Gauge(
@@ -180,11 +182,16 @@ class GangController:
         if not self.is_leader():
             return []
         model = self.store.snapshot()
-        current = self.gangs.read()
-        records, actions = self.plan(model, current.records)
-        changed = records_to_json(records) != records_to_json(current.records)
-        if changed and not self.gangs.write(records, current.version):
-            return []  # another writer (an admission) came first: the next pass sees its record
+        for _attempt in range(PASS_ATTEMPTS):
+            current = self.gangs.read()
+            records, actions = self.plan(model, current.records)
+            changed = records_to_json(records) != records_to_json(current.records)
+            if not changed or self.gangs.write(records, current.version):
+                break
+            # Another writer (an admission of a new gang's first member) came first: plan again against its
+            # records now, so that a steady stream of admissions cannot put every release off pass after pass.
+        else:
+            return []  # lost every attempt: the next pass tries again
         self._export(records, model)
         for action in actions:
             self._apply(action)
