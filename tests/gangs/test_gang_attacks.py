@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pytest
 from gang_support import (
+    H100,
     GangApiServer,
     api,  # noqa: F401  (fixture)
     clique_of,
     cliques,
     gang_apiserver,  # noqa: F401  (fixture)
+    h100_node,
     member,
     replica,
     with_nodes,
@@ -170,3 +172,16 @@ def test_a_controller_pass_that_loses_the_ledger_race_plans_again_at_once(
                                 clock=cluster.clock)
     assert [a.kind for a in controller.reconcile_once()] == ["release"]
     assert cluster.gated() == set()
+
+
+def test_a_member_of_another_gpu_type_keeps_the_whole_gang_gated(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    # A pod of the namespace claims the gang's name but asks for H100s: no room of the gang holds it, so no member
+    # starts (pinned to the gang's GB200 clique, it could never run, and the GB200 members would run without it).
+    with_nodes(gang_apiserver, [*cliques(4), h100_node("dgx-0")])
+    cluster = replica(gang_apiserver, api)
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2, accelerator=H100))
+    cluster.controller().reconcile_once()
+    assert cluster.gated() == {"ml/w-0", "ml/w-1"}
