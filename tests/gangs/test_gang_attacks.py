@@ -10,6 +10,7 @@ from gang_support import (
     H100,
     GangApiServer,
     api,  # noqa: F401  (fixture)
+    bind,
     clique_of,
     cliques,
     gang_apiserver,  # noqa: F401  (fixture)
@@ -19,6 +20,7 @@ from gang_support import (
     with_nodes,
 )
 from kubernetes import client as k8s_client
+from prometheus_client import REGISTRY
 
 import webhook.gangs.controller
 import webhook.gangs.ledger
@@ -185,3 +187,23 @@ def test_a_member_of_another_gpu_type_keeps_the_whole_gang_gated(
     cluster.create(member("w-1", "llm", 2, accelerator=H100))
     cluster.controller().reconcile_once()
     assert cluster.gated() == {"ml/w-0", "ml/w-1"}
+
+
+def test_a_move_to_another_room_counts_once_however_many_times_the_pass_planned_it(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    nodes = cliques(2, 4)
+    with_nodes(gang_apiserver, nodes)
+    cluster = replica(gang_apiserver, api)
+    cluster.create(member("w-0", "llm", 2))
+    cluster.create(member("w-1", "llm", 2))
+    # Another workload takes a tray of the small clique the gang was promised: it moves to the big one.
+    gang_apiserver.put("Pod", bind(member("squatter", "none", None, accelerator=None), "rack0-tray1"))
+    cluster.sync()
+    before = REGISTRY.get_sample_value("kgwe_gang_replans_total") or 0.0
+    controller = GangController(cluster.store, _WrittenInBetween(api, races=2), cluster.config, kube_pod_writer(api),
+                                clock=cluster.clock)
+    controller.reconcile_once()
+    assert cluster.gated() == set()
+    assert pinned(gang_apiserver, "ml/w-0") == clique_of(nodes, "rack1-tray0")
+    assert (REGISTRY.get_sample_value("kgwe_gang_replans_total") or 0.0) - before == 1

@@ -94,6 +94,7 @@ class Action:
     record: GangRecord
     pods: list[dict[str, Any]]
     kind: str  # release | warn | bound (the record was dropped: the gang is bound fully)
+    replanned: bool = False  # a release into another room than the one the gang was promised
 
 
 def kube_pod_writer(api_client: Any) -> PodWriter:
@@ -234,11 +235,12 @@ class GangController:
                     actions.append(Action(record, covered, "release"))
                     continue
                 record = _waiting_again(record, group, now)
+            promised = record.room
             record = self._plan_waiting(model, record, group, out, members, now)
             out[key] = record
             if record.released_at is not None:
                 out[key] = record = replace(record, released_upto=_newest_creation(group.pods))
-                actions.append(Action(record, gated, "release"))
+                actions.append(Action(record, gated, "release", replanned=record.room != promised))
             elif now - record.created_at > settings.wait_warning_seconds and not record.warned:
                 out[key] = record = replace(record, warned=True)
                 actions.append(Action(record, gated, "warn"))
@@ -291,8 +293,7 @@ class GangController:
         chosen, rooms = choose_room(model, record, sample, records, members)
         others = promised_gpus(records, members, exclude=record.key)
         if chosen is not None:
-            if record.room != chosen.room.id:
-                REPLANS.inc()
+            if record.room != chosen.room.id:  # counted when the release is applied (a lost pass counts nothing)
                 log.info("gang %s: re-planned from %s to %s", record.key, record.room, chosen.room.id)
             return replace(record, room=chosen.room.id, released_at=now, reason="", short_gpus=0)
         if record.room is not None:
@@ -314,6 +315,8 @@ class GangController:
         if action.kind == "bound":
             BOUND.inc()
             return
+        if action.replanned:
+            REPLANS.inc()
         writer = self.writer
         if writer is None:
             return
