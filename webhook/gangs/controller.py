@@ -59,8 +59,12 @@ from webhook.intent import OUT_ACCELERATOR_TYPE
 
 log = logging.getLogger("kgwe.gangs.controller")
 
-# A record whose pods the model does not show yet (the watch lags the admission) is kept this long.
-NEW_RECORD_GRACE_SECONDS = 60.0
+# A record whose pods the model does not show yet (the watch lags the admission) is kept this long. Short:
+# /mutate writes the record before the API server has accepted the pod, so a pod that is then refused (by
+# /validate, a quota, a name already taken) leaves a record with no member, which holds its room meanwhile;
+# pods created in a flood under new gang names must not keep every room promised. A record dropped before
+# its pods showed up only means the gang is planned again when they do (gated, so nothing runs meanwhile).
+NEW_RECORD_GRACE_SECONDS = 10.0
 FIELD_MANAGER = "kgwe-controller"
 # Reads and plans of one pass when other writers' compare-and-swap wins come in between (planning is CPU only).
 PASS_ATTEMPTS = 4
