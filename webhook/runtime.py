@@ -270,10 +270,12 @@ class Runtime:
         charge = pod_charge(facts.request.pod, facts.model, facts)
         if charge is None:
             return []
+        intent = facts.intent
+        gang = (intent.gang, intent.gang_size) if intent.gang and intent.gang_size else None
         try:
             decision = self.quotas.check(
                 charge, tenant, quotas, self._usage_charges(facts.model), dry_run=request.dry_run, deadline=deadline,
-                wait=wait, limits=self._quota_limits(request, facts.model),
+                wait=wait, limits=self._quota_limits(request, facts.model), gang=gang,
             )
         except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
             log.warning("quota store unavailable for tenant %s: %s", tenant, exc)

@@ -71,6 +71,24 @@ def _pod_usage(pods: Iterable[PodCharge], keys: Iterable[LimitKey], price_of: Pr
     return totals
 
 
+def _gang_too_big(tenant: str, limits: Iterable[QuotaLimit], asked: _Amount, gang: tuple[str, int]) -> str | None:
+    """Why the whole gang (`size` pods asking `asked` each) exceeds one of `limits` by itself; None if none."""
+    name, size = gang
+    whole = _Amount(asked.gpus * size, asked.memory * size)
+    for limit in limits:
+        if limit.gpus is not None and whole.gpus > limit.gpus:
+            return (
+                f"tenant {tenant}: gang {name} asks for {format_gpus(whole.gpus)} GPUs of {limit.key.described} in all "
+                f"({size} pods x {format_gpus(asked.gpus)}), more than the tenant's limit of {format_gpus(limit.gpus)}"
+            )
+        if limit.gpu_memory is not None and whole.memory > limit.gpu_memory:
+            return (
+                f"tenant {tenant}: gang {name} asks for {format_memory(whole.memory)} of {limit.key.described} GPU "
+                f"memory in all ({size} pods), more than the tenant's limit of {format_memory(limit.gpu_memory)}"
+            )
+    return None
+
+
 def _over_limit(
     tenant: str, limit: QuotaLimit, used: _Amount, asked: _Amount, note: str
 ) -> str | None:
@@ -122,8 +140,14 @@ class QuotaService:
         deadline: float | None,
         wait: bool = True,
         limits: Sequence[QuotaLimit] | None = None,
+        gang: tuple[str, int] | None = None,
     ) -> QuotaDecision:
         """Admit or refuse `charge`; when admitted and not a dry run, reserve its GPUs in the store.
+
+        `gang` (name, size) for a member of an all-or-nothing gang: the whole gang, `size` pods like this one,
+        must fit within each limit it hits, or the member is refused before anything else (a gang whose
+        pods the quota can never all admit would never start, and its first member would hold a whole
+        NVLink room for it meanwhile, unlimited by the tenant's quota).
 
         `deadline` is a `time.monotonic()` value; raises QuotaUnavailable when the store cannot answer by then.
         Touches the store only when the pod hits at least one limit of its tenant. With `wait=False` the
@@ -138,6 +162,11 @@ class QuotaService:
         asked = _Amount(charge.gpu_equivalents, charge.gpu_memory_bytes or ZERO)
         if not hit or (asked.gpus <= 0 and asked.memory <= 0):
             return QuotaDecision(True, tenant=tenant)
+        if gang is not None:
+            refusal = _gang_too_big(tenant, hit, asked, gang)
+            if refusal is not None:
+                record_refusal("quota")
+                return QuotaDecision(False, refusal, tenant=tenant)
         pods = [
             p for p in usage_pods if charge_belongs_to(p, tenant, quotas) and not same_pod(charge, p.pod, p.uid)
         ]
