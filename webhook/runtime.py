@@ -38,7 +38,7 @@ from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
-from webhook.dra.claim_reader import ClaimReader, ClaimReadError, ModelClaimReader
+from webhook.dra.claim_reader import ClaimReader, ModelClaimReader, read_claims
 from webhook.dra.claimed import ForeignClaims, GpuClasses, most_devices_on_a_node, requested_gpus
 from webhook.gangs.admission import GangService
 from webhook.gangs.ledger import GangStore, MemoryGangStore
@@ -272,10 +272,18 @@ class Runtime:
             return []
         intent = facts.intent
         gang = (intent.gang, intent.gang_size) if intent.gang and intent.gang_size else None
+        return self._quota_verdict(request, facts.model, tenant, quotas, charge, deadline, wait, gang)
+
+    def _quota_verdict(
+        self, request: AdmissionRequest, model: ClusterModel, tenant: str, quotas: list[dict[str, Any]],
+        charge: PodCharge, deadline: float | None, wait: bool, gang: tuple[str, int] | None = None,
+    ) -> list[tuple[str, str]]:
+        """The quota service's answer for `charge`, as the gates' problems."""
+        assert self.quotas is not None
         try:
             decision = self.quotas.check(
-                charge, tenant, quotas, self._usage_charges(facts.model), dry_run=request.dry_run, deadline=deadline,
-                wait=wait, limits=self._quota_limits(request, facts.model), gang=gang,
+                charge, tenant, quotas, self._usage_charges(model), dry_run=request.dry_run, deadline=deadline,
+                wait=wait, limits=self._quota_limits(request, model), gang=gang,
             )
         except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
             log.warning("quota store unavailable for tenant %s: %s", tenant, exc)
@@ -304,24 +312,10 @@ class Runtime:
             return []
         if wait is False and self.claim_reader.blocks_io:
             raise WouldBlock("the pod's ResourceClaims are read from the API server")
-        specs: list[tuple[str, Any]] = []
-        awaited: list[tuple[str, Any]] = []  # a gang's channel template (webhook/dra/claimed.py channel_of)
-        for ref in claims.refs:
-            what = f"spec.resourceClaims {ref.entry!r}: {ref.kind} {request.namespace}/{ref.name}"
-            try:
-                spec = self.claim_reader.read(request.namespace, ref, model, deadline)
-            except ClaimReadError as exc:
-                log.warning("%s could not be read: %s", what, exc)
-                return [("dra-claims", f"{what} could not be read ({exc}); try again")]
-            if spec is None:
-                if ref.awaited:
-                    continue  # written by its controller after the admission; the usage reads its claim then
-                return [("dra-claims", f"{what} does not exist, so KGWE cannot tell what it asks for; "
-                                       "create it before the pod")]
-            specs.append((what, spec))
-            if ref.awaited:
-                awaited.append((what, spec))
-        specs.extend(claims.extended)  # DRA devices asked as extended resources
+        read = read_claims(self.claim_reader, request.namespace, claims.refs, model, deadline)
+        if read.refusal is not None:
+            return [("dra-claims", read.refusal)]
+        specs, awaited = [*read.specs, *claims.extended], read.awaited  # and DRA devices as extended resources
         classes, all_devices = GpuClasses(model.device_classes), most_devices_on_a_node(model)
         asked = requested_gpus(specs, classes, all_devices)
         if asked.problems:
@@ -346,15 +340,7 @@ class Runtime:
         charge = claimed_charge(request.pod, model, request.namespace, asked.devices)
         if not charged or self.quotas is None or charge is None:
             return []
-        try:
-            decision = self.quotas.check(
-                charge, tenant, quotas, self._usage_charges(model), dry_run=request.dry_run, deadline=deadline,
-                wait=wait, limits=self._quota_limits(request, model),
-            )
-        except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
-            log.warning("quota store unavailable for tenant %s: %s", tenant, exc)
-            return [("quota", f"tenant {tenant}: quota could not be checked ({exc}); try again")]
-        return [] if decision.allowed else [("quota", decision.message)]
+        return self._quota_verdict(request, model, tenant, quotas, charge, deadline, wait)
 
     # -- metrics ------------------------------------------------------------------------------
     def record_refusal(self, reason: str) -> None:

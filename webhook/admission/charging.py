@@ -174,12 +174,12 @@ def claimed_charge(
 class ClaimUsage:
     """What existing pods hold or ask through claims of their own, for one snapshot."""
 
-    def __init__(self, model: ClusterModel) -> None:
+    def __init__(self, model: ClusterModel, mapped: Mapping[str, str]) -> None:
         self.model = model
+        self.mapped = mapped  # `mapped_resources` of the model's DeviceClasses
         self.devices = devices_by_key(model)
         self.classes = GpuClasses(model.device_classes)
         self.all_devices = most_devices_on_a_node(model)
-        self.mapped = mapped_resources(model.device_classes)
 
     def charges(self, pod: dict[str, Any]) -> list[PodCharge]:
         """The pod's charges: one per type of the GPUs its claims hold (untyped ones: every candidate), and
@@ -197,19 +197,13 @@ class ClaimUsage:
             # One claim the scheduler made for all of them, once it has: what it holds; before, what is asked.
             made = extended_claim_name(view)
             claim = self.model.resource_claims.get(f"{namespace}/{made}") if made else None
-            allocated = allocated_gpus(claim, self.devices) if claim is not None else None
-            if allocated is not None:
-                held.extend(allocated)
-            else:
+            if not self._held(claim, held):
                 specs.extend(extended)
         for ref in refs:
             claim_name = ref.name if ref.kind == "ResourceClaim" else generated.get(ref.entry)
             claim = self.model.resource_claims.get(f"{namespace}/{claim_name}") if claim_name else None
             if claim is not None:
-                allocated = allocated_gpus(claim, self.devices)
-                if allocated is not None:
-                    held.extend(allocated)
-                else:
+                if not self._held(claim, held):
                     specs.append((ref.entry, claim.get("spec")))
             elif ref.kind == "ResourceClaimTemplate":
                 template = self.model.claim_templates.get(f"{namespace}/{ref.name}")
@@ -225,6 +219,14 @@ class ClaimUsage:
         found.append(claimed_charge(view, self.model, namespace, asked))
         return [charge for charge in found if charge is not None]
 
+    def _held(self, claim: dict[str, Any] | None, held: list[HeldGpu]) -> bool:
+        """Add what `claim` holds to `held`; False when there is no claim or it is not allocated yet."""
+        allocated = allocated_gpus(claim, self.devices) if claim is not None else None
+        if allocated is None:
+            return False
+        held.extend(allocated)
+        return True
+
 
 def claimed_charges(model: ClusterModel) -> Iterator[tuple[dict[str, Any], list[PodCharge]]]:
     """Every unfinished pod that asks DRA devices of its own (claims, or devices as extended resources), with
@@ -237,7 +239,7 @@ def claimed_charges(model: ClusterModel) -> Iterator[tuple[dict[str, Any], list[
             continue
         if pod_is_finished(pod):
             continue
-        claims = claims or ClaimUsage(model)
+        claims = claims or ClaimUsage(model, mapped)
         yield pod, claims.charges(pod)
 
 

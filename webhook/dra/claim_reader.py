@@ -11,13 +11,17 @@ down): the caller refuses then, since a claim it cannot read may ask for GPUs.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.cluster.model import ClusterModel
 from webhook.dra.claimed import ClaimRef, object_name
 from webhook.dra.render import API_VERSION
 
+log = logging.getLogger("kgwe.dra")
 PLURALS = {"ResourceClaimTemplate": "resourceclaimtemplates", "ResourceClaim": "resourceclaims"}
 
 
@@ -82,3 +86,38 @@ class KubeClaimReader:
         except Exception as exc:  # urllib3 timeouts and connection errors
             raise ClaimReadError(f"reading {what}: {exc}") from exc
         return _claim_spec(ref.kind, obj) or {}
+
+
+@dataclass
+class ReadClaims:
+    """What the claims a pod names ask (`(where, spec)` pairs), or why admission cannot tell."""
+
+    specs: list[tuple[str, Any]] = field(default_factory=list)
+    # Those of templates another controller writes (a gang's channel template, `ClaimRef.awaited`).
+    awaited: list[tuple[str, Any]] = field(default_factory=list)
+    refusal: str | None = None
+
+
+def read_claims(
+    reader: ClaimReader, namespace: str, refs: Iterable[ClaimRef], model: ClusterModel, deadline: float | None
+) -> ReadClaims:
+    """Every claim spec `refs` name, read in turn; the first that cannot be read or does not exist (unless it
+    is awaited: its controller writes it after the admission, and usage reads its claim then) is the refusal."""
+    read = ReadClaims()
+    for ref in refs:
+        what = f"spec.resourceClaims {ref.entry!r}: {ref.kind} {namespace}/{ref.name}"
+        try:
+            spec = reader.read(namespace, ref, model, deadline)
+        except ClaimReadError as exc:
+            log.warning("%s could not be read: %s", what, exc)
+            read.refusal = f"{what} could not be read ({exc}); try again"
+            return read
+        if spec is None:
+            if ref.awaited:
+                continue
+            read.refusal = f"{what} does not exist, so KGWE cannot tell what it asks for; create it before the pod"
+            return read
+        read.specs.append((what, spec))
+        if ref.awaited:
+            read.awaited.append((what, spec))
+    return read

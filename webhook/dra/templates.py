@@ -133,14 +133,13 @@ class KubeTemplateWriter:
             )
 
 
-
-
 def _left(deadline: float | None, late: str) -> float:
     """Seconds left before `deadline` (10 without one); TemplateError(`late`) when none are."""
     remaining = 10.0 if deadline is None else deadline - time.monotonic()
     if remaining <= 0:
         raise TemplateError(late)
     return remaining
+
 
 def _claim_spec(template: Any) -> Any:
     """What a ResourceClaimTemplate asks for (`spec.spec`, the claims' spec), as the API server and KGWE both
@@ -157,6 +156,7 @@ def _without_empty(value: Any) -> Any:
     if isinstance(value, list):
         return [_without_empty(item) for item in value]
     return value
+
 
 def ensure_claim_templates(
     runtime: TemplateRuntime,
