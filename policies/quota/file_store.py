@@ -65,6 +65,25 @@ class QuotaStateCorrupt(QuotaUnavailable):
     """The state file exists but is not a state this store wrote; it is left in place for an operator."""
 
 
+def parse_state(raw: bytes) -> dict[str, dict[str, Any]] | str:
+    """The state document in `raw`, validated; else why it is not one this store wrote."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(data, dict):
+        return f"the top level is a {type(data).__name__}, not an object"
+    for quota, entry in data.items():
+        if (
+            not isinstance(entry, dict)
+            or type(entry.get("version")) is not int
+            or entry["version"] < 0
+            or not isinstance(entry.get("status"), dict | None)
+        ):
+            return f"the entry of quota {quota!r} is not {{version: int, status: object}}"
+    return data
+
+
 class FileQuotaStore:
     """Compare-and-swap quota status in one JSON file, safe across processes and threads.
 
@@ -91,37 +110,49 @@ class FileQuotaStore:
     @contextlib.contextmanager
     def _locked_now(self) -> Iterator[None]:
         """Both locks if they are free at this moment; else WouldBlock (nothing counted, nothing changed)."""
-        if not self._threads.acquire(blocking=False):
-            raise WouldBlock(f"quota state {self.path} is locked by another request of this worker", soon=True)
+        with self._threads_taken(None, wait=False), self._flocked_now():
+            yield
+
+    @contextlib.contextmanager
+    def _locked(self, timeout: float | None) -> Iterator[None]:
+        with self._threads_taken(timeout, wait=True) as (wait, give_up), self._flocked(wait, give_up):
+            yield
+
+    @contextlib.contextmanager
+    def _threads_taken(self, timeout: float | None, *, wait: bool) -> Iterator[tuple[float, float]]:
+        """This worker's own lock (its threads queue here before they poll the file lock); yields how long the
+        file lock may be waited for and the `time.monotonic()` at which to give up. With `wait=False`,
+        WouldBlock at once when another thread of this worker holds it."""
+        limit = self.max_lock_wait if timeout is None else min(timeout, self.max_lock_wait)
+        limit = max(limit, 0.0) if wait else 0.0
+        give_up = time.monotonic() + limit
+        if not wait:
+            if not self._threads.acquire(blocking=False):
+                raise WouldBlock(f"quota state {self.path} is locked by another request of this worker", soon=True)
+        elif not self._threads.acquire(timeout=limit):
+            QUOTA_STORE_ERRORS.labels("lock_timeout").inc()
+            raise QuotaUnavailable(f"quota state {self.path} stayed locked by this worker's requests for {limit:.3g}s")
         try:
-            try:
-                handle = self._lock_handle()
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                raise WouldBlock(f"quota state {self.path} is locked by another worker", soon=True) from exc
-            except OSError as exc:
-                raise WouldBlock(f"quota state {self.path}: {exc}") from exc
-            try:
-                if not self._still_the_lock_file(handle):
-                    raise WouldBlock(f"quota lock {self._lock_path} was replaced")
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+            yield limit, give_up
         finally:
             self._threads.release()
 
     @contextlib.contextmanager
-    def _locked(self, timeout: float | None) -> Iterator[None]:
-        wait = self.max_lock_wait if timeout is None else min(timeout, self.max_lock_wait)
-        give_up = time.monotonic() + max(wait, 0.0)
-        if not self._threads.acquire(timeout=max(wait, 0.0)):
-            QUOTA_STORE_ERRORS.labels("lock_timeout").inc()
-            raise QuotaUnavailable(f"quota state {self.path} stayed locked by this worker's requests for {wait:.3g}s")
+    def _flocked_now(self) -> Iterator[None]:
+        """The file lock if it is free at this moment (call with `_threads` held); else WouldBlock."""
         try:
-            with self._flocked(wait, give_up):
-                yield
+            handle = self._lock_handle()
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise WouldBlock(f"quota state {self.path} is locked by another worker", soon=True) from exc
+        except OSError as exc:
+            raise WouldBlock(f"quota state {self.path}: {exc}") from exc
+        try:
+            if not self._still_the_lock_file(handle):
+                raise WouldBlock(f"quota lock {self._lock_path} was replaced")
+            yield
         finally:
-            self._threads.release()
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _lock_handle(self) -> Any:
         """The lock file, opened once per process (call with `_threads` held).
@@ -224,20 +255,9 @@ class FileQuotaStore:
 
     def _parse(self, raw: bytes, stat: os.stat_result | None) -> dict[str, dict[str, Any]]:
         """The state document in `raw`, validated (QuotaStateCorrupt otherwise)."""
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise self._corrupt(f"not JSON: {exc}", stat) from exc
-        if not isinstance(data, dict):
-            raise self._corrupt(f"the top level is a {type(data).__name__}, not an object", stat)
-        for quota, entry in data.items():
-            if (
-                not isinstance(entry, dict)
-                or type(entry.get("version")) is not int
-                or entry["version"] < 0
-                or not isinstance(entry.get("status"), dict | None)
-            ):
-                raise self._corrupt(f"the entry of quota {quota!r} is not {{version: int, status: object}}", stat)
+        data = parse_state(raw)
+        if isinstance(data, str):
+            raise self._corrupt(data, stat)
         return data
 
     def _store(self, data: dict[str, dict[str, Any]]) -> None:

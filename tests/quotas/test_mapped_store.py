@@ -3,6 +3,7 @@ last state whole; a damaged state refuses every check and is never overwritten."
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import multiprocessing
 import os
@@ -12,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from quota_fixtures import charge, unique_name
 
 from policies.quota.check import QuotaService
 from policies.quota.file_store import QuotaStateCorrupt
-from policies.quota.mapped_store import HEADER_BYTES, MappedQuotaStore
-from policies.quota.store import QuotaUnavailable
+from policies.quota.mapped_store import HEADER_BYTES, MAGIC, MappedQuotaStore
+from policies.quota.model import LimitKey
+from policies.quota.store import QuotaStatus, QuotaUnavailable, Reservation
 
 H100 = "nvidia-h100-80gb"
 SLOT = 1 << 20
@@ -98,8 +101,8 @@ def test_a_state_too_large_for_a_slot_is_refused(tmp_path: Path) -> None:
 
 
 def test_workers_taking_turns_each_see_every_reservation(tmp_path: Path) -> None:
-    """A worker keeps the state it parsed last; another worker's write (the write counter moves) makes it
-    read the mapping again, so no reservation is ever counted from a stale copy."""
+    """A worker keeps the state it parsed last; another worker's write (the bytes differ) makes it parse the
+    mapping again, so no reservation is ever counted from a stale copy."""
     path = tmp_path / "quota-state.json"
     first, second = _service(path), _service(path)
     quota = _quota(unique_name("turns"))
@@ -109,3 +112,81 @@ def test_workers_taking_turns_each_see_every_reservation(tmp_path: Path) -> None
         assert len(store.read(quota["metadata"]["name"]).status.reservations) == index + 1
     # The limit is 8 GPUs: whichever worker asks next sees all eight reserved.
     assert not _admit(first[1], quota, "ninth") and not _admit(second[1], quota, "ninth")
+
+
+def _lock_is_free(path: Path) -> bool:
+    """Whether another worker (another open file description) could take the file lock now."""
+    with open(f"{path}.lock", "a+b") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(other, fcntl.LOCK_UN)
+        return True
+
+
+def test_a_change_is_worked_out_without_the_file_lock(tmp_path: Path) -> None:
+    """Parsing, changing and serialising the state happen before the lock: another worker waits only for
+    the comparison and the copy (module doc)."""
+    path = tmp_path / "quota-state.json"
+    store = MappedQuotaStore(path, slot_bytes=SLOT)
+    free: list[bool] = []
+
+    def change(status: QuotaStatus) -> tuple[QuotaStatus, None]:
+        free.append(_lock_is_free(path))
+        return QuotaStatus((*status.reservations, _reservation(f"r{len(free)}")), status.used), None
+
+    store.transact("team", change, timeout=5)
+    store.transact("team", change, timeout=5)
+    assert free == [True, True]
+    assert [r.id for r in store.read("team").status.reservations] == ["r1", "r2"]
+
+
+def test_a_write_between_the_read_and_the_lock_makes_the_change_run_again_on_it(tmp_path: Path) -> None:
+    """Another worker reserves while this one works its change out: the change is worked out again on the
+    state that holds the other reservation, under the lock, so neither reservation is lost."""
+    path = tmp_path / "quota-state.json"
+    store, other = MappedQuotaStore(path, slot_bytes=SLOT), MappedQuotaStore(path, slot_bytes=SLOT)
+    seen: list[list[str]] = []
+
+    def add(rid: str) -> Any:
+        def change(status: QuotaStatus) -> tuple[QuotaStatus, None]:
+            return QuotaStatus((*status.reservations, _reservation(rid)), status.used), None
+        return change
+
+    def mine(status: QuotaStatus) -> tuple[QuotaStatus, int]:
+        seen.append([r.id for r in status.reservations])
+        if len(seen) == 1:
+            other.transact("team", add("theirs"), timeout=5)  # lands after this worker's read
+        return QuotaStatus((*status.reservations, _reservation("mine")), status.used), len(seen)
+
+    assert store.transact("team", mine, timeout=5) == 2
+    assert seen == [[], ["theirs"]]
+    assert [r.id for r in store.read("team").status.reservations] == ["theirs", "mine"]
+    assert [r.id for r in other.read("team").status.reservations] == ["theirs", "mine"]
+
+
+def test_a_state_half_written_by_another_worker_is_not_reported_corrupt(tmp_path: Path) -> None:
+    """The read without the lock may meet another worker's first write half done (the header's magic
+    written, its lengths not yet): that is read again under the lock, never reported as damage."""
+    path = tmp_path / "quota-state.json"
+    store = MappedQuotaStore(path, slot_bytes=SLOT)
+    with open(path, "w+b") as handle:
+        handle.truncate(HEADER_BYTES + 2 * SLOT)
+        mapped = mmap.mmap(handle.fileno(), 0)
+        mapped[:8] = MAGIC  # magic, active slot 0, length 0, CRC 0: the first write caught half way
+        mapped.flush()
+    before = _corrupt_reports()
+    assert store._snapshot() is None
+    assert _corrupt_reports() == before
+    with pytest.raises(QuotaStateCorrupt):  # under the lock, the same header is damage
+        store.read("team")
+    assert _corrupt_reports() == before + 1
+
+
+def _corrupt_reports() -> float:
+    return REGISTRY.get_sample_value("kgwe_quota_store_errors_total", {"reason": "corrupt"}) or 0.0
+
+
+def _reservation(rid: str) -> Reservation:
+    return Reservation(rid, f"team/{rid}", None, LimitKey("acceleratorType", H100), Decimal(1), None, 1.0e9, 4.0e9)
