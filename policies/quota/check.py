@@ -40,7 +40,9 @@ ZERO = Decimal(0)
 class QuotaDecision:
     allowed: bool
     message: str = ""
-    reservation_id: str | None = None  # None when nothing was reserved (no limit hit, refused, or dry run)
+    # None when this admission reserved nothing new: no limit hit, refused, a dry run, or the reservations of
+    # an earlier admission of the same pod kept (`_reserve`).
+    reservation_id: str | None = None
     tenant: str = ""
 
 
@@ -181,6 +183,7 @@ class QuotaService:
             # only where waiting is allowed.
             raise WouldBlock(f"{len(by_quota)} TenantQuota objects to reserve")
         reserved: list[str] = []
+        wrote = False
         for name in sorted(by_quota):
             reserve = functools.partial(
                 self._reserve,
@@ -195,7 +198,7 @@ class QuotaService:
                 dry_run=dry_run,
             )
             try:
-                refusal = update_status(self.store, name, reserve, deadline=deadline, wait=wait)
+                refusal, kept = update_status(self.store, name, reserve, deadline=deadline, wait=wait)
             except QuotaUnavailable:
                 self._give_back(reserved, reservation_id, deadline)
                 raise
@@ -203,11 +206,14 @@ class QuotaService:
                 self._give_back(reserved, reservation_id, deadline)
                 record_refusal("quota")
                 return QuotaDecision(False, refusal, None, tenant)
-            reserved.append(name)
-        return QuotaDecision(True, "", None if dry_run else reservation_id, tenant)
+            if not kept:
+                reserved.append(name)
+                wrote = not dry_run
+        return QuotaDecision(True, "", reservation_id if wrote else None, tenant)
 
     def _give_back(self, quota_names: list[str], reservation_id: str, deadline: float | None) -> None:
         # Limits in several TenantQuota objects cannot be taken in one write: undo the ones already taken.
+        # Reservations kept from an earlier admission of the same pod stay: that admission may have made it.
         for name in quota_names:
             with contextlib.suppress(QuotaUnavailable):  # not given back, it expires after the grace period
                 self.release(name, reservation_id, deadline=deadline)
@@ -235,7 +241,8 @@ class QuotaService:
         note: str,
         reservation_id: str,
         dry_run: bool,
-    ) -> tuple[QuotaStatus | None, str | None]:
+    ) -> tuple[QuotaStatus | None, tuple[str | None, bool]]:
+        """The new status and (the refusal or None, whether the pod's earlier reservations were kept)."""
         now = self.clock()
         listed = _ListedPods(pods)
         # A reservation ends when it expires or when the pod list shows its pod (the list counts it from
@@ -250,11 +257,13 @@ class QuotaService:
             )
             refusal = _over_limit(tenant, limit, used, asked, note if limit.key.kind == "acceleratorType" else "")
             if refusal is not None:
-                return None, refusal + self._reserved_note(reserved)
+                return None, (refusal + self._reserved_note(reserved), False)
         if dry_run:
-            return None, None
+            return None, (None, False)
+        keys = sorted({limit.key for limit in limits})
+        if self._still_held(charge, keys, live, asked, now):
+            return None, (None, True)
         # A repeated admission of the same pod replaces its earlier reservation instead of adding to it.
-        kept = pending
         new = [
             Reservation(
                 id=reservation_id,
@@ -266,9 +275,29 @@ class QuotaService:
                 created_at=now,
                 expires_at=now + self.grace_seconds,
             )
-            for key in sorted({limit.key for limit in limits})
+            for key in keys
         ]
-        return QuotaStatus(tuple(kept + new), status.used), None
+        return QuotaStatus(tuple(pending + new), status.used), (None, False)
+
+    def _still_held(
+        self, charge: PodCharge, keys: list[LimitKey], live: list[Reservation], asked: _Amount, now: float
+    ) -> bool:
+        """Whether the pod's reservations from an earlier admission already hold exactly what this one would
+        reserve, with at least half the grace period left: they are kept, and nothing is written.
+
+        An API server retrying a call, or the same pod asked about again, would otherwise rewrite the
+        shared state on every admission, and every other worker would parse it again. Half the grace
+        period is still far longer than a pod takes to show in the pod list after it is created.
+        """
+        held = [r for r in live if same_pod(charge, r.pod, r.pod_uid)]
+        if [r.key for r in held] != keys:
+            return False
+        fresh_until = now + self.grace_seconds / 2
+        return all(
+            r.gpus == asked.gpus and r.gpu_memory == charge.gpu_memory_bytes and r.expires_at >= fresh_until
+            and r.pod == charge.pod and r.pod_uid == charge.uid
+            for r in held
+        )
 
     def _reserved_note(self, reserved: list[Reservation]) -> str:
         """Why the use is higher than `kgwe review`, the UI or a pod list show: reservations of pods admitted

@@ -251,6 +251,37 @@ def test_admitting_the_same_pod_again_replaces_its_reservation(
     assert [r.gpus for r in store.read("team-a").status.reservations] == [5]
 
 
+def test_the_same_pod_admitted_again_keeps_its_fresh_reservation_and_writes_nothing(
+    service: QuotaService, store: CountingStore, clock: Clock, example_quotas: list[dict[str, Any]]
+) -> None:
+    """An API server retrying a call does not rewrite the shared state (every other worker would parse it
+    again): the reservation stands while half its grace period is left, then it is renewed."""
+    quotas = team_a(example_quotas)
+    first = admit(service, charge("team-a", "retry", 5, H100, uid="u-1"), "team-a", quotas)
+    assert first.allowed and first.reservation_id
+    written = store.read("team-a")
+    clock.now += 29
+    again = admit(service, charge("team-a", "retry", 5, H100, uid="u-1"), "team-a", quotas)
+    assert again.allowed and again.reservation_id is None  # nothing new reserved: the first one holds
+    assert store.read("team-a") == written
+    # Still counted for everyone else.
+    assert not admit(service, charge("team-a", "other", 4, H100), "team-a", quotas).allowed
+    clock.now += 2  # less than half the grace period left: renewed
+    renewed = admit(service, charge("team-a", "retry", 5, H100, uid="u-1"), "team-a", quotas)
+    assert renewed.reservation_id
+    [held] = store.read("team-a").status.reservations
+    assert (held.id, held.expires_at) == (renewed.reservation_id, clock.now + 60)
+
+
+def test_the_same_pod_asking_for_more_replaces_its_reservation(
+    service: QuotaService, store: CountingStore, example_quotas: list[dict[str, Any]]
+) -> None:
+    quotas = team_a(example_quotas)
+    assert admit(service, charge("team-a", "grow", 2, H100, uid="u-1"), "team-a", quotas).allowed
+    assert admit(service, charge("team-a", "grow", 3, H100, uid="u-1"), "team-a", quotas).reservation_id
+    assert [r.gpus for r in store.read("team-a").status.reservations] == [3]
+
+
 def test_release_gives_back_a_reservation(service: QuotaService, store: CountingStore,
                                           example_quotas: list[dict[str, Any]]) -> None:
     quotas = team_a(example_quotas)
