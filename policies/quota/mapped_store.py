@@ -10,7 +10,9 @@ the same is the new state copied in. Otherwise (another worker wrote in between,
 in progress) the change is worked out again under the lock. The lock is therefore held for a comparison
 and a copy of a few kilobytes (microseconds), not for the parse, the change and the serialisation (about
 a tenth of a millisecond): with two workers reserving on every admission, the other worker found the lock
-held a sixth of the time, and every such request waited on the event loop or a thread.
+held a sixth of the time, and every such request waited on the event loop or a thread. A change that
+writes nothing (a refusal, a dry run, a reservation kept) takes no lock at all: its answer is that of the
+state as it was when read, which a copy matching its CRC holds whole.
 
 The change is a pure function of the status it is given, so working it out twice is only work; comparing
 bytes, not a counter, makes the check independent of how the processor orders the other worker's writes.
@@ -195,6 +197,10 @@ class MappedQuotaStore(FileQuotaStore):
         with self._threads_taken(timeout, wait=wait) as (limit, give_up):
             seen = self._snapshot()
             planned = self._apply(quota, change, seen[1]) if seen is not None else None
+            if planned is not None and planned[0] is None:
+                # Nothing to write (a refusal, a dry run, a reservation kept): the answer holds for the state
+                # as it was when read, a moment ago, whole; no other worker need wait for it.
+                return planned[2]
             with self._flocked(limit, give_up) if wait else self._flocked_now():
                 if planned is None or seen is None or not self._unchanged_since(seen[0]):
                     planned = self._apply(quota, change, self._load())

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import REGISTRY
 from quota_fixtures import charge, unique_name
 
+from policies.api import WouldBlock
 from policies.quota.check import QuotaService
 from policies.quota.file_store import QuotaStateCorrupt
 from policies.quota.mapped_store import HEADER_BYTES, MAGIC, MappedQuotaStore
@@ -140,6 +141,27 @@ def test_a_change_is_worked_out_without_the_file_lock(tmp_path: Path) -> None:
     store.transact("team", change, timeout=5)
     assert free == [True, True]
     assert [r.id for r in store.read("team").status.reservations] == ["r1", "r2"]
+
+
+def test_a_change_that_writes_nothing_is_answered_while_another_worker_holds_the_lock(tmp_path: Path) -> None:
+    """A refusal (or a kept reservation) needs no lock: a quota check the other worker's transaction would
+    have made wait is answered from the state as it is."""
+    path = tmp_path / "quota-state.json"
+    _store, service = _service(path)
+    quota = _quota(unique_name("held"))
+    quota["spec"]["limits"][0]["gpus"] = 1
+    assert _admit(service, quota, "first")
+    name = quota["metadata"]["name"]
+    with open(f"{path}.lock", "a+b") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        refused = service.check(charge(name, "second", Decimal(1), H100, uid="uid-second"), name, [quota], [],
+                                dry_run=False, deadline=time.monotonic() + 5, wait=False)
+        with pytest.raises(WouldBlock):  # a reservation to write still waits for the lock
+            service.check(charge(name, "third", Decimal("0.5"), H100, uid="uid-third"), name,
+                          [{**quota, "spec": {**quota["spec"], "limits": [{"acceleratorType": H100, "gpus": 2}]}}],
+                          [], dry_run=False, deadline=time.monotonic() + 5, wait=False)
+        fcntl.flock(other, fcntl.LOCK_UN)
+    assert not refused.allowed and "1 of 1 GPUs in use" in refused.message
 
 
 def test_a_write_between_the_read_and_the_lock_makes_the_change_run_again_on_it(tmp_path: Path) -> None:
