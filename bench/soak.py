@@ -132,8 +132,10 @@ class Server:
 
 
 @contextlib.contextmanager
-def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = (), workers: int | None = 1) -> Iterator[Server]:
-    """`kgwe serve` on 127.0.0.1 over the example cluster, with its own CA; stopped on exit."""
+def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = (), workers: int | None = 1,
+               cpus: set[int] | None = None) -> Iterator[Server]:
+    """`kgwe serve` on 127.0.0.1 over the example cluster, with its own CA; stopped on exit. `cpu` pins the
+    server after it started (one worker); `cpus` before it starts, so that every worker it forks keeps to them."""
     from certs.authority import Settings
     from certs.files import ensure_files
 
@@ -150,7 +152,8 @@ def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = (), workers
             *extra_args,
         ]
         with log_file.open("wb") as log:
-            process = subprocess.Popen(command, cwd=_ROOT, stdout=log, stderr=subprocess.STDOUT)
+            pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+            process = subprocess.Popen(command, cwd=_ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin)
         server = Server(process, port, paths.ca_cert, log_file)
         try:
             if cpu is not None and hasattr(os, "sched_setaffinity"):
