@@ -153,8 +153,10 @@ class MappedQuotaStore(FileQuotaStore):
         start = HEADER_BYTES + target * self.slot_bytes
         mapped[start:start + len(raw)] = raw
         lengths[target], crcs[target] = len(raw), zlib.crc32(raw)
-        # The slot and its length and checksum first, under the index still naming the other slot...
-        HEADER.pack_into(mapped, 0, MAGIC, target if fresh else active, *lengths, *crcs)
+        # The slot and its length and checksum first, under the index still naming the other slot... Copied in
+        # whole, never packed in place: `pack_into` zeroes its target before it fills it, and a worker reading
+        # without the lock would meet a zero magic (a file never written: the empty state) or a zero index.
+        mapped[:HEADER.size] = HEADER.pack(MAGIC, target if fresh else active, *lengths, *crcs)
         # ...then the index: one byte, so a reader sees the old state or the new one whole.
         mapped[ACTIVE_OFFSET] = target
 

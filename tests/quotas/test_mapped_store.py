@@ -21,7 +21,7 @@ from policies.quota.check import QuotaService
 from policies.quota.file_store import QuotaStateCorrupt
 from policies.quota.mapped_store import HEADER_BYTES, MAGIC, MappedQuotaStore
 from policies.quota.model import LimitKey
-from policies.quota.store import QuotaStatus, QuotaUnavailable, Reservation
+from policies.quota.store import QuotaStatus, QuotaUnavailable, Reservation, UsedEntry
 
 H100 = "nvidia-h100-80gb"
 SLOT = 1 << 20
@@ -212,3 +212,44 @@ def _corrupt_reports() -> float:
 
 def _reservation(rid: str) -> Reservation:
     return Reservation(rid, f"team/{rid}", None, LimitKey("acceleratorType", H100), Decimal(1), None, 1.0e9, 4.0e9)
+
+
+def _write_other_quota_until(path: str, stop: Any) -> None:
+    """Another worker writing the state as fast as it can (a quota nobody in the test checks)."""
+    store = MappedQuotaStore(path, slot_bytes=SLOT)
+    key = LimitKey("acceleratorType", H100)
+    count = 0
+    while not stop.is_set():
+        count += 1
+        used = (UsedEntry(key, Decimal(count)),)
+        store.transact("elsewhere", lambda status, used=used: (QuotaStatus(status.reservations, used), None),
+                       timeout=5)
+    os._exit(0)
+
+
+def test_a_read_without_the_lock_never_meets_a_state_that_was_never_written(tmp_path: Path) -> None:
+    """While another worker writes, the header it rewrites never reads as a file never written (an empty
+    state): a check answered without the lock from an empty state would let a dry run through that the
+    state refuses, and a give-back would find nothing to give back and write nothing."""
+    path = tmp_path / "quota-state.json"
+    _store, service = _service(path)
+    quota = _quota(unique_name("torn"))
+    quota["spec"]["limits"][0]["gpus"] = 1
+    name = quota["metadata"]["name"]
+    assert _admit(service, quota, "first")
+    stop = multiprocessing.get_context("fork").Event()
+    writer = multiprocessing.get_context("fork").Process(target=_write_other_quota_until, args=(str(path), stop))
+    writer.start()
+    try:
+        checks, wrongly_allowed = 0, 0
+        until = time.monotonic() + 3
+        while time.monotonic() < until and not wrongly_allowed:
+            decision = service.check(charge(name, "second", Decimal(1), H100, uid="uid-second"), name, [quota], [],
+                                     dry_run=True, deadline=time.monotonic() + 5)
+            checks += 1
+            wrongly_allowed += decision.allowed
+    finally:
+        stop.set()
+        writer.join(20)
+    assert checks > 1000
+    assert wrongly_allowed == 0, f"{wrongly_allowed} of {checks} dry runs were answered from an empty state"
