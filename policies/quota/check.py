@@ -196,6 +196,7 @@ class QuotaService:
                 note=note,
                 reservation_id=reservation_id,
                 dry_run=dry_run,
+                may_keep=len(by_quota) == 1,
             )
             try:
                 refusal, kept = update_status(self.store, name, reserve, deadline=deadline, wait=wait)
@@ -213,7 +214,8 @@ class QuotaService:
 
     def _give_back(self, quota_names: list[str], reservation_id: str, deadline: float | None) -> None:
         # Limits in several TenantQuota objects cannot be taken in one write: undo the ones already taken.
-        # Reservations kept from an earlier admission of the same pod stay: that admission may have made it.
+        # Only this admission's own reservations go: with several objects, none is kept from an earlier
+        # admission of the same pod (`_reserve`), so none that another admission relies on is taken away.
         for name in quota_names:
             with contextlib.suppress(QuotaUnavailable):  # not given back, it expires after the grace period
                 self.release(name, reservation_id, deadline=deadline)
@@ -241,8 +243,14 @@ class QuotaService:
         note: str,
         reservation_id: str,
         dry_run: bool,
+        may_keep: bool = True,
     ) -> tuple[QuotaStatus | None, tuple[str | None, bool]]:
-        """The new status and (the refusal or None, whether the pod's earlier reservations were kept)."""
+        """The new status and (the refusal or None, whether the pod's earlier reservations were kept).
+
+        `may_keep` only where the pod's limits are in this one TenantQuota object: an admission that reserves
+        in several gives back what it reserved when a later object refuses, so a reservation it made may
+        vanish while it runs. Another admission of the same pod (an API server retrying the call) that kept
+        it would be admitted with nothing held; it writes its own instead, which that give-back leaves."""
         now = self.clock()
         listed = _ListedPods(pods)
         # A reservation ends when it expires or when the pod list shows its pod (the list counts it from
@@ -261,7 +269,7 @@ class QuotaService:
         if dry_run:
             return None, (None, False)
         keys = sorted({limit.key for limit in limits})
-        if self._still_held(charge, keys, live, asked, now):
+        if may_keep and self._still_held(charge, keys, live, asked, now):
             return None, (None, True)
         # A repeated admission of the same pod replaces its earlier reservation instead of adding to it.
         new = [

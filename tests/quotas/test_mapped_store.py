@@ -253,3 +253,45 @@ def test_a_read_without_the_lock_never_meets_a_state_that_was_never_written(tmp_
         writer.join(20)
     assert checks > 1000
     assert wrongly_allowed == 0, f"{wrongly_allowed} of {checks} dry runs were answered from an empty state"
+
+
+def test_a_reservation_given_back_by_its_admission_is_not_kept_by_a_retry_of_the_same_pod(tmp_path: Path) -> None:
+    """An admission of a pod (worker A) reserves in the first of two TenantQuota objects, is refused by the
+    second and gives its reservation back; a retry of the same pod (worker B, whose pod list no longer
+    shows a finished pod) is admitted in between. The retry must hold a reservation of its own in the first
+    object: had it kept A's, A's give-back would take it away, and the first object's limit would be
+    exceeded by the next pod (counted from the same pod list)."""
+    path = tmp_path / "quota-state.json"
+    tenant = unique_name("retry")
+    types, profiles = f"{tenant}-a-types", f"{tenant}-b-profiles"  # reserved in this order
+    quotas = [
+        {"metadata": {"name": types}, "spec": {"tenant": tenant, "namespaces": [tenant],
+                                               "limits": [{"acceleratorType": H100, "gpus": 4}]}},
+        {"metadata": {"name": profiles}, "spec": {"tenant": tenant, "namespaces": [tenant],
+                                                  "limits": [{"profile": "premium", "gpus": 2}]}},
+    ]
+    pod = charge(tenant, "x", 2, H100, profile="premium", uid="uid-x")
+    finished = charge(tenant, "z", 1, H100, profile="premium", uid="uid-z", tenant=tenant)
+    worker_b = QuotaService(MappedQuotaStore(path, slot_bytes=SLOT), lambda _: None, grace_seconds=600)
+    retried: list[Any] = []
+
+    def clock_a() -> float:
+        if len(retried) == 0 and _reservation_count(path, types) == 1:
+            # A reserved in the first object and is working out the second: the retry comes now, on B.
+            retried.append(worker_b.check(pod, tenant, quotas, [], dry_run=False, deadline=time.monotonic() + 5))
+        return time.time()
+
+    worker_a = QuotaService(MappedQuotaStore(path, slot_bytes=SLOT), lambda _: None, grace_seconds=600, clock=clock_a)
+    first = worker_a.check(pod, tenant, quotas, [finished], dry_run=False, deadline=time.monotonic() + 5)
+    assert not first.allowed and "profile premium" in first.message  # z still runs in A's pod list
+    [again] = retried
+    assert again.allowed  # B's pod list no longer shows z
+    held = MappedQuotaStore(path, slot_bytes=SLOT).read(types).status.reservations
+    assert [(r.pod_uid, r.gpus) for r in held] == [("uid-x", 2)]
+    # x holds 2 of the 4 H100s until the pod list shows it: a 3-GPU pod does not fit.
+    other = charge(tenant, "y", 3, H100, uid="uid-y")
+    assert not worker_b.check(other, tenant, quotas, [], dry_run=False, deadline=time.monotonic() + 5).allowed
+
+
+def _reservation_count(path: Path, quota: str) -> int:
+    return len(MappedQuotaStore(path, slot_bytes=SLOT).read(quota).status.reservations)
