@@ -295,3 +295,22 @@ def test_a_reservation_given_back_by_its_admission_is_not_kept_by_a_retry_of_the
 
 def _reservation_count(path: Path, quota: str) -> int:
     return len(MappedQuotaStore(path, slot_bytes=SLOT).read(quota).status.reservations)
+
+
+@pytest.mark.parametrize("damage", ["magic", "header"])
+def test_a_header_zeroed_by_damage_is_not_taken_for_a_file_never_written(tmp_path: Path, damage: str) -> None:
+    """A file never written is all zeros; a header zeroed over a written state (its magic, or all of it) is
+    damage: refused, and the reservations in the slots are never overwritten with a new state."""
+    path = tmp_path / "quota-state.json"
+    store, service = _service(path)
+    quota = _quota(unique_name("zeroed"))
+    assert _admit(service, quota, "first")
+    with open(path, "r+b") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0)
+        mapped[:8 if damage == "magic" else HEADER_BYTES] = bytes(8 if damage == "magic" else HEADER_BYTES)
+        damaged = bytes(mapped[:HEADER_BYTES + 2 * SLOT])
+    with pytest.raises(QuotaStateCorrupt):
+        store.read(quota["metadata"]["name"])
+    with pytest.raises(QuotaUnavailable):
+        _admit(service, quota, "second")
+    assert path.read_bytes()[:HEADER_BYTES + 2 * SLOT] == damaged
