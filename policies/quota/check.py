@@ -182,7 +182,7 @@ class QuotaService:
             # Several TenantQuota objects are reserved one after the other, with give-backs on refusal:
             # only where waiting is allowed.
             raise WouldBlock(f"{len(by_quota)} TenantQuota objects to reserve")
-        reserved: list[str] = []
+        reserved: list[tuple[str, tuple[Reservation, ...]]] = []  # (quota, the reservations this one replaced)
         wrote = False
         for name in sorted(by_quota):
             reserve = functools.partial(
@@ -199,7 +199,7 @@ class QuotaService:
                 may_keep=len(by_quota) == 1,
             )
             try:
-                refusal, kept = update_status(self.store, name, reserve, deadline=deadline, wait=wait)
+                refusal, kept, replaced = update_status(self.store, name, reserve, deadline=deadline, wait=wait)
             except QuotaUnavailable:
                 self._give_back(reserved, reservation_id, deadline)
                 raise
@@ -208,17 +208,21 @@ class QuotaService:
                 record_refusal("quota")
                 return QuotaDecision(False, refusal, None, tenant)
             if not kept:
-                reserved.append(name)
+                reserved.append((name, replaced))
                 wrote = not dry_run
         return QuotaDecision(True, "", reservation_id if wrote else None, tenant)
 
-    def _give_back(self, quota_names: list[str], reservation_id: str, deadline: float | None) -> None:
+    def _give_back(
+        self, reserved: list[tuple[str, tuple[Reservation, ...]]], reservation_id: str, deadline: float | None
+    ) -> None:
         # Limits in several TenantQuota objects cannot be taken in one write: undo the ones already taken.
         # Only this admission's own reservations go: with several objects, none is kept from an earlier
         # admission of the same pod (`_reserve`), so none that another admission relies on is taken away.
-        for name in quota_names:
+        # What this admission's reservation replaced (another admission of the same pod, which may have been
+        # admitted meanwhile: an API server retrying the call) is put back, not lost with it.
+        for name, replaced in reserved:
             with contextlib.suppress(QuotaUnavailable):  # not given back, it expires after the grace period
-                self.release(name, reservation_id, deadline=deadline)
+                self.release(name, reservation_id, deadline=deadline, restore=replaced)
 
     def _steering_note(self, charge: PodCharge) -> str:
         charged = charged_type(charge, self.price_of)
@@ -244,8 +248,9 @@ class QuotaService:
         reservation_id: str,
         dry_run: bool,
         may_keep: bool = True,
-    ) -> tuple[QuotaStatus | None, tuple[str | None, bool]]:
-        """The new status and (the refusal or None, whether the pod's earlier reservations were kept).
+    ) -> tuple[QuotaStatus | None, tuple[str | None, bool, tuple[Reservation, ...]]]:
+        """The new status and (the refusal or None, whether the pod's earlier reservations were kept, the
+        reservations of the same pod this one replaces).
 
         `may_keep` only where the pod's limits are in this one TenantQuota object: an admission that reserves
         in several gives back what it reserved when a later object refuses, so a reservation it made may
@@ -265,12 +270,12 @@ class QuotaService:
             )
             refusal = _over_limit(tenant, limit, used, asked, note if limit.key.kind == "acceleratorType" else "")
             if refusal is not None:
-                return None, (refusal + self._reserved_note(reserved), False)
+                return None, (refusal + self._reserved_note(reserved), False, ())
         if dry_run:
-            return None, (None, False)
+            return None, (None, False, ())
         keys = sorted({limit.key for limit in limits})
         if may_keep and self._still_held(charge, keys, live, asked, now):
-            return None, (None, True)
+            return None, (None, True, ())
         # A repeated admission of the same pod replaces its earlier reservation instead of adding to it.
         new = [
             Reservation(
@@ -285,7 +290,8 @@ class QuotaService:
             )
             for key in keys
         ]
-        return QuotaStatus(tuple(pending + new), status.used), (None, False)
+        replaced = tuple(r for r in live if same_pod(charge, r.pod, r.pod_uid))
+        return QuotaStatus(tuple(pending + new), status.used), (None, False, replaced)
 
     def _still_held(
         self, charge: PodCharge, keys: list[LimitKey], live: list[Reservation], asked: _Amount, now: float
@@ -318,12 +324,25 @@ class QuotaService:
                 f"admitted in the last {format_gpus(Decimal(str(self.grace_seconds)))} s that the pod list does not "
                 "show yet (quotas.reservationGraceSeconds)")
 
-    def release(self, quota: str, reservation_id: str, *, deadline: float | None = None) -> None:
-        """Drop a reservation, e.g. when a later step refuses the pod after the quota check admitted it."""
+    def release(
+        self, quota: str, reservation_id: str, *, deadline: float | None = None, restore: Iterable[Reservation] = ()
+    ) -> None:
+        """Drop a reservation, e.g. when a later step refuses the pod after the quota check admitted it.
+
+        `restore`: the reservations it replaced, put back where it is dropped, while they are live and no
+        other reservation of their pod took its place."""
+        restore = tuple(restore)
 
         def drop(status: QuotaStatus) -> tuple[QuotaStatus | None, None]:
             kept = tuple(r for r in status.reservations if r.id != reservation_id)
-            return (QuotaStatus(kept, status.used) if len(kept) != len(status.reservations) else None), None
+            if len(kept) == len(status.reservations):
+                return None, None
+            now = self.clock()
+            back = tuple(
+                r for r in restore
+                if r.expires_at > now and not any(_same_reserved_pod(r, other) for other in kept)
+            )
+            return QuotaStatus(kept + back, status.used), None
 
         update_status(self.store, quota, drop, deadline=deadline)
 
@@ -334,6 +353,13 @@ class QuotaService:
     def usage(self, tenant: str, quotas: list[dict[str, Any]], usage_pods: Iterable[PodCharge]) -> list[UsageLine]:
         """Use per limit from the tenant's pods alone (no reservations): for status.used, the API and metrics."""
         return usage_lines(tenant, quotas, usage_pods, self.price_of)
+
+
+def _same_reserved_pod(a: Reservation, b: Reservation) -> bool:
+    """`same_pod`'s rule between two reservations: uids decide when both have one, names otherwise."""
+    if a.pod_uid and b.pod_uid:
+        return a.pod_uid == b.pod_uid
+    return a.pod == b.pod
 
 
 class _ListedPods:

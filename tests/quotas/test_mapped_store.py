@@ -314,3 +314,43 @@ def test_a_header_zeroed_by_damage_is_not_taken_for_a_file_never_written(tmp_pat
     with pytest.raises(QuotaUnavailable):
         _admit(service, quota, "second")
     assert path.read_bytes()[:HEADER_BYTES + 2 * SLOT] == damaged
+
+
+def test_a_give_back_puts_back_the_reservation_of_the_same_pod_it_replaced(tmp_path: Path) -> None:
+    """Three TenantQuota objects: a retry of a pod (worker B) reserves in all three and is admitted while the
+    first admission of the pod (worker A) is between its first and second object; A then replaces B's
+    reservation in the second object with its own and is refused by the third (its pod list still shows a
+    finished pod). A's give-back must put B's reservation back, not leave the second object without one:
+    the next pod would be admitted past its limit."""
+    path = tmp_path / "quota-state.json"
+    tenant = unique_name("replaced")
+    first_object, second_object, third_object = (f"{tenant}-{letter}" for letter in "abc")  # reserved in order
+
+    def quota(name: str, limit: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"tenant": tenant, "namespaces": [tenant], "limits": [limit]}}
+
+    quotas = [quota(first_object, {"acceleratorType": H100, "gpus": 8}),
+              quota(second_object, {"profile": "premium", "gpus": 4}),
+              quota(third_object, {"acceleratorType": H100, "gpus": 2})]
+    pod = charge(tenant, "x", 2, H100, profile="premium", uid="uid-x")
+    finished = charge(tenant, "z", 1, H100, uid="uid-z", tenant=tenant)
+    worker_b = QuotaService(MappedQuotaStore(path, slot_bytes=SLOT), lambda _: None, grace_seconds=600)
+    retried: list[Any] = []
+
+    def clock_a() -> float:
+        if not retried and _reservation_count(path, first_object) == 1 \
+                and _reservation_count(path, second_object) == 0:
+            retried.append(worker_b.check(pod, tenant, quotas, [], dry_run=False, deadline=time.monotonic() + 5))
+        return time.time()
+
+    worker_a = QuotaService(MappedQuotaStore(path, slot_bytes=SLOT), lambda _: None, grace_seconds=600, clock=clock_a)
+    first = worker_a.check(pod, tenant, quotas, [finished], dry_run=False, deadline=time.monotonic() + 5)
+    assert not first.allowed and "1 of 2 GPUs in use" in first.message
+    [again] = retried
+    assert again.allowed
+    store = MappedQuotaStore(path, slot_bytes=SLOT)
+    for name in (first_object, second_object, third_object):
+        assert [(r.id, r.pod_uid) for r in store.read(name).status.reservations] == [(again.reservation_id, "uid-x")]
+    # x holds 2 of the 4 premium GPUs: a 3-GPU premium pod (on A100s: the second object only) does not fit.
+    other = charge(tenant, "y", 3, "nvidia-a100-80gb", profile="premium", uid="uid-y")
+    assert not worker_b.check(other, tenant, quotas, [], dry_run=False, deadline=time.monotonic() + 5).allowed

@@ -292,6 +292,26 @@ def test_release_gives_back_a_reservation(service: QuotaService, store: Counting
     assert admit(service, charge("team-a", "b", 8, H100), "team-a", quotas).allowed
 
 
+def test_a_release_puts_back_the_live_reservation_it_replaced(
+    service: QuotaService, store: CountingStore, clock: Clock, example_quotas: list[dict[str, Any]]
+) -> None:
+    quotas = team_a(example_quotas)
+    earlier = admit(service, charge("team-a", "x", 2, H100, uid="u-x"), "team-a", quotas)
+    [replaced] = store.read("team-a").status.reservations
+    clock.now += 40  # less than half the grace period left: a new admission replaces it
+    later = admit(service, charge("team-a", "x", 2, H100, uid="u-x"), "team-a", quotas)
+    assert later.reservation_id and later.reservation_id != earlier.reservation_id
+    service.release("team-a", later.reservation_id, restore=[replaced])
+    assert store.read("team-a").status.reservations == (replaced,)
+    # Not once it has expired.
+    clock.now += 10
+    third = admit(service, charge("team-a", "x", 2, H100, uid="u-x"), "team-a", quotas)
+    clock.now += 15
+    assert third.reservation_id
+    service.release("team-a", third.reservation_id, restore=[replaced])
+    assert store.read("team-a").status.reservations == ()
+
+
 def test_limits_in_two_quota_objects_are_taken_together_or_not_at_all(
     service: QuotaService, store: CountingStore
 ) -> None:
