@@ -64,20 +64,35 @@ class MappedQuotaStore(FileQuotaStore):
     def __init__(self, path: str | Path, *, max_lock_wait: float = 5.0, slot_bytes: int = SLOT_BYTES) -> None:
         super().__init__(path, max_lock_wait=max_lock_wait, durable=False)
         self.slot_bytes = slot_bytes
-        self._mapping: tuple[mmap.mmap | None, int] = (None, 0)
+        # This process's mapping, the pid that made it and the (device, inode) of the file it maps.
+        self._mapping: tuple[mmap.mmap | None, int, tuple[int, int]] = (None, 0, (0, 0))
         # (bytes, state) of the last state this process parsed or wrote; used with `_threads` held.
         self._parsed: tuple[bytes, State] | None = None
 
-    def _map(self) -> mmap.mmap:
-        """This process's mapping of the state file (call with `_threads` held); made at the first use."""
-        mapped, pid = self._mapping
+    def _map(self, *, followed: bool = False) -> mmap.mmap:
+        """This process's mapping of the state file (call with `_threads` held); made at the first use.
+
+        `followed` (once per transaction, before its first read): made again when the path no longer names
+        the file mapped, moved aside or removed. Otherwise this worker would go on with a file no worker
+        started since uses (each counting only its own file's reservations), or with a damaged file moved
+        aside, refusing every check for ever."""
+        mapped, pid, identity = self._mapping
         if mapped is not None and pid == os.getpid() and not mapped.closed:
-            return mapped
+            if not followed:
+                return mapped
+            try:
+                current = os.stat(self._path)
+            except OSError:
+                current = None
+            if current is not None and (current.st_dev, current.st_ino) == identity:
+                return mapped
+            mapped.close()  # this worker's own; every use maps anew through here
         size = HEADER_BYTES + 2 * self.slot_bytes
         try:
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                if os.fstat(fd).st_size < size:
+                stat = os.fstat(fd)
+                if stat.st_size < size:
                     os.ftruncate(fd, size)  # zeros: an empty state until the first write
                 mapped = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             finally:
@@ -85,7 +100,7 @@ class MappedQuotaStore(FileQuotaStore):
         except (OSError, ValueError) as exc:
             QUOTA_STORE_ERRORS.labels("io").inc()
             raise QuotaUnavailable(f"quota state {self.path} could not be mapped: {exc}") from exc
-        self._mapping = (mapped, os.getpid())
+        self._mapping = (mapped, os.getpid(), (stat.st_dev, stat.st_ino))
         return mapped
 
     def _header(self, mapped: mmap.mmap) -> tuple[bytes, int, list[int], list[int]]:
@@ -135,7 +150,7 @@ class MappedQuotaStore(FileQuotaStore):
     def _load(self) -> State:
         """The state (call with both locks held); a header or slot that does not check out is corrupt."""
         try:
-            raw = self._active_bytes(self._map())
+            raw = self._active_bytes(self._map(followed=True))
         except _Unreadable as exc:
             raise self._corrupt(str(exc), None) from None
         state = self._state_of(raw)
@@ -170,7 +185,7 @@ class MappedQuotaStore(FileQuotaStore):
         """The state read without the file lock (call with `_threads` held): (its bytes, the state), or None
         when it cannot be read whole this way (a write in progress, or damage the locked read will report)."""
         try:
-            raw = self._active_bytes(self._map())
+            raw = self._active_bytes(self._map(followed=True))
         except (_Unreadable, QuotaUnavailable):
             return None
         state = self._state_of(raw, quietly=True)
@@ -222,6 +237,6 @@ class MappedQuotaStore(FileQuotaStore):
         """Whether the active slot holds `raw` now (call with both locks held); False for a header or slot
         that does not check out, which the `_load` that follows reports."""
         try:
-            return self._active_bytes(self._map()) == raw
-        except _Unreadable:
-            return False
+            return self._active_bytes(self._map(followed=True)) == raw
+        except (_Unreadable, QuotaUnavailable):
+            return False  # the `_load` that follows reports it

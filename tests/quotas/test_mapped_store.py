@@ -354,3 +354,30 @@ def test_a_give_back_puts_back_the_reservation_of_the_same_pod_it_replaced(tmp_p
     # x holds 2 of the 4 premium GPUs: a 3-GPU premium pod (on A100s: the second object only) does not fit.
     other = charge(tenant, "y", 3, "nvidia-a100-80gb", profile="premium", uid="uid-y")
     assert not worker_b.check(other, tenant, quotas, [], dry_run=False, deadline=time.monotonic() + 5).allowed
+
+
+def test_workers_follow_the_state_file_moved_aside(tmp_path: Path) -> None:
+    """The documented recovery (move the file aside) reaches the workers already running: each goes on with
+    the file now at the path, the one a worker started since maps too, never with the one moved away (a
+    damaged file would refuse every check for ever; a whole one would let each worker count only the
+    reservations in its own file)."""
+    path = tmp_path / "quota-state.json"
+    running, running_service = _service(path)
+    quota = _quota(unique_name("moved"))
+    quota["spec"]["limits"][0]["gpus"] = 2
+    name = quota["metadata"]["name"]
+    assert _admit(running_service, quota, "before")
+    os.rename(path, tmp_path / "quota-state.json.aside")
+    _started, started_service = _service(path)
+    assert _admit(started_service, quota, "first") and _admit(started_service, quota, "second")
+    assert not _admit(running_service, quota, "third")  # the file at the path is full
+    assert sorted(r.pod for r in running.read(name).status.reservations) == [f"{name}/first", f"{name}/second"]
+    # A damaged file moved aside: the running worker refused while it was there, and admits again after.
+    with open(path, "r+b") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0)
+        mapped[HEADER_BYTES + mapped[8] * SLOT + 2] ^= 0xFF
+        mapped.close()
+    with pytest.raises(QuotaUnavailable):
+        _admit(running_service, quota, "fourth")
+    os.rename(path, tmp_path / "quota-state.json.damaged")
+    assert _admit(running_service, quota, "fourth")
