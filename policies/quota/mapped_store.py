@@ -111,11 +111,10 @@ class MappedQuotaStore(FileQuotaStore):
         """A copy of the active slot, checked against its CRC; None when nothing was ever written."""
         magic, active, lengths, crcs = self._header(mapped)
         if magic == NEVER_WRITTEN:
-            # All zeros, as `_map` made it (a writer copies the header in whole, so no read meets a zero
-            # magic over a written state): else a header zeroed by damage, over reservations never to be
-            # overwritten with a new state.
-            if mapped[:HEADER_BYTES] == bytes(HEADER_BYTES) and not mapped[HEADER_BYTES] \
-                    and not mapped[HEADER_BYTES + self.slot_bytes]:
+            # Zeros, as `_map` made it (a writer copies the header in whole, so no read meets a zero magic
+            # over a written state); slot 0 may hold a first write that died before its header. Else a
+            # header zeroed by damage over states written since, never to be overwritten with a new one.
+            if mapped[:HEADER_BYTES] == bytes(HEADER_BYTES) and not mapped[HEADER_BYTES + self.slot_bytes]:
                 return None
             raise _Unreadable("the header is zeroed over a state already written")
         if magic != MAGIC or active not in (0, 1) or not 0 < lengths[active] <= self.slot_bytes:

@@ -71,6 +71,30 @@ def test_a_worker_dying_mid_write_leaves_the_last_state(tmp_path: Path) -> None:
     assert len(store.read(quota["metadata"]["name"]).status.reservations) == 2
 
 
+def _die_mid_first_write(path: str) -> None:
+    """A worker killed while copying the first state ever into slot 0 (before any header)."""
+    with open(path, "r+b") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0)
+        mapped[HEADER_BYTES:HEADER_BYTES + 64] = b"{" + b"\xff" * 63  # half a document
+        mapped.flush()
+    os._exit(0)
+
+
+def test_a_worker_dying_mid_first_write_leaves_a_state_never_written(tmp_path: Path) -> None:
+    path = tmp_path / "quota-state.json"
+    store, service = _service(path)
+    quota = _quota(unique_name("first-write"))
+    store.read(quota["metadata"]["name"])  # the file made, all zeros
+    process = multiprocessing.get_context("fork").Process(target=_die_mid_first_write, args=(str(path),))
+    process.start()
+    process.join(20)
+    assert store.read(quota["metadata"]["name"]).status.reservations == ()
+    assert _admit(service, quota, "first")
+    assert [r.pod for r in store.read(quota["metadata"]["name"]).status.reservations] == [
+        f"{quota['metadata']['name']}/first"
+    ]
+
+
 def test_a_damaged_state_refuses_and_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "quota-state.json"
     store, service = _service(path)
@@ -299,12 +323,12 @@ def _reservation_count(path: Path, quota: str) -> int:
 
 @pytest.mark.parametrize("damage", ["magic", "header"])
 def test_a_header_zeroed_by_damage_is_not_taken_for_a_file_never_written(tmp_path: Path, damage: str) -> None:
-    """A file never written is all zeros; a header zeroed over a written state (its magic, or all of it) is
+    """A file never written is all zeros; a header zeroed over written states (its magic, or all of it) is
     damage: refused, and the reservations in the slots are never overwritten with a new state."""
     path = tmp_path / "quota-state.json"
     store, service = _service(path)
     quota = _quota(unique_name("zeroed"))
-    assert _admit(service, quota, "first")
+    assert _admit(service, quota, "first") and _admit(service, quota, "second")  # both slots written
     with open(path, "r+b") as handle:
         mapped = mmap.mmap(handle.fileno(), 0)
         mapped[:8 if damage == "magic" else HEADER_BYTES] = bytes(8 if damage == "magic" else HEADER_BYTES)
