@@ -156,11 +156,15 @@ class MappedQuotaStore(FileQuotaStore):
         assert state is not None  # not quietly: bytes that are no state raise
         return state
 
-    def _store(self, data: State) -> None:
+    def _serialised(self, data: State) -> bytes:
         raw = orjson.dumps(data)
         if len(raw) > self.slot_bytes:
             QUOTA_STORE_ERRORS.labels("io").inc()
             raise QuotaUnavailable(f"quota state {self.path}: {len(raw)} bytes do not fit a slot of {self.slot_bytes}")
+        return raw
+
+    def _store(self, data: State) -> None:
+        raw = self._serialised(data)
         self._write(raw)
         self._parsed = (raw, dict(data))
 
@@ -201,11 +205,7 @@ class MappedQuotaStore(FileQuotaStore):
         if new_status is None or new_status == status:
             return None, None, result
         data[quota] = {"version": int(entry.get("version", 0)) + 1, "status": status_to_json(new_status)}
-        raw = orjson.dumps(data)
-        if len(raw) > self.slot_bytes:
-            QUOTA_STORE_ERRORS.labels("io").inc()
-            raise QuotaUnavailable(f"quota state {self.path}: {len(raw)} bytes do not fit a slot of {self.slot_bytes}")
-        return raw, data, result
+        return self._serialised(data), data, result
 
     def transact(
         self,
