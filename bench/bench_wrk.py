@@ -123,9 +123,8 @@ def drive(port: int, bodies: list[tuple[str, bytes]], seconds: float, *, warmup:
                 "-s", str(script), f"https://127.0.0.1:{port}", "--", "check" if check else "any", soak.UID_PLACEHOLDER,
                 *files,
             ]
-            pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
             output = subprocess.run(command, capture_output=True, text=True, timeout=length + 60,
-                                    preexec_fn=pin).stdout
+                                    preexec_fn=soak.pinned_to(cpus)).stdout
             found = re.search(re.escape(RESULT_MARK) + r"(\{.*\})", output)
             if found is None:
                 raise RuntimeError(f"wrk printed no result:\n{output[-2000:]}")
@@ -146,8 +145,9 @@ def drive(port: int, bodies: list[tuple[str, bytes]], seconds: float, *, warmup:
     }
 
 
-def _noop(seconds: float) -> dict[str, Any]:
-    """The no-op FastAPI route of the admission bench, one process, uvicorn over TLS on KGWE's stack."""
+def _noop(seconds: float, body: bytes) -> dict[str, Any]:
+    """The no-op FastAPI route of the admission bench, one process, uvicorn over TLS on KGWE's stack, sent
+    `body`."""
     from certs.authority import Settings
     from certs.files import ensure_files
 
@@ -159,15 +159,14 @@ def _noop(seconds: float) -> dict[str, Any]:
         finally:
             os.environ.pop("KGWE_BENCH_PIN", None)
         try:
-            body = next(b for p, b in soak.request_bodies() if p.startswith("/mutate"))
             return drive(port, [("/noop", body)], seconds, check=False)
         finally:
             bench_admission._stop(process)
 
 
-def _serve(bodies: list[tuple[str, bytes]], seconds: float, extra_args: tuple[str, ...] = (),
-           workers: int | None = None) -> dict[str, Any]:
-    with soak.kgwe_serve(workers=workers, extra_args=extra_args) as server:
+def _serve(bodies: list[tuple[str, bytes]], seconds: float, extra_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`kgwe serve` with its default workers."""
+    with soak.kgwe_serve(workers=None, extra_args=extra_args) as server:
         return drive(server.port, bodies, seconds)
 
 
@@ -224,7 +223,7 @@ def bench_wrk(seconds: float = 6.0) -> dict[str, Any]:
         "setup": f"wrk -t2 -c{CONNECTIONS} over TLS on 127.0.0.1, unique uid per request; kgwe serve --cluster "
                  "examples/cluster with its default workers; the baseline is the admission bench's no-op "
                  "FastAPI route, one process",
-        "noop": _noop(seconds),
+        "noop": _noop(seconds, next(b for p, b in every if p.startswith("/mutate"))),
         "mutate": _serve([b for b in every if b[0].startswith("/mutate")], seconds),
         "validate": _serve([b for b in every if b[0].startswith("/validate")], seconds),
     }

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,11 +131,18 @@ class Server:
             return ""
 
 
+def pinned_to(cpus: set[int] | None) -> Callable[[], None] | None:
+    """A `preexec_fn` that keeps the child (and whatever it forks) to `cpus`; None leaves it free."""
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 @contextlib.contextmanager
-def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = (), workers: int | None = 1,
-               cpus: set[int] | None = None) -> Iterator[Server]:
-    """`kgwe serve` on 127.0.0.1 over the example cluster, with its own CA; stopped on exit. `cpu` pins the
-    server after it started (one worker); `cpus` before it starts, so that every worker it forks keeps to them."""
+def kgwe_serve(cpus: set[int] | None = None, extra_args: tuple[str, ...] = (), workers: int | None = 1
+               ) -> Iterator[Server]:
+    """`kgwe serve` on 127.0.0.1 over the example cluster, with its own CA; stopped on exit. `cpus` pins it
+    before it starts, so that every worker it forks keeps to them."""
     from certs.authority import Settings
     from certs.files import ensure_files
 
@@ -152,12 +159,10 @@ def kgwe_serve(cpu: int | None = None, extra_args: tuple[str, ...] = (), workers
             *extra_args,
         ]
         with log_file.open("wb") as log:
-            pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-            process = subprocess.Popen(command, cwd=_ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin)
+            process = subprocess.Popen(command, cwd=_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                       preexec_fn=pinned_to(cpus))
         server = Server(process, port, paths.ca_cert, log_file)
         try:
-            if cpu is not None and hasattr(os, "sched_setaffinity"):
-                os.sched_setaffinity(process.pid, {cpu})
             _wait_ready(server)
             yield server
         finally:
@@ -325,7 +330,7 @@ def soak(seconds: float = 60.0, connections: int = 16, max_requests: int = 1_000
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     pinned = pin and len(cpus) >= 2
     restore = set(cpus)
-    with kgwe_serve(cpu=cpus[0] if pinned else None) as server:
+    with kgwe_serve(cpus={cpus[0]} if pinned else None) as server:
         if pinned:
             os.sched_setaffinity(0, {cpus[1]})
         try:

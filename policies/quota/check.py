@@ -30,6 +30,7 @@ from policies.quota.model import (
     hits,
     quota_limits,
     same_pod,
+    same_pod_id,
 )
 from policies.quota.store import QuotaStatus, QuotaStore, QuotaUnavailable, Reservation, update_status
 
@@ -183,7 +184,6 @@ class QuotaService:
             # only where waiting is allowed.
             raise WouldBlock(f"{len(by_quota)} TenantQuota objects to reserve")
         reserved: list[tuple[str, tuple[Reservation, ...]]] = []  # (quota, the reservations this one replaced)
-        wrote = False
         for name in sorted(by_quota):
             reserve = functools.partial(
                 self._reserve,
@@ -209,8 +209,7 @@ class QuotaService:
                 return QuotaDecision(False, refusal, None, tenant)
             if not kept:
                 reserved.append((name, replaced))
-                wrote = not dry_run
-        return QuotaDecision(True, "", reservation_id if wrote else None, tenant)
+        return QuotaDecision(True, "", reservation_id if reserved and not dry_run else None, tenant)
 
     def _give_back(
         self, reserved: list[tuple[str, tuple[Reservation, ...]]], reservation_id: str, deadline: float | None
@@ -261,7 +260,10 @@ class QuotaService:
         # A reservation ends when it expires or when the pod list shows its pod (the list counts it from
         # then on): the status, read and written on every admission, holds only pods not listed yet.
         live = [r for r in status.reservations if r.expires_at > now and not listed.shows(r)]
-        pending = [r for r in live if not same_pod(charge, r.pod, r.pod_uid)]
+        mine: list[Reservation] = []  # of an earlier admission of this pod
+        pending: list[Reservation] = []
+        for r in live:
+            (mine if same_pod(charge, r.pod, r.pod_uid) else pending).append(r)
         for limit in limits:
             reserved = [r for r in pending if r.key == limit.key]
             used = _Amount(
@@ -274,7 +276,7 @@ class QuotaService:
         if dry_run:
             return None, (None, False, ())
         keys = sorted({limit.key for limit in limits})
-        if may_keep and self._still_held(charge, keys, live, asked, now):
+        if may_keep and self._still_held(charge, keys, mine, asked, now):
             return None, (None, True, ())
         # A repeated admission of the same pod replaces its earlier reservation instead of adding to it.
         new = [
@@ -290,11 +292,10 @@ class QuotaService:
             )
             for key in keys
         ]
-        replaced = tuple(r for r in live if same_pod(charge, r.pod, r.pod_uid))
-        return QuotaStatus(tuple(pending + new), status.used), (None, False, replaced)
+        return QuotaStatus(tuple(pending + new), status.used), (None, False, tuple(mine))
 
     def _still_held(
-        self, charge: PodCharge, keys: list[LimitKey], live: list[Reservation], asked: _Amount, now: float
+        self, charge: PodCharge, keys: list[LimitKey], held: list[Reservation], asked: _Amount, now: float
     ) -> bool:
         """Whether the pod's reservations from an earlier admission already hold exactly what this one would
         reserve, with at least half the grace period left: they are kept, and nothing is written.
@@ -303,7 +304,6 @@ class QuotaService:
         shared state on every admission, and every other worker would parse it again. Half the grace
         period is still far longer than a pod takes to show in the pod list after it is created.
         """
-        held = [r for r in live if same_pod(charge, r.pod, r.pod_uid)]
         if [r.key for r in held] != keys:
             return False
         fresh_until = now + self.grace_seconds / 2
@@ -340,7 +340,7 @@ class QuotaService:
             now = self.clock()
             back = tuple(
                 r for r in restore
-                if r.expires_at > now and not any(_same_reserved_pod(r, other) for other in kept)
+                if r.expires_at > now and not any(same_pod_id(r.pod, r.pod_uid, o.pod, o.pod_uid) for o in kept)
             )
             return QuotaStatus(kept + back, status.used), None
 
@@ -353,13 +353,6 @@ class QuotaService:
     def usage(self, tenant: str, quotas: list[dict[str, Any]], usage_pods: Iterable[PodCharge]) -> list[UsageLine]:
         """Use per limit from the tenant's pods alone (no reservations): for status.used, the API and metrics."""
         return usage_lines(tenant, quotas, usage_pods, self.price_of)
-
-
-def _same_reserved_pod(a: Reservation, b: Reservation) -> bool:
-    """`same_pod`'s rule between two reservations: uids decide when both have one, names otherwise."""
-    if a.pod_uid and b.pod_uid:
-        return a.pod_uid == b.pod_uid
-    return a.pod == b.pod
 
 
 class _ListedPods:

@@ -329,11 +329,20 @@ class FileQuotaStore:
         free at once (WouldBlock otherwise): the event loop may call it without a thread.
         """
         with self._locked(timeout) if wait else self._locked_now():
-            data = self._load()
-            entry = data.get(quota) or {}
-            status = self._status_of(quota, entry.get("status"))
-            new_status, result = change(status)
-            if new_status is not None and new_status != status:
-                data[quota] = {"version": int(entry.get("version", 0)) + 1, "status": status_to_json(new_status)}
-                self._store(data)
+            changed, result = self._changed(quota, change, self._load())
+            if changed is not None:
+                self._store(changed)
             return result
+
+    def _changed(
+        self, quota: str, change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]], data: dict[str, dict[str, Any]]
+    ) -> tuple[dict[str, dict[str, Any]] | None, T]:
+        """`change` applied to `quota`'s entry of `data` (changed in place): the state to write, None when the
+        status stays as it is, and the change's result."""
+        entry = data.get(quota) or {}
+        status = self._status_of(quota, entry.get("status"))
+        new_status, result = change(status)
+        if new_status is None or new_status == status:
+            return None, result
+        data[quota] = {"version": int(entry.get("version", 0)) + 1, "status": status_to_json(new_status)}
+        return data, result

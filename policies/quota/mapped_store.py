@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import orjson
 
 from policies.quota.file_store import QUOTA_STORE_ERRORS, FileQuotaStore, parse_state
-from policies.quota.store import QuotaStatus, QuotaUnavailable, status_to_json
+from policies.quota.store import QuotaStatus, QuotaUnavailable
 
 MAGIC = b"KGWEQS01"
 # magic, active slot, 7 bytes of padding, the two slots' lengths, their CRC-32s; padded to 64 bytes.
@@ -72,10 +72,10 @@ class MappedQuotaStore(FileQuotaStore):
     def _map(self, *, followed: bool = False) -> mmap.mmap:
         """This process's mapping of the state file (call with `_threads` held); made at the first use.
 
-        `followed` (once per transaction, before its first read): made again when the path no longer names
-        the file mapped, moved aside or removed. Otherwise this worker would go on with a file no worker
-        started since uses (each counting only its own file's reservations), or with a damaged file moved
-        aside, refusing every check for ever."""
+        `followed` (before each read a decision rests on: the one without the lock, the one under it): made
+        again when the path no longer names the file mapped, moved aside or removed. Otherwise this worker
+        would go on with a file no worker started since uses (each counting only its own file's
+        reservations), or with a damaged file moved aside, refusing every check for ever."""
         mapped, pid, identity = self._mapping
         if mapped is not None and pid == os.getpid() and not mapped.closed:
             if not followed:
@@ -194,18 +194,13 @@ class MappedQuotaStore(FileQuotaStore):
         state = self._state_of(raw, quietly=True)
         return None if state is None else (raw, state)
 
-    def _apply(
+    def _planned(
         self, quota: str, change: Callable[[QuotaStatus], tuple[QuotaStatus | None, T]], data: State
-    ) -> tuple[bytes | None, State | None, T]:
-        """`change` applied to `quota` in `data`: (the new state's bytes, the new state), both None when
+    ) -> tuple[tuple[bytes, State] | None, T]:
+        """`FileQuotaStore._changed`, with the new state serialised: (its bytes, the state) or None when
         nothing is to be written, and the change's result."""
-        entry = data.get(quota) or {}
-        status = self._status_of(quota, entry.get("status"))
-        new_status, result = change(status)
-        if new_status is None or new_status == status:
-            return None, None, result
-        data[quota] = {"version": int(entry.get("version", 0)) + 1, "status": status_to_json(new_status)}
-        return self._serialised(data), data, result
+        changed, result = self._changed(quota, change, data)
+        return (None if changed is None else (self._serialised(changed), changed)), result
 
     def transact(
         self,
@@ -218,18 +213,18 @@ class MappedQuotaStore(FileQuotaStore):
         """`FileQuotaStore.transact`, worked out before the file lock and published under it (module doc)."""
         with self._threads_taken(timeout, wait=wait) as (limit, give_up):
             seen = self._snapshot()
-            planned = self._apply(quota, change, seen[1]) if seen is not None else None
+            planned = None if seen is None else self._planned(quota, change, seen[1])
             if planned is not None and planned[0] is None:
                 # Nothing to write (a refusal, a dry run, a reservation kept): the answer holds for the state
                 # as it was when read, a moment ago, whole; no other worker need wait for it.
-                return planned[2]
+                return planned[1]
             with self._flocked(limit, give_up) if wait else self._flocked_now():
                 if planned is None or seen is None or not self._unchanged_since(seen[0]):
-                    planned = self._apply(quota, change, self._load())
-                raw, data, result = planned
-                if raw is not None and data is not None:
-                    self._write(raw)
-                    self._parsed = (raw, data)
+                    planned = self._planned(quota, change, self._load())
+                written, result = planned
+                if written is not None:
+                    self._write(written[0])
+                    self._parsed = written
                 return result
 
     def _unchanged_since(self, raw: bytes | None) -> bool:

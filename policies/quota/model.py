@@ -196,9 +196,14 @@ def hits(charge: PodCharge, key: LimitKey, charged: str | None) -> bool:
 
 
 def same_pod(charge: PodCharge, pod: str, uid: str | None) -> bool:
-    if charge.uid and uid:
-        return charge.uid == uid
-    return charge.pod == pod
+    return same_pod_id(charge.pod, charge.uid, pod, uid)
+
+
+def same_pod_id(pod: str, uid: str | None, other_pod: str, other_uid: str | None) -> bool:
+    """Whether two (namespace/name, uid) name one pod: uids decide when both have one, names otherwise."""
+    if uid and other_uid:
+        return uid == other_uid
+    return pod == other_pod
 
 
 def format_gpus(value: Decimal) -> str:

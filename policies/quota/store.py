@@ -242,7 +242,7 @@ def _key_from(entry: Mapping[str, Any]) -> LimitKey | None:
 # keeps its entry (`Reservation.entry`); from JSON, entries are remembered by their exact JSON text (types
 # included: 1, 1.0 and true differ). The memo is bounded (it starts again when full), so a flood of
 # distinct reservations only costs conversions; what it holds is immutable.
-RESERVATION_MEMO_SIZE = 16384
+RESERVATION_MEMO_SIZE = 4096
 
 
 def _reservation_json(r: Reservation) -> dict[str, Any]:

@@ -32,9 +32,9 @@ def _service(path: Path) -> tuple[MappedQuotaStore, QuotaService]:
     return store, QuotaService(store, lambda _: None, grace_seconds=600)
 
 
-def _quota(name: str) -> dict[str, Any]:
+def _quota(name: str, gpus: int = 8) -> dict[str, Any]:
     return {"apiVersion": "kgwe.io/v1alpha1", "kind": "TenantQuota", "metadata": {"name": name},
-            "spec": {"tenant": name, "namespaces": [name], "limits": [{"acceleratorType": H100, "gpus": 8}]}}
+            "spec": {"tenant": name, "namespaces": [name], "limits": [{"acceleratorType": H100, "gpus": gpus}]}}
 
 
 def _admit(service: QuotaService, quota: dict[str, Any], pod: str) -> bool:
@@ -43,13 +43,13 @@ def _admit(service: QuotaService, quota: dict[str, Any], pod: str) -> bool:
                          deadline=time.monotonic() + 5).allowed
 
 
-def _die_mid_write(path: str) -> None:
-    """A worker killed while copying a new state into the inactive slot (before the index flips)."""
+def _die_mid_write(path: str, first: bool = False) -> None:
+    """A worker killed while copying a new state into the inactive slot (before the index flips), or with
+    `first` the first state ever into slot 0 (before any header)."""
     with open(path, "r+b") as handle:
         mapped = mmap.mmap(handle.fileno(), 0)
-        active = mapped[8]
-        start = HEADER_BYTES + (1 - active) * SLOT
-        mapped[start:start + 64] = b"\xff" * 64  # half a document
+        start = HEADER_BYTES + (0 if first else (1 - mapped[8]) * SLOT)
+        mapped[start:start + 64] = (b"{" if first else b"\xff") + b"\xff" * 63  # half a document
         mapped.flush()
     os._exit(0)
 
@@ -71,21 +71,12 @@ def test_a_worker_dying_mid_write_leaves_the_last_state(tmp_path: Path) -> None:
     assert len(store.read(quota["metadata"]["name"]).status.reservations) == 2
 
 
-def _die_mid_first_write(path: str) -> None:
-    """A worker killed while copying the first state ever into slot 0 (before any header)."""
-    with open(path, "r+b") as handle:
-        mapped = mmap.mmap(handle.fileno(), 0)
-        mapped[HEADER_BYTES:HEADER_BYTES + 64] = b"{" + b"\xff" * 63  # half a document
-        mapped.flush()
-    os._exit(0)
-
-
 def test_a_worker_dying_mid_first_write_leaves_a_state_never_written(tmp_path: Path) -> None:
     path = tmp_path / "quota-state.json"
     store, service = _service(path)
     quota = _quota(unique_name("first-write"))
     store.read(quota["metadata"]["name"])  # the file made, all zeros
-    process = multiprocessing.get_context("fork").Process(target=_die_mid_first_write, args=(str(path),))
+    process = multiprocessing.get_context("fork").Process(target=_die_mid_write, args=(str(path), True))
     process.start()
     process.join(20)
     assert store.read(quota["metadata"]["name"]).status.reservations == ()
@@ -172,8 +163,7 @@ def test_a_change_that_writes_nothing_is_answered_while_another_worker_holds_the
     have made wait is answered from the state as it is."""
     path = tmp_path / "quota-state.json"
     _store, service = _service(path)
-    quota = _quota(unique_name("held"))
-    quota["spec"]["limits"][0]["gpus"] = 1
+    quota = _quota(unique_name("held"), gpus=1)
     assert _admit(service, quota, "first")
     name = quota["metadata"]["name"]
     with open(f"{path}.lock", "a+b") as other:
@@ -257,8 +247,7 @@ def test_a_read_without_the_lock_never_meets_a_state_that_was_never_written(tmp_
     state refuses, and a give-back would find nothing to give back and write nothing."""
     path = tmp_path / "quota-state.json"
     _store, service = _service(path)
-    quota = _quota(unique_name("torn"))
-    quota["spec"]["limits"][0]["gpus"] = 1
+    quota = _quota(unique_name("torn"), gpus=1)
     name = quota["metadata"]["name"]
     assert _admit(service, quota, "first")
     stop = multiprocessing.get_context("fork").Event()
@@ -387,8 +376,7 @@ def test_workers_follow_the_state_file_moved_aside(tmp_path: Path) -> None:
     reservations in its own file)."""
     path = tmp_path / "quota-state.json"
     running, running_service = _service(path)
-    quota = _quota(unique_name("moved"))
-    quota["spec"]["limits"][0]["gpus"] = 2
+    quota = _quota(unique_name("moved"), gpus=2)
     name = quota["metadata"]["name"]
     assert _admit(running_service, quota, "before")
     os.rename(path, tmp_path / "quota-state.json.aside")
