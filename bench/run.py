@@ -7,7 +7,8 @@ description, so that a change in speed is a diff anyone can read.
 
 Benchmarks (each module also runs alone): admission (bench_admission), policies (bench_policies),
 placement and memory (bench_placement), agent (bench_agent), inventory (bench_inventory), soak (soak),
-serve (bench_serve), wrk and workers (bench_wrk: issue 17's side-by-side as it was measured, with wrk).
+serve (bench_serve), wrk and workers (bench_wrk: issue 17's side-by-side as it was measured, with wrk),
+quota-release (bench_quota_release: create -> quota gate removed, through the fake API server).
 A benchmark that fails or is not installed (wrk: `apt-get install wrk`) is reported as such; the others
 still run.
 """
@@ -92,6 +93,7 @@ BENCHMARKS: dict[str, Callable[[Plan], Any]] = {
     "serve": lambda p: _call("bench_serve", "bench_serve", seconds=p.admission_seconds),
     "wrk": lambda p: _call("bench_wrk", "bench_wrk", seconds=p.admission_seconds),
     "workers": lambda p: _call("bench_wrk", "bench_workers", seconds=p.admission_seconds),
+    "quota-release": lambda p: _call("bench_quota_release", "bench_quota_release", seconds=p.admission_seconds),
 }
 
 
@@ -295,6 +297,20 @@ def _inventory_rows(result: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _quota_release_rows(result: dict[str, Any]) -> list[Row]:
+    gate = result.get("quota_gate") or {}
+    base = result.get("baseline_watch_and_patch") or {}
+    rate = result.get("rate_per_s")
+    return [
+        Row(f"quota gate: create -> gate removed p50 at {rate} pods/s", gate.get("p50_ms"), base.get("p50_ms"), "ms",
+            "a watcher that patches each new pod at once", "<= 100 ms",
+            None if gate.get("p50_ms") is None else gate["p50_ms"] <= 100),
+        Row(f"quota gate: create -> gate removed p99 at {rate} pods/s", gate.get("p99_ms"), base.get("p99_ms"), "ms",
+            "a watcher that patches each new pod at once", "<= 500 ms",
+            None if gate.get("p99_ms") is None else gate["p99_ms"] <= 500),
+    ]
+
+
 def _soak_rows(result: dict[str, Any], admission: dict[str, Any] | None) -> list[Row]:
     noop = _get(admission, "noop") or {}
     growth = result.get("rss_growth")
@@ -398,6 +414,8 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         rows += _wrk_rows(ok["wrk"])
     if "workers" in ok:
         rows += _workers_rows(ok["workers"])
+    if "quota-release" in ok:
+        rows += _quota_release_rows(ok["quota-release"])
     return rows
 
 

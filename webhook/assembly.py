@@ -5,10 +5,10 @@ Four ways, one module, so the commands cannot drift apart:
 
 - `from_directory(config, dir)`: the YAML files read once (`kgwe review`, reports with `--cluster`);
 - `from_directory(config, dir, watch=True, ...)`: the files watched and re-read (`kgwe serve --cluster`),
-  with the quota and gang stores the server keeps under its state directory;
+  with the gang store the server keeps under its state directory;
 - `from_api(config, api, serving=True)`: the API watched for as long as the server runs, and the
-  collaborators that reach the API on the request path (quota reservations, SubjectAccessReviews,
-  gang records) on a client that never retries past the admission deadline;
+  collaborators that reach the API on the request path (SubjectAccessReviews, gang records) on a client
+  that never retries past the admission deadline;
 - `from_api(config, api, serving=False)`: the API listed once for a report, the watch stopped after.
 
 Every way builds the runtime with `webhook.runtime.build_runtime` after the cluster store is filled, so
@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from policies.background import Task
-from policies.quota.store import QuotaStore
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
@@ -87,7 +86,6 @@ def from_directory(
     directory: str | Path,
     *,
     watch: bool = False,
-    quota_store: QuotaStore | None = None,
     gang_store: GangStore | None = None,
 ) -> Assembly:
     """A runtime over a YAML directory: read now, and re-read on change with `watch`.
@@ -102,7 +100,7 @@ def from_directory(
         source.start()
     else:
         source.load()
-    runtime = build_runtime(config, None, store=store, quota_store=quota_store, gang_store=gang_store)
+    runtime = build_runtime(config, None, store=store, gang_store=gang_store)
     return Assembly(runtime, None, source.stop if watch else _nothing, [source.task] if watch else [])
 
 
@@ -134,7 +132,6 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     from kubernetes import client as k8s
 
     from policies.kube_client import deadline_api_client
-    from policies.quota.kube_store import KubeQuotaStore
     from policies.rbac.review import SubjectAccessReviewer
     from webhook.cluster.kube_json import KubeJson
     from webhook.dra.claim_reader import KubeClaimReader
@@ -150,7 +147,6 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
         config,
         None,
         store=store,
-        quota_store=KubeQuotaStore(k8s.CustomObjectsApi(bounded)),
         authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
         gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
     )

@@ -55,8 +55,21 @@ class Limits(_Section):
 
 
 class Quotas(_Section):
-    # Reservations no pod backs are released after this many seconds.
-    reservation_grace_seconds: float = Field(default=60.0, alias="reservationGraceSeconds")
+    """How KGWE's quota controller releases gated pods (SPEC section 10, docs/quotas.md)."""
+
+    # Release order per tenant: creation order. BestEffortFIFO lets a pod that fits pass one that does not;
+    # StrictFIFO keeps every later pod waiting behind the first that does not fit.
+    order: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
+    # queue: a pod over its tenant's quota is admitted gated and waits; refuse: it is refused at admission
+    # when it does not fit the usage the controller last counted (an early answer; the gate still decides).
+    over_quota: Literal["queue", "refuse"] = Field(default="queue", alias="overQuota")
+    # kueue: namespaces picked by `deferNamespaceSelector` (every namespace when it is unset) get no quota gate;
+    # Kueue admits their workloads against its own ClusterQueues.
+    defer_to: Literal["none", "kueue"] = Field(default="none", alias="deferTo")
+    # A label selector of the namespaces `deferTo: kueue` covers (Kubernetes' matchLabels/matchExpressions).
+    defer_namespace_selector: dict[str, Any] | None = Field(default=None, alias="deferNamespaceSelector")
+    # Accepted and ignored: v1.1's reservations are gone (a configuration written for v1.1 still loads).
+    reservation_grace_seconds: float | None = Field(default=None, alias="reservationGraceSeconds")
 
 
 class Authentication(_Section):

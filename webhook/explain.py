@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView
 from webhook.admission.core import AdmissionService
 from webhook.admission.facts import Facts
@@ -37,6 +38,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
 from webhook.placement.trace import TraceStep
+from webhook.quotas.view import why_waiting
 from webhook.review import create_review
 from webhook.scheduling.predicates import explain_infeasible, feasible_nodes
 
@@ -184,9 +186,16 @@ def blocking_now(pod: dict[str, Any], facts: Facts, config: Config) -> list[str]
 
     model: ClusterModel = facts.model
     reasons: list[str] = []
-    gates = PodView(pod).scheduling_gates
-    if gates:
-        reasons.append(f"held by scheduling gate{'s' if len(gates) > 1 else ''} {', '.join(gates[:8])}: the "
+    view = PodView(pod)
+    gates = view.scheduling_gates
+    if QUOTA_GATE in gates:
+        why = why_waiting(model, config, f"{view.namespace}/{view.name}")
+        reasons.append(f"waits for its tenant's quota (gate {QUOTA_GATE}): {why}" if why else
+                       f"gate {QUOTA_GATE}: its tenant's quota holds it now; KGWE's quota controller removes the "
+                       "gate on its next pass (docs/quotas.md)")
+    others = [g for g in gates if g != QUOTA_GATE]
+    if others:
+        reasons.append(f"held by scheduling gate{'s' if len(others) > 1 else ''} {', '.join(others[:8])}: the "
                        "scheduler does not consider it until removed (a gang waits for all its members, docs/gangs.md)")
     types = facts.plan.types or list(model.types)
     names = [n for t in types if t in model.types for n in model.types[t].nodes][:MAX_NODES]

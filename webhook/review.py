@@ -23,6 +23,7 @@ from policies.vocabulary.objects import ObjectView
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import API_VERSION, KIND, AdmissionRequest, decode_review
 from webhook.admission.response import render_review
+from webhook.quotas.admission import queue_answer
 from webhook.workloads.kinds import KindTable
 
 AUTHENTICATED = "system:authenticated"
@@ -45,6 +46,9 @@ class ReviewResult:
     audit_annotations: dict[str, str]
     # DRA: the ResourceClaimTemplates the mutating webhook would create for the pod (webhook/dra).
     creates: list[dict[str, Any]] = field(default_factory=list)
+    # Quotas (SPEC section 10): "released" or "would wait for quota (why)" for a pod the quota gate holds; in the
+    # text form only (SPEC section 6 fixes the keys of `-o json`).
+    quota: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The `kgwe review -o json` document (SPEC section 6), plus `resourceClaimTemplates` when the
@@ -159,9 +163,13 @@ def review_pod(
     warnings = list(dict.fromkeys([*mutated.get("warnings", []), *validated.get("warnings", [])]))
     annotations = {**mutated.get("auditAnnotations", {}), **validated.get("auditAnnotations", {})}
     allowed = bool(validated["allowed"])
-    return ReviewResult(
+    result = ReviewResult(
         allowed, "" if allowed else _message(validated), patch, patched, warnings, annotations, list(mutation.creates)
     )
+    runtime = getattr(admission, "runtime", None)
+    if allowed and runtime is not None and patched.get("kind", "Pod") == "Pod":
+        result.quota = queue_answer(runtime.store.snapshot(), runtime.config, patched)
+    return result
 
 
 def _message(response: dict[str, Any]) -> str:
@@ -177,6 +185,8 @@ def render_text(result: ReviewResult) -> str:
     lines = [f"{kind} {view.namespace or 'default'}/{name}: {verdict}"]
     if result.message:
         lines.append(f"  reason: {result.message}")
+    if result.quota:
+        lines.append(f"quota: {result.quota}")
     if result.patch:
         lines.append(f"patch ({len(result.patch)} operation{'s' if len(result.patch) != 1 else ''}):")
         for op in result.patch:

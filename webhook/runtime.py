@@ -19,9 +19,7 @@ from prometheus_client import Counter
 from policies.api import PolicyContext, Violation, WouldBlock
 from policies.gpu_demand import GpuDemand
 from policies.metrics import record_refusal as _record_refusal
-from policies.quota.check import QuotaService
-from policies.quota.model import PodCharge, QuotaLimit, quota_limits
-from policies.quota.store import InMemoryQuotaStore, QuotaStore, QuotaUnavailable
+from policies.quota.model import QuotaLimit, quota_limits
 from policies.rbac.evaluator import Authorizer, RbacEvaluator, Resource, refusal_message
 from policies.runtime import PolicyRuntime
 from policies.vocabulary.keys import WORKLOAD
@@ -31,7 +29,6 @@ from webhook.admission.charging import (
     claimed_charge,
     pod_charge,
     tenant_and_quotas,
-    usage_charges,
 )
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest
@@ -39,11 +36,13 @@ from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
 from webhook.dra.claim_reader import ClaimReader, ModelClaimReader, read_claims
-from webhook.dra.claimed import ForeignClaims, GpuClasses, most_devices_on_a_node, requested_gpus
+from webhook.dra.claimed import ForeignClaims, GpuClasses, most_devices_on_a_node, own_dra_asks, requested_gpus
 from webhook.gangs.admission import GangService
 from webhook.gangs.ledger import GangStore, MemoryGangStore
 from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
+from webhook.quotas.admission import queue_answer, quota_problems
+from webhook.quotas.gate import deferred_to_kueue
 from webhook.workloads.admission import WorkloadAwareAdmission
 
 log = logging.getLogger("kgwe.runtime")
@@ -67,14 +66,12 @@ class Runtime:
     config: Config
     store: ClusterStore
     policies: PolicyRuntime | None = None
-    quotas: QuotaService | None = None
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
     gangs: GangService | None = None  # gang records written at /mutate (webhook.gangs)
     claim_templates: Any | None = None  # in a cluster: webhook.dra.templates.KubeTemplateWriter
     # Reads the claims and templates pods name (webhook/dra/claim_reader.py): the API server in a cluster.
     claim_reader: ClaimReader = field(default_factory=ModelClaimReader)
     admission: WorkloadAwareAdmission = field(init=False)
-    _charges: tuple[int, list[PodCharge]] | None = field(default=None, init=False, repr=False)
     _rbac: tuple[int, RbacEvaluator] | None = field(default=None, init=False, repr=False)
     _decisions: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     # Per snapshot, by (namespace, groups): the tenant, its TenantQuotas and their limits.
@@ -203,13 +200,6 @@ class Runtime:
         """Whether an RBAC check may wait on the network (a SubjectAccessReview), not only on memory."""
         return self.authorizer is not None
 
-    @property
-    def quota_blocks_io(self) -> bool:
-        """Whether a quota check may wait on a lock, a file or the API server."""
-        if self.quotas is None:
-            return False
-        return not isinstance(self.quotas.store, InMemoryQuotaStore)
-
     def _authorizer(self, model: ClusterModel) -> Authorizer:
         if self.authorizer is not None:
             return self.authorizer
@@ -252,48 +242,55 @@ class Runtime:
                 problems.append(("rbac", refusal_message(user, resource, name)))
         return problems
 
-    # -- quotas -------------------------------------------------------------------------------
-    def _usage_charges(self, model: ClusterModel) -> list[PodCharge]:
-        cached = self._charges
-        if cached is None or cached[0] != model.generation:
-            self._charges = cached = (model.generation, usage_charges(model))
-        return cached[1]
+    # -- quotas (webhook/quotas) ------------------------------------------------------------------
+    def _quota_applies(
+        self, request: AdmissionRequest, model: ClusterModel, *, templates: bool = False
+    ) -> _Tenancy | None:
+        """The tenancy when the quota gate holds this request's pods: a pod (or, with `templates`, a workload's
+        pod template) of a tenant with a TenantQuota, in a namespace not deferred to Kueue; else None."""
+        if request.template and not templates:
+            return None
+        tenancy = self._tenancy_of(request, model)
+        if not tenancy.quotas or deferred_to_kueue(self.config, model.namespace_labels(request.namespace)):
+            return None
+        return tenancy
+
+    def quota_gated(self, request: AdmissionRequest, facts: Facts) -> bool:
+        asks_gpu = facts.plan.gpu_pod or bool(own_dra_asks(facts.pod, facts.plan.dra, facts.model.device_classes))
+        # A workload's templates carry the gate too, so that their pods pass /mutate unchanged (SPEC section 7).
+        gated = self._quota_applies(request, facts.model, templates=True) is not None
+        return asks_gpu and (request.operation == "CREATE" or request.template) and gated
 
     def check_quota(
         self, request: AdmissionRequest, facts: Facts, deadline: float | None, *, wait: bool = True
     ) -> list[tuple[str, str]]:
-        if self.quotas is None or not facts.plan.gpu_pod:
+        if not facts.plan.gpu_pod:
             return []
-        tenant, quotas = self._tenant_and_quotas(request, facts.model)
-        if not quotas:
+        tenancy = self._quota_applies(request, facts.model)
+        if tenancy is None or request.object is None:
             return []
         charge = pod_charge(facts.request.pod, facts.model, facts)
-        if charge is None:
-            return []
         intent = facts.intent
-        gang = (intent.gang, intent.gang_size) if intent.gang and intent.gang_size else None
-        return self._quota_verdict(request, facts.model, tenant, quotas, charge, deadline, wait, gang)
+        gang_size = intent.gang_size if intent.gang and intent.gang_size else None
+        return quota_problems(
+            request.object, charge, tenancy.tenant, tenancy.limits, facts.model, self.config, gang_size=gang_size
+        )
 
-    def _quota_verdict(
-        self, request: AdmissionRequest, model: ClusterModel, tenant: str, quotas: list[dict[str, Any]],
-        charge: PodCharge, deadline: float | None, wait: bool, gang: tuple[str, int] | None = None,
-    ) -> list[tuple[str, str]]:
-        """The quota service's answer for `charge`, as the gates' problems."""
-        assert self.quotas is not None
-        try:
-            decision = self.quotas.check(
-                charge, tenant, quotas, self._usage_charges(model), dry_run=request.dry_run, deadline=deadline,
-                wait=wait, limits=self._quota_limits(request, model), gang=gang,
-            )
-        except QuotaUnavailable as exc:  # never an admission past a quota nobody could check
-            log.warning("quota store unavailable for tenant %s: %s", tenant, exc)
-            return [("quota", f"tenant {tenant}: quota could not be checked ({exc}); try again")]
-        return [] if decision.allowed else [("quota", decision.message)]
+    def quota_warnings(self, request: AdmissionRequest, facts: Facts) -> list[str]:
+        if self.config.quotas.over_quota == "refuse" or request.object is None:
+            return []
+        tenancy = self._quota_applies(request, facts.model)
+        if tenancy is None:
+            return []
+        answer = queue_answer(facts.model, self.config, request.object)
+        if answer is None or not answer.startswith("would wait"):
+            return []
+        return [f"KGWE: this pod {answer}; it starts by itself when quota frees (docs/quotas.md)"]
 
     # -- GPUs through the pod's own ResourceClaims --------------------------------------------
     @property
     def claims_block_io(self) -> bool:
-        return bool(self.claim_reader.blocks_io) or self.rbac_blocks_io or self.quota_blocks_io
+        return bool(self.claim_reader.blocks_io) or self.rbac_blocks_io
 
     def check_claims(
         self, request: AdmissionRequest, facts: Facts, claims: ForeignClaims, deadline: float | None,
@@ -304,8 +301,8 @@ class Runtime:
         if claims.problems:
             return [("invalid", p) for p in claims.problems]
         model = facts.model
-        tenant, quotas = self._tenant_and_quotas(request, model)
-        charged = bool(quotas) and self.quotas is not None and not request.template
+        tenancy = self._quota_applies(request, model)
+        charged = tenancy is not None
         if not (charged or self.config.rbac.accelerator_types or facts.plan.gpu_pod):
             # Nothing here depends on what the claims ask: no read (a template created after its pod, as
             # Helm orders unknown kinds, is then no refusal).
@@ -338,9 +335,9 @@ class Runtime:
             if problems:
                 return problems
         charge = claimed_charge(request.pod, model, request.namespace, asked.devices)
-        if not charged or self.quotas is None or charge is None:
+        if tenancy is None or charge is None or request.object is None:
             return []
-        return self._quota_verdict(request, model, tenant, quotas, charge, deadline, wait)
+        return quota_problems(request.object, charge, tenancy.tenant, tenancy.limits, model, self.config)
 
     # -- metrics ------------------------------------------------------------------------------
     def record_refusal(self, reason: str) -> None:
@@ -362,7 +359,6 @@ def build_runtime(
     cluster_dir: str | Path | None,
     *,
     store: ClusterStore | None = None,
-    quota_store: QuotaStore | None = None,
     authorizer: Authorizer | None = None,
     load_policies: bool = True,
     gang_store: GangStore | None = None,
@@ -378,9 +374,6 @@ def build_runtime(
 
         YamlDirectorySource(cluster_dir, store).load()
     runtime = Runtime(config=config, store=store, authorizer=authorizer)
-    runtime.quotas = QuotaService(
-        quota_store or InMemoryQuotaStore(), config.price_per_gpu_hour, config.quotas.reservation_grace_seconds
-    )
     runtime.gangs = GangService(gang_store or MemoryGangStore())
     if load_policies:
         runtime.policies = _load_policies(config, store)

@@ -47,6 +47,8 @@ class PodCharge:
     # a pod asks through ResourceClaims of its own, whose selectors KGWE does not narrow, so the creator
     # picks the type (webhook/dra/claimed.py).
     every_candidate: bool = False
+    # Still behind the `kgwe.io/quota` scheduling gate: it waits in its tenant's queue and holds no quota.
+    gated: bool = False
 
     @property
     def pod(self) -> str:
@@ -172,38 +174,6 @@ def charge_belongs_to(charge: PodCharge, tenant: str, tenant_quotas: Iterable[Ma
         _claims_namespace_by_name(q, charge.namespace) or _claims_namespace_by_selector(q, charge.namespace_labels)
         for q in tenant_quotas
     )
-
-
-def charged_type(charge: PodCharge, price_of: PriceOf) -> str | None:
-    """The bound type, else the most expensive candidate (unpriced types rank last; ties keep the pod's order)."""
-    if charge.bound_type:
-        return charge.bound_type
-    best: str | None = None
-    best_price: Decimal | None = None
-    for type_id in charge.candidate_types:
-        price = price_of(type_id)
-        if best is None or (price is not None and (best_price is None or price > best_price)):
-            best, best_price = type_id, price
-    return best
-
-
-def hits(charge: PodCharge, key: LimitKey, charged: str | None) -> bool:
-    if key.kind == "profile":
-        return charge.profile == key.name
-    if charge.every_candidate and not charge.bound_type:
-        return key.name in charge.candidate_types
-    return charged == key.name
-
-
-def same_pod(charge: PodCharge, pod: str, uid: str | None) -> bool:
-    return same_pod_id(charge.pod, charge.uid, pod, uid)
-
-
-def same_pod_id(pod: str, uid: str | None, other_pod: str, other_uid: str | None) -> bool:
-    """Whether two (namespace/name, uid) name one pod: uids decide when both have one, names otherwise."""
-    if uid and other_uid:
-        return uid == other_uid
-    return pod == other_pod
 
 
 def format_gpus(value: Decimal) -> str:

@@ -30,6 +30,11 @@ TENANT = "kgwe.io/tenant"
 DECISION = "kgwe.io/decision"
 REQUESTED_BY = "kgwe.io/requested-by"  # who asked, signed (webhook/workloads/identity.py)
 
+# Scheduling gates KGWE adds at CREATE and alone removes (the gang gate shares its name with the intent key).
+QUOTA_GATE = "kgwe.io/quota"
+# The pod condition a quota-gated pod carries while it waits.
+QUOTA_CONDITION = "kgwe.io/QuotaAvailable"
+
 # Node labels and annotations the agent publishes (docs/topology.md). The node annotation
 # `kgwe.io/topology` shares its key with the pod's topology intent.
 TOPOLOGY_DOCUMENT = TOPOLOGY

@@ -98,7 +98,7 @@ def test_status_shapes(chart_crds: dict[str, dict[str, Any]]) -> None:
         return dict(_schema(chart_crds[kind])["properties"]["status"]["properties"])
 
     assert status("HardwareProfile")["available"]["items"]["properties"].keys() >= {"acceleratorType", "gpus", "total"}
-    assert {"used", "reservations"} <= status("TenantQuota").keys()
+    assert {"used", "waiting"} <= status("TenantQuota").keys()
     assert status("GPUPolicy")["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import celpy
 import pytest
 from chart_support import NAMESPACE, Cel, Rendered, render
 
@@ -154,6 +155,8 @@ def _policy_verdict(cel: Cel, rendered: Rendered, request: dict[str, Any], new: 
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, celpy.celtypes.BoolType):
+        return bool(value)
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -170,7 +170,13 @@ def test_webhook_may_write_kgwe_keys_and_lift_its_own_gate(default: Rendered, ce
      "its own kgwe.io/ scheduling gates"),
     ({"spec__containers": [{"name": "main", "image": "evil:1"}]}, "containers, tolerations"),
     ({"spec__tolerations": [{"operator": "Exists"}]}, "containers, tolerations"),
-    ({"spec__nodeSelector": {"kubernetes.io/os": "linux"}}, "a gang's room to the node selector"),
+    ({"spec__nodeSelector": {"kubernetes.io/os": "linux"}}, "a gang's room or a pod's accelerator type"),
+    ({"spec__affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}}},
+     "accelerator type to the required node affinity"),
+    ({"spec__affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}]}}},
+     "accelerator type to the required node affinity"),
     ({"spec__activeDeadlineSeconds": 1}, "containers, tolerations"),
 ])
 def test_webhook_may_change_nothing_else_on_a_pod(default: Rendered, cel: Cel, change: dict[str, Any],
@@ -188,6 +194,25 @@ def test_webhook_may_pin_a_gated_gang_member_to_its_room(default: Rendered, cel:
     pinned_late["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
     verdict = _policy_verdict(cel, default, _webhook_request(), pinned_late, ungated, POD_POLICY)
     assert "a gang's room" in verdict
+
+
+def test_webhook_may_pin_a_gated_pod_to_its_accelerator_type(default: Rendered, cel: Cel) -> None:
+    by_selector = _edited(spec__nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})
+    assert _pod_verdict(cel, default, by_selector) == "allowed"
+    term = {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                  "values": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"]}]}
+    before = _edited(spec__affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}})
+    pinned = copy.deepcopy(before)
+    pinned["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"].append(
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]})
+    assert _policy_verdict(cel, default, _webhook_request(), pinned, before, POD_POLICY) == "allowed"
+    # Never a key that is no type's (a stolen token moving a pod to a node of its choice).
+    moved = copy.deepcopy(before)
+    moved["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"].append({"key": "evil", "operator": "Exists"})
+    assert "accelerator type" in _policy_verdict(cel, default, _webhook_request(), moved, before, POD_POLICY)
 
 
 def test_pod_policy_refuses_subresources_and_leaves_others_alone(default: Rendered, cel: Cel) -> None:

@@ -1,4 +1,8 @@
-"""A small fake Kubernetes API server on 127.0.0.1 for list/watch, merge-patching pods, and Leases.
+"""A small fake Kubernetes API server on 127.0.0.1 for list/watch, patching pods, and Leases.
+
+Pod patches are refused as the real API server refuses them: a stale resourceVersion (409 Conflict), and the
+pod update rules of gated pods (`pod_update_problem`: 422 Invalid). The status subresources of pods
+(strategic merge of conditions by type) and of cluster-scoped KGWE objects (TenantQuota) take patches too.
 
 Enough of the real protocol for a reflector: paged lists with a collection resourceVersion, watches as
 chunked streams of JSON lines from a resourceVersion (with bookmarks on request), 410 Gone for a
@@ -86,6 +90,10 @@ class FakeApiServer:
         self.requests: list[Request] = []
         self.failures: dict[str, list[int]] = {}
         self.missing: set[str] = set()
+        # Served beside the collections (discovery lists them): KGWE's gang ledger, which tests/gangs serves.
+        self.extra_resources: set[str] = {f"{KGWE}/gangledgers"}
+        # (group, resource, subresource, verb) a SelfSubjectAccessReview answers "not allowed" for.
+        self.denied: set[tuple[str, str, str, str]] = set()
         self.expired_as_http_status = False
         self.expire_next_continue = False  # the next paged-list continue token is answered 410
         self.leases: dict[str, dict[str, Any]] = {}
@@ -217,6 +225,9 @@ def write_kubeconfig(path: Path, server_url: str, user: str = "kgwe") -> Path:
 def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # As Go's net/http does: the status line and headers, then the body, in separate writes would otherwise
+        # wait out the client's delayed ACK (40 ms) on every request of a keep-alive connection.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -273,6 +284,8 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if found is None:
                     return self._status(404, "NotFound", f'{segments[5]} "{segments[6]}" not found')
                 return self._send_json(200, found)
+            if len(segments) == 3 and segments[0] == "apis":
+                return self._discovery(path)
             if path not in server.collections or path in server.missing:
                 return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
             if query.get("watch") == "true":
@@ -285,11 +298,29 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             if begun[0].startswith(LEASES):
                 return self._create_lease(begun[0], begun[2])
+            if begun[0] == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+                return self._access_review(begun[2])
             if begun[0].startswith("/api/v1/namespaces/") and begun[0].endswith("/events"):
                 with server.cond:
                     server.posted_events.append(begun[2])
                 return self._send_json(201, begun[2])
             self._create(begun[0], begun[2])
+
+        def _discovery(self, path: str) -> None:
+            """GET /apis/{group}/{version}: the resources served there (a CRD in `missing` is not)."""
+            served = [p for p in [*server.collections, *server.extra_resources]
+                      if p.rsplit("/", 1)[0] == path and p not in server.missing]
+            if not served:
+                return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
+            self._send_json(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": path[len("/apis/"):],
+                                  "resources": [{"name": p.rsplit("/", 1)[1]} for p in sorted(served)]})
+
+        def _access_review(self, body: Any) -> None:
+            attributes = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
+            asked = (attributes.get("group") or "", attributes.get("resource") or "",
+                     attributes.get("subresource") or "", attributes.get("verb") or "")
+            allowed = asked not in server.denied
+            self._send_json(201, {**(body or {}), "status": {"allowed": allowed}})
 
         def _create(self, path: str, body: Any) -> None:
             """POST /apis/{group}/{version}/namespaces/{ns}/{resource}: create, 409 if the name exists."""
@@ -319,17 +350,56 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             path, _query, body = begun
             segments = path.strip("/").split("/")
-            # /api/v1/namespaces/{ns}/pods/{name}
-            if len(segments) != 6 or segments[4] != "pods":
+            content_type = self.headers.get("Content-Type")
+            if content_type not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                return self._status(415, "UnsupportedMediaType", str(content_type))
+            strategic = content_type == "application/strategic-merge-patch+json"
+            # /apis/kgwe.io/v1alpha1/{resource}/{name}/status: a cluster-scoped custom object's status.
+            if len(segments) == 6 and segments[0] == "apis" and segments[5] == "status":
+                collection = server.collections.get("/" + "/".join(segments[:4]))
+                if collection is None or strategic:  # custom resources take no strategic merge patch
+                    return self._status(415 if strategic else 404, "NotFound", path)
+                current = collection.objects.get(segments[4])
+                if current is None:
+                    return self._status(404, "NotFound", f'{segments[3]} "{segments[4]}" not found')
+                if not isinstance(body, dict) or set(body) - {"status", "metadata"}:
+                    return self._status(422, "Invalid", "the status subresource changes status only")
+                patched = copy.deepcopy(current)
+                patched["status"] = _merge_patch(current.get("status"), body.get("status"))
+                return self._send_json(200, server.put(collection.kind, patched))
+            # /api/v1/namespaces/{ns}/pods/{name}[/status]
+            if len(segments) not in (6, 7) or segments[4] != "pods" or (len(segments) == 7 and segments[6] != "status"):
                 return self._status(404, "NotFound", path)
-            if self.headers.get("Content-Type") != "application/merge-patch+json":
-                return self._status(415, "UnsupportedMediaType", str(self.headers.get("Content-Type")))
             key = f"{segments[3]}/{segments[5]}"
             current = server.objects("Pod").get(key)
             if current is None:
                 return self._status(404, "NotFound", f'pods "{segments[5]}" not found')
-            patched = server.put("Pod", _merge_patch(current, body))
-            self._send_json(200, patched)
+            if not isinstance(body, dict):
+                return self._status(400, "BadRequest", "the patch is not an object")
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted and wanted != current["metadata"]["resourceVersion"]:
+                return self._status(409, "Conflict", f'Operation cannot be fulfilled on pods "{segments[5]}": the '
+                                                     "object has been modified; please apply your changes to the "
+                                                     "latest version and try again")
+            if len(segments) == 7:  # the status subresource: status only, conditions merged by type
+                patched = copy.deepcopy(current)
+                status = body.get("status") or {}
+                conditions = status.get("conditions") if strategic else None
+                merged = _merge_patch(current.get("status"), {k: v for k, v in status.items() if k != "conditions"}
+                                      if strategic else status)
+                if conditions is not None:
+                    by_type = {c.get("type"): c for c in (current.get("status") or {}).get("conditions") or []}
+                    by_type.update({c.get("type"): c for c in conditions})
+                    merged["conditions"] = list(by_type.values())
+                patched["status"] = merged
+                return self._send_json(200, server.put("Pod", patched))
+            if strategic:
+                return self._status(415, "UnsupportedMediaType", "this fake takes merge patches of pods")
+            patched = _merge_patch(current, body)
+            problem = pod_update_problem(current, patched)
+            if problem is not None:
+                return self._status(422, "Invalid", f'Pod "{segments[5]}" is invalid: {problem}')
+            self._send_json(200, server.put("Pod", patched))
 
         # -- list and watch -------------------------------------------------------------------------
         def _list(self, path: str, query: dict[str, str]) -> None:
@@ -465,6 +535,45 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self._send_json(200, body)
 
     return Handler
+
+
+def pod_update_problem(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """What the API server's pod update validation refuses (ValidatePodUpdate), for the fields KGWE changes:
+    scheduling gates may only be removed; nodeName is refused while gates remain; while the old pod is gated
+    its nodeSelector may only gain keys and its required node affinity may be set when empty, else only
+    grow by expressions appended inside its existing terms; otherwise neither may change."""
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    old_gates = [g.get("name") for g in old_spec.get("schedulingGates") or []]
+    new_gates = [g.get("name") for g in new_spec.get("schedulingGates") or []]
+    if set(new_gates) - set(old_gates):
+        return "spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate"
+    if new_spec.get("nodeName") != old_spec.get("nodeName"):
+        return "spec.nodeName: Forbidden: pod updates may not change fields other than those allowed"
+    old_selector, new_selector = old_spec.get("nodeSelector") or {}, new_spec.get("nodeSelector") or {}
+    old_required = ((old_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    new_required = ((new_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    if not old_gates:
+        if old_selector != new_selector or old_required != new_required:
+            return "spec: Forbidden: pod updates may not change fields other than those allowed"
+        return None
+    if any(k in new_selector and new_selector[k] != v for k, v in old_selector.items()) or not set(
+            old_selector) <= set(new_selector):
+        return "spec.nodeSelector: Invalid value: only additions to spec.nodeSelector are allowed"
+    old_terms = (old_required or {}).get("nodeSelectorTerms") or []
+    if old_terms:
+        new_terms = (new_required or {}).get("nodeSelectorTerms") or []
+        if len(new_terms) != len(old_terms):
+            return ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: "
+                    "Invalid value: no additions/deletions to non-empty NodeSelectorTerms list are allowed")
+        for before, after in zip(old_terms, new_terms, strict=True):
+            for field_name in ("matchExpressions", "matchFields"):
+                kept = before.get(field_name) or []
+                if (after.get(field_name) or [])[: len(kept)] != kept:
+                    return ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: Invalid value: "
+                            f"only additions to {field_name} are allowed (no mutations or deletions)")
+    return None
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:

@@ -254,7 +254,7 @@ def test_a_deployments_claim_pods_are_charged_to_its_author_not_to_the_replicase
     _pod, answer = _through_both(
         group_tenant_webhook, _admission_review(pod, REPLICASET_CONTROLLER, controller_groups, ("", "v1", "pods")))
     message = _refusal(answer)
-    assert "tenant ml-research" in message and "this pod asks for 20" in message
+    assert "tenant ml-research" in message and "this pod asks 20" in message
 
 
 
@@ -268,9 +268,9 @@ def test_gpus_asked_as_a_device_class_extended_resource_are_counted(webhook: Web
     # Every DeviceClass is also the extended resource deviceclass.resource.kubernetes.io/<class>: the
     # scheduler makes the pod a claim for that many devices of the class. No resourceClaims, no nvidia.com/.
     pod = _extended_pod("implicit", **{f"{IMPLICIT}gpu.nvidia.com": "8", "memory": "1Gi"})
-    assert "this pod asks for 8" in _refusal(webhook.create(pod)[1])
+    assert "this pod asks 8" in _refusal(webhook.create(pod)[1])
     mapped = _extended_pod("mapped", **{"example.com/gpu": "6"})
-    assert "this pod asks for 6" in _refusal(webhook.create(mapped)[1])
+    assert "this pod asks 6" in _refusal(webhook.create(mapped)[1])
     both = _extended_pod("both", **{f"{IMPLICIT}gpu.nvidia.com": "1", "nvidia.com/gpu": "1"})
     assert "ask one way" in _refusal(webhook.create(both)[1])
     # Within the quota, and a class that gives no GPU, pass.
@@ -346,20 +346,21 @@ def test_audit_mode_reports_what_it_would_refuse_and_admits(attack_dir: Path, tm
             lambda: create_app(runtime, ui=False), tmp_path / "certs"))  # type: ignore[arg-type]
         final, answer = audit.create(_claim_pod("eight", "eight"))
         assert answer["allowed"] is True, answer
-        assert any("this pod asks for 8" in w for w in answer.get("warnings", [])), answer
+        assert any("this pod asks 8" in w for w in answer.get("warnings", [])), answer
         assert "kgwe.io/tenant" not in (final["metadata"].get("annotations") or {})  # audit mode writes nothing
 
 
-def test_reservations_close_the_gap_until_the_pod_list_shows_a_claim_pod(
+def test_a_claim_pod_of_a_tenant_with_a_quota_waits_behind_the_quota_gate(
     webhook: Webhook, api_server: FakeApiServer
 ) -> None:
-    # Two pods of 3 GPUs each, created back to back, against team-a's 4 H100s: the pod list shows neither
-    # yet, the first one's reservation refuses the second. A dry run reserves nothing.
+    # GPUs through the pod's own claims are gated like any GPU pod's: the quota controller releases them, and a
+    # pod that bypassed the gate is refused. Nothing a request does holds quota (a dry run included).
     api_server.put("ResourceClaimTemplate", _template("three", "gpu.nvidia.com", 3, namespace="team-a"))
     assert webhook.create(_claim_pod("dry", "three"), dry_run=True)[1]["allowed"] is True
-    assert webhook.create(_claim_pod("first", "three"))[1]["allowed"] is True
-    message = _refusal(webhook.create(_claim_pod("second", "three"))[1])
-    assert "this pod asks for 3" in message and "reserved for 1 pod" in message
+    final, answer = webhook.create(_claim_pod("first", "three"))
+    assert answer["allowed"] is True
+    assert {"name": "kgwe.io/quota"} in final["spec"]["schedulingGates"]
+    assert webhook.create(_claim_pod("second", "three"))[1]["allowed"] is True
 
 
 def test_a_pod_holding_gpus_of_two_types_counts_each_against_its_own_type(attack_dir: Path, tmp_path: Path) -> None:

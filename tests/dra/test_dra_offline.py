@@ -97,4 +97,4 @@ def test_review_reads_the_claim_templates_of_the_same_file(tmp_path: Path) -> No
     )
     _template_result, pod_result = json.loads(out.stdout)
     assert not pod_result["allowed"]
-    assert "nvidia-h100-80gb 4 of 8 GPUs in use, this pod asks for 8" in pod_result["message"]
+    assert "nvidia-a100-80gb limit 2 GPUs, this pod asks 8; this pod could never run within it" in pod_result["message"]

@@ -121,8 +121,8 @@ def _refusal(answer: dict[str, Any]) -> str:
 def test_a_claim_of_its_own_for_more_gpus_than_the_quota_is_refused(webhook: Webhook) -> None:
     final, answer = webhook.create(_pod("eight", "eight-gpus"))
     message = _refusal(answer)
-    assert "tenant team-a: nvidia-h100-80gb 0 of 4 GPUs in use, this pod asks for 8" in message
-    assert "counts against each until bound" in message
+    assert ("tenant team-a: nvidia-h100-80gb limit 4 GPUs, this pod asks 8; this pod could never run within it"
+            in message)
     # The mutating webhook recorded the tenant, so the pod is found by group-based tenants too.
     assert final["metadata"]["annotations"]["kgwe.io/tenant"] == "team-a"
 
@@ -137,8 +137,8 @@ def test_a_claim_within_the_quota_passes_and_a_claim_for_no_gpu_is_not_charged(w
 def test_all_devices_and_the_largest_alternative_are_what_is_counted(webhook: Webhook) -> None:
     # `All` may take every device of a node: at most the 11 dra-a100-01 publishes (whole GPUs and MIG
     # devices); firstAvailable its largest choice.
-    assert "this pod asks for 11" in _refusal(webhook.create(_pod("all", "all-gpus"))[1])
-    assert "this pod asks for 6" in _refusal(webhook.create(_pod("either", "one-or-six"))[1])
+    assert "this pod asks 11" in _refusal(webhook.create(_pod("all", "all-gpus"))[1])
+    assert "this pod asks 6" in _refusal(webhook.create(_pod("either", "one-or-six"))[1])
 
 
 def test_a_claim_that_cannot_be_read_is_a_refusal(webhook: Webhook) -> None:
@@ -171,7 +171,7 @@ def test_a_forged_kgwe_claim_name_is_read_like_any_other(webhook: Webhook) -> No
     pod = _pod("forged", "eight-gpus")
     pod["spec"]["resourceClaims"][0]["name"] = "kgwe-gpu-0000000000"
     pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "kgwe-gpu-0000000000"}]
-    assert "asks for 8" in _refusal(webhook.create(pod)[1])
+    assert "asks 8" in _refusal(webhook.create(pod)[1])
 
 
 def _running(name: str, claim_status: dict[str, str] | None, template: str | None, claim: str | None) -> dict[str, Any]:
@@ -227,9 +227,11 @@ def test_running_pods_count_what_their_own_claims_hold(cluster_dir: Path, tmp_pa
         "nvidia-h100-80gb", Decimal("9.0"))
     assert round(costs[("inference", "notebook")].hourly or 0, 6) == Decimal("0.4")
     assert costs[("team-a", "trainer-0")].tenant == "team-a"
-    # With trainer-0's, rendered's and waiting's two H100s each and forged's eight in use, team-a has none left.
+    # With trainer-0's, rendered's and waiting's two H100s each and forged's eight in use, team-a has none left:
+    # a new claim pod is admitted gated and waits, saying so.
     _final, answer = _serve_once(runtime, _pod("more", "two-gpus"), tmp_path)
-    assert "nvidia-h100-80gb 14 of 4 GPUs in use" in _refusal(answer)
+    assert answer["allowed"] is True, answer
+    assert any("nvidia-h100-80gb 14 of 4 GPUs in use; this pod asks 2" in w for w in answer["warnings"]), answer
 
 
 @contextlib.contextmanager
@@ -262,7 +264,7 @@ def test_in_a_cluster_templates_are_read_from_the_api_server_at_admission(
             # Deleted and made again with another request an instant later: the next pod is judged by it.
             fake.delete("ResourceClaimTemplate", "team-a/swapped")
             fake.put("ResourceClaimTemplate", _template("swapped", _request("gpu", "gpu.nvidia.com", 8)))
-            assert "asks for 8" in _refusal(webhook.create(_pod("second", "swapped"))[1])
+            assert "asks 8" in _refusal(webhook.create(_pod("second", "swapped"))[1])
             fake.delete("ResourceClaimTemplate", "team-a/swapped")
             assert "does not exist" in _refusal(webhook.create(_pod("third", "swapped"))[1])
             fake.put("ResourceClaimTemplate", _template("two-gpus", _request("gpu", "gpu.nvidia.com", 2)))

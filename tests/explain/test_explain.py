@@ -130,3 +130,24 @@ def test_api_explains_an_existing_pod_and_refuses_bad_references(tmp_path: Path)
         assert client.get("/api/v1/explain", params={"pod": "ml-research/absent"}).status_code == 404
         for bad in ("", "no-slash", "a/b/c", "UPPER/x", "x/" + "y" * 300):
             assert client.get("/api/v1/explain", params={"pod": bad}).status_code == 400
+
+
+def test_a_pod_waiting_for_its_tenants_quota_says_why(tmp_path: Path) -> None:
+    cluster = copy_example_cluster(tmp_path / "cluster")
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), cluster)
+    # team-a may use 8 H100s; train-llm-0 holds 4, a released pod 4 more: the gated one waits, first in line.
+    admitted = review_pod(runtime.admission, gpu_pod("waiting", "team-a", gpus=4, phase="Pending",
+                                                     annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"}))
+    assert admitted.allowed, admitted.message
+    pending = admitted.object
+    assert {"name": "kgwe.io/quota"} in pending["spec"]["schedulingGates"]
+    running = json.loads(json.dumps(pending))
+    running["metadata"]["name"] = "running"
+    running["spec"]["schedulingGates"] = []
+    plant(cluster, "zz-quota.yaml", pending, running)
+    out = tmp_path / "out.json"
+    assert _run_cli(["explain", "team-a/waiting", "--cluster", str(cluster), "--config", str(EXAMPLE_CONFIG),
+                     "-o", "json"], out) == 0
+    body = json.loads(out.read_text())
+    assert ("waits for its tenant's quota (gate kgwe.io/quota): team-a: nvidia-h100-80gb 8 of 8 GPUs in use; "
+            "this pod asks 4; 1st in line") in body["blocking"]

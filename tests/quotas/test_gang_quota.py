@@ -45,8 +45,8 @@ def test_a_gang_bigger_than_the_tenants_limit_is_refused_at_its_first_member(tmp
     runtime = build_runtime(load_config(ROOT / "examples" / "config.yaml"), cluster)
     too_big = review_pod(runtime.admission, _member("w-0", "llm", 2, 4))
     assert not too_big.allowed
-    assert ("tenant lab: gang llm asks for 8 GPUs of nvidia-gb200-186gb in all (2 pods x 4), more than the "
-            "tenant's limit of 4") in too_big.message
+    assert ("tenant lab: nvidia-gb200-186gb limit 4 GPUs, the gang asks 8; this gang could never run within it"
+            in too_big.message)
     # A gang the limit can hold whole is judged like any pod.
     fits = review_pod(runtime.admission, _member("w-0", "small", 2, 2))
     assert fits.allowed, fits.message

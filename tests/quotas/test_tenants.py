@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from quota_fixtures import charge
@@ -10,7 +9,6 @@ from quota_fixtures import charge
 from policies.quota.model import (
     LimitKey,
     charge_belongs_to,
-    charged_type,
     quota_limits,
     resolve_tenant,
 )
@@ -91,15 +89,3 @@ def test_a_pod_counts_for_the_tenant_recorded_on_it(example_quotas: list[dict[st
     assert not charge_belongs_to(other_tenant, "ml-research", ml)
     assert charge_belongs_to(legacy, "ml-research", ml)
     assert not charge_belongs_to(stranger, "ml-research", ml)
-
-
-def test_most_expensive_candidate_until_bound(price_of: Any) -> None:
-    pending = charge("team-a", "p", 1, "nvidia-l4-24gb", "nvidia-h100-80gb", "nvidia-a100-80gb")
-    assert charged_type(pending, price_of) == "nvidia-h100-80gb"
-    bound = charge("team-a", "p", 1, "nvidia-l4-24gb", "nvidia-h100-80gb", bound="nvidia-l4-24gb")
-    assert charged_type(bound, price_of) == "nvidia-l4-24gb"
-    unpriced = charge("team-a", "p", 1, "acme-x1-8gb", "acme-x2-8gb")
-    assert charged_type(unpriced, lambda _: None) == "acme-x1-8gb"
-    assert charged_type(charge("team-a", "p", 1, "acme-x1-8gb", "nvidia-l4-24gb"), price_of) == "nvidia-l4-24gb"
-    assert price_of("nvidia-l4-24gb") == Decimal("0.80")
-

@@ -13,7 +13,7 @@ def test_committed_reference_matches_the_code() -> None:
 def test_reference_names_what_a_user_looks_up() -> None:
     page = reference.render()
     for needle in ("`kgwe.io/accelerator`", "`kgwe.io/decision`", "`kgwe.io/gang`", "`nvidia-h100-80gb`",
-                   "`quotas.reservationGraceSeconds` | float | `60.0`", "`limits.onError`", "`gpuTaintKeys`"):
+                   "`quotas.overQuota` |", "`limits.onError`", "`gpuTaintKeys`"):
         assert needle in page
     assert "kgwe.io/v1alpha1" not in page and "kgwe.io/quantity" not in page
 

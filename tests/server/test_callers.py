@@ -1,7 +1,8 @@
 """Who may call /mutate and /validate: over real HTTPS on 127.0.0.1, with certificates made by certs/.
 
-The runtime is the real one over examples/cluster with a file quota store, so a reservation made by a
-call is visible on disk; the API server's client certificate comes from `kgwe certs client`.
+The runtime is the real one over examples/cluster with a gang store the test reads, so what a call writes (the
+record `/mutate` keeps of a gang's first member) is visible; the API server's client certificate comes from
+`kgwe certs client`.
 """
 
 from __future__ import annotations
@@ -31,15 +32,19 @@ from server_support import CLUSTER, CONFIG, GPU_POD, ROOT, admission_review, fre
 from certs.client import CLIENT_CA_CERT, CLIENT_CERT, CLIENT_KEY, ClientSettings, ensure_client_files
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext
-from policies.quota.file_store import FileQuotaStore
 from webhook.admission.request import decode_review
 from webhook.config import ConfigError, parse_config
+from webhook.gangs.ledger import MemoryGangStore
 from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
 # A GPU pod the example configuration admits (the built-in policies want a memory limit).
 GPU_POD = copy.deepcopy(GPU_POD)
 GPU_POD["spec"]["containers"][0]["resources"]["limits"]["memory"] = "16Gi"
+# A first member of a gang: its admission by /mutate writes the gang's record (a side effect to look for).
+GANG_POD = copy.deepcopy(GPU_POD)
+GANG_POD["metadata"]["annotations"] = {"kgwe.io/accelerator": "nvidia-gb200-186gb", "kgwe.io/gang": "llm",
+                                       "kgwe.io/gang-size": "2"}
 
 
 @dataclass
@@ -47,7 +52,7 @@ class AuthServer:
     url: str
     ca_file: Path
     client_dir: Path
-    quota_store: FileQuotaStore
+    gang_store: MemoryGangStore
 
     def client(self, cert_dir: Path | None = None) -> httpx.Client:
         context = ssl.create_default_context(cafile=str(self.ca_file))
@@ -55,11 +60,8 @@ class AuthServer:
             context.load_cert_chain(cert_dir / CLIENT_CERT, cert_dir / CLIENT_KEY)
         return httpx.Client(base_url=self.url, verify=context, timeout=10)
 
-    def reservations(self) -> int:
-        total = 0
-        for quota in ("team-a", "ml-research", "inference"):
-            total += len(self.quota_store.read(quota).status.reservations)
-        return total
+    def records(self) -> int:
+        return len(self.gang_store.read().records)
 
 
 def serve_with_auth(
@@ -68,17 +70,17 @@ def serve_with_auth(
     config = yaml.safe_load(CONFIG.read_text())
     config["authentication"] = {"clientCAFile": str(client_dir / CLIENT_CA_CERT), "mode": mode}
     parsed = parse_config(yaml.safe_dump(config))
-    quota_store = FileQuotaStore(tmp_path / "quota.json")
+    gang_store = MemoryGangStore()
     tls = ReloadingSSLContext(
         cert_paths.tls_cert, cert_paths.tls_key, poll_seconds=0.05, client_ca_file=parsed.authentication.client_ca_file
     )
 
     def make_app() -> FastAPI:
-        runtime = build_runtime(parsed, CLUSTER, quota_store=quota_store)
+        runtime = build_runtime(parsed, CLUSTER, gang_store=gang_store)
         return create_app(runtime, ui=False, certificate=tls, background=[tls])
 
     for running in start_server(make_app, cert_paths, tls):
-        yield AuthServer(running.url, cert_paths.ca_cert, client_dir, quota_store)
+        yield AuthServer(running.url, cert_paths.ca_cert, client_dir, gang_store)
 
 
 @pytest.fixture
@@ -98,7 +100,7 @@ def post(client: httpx.Client, path: str, review: dict[str, Any]) -> httpx.Respo
                        headers={"content-type": "application/json"})
 
 
-def test_caller_without_certificate_gets_401_and_reserves_nothing(auth_server: AuthServer) -> None:
+def test_caller_without_certificate_gets_401_and_writes_nothing(auth_server: AuthServer) -> None:
     with auth_server.client() as client:
         for _ in range(4):  # the attack of issue 13: fake /validate calls filling a tenant's limit
             response = post(client, "/validate", admission_review(GPU_POD))
@@ -106,13 +108,13 @@ def test_caller_without_certificate_gets_401_and_reserves_nothing(auth_server: A
             status = response.json()
             assert status["kind"] == "Status" and status["code"] == 401 and status["reason"] == "Unauthorized"
             assert "no client certificate" in status["message"]
-        assert post(client, "/mutate", admission_review(GPU_POD)).status_code == 401
+        assert post(client, "/mutate", admission_review(GANG_POD)).status_code == 401
         # Probes, scrapers and the UI need no certificate.
         assert client.get("/healthz").status_code == 200
         assert client.get("/readyz").status_code == 200
         assert client.get("/metrics").status_code == 200
         metrics = client.get("/metrics").text
-    assert auth_server.reservations() == 0
+    assert auth_server.records() == 0
     assert 'kgwe_admission_callers_total{endpoint="validate",result="refused"}' in metrics
 
 
@@ -124,8 +126,9 @@ def test_api_server_certificate_is_accepted_and_its_calls_take_effect(auth_serve
         response = post(client, "/validate", admission_review(jsonpatch.apply_patch(GPU_POD, patch)))
         assert response.status_code == 200
         assert response.json()["response"]["allowed"] is True, response.json()
-    # The same call from the API server does reserve: the 401 test above measures something real.
-    assert auth_server.reservations() == 1
+        assert post(client, "/mutate", admission_review(GANG_POD)).status_code == 200
+    # The same call from the API server does write: the 401 test above measures something real.
+    assert auth_server.records() == 1
 
 
 def test_certificate_from_another_ca_fails_the_handshake(auth_server: AuthServer, tmp_path: Path) -> None:
@@ -133,7 +136,7 @@ def test_certificate_from_another_ca_fails_the_handshake(auth_server: AuthServer
     ensure_client_files(stranger, ClientSettings())  # same name, its own CA
     with auth_server.client(stranger) as client, pytest.raises(httpx.TransportError):
         post(client, "/validate", admission_review(GPU_POD))
-    assert auth_server.reservations() == 0
+    assert auth_server.records() == 0
 
 
 def test_certificate_from_the_ca_with_another_name_gets_401(auth_server: AuthServer, tmp_path: Path) -> None:
@@ -147,7 +150,7 @@ def test_certificate_from_the_ca_with_another_name_gets_401(auth_server: AuthSer
         response = post(client, "/validate", admission_review(GPU_POD))
     assert response.status_code == 401
     assert "system:node:gpu-1" in response.json()["message"] and "not allowed" in response.json()["message"]
-    assert auth_server.reservations() == 0
+    assert auth_server.records() == 0
 
 
 def test_serving_certificate_is_no_client_certificate(auth_server: AuthServer, cert_paths: CertificatePaths) -> None:
@@ -167,11 +170,13 @@ def test_permissive_mode_answers_unauthenticated_callers_as_dry_run(
             patch = orjson.loads(base64.b64decode(mutated.json()["response"]["patch"]))
             pod = jsonpatch.apply_patch(GPU_POD, patch)
             response = post(client, "/validate", admission_review(pod))
+            assert post(client, "/mutate", admission_review(GANG_POD)).json()["response"]["allowed"] is True
         assert response.status_code == 200 and response.json()["response"]["allowed"] is True
-        assert server.reservations() == 0
+        assert server.records() == 0
         with server.client(client_dir) as client:
             assert post(client, "/validate", admission_review(pod)).json()["response"]["allowed"] is True
-        assert server.reservations() == 1
+            assert post(client, "/mutate", admission_review(GANG_POD)).json()["response"]["allowed"] is True
+        assert server.records() == 1
 
 
 def test_unauthenticated_request_is_always_dry_run() -> None:
@@ -223,7 +228,7 @@ def test_kgwe_serve_wires_authentication_and_says_when_it_is_off(tmp_path: Path,
     try:
         assert process.stdout is not None
         ca_file = Path(process.stdout.readline().rsplit("CA: ", 1)[1].strip())
-        server = AuthServer(f"https://127.0.0.1:{port}", ca_file, client_dir, FileQuotaStore(tmp_path / "unused"))
+        server = AuthServer(f"https://127.0.0.1:{port}", ca_file, client_dir, MemoryGangStore())
         give_up = time.monotonic() + 30
         while True:
             try:

@@ -19,6 +19,7 @@ import orjson
 from policies.gpu_demand import pod_gpu_demand
 from policies.quota.model import PodCharge, resolve_tenant
 from policies.vocabulary.accelerator_types import MIXED
+from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB, parse_quantity
 from webhook.admission.facts import Facts
@@ -100,6 +101,7 @@ def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Fac
         gpu_memory_bytes=memory,
         tenant=notes.get(OUT_TENANT),
         namespace_labels=model.namespace_labels(namespace),
+        gated=QUOTA_GATE in view.scheduling_gates,
     )
 
 
@@ -168,6 +170,7 @@ def claimed_charge(
         tenant=view.annotations.get(OUT_TENANT),
         namespace_labels=model.namespace_labels(namespace),
         every_candidate=bool(candidates),
+        gated=QUOTA_GATE in view.scheduling_gates,
     )
 
 

@@ -8,8 +8,8 @@ Data flows one way, one module per stage:
     decide            webhook/admission/validate.py   /validate: policies, ownership, placement, RBAC, quota
     respond           webhook/admission/response.py   Outcome -> AdmissionReview response
 
-Only memory is read on the request path, except the calls SPEC names (SubjectAccessReview and quota
-reservation), which the gates make within the request's deadline.
+Only memory is read on the request path, except the calls SPEC names (SubjectAccessReview), which the
+gates make within the request's deadline. Quotas hold no state here: the quota controller releases pods.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from policies.vocabulary.keys import QUOTA_GATE
 from webhook.admission.facts import Facts
 from webhook.admission.gather import FactGathering
 from webhook.admission.outcome import Outcome
@@ -18,7 +19,13 @@ from webhook.admission.request import AdmissionRequest
 from webhook.dra.templates import ensure_claim_templates
 from webhook.intent import LABEL_GANG
 from webhook.mutation.pipeline import NotConverging, run_pipeline
-from webhook.mutation.steps import Outputs, output_annotations_step, output_labels_step, placement_steps
+from webhook.mutation.steps import (
+    Outputs,
+    output_annotations_step,
+    output_labels_step,
+    placement_steps,
+    scheduling_gates_step,
+)
 
 log = logging.getLogger("kgwe.admission")
 
@@ -61,8 +68,12 @@ class Mutation(FactGathering):
             # The gang label groups pods for co-location: only KGWE's plan may set it.
             output_labels_step({LABEL_GANG: facts.plan.labels.get(LABEL_GANG) if facts.renderable else None}),
         ]
+        # KGWE's quota controller removes this gate when the tenant's quota holds the pod (webhook/quotas).
+        gates = [QUOTA_GATE] if self.runtime.quota_gated(facts.request, facts) else []
         if facts.renderable:
-            steps.extend(placement_steps(facts.plan))
+            steps.extend(placement_steps(facts.plan, gates))
+        elif gates:
+            steps.append(scheduling_gates_step(gates))
         return steps
 
     def _mutate_update(self, request: AdmissionRequest) -> Outcome:

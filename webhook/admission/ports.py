@@ -8,8 +8,8 @@ cycle with its wiring. Each gate is a port of its own:
   an OPA server is reached within the request's deadline by the policy runtime itself);
 - `RbacGate`: may the requester use the profile and accelerator types the plan names (may wait on a
   SubjectAccessReview: `rbac_blocks_io` tells the core to run it off the event loop);
-- `QuotaGate`: does the pod fit its tenant's quota (may wait on a lock, a file or the API server:
-  `quota_blocks_io`).
+- `QuotaGate`: which pods wait behind the `kgwe.io/quota` gate, and what `/validate` refuses for quota
+  (memory only: KGWE's controller, not the request, releases pods when their quota holds them).
 
 The gates are synchronous callables; the core first asks a blocking one not to wait (`wait=False`: a
 cached review, a free lock), and only when that cannot answer runs it on its gate thread pool within the
@@ -92,19 +92,22 @@ class RbacGate(Protocol):
 
 
 class QuotaGate(Protocol):
-    """Tenant quotas (SPEC section 5)."""
+    """Tenant quotas (SPEC section 10): the pods the `kgwe.io/quota` gate holds, and what `/validate` refuses.
+    Memory only: no reservation, no write, no network (webhook/quotas)."""
 
-    @property
-    def quota_blocks_io(self) -> bool:
-        """True when a check may wait on a lock, a file or the API server."""
+    def quota_gated(self, request: AdmissionRequest, facts: Facts) -> bool:
+        """`/mutate` adds the `kgwe.io/quota` scheduling gate to this pod."""
         ...
 
     def check_quota(
         self, request: AdmissionRequest, facts: Facts, deadline: float | None, *, wait: bool = True
     ) -> list[Problem]:
-        """The refusals (reason `quota`); a store that cannot be reached is a refusal, never an admission.
-        With `wait=False`, raises `policies.api.WouldBlock` when the answer needs a held lock or the network
-        (nothing is reserved then)."""
+        """The refusals (reason `quota`): no gate, `spec.nodeName` set, an ask no limit could ever hold, or
+        (`quotas.overQuota: refuse`) an ask that would wait now."""
+        ...
+
+    def quota_warnings(self, request: AdmissionRequest, facts: Facts) -> list[str]:
+        """Why an admitted pod will wait for its tenant's quota (shown to whoever creates it), if it will."""
         ...
 
 

@@ -21,6 +21,7 @@ from prometheus_client import Counter
 from policies.api import Violation, WouldBlock
 from policies.gpu_demand import pod_gpu_demand
 from policies.runtime import PolicyEngineError
+from policies.vocabulary import keys
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.gather import FactGathering, check_deadline
 from webhook.admission.outcome import Outcome
@@ -42,6 +43,12 @@ from webhook.mutation.pipeline import run_pipeline
 from webhook.mutation.steps import placement_steps
 from webhook.scheduling.predicates import explain_infeasible, first_feasible
 from webhook.workloads.identity import requested_by_refusal
+
+# When KGWE lifts each of its gates, for the refusal of anyone else who tries.
+GATE_LIFTED_WHEN = {
+    keys.GANG: "kgwe.io/gang when the whole gang can be placed",
+    keys.QUOTA_GATE: "kgwe.io/quota when the tenant's quota holds the pod",
+}
 
 log = logging.getLogger("kgwe.admission")
 
@@ -166,6 +173,8 @@ class Validation(FactGathering):
                 warnings.extend(f"KGWE: {m}" for _r, m in placement)
             else:
                 problems.extend(placement)
+        if not problems and not request.template:
+            warnings.extend(self.runtime.quota_warnings(request, facts))
         pending = PendingVerdict(request, problems, warnings, audit)
         if not request.template:
             claims = own_dra_asks(request.pod, facts.plan.dra, facts.model.device_classes)
@@ -183,10 +192,8 @@ class Validation(FactGathering):
                 lambda d: rt.authorize(request, facts, d, wait=False),
             ))
             if not request.template:  # a workload's templates are charged by their pods
-                pending.gates.append(Gate(
-                    "quota", lambda d: rt.check_quota(request, facts, d), rt.quota_blocks_io,
-                    lambda d: rt.check_quota(request, facts, d, wait=False),
-                ))
+                # Memory only (no reservation, nothing written): the quota controller decides when it starts.
+                pending.gates.append(Gate("quota", lambda d: rt.check_quota(request, facts, d), False))
         return pending
 
     def _prepare_update(self, request: AdmissionRequest, deadline: float | None) -> PendingVerdict:
@@ -198,8 +205,8 @@ class Validation(FactGathering):
             problems.append(("output-guard", f"{', '.join(changed)}: kgwe.io/ keys are fixed at creation"))
         lifted = [] if controller else lifted_kgwe_gates(request.old_pod, request.pod)
         if lifted:
-            problems.append(("output-guard", f"scheduling gate {', '.join(lifted)} is lifted by KGWE alone, when "
-                                             "the whole gang can be placed"))
+            when = "; ".join(GATE_LIFTED_WHEN.get(g, f"{g} when KGWE decides") for g in lifted)
+            problems.append(("output-guard", f"scheduling gate {', '.join(lifted)} is lifted by KGWE alone: {when}"))
         warnings: list[str] = []
         audit: dict[str, str] = {}
         if not controller:

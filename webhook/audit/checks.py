@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from policies.api import PolicyContext, Violation
 from policies.gpu_demand import pod_gpu_demand
-from policies.quota.check import UsageLine, usage_lines
 from policies.quota.model import format_gpus, format_memory, quota_name, resolve_tenant, tenant_of_quota
+from policies.quota.usage import UsageLine, usage_lines
 from policies.vocabulary.objects import PodView
 from webhook.admission.charging import usage_charges
 from webhook.audit.findings import Finding, Result, Severity

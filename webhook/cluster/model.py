@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -189,6 +189,20 @@ class ClusterStore:
             on_error=lambda _exc: log.exception("cluster model rebuild failed; serving the previous snapshot"),
         )
         self._source_problems: dict[str, tuple[str, ...]] = {}
+        # Called with the kind after every change (None: every kind), outside the lock: controllers that act on
+        # changes (the quota controller) wake here instead of polling.
+        self._listeners: list[Callable[[str | None], None]] = []
+
+    def add_listener(self, listener: Callable[[str | None], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def _changed(self, kind: str | None) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(kind)
+            except Exception:  # a listener's trouble is its own: the source goes on
+                log.exception("cluster store listener failed")
 
     # -- writes (sources) -------------------------------------------------------------------
     def upsert(self, obj: dict[str, Any]) -> None:
@@ -204,6 +218,7 @@ class ClusterStore:
                 obj = slim_workload(obj)
             held[key] = obj
             self._generation += 1
+        self._changed(kind)
 
     def delete(self, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")
@@ -212,12 +227,14 @@ class ClusterStore:
         with self._lock:
             self._objects[kind].pop(object_key(obj), None)
             self._generation += 1
+        self._changed(kind)
 
     def replace_kind(self, kind: str, objects: Iterable[dict[str, Any]]) -> None:
         """A relist: the kind's objects are exactly these now."""
         with self._lock:
             self._objects[kind] = self._kept(kind, objects)
             self._generation += 1
+        self._changed(kind)
 
     def _kept(self, kind: str, objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """A kind's objects by key; workloads slimmed and bounded (webhook/cluster/workloads.py)."""
@@ -240,6 +257,7 @@ class ClusterStore:
         with self._lock:
             self._objects = grouped
             self._generation += 1
+        self._changed(None)
 
     def mark_loaded(self) -> None:
         with self._lock:

@@ -5,7 +5,8 @@ metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVer
 deletionTimestamp (a terminating pod is no gang member);
 spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, and containers /
 initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
-status phase. Everything else (images, env, volumes, conditions, container statuses) is dropped.
+status phase and KGWE's own conditions (`kgwe.io/...`). Everything else (images, env, volumes, other
+conditions, container statuses) is dropped.
 Other kinds are kept whole except `metadata.managedFields` and a node's `status.images` (`slim_object`).
 """
 
@@ -48,6 +49,13 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     phase = view.phase
     if phase:
         out["status"] = {"phase": phase}
+    # KGWE's own conditions (the quota controller's `kgwe.io/QuotaAvailable`): it writes one only when it changes.
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    if isinstance(conditions, list):
+        ours = [c for c in conditions if isinstance(c, dict) and str(c.get("type") or "").startswith("kgwe.io/")]
+        if ours:
+            out.setdefault("status", {})["conditions"] = ours
     return out
 
 

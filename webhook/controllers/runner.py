@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubernetes import client as k8s_client
@@ -12,8 +13,10 @@ from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
 from webhook.controllers.leader import LeaderElector, pod_namespace
+from webhook.controllers.permissions import ControllerReadiness
 from webhook.gangs.controller import GangController, kube_pod_writer
 from webhook.gangs.ledger import GangStore
+from webhook.quotas.controller import QuotaController, kube_quota_writer
 
 
 @dataclass
@@ -27,6 +30,9 @@ class Controllers:
     elector: LeaderElector
     bound_pods: BoundPodController
     gangs: GangController | None = None  # webhook.gangs: ungates complete gangs
+    quotas: QuotaController | None = None  # webhook.quotas: releases pods their tenant's quota holds
+    # Every replica: the CRDs and RBAC the controllers need (reasons /readyz fails with).
+    readiness: ControllerReadiness | None = None
     supervisor: Supervisor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -35,8 +41,12 @@ class Controllers:
     def tasks(self) -> list[Task]:
         """The election first (stopped last: it releases the lease once the controllers have ended)."""
         tasks = [self.elector.task, self.bound_pods.task]
+        if self.readiness is not None:
+            tasks.append(self.readiness.task)
         if self.gangs is not None:
             tasks.append(self.gangs.task)
+        if self.quotas is not None:
+            tasks.append(self.quotas.task)
         return tasks
 
     def start(self) -> None:
@@ -59,7 +69,15 @@ def build_controllers(
     gang_store: GangStore | None = None,
 ) -> Controllers:
     """Controllers over `store`; with no API client (YAML mode) nothing is patched and this replica leads."""
-    elector = LeaderElector(api_client, namespace=namespace or pod_namespace())
+    # A replica that becomes leader releases what waits at once, from the API's state (no event may come).
+    woken: list[Callable[[], None]] = []
+
+    def led(leader: bool) -> None:
+        for wake in woken if leader else ():
+            wake()
+
+    namespace = namespace or pod_namespace()
+    elector = LeaderElector(api_client, namespace=namespace, on_change=led)
     patcher = kube_pod_patcher(api_client) if api_client is not None else None
     bound = BoundPodController(
         store, config, patcher, interval_seconds=interval_seconds, is_leader=elector.is_leader, registry=registry
@@ -70,4 +88,8 @@ def build_controllers(
         gangs = GangController(
             store, gang_store, config, writer, interval_seconds=interval_seconds, is_leader=elector.is_leader
         )
-    return Controllers(elector, bound, gangs)
+    quota_writer = kube_quota_writer(api_client) if api_client is not None else None
+    quotas = QuotaController(store, config, quota_writer, is_leader=elector.is_leader)
+    woken.append(quotas.wake)
+    readiness = ControllerReadiness(api_client, namespace) if api_client is not None else None
+    return Controllers(elector, bound, gangs, quotas, readiness)

@@ -40,6 +40,7 @@ from prometheus_client import Counter, Gauge
 from policies.background import Task
 from policies.gpu_demand import pod_gpu_demand
 from policies.metrics import replace_series
+from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView, objects
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
@@ -271,6 +272,10 @@ class GangController:
             if expired:
                 reason += f"; waiting over {self.config.gangs.timeout_seconds:.0f}s, its room is no longer held"
             return replace(record, reason=reason, expired=expired, short_gpus=0)
+        if any(QUOTA_GATE in PodView(p).scheduling_gates for p in group.pods):
+            # The tenant's quota releases the gang first, whole (webhook/quotas): until then it holds no room, so a
+            # gang waiting for quota never keeps another tenant's gang out of a clique.
+            return replace(record, room=None, reason="waiting for the tenant's quota (kgwe.io/quota)", short_gpus=0)
         # Complete: the gang claims its room again (an expired promise is renewed), sized by its largest member.
         if record.expired:
             # Its promise lapsed and others may have been promised the room since: it queues as a new gang (its age

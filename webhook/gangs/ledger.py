@@ -9,7 +9,7 @@ returns True, else writes nothing and returns False. Failures to reach the store
 `GangStoreUnavailable`.
 
 Stores: `MemoryGangStore` (one process, `kgwe review`), `FileGangStore` (the YAML directory mode: a
-JSON file beside the quota reservations, serialised by `flock`, replaced atomically) and
+JSON file in the state directory, serialised by `flock`, replaced atomically) and
 `KubeGangStore` (a cluster-scoped `GangLedger` object named `kgwe-gangs`, written with its
 `resourceVersion`, so the API server answers 409 to the loser of a race).
 """

@@ -1,15 +1,17 @@
 """The tenant view (`/api/v1/tenants`, `kgwe tenants`): per tenant, its TenantQuotas, namespaces and
-groups, its use against every limit, and the hourly cost of its running pods."""
+groups, its use against every limit (pods released by the quota controller), the pods that wait for quota
+and why, and the hourly cost of its running pods."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from policies.quota.check import UsageLine, usage_lines
 from policies.quota.model import format_memory, quota_name, tenant_of_quota
+from policies.quota.usage import UsageLine, usage_lines
 from policies.vocabulary.objects import ObjectView
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.numbers import ZERO, money_text, number, utc_stamp
+from webhook.quotas.view import waiting_rows
 
 
 def _limit_row(line: UsageLine) -> dict[str, Any]:
@@ -39,6 +41,7 @@ def tenant_usage(inventory: Inventory) -> dict[str, list[UsageLine]]:
 def tenants_view(inventory: Inventory) -> dict[str, Any]:
     model = inventory.model
     usage = tenant_usage(inventory)
+    waiting = waiting_rows(model, inventory.config)
     records: dict[str, dict[str, Any]] = {}
 
     def record(tenant: str) -> dict[str, Any]:
@@ -67,6 +70,8 @@ def tenants_view(inventory: Inventory) -> dict[str, Any]:
             "namespaces": sorted(entry["namespaces"]),
             "groups": sorted(entry["groups"]),
             "limits": [_limit_row(line) for line in usage.get(tenant, [])],
+            # Pods the kgwe.io/quota gate holds, and why each waits (SPEC section 10).
+            "waiting": waiting.get(tenant, {"pods": 0, "gpus": "0", "pending": []}),
             "hourlyCost": money_text(entry["cost"]),
             "pods": entry["pods"],
         }

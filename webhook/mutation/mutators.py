@@ -202,10 +202,14 @@ GANG_MUTATOR = CREATE.register(
     "gang",
     [
         pointer("spec", "affinity", "podAffinity"),
-        pointer("spec", "schedulingGates"),
         pointer("metadata", "annotations", KUEUE_REQUIRED_TOPOLOGY),
     ],
-    "a gang together: pod affinity on the clique, the gang's scheduling gate, Kueue's topology request",
+    "a gang together: pod affinity on the clique, Kueue's topology request",
+)
+SCHEDULING_GATES_MUTATOR = CREATE.register(
+    "scheduling-gates",
+    [pointer("spec", "schedulingGates")],
+    "KGWE's scheduling gates: the gang's (kgwe.io/gang) and the quota's (kgwe.io/quota), added at CREATE only",
 )
 
 # UPDATE: `kgwe.io/` keys are fixed at creation (webhook/admission/ownership.py `restore_kgwe_keys_step`).

@@ -6,6 +6,7 @@ the pipeline checks every run against those declarations.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from webhook.mutation.mutators import (
     NODE_CONSTRAINTS_MUTATOR,
     OUTPUT_ANNOTATIONS_MUTATOR,
     OUTPUT_LABELS_MUTATOR,
+    SCHEDULING_GATES_MUTATOR,
 )
 from webhook.mutation.pipeline import Step
 from webhook.placement.constraints import (
@@ -91,8 +93,9 @@ def output_labels_step(labels: dict[str, str | None]) -> Step:
     return OUTPUT_LABELS_MUTATOR.step(step)
 
 
-def placement_steps(plan: PlacementPlan) -> list[Step]:
-    """The steps rendering `plan` into a pod, one per mutator with something to write."""
+def placement_steps(plan: PlacementPlan, gates: Sequence[str] = ()) -> list[Step]:
+    """The steps rendering `plan` into a pod, one per mutator with something to write; `gates` are scheduling
+    gates other than the plan's (the quota's) added with them."""
     steps: list[Step] = []
     if plan.requirements or plan.type_alternatives or plan.preferences or plan.tolerations:
         steps.append(NODE_CONSTRAINTS_MUTATOR.step(lambda pod: _apply_node_constraints(pod, plan)))
@@ -102,8 +105,10 @@ def placement_steps(plan: PlacementPlan) -> list[Step]:
         # The gang label is output-labels' (its owner); rendered here too so the plan's steps alone (what
         # /validate compares a pod against) write it. In a full pipeline it repeats the same value.
         steps.append(output_labels_step(dict(plan.labels)))
-    if plan.pod_affinity_terms or plan.annotations or plan.scheduling_gates:
+    if plan.pod_affinity_terms or plan.annotations:
         steps.append(GANG_MUTATOR.step(lambda pod: _apply_gang(pod, plan)))
+    if plan.scheduling_gates or gates:
+        steps.append(scheduling_gates_step([*plan.scheduling_gates, *gates]))
     if plan.resource_renames or plan.dra is not None:
         # Last: mps-env reads which containers ask for GPUs, and DRA claims take those resources away.
         steps.append(GPU_RESOURCES_MUTATOR.step(lambda pod: _gpu_resources(pod, plan)))
@@ -209,13 +214,21 @@ def _apply_gang(pod: dict[str, Any], plan: PlacementPlan) -> None:
             if term not in required:
                 required.append(term)
         affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
-    if plan.scheduling_gates:
+
+
+def scheduling_gates_step(names: Sequence[str]) -> Step:
+    """KGWE's scheduling gates, each added once after the pod's own (Kubernetes lets gates be set only at CREATE)."""
+    wanted = list(dict.fromkeys(names))
+
+    def step(pod: dict[str, Any]) -> None:
         spec = mapping_at(pod, "spec")
         gates = list(spec.get("schedulingGates") or [])
-        names = {g.get("name") for g in gates if isinstance(g, dict)}
-        missing = [{"name": gate} for gate in plan.scheduling_gates if gate not in names]
+        present = {g.get("name") for g in gates if isinstance(g, dict)}
+        missing = [{"name": gate} for gate in wanted if gate not in present]
         if missing:
             spec["schedulingGates"] = gates + missing
+
+    return SCHEDULING_GATES_MUTATOR.step(step)
 
 
 def decision_document(plan: PlacementPlan, stale_nodes: int, policy_name: str | None) -> str:

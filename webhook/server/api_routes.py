@@ -24,7 +24,6 @@ from webhook.inventory.nodes import nodes_view
 from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
-from webhook.server.reservations_view import with_reservations
 
 JSON = "application/json"
 PREFIX = "/api/v1"
@@ -83,24 +82,12 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
             return _error(400, str(exc))
         return _json(orjson.dumps(found.as_document()))
 
-    cached_tenants = cached("tenants", tenants_view)
-
-    async def tenants(request: Request) -> Response:
-        # Reservations change without a new snapshot: overlay them on the cached document when there are any.
-        quotas = getattr(runtime, "quotas", None)
-        if quotas is not None:
-            doc = inventory.view("tenants-document", tenants_view)
-            overlaid = with_reservations(doc, quotas, set(runtime.store.snapshot().pods))
-            if overlaid is not None:
-                return _json(orjson.dumps(overlaid))
-        return await cached_tenants(request)
-
     router = APIRouter()
     router.routes.extend([
         Route(f"{PREFIX}/hardware-profiles", cached("hardware-profiles", hardware_profiles_view), methods=["GET"]),
         Route(f"{PREFIX}/hardware-profiles/proposal", proposal, methods=["GET"]),
         Route(f"{PREFIX}/nodes", cached("nodes", nodes_view), methods=["GET"]),
-        Route(f"{PREFIX}/tenants", tenants, methods=["GET"]),
+        Route(f"{PREFIX}/tenants", cached("tenants", tenants_view), methods=["GET"]),
         Route(f"{PREFIX}/costs", cached("costs", costs_view), methods=["GET"]),
     ])
     return router

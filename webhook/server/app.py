@@ -48,7 +48,7 @@ JSON = "application/json"
 # sub-millisecond, and a thread hop costs as much or more CPU per request than it saves (the GIL
 # serialises the work anyway). The native Rego engine is also bound to the thread that built it, so
 # with policies loaded a thread pool cannot evaluate them at all. I/O inside the core
-# (SubjectAccessReview, quota reservation) is cached and bounded by the deadline it is given.
+# (SubjectAccessReview) is cached and bounded by the deadline it is given.
 OFFLOAD_DEFAULT = False
 OFFLOAD_THREADS = 8
 
@@ -289,8 +289,12 @@ def create_app(
     offload: bool | None = None,
     authenticator: CallerAuthenticator | None = None,
     supervisor: Supervisor | None = None,
+    unready: Callable[[], list[str]] | None = None,
 ) -> FastAPI:
     """The webhook application.
+
+    `unready` lists reasons the replica must not serve (the CRDs and RBAC its controllers need: pods would
+    wait gated in silence otherwise); `/readyz` answers 503 naming them.
 
     `certificate` is the serving certificate's state (readiness needs one loaded); it can also be set
     later as `app.state.certificate`. `background` tasks run from startup to shutdown, on `supervisor`
@@ -348,6 +352,8 @@ def create_app(
         cert: LoadState | None = app.state.certificate
         if cert is None or not cert.loaded:
             reasons.append("no serving certificate loaded")
+        if unready is not None:
+            reasons.extend(unready())
         # Degraded but serving: shown, not a reason to be unready.
         problems = readiness_problems(runtime) + tasks.problems()
         if reasons:

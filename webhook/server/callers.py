@@ -110,13 +110,14 @@ class CallerAuthenticator:
         """Say at startup what protects the admission endpoints (loudly when nothing does)."""
         if self.mode == "off":
             log.warning(
-                "authentication is OFF: anyone who can reach this port can call /mutate and /validate and "
-                "make quota reservations. Set authentication.clientCAFile (docs/security.md)."
+                "authentication is OFF: anyone who can reach this port can call /mutate and /validate "
+                "(no call holds or changes any tenant's quota: KGWE releases pods that exist). "
+                "Set authentication.clientCAFile (docs/security.md)."
             )
         elif self.mode == "permissive":
             log.warning(
                 "authentication is PERMISSIVE: callers without an allowed client certificate are answered "
-                "as dryRun (nothing reserved). Switch authentication.mode to required once the API server "
+                "as dryRun (nothing written). Switch authentication.mode to required once the API server "
                 "presents its certificate (docs/security.md)."
             )
         else:

@@ -8,7 +8,6 @@ SSLContext, so certificate renewals reach every worker.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import ipaddress
 import logging
@@ -35,10 +34,9 @@ from webhook.server.app import BackgroundTask, create_app
 from webhook.server.callers import CallerAuthenticator
 from webhook.server.config_watch import ConfigWatcher
 from webhook.server.listener import ServeError, connection_limits, listening_sockets, uvicorn_server
-from webhook.server.quota_sync import QuotaSync
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 from webhook.server.worker_logs import quiet_secondary_worker, worker_started
-from webhook.state import quota_state_file, state_dir
+from webhook.state import state_dir
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +91,11 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     """The runtime fed by its cluster source: a watched YAML directory, or the API (webhook/assembly.py)."""
     config = options.config
     if options.cluster_dir is not None:
-        quota_store = None
-        if options.workers > 1:
-            # Workers are processes: their quota reservations meet in one shared mapping of a file in the
-            # runtime directory (the parent's pid names it; it lives as long as this server).
-            from policies.quota.mapped_store import MappedQuotaStore
-
-            quota_store = MappedQuotaStore(quota_state_file(options.port, os.getppid()))
-        # Gang records outlive a restart: a file beside the quota reservations, named by the port.
+        # Gang records outlive a restart: a file in the state directory, named by the port.
         from webhook.gangs.ledger import FileGangStore
 
         gang_store = FileGangStore(state_dir() / "quota" / f"gangs-{options.port}.json")
-        return assembly.from_directory(
-            config, options.cluster_dir, watch=True, quota_store=quota_store, gang_store=gang_store
-        )
+        return assembly.from_directory(config, options.cluster_dir, watch=True, gang_store=gang_store)
     from webhook.cluster.kube_json import load_kube_client
 
     return assembly.from_api(config, load_kube_client(None), serving=True)
@@ -158,6 +147,8 @@ def run_worker(
                         "restart; serving with the ones read at start")
         if controllers.gangs is not None:
             controllers.gangs.config = config
+        if controllers.quotas is not None:
+            controllers.quotas.config = config
 
     runtime.on_config_change.append(follow_config)
     writer: ReportWriter
@@ -181,8 +172,6 @@ def run_worker(
         background.append(ProfileStatusSync(  # HardwareProfile.status.available
             runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.elector.is_leader
         ).task)
-    if runtime.quotas is not None:
-        background.append(QuotaSync(runtime, controllers.elector.is_leader).task)  # TenantQuota status
     if options.config_file is not None:
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds).task)
     # Who may call the admission endpoints is fixed for the process's life, like the TLS context's client CA.
@@ -194,6 +183,7 @@ def run_worker(
         certificate=tls,
         # One supervisor for every background task of this worker, started and stopped with the server.
         background=background, authenticator=callers, supervisor=controllers.supervisor,
+        unready=controllers.readiness.problems if controllers.readiness is not None else None,
     )
     if api_client is not None:  # Events on pods about KGWE's decisions (why), off the request path
         from webhook.gangs.controller import kube_pod_writer
@@ -305,8 +295,4 @@ def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path, socke
     for sock in sockets:
         sock.close()
     multiproc_metrics.cleanup()
-    quota_file = quota_state_file(options.port, os.getpid())
-    for path in (quota_file, quota_file.with_suffix(".json.lock")):
-        with contextlib.suppress(OSError):
-            path.unlink()
     return 1 if failed else 0

@@ -603,27 +603,34 @@ class TenantsPage extends Page {
           h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Share used")),
           h("th", { scope: "col", class: "num" }, "Memory used / limit"))),
         h("tbody", {}, tenant.limits.map((limit) => this.limitRow(limit)))) :
-        h("p", { class: "muted no-quota" }, "No TenantQuota limits this tenant; its pods are charged to it."));
+        h("p", { class: "muted no-quota" }, "No TenantQuota limits this tenant; its pods are charged to it."),
+      this.waitingList(tenant.waiting));
   }
 
   limitRow(limit) {
     const capped = limit.gpus !== null && limit.gpus !== undefined;
-    // Reservations of pods admitted moments ago (or only reviewed, in YAML mode) count against the limit too.
-    const reserved = limit.reserved ?? 0;
-    const full = capped && limit.used + reserved >= limit.gpus;
+    const full = capped && limit.used >= limit.gpus;
     return h("tr", { class: full ? "full" : null, dataset: { limit: `${limit.kind}/${limit.name}` } },
       h("th", { scope: "row" }, h("span", { class: "muted small" }, limit.kind === "profile" ? "profile " : "type "),
         h("code", {}, limit.name)),
-      h("td", { class: "num" }, h("span", { dataset: { field: "used" } }, String(limit.used ?? 0)),
-        reserved ? h("span", { class: "muted small", title: "held for pods admitted in the last quotas.reservationGraceSeconds "
-          + "that no pod list shows yet" }, " + ", h("span", { dataset: { field: "reserved" } }, String(reserved)), " reserved")
-          : null, " / ",
+      h("td", { class: "num" }, h("span", { dataset: { field: "used" } }, String(limit.used ?? 0)), " / ",
         h("span", { dataset: { field: "gpus" } }, capped ? String(limit.gpus) : DASH)),
       h("td", { class: "use" }, limit.gpus ? h("meter", { min: 0, max: limit.gpus, value: limit.used ?? 0,
         low: limit.gpus * 0.7, high: limit.gpus * 0.9, optimum: 0, "aria-label": "share of the limit used" }) : null,
         full ? h("span", { class: "badge warn" }, "full") : null),
       h("td", { class: "num", dataset: { field: "memory" } },
         limit.gpuMemory ? `${limit.usedMemory ?? "0"} / ${limit.gpuMemory}` : DASH));
+  }
+
+  // Pods the kgwe.io/quota gate holds until the tenant's quota holds them, with the words their condition carries.
+  waitingList(waiting) {
+    if (!waiting || !waiting.pods) return null;
+    return h("section", { class: "waiting", dataset: { field: "waiting" } },
+      h("h3", {}, h("span", { dataset: { field: "waitingPods" } }, String(waiting.pods)),
+        waiting.pods === 1 ? " pod waits" : " pods wait", " for quota (",
+        h("span", { dataset: { field: "waitingGPUs" } }, String(waiting.gpus)), " GPUs)"),
+      h("ul", {}, (waiting.pending || []).map((row) =>
+        h("li", { dataset: { pod: row.pod } }, h("code", {}, row.pod), " ", h("span", { class: "muted small" }, row.why)))));
   }
 }
 

@@ -1,0 +1,43 @@
+"""A missing CRD or RBAC that the controllers need makes `/readyz` fail naming it (pods would otherwise wait
+gated in silence): API discovery and SelfSubjectAccessReviews against the fake API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kube_fake_apiserver import KGWE, FakeApiServer
+from starlette.testclient import TestClient
+
+from webhook.config import load_config
+from webhook.controllers.permissions import ControllerReadiness
+from webhook.runtime import build_runtime
+from webhook.server.app import create_app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_everything_granted_and_served_is_no_problem(apiserver: FakeApiServer, api_client) -> None:
+    assert ControllerReadiness(api_client, "kgwe-system").check() == []
+
+
+def test_a_missing_crd_and_a_missing_verb_are_named(apiserver: FakeApiServer, api_client) -> None:
+    apiserver.missing.add(f"{KGWE}/tenantquotas")
+    apiserver.denied.add(("", "pods", "status", "patch"))
+    readiness = ControllerReadiness(api_client, "kgwe-system")
+    problems = readiness.check()
+    assert any(p.startswith("CRD tenantquotas.kgwe.io (TenantQuota) is not installed") for p in problems), problems
+    assert any("may not patch pods/status" in p and "kgwe.io/QuotaAvailable" in p for p in problems), problems
+    runtime = build_runtime(load_config(EXAMPLES / "config.yaml"), EXAMPLES / "cluster")
+    app = create_app(runtime, ui=False, certificate=_Loaded(), unready=readiness.problems)
+    with TestClient(app) as client:
+        answer = client.get("/readyz")
+    assert answer.status_code == 503
+    assert any("tenantquotas.kgwe.io" in r for r in answer.json()["reasons"])
+    # Installed and granted again: ready on the next check.
+    apiserver.missing.clear()
+    apiserver.denied.clear()
+    assert readiness.check() == []
+
+
+class _Loaded:
+    loaded = True

@@ -1,0 +1,9 @@
+"""Quotas released by KGWE (SPEC section 10): a wing that plugs into the admission core and the controllers.
+
+- `gate.py`: which pods carry the `kgwe.io/quota` scheduling gate (added at `/mutate`);
+- `waiters.py`: what a gated pod asks, read from the cluster model (its types narrowed by its own constraints);
+- `admission.py`: what `/validate` refuses without holding any state, and what `kgwe review` says;
+- `controller.py`: the leader's controller that releases gated pods in order, pins, and reports why others wait.
+
+The queue itself (usage, fit, order) is pure and lives in `policies/quota/queue.py`.
+"""

@@ -1,0 +1,358 @@
+"""The quota controller: removes the `kgwe.io/quota` gate of pods whose tenant's quota holds them (leader only).
+
+Woken by the cluster watch (a pod, TenantQuota or node changed), never on a fixed period. One pass, from a
+current snapshot (`webhook/quotas/waiters.py` reads the picture, `policies/quota/queue.py` decides):
+
+- per tenant, in creation order, a waiting pod (or a sized gang, whole) that fits every limit on a type it
+  can run on is released: pinned to that type when it may run on several (added to its node constraints,
+  as Kubernetes allows while a pod is gated), `kgwe.io/accelerator-type` set to it, and the gate removed,
+  in one patch carrying the resourceVersion read, so a concurrent change is never overwritten;
+- a gated pod of a tenant without a TenantQuota is released as it is (nothing limits it);
+- a pod that waits gets the condition `kgwe.io/QuotaAvailable=False` (reason `WaitingForQuota`) and an Event
+  saying what it waits for, each time that changes;
+- each TenantQuota's `status` says what its limits count now (`used`: released pods) and what waits.
+
+A pod released this pass counts as released until the watch shows it so (`_in_flight`), so a pass never
+counts it twice or not at all. A new leader starts from the API's state: whatever an old leader released
+is visible as ungated pods by then (a leader stops acting before its lease can be taken over), and what it
+did not release is still gated.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Protocol
+
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import Counter, Gauge
+
+from policies.background import Backoff, Task
+from policies.metrics import replace_series
+from policies.quota.model import format_gpus, format_memory
+from policies.quota.queue import Release, TenantQueue, Wait, Waiter, plan_queue, wait_message
+from policies.vocabulary.objects import PodView, objects
+from webhook.cluster.model import ClusterModel, ClusterStore
+from webhook.config import Config
+from webhook.costs import format_hourly_cost
+from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
+from webhook.placement.constraints import apply_requirements
+from webhook.quotas.gate import QUOTA_CONDITION, QUOTA_GATE
+from webhook.quotas.waiters import ChargeCache, QuotaPicture, TenantPicture, has_capacity, quota_picture
+
+log = logging.getLogger("kgwe.quotas.controller")
+
+FIELD_MANAGER = "kgwe-controller"
+# A released pod the watch has not shown ungated after this long is forgotten (the write was lost, or the pod
+# is gone): the next pass reads it from the API's state again.
+IN_FLIGHT_SECONDS = 60.0
+# API calls of a pass stay well inside the lease's margin: a leader that lost its lease stops writing before
+# another replica may start (webhook/controllers/leader.py: renew deadline 10 s, lease 15 s).
+CALL_TIMEOUT = (3.0, 4.0)
+
+RELEASED = Counter("kgwe_quota_released_total", "Pods whose kgwe.io/quota gate KGWE removed, by tenant", ["tenant"])
+WAITING = Gauge("kgwe_quota_waiting_pods", "Pods gated by kgwe.io/quota that wait for their tenant's quota",
+                ["tenant"])
+RELEASE_SECONDS = Gauge("kgwe_quota_pass_seconds", "Duration of the quota controller's last pass")
+
+
+class QuotaWriter(Protocol):
+    """What the controller changes in the cluster."""
+
+    def release(self, pod: dict[str, Any], patch: dict[str, Any]) -> None:
+        """Apply the merge patch that pins and ungates the pod (it carries the resourceVersion read)."""
+
+    def waiting(self, pod: dict[str, Any], message: str) -> None:
+        """Set the pod's `kgwe.io/QuotaAvailable` condition to False with `message`, and post an Event."""
+
+    def status(self, quota: str, status: dict[str, Any]) -> None:
+        """Write a TenantQuota's `status`."""
+
+
+@dataclass
+class PassResult:
+    released: list[tuple[str, str | None]] = field(default_factory=list)  # (namespace/name, type pinned)
+    waiting: dict[str, str] = field(default_factory=dict)  # namespace/name -> message
+    conflicts: int = 0
+
+
+def release_patch(pod: dict[str, Any], model: ClusterModel, type_id: str | None, pin: bool,
+                  price: Decimal | None, equivalents: Decimal | None) -> dict[str, Any]:
+    """The one merge patch of a release: the gate removed, the pod pinned to `type_id` (only by additions to its
+    node constraints, which Kubernetes allows while the pod is gated), the type and price it is charged."""
+    view = PodView(pod)
+    gates = [g for g in objects(view.spec.get("schedulingGates")) if g.get("name") != QUOTA_GATE]
+    body: dict[str, Any] = {
+        "metadata": {"resourceVersion": view.resource_version},
+        "spec": {"schedulingGates": gates or None},
+    }
+    if type_id is not None:
+        notes: dict[str, Any] = {OUT_ACCELERATOR_TYPE: type_id}
+        if price is not None and equivalents:
+            notes[OUT_HOURLY_COST] = format_hourly_cost(equivalents * price)
+        body["metadata"]["annotations"] = notes
+    summary = model.types.get(type_id) if pin and type_id is not None else None
+    selector = summary.selector() if summary is not None else None
+    if selector is not None:
+        from policies.vocabulary.requirements import Requirement
+
+        key, values = selector
+        pinned = {"spec": copy.deepcopy({k: v for k, v in view.spec.items() if k in ("nodeSelector", "affinity")})}
+        apply_requirements(pinned, [Requirement(key, "In", tuple(values))])
+        spec = pinned["spec"]
+        if spec.get("nodeSelector") != view.spec.get("nodeSelector"):
+            body["spec"]["nodeSelector"] = spec.get("nodeSelector")
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        if required is not None and spec.get("affinity") != view.spec.get("affinity"):
+            body["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    return body
+
+
+class QuotaController:
+    def __init__(
+        self,
+        store: ClusterStore,
+        config: Config,
+        writer: QuotaWriter | None,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.writer = writer
+        self.is_leader = is_leader
+        self.clock = clock
+        self._in_flight: dict[str, tuple[str | None, float]] = {}  # uid -> (type pinned, when released)
+        self._told: dict[str, str] = {}  # uid -> the waiting message last written on the pod
+        self._statuses: dict[str, dict[str, Any]] = {}  # TenantQuota name -> the status last written
+        self._charges: ChargeCache = {}  # what each pod counts, from the last pass (webhook/quotas/waiters.py)
+        self.last: PassResult | None = None
+        self.task = Task(
+            "quota-release", self.reconcile_once, interval=None, leader_only=True, is_leader=lambda: self.is_leader(),
+            run_at_start=True, backoff=Backoff(base=0.2, cap=10.0),
+            on_error=lambda _exc: log.exception("quota release pass failed; retrying"),
+        )
+        store.add_listener(self.wake)
+
+    def wake(self, kind: str | None = None) -> None:
+        if kind in (None, "Pod", "TenantQuota", "Node", "ResourceSlice", "ResourceClaim"):
+            self.task.wake()
+
+    # -- one pass ------------------------------------------------------------------------------
+    def reconcile_once(self) -> PassResult:
+        if not self.is_leader():
+            return PassResult()
+        started = self.clock()
+        model = self.store.snapshot(force=True)
+        self._forget_seen(model)
+        picture = quota_picture(model, {uid: pinned for uid, (pinned, _t) in self._in_flight.items()}, self._charges)
+        result = PassResult()
+        for pod in picture.unlimited:
+            self._release(model, pod, None, False, result)
+        waiting_by_tenant: dict[str, int] = {}
+        for tenant, tenant_picture in sorted(picture.tenants.items()):
+            queue = self.plan(model, tenant_picture)
+            for release in queue.releases:
+                for ask in release.waiter.asks:
+                    member = tenant_picture.pods.get(ask.pod)
+                    if member is not None:
+                        self._release(model, member, release.type_id, release.pin, result)
+            waits = [*queue.waits, *(Wait(w, why, 0) for w, why in tenant_picture.incomplete)]
+            waiting_by_tenant[tenant] = sum(len(w.waiter.asks) for w in waits)
+            for wait in waits:
+                message = wait_message(tenant, wait) if wait.position else f"{tenant}: {wait.reason}"
+                for ask in wait.waiter.asks:
+                    member = tenant_picture.pods.get(ask.pod)
+                    if member is not None:
+                        result.waiting[ask.pod] = message
+                        self._tell(member, message)
+            self._write_status(tenant_picture, queue)
+        replace_series(WAITING, {(t,): float(n) for t, n in waiting_by_tenant.items()})
+        RELEASE_SECONDS.set(self.clock() - started)
+        self.last = result
+        return result
+
+    def plan(self, model: ClusterModel, picture: TenantPicture) -> TenantQueue:
+        return plan_queue(
+            picture.tenant, picture.limits, picture.released, picture.waiters, order=self.config.quotas.order,
+            has_capacity=lambda waiter, type_id: has_capacity(model, waiter, type_id, picture.pods),
+        )
+
+    def _forget_seen(self, model: ClusterModel) -> None:
+        """Released pods the snapshot shows ungated (or gone) need no in-flight entry any more."""
+        now = self.clock()
+        live = {PodView(p).uid: p for p in model.pods.values()}
+        for uid, (_pinned, at) in list(self._in_flight.items()):
+            pod = live.get(uid)
+            if pod is None or QUOTA_GATE not in PodView(pod).scheduling_gates or now - at > IN_FLIGHT_SECONDS:
+                del self._in_flight[uid]
+        for uid in [u for u in self._told if u not in live]:
+            del self._told[uid]
+
+    # -- effects ---------------------------------------------------------------------------------
+    def _release(self, model: ClusterModel, pod: dict[str, Any], type_id: str | None, pin: bool,
+                 result: PassResult) -> None:
+        view = PodView(pod)
+        if self.writer is None or not self.is_leader():
+            result.released.append((f"{view.namespace}/{view.name}", type_id))
+            return
+        price = self.config.price_per_gpu_hour(type_id) if type_id else None
+        equivalents = _equivalents(pod, model, type_id)
+        try:
+            self.writer.release(pod, release_patch(pod, model, type_id, pin, price, equivalents))
+        except ApiException as exc:
+            if exc.status == 404:
+                return  # deleted meanwhile
+            if exc.status == 409:
+                # Changed since the snapshot: the watch brings the change, and with it the next pass.
+                result.conflicts += 1
+                return
+            raise
+        self._in_flight[view.uid] = (type_id, self.clock())
+        self._told.pop(view.uid, None)
+        tenant = view.annotation("kgwe.io/tenant") or ""
+        RELEASED.labels(tenant=tenant).inc()
+        result.released.append((f"{view.namespace}/{view.name}", type_id))
+
+    def _tell(self, pod: dict[str, Any], message: str) -> None:
+        view = PodView(pod)
+        if self.writer is None or self._told.get(view.uid) == message or _condition_message(pod) == message:
+            self._told[view.uid] = message
+            return
+        try:
+            self.writer.waiting(pod, message)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                log.warning("pod %s/%s: waiting condition not written: %s", view.namespace, view.name, exc.reason)
+            return
+        self._told[view.uid] = message
+
+    def _write_status(self, picture: TenantPicture, queue: TenantQueue) -> None:
+        if self.writer is None:
+            return
+        for quota in picture.quotas:
+            name = PodView(quota).name
+            status = tenant_status(picture, queue, name)
+            current = quota.get("status") if isinstance(quota.get("status"), dict) else {}
+            assert isinstance(current, dict)
+            if self._statuses.get(name) == status or {k: current.get(k) for k in status} == status:
+                self._statuses[name] = status
+                continue
+            try:
+                self.writer.status(name, status)
+            except ApiException as exc:
+                log.warning("TenantQuota %s: status not written: %s", name, exc.reason)
+                continue
+            self._statuses[name] = status
+
+
+def _condition_message(pod: dict[str, Any]) -> str | None:
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else None
+    for condition in objects((status or {}).get("conditions")):
+        if condition.get("type") == QUOTA_CONDITION and condition.get("status") == "False":
+            return str(condition.get("message") or "")
+    return None
+
+
+def _equivalents(pod: dict[str, Any], model: ClusterModel, type_id: str | None) -> Decimal | None:
+    from webhook.costs import pod_gpu_equivalents
+
+    if type_id is None:
+        return None
+    try:
+        return pod_gpu_equivalents(PodView(pod), None, type_id, model)
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def tenant_status(picture: TenantPicture, queue: TenantQueue, quota: str) -> dict[str, Any]:
+    """`status.used` (what released pods, this pass's releases included, count against each limit of this
+    TenantQuota) and `status.waiting` (the gated pods and their GPUs), as the controller counted them."""
+    from policies.quota.queue import Ledger
+
+    ledger = Ledger(picture.limits)
+    for charge in picture.released:
+        ledger.charge(charge)
+    for release in queue.releases:  # released by this pass: they hold quota from now on
+        for ask in release.waiter.asks:
+            ledger.take(ask, release.type_id)
+    used = []
+    for limit in picture.limits:
+        if limit.quota != quota:
+            continue
+        entry: dict[str, Any] = {limit.key.kind: limit.key.name, "gpus": format_gpus(ledger.gpus[limit.key])}
+        if limit.gpu_memory is not None:
+            entry["gpuMemory"] = format_memory(ledger.memory[limit.key])
+        used.append(entry)
+    waiting = []
+    waits: list[tuple[Waiter, str]] = [(w.waiter, w.reason) for w in queue.waits] + list(picture.incomplete)
+    for waiter, reason in waits[:100]:
+        gpus = sum((a.gpus for a in waiter.asks), Decimal(0))
+        waiting.append({"name": waiter.label.split(" ", 1)[1], "kind": waiter.label.split(" ", 1)[0],
+                        "pods": len(waiter.asks), "gpus": format_gpus(gpus), "reason": reason[:256]})
+    return {"used": used, "waiting": waiting}
+
+
+def picture_summary(picture: QuotaPicture) -> dict[str, int]:
+    """Waiting pods per tenant (for tests and `/readyz` details)."""
+    return {t: sum(len(w.asks) for w in p.waiters) for t, p in picture.tenants.items()}
+
+
+def kube_quota_writer(api_client: Any) -> QuotaWriter:
+    from webhook.cluster.kube_json import KubeJson
+
+    return _KubeQuotaWriter(KubeJson(api_client))
+
+
+class _KubeQuotaWriter:
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def release(self, pod: dict[str, Any], patch: dict[str, Any]) -> None:
+        view = PodView(pod)
+        self.api.request(
+            "PATCH", f"/api/v1/namespaces/{view.namespace}/pods/{view.name}",
+            query=[("fieldManager", FIELD_MANAGER)], body=patch,
+            content_type="application/merge-patch+json", timeout=CALL_TIMEOUT,
+        )
+
+    def waiting(self, pod: dict[str, Any], message: str) -> None:
+        view = PodView(pod)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {"type": QUOTA_CONDITION, "status": "False", "reason": "WaitingForQuota",
+                     "message": message[:1024], "lastTransitionTime": now}
+        # Strategic merge: conditions merge by type, so the kubelet's and the scheduler's stay as they are.
+        self.api.request(
+            "PATCH", f"/api/v1/namespaces/{view.namespace}/pods/{view.name}/status",
+            query=[("fieldManager", FIELD_MANAGER)], body={"status": {"conditions": [condition]}},
+            content_type="application/strategic-merge-patch+json", timeout=CALL_TIMEOUT,
+        )
+        self.api.request(
+            "POST", f"/api/v1/namespaces/{view.namespace}/events",
+            body={
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{view.name}.", "namespace": view.namespace},
+                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": view.namespace,
+                                   "name": view.name, "uid": view.uid},
+                "reason": "WaitingForQuota", "message": message[:1024], "type": "Normal",
+                "source": {"component": "kgwe"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            },
+            timeout=CALL_TIMEOUT,
+        )
+
+    def status(self, quota: str, status: dict[str, Any]) -> None:
+        self.api.request(
+            "PATCH", f"/apis/kgwe.io/v1alpha1/tenantquotas/{quota}/status",
+            query=[("fieldManager", FIELD_MANAGER)], body={"status": status},
+            content_type="application/merge-patch+json", timeout=CALL_TIMEOUT,
+        )
+
+
+__all__ = ["PassResult", "QuotaController", "QuotaWriter", "Release", "kube_quota_writer", "release_patch"]

@@ -1,0 +1,61 @@
+"""The quota queue of one snapshot, as the Tenants view, `kgwe explain` and the TenantQuota status show it."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from policies.quota.model import format_gpus
+from policies.quota.queue import TenantQueue, plan_queue, wait_message
+from webhook.cluster.model import ClusterModel
+from webhook.config import Config
+from webhook.quotas.waiters import has_capacity, picture_of
+
+MAX_LISTED = 50  # waiting pods listed per tenant in a view (the count is always whole)
+
+
+def tenant_queues(model: ClusterModel, config: Config) -> dict[str, TenantQueue]:
+    """Per tenant with a TenantQuota: what the controller would release now and who waits, and why."""
+    out: dict[str, TenantQueue] = {}
+    for tenant, picture in picture_of(model).tenants.items():
+        out[tenant] = plan_queue(
+            tenant, picture.limits, picture.released, picture.waiters, order=config.quotas.order,
+            has_capacity=lambda w, t, p=picture: has_capacity(model, w, t, p.pods),  # type: ignore[misc]
+        )
+    return out
+
+
+def waiting_rows(model: ClusterModel, config: Config) -> dict[str, dict[str, Any]]:
+    """Per tenant: the pods that wait for quota (count, GPUs, and the first `MAX_LISTED` with why)."""
+    pictures = picture_of(model).tenants
+    rows: dict[str, dict[str, Any]] = {}
+    for tenant, queue in tenant_queues(model, config).items():
+        listed: list[dict[str, Any]] = []
+        pods = 0
+        gpus = Decimal(0)
+        for wait in queue.waits:
+            for ask in wait.waiter.asks:
+                pods += 1
+                gpus += ask.gpus
+                if len(listed) < MAX_LISTED:
+                    listed.append({"pod": ask.pod, "gpus": format_gpus(ask.gpus), "why": wait_message(tenant, wait)})
+        for waiter, why in pictures[tenant].incomplete:
+            for ask in waiter.asks:
+                pods += 1
+                gpus += ask.gpus
+                if len(listed) < MAX_LISTED:
+                    listed.append({"pod": ask.pod, "gpus": format_gpus(ask.gpus), "why": f"{tenant}: {why}"})
+        rows[tenant] = {"pods": pods, "gpus": format_gpus(gpus), "pending": listed}
+    return rows
+
+
+def why_waiting(model: ClusterModel, config: Config, pod_key: str) -> str | None:
+    """Why this gated pod waits for quota now, in the words its condition carries; None if it would be released."""
+    for tenant, queue in tenant_queues(model, config).items():
+        for wait in queue.waits:
+            if any(ask.pod == pod_key for ask in wait.waiter.asks):
+                return wait_message(tenant, wait)
+        for waiter, why in picture_of(model).tenants[tenant].incomplete:
+            if any(ask.pod == pod_key for ask in waiter.asks):
+                return f"{tenant}: {why}"
+    return None

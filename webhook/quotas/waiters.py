@@ -1,0 +1,248 @@
+"""The quota picture of one cluster snapshot: per tenant, what its released pods use and which pods wait.
+
+Read from the pods that exist (SPEC section 10): a pod that is not terminal and not gated by `kgwe.io/quota`
+holds quota; a gated one waits. A pod the controller released moments ago, which the snapshot still shows
+gated (the watch lags the write), is passed in as `in_flight` and counted released, on the type it was
+pinned to. A waiting pod may be charged only the types it can run on: the types KGWE wrote on it
+(`kgwe.io/accelerator-type`, in the user's order), narrowed to those with a node its own nodeSelector,
+required node affinity and tolerations allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+from policies.quota.model import PodCharge, QuotaLimit, charge_belongs_to, quota_limits, tenant_of_quota
+from policies.quota.queue import Ask, Waiter
+from policies.vocabulary.objects import PodView
+from webhook.admission.charging import ClaimUsage, pod_charge
+from webhook.cluster.model import ClusterModel
+from webhook.dra.claimed import mapped_resources
+from webhook.gangs.rooms import free_gpus, per_snapshot
+from webhook.gangs.spec import membership
+from webhook.intent import OUT_TENANT
+from webhook.quotas.gate import is_quota_gated
+from webhook.scheduling.predicates import first_feasible
+
+ZERO = Decimal(0)
+
+
+@dataclass
+class GatedPod:
+    pod: dict[str, Any]
+    ask: Ask
+    tenant: str | None  # kgwe.io/tenant as written at admission
+
+
+@dataclass
+class TenantPicture:
+    tenant: str
+    quotas: list[dict[str, Any]]
+    limits: list[QuotaLimit]
+    released: list[PodCharge] = field(default_factory=list)
+    waiters: list[Waiter] = field(default_factory=list)
+    incomplete: list[tuple[Waiter, str]] = field(default_factory=list)  # gangs missing members: why
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # namespace/name -> gated pod
+
+
+@dataclass
+class QuotaPicture:
+    tenants: dict[str, TenantPicture]
+    unlimited: list[dict[str, Any]]  # gated pods of tenants without a TenantQuota: nothing holds them
+
+
+def runnable_types(pod: dict[str, Any], types: tuple[str, ...], model: ClusterModel) -> tuple[str, ...]:
+    """`types` narrowed to those with a node the pod's own constraints allow (resources not counted: a pod too
+    big for every node of a type is refused at admission). All of them when none is left: a pod that no node
+    can run is charged as admitted, never freed of its quota by a guess."""
+    kept = tuple(
+        t for t in types
+        if t in model.types and first_feasible(_without_resources(pod), (model.nodes[n] for n in model.types[t].nodes))
+    )
+    return kept or types
+
+
+def _without_resources(pod: dict[str, Any]) -> dict[str, Any]:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    kept = {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if k in spec}
+    return {"spec": kept}
+
+
+def has_capacity(model: ClusterModel, waiter: Waiter, type_id: str, pods: Mapping[str, dict[str, Any]]) -> bool:
+    """Every member of `waiter` has a node of `type_id` it can run on with its whole GPUs free now."""
+    free = free_gpus(model)
+    for ask in waiter.asks:
+        pod = pods.get(ask.pod)
+        if pod is None or type_id not in model.types:
+            return False
+        nodes = [model.nodes[n] for n in model.types[type_id].nodes if free.get(n, 0) >= ask.gpus]
+        if first_feasible(_without_resources(pod), nodes) is None:
+            return False
+    return True
+
+
+def _order(pod: dict[str, Any]) -> tuple[str, str]:
+    view = PodView(pod)
+    return (view.creation_timestamp or "", f"{view.namespace}/{view.name}")
+
+
+ChargeCache = dict[tuple[int, str, str], list[PodCharge]]
+
+
+def quota_picture(
+    model: ClusterModel, in_flight: Mapping[str, str | None] | None = None, cache: ChargeCache | None = None
+) -> QuotaPicture:
+    """Every tenant with a TenantQuota: its released pods' charges and its waiters in order.
+
+    `in_flight`: uid -> the type pinned, for pods the controller released that the snapshot may show gated.
+    `cache`: the charges of the previous picture, by pod object, resourceVersion and node type: a pod that did
+    not change is not read again (the controller passes one between its passes; it is refilled here)."""
+    in_flight = in_flight or {}
+    previous = dict(cache) if cache is not None else {}
+    if cache is not None:
+        cache.clear()
+    by_tenant: dict[str, list[dict[str, Any]]] = {}
+    for quota in sorted(model.tenant_quotas.values(), key=lambda q: PodView(q).name):
+        by_tenant.setdefault(tenant_of_quota(quota), []).append(quota)
+    tenants = {
+        tenant: TenantPicture(tenant, quotas, [limit for q in quotas for limit in quota_limits(q)])
+        for tenant, quotas in by_tenant.items()
+    }
+    mapped = mapped_resources(model.device_classes)
+    made: list[ClaimUsage] = []
+
+    def claim_usage() -> ClaimUsage:  # made once, and only when some pod names claims of its own
+        if not made:
+            made.append(ClaimUsage(model, mapped))
+        return made[0]
+
+    gated: list[GatedPod] = []
+    unlimited: list[dict[str, Any]] = []
+    for pod in model.pods.values():
+        view = PodView(pod)
+        if view.terminal:
+            continue
+        node = model.nodes.get(view.node_name) if view.node_name else None
+        key = (id(pod), view.resource_version, node.accelerator_type if node is not None else "")
+        cached = previous.get(key)
+        found = cached if cached is not None and not view.spec.get("resourceClaims") else _charges(
+            pod, model, mapped, claim_usage)
+        if cache is not None:
+            cache[key] = found
+        waiting = is_quota_gated(pod) and view.uid not in in_flight and not view.deleting
+        if view.uid in in_flight and is_quota_gated(pod):
+            pinned = in_flight[view.uid]
+            found = [replace(c, candidate_types=(pinned,)) if pinned and not c.every_candidate else c for c in found]
+        if not waiting:
+            for charge in found:
+                for picture in tenants.values():
+                    if charge_belongs_to(charge, picture.tenant, picture.quotas):
+                        picture.released.append(charge)
+            continue
+        tenant = view.annotation(OUT_TENANT)
+        if tenant not in tenants or not found:
+            unlimited.append(pod)
+            continue
+        for charge in found[:1] if len(found) == 1 else [_merged(found)]:
+            types = charge.candidate_types if charge.every_candidate else runnable_types(
+                pod, charge.candidate_types, model)
+            ask = Ask(
+                pod=f"{view.namespace}/{view.name}", uid=view.uid or None, types=types, profile=charge.profile,
+                gpus=charge.gpu_equivalents, memory=charge.gpu_memory_bytes or ZERO, every_type=charge.every_candidate,
+            )
+            gated.append(GatedPod(pod, ask, tenant))
+    _group(gated, tenants, model)
+    return QuotaPicture(tenants, unlimited)
+
+
+def pod_charges(pod: dict[str, Any], model: ClusterModel) -> PodCharge | None:
+    """What one pod asks of its quota, as a waiter: its GPU resources, else its own claims (merged)."""
+    mapped = mapped_resources(model.device_classes)
+    found = _charges(pod, model, mapped, lambda: ClaimUsage(model, mapped))
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else _merged(found)
+
+
+def _charges(
+    pod: dict[str, Any], model: ClusterModel, mapped: Mapping[str, str], claim_usage: Callable[[], ClaimUsage]
+) -> list[PodCharge]:
+    """The pod's charges: its GPU resources, else what its own ResourceClaims hold or ask."""
+    charge = pod_charge(pod, model, None)
+    if charge is not None:
+        return [charge]
+    spec = pod.get("spec")
+    if not isinstance(spec, dict) or not (spec.get("resourceClaims") or _asks_mapped(spec, mapped)):
+        return []
+    return list(claim_usage().charges(pod))
+
+
+def _asks_mapped(spec: Mapping[str, Any], mapped: Mapping[str, str]) -> bool:
+    if not mapped:
+        return False
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") if isinstance(container, dict) else None
+        for section in ("requests", "limits"):
+            asked = (resources or {}).get(section) or {}
+            if isinstance(asked, dict) and any(key in mapped for key in asked):
+                return True
+    return False
+
+
+def _merged(charges: list[PodCharge]) -> PodCharge:
+    """Several charges of one gated pod (claims of several types): one ask against every type of any."""
+    types = tuple(dict.fromkeys(t for c in charges for t in (c.candidate_types or ((c.bound_type,) if c.bound_type
+                                                                                    else ()))))
+    gpus = sum((c.gpu_equivalents for c in charges), ZERO)
+    memory = sum((c.gpu_memory_bytes or ZERO for c in charges), ZERO)
+    return replace(charges[0], candidate_types=types, bound_type=None, gpu_equivalents=gpus,
+                   gpu_memory_bytes=memory, every_candidate=True)
+
+
+def _group(gated: list[GatedPod], tenants: dict[str, TenantPicture], model: ClusterModel) -> None:
+    """Gated pods into waiters: a pod alone, a sized gang's gated members together once the gang is whole."""
+    gangs: dict[str, list[GatedPod]] = {}
+    for item in gated:
+        picture = tenants[str(item.tenant)]
+        picture.pods[item.ask.pod] = item.pod
+        member = membership(item.pod)
+        if member is None:
+            picture.waiters.append(Waiter(f"pod {item.ask.pod}", (item.ask,), _order(item.pod)))
+        else:
+            gangs.setdefault(member.key, []).append(item)
+    live = _live_gang_members(model)
+    for key, items in gangs.items():
+        items.sort(key=lambda i: _order(i.pod))
+        picture = tenants[str(items[0].tenant)]
+        member = membership(items[0].pod)
+        assert member is not None
+        waiter = Waiter(f"gang {key}", tuple(i.ask for i in items), _order(items[0].pod))
+        present = live.get(key, 0)
+        if present < member.size:
+            picture.incomplete.append((waiter, f"gang {member.gang} has {present} of its {member.size} pods; "
+                                               "it is released whole"))
+        else:
+            picture.waiters.append(waiter)
+
+
+def _live_gang_members(model: ClusterModel) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for pod in model.pods.values():
+        view = PodView(pod)
+        if view.terminal or view.deleting:
+            continue
+        member = membership(pod)
+        if member is not None:
+            counts[member.key] = counts.get(member.key, 0) + 1
+    return counts
+
+
+@per_snapshot
+def picture_of(model: ClusterModel) -> QuotaPicture:
+    """`quota_picture` with nothing in flight, once per snapshot: admissions of one snapshot share it (callers
+    must not change the answer)."""
+    return quota_picture(model)
