@@ -162,10 +162,10 @@ def _require_envelope(kind: dict[Any, Any], operation: Any, obj: Any) -> None:
     CREATE and UPDATE) an object is no question KGWE may answer `allowed` to."""
     if not isinstance(kind.get("kind"), str) or not kind["kind"]:
         raise BadReview("AdmissionReview request has no kind")
-    if not isinstance(operation, str) or operation.upper() not in OPERATIONS:
+    if not isinstance(operation, str) or operation not in OPERATIONS:
         raise BadReview(f"AdmissionReview request has no operation (one of {', '.join(sorted(OPERATIONS))})")
-    if operation.upper() in ("CREATE", "UPDATE") and obj is None:
-        raise BadReview(f"AdmissionReview request for {operation.upper()} has no object")
+    if operation in ("CREATE", "UPDATE") and obj is None:
+        raise BadReview(f"AdmissionReview request for {operation} has no object")
 
 
 def _out_of_bounds(request: AdmissionRequest, body: bytes | dict[str, Any]) -> str | None:
