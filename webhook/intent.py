@@ -61,6 +61,9 @@ class PodIntent:
     gang_size: int | None = None  # kgwe.io/gang-size: the gang is placed all or nothing (webhook.gangs)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # The problems that break an input bound (docs/security.md "input bounds"), also in `problems`:
+    # `/mutate` refuses these as `/validate` does, so nothing half-placed is stored for such a pod.
+    out_of_bounds: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -99,15 +102,18 @@ def parse_intent(pod: PodView | Mapping[str, Any]) -> PodIntent:
     for key in INTENT_KEYS:
         value = notes.get(key)
         if value is not None and len(value) > MAX_INTENT_VALUE_CHARS:
-            intent.problems.append(f"{key} is {len(value)} characters long; the limit is {MAX_INTENT_VALUE_CHARS}")
-    if intent.problems:
+            intent.out_of_bounds.append(
+                f"{key} is {len(value)} characters long; the limit is {MAX_INTENT_VALUE_CHARS}")
+    if intent.out_of_bounds:
+        intent.problems.extend(intent.out_of_bounds)
         return intent
     if notes.get(A_ACCELERATOR, "").strip():
         raw = notes[A_ACCELERATOR]
         if raw.count(",") >= MAX_ACCELERATOR_TYPES:
-            intent.problems.append(
+            intent.out_of_bounds.append(
                 f"{A_ACCELERATOR} lists {raw.count(',') + 1} types; at most {MAX_ACCELERATOR_TYPES} are allowed"
             )
+            intent.problems.append(intent.out_of_bounds[-1])
         else:
             seen: dict[str, None] = {}
             for part in raw.split(","):
@@ -155,7 +161,9 @@ def parse_intent(pod: PodView | Mapping[str, Any]) -> PodIntent:
             intent.gang = gang
     if A_GANG_SIZE in notes:
         intent.gang_size, problem = parse_gang_size(notes[A_GANG_SIZE])
-        if problem is None and intent.gang is None:
+        if problem is not None:
+            intent.out_of_bounds.append(problem)  # not a whole number from 1 to MAX_GANG_SIZE
+        elif intent.gang is None:
             problem = f"{A_GANG_SIZE} needs {A_GANG}: the name of the gang it counts"
         if problem is not None:
             intent.gang_size = None

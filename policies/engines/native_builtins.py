@@ -34,9 +34,9 @@ from policies.loading.aggregate import EVERYTHING_QUERY, QUERY_KINDS, query_valu
 # The module texts the Python below mirrors, by package.
 KNOWN_MODULES: dict[str, str] = {
     "kgwe.admission.memory_limit": "1029c6adf70d9917f653e2593622ee706584390969dd24de0c58c4feb6f21e96",
-    "kgwe.admission.privileged": "a23d33db0e390b3711c319923f7f586cf2f7977a51f754c97860c6ada3b541ca",
+    "kgwe.admission.privileged": "15609944f5bab1715abe11934985a608b5b4e23e20d4fb543345415e9597e87c",
     "kgwe.admission.visible_devices": "17505f5019d99b0d888bfd81fab762df4626e8beac757df19d51eea018721cdb",
-    "kgwe.lib.pod": "65bc63f5277e1f38d54f269e20fa88fe2201f496ede4c34f6b7d17ca51f13358",
+    "kgwe.lib.pod": "e05bde901229a33ce2e5e9baeda267c130f338a20530cc10972710bd3efda49f",
     "kgwe.placement.inference_mig": "4a8fcc4f8c5e30bb587f2cd25eda1dfb34e78db4147d6eb04ec1fb52a7fc87c6",
     "kgwe.placement.namespace_mig": "7d62ace9b118dcc46bfe166cbf1d5a6ff597ef068486e330c4c4963831af955d",
     "kgwe.placement.nvlink": "f648d174c8dc1c60a8436fd0dd4652965cdbdfb7269258ccc98a468693d072c1",
@@ -47,6 +47,7 @@ PROTECTED_PACKAGES = (*KNOWN_MODULES, "kgwe.aggregate", "kgwe.cluster", "kgwe.pa
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 MIG_PREFIX = "nvidia.com/mig-"
+DRA_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 ALLOWED_VISIBLE_DEVICES = frozenset({"void", "none", ""})
 INFERENCE_MAX_MEMORY_BYTES = 21474836480  # 20Gi, as in inference_mig.rego
 GIB = 1073741824
@@ -245,7 +246,7 @@ def _object_or_empty(value: Any) -> Mapping[str, Any]:
 
 
 class _Pod:
-    """`pod`, `containers`, `is_gpu_container` and `gpu_containers` of lib/pod.rego for one input."""
+    """`pod`, `containers`, `is_gpu_container`, `gpu_containers` and `is_gpu_pod` of lib/pod.rego for one input."""
 
     def __init__(self, document: Mapping[str, Any]) -> None:
         request = document.get("request")
@@ -261,6 +262,10 @@ class _Pod:
             containers.extend(listed)
         self.containers = containers
         self.gpu = [self.is_gpu_container(c) for c in containers]
+        claims = spec.get("resourceClaims", [])
+        if not isinstance(claims, list):
+            raise Declined("spec.resourceClaims is not a list")
+        self.is_gpu_pod = any(self.gpu) or len(claims) > 0
 
     @staticmethod
     def limits(container: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -276,7 +281,14 @@ class _Pod:
                 raise Declined("a null GPU limit")
             if value is not _MISSING and value is not False:
                 return True  # a defined value that is not `false` is a true expression in Rego
-        return any(isinstance(name, str) and name.startswith(MIG_PREFIX) for name in limits)
+        if any(isinstance(name, str) and name.startswith((MIG_PREFIX, DRA_EXTENDED_PREFIX)) for name in limits):
+            return True
+        claims = _object_or_empty(container.get("resources", _MISSING)).get("claims", _MISSING)
+        if claims is _MISSING:
+            return False
+        if not isinstance(claims, list):
+            raise Declined("resources.claims is not a list")
+        return len(claims) > 0
 
     def gpu_containers(self) -> list[Mapping[str, Any]]:
         return [c for c, gpu in zip(self.containers, self.gpu, strict=True) if gpu]
@@ -293,15 +305,20 @@ def _memory_limit(pod: _Pod) -> set[str]:
 
 def _privileged(pod: _Pod) -> set[str]:
     found = set()
-    for container in pod.gpu_containers():
+    for container, gpu in zip(pod.containers, pod.gpu, strict=True):
+        if not gpu and not pod.is_gpu_pod:
+            continue
         context = container.get("securityContext", _MISSING)
         if context is not _MISSING and not isinstance(context, dict):
             raise Declined("securityContext is not an object")
-        if context is not _MISSING and context.get("privileged") is True:
-            found.add(
-                f"container {_quoted(container.get('name'))} uses GPUs and is privileged; privileged containers "
-                "see every GPU on the node"
-            )
+        if context is _MISSING or context.get("privileged") is not True:
+            continue
+        name = _quoted(container.get("name"))
+        found.add(
+            f"container {name} uses GPUs and is privileged; privileged containers see every GPU on the node" if gpu
+            else f"container {name} is privileged in a pod that uses GPUs; privileged containers see every GPU "
+                 "on the node"
+        )
     return found
 
 

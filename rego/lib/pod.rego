@@ -88,3 +88,18 @@ allowed_type(type_id, types) if type_id in types
 intent_types := object.get(object.get(input, "intent", {}), "acceleratorTypes", []) if {
 	intent_set("acceleratorTypes")
 } else := []
+
+# GPUs through Dynamic Resource Allocation: a DeviceClass asked as an extended resource (KEP-5004), or a
+# claim of the pod's given to the container. What a claim holds is known only once the API server is
+# asked (or after allocation), so every such device counts as a GPU here: a rule must never be weaker
+# for a pod because it asked its GPUs through DRA. (At the end of the module on purpose: with these rules
+# above `intent_set`, the embedded regorus failed every query with "binding plan not found for parameter".)
+is_gpu_container(c) if {
+	some name, _ in c.resources.limits
+	startswith(name, "deviceclass.resource.kubernetes.io/")
+}
+
+is_gpu_container(c) if count(c.resources.claims) > 0
+
+# Claims the pod names may give devices to containers that name none of them in limits.
+is_gpu_pod if count(object.get(pod.spec, "resourceClaims", [])) > 0

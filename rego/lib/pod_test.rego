@@ -37,3 +37,15 @@ test_inference_from_label_or_annotation if {
 	pod.is_inference with input as {"request": {"object": {"metadata": {"annotations": {"kgwe.io/workload": "inference"}}}}}
 	not pod.is_inference with input as {"request": {"object": {"metadata": {"labels": {}}}}}
 }
+
+test_gpus_through_dra_make_gpu_containers_and_gpu_pods if {
+	extended := {"name": "ext", "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}}}
+	claimed := {"name": "claimed", "resources": {"claims": [{"name": "gpu"}]}}
+	plain := {"name": "plain"}
+	p := testdata.pod([extended, claimed, plain], {})
+	names := {c.name | some c in pod.gpu_containers} with input as {"request": {"object": p}}
+	names == {"ext", "claimed"}
+	naming := object.union(testdata.pod([plain], {}), {"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}})
+	pod.is_gpu_pod with input as {"request": {"object": naming}}
+	not pod.is_gpu_pod with input as {"request": {"object": testdata.pod([plain], {})}}
+}

@@ -60,15 +60,18 @@ def _webhook(rendered: Rendered, kind: str) -> dict[str, Any]:
 
 
 def _sent(cel: Cel, webhook: dict[str, Any], operation: str, pod: dict[str, Any], old: dict[str, Any] | None = None,
-          namespace: str | None = None) -> bool:
-    """Would the API server call this webhook? (namespaceSelector and matchConditions, as it applies them.)"""
+          namespace: str | None = None, sub_resource: str = "") -> bool:
+    """Would the API server call this webhook? (rules, namespaceSelector and matchConditions, as it applies them.)"""
     namespace = namespace or pod["metadata"]["namespace"]
     for expression in webhook["namespaceSelector"]["matchExpressions"]:
         assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
         if namespace in expression["values"]:
             return False
-    assert operation in webhook["rules"][0]["operations"]
-    request = {"operation": operation, "namespace": namespace, "name": pod["metadata"]["name"]}
+    resource = f"pods/{sub_resource}" if sub_resource else "pods"
+    if not any(resource in rule["resources"] and operation in rule["operations"] for rule in webhook["rules"]):
+        return False
+    request = {"operation": operation, "namespace": namespace, "name": pod["metadata"]["name"],
+               "subResource": sub_resource}
     return all(
         cel.check(condition["expression"], object=pod, oldObject=old, request=request)
         for condition in webhook["matchConditions"]
@@ -88,8 +91,11 @@ def test_scoping_promises_hold_in_every_scenario(rendered_scenarios: dict[str, R
         assert webhook["sideEffects"] == "NoneOnDryRun"
         assert webhook["matchPolicy"] == "Equivalent"
         assert webhook["admissionReviewVersions"] == ["v1"]
-        assert [rule["resources"] for rule in webhook["rules"]] == [["pods"]]
         assert webhook["timeoutSeconds"] <= 5
+    assert [rule["resources"] for rule in mutate["rules"]] == [["pods"]]
+    # The subresources judged like the pod (SPEC section 13), on UPDATE only; nothing else of pods.
+    assert [(rule["resources"], rule["operations"]) for rule in validate["rules"]] == [
+        (["pods"], ["CREATE", "UPDATE"]), (["pods/ephemeralcontainers", "pods/status"], ["UPDATE"])]
     assert mutate["failurePolicy"] == "Ignore"
     assert mutate["reinvocationPolicy"] == "IfNeeded"
     assert mutate["rules"][0]["operations"] == ["CREATE"]
@@ -244,3 +250,53 @@ def test_resource_claims_users_create_reach_the_validating_webhook(cel: Cel) -> 
     assert not sent("system:kube-scheduler")
     assert not sent("system:serviceaccount:kgwe-system:kgwe-webhook")  # its templates hold what KGWE judged
     assert claims_webhook(render({"webhooks": {"resourceClaimPods": False}})) == []
+
+
+def _debugged(pod: dict[str, Any], privileged: bool = True) -> dict[str, Any]:
+    """`pod` after `kubectl debug --profile=sysadmin` (or general) added an ephemeral container."""
+    debugged = copy.deepcopy(pod)
+    debugged["spec"]["ephemeralContainers"] = [{
+        "name": "debugger-x7k2p", "image": "busybox", "targetContainerName": pod["spec"]["containers"][0]["name"],
+        "securityContext": {"privileged": privileged},
+    }]
+    return debugged
+
+
+def _with_status(pod: dict[str, Any], **status: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(pod)
+    changed["status"] = {**changed.get("status", {}), **status}
+    return changed
+
+
+@pytest.mark.parametrize("policies_on_update", [True, False])
+def test_ephemeral_containers_and_status_updates_are_routed_and_nothing_more(
+    cel: Cel, policies_on_update: bool
+) -> None:
+    """Issue 30 doors 2 and 3: both subresources reach /validate when they can matter, never otherwise."""
+    rendered = render({"webhooks": {"validating": {"policiesOnUpdate": policies_on_update}}})
+    validate = _webhook(rendered, "ValidatingWebhookConfiguration")
+    mutate = _webhook(rendered, "MutatingWebhookConfiguration")
+    running = _with_status(GPU_POD, phase="Running")
+    # An ephemeral container added to a GPU or KGWE pod is judged; one added to an ordinary pod is not sent.
+    assert _sent(cel, validate, "UPDATE", _debugged(running), old=running, sub_resource="ephemeralcontainers")
+    assert _sent(cel, validate, "UPDATE", _debugged(INTENT_ONLY_POD, False), old=INTENT_ONLY_POD,
+                 sub_resource="ephemeralcontainers")
+    assert not _sent(cel, validate, "UPDATE", _debugged(PLAIN_POD), old=PLAIN_POD, sub_resource="ephemeralcontainers")
+    assert not _sent(cel, mutate, "UPDATE", _debugged(running), old=running, sub_resource="ephemeralcontainers")
+    # A status update that rewrites a kgwe.io/ key is judged, on a GPU pod or on any other.
+    admitted = _with(running, annotations={"kgwe.io/tenant": "team-a", "kgwe.io/hourly-cost": "36"})
+    cheaper = _with(admitted, annotations={"kgwe.io/hourly-cost": "0.01"})
+    assert _sent(cel, validate, "UPDATE", cheaper, old=admitted, sub_resource="status")
+    assert _sent(cel, validate, "UPDATE", _with(PLAIN_POD, annotations={"kgwe.io/tenant": "free"}), old=PLAIN_POD,
+                 sub_resource="status")
+    # The kubelet's status updates and KGWE's own condition never are: KGWE being down must not block them.
+    ready = _with_status(admitted, conditions=[{"type": "Ready", "status": "True"}])
+    assert not _sent(cel, validate, "UPDATE", ready, old=admitted, sub_resource="status")
+    quota = _with_status(admitted, conditions=[{"type": "kgwe.io/QuotaAvailable", "status": "False"}])
+    assert not _sent(cel, validate, "UPDATE", quota, old=admitted, sub_resource="status")
+    assert not _sent(cel, validate, "UPDATE", _with_status(PLAIN_POD, phase="Running"), old=PLAIN_POD,
+                     sub_resource="status")
+    # Other subresources (binding, eviction, resize, exec) are never sent.
+    for other in ("binding", "eviction", "resize", "exec"):
+        assert not _sent(cel, validate, "UPDATE", cheaper, old=admitted, sub_resource=other)
+        assert not _sent(cel, validate, "CREATE", cheaper, sub_resource=other)

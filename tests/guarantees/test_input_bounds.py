@@ -28,12 +28,13 @@ def test_many_short_ids_within_the_character_limit_are_bounded_too(webhook) -> N
     assert "at most 16 are allowed" in answer["status"]["message"]
 
 
-def test_mutate_answers_a_100000_id_list_without_placing_it(webhook) -> None:
+def test_mutate_refuses_a_100000_id_list_without_placing_it(webhook) -> None:
+    # Refused as /validate refuses it (issue 30): no patch, so nothing half-placed is stored.
     ids = ",".join(f"x{i}" for i in range(100_000))
-    answer, mutated = webhook.mutate(gpu_pod(annotations={"kgwe.io/accelerator": ids}))
-    assert answer["allowed"] is True
-    assert "nodeSelector" not in mutated["spec"] and "affinity" not in mutated["spec"]
-    assert not any(LIMIT_MESSAGE in w for w in answer.get("warnings", []))
+    answer, _mutated = webhook.mutate(gpu_pod(annotations={"kgwe.io/accelerator": ids}))
+    assert answer["allowed"] is False and "patch" not in answer
+    assert "the limit is 1024" in answer["status"]["message"]
+    assert LIMIT_MESSAGE not in answer["status"]["message"]
 
 
 def deep(levels: int) -> dict:

@@ -102,8 +102,11 @@ clusters = st.one_of(st.just(EXAMPLE_CLUSTER), st.fixed_dictionaries({"types": s
         "maxGpusPerNode": st.integers(0, 8), "nvswitch": st.booleans(), "mig": mig_offers}), max_size=4)}))
 hostile_containers = st.fixed_dictionaries({"name": st.one_of(st.sampled_from(("main", "side")), text)}, optional={
     "resources": st.fixed_dictionaries({}, optional={"limits": st.dictionaries(
-        st.sampled_from(("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb", "memory", "cpu")),
-        st.one_of(st.sampled_from(("1", "0", "2Gi")), st.integers(0, 2), st.booleans()), max_size=3)}),
+        st.sampled_from(("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb", "memory", "cpu",
+                         "deviceclass.resource.kubernetes.io/gpu.nvidia.com")),
+        st.one_of(st.sampled_from(("1", "0", "2Gi")), st.integers(0, 2), st.booleans()), max_size=3),
+        # GPUs through a claim of the pod's (DRA): a GPU container whatever the claim holds.
+        "claims": st.lists(st.fixed_dictionaries({"name": st.sampled_from(("gpu", "nic"))}), max_size=2)}),
     "securityContext": st.fixed_dictionaries({}, optional={"privileged": st.one_of(st.booleans(), st.just("true"))}),
     "env": st.lists(st.fixed_dictionaries({"name": st.sampled_from(("NVIDIA_VISIBLE_DEVICES", "X"))}, optional={
         "value": st.one_of(st.sampled_from(("all", "0,1", "void", "none", "")), text),
@@ -132,14 +135,18 @@ def test_native_answers_equal_regorus_on_pods_users_write(
 
 @settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(containers=st.lists(hostile_containers, max_size=3), init=st.lists(hostile_containers, max_size=1),
+       ephemeral=st.lists(hostile_containers, max_size=1),
+       claims=st.lists(st.just({"name": "gpu", "resourceClaimTemplateName": "one-gpu"}), max_size=1),
        labels=st.dictionaries(st.just("kgwe.io/workload"), st.sampled_from(("inference", "training")), max_size=1),
        intent=intents, namespace=namespaces, cluster=clusters)
 def test_native_answers_equal_regorus_on_odd_containers(
     engines: tuple[Any, NativeBuiltins], containers: list[dict[str, Any]], init: list[dict[str, Any]],
+    ephemeral: list[dict[str, Any]], claims: list[dict[str, Any]],
     labels: dict[str, str], intent: dict[str, Any], namespace: Any, cluster: dict[str, Any],
 ) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels, "annotations": labels},
-           "spec": {"containers": containers, "initContainers": init}}
+           "spec": {"containers": containers, "initContainers": init, "ephemeralContainers": ephemeral,
+                    "resourceClaims": claims}}
     _compare(engines, _document(pod, intent, namespace), cluster)
 
 

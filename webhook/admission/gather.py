@@ -42,6 +42,8 @@ class FactGathering:
             return False
         if request.operation not in ("CREATE", "UPDATE"):
             return False
+        if request.sub_resource and request.operation != "UPDATE":
+            return False  # a pod's judged subresources are only ever updated
         return request.namespace not in self.runtime.config.excluded_namespaces
 
     def gather(

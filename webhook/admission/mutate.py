@@ -41,6 +41,8 @@ class Mutation(FactGathering):
         if request.operation == "UPDATE":
             return self._mutate_update(request)
         facts = self.gather(request, request.object, deadline)
+        if facts.intent.out_of_bounds and self.runtime.config.mode != "audit":
+            return refuse_out_of_bounds(request, facts.intent.out_of_bounds)
         try:
             result = run_pipeline(request.object, self._steps(facts))
         except NotConverging as exc:
@@ -103,3 +105,11 @@ class Mutation(FactGathering):
         outcome.patch = []
         outcome.object = original
         return outcome
+
+
+def refuse_out_of_bounds(request: AdmissionRequest, problems: list[str]) -> Outcome:
+    """An intent past an input bound: refused by `/mutate` in the words and with the code `/validate` uses
+    (422, Invalid), instead of an `allowed` answer whose patch stores outputs for a pod that cannot pass."""
+    outcome = Outcome.deny("; ".join(dict.fromkeys(problems)), code=422, reason="Invalid")
+    outcome.object = request.object
+    return outcome

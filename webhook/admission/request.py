@@ -21,6 +21,12 @@ KIND = "AdmissionReview"
 
 
 NO_POD = PodView(None)
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# Subresources of a pod judged like the pod itself (SPEC section 13): an ephemeral container added to a
+# running pod (`kubectl debug --profile=sysadmin` adds a privileged one), and a status update, through
+# which labels and annotations (the `kgwe.io/` keys quotas and costs read among them) can change too.
+# Their reviews carry the whole pod as `object` and `oldObject`.
+JUDGED_POD_SUBRESOURCES = frozenset({"", "ephemeralcontainers", "status"})
 
 
 class BadReview(ValueError):
@@ -82,7 +88,7 @@ class AdmissionRequest:
         return (
             self.kind.get("kind") == "Pod"
             and self.kind.get("group", "") == ""
-            and not self.sub_resource
+            and self.sub_resource in JUDGED_POD_SUBRESOURCES
         )
 
 
@@ -131,6 +137,7 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
     resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     obj = request.get("object")
     old = request.get("oldObject")
+    _require_envelope(kind or {}, request.get("operation"), obj)
     decoded = AdmissionRequest(
         uid=uid,
         kind={str(k): str(v) for k, v in (kind or {}).items()},
@@ -148,6 +155,17 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
     )
     decoded.invalid = _out_of_bounds(decoded, body)
     return decoded
+
+
+def _require_envelope(kind: dict[Any, Any], operation: Any, obj: Any) -> None:
+    """The API server always says what it asks about: a review without a kind, an operation, or (for
+    CREATE and UPDATE) an object is no question KGWE may answer `allowed` to."""
+    if not isinstance(kind.get("kind"), str) or not kind["kind"]:
+        raise BadReview("AdmissionReview request has no kind")
+    if not isinstance(operation, str) or operation not in OPERATIONS:
+        raise BadReview(f"AdmissionReview request has no operation (one of {', '.join(sorted(OPERATIONS))})")
+    if operation in ("CREATE", "UPDATE") and obj is None:
+        raise BadReview(f"AdmissionReview request for {operation} has no object")
 
 
 def _out_of_bounds(request: AdmissionRequest, body: bytes | dict[str, Any]) -> str | None:

@@ -34,17 +34,25 @@ _REVIEW_REQUEST: dict[str, Any] = {
         "kind": {"type": "string", "enum": ["AdmissionReview"]},
         "request": {
             "type": "object",
-            "required": ["uid"],
+            "required": ["uid", "kind", "operation"],
+            # A CREATE or UPDATE names its object (a review without one is a 400, never an answer).
+            "if": {"required": ["operation"], "properties": {"operation": {"enum": ["CREATE", "UPDATE"]}}},
+            "then": {"required": ["object"], "properties": {"object": {"not": {"type": "null"}}}},
             "properties": {
                 "uid": {"type": "string", "minLength": 1},
-                "kind": {"description": "group, version and kind of the object; only Pods are judged"},
+                "kind": {"type": "object", "required": ["kind"],
+                         "properties": {"kind": {"type": "string", "minLength": 1}},
+                         "description": "group, version and kind of the object; only Pods are judged"},
                 "resource": {"description": "group, version and resource"},
-                "subResource": {"description": "requests for a subresource pass unchanged"},
-                "operation": {"description": "CREATE and UPDATE are judged; others pass unchanged"},
+                "subResource": {"description": "a pod's `ephemeralcontainers` and `status` (UPDATE) are judged like "
+                                               "the pod; other subresources pass unchanged"},
+                "operation": {"type": "string", "enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"],
+                              "description": "CREATE and UPDATE are judged; others pass unchanged"},
                 "namespace": {"description": "the object's namespace"},
                 "name": {"description": "the object's name"},
                 "userInfo": {"description": "username, uid, groups and extra of the requester"},
-                "object": {"description": "the Pod; anything but an object passes unchanged"},
+                "object": {"description": "the Pod (required for CREATE and UPDATE); anything but an object passes "
+                                          "unchanged"},
                 "oldObject": {"description": "the Pod before an UPDATE"},
                 "dryRun": {"description": "true: judged in full, nothing recorded"},
             },
