@@ -216,6 +216,10 @@ class ReadAuth:
                 raise ReadRefused(503, "ServiceUnavailable",
                                   f"cannot check the caller: the API server did not answer within {self.timeout:g}s"
                                   ) from exc
+            except Exception as exc:  # whatever else goes wrong asking, the answer is a refusal, never a 500
+                log.exception("read access refused: checking the caller failed")
+                raise ReadRefused(503, "ServiceUnavailable",
+                                  f"cannot check the caller: {type(exc).__name__}") from exc
         finally:
             with self._waiting_lock:
                 self._waiting -= 1
