@@ -234,3 +234,14 @@ def test_a_slow_token_review_is_bounded_and_admission_keeps_answering(serving: S
         serving.api.delays.pop(TOKEN_REVIEWS, None)
     assert found["status"] == 503
     assert found["seconds"] < 7.5, "the read waited for the API server past its bound"
+
+
+def test_the_fake_api_server_refuses_what_the_real_one_refuses(serving: Serving) -> None:
+    with httpx.Client(base_url=serving.api.url) as client:
+        no_token = client.post(TOKEN_REVIEWS, json={"kind": "TokenReview", "spec": {"token": ""}})
+        assert no_token.status_code == 400 and "token is required" in no_token.json()["message"]
+        both = {"kind": "SubjectAccessReview", "spec": {"user": "a", "resourceAttributes": {"verb": "list"},
+                                                        "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}}
+        assert client.post(ACCESS_REVIEWS, json=both).status_code == 422
+        nobody = {"kind": "SubjectAccessReview", "spec": {"resourceAttributes": {"verb": "list", "resource": "pods"}}}
+        assert client.post(ACCESS_REVIEWS, json=nobody).status_code == 422
