@@ -53,6 +53,7 @@ def test_agent_may_only_get_and_patch_nodes(default: Rendered) -> None:
     ("watch", "rbac.authorization.k8s.io", "rolebindings", None, None),
     ("list", "rbac.authorization.k8s.io", "clusterroles", None, None),
     ("create", "authorization.k8s.io", "subjectaccessreviews", None, None),
+    ("create", "authentication.k8s.io", "tokenreviews", None, None),
     ("update", "kgwe.io", "tenantquotas/status", None, None),
     ("patch", "kgwe.io", "hardwareprofiles/status", None, None),
     ("update", "kgwe.io", "gpupolicies/status", None, None),
@@ -264,3 +265,27 @@ def test_only_the_webhook_writes_kgwe_claim_templates(default: Rendered, cel: Ce
     assert binding["spec"]["validationActions"] == ["Deny"]
     off = render({"webhook": {"claimTemplateScopePolicy": {"enabled": False}}})
     assert "kgwe-webhook-claim-template-scope" not in off.names("ValidatingAdmissionPolicy")
+
+
+def test_a_metrics_reader_role_is_shipped_and_bound_only_to_who_is_named(default: Rendered) -> None:
+    """SPEC 13: /metrics needs `get` on the URL /metrics; the chart ships the role, bound to nobody by default
+    (per-pod costs are in the metrics)."""
+    role = default.one("ClusterRole", "kgwe-metrics-reader")
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert "kgwe-metrics-reader" not in default.names("ClusterRoleBinding")
+    bound = render({"metrics": {"readers": [
+        {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"},
+        {"kind": "Group", "name": "sre"},
+    ]}})
+    binding = bound.one("ClusterRoleBinding", "kgwe-metrics-reader")
+    assert binding["roleRef"]["name"] == "kgwe-metrics-reader"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"},
+        {"kind": "Group", "name": "sre", "apiGroup": "rbac.authorization.k8s.io"},
+    ]
+
+
+def test_the_service_monitor_scrapes_with_a_token(default: Rendered) -> None:
+    monitored = render({"metrics": {"serviceMonitor": {"enabled": True}}})
+    endpoint = monitored.one("ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"

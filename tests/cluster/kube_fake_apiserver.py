@@ -1,4 +1,5 @@
-"""A small fake Kubernetes API server on 127.0.0.1 for list/watch, patching pods, and Leases.
+"""A small fake Kubernetes API server on 127.0.0.1 for list/watch, patching pods, Leases, and the
+TokenReviews and SubjectAccessReviews of delegated authentication and authorization.
 
 Pod patches are refused as the real API server refuses them: a stale resourceVersion (409 Conflict), and the
 pod update rules of gated pods (`pod_update_problem`: 422 Invalid). The status subresources of pods
@@ -57,6 +58,8 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
 }
 PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 def key_of(obj: dict[str, Any]) -> str:
@@ -71,6 +74,19 @@ class Collection:
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     oldest_watchable: int = 0  # watches from an older resourceVersion get 410 Gone
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One allowed (subject, verb, resource or non-resource URL) as RBAC would grant it; `namespace` None is
+    cluster-wide (a ClusterRoleBinding), a name is that namespace only (a RoleBinding)."""
+
+    subject: str  # a username or a group name
+    verb: str
+    resource: str = ""  # "pods", "nodes"; empty for a non-resource URL
+    group: str = ""
+    namespace: str | None = None
+    url: str = ""  # a non-resource URL such as /metrics
 
 
 @dataclass
@@ -98,6 +114,9 @@ class FakeApiServer:
         self.expire_next_continue = False  # the next paged-list continue token is answered 410
         self.leases: dict[str, dict[str, Any]] = {}
         self.posted_events: list[dict[str, Any]] = []  # core/v1 Events created in any namespace
+        self.tokens: dict[str, dict[str, Any]] = {}  # bearer token -> the userInfo a TokenReview answers
+        self.grants: list[Grant] = []  # what SubjectAccessReviews allow
+        self.delays: dict[str, float] = {}  # path -> seconds to wait before answering a POST to it
         self._drop_generation = 0
         self._closing = False
         self._pages: dict[str, tuple[int, list[dict[str, Any]]]] = {}
@@ -182,6 +201,43 @@ class FakeApiServer:
         path = PATH_OF_KIND.get(kind_or_path, kind_or_path)
         with self.cond:
             self.failures.setdefault(path, []).extend([status] * times)
+
+    def add_user(self, token: str, username: str, groups: list[str] | None = None) -> None:
+        """A token TokenReview authenticates as `username` (with system:authenticated, as the API server adds)."""
+        with self.cond:
+            self.tokens[token] = {"username": username, "uid": f"uid-{username}",
+                                  "groups": [*(groups or []), "system:authenticated"]}
+
+    def allow(self, subject: str, verb: str, resource: str = "", *, group: str = "", namespace: str | None = None,
+              url: str = "") -> None:
+        with self.cond:
+            self.grants.append(Grant(subject, verb, resource, group, namespace, url))
+
+    def allowed(self, user: str, groups: list[str], attributes: dict[str, Any], non_resource: bool) -> bool:
+        """RBAC's answer: some grant to the user or one of its groups covers the attributes."""
+        subjects = {user, *groups}
+        verb = str(attributes.get("verb") or "")
+        with self.cond:
+            grants = list(self.grants)
+        for grant in grants:
+            if grant.subject not in subjects or grant.verb not in (verb, "*"):
+                continue
+            if non_resource:
+                if grant.url and grant.url == attributes.get("path"):
+                    return True
+                continue
+            if grant.url or grant.resource != attributes.get("resource"):
+                continue
+            if grant.group != str(attributes.get("group") or ""):
+                continue
+            # A RoleBinding grants in its namespace only; a request for every namespace needs a cluster-wide grant.
+            if grant.namespace is None or grant.namespace == (attributes.get("namespace") or None):
+                return True
+        return False
+
+    def reviews(self, path: str) -> list[Request]:
+        with self.cond:
+            return [r for r in self.requests if r.path == path and r.method == "POST"]
 
     def objects(self, kind: str) -> dict[str, dict[str, Any]]:
         with self.cond:
@@ -298,7 +354,14 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             if begun[0].startswith(LEASES):
                 return self._create_lease(begun[0], begun[2])
+            delay = server.delays.get(begun[0])
+            if delay:
+                time.sleep(delay)
             if begun[0] == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+                return self._self_access_review(begun[2])
+            if begun[0] == TOKEN_REVIEWS:
+                return self._token_review(begun[2])
+            if begun[0] == ACCESS_REVIEWS:
                 return self._access_review(begun[2])
             if begun[0].startswith("/api/v1/namespaces/") and begun[0].endswith("/events"):
                 with server.cond:
@@ -315,12 +378,51 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self._send_json(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": path[len("/apis/"):],
                                   "resources": [{"name": p.rsplit("/", 1)[1]} for p in sorted(served)]})
 
-        def _access_review(self, body: Any) -> None:
+        def _self_access_review(self, body: Any) -> None:
+            """SelfSubjectAccessReview of KGWE's own account: allowed unless a test put it in `server.denied`."""
             attributes = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
             asked = (attributes.get("group") or "", attributes.get("resource") or "",
                      attributes.get("subresource") or "", attributes.get("verb") or "")
             allowed = asked not in server.denied
             self._send_json(201, {**(body or {}), "status": {"allowed": allowed}})
+
+        # -- delegated authentication and authorization ---------------------------------------------
+        def _token_review(self, body: Any) -> None:
+            """TokenReview as the API server's registry answers it: 400 without a token, 201 with a status."""
+            spec = body.get("spec") if isinstance(body, dict) else None
+            if not isinstance(body, dict) or body.get("kind") != "TokenReview" or not isinstance(spec, dict):
+                return self._status(400, "BadRequest", "the body of the request was in an unknown format")
+            token = spec.get("token") or ""
+            if not token:
+                return self._status(400, "BadRequest", "token is required for TokenReview in authentication")
+            with server.cond:
+                user = copy.deepcopy(server.tokens.get(token))
+            status: dict[str, Any] = {"authenticated": True, "user": user} if user else {
+                "authenticated": False, "user": {}, "error": "invalid bearer token"}
+            self._send_json(201, {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+                                  "metadata": {}, "spec": spec, "status": status})
+
+        def _access_review(self, body: Any) -> None:
+            """SubjectAccessReview with the API server's validation (422 Invalid) and RBAC over `server.grants`."""
+            spec = body.get("spec") if isinstance(body, dict) else None
+            if not isinstance(body, dict) or body.get("kind") != "SubjectAccessReview" or not isinstance(spec, dict):
+                return self._status(400, "BadRequest", "the body of the request was in an unknown format")
+            resource = spec.get("resourceAttributes")
+            non_resource = spec.get("nonResourceAttributes")
+            if (resource is None) == (non_resource is None):
+                return self._status(422, "Invalid", "SubjectAccessReview.authorization.k8s.io is invalid: "
+                                    "spec.resourceAttributes: Invalid value: exactly one of nonResourceAttributes "
+                                    "or resourceAttributes must be specified")
+            user = str(spec.get("user") or "")
+            groups = [str(g) for g in spec.get("groups") or []]
+            if not user and not groups:
+                return self._status(422, "Invalid", "SubjectAccessReview.authorization.k8s.io is invalid: "
+                                    "spec.user: Invalid value: \"\": at least one of user or group must be specified")
+            allowed = server.allowed(user, groups, resource if resource is not None else non_resource,
+                                     non_resource is not None)
+            status = {"allowed": allowed} if allowed else {"allowed": False, "reason": "no RBAC rule allows it"}
+            self._send_json(201, {"kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+                                  "metadata": {}, "spec": spec, "status": status})
 
         def _create(self, path: str, body: Any) -> None:
             """POST /apis/{group}/{version}/namespaces/{ns}/{resource}: create, 409 if the name exists."""

@@ -13,7 +13,7 @@ import pytest
 from dra_support import Webhook, gpu_pod, serve_replica
 from kube_fake_apiserver import FakeApiServer
 
-# Quota reservations last a while: only the quota test uses team-a (which has a TenantQuota).
+# Only the quota test uses team-a (which has a TenantQuota): other pods there would wait behind its gate.
 TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates"
 
 

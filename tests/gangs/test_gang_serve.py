@@ -1,6 +1,6 @@
 """`kgwe serve --cluster DIR` with gangs, over real HTTPS with AdmissionReviews as kube-apiserver sends them:
-the refusal of a gang no clique can hold, the record of a first member in the state file beside the quota
-reservations, `/api/v1/gangs`, and `kgwe gangs`."""
+the refusal of a gang no clique can hold, the record of a first member in the state directory's gang file,
+`/api/v1/gangs`, and `kgwe gangs`."""
 
 from __future__ import annotations
 

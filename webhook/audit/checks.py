@@ -176,7 +176,7 @@ def _quota_finding(line: UsageLine) -> Finding | None:
 
 
 def quota_findings(runtime: Runtime, model: ClusterModel, charges: list[Any] | None = None) -> list[Finding]:
-    """Tenants using more than a limit allows, from the unfinished pods (reservations do not count)."""
+    """Tenants using more than a limit allows, from the unfinished pods (gated pods hold nothing)."""
     if not model.tenant_quotas:
         return []
     pods = charges if charges is not None else usage_charges(model)

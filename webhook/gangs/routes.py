@@ -1,4 +1,5 @@
-"""`GET /api/v1/gangs`: the gang view of `kgwe serve` (the same rows as `kgwe gangs -o json`)."""
+"""`GET /api/v1/gangs`: the gang view of `kgwe serve` (the same rows as `kgwe gangs -o json`); in a cluster,
+the rows of the namespaces the caller may list pods in (webhook/server/read_auth.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from starlette.routing import Route
 
 from webhook.gangs.ledger import GangStoreUnavailable, Records
 from webhook.gangs.view import gangs_view
+from webhook.server.read_auth import refusals_answered, visible_namespaces
 
 # Records are read from the store (an API call in a cluster) at most this often, whatever the callers.
 RECORDS_TTL_SECONDS = 2.0
@@ -35,13 +37,17 @@ def gangs_router(runtime: Any) -> APIRouter:
             cache["records"] = (time.monotonic(), current)
             return current
 
-    async def endpoint(_request: Request) -> Response:
+    @refusals_answered
+    async def endpoint(request: Request) -> Response:
         try:
             current = await run_in_threadpool(records)
         except GangStoreUnavailable as exc:
             body = orjson.dumps({"error": f"gang records unavailable: {exc}"})
             return Response(body, 503, media_type="application/json", headers={"Cache-Control": "no-store"})
         view = gangs_view(runtime.store.snapshot(), current)
+        visible = await visible_namespaces(request, {str(row["namespace"]) for row in view["gangs"]})
+        if visible is not None:
+            view = {**view, "gangs": [row for row in view["gangs"] if visible(str(row["namespace"]))]}
         return Response(orjson.dumps(view), media_type="application/json", headers={"Cache-Control": "no-store"})
 
     router = APIRouter()

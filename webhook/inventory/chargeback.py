@@ -3,16 +3,19 @@ accelerator type, as hourly, daily and monthly rates, with each pod's cost and w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.numbers import HOURS_PER_MONTH, ZERO, money_text, utc_stamp
 
 
-def costs_view(inventory: Inventory) -> dict[str, Any]:
-    """Chargeback: the hourly rate now, by tenant and accelerator type, from the pods running now."""
+def costs_view(inventory: Inventory, visible: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """Chargeback: the hourly rate now, by tenant and accelerator type, from the pods running now (with
+    `visible`, a reader's namespaces: from the pods of the namespaces it passes only)."""
+    pod_costs = [c for c in inventory.pod_costs if visible is None or visible(c.namespace)]
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for cost in inventory.pod_costs:
+    for cost in pod_costs:
         row = rows.setdefault(
             (cost.tenant, cost.type_id),
             {"tenant": cost.tenant, "acceleratorType": cost.type_id, "pods": 0, "unpricedPods": 0, "cost": ZERO},
@@ -39,6 +42,6 @@ def costs_view(inventory: Inventory) -> dict[str, Any]:
         "pods": [
             {"namespace": c.namespace, "pod": c.name, "tenant": c.tenant, "acceleratorType": c.type_id,
              "hourlyCost": money_text(c.hourly) if c.hourly is not None else None, "source": c.source}
-            for c in sorted(inventory.pod_costs, key=lambda c: (c.namespace, c.name))
+            for c in sorted(pod_costs, key=lambda c: (c.namespace, c.name))
         ],
     }

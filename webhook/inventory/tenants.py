@@ -4,6 +4,7 @@ and why, and the hourly cost of its running pods."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from policies.quota.model import format_memory, quota_name, tenant_of_quota
@@ -38,7 +39,10 @@ def tenant_usage(inventory: Inventory) -> dict[str, list[UsageLine]]:
     }
 
 
-def tenants_view(inventory: Inventory) -> dict[str, Any]:
+def tenants_view(inventory: Inventory, visible: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """Every tenant; with `visible` (a reader's namespaces), only tenants with a namespace it passes, their
+    namespaces, pods and cost in those only. Limits and their use stay the tenant's whole (what a quota
+    refusal tells any of its members)."""
     model = inventory.model
     usage = tenant_usage(inventory)
     waiting = waiting_rows(model, inventory.config)
@@ -59,10 +63,16 @@ def tenants_view(inventory: Inventory) -> dict[str, Any]:
         if tenant in records:
             records[tenant]["namespaces"].add(namespace)
     for cost in inventory.pod_costs:
+        if visible is not None and not visible(cost.namespace):
+            continue
         entry = record(cost.tenant)
         entry["namespaces"].add(cost.namespace)
         entry["cost"] += cost.hourly or ZERO
         entry["pods"] += 1
+    if visible is not None:
+        for entry in records.values():
+            entry["namespaces"] = {n for n in entry["namespaces"] if visible(n)}
+        records = {tenant: entry for tenant, entry in records.items() if entry["namespaces"]}
     tenants = [
         {
             "tenant": tenant,

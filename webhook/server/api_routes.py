@@ -3,12 +3,17 @@
 Every answer comes from the in-memory cluster model through one `InventoryCache`: the body is rendered
 once per snapshot generation and the same bytes go to every caller, so 100 concurrent callers cost one
 rendering. Only the proposal endpoint, whose answer depends on the query, is computed per request.
+
+In a cluster every caller has passed the read gate (webhook/server/read_auth.py): profiles go to any
+authenticated user, nodes and proposals to those who may list nodes, and a caller who may not list pods
+in every namespace gets tenants and costs rendered for the namespaces it may list pods in (per request,
+from the same cached inventory).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 from fastapi import APIRouter
@@ -24,6 +29,7 @@ from webhook.inventory.nodes import nodes_view
 from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
+from webhook.server.read_auth import refusals_answered, require_node_reader, visible_namespaces
 
 JSON = "application/json"
 PREFIX = "/api/v1"
@@ -66,6 +72,22 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
 
         return endpoint
 
+    def node_facts(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        @refusals_answered
+        async def guarded(request: Request) -> Response:
+            await require_node_reader(request)
+            return await endpoint(request)
+
+        return guarded
+
+    async def scoped(request: Request, name: str, view: Callable[..., dict[str, Any]],
+                     namespaces: Callable[[dict[str, Any]], set[str]]) -> dict[str, Any] | None:
+        """The document rendered for the caller's namespaces, or None when it may see every namespace
+        (then the shared cached answer is its answer)."""
+        everything = inventory.view(name, view)
+        visible = await visible_namespaces(request, namespaces(everything))
+        return None if visible is None else view(inventory.inventory(), visible)
+
     async def proposal(request: Request) -> Response:
         nodes = request.query_params.get("nodes")
         type_id = request.query_params.get("type")
@@ -82,12 +104,35 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
             return _error(400, str(exc))
         return _json(orjson.dumps(found.as_document()))
 
+    cached_tenants = cached("tenants", tenants_view)
+    cached_costs = cached("costs", costs_view)
+
+    @refusals_answered
+    async def tenants(request: Request) -> Response:
+        doc = await scoped(request, "tenants-document", tenants_view, _tenant_namespaces)
+        if doc is not None:
+            return _json(orjson.dumps(doc))
+        return await cached_tenants(request)
+
+    @refusals_answered
+    async def costs(request: Request) -> Response:
+        doc = await scoped(request, "costs-document", costs_view, _cost_namespaces)
+        return _json(orjson.dumps(doc)) if doc is not None else await cached_costs(request)
+
     router = APIRouter()
     router.routes.extend([
         Route(f"{PREFIX}/hardware-profiles", cached("hardware-profiles", hardware_profiles_view), methods=["GET"]),
-        Route(f"{PREFIX}/hardware-profiles/proposal", proposal, methods=["GET"]),
-        Route(f"{PREFIX}/nodes", cached("nodes", nodes_view), methods=["GET"]),
-        Route(f"{PREFIX}/tenants", cached("tenants", tenants_view), methods=["GET"]),
-        Route(f"{PREFIX}/costs", cached("costs", costs_view), methods=["GET"]),
+        Route(f"{PREFIX}/hardware-profiles/proposal", node_facts(proposal), methods=["GET"]),
+        Route(f"{PREFIX}/nodes", node_facts(cached("nodes", nodes_view)), methods=["GET"]),
+        Route(f"{PREFIX}/tenants", tenants, methods=["GET"]),
+        Route(f"{PREFIX}/costs", costs, methods=["GET"]),
     ])
     return router
+
+
+def _tenant_namespaces(doc: dict[str, Any]) -> set[str]:
+    return {str(n) for tenant in doc.get("tenants", []) for n in tenant.get("namespaces", [])}
+
+
+def _cost_namespaces(doc: dict[str, Any]) -> set[str]:
+    return {str(pod.get("namespace")) for pod in doc.get("pods", [])}

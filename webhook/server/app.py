@@ -38,6 +38,7 @@ from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
 from webhook.server.health import readiness_problems
 from webhook.server.openapi import add_shell_routes
+from webhook.server.read_auth import ReadAuth
 from webhook.server.serving_loop import ReloadableCertificate, ServingLoop, certificate_task
 from webhook.server.ui_routes import ui_router
 
@@ -263,18 +264,25 @@ class KgweApp(FastAPI):
     """The FastAPI application, with the admission endpoints answered before its middleware and routing.
 
     A POST to /mutate or /validate goes straight to its `AdmissionEndpoint` (a plain ASGI app that
-    handles every error itself); everything else takes FastAPI's path.
+    handles every error itself); with a `read_auth` gate (in a cluster), the read API and /metrics pass
+    it first (webhook/server/read_auth.py); everything else takes FastAPI's path.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.admission_endpoints: dict[str, AdmissionEndpoint] = {}
+        self.read_auth: ReadAuth | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            endpoint = self.admission_endpoints.get(scope["path"])
-            if endpoint is not None:
-                await endpoint(scope, receive, send)
+        if scope["type"] == "http":
+            if scope["method"] == "POST":
+                endpoint = self.admission_endpoints.get(scope["path"])
+                if endpoint is not None:
+                    await endpoint(scope, receive, send)
+                    return
+            gate = self.read_auth
+            if gate is not None and gate.guards(scope["path"]):
+                await gate(scope, receive, send, super().__call__)
                 return
         await super().__call__(scope, receive, send)
 
@@ -290,6 +298,7 @@ def create_app(
     authenticator: CallerAuthenticator | None = None,
     supervisor: Supervisor | None = None,
     unready: Callable[[], list[str]] | None = None,
+    read_auth: ReadAuth | None = None,
 ) -> FastAPI:
     """The webhook application.
 
@@ -302,7 +311,8 @@ def create_app(
     and stopped (within its bound, off the event loop) at shutdown. `offload`
     runs admission on a thread pool instead of the event loop (default: OFFLOAD_DEFAULT).
     `authenticator` decides who may call /mutate and /validate (default: from the runtime's config
-    `authentication` section as it is now).
+    `authentication` section as it is now). `read_auth`, in a cluster, lets only callers with a
+    Kubernetes identity read the API and /metrics (webhook/server/read_auth.py); without it they are open.
     """
     serving_loop = ServingLoop()
     tasks = supervisor if supervisor is not None else Supervisor()
@@ -321,11 +331,14 @@ def create_app(
             # Off the loop: a task may be waiting for the loop (the certificate reload) while it is joined.
             await asyncio.to_thread(tasks.stop)
             serving_loop.unbind()
+            if read_auth is not None:
+                read_auth.close()
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
 
     app = KgweApp(title="KGWE", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
+    app.read_auth = read_auth
     generated_openapi = app.openapi
     # FastAPI describes only its own routes; the plain routes below are described in webhook/server/openapi.py.
     app.openapi = lambda: add_shell_routes(generated_openapi())  # type: ignore[method-assign]

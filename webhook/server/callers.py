@@ -7,7 +7,7 @@ against its subject common name and DNS names). The certificate reaches the app 
 `tls` extension (webhook/server/transport.py).
 
 Modes (config `authentication.mode`): `required` answers an unauthenticated caller 401 before its
-body is read; `permissive` answers it, as dryRun (no reservation, nothing written); `off` treats
+body is read; `permissive` answers it, as dryRun (nothing written); `off` treats
 every caller as authenticated and is announced loudly at startup.
 """
 

@@ -34,6 +34,7 @@ from webhook.server.app import BackgroundTask, create_app
 from webhook.server.callers import CallerAuthenticator
 from webhook.server.config_watch import ConfigWatcher
 from webhook.server.listener import ServeError, connection_limits, listening_sockets, uvicorn_server
+from webhook.server.read_auth import ReadAuth
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 from webhook.server.worker_logs import quiet_secondary_worker, worker_started
 from webhook.state import state_dir
@@ -176,13 +177,15 @@ def run_worker(
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds).task)
     # Who may call the admission endpoints is fixed for the process's life, like the TLS context's client CA.
     callers = CallerAuthenticator(options.config.authentication)
+    # In a cluster, reading the API and /metrics takes a Kubernetes identity (SPEC 13); outside, nobody to ask.
+    read_auth = ReadAuth.for_cluster(api_client) if api_client is not None else None
     app = create_app(
         runtime, ui=options.ui, extra_routers=[
             api_router(runtime), gangs_router(runtime), explain_router(runtime), workloads_router(runtime),
         ],
         certificate=tls,
         # One supervisor for every background task of this worker, started and stopped with the server.
-        background=background, authenticator=callers, supervisor=controllers.supervisor,
+        background=background, authenticator=callers, supervisor=controllers.supervisor, read_auth=read_auth,
         unready=controllers.readiness.problems if controllers.readiness is not None else None,
     )
     if api_client is not None:  # Events on pods about KGWE's decisions (why), off the request path

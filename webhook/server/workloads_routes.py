@@ -8,7 +8,8 @@ template path (webhook/audit/workloads.py; `kgwe audit` reports the same refusal
 Judging a workload runs every template through the admission pipeline, so the document is computed once
 per cluster snapshot and configuration and the same bytes go to every caller. It runs on the event loop
 like admission and `/api/v1/explain`: the policy engines are bound to the thread that built them. The
-model bounds how many workloads there are (webhook/cluster/workloads.py).
+model bounds how many workloads there are (webhook/cluster/workloads.py). In a cluster a caller sees the
+workloads of the namespaces it may list pods in (webhook/server/read_auth.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from webhook.audit.workloads import workload_verdicts
+from webhook.server.read_auth import refusals_answered, visible_namespaces
 
 PATH = "/api/v1/workloads"
 
@@ -37,14 +39,22 @@ def workloads_document(runtime: Any) -> dict[str, Any]:
 
 def workloads_router(runtime: Any) -> APIRouter:
     """The route over `runtime` (its store, configuration and admission service)."""
-    cache: dict[str, Any] = {"key": None, "body": b""}
+    cache: dict[str, Any] = {"key": None, "body": b"", "document": {}}
 
-    async def endpoint(_request: Request) -> Response:
+    @refusals_answered
+    async def endpoint(request: Request) -> Response:
         key = (runtime.store.snapshot().generation, id(runtime.config))
         if cache["key"] != key:
-            cache["body"] = orjson.dumps(workloads_document(runtime))
+            cache["document"] = workloads_document(runtime)
+            cache["body"] = orjson.dumps(cache["document"])
             cache["key"] = key
-        return Response(cache["body"], 200, media_type="application/json", headers={"Cache-Control": "no-store"})
+        body = cache["body"]
+        document = cache["document"]
+        visible = await visible_namespaces(request, {str(w.get("namespace")) for w in document["workloads"]})
+        if visible is not None:
+            shown = [w for w in document["workloads"] if visible(str(w.get("namespace")))]
+            body = orjson.dumps({"workloads": shown, "refused": sum(1 for w in shown if not w.get("admitted", True))})
+        return Response(body, 200, media_type="application/json", headers={"Cache-Control": "no-store"})
 
     router = APIRouter()
     router.routes.append(Route(PATH, endpoint, methods=["GET"]))

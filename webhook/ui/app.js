@@ -2,7 +2,8 @@
 // GPU workloads.
 // Hash routing (#/nodes, #/profiles, #/tenants) keeps it one static page that works without a server-side router.
 import {
-  DASH, append, errorBox, getJSON, gib, h, money, plural, replaceChildren, shortResource, timestamp,
+  DASH, append, apiToken, errorBox, getJSON, gib, h, money, plural, replaceChildren, setApiToken, shortResource,
+  timestamp,
 } from "./dom.js";
 
 const view = document.getElementById("view");
@@ -777,6 +778,26 @@ const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage,
   why: WhyPage };
 
 document.getElementById("refresh").addEventListener("click", () => current && current.load());
+
+// The token field: the value never shows again once used (a password field left empty, "set" as placeholder).
+const tokenInput = document.getElementById("token");
+function showTokenState() {
+  tokenInput.value = "";
+  tokenInput.placeholder = apiToken() ? "set" : "none";
+}
+document.getElementById("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (!tokenInput.value.trim()) return;
+  setApiToken(tokenInput.value);
+  showTokenState();
+  if (current) current.load();
+});
+document.getElementById("token-forget").addEventListener("click", () => {
+  setApiToken("");
+  showTokenState();
+  if (current) current.load();
+});
+showTokenState();
 
 // Auto-refresh, opt-in and remembered: every 30 s while the tab is visible, never while the user is in the
 // middle of something the reload would discard (a node selection or proposal, the Why page's form).

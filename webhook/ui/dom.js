@@ -11,14 +11,38 @@ export class ApiError extends Error {
   }
 }
 
+// In a cluster the API wants a Kubernetes bearer token (the same `kubectl create token` gives). It is kept in
+// sessionStorage: gone when the tab closes, never in a cookie, so no other site's page can make the browser send it.
+const TOKEN_KEY = "kgwe.token";
+
+export function apiToken() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+export function setApiToken(token) {
+  const trimmed = (token || "").trim();
+  if (trimmed) sessionStorage.setItem(TOKEN_KEY, trimmed);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+export const TOKEN_NEEDED = "This KGWE needs a Kubernetes token. Make one with " +
+  "kubectl create token SERVICE_ACCOUNT -n NAMESPACE (or use your own) and paste it in the Token field above.";
+
 export async function getJSON(path, params = {}) {
   const url = new URL(path, API_BASE);
   for (const [key, value] of Object.entries(params)) url.searchParams.set(key, value);
+  const headers = { Accept: "application/json" };
+  const token = apiToken();
+  if (token) headers.Authorization = `Bearer ${token}`;
   let response;
   try {
-    response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+    response = await fetch(url, { headers, cache: "no-store" });
   } catch (error) {
     throw new ApiError(0, `cannot reach ${url.pathname}: ${error.message}`);
+  }
+  if (response.status === 401) {
+    throw new ApiError(401, token ? `The token was not accepted (expired or revoked?): ${await errorDetail(response)}`
+      : TOKEN_NEEDED);
   }
   if (!response.ok) throw new ApiError(response.status, await errorDetail(response));
   return response.json();
@@ -101,5 +125,7 @@ export function plural(count, one, many = `${one}s`) {
 
 export function errorBox(error) {
   const status = error.status ? ` (HTTP ${error.status})` : "";
-  return h("div", { class: "error", role: "alert" }, h("strong", {}, `Could not load${status}: `), error.message);
+  const box = h("div", { class: "error", role: "alert" }, h("strong", {}, `Could not load${status}: `), error.message);
+  if (error.status === 401) box.id = "token-needed";
+  return box;
 }
