@@ -137,9 +137,13 @@ def test_too_many_amd_gpus_names_the_largest_node(admit: Admit) -> None:
 def test_amd_quota_counts_running_amd_pods(admit: Admit) -> None:
     ok = admit.create(amd_pod(2, {"kgwe.io/accelerator": "amd-mi300x-192gb"}, namespace="team-amd"))[2]
     assert ok.allowed, ok.message
+    # 4 running of 6: four more wait behind the quota gate, told why; seven could never run.
     over = admit.create(amd_pod(4, {"kgwe.io/accelerator": "amd-mi300x-192gb"}, namespace="team-amd"))[2]
-    assert not over.allowed
-    assert "amd-mi300x-192gb" in over.message
+    assert over.allowed, over.message
+    assert any("amd-mi300x-192gb 4 of 6 GPUs in use; this pod asks 4" in w for w in over.warnings), over.warnings
+    never = admit.create(amd_pod(7, {"kgwe.io/accelerator": "amd-mi300x-192gb"}, namespace="team-amd"))[2]
+    assert not never.allowed
+    assert "amd-mi300x-192gb limit 6 GPUs, this pod asks 7" in never.message
 
 
 def test_node_view_counts_amd_gpus_and_their_use(amd_runtime: Runtime) -> None:
