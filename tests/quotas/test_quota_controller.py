@@ -67,7 +67,8 @@ def replica(server: FakeApiServer, config: Config, name: str) -> Replica:
     source = KubeClusterSource(store, client)
     elector = LeaderElector(client, namespace="kgwe-system", identity=name, lease_seconds=2.0,
                             renew_deadline_seconds=1.5, retry_seconds=0.1)
-    controller = QuotaController(store, config, kube_quota_writer(client), is_leader=elector.is_leader)
+    controller = QuotaController(store, config, kube_quota_writer(client), is_leader=elector.is_leader,
+                                 position_refresh_seconds=0.2)
     elector.on_change = lambda leader: controller.wake() if leader else None
     return Replica(store, source, elector, controller, client)
 
@@ -131,10 +132,10 @@ def test_concurrent_pods_through_two_replicas_never_exceed_the_limit_and_the_res
     eventually(lambda: len(released(server, "team-a/job-")) == 4, what="four released")
     eventually(lambda: all(_condition(server, f"team-a/job-{i:02d}") for i in range(4, 12)), what="conditions")
     assert released(server, "team-a/job-") == {f"team-a/job-{i:02d}" for i in range(4)}
-    assert _condition(server, "team-a/job-05") == {
+    eventually(lambda: _condition(server, "team-a/job-05") == {
         "type": "kgwe.io/QuotaAvailable", "status": "False", "reason": "WaitingForQuota",
         "message": "team-a: nvidia-h100-80gb 8 of 8 GPUs in use; this pod asks 1; 2nd in line",
-    }
+    }, what="job-05's place in line")
     assert any(e["reason"] == "WaitingForQuota" and e["involvedObject"]["name"] == "job-04"
                for e in server.posted_events)
     eventually(lambda: len(server.objects("TenantQuota")["team-a"]["status"]["waiting"]) == 8, what="status")

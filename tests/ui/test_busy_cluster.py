@@ -76,3 +76,37 @@ def test_profile_with_none_available_is_shown_with_its_pending_gpus(browser: Any
     finally:
         context.close()
     assert problems.errors == [] and problems.foreign_requests == []
+
+
+def test_tenants_show_the_pods_that_wait_for_quota_and_why(browser: Any, tmp_path: Any) -> None:
+    # team-a may use 8 H100s; train-llm-0 holds 4, `held` 4 more: `waits` (gated by kgwe.io/quota) is 1st in line.
+    cluster = tmp_path / "cluster"
+    shutil.copytree(EXAMPLE_CLUSTER, cluster)
+
+    def team_a_pod(name: str, gated: bool) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": "2026-11-29T00:00:00Z",
+                             "annotations": {"kgwe.io/accelerator-type": "nvidia-h100-80gb",
+                                             "kgwe.io/tenant": "team-a"}},
+                "spec": {"schedulingGates": [{"name": "kgwe.io/quota"}] if gated else [],
+                         "containers": [{"name": "main", "image": "cuda",
+                                         "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+                "status": {"phase": "Pending"}}
+
+    (cluster / "pods-quota.yaml").write_text(yaml.safe_dump_all([team_a_pod("held", False), team_a_pod("waits", True)]))
+    with kgwe_serve(tmp_path, cluster) as server:
+        api = {t["tenant"]: t for t in server.get_json("/api/v1/tenants")["tenants"]}
+        assert api["team-a"]["waiting"]["pods"] == 1
+        context, page, problems = open_page(browser, server)
+        try:
+            page.goto(f"{server.url}/ui/#/tenants")
+            page.wait_for_selector("article.tenant")
+            card = page.locator('article.tenant[data-tenant="team-a"]')
+            assert card.locator('[data-field="waitingPods"]').inner_text() == "1"
+            row = card.locator('li[data-pod="team-a/waits"]')
+            assert "team-a: nvidia-h100-80gb 8 of 8 GPUs in use; this pod asks 4; 1st in line" in row.inner_text()
+            # A tenant with nothing waiting shows no list.
+            assert page.locator('article.tenant[data-tenant="ml-research"] [data-field="waiting"]').count() == 0
+        finally:
+            context.close()
+    assert problems.errors == [] and problems.foreign_requests == []

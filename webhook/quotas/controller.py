@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ IN_FLIGHT_SECONDS = 60.0
 # API calls of a pass stay well inside the lease's margin: a leader that lost its lease stops writing before
 # another replica may start (webhook/controllers/leader.py: renew deadline 10 s, lease 15 s).
 CALL_TIMEOUT = (3.0, 4.0)
+# How often a waiting pod's condition is rewritten when only its place in line moved.
+POSITION_REFRESH_SECONDS = 30.0
 
 RELEASED = Counter("kgwe_quota_released_total", "Pods whose kgwe.io/quota gate KGWE removed, by tenant", ["tenant"])
 WAITING = Gauge("kgwe_quota_waiting_pods", "Pods gated by kgwe.io/quota that wait for their tenant's quota",
@@ -67,8 +70,8 @@ class QuotaWriter(Protocol):
     def release(self, pod: dict[str, Any], patch: dict[str, Any]) -> None:
         """Apply the merge patch that pins and ungates the pod (it carries the resourceVersion read)."""
 
-    def waiting(self, pod: dict[str, Any], message: str) -> None:
-        """Set the pod's `kgwe.io/QuotaAvailable` condition to False with `message`, and post an Event."""
+    def waiting(self, pod: dict[str, Any], message: str, *, event: bool = True) -> None:
+        """Set the pod's `kgwe.io/QuotaAvailable` condition to False with `message`; with `event`, post an Event."""
 
     def status(self, quota: str, status: dict[str, Any]) -> None:
         """Write a TenantQuota's `status`."""
@@ -123,17 +126,21 @@ class QuotaController:
         *,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
+        position_refresh_seconds: float = POSITION_REFRESH_SECONDS,
     ) -> None:
         self.store = store
+        self.position_refresh_seconds = position_refresh_seconds
         self.config = config
         self.writer = writer
         self.is_leader = is_leader
         self.clock = clock
         self._in_flight: dict[str, tuple[str | None, float]] = {}  # uid -> (type pinned, when released)
-        self._told: dict[str, str] = {}  # uid -> the waiting message last written on the pod
+        self._told: dict[str, tuple[str, float]] = {}  # uid -> the waiting message last written, and when
         self._statuses: dict[str, dict[str, Any]] = {}  # TenantQuota name -> the status last written
         self._charges: ChargeCache = {}  # what each pod counts, from the last pass (webhook/quotas/waiters.py)
         self.last: PassResult | None = None
+        self._timer: threading.Timer | None = None
+        self._timer_lock = threading.Lock()
         self.task = Task(
             "quota-release", self.reconcile_once, interval=None, leader_only=True, is_leader=lambda: self.is_leader(),
             run_at_start=True, backoff=Backoff(base=0.2, cap=10.0),
@@ -222,17 +229,38 @@ class QuotaController:
         result.released.append((f"{view.namespace}/{view.name}", type_id))
 
     def _tell(self, pod: dict[str, Any], message: str) -> None:
+        """The pod's condition says why it waits; an Event too when the reason (not only its place in line)
+        changes. A place in line that moved is written at most every `position_refresh_seconds`: each release
+        moves every pod behind it, and one write per waiting pod per release would load the API server."""
         view = PodView(pod)
-        if self.writer is None or self._told.get(view.uid) == message or _condition_message(pod) == message:
-            self._told[view.uid] = message
+        if self.writer is None:
+            return
+        now = self.clock()
+        told = self._told.get(view.uid)
+        last = told[0] if told is not None else _condition_message(pod)
+        if last == message:
+            return
+        same_reason = last is not None and _reason(last) == _reason(message)
+        if same_reason and told is not None and now - told[1] < self.position_refresh_seconds:
+            self._refresh_later()
             return
         try:
-            self.writer.waiting(pod, message)
+            self.writer.waiting(pod, message, event=not same_reason)
         except ApiException as exc:
             if exc.status not in (404, 409):
                 log.warning("pod %s/%s: waiting condition not written: %s", view.namespace, view.name, exc.reason)
             return
-        self._told[view.uid] = message
+        self._told[view.uid] = (message, now)
+
+    def _refresh_later(self) -> None:
+        """One wake after the refresh interval, so a deferred place in line is written even if nothing else
+        changes meanwhile (never more than one timer outstanding)."""
+        with self._timer_lock:
+            if self._timer is not None and self._timer.is_alive():
+                return
+            self._timer = threading.Timer(self.position_refresh_seconds, self.wake)
+            self._timer.daemon = True
+            self._timer.start()
 
     def _write_status(self, picture: TenantPicture, queue: TenantQueue) -> None:
         if self.writer is None:
@@ -251,6 +279,12 @@ class QuotaController:
                 log.warning("TenantQuota %s: status not written: %s", name, exc.reason)
                 continue
             self._statuses[name] = status
+
+
+def _reason(message: str) -> str:
+    """A waiting message without its place in line ("...; 2nd in line")."""
+    head, _sep, tail = message.rpartition("; ")
+    return head if head and tail.endswith(" in line") else message
 
 
 def _condition_message(pod: dict[str, Any]) -> str | None:
@@ -323,7 +357,7 @@ class _KubeQuotaWriter:
             content_type="application/merge-patch+json", timeout=CALL_TIMEOUT,
         )
 
-    def waiting(self, pod: dict[str, Any], message: str) -> None:
+    def waiting(self, pod: dict[str, Any], message: str, *, event: bool = True) -> None:
         view = PodView(pod)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {"type": QUOTA_CONDITION, "status": "False", "reason": "WaitingForQuota",
@@ -334,6 +368,8 @@ class _KubeQuotaWriter:
             query=[("fieldManager", FIELD_MANAGER)], body={"status": {"conditions": [condition]}},
             content_type="application/strategic-merge-patch+json", timeout=CALL_TIMEOUT,
         )
+        if not event:
+            return
         self.api.request(
             "POST", f"/api/v1/namespaces/{view.namespace}/events",
             body={
