@@ -137,7 +137,7 @@ class _Labeller:
         self.seen: set[str] = set()
         self.wake = threading.Event()
         self.stopping = False
-        store.add_listener(lambda _kind: self.wake.set())
+        store.add_listener(lambda _kind, _obj: self.wake.set())
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 

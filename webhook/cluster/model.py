@@ -154,6 +154,9 @@ def _profile_memory(profile: str) -> int | None:
         return None
 
 
+Listener = Callable[[str | None, "dict[str, Any] | None"], None]
+
+
 def pod_is_finished(pod: dict[str, Any]) -> bool:
     """Succeeded or Failed: the pod holds nothing any more (PodView.terminal)."""
     return PodView(pod).terminal
@@ -189,18 +192,18 @@ class ClusterStore:
             on_error=lambda _exc: log.exception("cluster model rebuild failed; serving the previous snapshot"),
         )
         self._source_problems: dict[str, tuple[str, ...]] = {}
-        # Called with the kind after every change (None: every kind), outside the lock: controllers that act on
-        # changes (the quota controller) wake here instead of polling.
-        self._listeners: list[Callable[[str | None], None]] = []
+        # Called after every change with the kind (None: every kind) and the object changed (None for a relist),
+        # outside the lock: controllers that act on changes (quotas, gangs) wake here instead of polling.
+        self._listeners: list[Listener] = []
 
-    def add_listener(self, listener: Callable[[str | None], None]) -> None:
+    def add_listener(self, listener: Listener) -> None:
         with self._lock:
             self._listeners.append(listener)
 
-    def _changed(self, kind: str | None) -> None:
+    def _changed(self, kind: str | None, obj: dict[str, Any] | None = None) -> None:
         for listener in list(self._listeners):
             try:
-                listener(kind)
+                listener(kind, obj)
             except Exception:  # a listener's trouble is its own: the source goes on
                 log.exception("cluster store listener failed")
 
@@ -218,7 +221,7 @@ class ClusterStore:
                 obj = slim_workload(obj)
             held[key] = obj
             self._generation += 1
-        self._changed(kind)
+        self._changed(kind, obj)
 
     def delete(self, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")
@@ -227,7 +230,7 @@ class ClusterStore:
         with self._lock:
             self._objects[kind].pop(object_key(obj), None)
             self._generation += 1
-        self._changed(kind)
+        self._changed(kind, obj)
 
     def replace_kind(self, kind: str, objects: Iterable[dict[str, Any]]) -> None:
         """A relist: the kind's objects are exactly these now."""

@@ -88,6 +88,7 @@ def build_controllers(
         gangs = GangController(
             store, gang_store, config, writer, interval_seconds=interval_seconds, is_leader=elector.is_leader
         )
+        store.add_listener(gangs.woken_by)
     quota_writer = kube_quota_writer(api_client) if api_client is not None else None
     quotas = QuotaController(store, config, quota_writer, is_leader=elector.is_leader)
     woken.append(quotas.wake)

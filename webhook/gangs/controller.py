@@ -55,7 +55,7 @@ from webhook.gangs.accounting import (
 )
 from webhook.gangs.ledger import MAX_RECORDS, GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
 from webhook.gangs.rooms import RoomId, fit, free_gpus
-from webhook.gangs.spec import GATE, created, parse_timestamp
+from webhook.gangs.spec import GATE, created, membership, parse_timestamp
 from webhook.intent import OUT_ACCELERATOR_TYPE
 
 log = logging.getLogger("kgwe.gangs.controller")
@@ -181,6 +181,13 @@ class GangController:
         self.task = Task("gangs", self._reconcile_quietly, interval=interval_seconds, leader_only=True,
                          is_leader=lambda: self.is_leader(),
                          on_error=lambda _exc: log.exception("gang reconcile failed"))  # the next pass tries again
+
+    def woken_by(self, kind: str | None, obj: dict[str, Any] | None) -> None:
+        """A change to a gang member (or a relist) ends the wait for the next pass: a gang whose quota gate
+        came off, or whose last member arrived, is planned at once, not at the next tick (which stays, for the
+        timeouts)."""
+        if kind is None or (kind == "Pod" and obj is not None and membership(obj) is not None):
+            self.task.wake()
 
     # -- one pass ------------------------------------------------------------------------------
     def reconcile_once(self) -> list[Action]:

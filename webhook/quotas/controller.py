@@ -146,7 +146,7 @@ class QuotaController:
             run_at_start=True, backoff=Backoff(base=0.2, cap=10.0),
             on_error=lambda _exc: log.exception("quota release pass failed; retrying"),
         )
-        store.add_listener(self.wake)
+        store.add_listener(lambda kind, _obj: self.wake(kind))
 
     def wake(self, kind: str | None = None) -> None:
         if kind in (None, "Pod", "TenantQuota", "Node", "ResourceSlice", "ResourceClaim"):
