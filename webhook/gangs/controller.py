@@ -273,16 +273,18 @@ class GangController:
         size = group.size
         if record.size != size:
             record = replace(record, size=size)
+        if any(QUOTA_GATE in PodView(p).scheduling_gates for p in group.pods):
+            # The tenant's quota releases the gang first, whole (webhook/quotas): until then it holds no room, so a
+            # gang waiting for quota (or for members) never keeps another gang out of a clique.
+            missing = f"{present} of {size} members exist; " if present < size else ""
+            return replace(record, room=None, reason=f"{missing}waiting for the tenant's quota (kgwe.io/quota)",
+                           short_gpus=0)
         if present < size:
             reason = f"{present} of {size} members exist"
             expired = record.expired or now - record.created_at > self.config.gangs.timeout_seconds
             if expired:
                 reason += f"; waiting over {self.config.gangs.timeout_seconds:.0f}s, its room is no longer held"
             return replace(record, reason=reason, expired=expired, short_gpus=0)
-        if any(QUOTA_GATE in PodView(p).scheduling_gates for p in group.pods):
-            # The tenant's quota releases the gang first, whole (webhook/quotas): until then it holds no room, so a
-            # gang waiting for quota never keeps another tenant's gang out of a clique.
-            return replace(record, room=None, reason="waiting for the tenant's quota (kgwe.io/quota)", short_gpus=0)
         # Complete: the gang claims its room again (an expired promise is renewed), sized by its largest member.
         if record.expired:
             # Its promise lapsed and others may have been promised the room since: it queues as a new gang (its age
