@@ -67,6 +67,7 @@ class TraceWorkload:
 
 
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def _suffix(rng: random.Random, length: int) -> str:
@@ -86,7 +87,9 @@ def _pod_names(rng: random.Random, kind: str, name: str, count: int) -> list[str
     return [name]
 
 
-def generate(seed: int, end: float, hours: float, workloads: int = 24, short_share: float = 0.15) -> list[TraceWorkload]:
+def generate(
+    seed: int, end: float, hours: float, workloads: int = 24, short_share: float = 0.15
+) -> list[TraceWorkload]:
     """Workloads whose pods run over `hours` up to `end` (unix seconds); `short_share` of them started
     recently (less history than a day)."""
     rng = random.Random(seed)
@@ -103,7 +106,8 @@ def generate(seed: int, end: float, hours: float, workloads: int = 24, short_sha
     out: list[TraceWorkload] = []
     for index in range(workloads):
         kind, type_id, gpus, profile, base, activity, replicas = kinds[index % len(kinds)]
-        name = f"{profile}-{kind.lower()}-{'abcdefghijklmnopqrstuvwxyz'[index % 26]}{'abcdefghijklmnopqrstuvwxyz'[index // 26 % 26]}"
+        # Letters, not digits: a trailing number would read as a StatefulSet ordinal or a Job index.
+        name = f"{profile}-{kind.lower()}-{_LETTERS[index % 26]}{_LETTERS[index // 26 % 26]}"
         namespace = f"team-{'abc'[index % 3]}"
         short = index >= workloads - max(1, round(workloads * short_share))
         span = hours * 3600 if not short else min(hours, 6) * 3600
