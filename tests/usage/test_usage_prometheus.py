@@ -66,7 +66,8 @@ def test_every_recommendation_holds_the_peak_seen_plus_the_margin(
 def test_workloads_without_enough_history_get_none(trace: Trace, recommendations: dict[str, Any]) -> None:
     short = {w.key for w in trace.workloads if w.pods[0].end - w.pods[0].start < 24 * 3600}
     assert short
-    keys = {r["key"].rsplit("/", 1)[0] if r["workload"]["part"] else r["key"] for r in recommendations["recommendations"]}
+    keys = {r["key"].rsplit("/", 1)[0] if r["workload"]["part"] else r["key"]
+            for r in recommendations["recommendations"]}
     assert not short & keys
     assert short <= {k.rsplit("/", 1)[0] if k.count("/") > 2 else k for k in recommendations["withoutEnoughHistory"]}
 
@@ -131,5 +132,5 @@ def test_kgwe_recommend_and_the_api(trace: Trace, capsys: pytest.CaptureFixture[
 
 
 def test_a_prometheus_that_is_down_is_one_clear_error(config: Config) -> None:
-    with pytest.raises(PrometheusUnavailable, match="127.0.0.1:9 did not answer"):
+    with pytest.raises(PrometheusUnavailable, match=r"127\.0\.0\.1:9 did not answer"):
         UsageService(lambda: config, lambda: None, "http://127.0.0.1:9").report()
