@@ -29,6 +29,8 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
     "audit": ("webhook.reports.commands", "command", "check existing pods against the policies"),
     "costs": ("webhook.reports.commands", "command", "GPU cost of running pods by tenant and type"),
     "gangs": ("webhook.reports.commands", "command", "gangs: size, members present and bound, room, why waiting"),
+    "recommend": ("webhook.reports.commands", "command",
+                  "rightsizing from GPU usage in Prometheus: recommended shapes and savings; --idle: idle GPUs"),
 }
 
 

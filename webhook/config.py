@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -179,6 +180,112 @@ class Workloads(_Section):
     identity_key_file: Path | None = Field(default=None, alias="identityKeyFile")
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds of a Prometheus-style duration (`90s`, `5m`, `24h`, `7d`, `1h30m`) or a plain number of seconds."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        raw = str(text).strip()
+        parts = _DURATION.findall(raw)
+        if not raw or "".join(n + u for n, u in parts) != raw:
+            raise ValueError(f"{text!r} is not a duration (write e.g. 5m, 24h, 7d)")
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ValueError(f"{text!r}: a duration must be positive")
+    return seconds
+
+
+def _duration_text(value: object) -> object:
+    """A duration field's value as written in YAML: a number of seconds becomes `<n>s`; text is checked."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        parse_duration(value)
+        return f"{value:g}s"
+    if isinstance(value, str):
+        parse_duration(value)
+    return value
+
+
+class Prometheus(_Section):
+    """Where usage is read (SPEC section 11): a Prometheus that scrapes NVIDIA's DCGM exporter."""
+
+    # Base URL of the Prometheus HTTP API (http://prometheus.monitoring:9090); unset: no usage, no recommendations.
+    url: str | None = None
+    # Each HTTP request to Prometheus gives up after this many seconds (also sent as the query's `timeout`).
+    timeout_seconds: float = Field(default=30.0, gt=0, le=600, alias="timeoutSeconds")
+    # A file holding a bearer token sent as `Authorization: Bearer` (e.g. a projected service account token).
+    bearer_token_file: str | None = Field(default=None, alias="bearerTokenFile")
+
+
+class Usage(_Section):
+    """How GPU usage is read from Prometheus (docs/usage.md)."""
+
+    prometheus: Prometheus = Field(default_factory=Prometheus)
+    # How far back history is read; older windows weigh little after a few half-lives anyway.
+    lookback: str = "7d"
+    # Per-interval peaks are taken over windows this long (Autopilot's 5-minute windows).
+    interval: str = "5m"
+    # History is read in time chunks this long, so no answer grows with the lookback (only with the pods).
+    chunk: str = "1d"
+    # The API keeps a computed answer this long before asking Prometheus again.
+    cache_seconds: float = Field(default=60.0, ge=0, alias="cacheSeconds")
+
+    @field_validator("lookback", "interval", "chunk", mode="before")
+    @classmethod
+    def _durations(cls, value: object) -> object:
+        return _duration_text(value)
+
+    @property
+    def lookback_seconds(self) -> float:
+        return parse_duration(self.lookback)
+
+    @property
+    def interval_seconds(self) -> float:
+        return parse_duration(self.interval)
+
+    @property
+    def chunk_seconds(self) -> float:
+        return parse_duration(self.chunk)
+
+
+class Rightsizing(_Section):
+    """How recommendations and idle GPUs are worked out from usage (SPEC section 11, docs/usage.md)."""
+
+    # Added to the peak memory before a shape is chosen (0.2: the shape holds the peak plus 20 %).
+    memory_margin: float = Field(default=0.2, ge=0, le=10, alias="memoryMargin")
+    # A workload gets a recommendation only when its history spans at least this long.
+    min_history: str = Field(default="24h", alias="minHistory")
+    # Weight of a window halves with each half-life of age (decaying histogram, as VPA and Autopilot).
+    half_life: str = Field(default="24h", alias="halfLife")
+    # Percentile of the decayed per-interval memory peaks; never below the highest peak seen either way.
+    memory_percentile: float = Field(default=0.98, gt=0, le=1, alias="memoryPercentile")
+    # Percentile of the decayed per-interval engine activity that a shape's compute share must hold.
+    activity_percentile: float = Field(default=0.95, gt=0, le=1, alias="activityPercentile")
+    # A pod whose GPUs stayed below this engine activity (0..1) for `idleFor` is idle.
+    idle_below: float = Field(default=0.05, ge=0, le=1, alias="idleBelow")
+    idle_for: str = Field(default="1h", alias="idleFor")
+
+    @field_validator("min_history", "half_life", "idle_for", mode="before")
+    @classmethod
+    def _durations(cls, value: object) -> object:
+        return _duration_text(value)
+
+    @property
+    def min_history_seconds(self) -> float:
+        return parse_duration(self.min_history)
+
+    @property
+    def half_life_seconds(self) -> float:
+        return parse_duration(self.half_life)
+
+    @property
+    def idle_for_seconds(self) -> float:
+        return parse_duration(self.idle_for)
+
+
 class Config(_Section):
     mode: Literal["enforce", "audit"] = "enforce"
     pricing: Pricing = Field(default_factory=Pricing)
@@ -203,6 +310,9 @@ class Config(_Section):
     # Namespaces the webhook never touches, in addition to the webhook configuration's selector.
     excluded_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"], alias="excludedNamespaces")
     workloads: Workloads = Field(default_factory=Workloads)
+    # GPU usage from Prometheus, and the recommendations and idle GPUs worked out from it (SPEC section 11).
+    usage: Usage = Field(default_factory=Usage)
+    rightsizing: Rightsizing = Field(default_factory=Rightsizing)
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -40,6 +40,10 @@ DESCRIPTIONS = {
     "gangs": "Gangs (kgwe.io/gang with kgwe.io/gang-size): size, members present, bound and gated, the NVLink room "
              "KGWE chose, and why a gang waits. In a cluster the records come from the GangLedger kgwe-gangs; with "
              "--cluster DIR from the state file of `kgwe serve --cluster` (--state).",
+    "recommend": "Recommendations from measured GPU use (Prometheus, DCGM exporter series): per workload, the "
+                 "smallest shape of this cluster (MIG slice, MPS share, GPU type, GPU count) that holds its peak "
+                 "memory plus rightsizing.memoryMargin, with the kgwe.io/ intent to set and the saving. With --idle: "
+                 "the pods whose GPUs stayed idle, with tenant and cost (docs/usage.md).",
     "costs": "GPU chargeback: the hourly rate of the running GPU pods by tenant and accelerator type, from their "
              "kgwe.io/hourly-cost annotations (computed from the pricing configuration where a pod has none).",
 }
@@ -52,7 +56,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, metavar="FILE", help="KGWE configuration file (YAML)")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig for the API (default: in-cluster service account)")
-    formats = ["table", "json", "yaml"] if command in ("audit", "profiles") else ["table", "json"]
+    formats = ["table", "json", "yaml"] if command in ("audit", "profiles", "recommend") else ["table", "json"]
     parser.add_argument("-o", "--output", choices=formats, default="table", help="output format (default table)")
     if command == "profiles":
         parser.add_argument("--from-nodes", metavar="SELECTOR",
@@ -67,6 +71,15 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "audit":
         parser.add_argument("--exit-code", action="store_true",
                             help="exit 1 when any violation fails (for CI); default: exit 0")
+    if command == "recommend":
+        parser.add_argument("workload", nargs="?", metavar="WORKLOAD",
+                            help="one workload: NAME, KIND/NAME or KIND/NAMESPACE/NAME[/PART]")
+        parser.add_argument("-n", "--namespace", metavar="NS", help="only this namespace (asked of Prometheus so)")
+        parser.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (default usage.prometheus.url)")
+        parser.add_argument("--idle", action="store_true", help="list the pods whose GPUs stayed idle instead")
+        parser.add_argument("--at", metavar="TIME",
+                            help="the end of the history read, RFC 3339 or unix seconds (default now; for "
+                                 "recorded traces)")
     if command == "costs":
         parser.add_argument("--pods", action="store_true", help="list every pod's hourly cost too")
     if command == "gangs":
@@ -297,6 +310,66 @@ def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
                         right=["SIZE", "PRESENT", "BOUND"])
 
 
+def _moment(text: str | None) -> float | None:
+    if text is None:
+        return None
+    from datetime import datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise CommandError(f"--at {text!r}: expected RFC 3339 (2026-01-31T12:00:00Z) or unix seconds") from None
+
+
+def cmd_recommend(args: argparse.Namespace, cluster: Cluster) -> str:
+    from webhook.usage.service import PrometheusUnavailable, UsageNotConfigured, UsageService
+    from webhook.usage.views import idle_document, recommendations_document
+
+    runtime = cluster.runtime
+    if args.prometheus is not None and not args.prometheus.startswith(("http://", "https://")):
+        raise CommandError(f"--prometheus {args.prometheus!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
+    service = UsageService(lambda: runtime.config, runtime.store.snapshot, args.prometheus)
+    try:
+        report = service.report(args.namespace, _moment(args.at))
+    except (UsageNotConfigured, PrometheusUnavailable) as exc:
+        raise CommandError(str(exc)) from exc
+    doc = idle_document(report, args.namespace) if args.idle else recommendations_document(
+        report, args.namespace, args.workload)
+    if args.output == "json":
+        return _json(doc)
+    if args.output == "yaml":
+        return yaml.safe_dump(doc, sort_keys=False).rstrip()
+    currency = doc["currency"]
+    if args.idle:
+        if not doc["idle"]:
+            return "No idle GPUs."
+        rows = [[i["namespace"], i["pod"], i["tenant"], i["acceleratorType"], i["gpuEquivalents"],
+                 i["hourlyCost"] or "-", f"{i['idleHours']:g}h", i["highestEngineActivity"]] for i in doc["idle"]]
+        table = format_table(["NAMESPACE", "POD", "TENANT", "TYPE", "GPUS", f"{currency}/HOUR", "IDLE FOR",
+                              "MAX ACTIVITY"], rows, right=["GPUS", f"{currency}/HOUR"])
+        return f"{table}\n\nIdle: {doc['gpuEquivalents']} GPU-equivalents, {doc['hourlyCost']} {currency}/hour"
+    rows = [
+        [r["key"], r["podsNow"], r["asks"]["shape"], f"{r['peakMemoryMib'] / 1024:.1f}Gi",
+         "-" if r["engineActivityP95"] is None else f"{r['engineActivityP95']:.2f}",
+         r["recommended"]["shape"] if r["change"] else "(keep)", r["saved"]["gpuEquivalentsPerPod"],
+         r["saved"]["hourlyPerPod"] or "-", r["confidenceLevel"]]
+        for r in doc["recommendations"]
+    ]
+    text = format_table(["WORKLOAD", "PODS", "ASKS", "PEAK MEM", "P95 BUSY", "RECOMMENDED", "GPUS SAVED/POD",
+                         f"{currency}/HOUR/POD", "CONFIDENCE"], rows,
+                        right=["PODS", "PEAK MEM", "P95 BUSY", "GPUS SAVED/POD", f"{currency}/HOUR/POD"]) \
+        if rows else "No workload has enough history for a recommendation."
+    text += (f"\n\nFrees {doc['gpuEquivalentsSaved']} GPU-equivalents, {doc['hourlySaved']} {currency}/hour "
+             f"(pods holding GPUs now)")
+    if doc["withoutEnoughHistory"]:
+        text += f"\nNot enough history yet (rightsizing.minHistory): {', '.join(doc['withoutEnoughHistory'])}"
+    return text
+
+
 Command = Callable[[argparse.Namespace, Cluster], "str | tuple[str, int]"]
 COMMANDS: dict[str, Command] = {
     "nodes": cmd_nodes,
@@ -304,6 +377,7 @@ COMMANDS: dict[str, Command] = {
     "audit": cmd_audit,
     "costs": cmd_costs,
     "gangs": cmd_gangs,
+    "recommend": cmd_recommend,
 }
 
 
