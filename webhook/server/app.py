@@ -246,7 +246,9 @@ class AdmissionEndpoint:
             admission_request = await self.lane.decode(body, authenticated=authenticated)
             left = deadline - time.monotonic()
             if turn and left > 0:
+                metrics.LARGE_REVIEWS.labels(self.name, "taken").inc()
                 return admission_request, await self._outcome(admission_request, left, config)
+        metrics.LARGE_REVIEWS.labels(self.name, "none").inc()
         detail = f"no turn for a large review ({len(body)} bytes) within {budget:.3g}s"
         return admission_request, self._failure(admission_request, config, "deadline", detail)
 
