@@ -8,7 +8,8 @@ description, so that a change in speed is a diff anyone can read.
 Benchmarks (each module also runs alone): admission (bench_admission), policies (bench_policies),
 placement and memory (bench_placement), agent (bench_agent), inventory (bench_inventory), soak (soak),
 serve (bench_serve), wrk and workers (bench_wrk: issue 17's side-by-side as it was measured, with wrk),
-quota-release (bench_quota_release: create -> quota gate removed, through the fake API server).
+quota-release (bench_quota_release: create -> quota gate removed, through the fake API server),
+floods (bench_floods: a normal review while legal-size 1.4 MB pods are reviewed, issue 30).
 A benchmark that fails or is not installed (wrk: `apt-get install wrk`) is reported as such; the others
 still run.
 """
@@ -94,6 +95,7 @@ BENCHMARKS: dict[str, Callable[[Plan], Any]] = {
     "wrk": lambda p: _call("bench_wrk", "bench_wrk", seconds=p.admission_seconds),
     "workers": lambda p: _call("bench_wrk", "bench_workers", seconds=p.admission_seconds),
     "quota-release": lambda p: _call("bench_quota_release", "bench_quota_release", seconds=p.admission_seconds),
+    "floods": lambda p: _call("bench_floods", "bench_floods", seconds=p.admission_seconds),
 }
 
 
@@ -311,6 +313,20 @@ def _quota_release_rows(result: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _floods_rows(result: dict[str, Any]) -> list[Row]:
+    quiet = result.get("quiet") or {}
+    flooded = result.get("flooded") or {}
+    base = "the same review, same server, no flood"
+    worst = flooded.get("max_ms")
+    return [
+        Row("normal /validate during a flood of 1.4 MB pods (8 clients), p50", flooded.get("p50_ms"),
+            quiet.get("p50_ms"), "ms", base),
+        Row("normal /validate during a flood of 1.4 MB pods (8 clients), max", worst, quiet.get("max_ms"), "ms",
+            base, "< 2,500 ms (the deadline), every answer right",
+            None if worst is None else worst < 2500 and flooded.get("wrong_answers") == 0),
+    ]
+
+
 def _soak_rows(result: dict[str, Any], admission: dict[str, Any] | None) -> list[Row]:
     noop = _get(admission, "noop") or {}
     growth = result.get("rss_growth")
@@ -416,6 +432,8 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         rows += _workers_rows(ok["workers"])
     if "quota-release" in ok:
         rows += _quota_release_rows(ok["quota-release"])
+    if "floods" in ok:
+        rows += _floods_rows(ok["floods"])
     return rows
 
 

@@ -37,6 +37,7 @@ from webhook.server.callers import CallerAuthenticator
 from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
 from webhook.server.health import readiness_problems
+from webhook.server.large_lane import LargeLane
 from webhook.server.openapi import add_shell_routes
 from webhook.server.read_auth import ReadAuth
 from webhook.server.serving_loop import ReloadableCertificate, ServingLoop, certificate_task
@@ -147,8 +148,11 @@ class AdmissionEndpoint:
         mutating: bool,
         executor: ThreadPoolExecutor | None,
         authenticator: CallerAuthenticator | None = None,
+        lane: LargeLane | None = None,
     ):
         self.runtime = runtime
+        # Shared by both endpoints of a worker: one large review judged at a time, whichever it asks.
+        self.lane = lane
         self.authenticator = authenticator or CallerAuthenticator(runtime.config.authentication)
         self.name = name
         self.mutating = mutating
@@ -205,13 +209,16 @@ class AdmissionEndpoint:
             metrics.ADMISSION_ERRORS.labels(self.name, "too_large").inc()
             message = f"AdmissionReview larger than the limit of {config.limits.max_request_bytes} bytes"
             return 413, _status_body(413, "RequestEntityTooLarge", message)
+        budget = budget_seconds(config.limits.deadline_seconds, _query_value(scope, "timeout"))
         try:
-            admission_request = decode_review(body, authenticated=caller.authenticated)
+            if self.lane is not None and self.lane.takes(body):
+                admission_request, outcome = await self._large(body, caller.authenticated, budget, config)
+            else:
+                admission_request = decode_review(body, authenticated=caller.authenticated)
+                outcome = await self._outcome(admission_request, budget, config)
         except BadReview as exc:
             metrics.ADMISSION_ERRORS.labels(self.name, "bad_request").inc()
             return 400, _status_body(400, "BadRequest", str(exc))
-        budget = budget_seconds(config.limits.deadline_seconds, _query_value(scope, "timeout"))
-        outcome = await self._outcome(admission_request, budget, config)
         try:
             review = render_review(admission_request.uid, admission_request.api_version, outcome, self.mutating)
         except Exception as exc:
@@ -227,6 +234,23 @@ class AdmissionEndpoint:
         self._answered_counter(outcome.allowed, config.mode).inc()
         self._duration.observe(time.perf_counter() - started)
         return 200, content
+
+    async def _large(
+        self, body: bytes, authenticated: bool, budget: float, config: Config
+    ) -> tuple[AdmissionRequest, Outcome]:
+        """A large body's review through the lane (webhook/server/large_lane.py). Its deadline runs from now:
+        the wait for a turn is part of what the API server waits."""
+        assert self.lane is not None
+        deadline = time.monotonic() + budget
+        async with self.lane.turn(deadline) as turn:
+            admission_request = await self.lane.decode(body, authenticated=authenticated)
+            left = deadline - time.monotonic()
+            if turn and left > 0:
+                metrics.LARGE_REVIEWS.labels(self.name, "taken").inc()
+                return admission_request, await self._outcome(admission_request, left, config)
+        metrics.LARGE_REVIEWS.labels(self.name, "none").inc()
+        detail = f"no turn for a large review ({len(body)} bytes) within {budget:.3g}s"
+        return admission_request, self._failure(admission_request, config, "deadline", detail)
 
     async def _outcome(self, admission_request: AdmissionRequest, budget: float, config: Config) -> Outcome:
         deadline = time.monotonic() + budget
@@ -250,6 +274,11 @@ class AdmissionEndpoint:
         except BaseException as exc:  # also panics of native engines (pyo3's PanicException is a BaseException)
             log.exception("%s: admission of uid=%s failed", self.name, admission_request.uid)
             failure, detail = "internal", f"internal error: {type(exc).__name__}"
+        return self._failure(admission_request, config, failure, detail)
+
+    def _failure(self, admission_request: AdmissionRequest, config: Config, failure: FailureKind, detail: str
+                 ) -> Outcome:
+        """The answer when no decision was made: per onError, and fail closed on /validate (`_on_error`)."""
         on_error = self._on_error(admission_request, config)
         log.warning(
             "%s uid=%s %s/%s: %s; answering %s",
@@ -320,6 +349,7 @@ def create_app(
         tasks.add(item if isinstance(item, Task) else certificate_task(item, serving_loop))
     use_threads = OFFLOAD_DEFAULT if offload is None else offload
     executor = ThreadPoolExecutor(OFFLOAD_THREADS, thread_name_prefix="kgwe-admission") if use_threads else None
+    lane = LargeLane()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -335,6 +365,7 @@ def create_app(
                 read_auth.close()
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
+            lane.close()
 
     app = KgweApp(title="KGWE", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
@@ -345,8 +376,8 @@ def create_app(
     app.state.certificate = certificate
     callers = authenticator or CallerAuthenticator(runtime.config.authentication)
     endpoints = [
-        AdmissionEndpoint(runtime, "mutate", True, executor, callers),
-        AdmissionEndpoint(runtime, "validate", False, executor, callers),
+        AdmissionEndpoint(runtime, "mutate", True, executor, callers, lane),
+        AdmissionEndpoint(runtime, "validate", False, executor, callers, lane),
     ]
     for endpoint in endpoints:
         app.admission_endpoints[f"/{endpoint.name}"] = endpoint

@@ -27,6 +27,12 @@ ADMISSION_ERRORS = Counter(
     " disconnected (the client left before sending its whole body).",
     ["endpoint", "kind"],
 )
+LARGE_REVIEWS = Counter(
+    "kgwe_large_reviews_total",
+    "AdmissionReviews over the large-body threshold, which take the lane of webhook/server/large_lane.py, by"
+    " endpoint and turn: taken (decided) or none (no turn before the deadline: answered as a deadline failure).",
+    ["endpoint", "turn"],
+)
 CERTIFICATE_EXPIRY = Gauge(
     "kgwe_certificate_expiry_timestamp_seconds",
     "Unix time at which the serving certificate currently loaded expires.",
