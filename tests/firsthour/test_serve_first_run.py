@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -59,3 +60,40 @@ def test_dev_py_serves_on_loopback_unless_told_otherwise(tmp_path: Path, monkeyp
     assert dev.main(["serve", "--host", "0.0.0.0"]) == 0
     assert calls[0][calls[0].index("--host") + 1] == "127.0.0.1"
     assert calls[1].count("--host") == 1 and calls[1][calls[1].index("--host") + 1] == "0.0.0.0"
+
+
+def _free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return int(probe.getsockname()[1])
+
+
+def test_a_second_server_on_the_port_of_a_running_one_is_refused(tmp_path: Path) -> None:
+    """Both with several workers (SO_REUSEPORT): the second must not join the first one's group."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main(sys.argv[1:]))", "serve",
+         "--cluster", "examples/cluster", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
+        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the parent binds before anything else: a connection means the port is taken
+            assert first.poll() is None, "the first server exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the first server never listened"
+                time.sleep(0.2)
+        for workers in ("2", "1"):
+            done = _kgwe(["serve", "--cluster", "examples/cluster", "--host", "127.0.0.1", "--port", str(port),
+                          "--workers", workers], tmp_path)
+            assert done.returncode == 2, done.stderr
+            assert done.stderr.strip().splitlines()[-1] == (
+                f"kgwe serve: port {port} on 127.0.0.1 is already in use (another kgwe serve?); stop it or give "
+                "--port N"
+            )
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
