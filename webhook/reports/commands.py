@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
 from webhook.config import ConfigError, load_config
@@ -22,6 +21,7 @@ from webhook.inventory.capacity import Inventory
 from webhook.inventory.chargeback import costs_view
 from webhook.inventory.nodes import nodes_view
 from webhook.inventory.profiles import hardware_profiles_view
+from webhook.output import FORMATS, render
 from webhook.reports.tables import format_table
 from webhook.runtime import Runtime
 
@@ -52,8 +52,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, metavar="FILE", help="KGWE configuration file (YAML)")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig for the API (default: in-cluster service account)")
-    formats = ["table", "json", "yaml"] if command in ("audit", "profiles") else ["table", "json"]
-    parser.add_argument("-o", "--output", choices=formats, default="table", help="output format (default table)")
+    parser.add_argument("-o", "--output", choices=["table", *FORMATS], default="table",
+                        help="output format (default table)"
+                        + ("; -o yaml: wgpolicyk8s.io PolicyReports" if command == "audit" else ""))
     if command == "profiles":
         parser.add_argument("--from-nodes", metavar="SELECTOR",
                             help="propose a profile for these nodes: names (a,b) or a label selector "
@@ -116,7 +117,7 @@ def _cluster_from_api(config: Any, kubeconfig: str | None) -> Cluster:
 
 
 def _json(document: Any) -> str:
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+    return render(document, "json")
 
 
 def _gpu_resources(resources: dict[str, Any]) -> str:
@@ -126,8 +127,8 @@ def _gpu_resources(resources: dict[str, Any]) -> str:
 def cmd_nodes(args: argparse.Namespace, cluster: Cluster) -> str:
     runtime = cluster.runtime
     view = nodes_view(Inventory(runtime.store.snapshot(), runtime.config))
-    if args.output == "json":
-        return _json(view)
+    if args.output in FORMATS:
+        return render(view, args.output)
     rows = []
     for node in view["nodes"]:
         mig = node["mig"]
@@ -174,12 +175,11 @@ def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
         from webhook.workloads.kueue import kueue_manifests, render_kueue
 
         snapshot = runtime.store.snapshot()
+        # The manifests are YAML already (with comments that say what to change); JSON is asked for.
         return _json(kueue_manifests(snapshot)) if args.output == "json" else render_kueue(snapshot)
     view = hardware_profiles_view(Inventory(runtime.store.snapshot(), runtime.config))
-    if args.output == "json":
-        return _json(view)
-    if args.output == "yaml":
-        return yaml.safe_dump(view, sort_keys=False).rstrip()
+    if args.output in FORMATS:
+        return render(view, args.output)
     rows = [
         [p["name"], p["displayName"], _sharing_text(p["sharing"]), ",".join(t["id"] for t in p["acceleratorTypes"]),
          p["total"], p["available"], p["pending"], p["pricePerGPUHour"]]
@@ -202,8 +202,8 @@ def _proposal(args: argparse.Namespace, runtime: Runtime) -> str:
         )
     except ProposalError as exc:
         raise CommandError(str(exc)) from exc
-    if args.output == "json":
-        return _json(proposal.as_document())
+    if args.output in FORMATS:
+        return render(proposal.as_document(), args.output)
     notes = "".join(f"# note: {note}\n" for note in proposal.notes)
     return f"# Proposed from nodes: {', '.join(proposal.nodes)}\n{notes}{proposal.to_yaml().rstrip()}"
 
@@ -238,8 +238,8 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
 def cmd_costs(args: argparse.Namespace, cluster: Cluster) -> str:
     runtime = cluster.runtime
     view = costs_view(Inventory(runtime.store.snapshot(), runtime.config))
-    if args.output == "json":
-        return _json(view)
+    if args.output in FORMATS:
+        return render(view, args.output)
     currency = view["currency"]
     rows = [
         [r["tenant"], r["acceleratorType"], r["pods"], r["hourlyCost"], r["dailyCost"], r["monthlyCost"]]
@@ -285,8 +285,8 @@ def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
     except GangStoreUnavailable as exc:
         raise CommandError(str(exc)) from exc
     view = gangs_view(cluster.runtime.store.snapshot(), records)
-    if args.output == "json":
-        return _json(view)
+    if args.output in FORMATS:
+        return render(view, args.output)
     if not view["gangs"]:
         return "No gangs (pods with kgwe.io/gang and kgwe.io/gang-size)."
     rows = [
