@@ -27,7 +27,7 @@ from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.dra.facts import dra_allocatable
-from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
+from webhook.intent import A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import ZERO
 
 SHARED_MODES = ("mps", "time-slicing")
@@ -62,6 +62,20 @@ class TypeCapacity:
         for profile, bucket in self.mig.items():
             total += bucket.available * mig_compute_slices(profile) / 7
         return total
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """An unbound unfinished GPU pod: who it is charged to and what it waits for, once (the views decide
+    where it shows; a pod that may land on several types or profiles is still one pod)."""
+
+    namespace: str
+    name: str
+    tenant: str
+    types: tuple[str, ...]  # its candidate types known to the cluster, in the webhook's order of preference
+    profile: str | None  # kgwe.io/profile, when it asked for one
+    whole_gpus: int
+    mig: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,7 @@ class Inventory:
         self.types: dict[str, TypeCapacity] = {}
         self.charges: list[PodCharge] = []
         self.pod_costs: list[PodCost] = []
+        self.pending: list[PendingPod] = []
         self.namespace_tenants: dict[str, str] = {}
         self._collect_pods()
         self._collect_nodes()
@@ -143,12 +158,16 @@ class Inventory:
                 for key, amount in demand_resources(demand, facts).items():
                     used[key] = used.get(key, ZERO) + amount
             else:
-                for type_id in notes.get(OUT_ACCELERATOR_TYPE, "").split(","):
-                    if type_id in model.types:
-                        capacity = self._capacity(type_id)
-                        capacity.pending_whole += demand.whole_gpus
-                        for profile, count in demand.mig.items():
-                            capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
+                types = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t in model.types)
+                for type_id in types:
+                    capacity = self._capacity(type_id)
+                    capacity.pending_whole += demand.whole_gpus
+                    for profile, count in demand.mig.items():
+                        capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
+                self.pending.append(PendingPod(
+                    pod.namespace, pod.name, notes.get(OUT_TENANT) or self._tenant_of_namespace(pod.namespace),
+                    types, notes.get(A_PROFILE, "").strip() or None, demand.whole_gpus, dict(demand.mig),
+                ))
             charge = pod_charge(pod, model, None)
             if charge is not None:
                 self.charges.append(charge)

@@ -107,11 +107,11 @@ const COLUMNS = [
 // What is free on a type, counted as pods get it: "12 of 16 whole GPUs free · 27 of 28 1g.10gb slices free · ".
 function sliceText(type) {
   const parts = [];
-  if (type.wholeGpus) parts.push(`${type.wholeAvailable} of ${type.wholeGpus} whole GPUs free`);
+  if (type.wholeGpus) parts.push(`${type.wholeAvailable} of ${plural(type.wholeGpus, "whole GPU")} free`);
   for (const [profile, count] of Object.entries(type.slices || {})) {
-    parts.push(`${count.available} of ${count.total} ${profile} slices free`);
+    parts.push(`${count.available} of ${plural(count.total, `${profile} slice`)} free`);
   }
-  if (!parts.length && type.wholeGpus === undefined) parts.push(`${type.available} GPUs free`);
+  if (!parts.length && type.wholeGpus === undefined) parts.push(`${plural(type.available, "GPU")} free`);
   return parts.map((part) => h("span", { class: "slice-count" }, `${part} · `));
 }
 
@@ -188,7 +188,7 @@ class NodesPage extends Page {
       h("span", { class: "type-numbers", title: `${type.available} GPU-equivalents free` },
         h("span", { dataset: { field: "available" }, hidden: true }, String(type.available)),
         sliceText(type),
-        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), " GPUs on ",
+        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), type.gpus === 1 ? " GPU on " : " GPUs on ",
         h("span", { dataset: { field: "nodes" } }, String(type.nodes)), type.nodes === 1 ? " node" : " nodes")));
     return h("div", { class: "type-cards", id: "type-cards" }, cards);
   }
@@ -581,7 +581,7 @@ class TenantsPage extends Page {
       h("p", { class: "muted" }, "GPU quotas from TenantQuota objects, what admitted pods (bound or still pending) use of them, and the hourly cost ",
         "of each tenant's running pods (the sum of their ", h("code", {}, "kgwe.io/hourly-cost"), ")."),
       tenants.length ? h("div", { class: "tenants", id: "tenants" }, tenants.map((t) => this.card(t, data.currency))) :
-        h("p", { class: "empty" }, "No TenantQuota exists."));
+        h("p", { class: "empty" }, "No tenant yet: no TenantQuota and no GPU pod."));
   }
 
   card(tenant, currency) {
@@ -596,7 +596,10 @@ class TenantsPage extends Page {
         h("span", { class: "cost" },
           h("span", { class: "big", dataset: { field: "hourlyCost" } }, money(tenant.hourlyCost ?? "0", currency)),
           " per hour for ", h("span", { dataset: { field: "pods" } }, String(tenant.pods ?? 0)),
-          tenant.pods === 1 ? " running pod" : " running pods")),
+          tenant.pods === 1 ? " running pod" : " running pods",
+          tenant.pendingPods ? h("span", { class: "muted" }, " · ",
+            h("span", { dataset: { field: "pendingPods" } }, String(tenant.pendingPods)),
+            tenant.pendingPods === 1 ? " pod pending" : " pods pending") : null)),
       h("dl", { class: "inline" }, meta.map(([label, values]) => [h("dt", {}, label), h("dd", {}, values.join(", "))])),
       tenant.limits && tenant.limits.length ? h("table", { class: "limits" },
         h("thead", {}, h("tr", {},
@@ -629,7 +632,7 @@ class TenantsPage extends Page {
     return h("section", { class: "waiting", dataset: { field: "waiting" } },
       h("h3", {}, h("span", { dataset: { field: "waitingPods" } }, String(waiting.pods)),
         waiting.pods === 1 ? " pod waits" : " pods wait", " for quota (",
-        h("span", { dataset: { field: "waitingGPUs" } }, String(waiting.gpus)), " GPUs)"),
+        h("span", { dataset: { field: "waitingGPUs" } }, String(waiting.gpus)), Number(waiting.gpus) === 1 ? " GPU)" : " GPUs)"),
       h("ul", {}, (waiting.pending || []).map((row) =>
         h("li", { dataset: { pod: row.pod } }, h("code", {}, row.pod), " ", h("span", { class: "muted small" }, row.why)))));
   }
@@ -697,7 +700,7 @@ class WorkloadsPage extends Page {
     const templates = workload.templates.map((t) => {
       const pods = t.pods === null ? "? pods" : plural(t.pods, "pod", "pods");
       const other = Object.entries(t.other || {}).map(([name, n]) => ` + ${n} ${name}`).join("");
-      return h("li", {}, h("code", {}, t.path), ` ${pods} × ${t.gpusPerPod} GPU${other}`);
+      return h("li", {}, h("code", {}, t.path), ` ${pods} × ${plural(t.gpusPerPod, "GPU")}${other}`);
     });
     return h("tr", { class: workload.admitted ? null : "waiting",
       dataset: { workload: `${workload.kind}/${workload.namespace}/${workload.name}` } },
