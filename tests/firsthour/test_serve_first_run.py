@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -97,3 +98,37 @@ def test_a_second_server_on_the_port_of_a_running_one_is_refused(tmp_path: Path)
     finally:
         first.terminate()
         first.wait(timeout=30)
+
+
+def test_the_first_line_says_how_to_trust_the_ca_and_trusting_it_works(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main(sys.argv[1:]))", "serve",
+         "--cluster", "examples/cluster", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline().strip()
+        ca = tmp_path / "state" / "certs" / "ca.crt"
+        assert first.startswith(f"kgwe serve: no --tls-cert-file given; serving a certificate of KGWE's own CA {ca}.")
+        assert f"https://127.0.0.1:{port}/ui/" in first and '"Trust the CA"' in first
+        assert f"certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n kgwe-dev -i {ca}" in first
+        assert "### Trust the CA" in (ROOT / "README.md").read_text()
+        # What the line asks to trust is what verifies the page's address.
+        trusted = ssl.create_default_context(cafile=str(ca))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, \
+                        trusted.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                    tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                    assert tls.recv(64).startswith(b"HTTP/1.1 200")
+                break
+            except (ConnectionError, TimeoutError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                assert time.monotonic() < deadline and server.poll() is None, "the server never answered"
+                time.sleep(0.3)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
