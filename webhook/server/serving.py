@@ -89,9 +89,11 @@ def trust_notice(ca_file: Path, host: str, port: int) -> str:
     trust it, so the browser's warning page is not the first thing a new user meets."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     address = f"[{shown}]" if ":" in shown else shown
-    return (f"kgwe serve: no --tls-cert-file given; serving a certificate of KGWE's own CA {ca_file}. Trust it once to "
-            f"open https://{address}:{port}/ui/ without a warning (README.md, \"Trust the CA\"; Chrome or Chromium on "
-            f"Linux: certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n kgwe-dev -i {ca_file}); curl: --cacert {ca_file}")
+    # The path stays last, after "CA: ": scripts (and the tests) read it from there.
+    return (f"kgwe serve: no --tls-cert-file given; serving a certificate of KGWE's own CA. To open "
+            f"https://{address}:{port}/ui/ without a warning, trust it once (README.md, \"Trust the CA\"; Chrome or "
+            "Chromium on Linux: certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n kgwe-dev -i CA; curl: --cacert CA). "
+            f"CA: {ca_file}")
 
 
 def _record_expiry(certificate: x509.Certificate) -> None:
