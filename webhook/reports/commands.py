@@ -167,6 +167,14 @@ def _sharing_text(sharing: dict[str, Any]) -> str:
     return str(sharing["mode"])
 
 
+def _price_range_text(price_range: dict[str, Any] | None) -> str:
+    """"2.80" or "2.80-4.50" per GPU-hour; "*" marks a range over every type when none has a GPU free now."""
+    if price_range is None:
+        return "-"
+    low, high = price_range["perGPUHour"]["min"], price_range["perGPUHour"]["max"]
+    return f"{low if low == high else f'{low}-{high}'}{'' if price_range['now'] else '*'}"
+
+
 def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
     runtime = cluster.runtime
     if args.from_nodes or args.type_id:
@@ -182,15 +190,18 @@ def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
         return render(view, args.output)
     rows = [
         [p["name"], p["displayName"], _sharing_text(p["sharing"]), ",".join(t["id"] for t in p["acceleratorTypes"]),
-         p["total"], p["available"], p["pending"], p["pricePerGPUHour"]]
+         p["total"], p["available"], p["pending"], _price_range_text(p["priceRange"])]
         for p in view["profiles"]
     ]
     if not rows:
         return "No HardwareProfiles. Propose one with: kgwe profiles --from-nodes NODE[,NODE...]"
-    return format_table(
+    table = format_table(
         ["NAME", "DISPLAY NAME", "SHARING", "TYPES", "TOTAL", "AVAILABLE", "PENDING", f"{view['currency']}/GPU-H"],
         rows, right=["TOTAL", "AVAILABLE", "PENDING"],
     )
+    if any(p["priceRange"] and not p["priceRange"]["now"] for p in view["profiles"]):
+        table += "\n* nothing free now: the price over every type of the profile"
+    return table
 
 
 def _proposal(args: argparse.Namespace, runtime: Runtime) -> str:

@@ -506,6 +506,9 @@ function profileSharing(sharing) {
   return "whole GPUs (exclusive)";
 }
 
+// The per-type price column counts what one pod gets, as the card's price line does.
+const UNIT_PRICE_HEADERS = { mig: "Per slice-hour", mps: "Per share-hour", "time-slicing": "Per replica-hour" };
+
 class ProfilesPage extends Page {
   fetch() {
     return getJSON("hardware-profiles");
@@ -527,7 +530,6 @@ class ProfilesPage extends Page {
     const slices = profile.sharing && profile.sharing.mode === "mig";
     const count = (n) => plural(n, slices ? "slice" : "GPU").replace(/^\S+ /, "");
     const none = !profile.available;
-    const price = money(profile.pricePerGPUHour, currency);
     const pending = profile.pending || 0;
     return h("article", { class: none ? "profile none-available" : "profile", dataset: { profile: profile.name } },
       h("header", {},
@@ -546,7 +548,8 @@ class ProfilesPage extends Page {
         h("dt", {}, "Pending"),
         h("dd", { class: pending ? "pending" : "muted" },
           h("span", { dataset: { field: "pending" } }, String(pending)),
-          pending ? ` ${count(pending)} asked by pods waiting to be scheduled` : ` ${count(0)} waiting`),
+          pending ? ` ${count(pending)} asked by ${plural(profile.pendingPods || 1, "pod")} waiting to be scheduled` :
+            ` ${count(0)} waiting`),
         h("dt", {}, "Sharing"),
         h("dd", { dataset: { field: "sharing" } }, profileSharing(profile.sharing)),
         h("dt", {}, "Price"),
@@ -555,14 +558,17 @@ class ProfilesPage extends Page {
         h("thead", {}, h("tr", {},
           h("th", { scope: "col" }, "GPU type"), h("th", { scope: "col" }, "Memory"),
           h("th", { scope: "col" }, "Architecture"), h("th", { scope: "col", class: "num" }, "Available"),
-          h("th", { scope: "col", class: "num" }, "Pending"))),
+          h("th", { scope: "col", class: "num" }, "Pending"),
+          h("th", { scope: "col", class: "num", title: `what a pod pays per hour on this type (${currency})` },
+            UNIT_PRICE_HEADERS[profile.sharing && profile.sharing.mode] || "Per GPU-hour"))),
         h("tbody", {}, (profile.acceleratorTypes || []).map((type) => h("tr", { dataset: { type: type.id } },
           h("th", { scope: "row" }, h("span", { class: "type-name" }, type.productName || type.id), h("code", {}, type.id)),
           h("td", { dataset: { field: "memory" } }, type.memoryGB ? `${type.memoryGB} GB` : DASH),
           h("td", { dataset: { field: "architecture" } }, type.architecture || DASH),
           h("td", { class: "num" }, h("span", { dataset: { field: "available" } }, String(type.available)), " of ",
             h("span", { dataset: { field: "total" } }, String(type.total))),
-          h("td", { class: "num", dataset: { field: "pending" } }, String(type.pending || 0)))))));
+          h("td", { class: "num", dataset: { field: "pending" } }, String(type.pending || 0)),
+          h("td", { class: "num", dataset: { field: "unitPrice" } }, money(type.pricePerUnitHour, currency) || DASH))))));
   }
 }
 
@@ -715,14 +721,22 @@ class WorkloadsPage extends Page {
   }
 }
 
-// What a pod of the profile pays: the price of its slice or share, with the whole-GPU price beside it.
+// What a pod of the profile pays now: the range over the types it can be given now (to the cent), per slice or share
+// for a sharing profile with the GPU-hour range beside it. With nothing free, the range over every type, said so.
+function priceRange(range, currency) {
+  const low = money(range.min, currency);
+  const high = money(range.max, currency);
+  return low === high ? low : `${low}–${high}`;
+}
+
 function profilePrice(profile, currency) {
-  const gpu = money(profile.pricePerGPUHour, currency);
-  if (!gpu) return "no price configured";
-  const unit = money(profile.pricePerUnitHour, currency);
-  if (!unit || profile.unit === "GPU") return `${gpu} per GPU-hour`;
+  const range = profile.priceRange;
+  if (!range) return "no price configured";
+  const gpu = priceRange(range.perGPUHour, currency);
+  const when = range.now ? "" : " when a GPU frees up (none free now)";
+  if (!range.perUnitHour || profile.unit === "GPU") return `${gpu} per GPU-hour${when}`;
   const article = /^[AEIOUM]/.test(profile.unit) ? "an" : "a"; // "an MPS share", "an MIG slice"
-  return `${unit} per hour for ${article} ${profile.unit} (${gpu} per GPU-hour)`;
+  return `${priceRange(range.perUnitHour, currency)} per hour for ${article} ${profile.unit} (${gpu} per GPU-hour)${when}`;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
