@@ -2,11 +2,12 @@
 two. A pod that may land on several types (or fits several profiles) is one pod waiting: counting it on
 each would show more demand than there is, and the same pod on two cards.
 
-The profile is the one the pod named (`kgwe.io/profile`), else, of the profiles that offer one of its
-types in the way it asks (a MIG slice of its profile, a sharing mode it named, whole GPUs otherwise), the
-most specific (the fewest types the pod did not ask for; then the first in the view's order); the type is its first candidate type the profile has (the webhook writes them in
-order of preference). Amounts are in the profile's unit: slices for MIG, physical GPUs otherwise (a
-shared node's replicas folded back, as `Inventory.profile_counts` counts capacity).
+The profile is the one the pod named (`kgwe.io/profile`), else, of the profiles that offer one of its types
+in the way it asks (a MIG slice of its profile, a sharing mode it named, whole GPUs otherwise), the most
+specific (the fewest types the pod did not ask for; then the first in the view's order); the type is its
+first candidate type the profile has (the webhook writes them in order of preference). Amounts are in the
+profile's unit: slices for MIG, physical GPUs otherwise (a shared node's replicas folded back, as
+`Inventory.profile_counts` counts capacity).
 """
 
 from __future__ import annotations

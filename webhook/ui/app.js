@@ -2,7 +2,7 @@
 // GPU workloads.
 // Hash routing (#/nodes, #/profiles, #/tenants) keeps it one static page that works without a server-side router.
 import {
-  DASH, append, apiToken, errorBox, getJSON, gib, h, money, plural, replaceChildren, setApiToken, shortResource,
+  DASH, append, apiToken, errorBox, getJSON, gib, h, money, plural, replaceChildren, setApiToken,
   timestamp,
 } from "./dom.js";
 
@@ -76,18 +76,6 @@ function selectable(node) {
   return Boolean(node.acceleratorType) && node.acceleratorType !== "unknown";
 }
 
-function resourceSum(resources) {
-  return Object.values(resources || {}).reduce((total, value) => total + value, 0);
-}
-
-function freeResources(node) {
-  const free = {};
-  for (const [name, value] of Object.entries(node.allocatable || {})) {
-    free[name] = value - ((node.used || {})[name] || 0);
-  }
-  return free;
-}
-
 const COLUMNS = [
   { key: "select", label: "", sortable: false },
   { key: "name", label: "Node", value: (n) => n.name },
@@ -100,19 +88,45 @@ const COLUMNS = [
     numeric: true },
   { key: "clique", label: "Clique", title: "multi-node NVLink clique", value: (n) => n.clique || "" },
   { key: "pods", label: "Pods", title: "GPU pods running on the node", value: (n) => n.pods ?? 0, numeric: true },
-  { key: "used", label: "Used / allocatable", value: (n) => resourceSum(n.used), numeric: true },
-  { key: "free", label: "Free", value: (n) => resourceSum(freeResources(n)), numeric: true },
+  { key: "used", label: "Used / allocatable", numeric: true, value: (n) => n.usedGpuEquivalents ?? 0,
+    title: "per resource in its own unit (GPUs, MPS replicas, MIG slices of one profile); sorted by GPU-equivalents" },
+  { key: "free", label: "Free", numeric: true, value: (n) => n.freeGpuEquivalents ?? 0,
+    title: "per resource in its own unit (GPUs, MPS replicas, MIG slices of one profile); sorted by GPU-equivalents " +
+      "(a GPU 1, a slice its compute slices / 7, a replica 1 / replicas)" },
 ];
 
-// What is free on a type, counted as pods get it: "12 of 16 whole GPUs free · 27 of 28 1g.10gb slices free · ".
-function sliceText(type) {
+// "GPU" -> "GPUs", "1g.10gb slice" -> "1g.10gb slices", "MPS replica" -> "MPS replicas"; other names as they are.
+function unitText(unit, count) {
+  return count !== 1 && /(GPU|slice|replica)$/.test(unit) ? `${unit}s` : unit;
+}
+
+// A node's GPU resources as the API lists them, each with its unit: one line per resource.
+function resourceLines(node) {
+  return (node.resources || []).map((r) => ({ key: r.resource, ...r }));
+}
+
+// Lines of several nodes added up by unit, never across units: 8 MPS replicas and 2 GPUs stay two lines.
+function linesByUnit(nodes) {
+  const totals = new Map();
+  for (const node of nodes) {
+    for (const line of resourceLines(node)) {
+      const sum = totals.get(line.unit) || { key: line.unit, unit: line.unit, allocatable: 0, used: 0, free: 0 };
+      for (const kind of ["allocatable", "used", "free"]) sum[kind] = Math.round((sum[kind] + line[kind]) * 100) / 100;
+      totals.set(line.unit, sum);
+    }
+  }
+  return [...totals.values()].sort((a, b) => a.unit.localeCompare(b.unit));
+}
+
+// What is free on a type, counted as pods get it: ["12 of 16 whole GPUs free", "27 of 28 1g.10gb slices free"].
+function freeParts(type) {
   const parts = [];
   if (type.wholeGpus) parts.push(`${type.wholeAvailable} of ${plural(type.wholeGpus, "whole GPU")} free`);
   for (const [profile, count] of Object.entries(type.slices || {})) {
     parts.push(`${count.available} of ${plural(count.total, `${profile} slice`)} free`);
   }
   if (!parts.length && type.wholeGpus === undefined) parts.push(`${plural(type.available, "GPU")} free`);
-  return parts.map((part) => h("span", { class: "slice-count" }, `${part} · `));
+  return parts;
 }
 
 function sharingText(sharing) {
@@ -185,9 +199,9 @@ class NodesPage extends Page {
       },
       h("span", { class: type.id === "unknown" ? "type-name unknown" : "type-name" }, this.typeLabel(type.id)),
       type.id in SPECIAL_TYPES ? null : h("code", {}, type.id),
-      h("span", { class: "type-numbers", title: `${type.available} GPU-equivalents free` },
+      h("span", { class: "type-numbers" },
         h("span", { dataset: { field: "available" }, hidden: true }, String(type.available)),
-        sliceText(type),
+        freeParts(type).map((part) => h("span", { class: "slice-count" }, `${part} · `)),
         h("span", { dataset: { field: "gpus" } }, String(type.gpus)), type.gpus === 1 ? " GPU on " : " GPUs on ",
         h("span", { dataset: { field: "nodes" } }, String(type.nodes)), type.nodes === 1 ? " node" : " nodes")));
     return h("div", { class: "type-cards", id: "type-cards" }, cards);
@@ -294,10 +308,10 @@ class NodesPage extends Page {
       onchange: (e) => this.selectNodes(choosable, e.target.checked),
     });
     const type = this.types.get(key);
-    const available = type ? h("span", {},
-      " · ", h("span", { dataset: { field: "available" } }, String(type.available)),
-      h("span", { title: "whole GPU 1, MIG slice its compute slices / 7, MPS share its fraction" },
-        Object.keys(type.slices || {}).length ? " GPU-equivalents free" : " free")) : null;
+    // What is free counted as pods get it (GPUs, slices per profile), never summed across units.
+    const available = type ? h("span", {}, " · ",
+      h("span", { dataset: { field: "available" }, hidden: true }, String(type.available)),
+      h("span", { class: "slice-count" }, freeParts(type).join(" · "))) : null;
     const label = h("div", { class: "group-label" },
       h("span", { class: "type-name" }, this.typeLabel(key)),
       key in SPECIAL_TYPES ? null : h("code", {}, key),
@@ -306,19 +320,8 @@ class NodesPage extends Page {
   }
 
   totalsRow(kind, label, nodes, { checkbox = null, key = null } = {}) {
-    // Totals count physical GPUs: an MPS or time-sliced node's nvidia.com/gpu units are replicas, folded back.
-    const sum = (field) => {
-      const totals = {};
-      for (const node of nodes) {
-        const resources = field === "free" ? freeResources(node) : node[field] || {};
-        const replicas = node.sharing && node.sharing.replicas > 1 ? node.sharing.replicas : 1;
-        for (const [name, value] of Object.entries(resources)) {
-          const physical = name === "nvidia.com/gpu" ? value / replicas : value;
-          totals[name] = Math.round(((totals[name] || 0) + physical) * 100) / 100;
-        }
-      }
-      return totals;
-    };
+    // Totals add up each unit on its own, in the same units as the node rows below them.
+    const lines = linesByUnit(nodes);
     const gpus = nodes.reduce((total, node) => total + (node.gpus || 0), 0);
     return h("tr", { class: kind, dataset: key ? { group: key } : {} },
       h("td", { class: "select" }, checkbox),
@@ -326,8 +329,8 @@ class NodesPage extends Page {
       h("td", { class: "num", dataset: { field: "gpus" } }, String(gpus)),
       h("td", { colspan: 5 }),
       h("td", { class: "num", dataset: { field: "pods" } }, String(nodes.reduce((n, node) => n + (node.pods ?? 0), 0))),
-      h("td", { class: "num" }, usage(sum("used"), sum("allocatable"))),
-      h("td", { class: "num" }, freeList(sum("free"))));
+      h("td", { class: "num" }, usage(lines)),
+      h("td", { class: "num" }, freeList(lines)));
   }
 
   nodeRow(node) {
@@ -364,8 +367,8 @@ class NodesPage extends Page {
       h("td", { class: "num", dataset: { field: "nvlink" } }, node.nvlinkDomainSize ? String(node.nvlinkDomainSize) : DASH),
       h("td", { class: "clique", dataset: { field: "clique" }, title: node.clique || null }, node.clique || DASH),
       h("td", { class: "num", dataset: { field: "pods" } }, String(node.pods ?? 0)),
-      h("td", { class: "num" }, usage(node.used, node.allocatable)),
-      h("td", { class: "num" }, freeList(freeResources(node))));
+      h("td", { class: "num" }, usage(resourceLines(node))),
+      h("td", { class: "num" }, freeList(resourceLines(node))));
   }
 
   selectNodes(nodes, on) {
@@ -452,23 +455,21 @@ class NodesPage extends Page {
   }
 }
 
-// One line per GPU resource the node offers or uses: "4 / 8 gpu", "1 / 16 mig-1g.10gb".
-function usage(used, allocatable) {
-  const names = [...new Set([...Object.keys(allocatable || {}), ...Object.keys(used || {})])].sort()
-    .filter((name) => (allocatable || {})[name] || (used || {})[name]);
-  if (!names.length) return DASH;
-  return names.map((name) => h("span", { class: "resource", dataset: { resource: name } },
-    h("span", { class: "value", dataset: { kind: "used" } }, String((used || {})[name] || 0)), " / ",
-    h("span", { class: "value", dataset: { kind: "allocatable" } }, String((allocatable || {})[name] || 0)), " ",
-    h("span", { class: "muted", title: name }, shortResource(name))));
+// One line per GPU resource, with its unit: "4 / 8 GPUs", "1 / 16 1g.10gb slices", "0 / 8 MPS replicas".
+function usage(lines) {
+  if (!lines.length) return DASH;
+  return lines.map((line) => h("span", { class: "resource", dataset: { resource: line.key } },
+    h("span", { class: "value", dataset: { kind: "used" } }, String(line.used)), " / ",
+    h("span", { class: "value", dataset: { kind: "allocatable" } }, String(line.allocatable)), " ",
+    h("span", { class: "muted", title: line.key }, unitText(line.unit, line.allocatable))));
 }
 
-function freeList(free) {
-  const names = Object.keys(free).sort().filter((name) => free[name] !== 0);
-  if (!names.length) return DASH;
-  return names.map((name) => h("span", { class: "resource", dataset: { resource: name } },
-    h("span", { class: "value", dataset: { kind: "free" } }, String(free[name])), " ",
-    h("span", { class: "muted", title: name }, shortResource(name))));
+function freeList(lines) {
+  const shown = lines.filter((line) => line.free !== 0);
+  if (!shown.length) return DASH;
+  return shown.map((line) => h("span", { class: "resource", dataset: { resource: line.key } },
+    h("span", { class: "value", dataset: { kind: "free" } }, String(line.free)), " ",
+    h("span", { class: "muted", title: line.key }, unitText(line.unit, line.free))));
 }
 
 async function copyText(text, pre, status) {
