@@ -290,6 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+def _reader_went_away() -> int:
+    """`kgwe review x -o yaml | head`: the reader stopped reading. Quiet, as kubectl is: no traceback, and
+    nothing more written to the closed pipe when Python flushes at exit. 141 is a shell's status for SIGPIPE."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 if __name__ == "__main__":

@@ -68,3 +68,18 @@ def test_cluster_help_does_not_call_a_required_flag_optional() -> None:
     assert "default" not in review_cluster.help and "without it" not in review_cluster.help
     explain_cluster = next(a for a in commands["explain"]._actions if "--cluster" in a.option_strings)
     assert not explain_cluster.required and "without it" in explain_cluster.help
+
+
+def test_a_reader_that_stops_reading_gets_no_traceback() -> None:
+    import os
+    import subprocess
+    import sys
+
+    # Many documents: more output than a pipe holds, so the writer meets the closed pipe.
+    shell = (f"for i in $(seq 300); do cat {REFUSED}; echo ---; done | "
+             f"{sys.executable} -c 'import sys; from webhook.cli import main; sys.exit(main(sys.argv[1:]))' "
+             f"review - --cluster {EXAMPLE_CLUSTER} -o yaml | head -1")
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.strip() == "- allowed: false"
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
