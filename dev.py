@@ -13,6 +13,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -21,29 +22,66 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".kgwe-installed"
+# pip's whole output: a hundred lines of warnings on some machines, none of which a first run needs to read.
+PIP_LOG = VENV / "pip.log"
+# Lines of that log shown when pip fails: its error is at the end.
+FAILURE_TAIL = 25
+
+
+class SetupError(Exception):
+    """The set-up failed; the message says what and where the log is."""
+
+
+def say(message: str) -> None:
+    print(f"dev.py: {message}", flush=True)
 
 
 def _requirements_digest() -> str:
     return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
 
 
+def _pip(step: str, args: list[str], *, required: bool = True) -> bool:
+    """Run `pip install ARGS` with its output appended to PIP_LOG; say the step in one line. A required step
+    that fails raises SetupError with the log's last lines; an optional one returns False."""
+    say(step)
+    with PIP_LOG.open("a", encoding="utf-8") as log:
+        log.write(f"\n=== {step}: pip install {' '.join(args)}\n")
+        log.flush()
+        command = [str(PY), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *args]
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    if code == 0:
+        return True
+    if not required:
+        return False
+    tail = PIP_LOG.read_text(encoding="utf-8", errors="replace").splitlines()[-FAILURE_TAIL:]
+    raise SetupError("\n".join([f"{step} failed (pip exit {code}); the end of its log:", *tail,
+                                f"dev.py: the whole log: {PIP_LOG}"]))
+
+
 def ensure_venv() -> None:
+    """`.venv` with KGWE installed in it, made or brought up to date with pyproject.toml: a few lines
+    saying what happens, pip's own output in PIP_LOG."""
     if not PY.exists():
-        print(f"creating virtualenv in {VENV}", flush=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
+        say(f"creating the virtualenv {VENV}")
+        try:
+            venv.EnvBuilder(with_pip=True).create(VENV)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise SetupError(f"cannot create {VENV}: {exc} (Debian and Ubuntu: apt-get install python3-venv)") from exc
     digest = _requirements_digest()
     if STAMP.exists() and STAMP.read_text() == digest:
         return
-    print("installing KGWE and its dependencies into .venv", flush=True)
-    pip = [str(PY), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[test]"], check=True)
+    started = time.monotonic()
+    PIP_LOG.write_text("", encoding="utf-8")
+    say(f"installing KGWE and its dependencies into .venv (minutes the first time; pip's log: {PIP_LOG})")
+    _pip("upgrading pip", ["--upgrade", "pip"])
+    _pip("installing KGWE with its test tools", ["-e", f"{ROOT}[test]"])
     # OPA's own engine, the reference of the Rego conformance suite. Every release declares
     # Python >= 3.14 but works on 3.11; the tests skip the reference cases when it is missing.
-    reference = [*pip, "--no-deps", "--ignore-requires-python", "opa-golib-python-bindings==0.4.4"]
-    if subprocess.run(reference).returncode != 0:
-        print("opa-golib-python-bindings not installed: Rego reference cases will be skipped", flush=True)
+    reference = ["--no-deps", "--ignore-requires-python", "opa-golib-python-bindings==0.4.4"]
+    if not _pip("installing OPA's reference engine (optional)", reference, required=False):
+        say("opa-golib-python-bindings not installed: Rego reference cases will be skipped")
     STAMP.write_text(digest)
+    say(f"installed in {time.monotonic() - started:.0f} s")
 
 
 # The checks `dev.py test` runs before pytest, in order; the first that fails stops the run, so CI
@@ -70,7 +108,11 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"serve", "test"}:
         print(__doc__)
         return 2
-    ensure_venv()
+    try:
+        ensure_venv()
+    except SetupError as exc:
+        say(str(exc))
+        return 1
     command, rest = argv[0], argv[1:]
     if command == "serve":
         # A development server listens on loopback unless told otherwise (`--host 0.0.0.0`).

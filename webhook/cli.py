@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
 import yaml
 
 from webhook.config import Config, ConfigError, load_config
+from webhook.output import FORMATS, render
 
 # Commands that belong to other packages: (module, how its `run` is called, one-line help).
 DELEGATED: dict[str, tuple[str, str, str]] = {
@@ -36,8 +36,8 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
 
 def _add_cluster_and_config(parser: argparse.ArgumentParser, cluster_required: bool) -> None:
     parser.add_argument("--cluster", type=Path, required=cluster_required, metavar="DIR",
-                        help="directory of Kubernetes YAML manifests (the embedded default)"
-                        + ("" if cluster_required else "; without it, the cluster's API"))
+                        help="directory of Kubernetes YAML manifests the cluster is read from"
+                        + (" (required)" if cluster_required else "; without it, the cluster's API"))
     parser.add_argument("--config", type=Path, metavar="FILE", help="KGWE configuration file (YAML)")
 
 
@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("--user", default="kgwe-review", help="the requesting user (default kgwe-review)")
     review.add_argument("--group", action="append", default=[], metavar="G",
                         help="a group of the user (repeatable; system:authenticated is always added)")
-    review.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    review.add_argument("-o", "--output", choices=["text", *FORMATS], default="text", help="output format")
+    review.add_argument("--exit-code", action="store_true",
+                        help="exit 1 when a document is refused (as git diff --exit-code), 0 when all are allowed")
 
     review.add_argument("--explain", action="store_true",
                         help="also say why: the placement trace, each policy's result, each check (docs/explain.md)")
@@ -105,12 +107,17 @@ class CommandError(Exception):
     """A user error: printed to stderr, exit status 2."""
 
 
+STDIN = Path("-")
+
+
 def _read_documents(path: Path) -> list[dict[str, Any]]:
-    """The manifests of a (multi-document) YAML file, in order; a `kind: List` is expanded."""
+    """The manifests of a (multi-document) YAML file, in order; a `kind: List` is expanded. `-` is standard
+    input (`kubectl get pod x -o yaml | kgwe review -`)."""
     try:
-        documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
-    except (OSError, yaml.YAMLError) as exc:
-        raise CommandError(f"cannot read {path}: {exc}") from exc
+        text = sys.stdin.read() if path == STDIN else path.read_text(encoding="utf-8")
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise CommandError(f"cannot read {'standard input' if path == STDIN else path}: {exc}") from exc
     manifests: list[dict[str, Any]] = []
     for document in documents:
         items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else [document]
@@ -142,16 +149,17 @@ def cmd_review(args: argparse.Namespace) -> int:
         review_document(runtime.admission, document, args.user, args.group, config.limits.deadline_seconds)
         for document in documents
     ]
+    refused = 1 if args.exit_code and not all(result.allowed for result in results) else 0
     if getattr(args, "explain", False):
         from webhook.explain_cli import explain_documents
 
-        return explain_documents(runtime, documents, args)
-    if args.output == "json":
+        return explain_documents(runtime, documents, args) or refused
+    if args.output in FORMATS:
         body: Any = results[0].as_json() if len(results) == 1 else [r.as_json() for r in results]
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print(render(body, args.output))
     else:
         print("\n---\n".join(render_text(result) for result in results))
-    return 0
+    return refused
 
 
 def _add_claim_objects(store: Any, documents: list[Any]) -> None:
@@ -284,6 +292,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+def _reader_went_away() -> int:
+    """`kgwe review x -o yaml | head`: the reader stopped reading. Quiet, as kubectl is: no traceback, and
+    nothing more written to the closed pipe when Python flushes at exit. 141 is a shell's status for SIGPIPE."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 if __name__ == "__main__":

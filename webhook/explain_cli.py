@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from webhook.explain import Explanation, explain, render_text
+from webhook.output import FORMATS, render
 
 
 def add_explain_parser(commands: Any, add_cluster_and_config: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -23,17 +21,18 @@ def add_explain_parser(commands: Any, add_cluster_and_config: Callable[[argparse
                     "YAML directory; without it, the cluster's API (kubeconfig as kubectl finds it), read-only. "
                     "Exit status 0.",
     )
-    parser.add_argument("target", metavar="TARGET", help="a pod manifest file, or NAMESPACE/NAME of an existing pod")
+    parser.add_argument("target", metavar="TARGET",
+                        help="a pod manifest file (- for stdin), or NAMESPACE/NAME of an existing pod")
     add_cluster_and_config(parser, False)
     parser.add_argument("--user", default="kgwe-explain", help="the requesting user for a new pod")
     parser.add_argument("--group", action="append", default=[], metavar="G", help="a group of the user (repeatable)")
-    parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+    parser.add_argument("-o", "--output", choices=["text", *FORMATS], default="text", help="output format")
 
 
 def _print(explanations: list[Explanation], output: str) -> None:
-    if output == "json":
+    if output in FORMATS:
         body: Any = explanations[0].as_json() if len(explanations) == 1 else [e.as_json() for e in explanations]
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print(render(body, output))
     else:
         print("\n---\n".join(render_text(e) for e in explanations))
 
@@ -74,7 +73,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     path = Path(args.target)
-    if path.is_file():
+    if path.is_file() or args.target == "-":
         return explain_documents(runtime, _read_documents(path), args)
     if args.target.count("/") != 1 or not all(args.target.split("/")):
         raise CommandError(f"{args.target}: no such file, and not NAMESPACE/NAME")
@@ -95,7 +94,7 @@ def _explain_in_cluster(args: argparse.Namespace, config: Any) -> int:
     from webhook.server.serving import ServeOptions, assemble_runtime
 
     path = Path(args.target)
-    documents = _read_documents(path) if path.is_file() else None
+    documents = _read_documents(path) if path.is_file() or args.target == "-" else None
     if documents is None and (args.target.count("/") != 1 or not all(args.target.split("/"))):
         raise CommandError(f"{args.target}: no such file, and not NAMESPACE/NAME")
     try:

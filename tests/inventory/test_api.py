@@ -54,7 +54,7 @@ def test_hardware_profiles_fields_and_availability(client: TestClient) -> None:
     assert (premium["total"], premium["available"], premium["pending"]) == (16, 12, 0)
     assert premium["acceleratorTypes"] == [{
         "id": "nvidia-h100-80gb", "productName": "NVIDIA H100 80GB", "memoryGB": 80, "architecture": "hopper",
-        "total": 16, "available": 12, "pending": 0,
+        "total": 16, "available": 12, "pending": 0, "pricePerGPUHour": "4.50", "pricePerUnitHour": "4.50",
     }]
     assert premium["summary"] == "Premium H100 80GB (NVIDIA H100 80GB) - 12 available"
 

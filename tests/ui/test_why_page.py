@@ -76,19 +76,27 @@ def test_auto_refresh_is_opt_in_and_remembered(browser: Any, why_server: KgweSer
         context.close()
 
 
-def test_totals_count_physical_gpus_not_mps_replicas(browser: Any, why_server: KgweServer) -> None:
+def test_totals_add_up_each_unit_on_its_own(browser: Any, why_server: KgweServer) -> None:
+    """Issue 35: the totals row counted physical GPUs while its rows counted MPS replicas. Now every row counts
+    each resource in its own unit, and a total adds up one unit at a time, never GPUs with replicas."""
     with why_server.api() as client:
         nodes = client.get("/api/v1/nodes").json()["nodes"]
-    physical = sum(
-        n["allocatable"].get("nvidia.com/gpu", 0) / max(1, n["sharing"]["replicas"] or 1) for n in nodes
-    )
+    expected: dict[str, float] = {}
+    for node in nodes:
+        for line in node["resources"]:
+            expected[line["unit"]] = round(expected.get(line["unit"], 0) + line["allocatable"], 2)
+    assert {"GPU", "MPS replica"} <= set(expected)
     context, page, _problems = open_page(browser, why_server)
     page.set_default_timeout(10_000)
     try:
         page.goto(f"{why_server.url}/ui/#/nodes")
         page.wait_for_selector("#node-table tr.total")
-        shown = page.locator('tr.total [data-resource="nvidia.com/gpu"] [data-kind="allocatable"]').first.inner_text()
+        shown = page.eval_on_selector_all(
+            "tr.total td:nth-last-child(2) [data-resource]",
+            "lines => lines.map(l => [l.dataset.resource,"
+            " Number(l.querySelector('[data-kind=allocatable]').textContent), l.textContent])")
     finally:
         context.close()
-    assert float(shown) == round(physical, 2)
-    assert physical < sum(n["allocatable"].get("nvidia.com/gpu", 0) for n in nodes)  # replicas were folded back
+    assert {unit: value for unit, value, _text in shown} == expected
+    texts = {unit: text for unit, _value, text in shown}
+    assert texts["MPS replica"].endswith("MPS replicas") and texts["GPU"].endswith("GPUs")

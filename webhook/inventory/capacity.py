@@ -5,7 +5,8 @@ Units: a whole-GPU or shared (MPS, time-slicing) bucket counts physical GPUs, a 
 divided by its replicas per GPU; a MIG bucket counts slices of its profile. `available` is what the node
 allocates minus what bound unfinished pods request; `pending` is what unbound unfinished pods ask on a
 type named by their `kgwe.io/accelerator-type` annotation (a pod that may land on several types counts
-on each). Cordoned nodes hold no capacity. DRA nodes count what allocated ResourceClaims hold.
+on each; `pending` lists each such pod once, for the views that must count it once). Cordoned nodes hold
+no capacity. DRA nodes count what allocated ResourceClaims hold.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.dra.facts import dra_allocatable
-from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
+from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import ZERO
 
 SHARED_MODES = ("mps", "time-slicing")
@@ -62,6 +63,21 @@ class TypeCapacity:
         for profile, bucket in self.mig.items():
             total += bucket.available * mig_compute_slices(profile) / 7
         return total
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """An unbound unfinished GPU pod: who it is charged to and what it waits for, once (the views decide
+    where it shows; a pod that may land on several types or profiles is still one pod)."""
+
+    namespace: str
+    name: str
+    tenant: str
+    types: tuple[str, ...]  # its candidate types known to the cluster, in the webhook's order of preference
+    profile: str | None  # kgwe.io/profile, when it asked for one
+    sharing: str | None  # kgwe.io/sharing, when it asked for a sharing mode
+    whole_gpus: int
+    mig: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -109,6 +125,7 @@ class Inventory:
         self.types: dict[str, TypeCapacity] = {}
         self.charges: list[PodCharge] = []
         self.pod_costs: list[PodCost] = []
+        self.pending: list[PendingPod] = []
         self.namespace_tenants: dict[str, str] = {}
         self._collect_pods()
         self._collect_nodes()
@@ -143,12 +160,17 @@ class Inventory:
                 for key, amount in demand_resources(demand, facts).items():
                     used[key] = used.get(key, ZERO) + amount
             else:
-                for type_id in notes.get(OUT_ACCELERATOR_TYPE, "").split(","):
-                    if type_id in model.types:
-                        capacity = self._capacity(type_id)
-                        capacity.pending_whole += demand.whole_gpus
-                        for profile, count in demand.mig.items():
-                            capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
+                types = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t in model.types)
+                for type_id in types:
+                    capacity = self._capacity(type_id)
+                    capacity.pending_whole += demand.whole_gpus
+                    for profile, count in demand.mig.items():
+                        capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
+                self.pending.append(PendingPod(
+                    pod.namespace, pod.name, notes.get(OUT_TENANT) or self._tenant_of_namespace(pod.namespace),
+                    types, notes.get(A_PROFILE, "").strip() or None, notes.get(A_SHARING, "").strip() or None,
+                    demand.whole_gpus, dict(demand.mig),
+                ))
             charge = pod_charge(pod, model, None)
             if charge is not None:
                 self.charges.append(charge)

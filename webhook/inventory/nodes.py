@@ -11,6 +11,7 @@ from policies.vocabulary.accelerator_types import MIXED, UNKNOWN
 from webhook.cluster.node_facts import NodeFacts
 from webhook.dra.facts import dra_used
 from webhook.inventory.capacity import Inventory, TypeCapacity, gpu_resources
+from webhook.inventory.node_units import node_resources
 from webhook.inventory.numbers import ZERO, number, utc_stamp
 
 # Node label prefixes the node view shows; everything else (and every annotation) stays hidden.
@@ -37,6 +38,8 @@ def _node_row(inventory: Inventory, facts: NodeFacts, elapsed: float) -> dict[st
     if facts.type_source == "dra":
         used = dra_used(facts)
     age = facts.topology_age_seconds
+    allocatable = gpu_resources(facts)
+    units, used_equivalents, free_equivalents = node_resources(facts, allocatable, used)
     return {
         "name": facts.name,
         "acceleratorType": type_id,
@@ -51,8 +54,12 @@ def _node_row(inventory: Inventory, facts: NodeFacts, elapsed: float) -> dict[st
         "nvlinkDomainSize": 0 if _fully_mig(facts) else facts.nvlink_domain_size,
         "clique": facts.clique,
         "labels": {k: v for k, v in facts.labels.items() if k.startswith(SHOWN_LABEL_PREFIXES)},
-        "allocatable": {k: number(v) for k, v in gpu_resources(facts).items()},
+        "allocatable": {k: number(v) for k, v in allocatable.items()},
         "used": {k: number(v) for k, v in used.items()},
+        # The same numbers with their unit (GPU, MPS replica, 1g.10gb slice): only one unit adds up with itself.
+        "resources": units,
+        "usedGpuEquivalents": number(used_equivalents),
+        "freeGpuEquivalents": number(free_equivalents),
         "pods": inventory.node_gpu_pods.get(facts.name, 0),
         "unschedulable": facts.unschedulable,
         "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in facts.taints],

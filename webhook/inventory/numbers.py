@@ -4,7 +4,7 @@ a dashboard shows as they are)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from webhook.costs import format_hourly_cost
 
@@ -31,6 +31,11 @@ def price_text(value: Decimal) -> str:
 def money_text(value: Decimal) -> str:
     """An amount of money: rounded like cost annotations (4 places), shown with at least two decimals."""
     return price_text(Decimal(format_hourly_cost(value)))
+
+
+def cents_text(value: Decimal) -> str:
+    """An amount of money as a person reads a price: to the cent, half up ("0.4286" -> "0.43")."""
+    return f"{value.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):f}"
 
 
 def utc_stamp(moment: datetime) -> str:

@@ -50,7 +50,8 @@ def tenants_view(inventory: Inventory, visible: Callable[[str], bool] | None = N
 
     def record(tenant: str) -> dict[str, Any]:
         if tenant not in records:
-            records[tenant] = {"quotas": set(), "namespaces": set(), "groups": set(), "cost": ZERO, "pods": 0}
+            records[tenant] = {"quotas": set(), "namespaces": set(), "groups": set(), "cost": ZERO, "pods": 0,
+                               "pending": 0}
         return records[tenant]
 
     for quota in model.tenant_quotas.values():
@@ -69,6 +70,13 @@ def tenants_view(inventory: Inventory, visible: Callable[[str], bool] | None = N
         entry["namespaces"].add(cost.namespace)
         entry["cost"] += cost.hourly or ZERO
         entry["pods"] += 1
+    # A tenant whose only GPU pod waits (for capacity, for quota) is a tenant too: it is charged once it runs.
+    for pending in inventory.pending:
+        if visible is not None and not visible(pending.namespace):
+            continue
+        entry = record(pending.tenant)
+        entry["namespaces"].add(pending.namespace)
+        entry["pending"] += 1
     if visible is not None:
         for entry in records.values():
             entry["namespaces"] = {n for n in entry["namespaces"] if visible(n)}
@@ -84,6 +92,8 @@ def tenants_view(inventory: Inventory, visible: Callable[[str], bool] | None = N
             "waiting": waiting.get(tenant, {"pods": 0, "gpus": "0", "pending": []}),
             "hourlyCost": money_text(entry["cost"]),
             "pods": entry["pods"],
+            # Unbound GPU pods (waiting for capacity or behind the quota gate): not running, not charged yet.
+            "pendingPods": entry["pending"],
         }
         for tenant, entry in sorted(records.items())
     ]

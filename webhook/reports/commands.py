@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
 from webhook.config import ConfigError, load_config
@@ -22,6 +21,7 @@ from webhook.inventory.capacity import Inventory
 from webhook.inventory.chargeback import costs_view
 from webhook.inventory.nodes import nodes_view
 from webhook.inventory.profiles import hardware_profiles_view
+from webhook.output import FORMATS, render
 from webhook.reports.tables import format_table
 from webhook.runtime import Runtime
 
@@ -56,8 +56,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, metavar="FILE", help="KGWE configuration file (YAML)")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig for the API (default: in-cluster service account)")
-    formats = ["table", "json", "yaml"] if command in ("audit", "profiles", "recommend") else ["table", "json"]
-    parser.add_argument("-o", "--output", choices=formats, default="table", help="output format (default table)")
+    parser.add_argument("-o", "--output", choices=["table", *FORMATS], default="table",
+                        help="output format (default table)"
+                        + ("; -o yaml: wgpolicyk8s.io PolicyReports" if command == "audit" else ""))
     if command == "profiles":
         parser.add_argument("--from-nodes", metavar="SELECTOR",
                             help="propose a profile for these nodes: names (a,b) or a label selector "
@@ -129,7 +130,7 @@ def _cluster_from_api(config: Any, kubeconfig: str | None) -> Cluster:
 
 
 def _json(document: Any) -> str:
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+    return render(document, "json")
 
 
 def _gpu_resources(resources: dict[str, Any]) -> str:
@@ -139,8 +140,8 @@ def _gpu_resources(resources: dict[str, Any]) -> str:
 def cmd_nodes(args: argparse.Namespace, cluster: Cluster) -> str:
     runtime = cluster.runtime
     view = nodes_view(Inventory(runtime.store.snapshot(), runtime.config))
-    if args.output == "json":
-        return _json(view)
+    if args.output in FORMATS:
+        return render(view, args.output)
     rows = []
     for node in view["nodes"]:
         mig = node["mig"]
@@ -179,6 +180,14 @@ def _sharing_text(sharing: dict[str, Any]) -> str:
     return str(sharing["mode"])
 
 
+def _price_range_text(price_range: dict[str, Any] | None) -> str:
+    """"2.80" or "2.80-4.50" per GPU-hour; "*" marks a range over every type when none has a GPU free now."""
+    if price_range is None:
+        return "-"
+    low, high = price_range["perGPUHour"]["min"], price_range["perGPUHour"]["max"]
+    return f"{low if low == high else f'{low}-{high}'}{'' if price_range['now'] else '*'}"
+
+
 def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
     runtime = cluster.runtime
     if args.from_nodes or args.type_id:
@@ -187,23 +196,25 @@ def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
         from webhook.workloads.kueue import kueue_manifests, render_kueue
 
         snapshot = runtime.store.snapshot()
+        # The manifests are YAML already (with comments that say what to change); JSON is asked for.
         return _json(kueue_manifests(snapshot)) if args.output == "json" else render_kueue(snapshot)
     view = hardware_profiles_view(Inventory(runtime.store.snapshot(), runtime.config))
-    if args.output == "json":
-        return _json(view)
-    if args.output == "yaml":
-        return yaml.safe_dump(view, sort_keys=False).rstrip()
+    if args.output in FORMATS:
+        return render(view, args.output)
     rows = [
         [p["name"], p["displayName"], _sharing_text(p["sharing"]), ",".join(t["id"] for t in p["acceleratorTypes"]),
-         p["total"], p["available"], p["pending"], p["pricePerGPUHour"]]
+         p["total"], p["available"], p["pending"], _price_range_text(p["priceRange"])]
         for p in view["profiles"]
     ]
     if not rows:
         return "No HardwareProfiles. Propose one with: kgwe profiles --from-nodes NODE[,NODE...]"
-    return format_table(
+    table = format_table(
         ["NAME", "DISPLAY NAME", "SHARING", "TYPES", "TOTAL", "AVAILABLE", "PENDING", f"{view['currency']}/GPU-H"],
         rows, right=["TOTAL", "AVAILABLE", "PENDING"],
     )
+    if any(p["priceRange"] and not p["priceRange"]["now"] for p in view["profiles"]):
+        table += "\n* nothing free now: the price over every type of the profile"
+    return table
 
 
 def _proposal(args: argparse.Namespace, runtime: Runtime) -> str:
@@ -215,8 +226,8 @@ def _proposal(args: argparse.Namespace, runtime: Runtime) -> str:
         )
     except ProposalError as exc:
         raise CommandError(str(exc)) from exc
-    if args.output == "json":
-        return _json(proposal.as_document())
+    if args.output in FORMATS:
+        return render(proposal.as_document(), args.output)
     notes = "".join(f"# note: {note}\n" for note in proposal.notes)
     return f"# Proposed from nodes: {', '.join(proposal.nodes)}\n{notes}{proposal.to_yaml().rstrip()}"
 
@@ -251,8 +262,8 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
 def cmd_costs(args: argparse.Namespace, cluster: Cluster) -> str:
     runtime = cluster.runtime
     view = costs_view(Inventory(runtime.store.snapshot(), runtime.config))
-    if args.output == "json":
-        return _json(view)
+    if args.output in FORMATS:
+        return render(view, args.output)
     currency = view["currency"]
     rows = [
         [r["tenant"], r["acceleratorType"], r["pods"], r["hourlyCost"], r["dailyCost"], r["monthlyCost"]]
@@ -298,8 +309,8 @@ def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
     except GangStoreUnavailable as exc:
         raise CommandError(str(exc)) from exc
     view = gangs_view(cluster.runtime.store.snapshot(), records)
-    if args.output == "json":
-        return _json(view)
+    if args.output in FORMATS:
+        return render(view, args.output)
     if not view["gangs"]:
         return "No gangs (pods with kgwe.io/gang and kgwe.io/gang-size)."
     rows = [
@@ -339,10 +350,8 @@ def cmd_recommend(args: argparse.Namespace, cluster: Cluster) -> str:
         raise CommandError(str(exc)) from exc
     doc = idle_document(report, args.namespace) if args.idle else recommendations_document(
         report, args.namespace, args.workload)
-    if args.output == "json":
-        return _json(doc)
-    if args.output == "yaml":
-        return yaml.safe_dump(doc, sort_keys=False).rstrip()
+    if args.output in FORMATS:
+        return render(doc, args.output)
     currency = doc["currency"]
     if args.idle:
         if not doc["idle"]:

@@ -33,6 +33,7 @@ from webhook.admission.response import render_review
 from webhook.admission.validate import fails_closed
 from webhook.config import Config
 from webhook.server import metrics, multiproc_metrics
+from webhook.server.api_index import api_index
 from webhook.server.callers import CallerAuthenticator
 from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
@@ -414,8 +415,9 @@ def create_app(
         return Response(multiproc_metrics.latest(), media_type=CONTENT_TYPE_LATEST)
 
     # The web UI's static pages, served at /ui/ (read once into memory).
-    routers = [ui_router()] if ui else []
-    for router in [*routers, *extra_routers]:
+    routers = [*([ui_router()] if ui else []), *extra_routers]
+    for router in routers:
         app.include_router(router)
+    app.router.routes.extend(api_index(routers))  # what the routers above serve under /api/v1/
     return app
 

@@ -66,12 +66,21 @@ def uvicorn_server(
     return BoundedServer(config, limits.handshake_timeout)
 
 
-def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+def listen(host: str, port: int, *, reuse_port: bool = False, open_group: bool = False) -> socket.socket:
     """A listening socket, bound before anything else starts, so a busy port or a foreign address is
-    one line saying what to do (ServeError), not a traceback from deep inside uvicorn."""
+    one line saying what to do (ServeError), not a traceback from deep inside uvicorn.
+
+    `reuse_port` joins a SO_REUSEPORT group already on the port; `open_group` binds alone first (a port
+    someone listens on, in a group or not, is refused) and only then lets this server's other workers join.
+    Binding with SO_REUSEPORT from the start would let a second `kgwe serve` join the first one's group,
+    the kernel splitting connections between two servers with different state.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        sock = socket.create_server((host, port), family=family, backlog=2048, reuse_port=reuse_port)
+        sock = _bound(host, port, family, reuse_port=reuse_port)
+        if open_group:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.listen(2048)
     except PermissionError as exc:
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}; ports below 1024 need privileges, "
                          "give --port 8443 or another free port") from exc
@@ -87,6 +96,23 @@ def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
+def _bound(host: str, port: int, family: socket.AddressFamily, *, reuse_port: bool) -> socket.socket:
+    """A bound TCP socket, set up as `socket.create_server` sets it (SO_REUSEADDR: a restart need not wait
+    for the last connections' TIME_WAIT; IPv6 only on an IPv6 address)."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def listening_sockets(host: str, port: int, workers: int) -> list[socket.socket]:
     """One listening socket per worker, all on `host:port` with SO_REUSEPORT, where the system has it;
     otherwise one socket the workers share.
@@ -96,14 +122,16 @@ def listening_sockets(host: str, port: int, workers: int) -> list[socket.socket]
     of two workers in two runs out of three, and the other worker idled for the connections' lifetime. With
     SO_REUSEPORT the kernel spreads new connections over the sockets by their addresses. The parent keeps
     every socket open, so connections that arrive while a worker restarts wait in its backlog. Only
-    processes of the same user can join the group (Linux), so no other user can take a share.
+    processes of the same user can join the group (Linux), so no other user can take a share; and the first
+    socket binds before it joins any group, so a second `kgwe serve` on the port is refused, not merged.
     """
     if workers <= 1 or not hasattr(socket, "SO_REUSEPORT"):
         return [listen(host, port)]
     sockets: list[socket.socket] = []
     try:
-        for _ in range(workers):
-            sock = listen(host, port, reuse_port=True)
+        for index in range(workers):
+            # The first binds alone (a port in use is refused), then opens the group its siblings join.
+            sock = listen(host, port, reuse_port=index > 0, open_group=index == 0)
             sockets.append(sock)
             port = sock.getsockname()[1]  # port 0: the others join the port the first one got
     except ServeError:

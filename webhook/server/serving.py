@@ -84,6 +84,18 @@ def self_signed_pair(host: str, extra_dns_names: list[str], directory: Path | No
     return paths.tls_cert, paths.tls_key, paths.ca_cert
 
 
+def trust_notice(ca_file: Path, host: str, port: int) -> str:
+    """The first line `kgwe serve` prints without --tls-cert-file: which CA signs what it serves and how to
+    trust it, so the browser's warning page is not the first thing a new user meets."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    address = f"[{shown}]" if ":" in shown else shown
+    # The path stays last, after "CA: ": scripts (and the tests) read it from there.
+    return (f"kgwe serve: no --tls-cert-file given; serving a certificate of KGWE's own CA. To open "
+            f"https://{address}:{port}/ui/ without a warning, trust it once (README.md, \"Trust the CA\"; Chrome or "
+            "Chromium on Linux: certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n kgwe-dev -i CA; curl: --cacert CA). "
+            f"CA: {ca_file}")
+
+
 def _record_expiry(certificate: x509.Certificate) -> None:
     metrics.CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
 
@@ -234,7 +246,7 @@ def serve(options: ServeOptions) -> int:
         cert_file, key_file = options.tls_cert_file, options.tls_key_file
     else:
         cert_file, key_file, ca_file = self_signed_pair(options.host, options.extra_dns_names)
-        print(f"kgwe serve: no --tls-cert-file given; serving a self-signed certificate. CA: {ca_file}", flush=True)
+        print(trust_notice(ca_file, options.host, options.port), flush=True)
     # Once, by the process the operator started, before any worker answers a request.
     CallerAuthenticator(options.config.authentication).announce()
     if options.workers <= 1:

@@ -2,7 +2,7 @@
 // GPU workloads.
 // Hash routing (#/nodes, #/profiles, #/tenants) keeps it one static page that works without a server-side router.
 import {
-  DASH, append, apiToken, errorBox, getJSON, gib, h, money, plural, replaceChildren, setApiToken, shortResource,
+  DASH, append, apiToken, errorBox, getJSON, gib, h, money, plural, replaceChildren, setApiToken,
   timestamp,
 } from "./dom.js";
 
@@ -76,18 +76,6 @@ function selectable(node) {
   return Boolean(node.acceleratorType) && node.acceleratorType !== "unknown";
 }
 
-function resourceSum(resources) {
-  return Object.values(resources || {}).reduce((total, value) => total + value, 0);
-}
-
-function freeResources(node) {
-  const free = {};
-  for (const [name, value] of Object.entries(node.allocatable || {})) {
-    free[name] = value - ((node.used || {})[name] || 0);
-  }
-  return free;
-}
-
 const COLUMNS = [
   { key: "select", label: "", sortable: false },
   { key: "name", label: "Node", value: (n) => n.name },
@@ -100,19 +88,45 @@ const COLUMNS = [
     numeric: true },
   { key: "clique", label: "Clique", title: "multi-node NVLink clique", value: (n) => n.clique || "" },
   { key: "pods", label: "Pods", title: "GPU pods running on the node", value: (n) => n.pods ?? 0, numeric: true },
-  { key: "used", label: "Used / allocatable", value: (n) => resourceSum(n.used), numeric: true },
-  { key: "free", label: "Free", value: (n) => resourceSum(freeResources(n)), numeric: true },
+  { key: "used", label: "Used / allocatable", numeric: true, value: (n) => n.usedGpuEquivalents ?? 0,
+    title: "per resource in its own unit (GPUs, MPS replicas, MIG slices of one profile); sorted by GPU-equivalents" },
+  { key: "free", label: "Free", numeric: true, value: (n) => n.freeGpuEquivalents ?? 0,
+    title: "per resource in its own unit (GPUs, MPS replicas, MIG slices of one profile); sorted by GPU-equivalents " +
+      "(a GPU 1, a slice its compute slices / 7, a replica 1 / replicas)" },
 ];
 
-// What is free on a type, counted as pods get it: "12 of 16 whole GPUs free · 27 of 28 1g.10gb slices free · ".
-function sliceText(type) {
-  const parts = [];
-  if (type.wholeGpus) parts.push(`${type.wholeAvailable} of ${type.wholeGpus} whole GPUs free`);
-  for (const [profile, count] of Object.entries(type.slices || {})) {
-    parts.push(`${count.available} of ${count.total} ${profile} slices free`);
+// "GPU" -> "GPUs", "1g.10gb slice" -> "1g.10gb slices", "MPS replica" -> "MPS replicas"; other names as they are.
+function unitText(unit, count) {
+  return count !== 1 && /(GPU|slice|replica)$/.test(unit) ? `${unit}s` : unit;
+}
+
+// A node's GPU resources as the API lists them, each with its unit: one line per resource.
+function resourceLines(node) {
+  return (node.resources || []).map((r) => ({ key: r.resource, ...r }));
+}
+
+// Lines of several nodes added up by unit, never across units: 8 MPS replicas and 2 GPUs stay two lines.
+function linesByUnit(nodes) {
+  const totals = new Map();
+  for (const node of nodes) {
+    for (const line of resourceLines(node)) {
+      const sum = totals.get(line.unit) || { key: line.unit, unit: line.unit, allocatable: 0, used: 0, free: 0 };
+      for (const kind of ["allocatable", "used", "free"]) sum[kind] = Math.round((sum[kind] + line[kind]) * 100) / 100;
+      totals.set(line.unit, sum);
+    }
   }
-  if (!parts.length && type.wholeGpus === undefined) parts.push(`${type.available} GPUs free`);
-  return parts.map((part) => h("span", { class: "slice-count" }, `${part} · `));
+  return [...totals.values()].sort((a, b) => a.unit.localeCompare(b.unit));
+}
+
+// What is free on a type, counted as pods get it: ["12 of 16 whole GPUs free", "27 of 28 1g.10gb slices free"].
+function freeParts(type) {
+  const parts = [];
+  if (type.wholeGpus) parts.push(`${type.wholeAvailable} of ${plural(type.wholeGpus, "whole GPU")} free`);
+  for (const [profile, count] of Object.entries(type.slices || {})) {
+    parts.push(`${count.available} of ${plural(count.total, `${profile} slice`)} free`);
+  }
+  if (!parts.length && type.wholeGpus === undefined) parts.push(`${plural(type.available, "GPU")} free`);
+  return parts;
 }
 
 function sharingText(sharing) {
@@ -185,10 +199,10 @@ class NodesPage extends Page {
       },
       h("span", { class: type.id === "unknown" ? "type-name unknown" : "type-name" }, this.typeLabel(type.id)),
       type.id in SPECIAL_TYPES ? null : h("code", {}, type.id),
-      h("span", { class: "type-numbers", title: `${type.available} GPU-equivalents free` },
+      h("span", { class: "type-numbers" },
         h("span", { dataset: { field: "available" }, hidden: true }, String(type.available)),
-        sliceText(type),
-        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), " GPUs on ",
+        freeParts(type).map((part) => h("span", { class: "slice-count" }, `${part} · `)),
+        h("span", { dataset: { field: "gpus" } }, String(type.gpus)), type.gpus === 1 ? " GPU on " : " GPUs on ",
         h("span", { dataset: { field: "nodes" } }, String(type.nodes)), type.nodes === 1 ? " node" : " nodes")));
     return h("div", { class: "type-cards", id: "type-cards" }, cards);
   }
@@ -294,10 +308,10 @@ class NodesPage extends Page {
       onchange: (e) => this.selectNodes(choosable, e.target.checked),
     });
     const type = this.types.get(key);
-    const available = type ? h("span", {},
-      " · ", h("span", { dataset: { field: "available" } }, String(type.available)),
-      h("span", { title: "whole GPU 1, MIG slice its compute slices / 7, MPS share its fraction" },
-        Object.keys(type.slices || {}).length ? " GPU-equivalents free" : " free")) : null;
+    // What is free counted as pods get it (GPUs, slices per profile), never summed across units.
+    const available = type ? h("span", {}, " · ",
+      h("span", { dataset: { field: "available" }, hidden: true }, String(type.available)),
+      h("span", { class: "slice-count" }, freeParts(type).join(" · "))) : null;
     const label = h("div", { class: "group-label" },
       h("span", { class: "type-name" }, this.typeLabel(key)),
       key in SPECIAL_TYPES ? null : h("code", {}, key),
@@ -306,19 +320,8 @@ class NodesPage extends Page {
   }
 
   totalsRow(kind, label, nodes, { checkbox = null, key = null } = {}) {
-    // Totals count physical GPUs: an MPS or time-sliced node's nvidia.com/gpu units are replicas, folded back.
-    const sum = (field) => {
-      const totals = {};
-      for (const node of nodes) {
-        const resources = field === "free" ? freeResources(node) : node[field] || {};
-        const replicas = node.sharing && node.sharing.replicas > 1 ? node.sharing.replicas : 1;
-        for (const [name, value] of Object.entries(resources)) {
-          const physical = name === "nvidia.com/gpu" ? value / replicas : value;
-          totals[name] = Math.round(((totals[name] || 0) + physical) * 100) / 100;
-        }
-      }
-      return totals;
-    };
+    // Totals add up each unit on its own, in the same units as the node rows below them.
+    const lines = linesByUnit(nodes);
     const gpus = nodes.reduce((total, node) => total + (node.gpus || 0), 0);
     return h("tr", { class: kind, dataset: key ? { group: key } : {} },
       h("td", { class: "select" }, checkbox),
@@ -326,8 +329,8 @@ class NodesPage extends Page {
       h("td", { class: "num", dataset: { field: "gpus" } }, String(gpus)),
       h("td", { colspan: 5 }),
       h("td", { class: "num", dataset: { field: "pods" } }, String(nodes.reduce((n, node) => n + (node.pods ?? 0), 0))),
-      h("td", { class: "num" }, usage(sum("used"), sum("allocatable"))),
-      h("td", { class: "num" }, freeList(sum("free"))));
+      h("td", { class: "num" }, usage(lines)),
+      h("td", { class: "num" }, freeList(lines)));
   }
 
   nodeRow(node) {
@@ -364,8 +367,8 @@ class NodesPage extends Page {
       h("td", { class: "num", dataset: { field: "nvlink" } }, node.nvlinkDomainSize ? String(node.nvlinkDomainSize) : DASH),
       h("td", { class: "clique", dataset: { field: "clique" }, title: node.clique || null }, node.clique || DASH),
       h("td", { class: "num", dataset: { field: "pods" } }, String(node.pods ?? 0)),
-      h("td", { class: "num" }, usage(node.used, node.allocatable)),
-      h("td", { class: "num" }, freeList(freeResources(node))));
+      h("td", { class: "num" }, usage(resourceLines(node))),
+      h("td", { class: "num" }, freeList(resourceLines(node))));
   }
 
   selectNodes(nodes, on) {
@@ -452,23 +455,21 @@ class NodesPage extends Page {
   }
 }
 
-// One line per GPU resource the node offers or uses: "4 / 8 gpu", "1 / 16 mig-1g.10gb".
-function usage(used, allocatable) {
-  const names = [...new Set([...Object.keys(allocatable || {}), ...Object.keys(used || {})])].sort()
-    .filter((name) => (allocatable || {})[name] || (used || {})[name]);
-  if (!names.length) return DASH;
-  return names.map((name) => h("span", { class: "resource", dataset: { resource: name } },
-    h("span", { class: "value", dataset: { kind: "used" } }, String((used || {})[name] || 0)), " / ",
-    h("span", { class: "value", dataset: { kind: "allocatable" } }, String((allocatable || {})[name] || 0)), " ",
-    h("span", { class: "muted", title: name }, shortResource(name))));
+// One line per GPU resource, with its unit: "4 / 8 GPUs", "1 / 16 1g.10gb slices", "0 / 8 MPS replicas".
+function usage(lines) {
+  if (!lines.length) return DASH;
+  return lines.map((line) => h("span", { class: "resource", dataset: { resource: line.key } },
+    h("span", { class: "value", dataset: { kind: "used" } }, String(line.used)), " / ",
+    h("span", { class: "value", dataset: { kind: "allocatable" } }, String(line.allocatable)), " ",
+    h("span", { class: "muted", title: line.key }, unitText(line.unit, line.allocatable))));
 }
 
-function freeList(free) {
-  const names = Object.keys(free).sort().filter((name) => free[name] !== 0);
-  if (!names.length) return DASH;
-  return names.map((name) => h("span", { class: "resource", dataset: { resource: name } },
-    h("span", { class: "value", dataset: { kind: "free" } }, String(free[name])), " ",
-    h("span", { class: "muted", title: name }, shortResource(name))));
+function freeList(lines) {
+  const shown = lines.filter((line) => line.free !== 0);
+  if (!shown.length) return DASH;
+  return shown.map((line) => h("span", { class: "resource", dataset: { resource: line.key } },
+    h("span", { class: "value", dataset: { kind: "free" } }, String(line.free)), " ",
+    h("span", { class: "muted", title: line.key }, unitText(line.unit, line.free))));
 }
 
 async function copyText(text, pre, status) {
@@ -506,6 +507,9 @@ function profileSharing(sharing) {
   return "whole GPUs (exclusive)";
 }
 
+// The per-type price column counts what one pod gets, as the card's price line does.
+const UNIT_PRICE_HEADERS = { mig: "Per slice-hour", mps: "Per share-hour", "time-slicing": "Per replica-hour" };
+
 class ProfilesPage extends Page {
   fetch() {
     return getJSON("hardware-profiles");
@@ -527,7 +531,6 @@ class ProfilesPage extends Page {
     const slices = profile.sharing && profile.sharing.mode === "mig";
     const count = (n) => plural(n, slices ? "slice" : "GPU").replace(/^\S+ /, "");
     const none = !profile.available;
-    const price = money(profile.pricePerGPUHour, currency);
     const pending = profile.pending || 0;
     return h("article", { class: none ? "profile none-available" : "profile", dataset: { profile: profile.name } },
       h("header", {},
@@ -546,7 +549,8 @@ class ProfilesPage extends Page {
         h("dt", {}, "Pending"),
         h("dd", { class: pending ? "pending" : "muted" },
           h("span", { dataset: { field: "pending" } }, String(pending)),
-          pending ? ` ${count(pending)} asked by pods waiting to be scheduled` : ` ${count(0)} waiting`),
+          pending ? ` ${count(pending)} asked by ${plural(profile.pendingPods || 1, "pod")} waiting to be scheduled` :
+            ` ${count(0)} waiting`),
         h("dt", {}, "Sharing"),
         h("dd", { dataset: { field: "sharing" } }, profileSharing(profile.sharing)),
         h("dt", {}, "Price"),
@@ -555,14 +559,17 @@ class ProfilesPage extends Page {
         h("thead", {}, h("tr", {},
           h("th", { scope: "col" }, "GPU type"), h("th", { scope: "col" }, "Memory"),
           h("th", { scope: "col" }, "Architecture"), h("th", { scope: "col", class: "num" }, "Available"),
-          h("th", { scope: "col", class: "num" }, "Pending"))),
+          h("th", { scope: "col", class: "num" }, "Pending"),
+          h("th", { scope: "col", class: "num", title: `what a pod pays per hour on this type (${currency})` },
+            UNIT_PRICE_HEADERS[profile.sharing && profile.sharing.mode] || "Per GPU-hour"))),
         h("tbody", {}, (profile.acceleratorTypes || []).map((type) => h("tr", { dataset: { type: type.id } },
           h("th", { scope: "row" }, h("span", { class: "type-name" }, type.productName || type.id), h("code", {}, type.id)),
           h("td", { dataset: { field: "memory" } }, type.memoryGB ? `${type.memoryGB} GB` : DASH),
           h("td", { dataset: { field: "architecture" } }, type.architecture || DASH),
           h("td", { class: "num" }, h("span", { dataset: { field: "available" } }, String(type.available)), " of ",
             h("span", { dataset: { field: "total" } }, String(type.total))),
-          h("td", { class: "num", dataset: { field: "pending" } }, String(type.pending || 0)))))));
+          h("td", { class: "num", dataset: { field: "pending" } }, String(type.pending || 0)),
+          h("td", { class: "num", dataset: { field: "unitPrice" } }, money(type.pricePerUnitHour, currency) || DASH))))));
   }
 }
 
@@ -581,7 +588,7 @@ class TenantsPage extends Page {
       h("p", { class: "muted" }, "GPU quotas from TenantQuota objects, what admitted pods (bound or still pending) use of them, and the hourly cost ",
         "of each tenant's running pods (the sum of their ", h("code", {}, "kgwe.io/hourly-cost"), ")."),
       tenants.length ? h("div", { class: "tenants", id: "tenants" }, tenants.map((t) => this.card(t, data.currency))) :
-        h("p", { class: "empty" }, "No TenantQuota exists."));
+        h("p", { class: "empty" }, "No tenant yet: no TenantQuota and no GPU pod."));
   }
 
   card(tenant, currency) {
@@ -596,7 +603,10 @@ class TenantsPage extends Page {
         h("span", { class: "cost" },
           h("span", { class: "big", dataset: { field: "hourlyCost" } }, money(tenant.hourlyCost ?? "0", currency)),
           " per hour for ", h("span", { dataset: { field: "pods" } }, String(tenant.pods ?? 0)),
-          tenant.pods === 1 ? " running pod" : " running pods")),
+          tenant.pods === 1 ? " running pod" : " running pods",
+          tenant.pendingPods ? h("span", { class: "muted" }, " · ",
+            h("span", { dataset: { field: "pendingPods" } }, String(tenant.pendingPods)),
+            tenant.pendingPods === 1 ? " pod pending" : " pods pending") : null)),
       h("dl", { class: "inline" }, meta.map(([label, values]) => [h("dt", {}, label), h("dd", {}, values.join(", "))])),
       tenant.limits && tenant.limits.length ? h("table", { class: "limits" },
         h("thead", {}, h("tr", {},
@@ -629,7 +639,7 @@ class TenantsPage extends Page {
     return h("section", { class: "waiting", dataset: { field: "waiting" } },
       h("h3", {}, h("span", { dataset: { field: "waitingPods" } }, String(waiting.pods)),
         waiting.pods === 1 ? " pod waits" : " pods wait", " for quota (",
-        h("span", { dataset: { field: "waitingGPUs" } }, String(waiting.gpus)), " GPUs)"),
+        h("span", { dataset: { field: "waitingGPUs" } }, String(waiting.gpus)), Number(waiting.gpus) === 1 ? " GPU)" : " GPUs)"),
       h("ul", {}, (waiting.pending || []).map((row) =>
         h("li", { dataset: { pod: row.pod } }, h("code", {}, row.pod), " ", h("span", { class: "muted small" }, row.why)))));
   }
@@ -697,7 +707,7 @@ class WorkloadsPage extends Page {
     const templates = workload.templates.map((t) => {
       const pods = t.pods === null ? "? pods" : plural(t.pods, "pod", "pods");
       const other = Object.entries(t.other || {}).map(([name, n]) => ` + ${n} ${name}`).join("");
-      return h("li", {}, h("code", {}, t.path), ` ${pods} × ${t.gpusPerPod} GPU${other}`);
+      return h("li", {}, h("code", {}, t.path), ` ${pods} × ${plural(t.gpusPerPod, "GPU")}${other}`);
     });
     return h("tr", { class: workload.admitted ? null : "waiting",
       dataset: { workload: `${workload.kind}/${workload.namespace}/${workload.name}` } },
@@ -712,14 +722,22 @@ class WorkloadsPage extends Page {
   }
 }
 
-// What a pod of the profile pays: the price of its slice or share, with the whole-GPU price beside it.
+// What a pod of the profile pays now: the range over the types it can be given now (to the cent), per slice or share
+// for a sharing profile with the GPU-hour range beside it. With nothing free, the range over every type, said so.
+function priceRange(range, currency) {
+  const low = money(range.min, currency);
+  const high = money(range.max, currency);
+  return low === high ? low : `${low}–${high}`;
+}
+
 function profilePrice(profile, currency) {
-  const gpu = money(profile.pricePerGPUHour, currency);
-  if (!gpu) return "no price configured";
-  const unit = money(profile.pricePerUnitHour, currency);
-  if (!unit || profile.unit === "GPU") return `${gpu} per GPU-hour`;
+  const range = profile.priceRange;
+  if (!range) return "no price configured";
+  const gpu = priceRange(range.perGPUHour, currency);
+  const when = range.now ? "" : " when a GPU frees up (none free now)";
+  if (!range.perUnitHour || profile.unit === "GPU") return `${gpu} per GPU-hour${when}`;
   const article = /^[AEIOUM]/.test(profile.unit) ? "an" : "a"; // "an MPS share", "an MIG slice"
-  return `${unit} per hour for ${article} ${profile.unit} (${gpu} per GPU-hour)`;
+  return `${priceRange(range.perUnitHour, currency)} per hour for ${article} ${profile.unit} (${gpu} per GPU-hour)${when}`;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
