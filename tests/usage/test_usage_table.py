@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import Trace
 
 from webhook import assembly
 from webhook.cluster.model import ClusterModel
@@ -18,6 +18,8 @@ from webhook.usage.service import UsageService
 from webhook.usage.views import recommendations_document
 
 ROOT = Path(__file__).resolve().parents[2]
+# `trace` is tests/usage/conftest.py's fixture (a real Prometheus with a generated DCGM trace); its type is not
+# imported: `conftest` names another module when the workload tests run in the same session.
 pytestmark = pytest.mark.timeout(600)  # the first test may wait for apt-get to install prometheus
 
 
@@ -32,7 +34,7 @@ def model(config: Config) -> ClusterModel:
 
 
 def test_one_refresh_fills_every_workload_and_node_in_bounded_queries(
-    trace: Trace, config: Config, model: ClusterModel
+    trace: Any, config: Config, model: ClusterModel
 ) -> None:
     service = UsageService(lambda: config, lambda: model, trace.url)
     refresher = UsageRefresher(service, lambda: config, lambda: model)
@@ -75,7 +77,7 @@ class _Switch:
 
 
 def test_a_failed_refresh_keeps_the_last_table_until_it_is_stale(
-    trace: Trace, config: Config, model: ClusterModel
+    trace: Any, config: Config, model: ClusterModel
 ) -> None:
     now = [time.time()]
     switch = _Switch(UsageService(lambda: config, lambda: model, trace.url))
