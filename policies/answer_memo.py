@@ -38,7 +38,9 @@ def identity_free_key(ctx: PolicyContext) -> bytes | None:
     try:
         # In the order the keys came: the API server writes one object's keys in one order (Go's encoder),
         # so replicas give the same bytes; a pod with its keys in another order is only a miss.
-        key = orjson.dumps([pod, ctx.namespace_object, ctx.intent])
+        # The workload's usage too: policies may read it, and it changes with each refresh of the table.
+        key = orjson.dumps([pod, ctx.namespace_object, ctx.intent, ctx.usage] if ctx.usage is not None
+                           else [pod, ctx.namespace_object, ctx.intent])
     except TypeError:
         return None  # not JSON (a pod built in Python with other types): evaluated every time
     return key if len(key) <= MAX_KEY_BYTES else None

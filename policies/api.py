@@ -37,6 +37,9 @@ class PolicyContext:
     cluster: dict[str, Any]  # cluster summary, Rego `data.kgwe.cluster`
     intent: dict[str, Any] = field(default_factory=dict)  # user intent parsed from annotations
     tenant: str | None = None
+    # The pod's workload's GPU usage (docs/policies.md "Usage"): Rego `input.kgwe.usage`, CEL `usage`;
+    # None when KGWE has no usage for it.
+    usage: dict[str, Any] | None = None
 
 
 @dataclass

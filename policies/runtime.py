@@ -550,6 +550,7 @@ class PolicyRuntime:
                 "request": request if cache.policy_set.cel_reads_request_objects else _without_objects(request),
                 "params": None if shared else policy.params,
                 "namespaceObject": namespace_object,
+                "usage": ctx.usage,
             }
             if shared:  # converting the request is most of a first evaluation's cost: once per request
                 variables[PARAMS_TABLE] = self._params_table(cache.policy_set)
@@ -689,6 +690,8 @@ class PolicyRuntime:
         # Only GPUPolicies with Rego: the aggregate gates nothing else (a CEL-only policy's name would be
         # parsed for nothing).
         kgwe: dict[str, Any] = {"active": {p.name: True for p in active if p.rego_info is not None}}
+        if ctx.usage is not None:
+            kgwe["usage"] = ctx.usage
         skipped = dict.fromkeys(native, True)
         if skipped:
             kgwe["native"] = skipped

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -10,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from policies.loading.selectors import parse_selector
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import AcceleratorTable, extra_types_from_config
 from webhook.dra.config import DraConfig
@@ -251,8 +253,54 @@ class Usage(_Section):
         return parse_duration(self.chunk)
 
 
+RightsizingMode = Literal["off", "recommend", "auto"]
+
+
+def _mode_text(value: object) -> object:
+    """YAML 1.1 reads an unquoted `off` as false: that is the mode `off`."""
+    if value is False:
+        return "off"
+    return value.lower() if isinstance(value, str) else value
+
+
+class RightsizingRule(_Section):
+    """Where a rightsizing mode applies: pods of namespaces the selector picks and/or that name the profile
+    (`kgwe.io/profile`). A rule with both needs both; the first rule that matches decides."""
+
+    namespace_selector: dict[str, Any] | None = Field(default=None, alias="namespaceSelector")
+    profile: str | None = None
+    mode: RightsizingMode
+
+    _mode = field_validator("mode", mode="before")(_mode_text)
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> RightsizingRule:
+        if self.namespace_selector is None and not self.profile:
+            raise ValueError("a rightsizing rule needs namespaceSelector and/or profile")
+        parse_selector(self.namespace_selector)  # raises ValueError naming what is wrong
+        return self
+
+    def matches(self, namespace_labels: Mapping[str, str], profile: str | None) -> bool:
+        if self.profile and self.profile != profile:
+            return False
+        selector = parse_selector(self.namespace_selector)
+        return selector is None or selector.matches(namespace_labels)
+
+
 class Rightsizing(_Section):
     """How recommendations and idle GPUs are worked out from usage (SPEC section 11, docs/usage.md)."""
+
+    # At admission (docs/usage.md "At admission"): off (nothing), recommend (a warning with the recommended
+    # intent and the saving), auto (new pods of a workload with a confident recommendation get its intent).
+    mode: RightsizingMode = "off"
+    # Per namespace selector or profile; the first rule that matches a pod decides, else `mode`.
+    rules: list[RightsizingRule] = Field(default_factory=list)
+    # `auto` writes only recommendations at least this confident (0.67: "high", docs/usage.md).
+    auto_min_confidence: float = Field(default=0.67, ge=0, le=1, alias="autoMinConfidence")
+    # Admission reads recommendations from a table refreshed from Prometheus this often, in the background.
+    refresh_interval: str = Field(default="5m", alias="refreshInterval")
+    # A table older than this (Prometheus down since) is no longer used at admission: nothing changes.
+    stale_after: str = Field(default="1h", alias="staleAfter")
 
     # Added to the peak memory before a shape is chosen (0.2: the shape holds the peak plus 20 %).
     memory_margin: float = Field(default=0.2, ge=0, le=10, alias="memoryMargin")
@@ -268,10 +316,27 @@ class Rightsizing(_Section):
     idle_below: float = Field(default=0.05, ge=0, le=1, alias="idleBelow")
     idle_for: str = Field(default="1h", alias="idleFor")
 
-    @field_validator("min_history", "half_life", "idle_for", mode="before")
+    _mode = field_validator("mode", mode="before")(_mode_text)
+
+    @field_validator("min_history", "half_life", "idle_for", "refresh_interval", "stale_after", mode="before")
     @classmethod
     def _durations(cls, value: object) -> object:
         return _duration_text(value)
+
+    def mode_for(self, namespace_labels: Mapping[str, str], profile: str | None) -> RightsizingMode:
+        """The mode of a pod in a namespace with these labels that names this profile (or none)."""
+        for rule in self.rules:
+            if rule.matches(namespace_labels, profile):
+                return rule.mode
+        return self.mode
+
+    @property
+    def refresh_seconds(self) -> float:
+        return parse_duration(self.refresh_interval)
+
+    @property
+    def stale_seconds(self) -> float:
+        return parse_duration(self.stale_after)
 
     @property
     def min_history_seconds(self) -> float:

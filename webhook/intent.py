@@ -45,7 +45,8 @@ MAX_INTENT_VALUE_CHARS = 1024
 MAX_ACCELERATOR_TYPES = 16
 # Every `kgwe.io/` annotation key KGWE knows (intent, output, and the ones other parts read); any
 # other one is most likely a typo and gets a warning naming the closest known key.
-KNOWN_ANNOTATION_KEYS: set[str] = {*INTENT_KEYS, *OUTPUT_ANNOTATIONS, A_WORKLOAD}
+KNOWN_ANNOTATION_KEYS: set[str] = {*INTENT_KEYS, *OUTPUT_ANNOTATIONS, A_WORKLOAD, keys.RIGHTSIZING,
+                                   keys.RIGHTSIZED_FROM}
 MAX_UNKNOWN_KEY_WARNINGS = 3
 
 

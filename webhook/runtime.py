@@ -43,6 +43,8 @@ from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
 from webhook.quotas.admission import queue_answer, quota_problems
 from webhook.quotas.gate import deferred_to_kueue
+from webhook.usage.refresher import UsageRefresher
+from webhook.usage.table import UsageTable
 from webhook.workloads.admission import WorkloadAwareAdmission
 
 log = logging.getLogger("kgwe.runtime")
@@ -80,6 +82,8 @@ class Runtime:
     )
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
     decision_events: Any | None = None  # in a cluster: webhook.server.pod_events.DecisionEvents
+    # The usage table's background refresh (webhook/usage/refresher.py); None: no usage at admission.
+    usage: UsageRefresher | None = None
 
     def __post_init__(self) -> None:
         self.admission = WorkloadAwareAdmission(self)
@@ -88,6 +92,10 @@ class Runtime:
         self.config = config
         for listener in self.on_config_change:
             listener(config)
+
+    # -- usage (webhook/usage) ------------------------------------------------------------------
+    def usage_table(self) -> UsageTable | None:
+        return self.usage.current() if self.usage is not None else None
 
     # -- tenancy ------------------------------------------------------------------------------
     def tenant_of(self, request: AdmissionRequest, model: ClusterModel) -> str:
@@ -136,6 +144,7 @@ class Runtime:
         *,
         decide: bool,
         check: bool,
+        usage: dict[str, Any] | None = None,
     ) -> tuple[Decision | None, list[Violation]]:
         """The placement decision and/or the admission checks of one pod, in one engine call when both."""
         if self.policies is None or not (decide or check):
@@ -149,6 +158,7 @@ class Runtime:
             cluster=model.summary(),  # the same object per snapshot: engines reload cluster data only on change
             intent=intent_doc,
             tenant=tenant,
+            usage=usage,
         )
         violations: list[Violation] = []
         if decide and check:
@@ -171,12 +181,14 @@ class Runtime:
         assert self.policies is not None
         request = dict(context.request)
         request["uid"] = ""
-        context = PolicyContext(request, context.namespace_object, context.cluster, context.intent, context.tenant)
+        context = PolicyContext(request, context.namespace_object, context.cluster, context.intent, context.tenant,
+                                context.usage)
         key = (
             self.policies.generation,
             model.generation,  # the cluster summary is per snapshot
             orjson.dumps(
-                [request, context.namespace_object, context.intent, context.tenant], option=orjson.OPT_SORT_KEYS
+                [request, context.namespace_object, context.intent, context.tenant, context.usage],
+                option=orjson.OPT_SORT_KEYS,
             ),
         )
         cache = self._decisions

@@ -22,7 +22,8 @@ from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_o
 from policies.engines.cel_text import bound, fresh_name, lex, opens_root_name
 from policies.engines.cel_values import may_hold_optional, read
 
-CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject")
+# `usage`: the pod's workload's GPU usage (docs/policies.md), null when KGWE has none.
+CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "usage")
 # Every policy's params, by slot, in the one activation a request shares (engines with
 # `shares_activation`). Not a variable policy authors can name: their expressions are checked in an
 # environment without it.

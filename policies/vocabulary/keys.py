@@ -22,6 +22,7 @@ TOPOLOGY = "kgwe.io/topology"
 GANG = "kgwe.io/gang"
 GANG_SIZE = "kgwe.io/gang-size"
 WORKLOAD = "kgwe.io/workload"  # `inference` lets built-in policies pick a MIG slice
+RIGHTSIZING = "kgwe.io/rightsizing"  # `off` on a workload or pod: rightsizing.mode auto leaves it as asked
 
 # Output: what the webhook writes on the pods it admits.
 ACCELERATOR_TYPE = "kgwe.io/accelerator-type"
@@ -29,6 +30,7 @@ HOURLY_COST = "kgwe.io/hourly-cost"
 TENANT = "kgwe.io/tenant"
 DECISION = "kgwe.io/decision"
 REQUESTED_BY = "kgwe.io/requested-by"  # who asked, signed (webhook/workloads/identity.py)
+RIGHTSIZED_FROM = "kgwe.io/rightsized-from"  # the sizing intent asked before rightsizing.mode auto rewrote it
 
 # Scheduling gates KGWE adds at CREATE and alone removes (the gang gate shares its name with the intent key).
 QUOTA_GATE = "kgwe.io/quota"

@@ -20,6 +20,7 @@ from webhook.intent import PodIntent
 from webhook.placement.constraints import conflicts_with_pod
 from webhook.placement.memo import PlanMemoEntry
 from webhook.placement.plan import Decision, PlacementPlan
+from webhook.usage.table import WorkloadUsage
 
 Problem = tuple[str, str]  # (reason, message)
 
@@ -41,6 +42,8 @@ class Facts:
     # Where the plan was remembered for replicas (webhook/placement/memo.py): what else depends only on the
     # pod without its identity, the plan, the snapshot and the configuration may be remembered there.
     plan_memo: PlanMemoEntry | None = None
+    # The pod's workload in the usage table (webhook/usage/table.py); None without a table or a row.
+    usage: WorkloadUsage | None = None
 
     @cached_property
     def conflicts(self) -> list[str]:

@@ -23,6 +23,8 @@ from webhook.admission.request import AdmissionRequest
 from webhook.intent import parse_intent
 from webhook.placement.memo import planned_with_entry
 from webhook.placement.plan import Decision
+from webhook.usage.owners import workload_of
+from webhook.usage.table import WorkloadUsage
 
 log = logging.getLogger("kgwe.admission")
 
@@ -59,12 +61,14 @@ class FactGathering:
         decision: Decision | None = None
         violations: list[Violation] = []
         demand = pod_gpu_demand(view)
+        usage = self._usage(request, pod) if demand.asks_gpu else None
         wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
         if runtime.policies is not None and (wants_decision or with_checks):
             try:
                 decision, violations = runtime.evaluate_policies(
                     request, pod, intent, demand, namespace_object, model, tenant,
                     decide=wants_decision, check=with_checks,
+                    usage=usage.policy_document() if usage is not None else None,
                 )
             except PolicyEngineError as exc:
                 # policies.failureMode: closed. /validate refuses; /mutate places without a decision
@@ -76,8 +80,21 @@ class FactGathering:
         # build_plan, remembered for replicas (webhook/placement/memo.py)
         plan, memo = planned_with_entry(view, intent, decision, model, runtime.config, demand)
         return Facts(
-            request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations, plan_memo=memo
+            request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations, plan_memo=memo,
+            usage=usage,
         )
+
+    def _usage(self, request: AdmissionRequest, pod: dict[str, Any]) -> WorkloadUsage | None:
+        """The pod's workload's row of the usage table (memory only), None without one."""
+        table = self.runtime.usage_table()
+        if table is None:
+            return None
+        if request.template:
+            key = request.workload
+        else:
+            name = PodView(pod).name or request.name
+            key = workload_of(request.namespace, name, pod).key if name or PodView(pod).controller_owner else ""
+        return table.workload(key) if key else None
 
     def _screen(self, request: AdmissionRequest) -> Outcome | None:
         """The answer to a request neither flow judges: refused when decode found it invalid, passed as it

@@ -8,17 +8,20 @@ Audit mode reports what would change and changes nothing.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
+from policies.api import WouldBlock
 from policies.vocabulary.keys import QUOTA_GATE
 from webhook.admission.facts import Facts
 from webhook.admission.gather import FactGathering
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
+from webhook.admission.rightsizing import Advice, advise, mode_of, not_applied, rightsized_pod, rightsizing_step
 from webhook.dra.templates import ensure_claim_templates
 from webhook.intent import LABEL_GANG
-from webhook.mutation.pipeline import NotConverging, run_pipeline
+from webhook.mutation.pipeline import NotConverging, copy_json, run_pipeline
 from webhook.mutation.steps import (
     Outputs,
     output_annotations_step,
@@ -43,12 +46,17 @@ class Mutation(FactGathering):
         facts = self.gather(request, request.object, deadline)
         if facts.intent.out_of_bounds and self.runtime.config.mode != "audit":
             return refuse_out_of_bounds(request, facts.intent.out_of_bounds)
+        advice, facts = self._rightsize(request, facts, deadline)
+        steps = self._steps(facts)
+        if advice.rewrites:
+            steps.insert(0, rightsizing_step(advice.changes))
         try:
-            result = run_pipeline(request.object, self._steps(facts))
+            result = run_pipeline(request.object, steps)
         except NotConverging as exc:
             log.error("pod %s/%s: %s", request.namespace, request.name or "(generated)", exc)
             return Outcome(warnings=[f"KGWE could not compute a stable mutation: {exc}"], object=request.object)
-        outcome = Outcome(patch=result.patch, object=result.pod, warnings=facts.intent.warnings + facts.plan.warnings)
+        outcome = Outcome(patch=result.patch, object=result.pod,
+                          warnings=facts.intent.warnings + facts.plan.warnings + advice.warnings)
         outcome.plan = facts.plan  # for the pod's Event (why), written off the request path
         gangs = self.runtime.gangs
         if gangs is not None and facts.renderable and not request.dry_run and self.runtime.config.mode != "audit":
@@ -58,10 +66,55 @@ class Mutation(FactGathering):
         if self.runtime.config.mode == "audit":
             # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
             reported = list(facts.plan.steps) if facts.renderable else []
+            if advice.rewrites:
+                reported.insert(0, "rightsizing")
             if "output-annotations" in result.changed_steps and not reported:
                 reported.append("attribution")
             return self._audit_only(outcome, reported, request.object)
         return outcome
+
+    def _rightsize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> tuple[Advice, Facts]:
+        """`rightsizing.mode` for this pod (webhook/admission/rightsizing.py): its advice, and the facts of
+        the pod rewritten by `auto` when the rewritten pod would pass (else the warning says why not)."""
+        if facts.usage is None or request.operation != "CREATE":
+            return Advice(), facts
+        settings = self.runtime.config.rightsizing
+        notes = request.pod.annotations
+        mode = mode_of(settings, facts.model.namespace_labels(request.namespace), notes)
+        advice = advise(mode, facts.usage, notes, facts.intent, facts.demand, settings,
+                        decided_by_template=request.made_from_template)
+        if not advice.rewrites:
+            return advice, facts
+        candidate = copy_json(facts.pod)
+        rightsized_pod(candidate, advice.changes)
+        trial = self.gather(request, candidate, deadline, with_checks=True)
+        problem = self._rightsizing_blocked(request, trial)
+        if problem is not None:
+            return Advice(not_applied(facts.usage, problem)), facts
+        return advice, trial
+
+    def _rightsizing_blocked(self, request: AdmissionRequest, trial: Facts) -> str | None:
+        """Why the rewritten pod would be refused (placement, a Deny policy, RBAC, quota), if it would: then
+        `auto` keeps what was asked rather than turn an admitted pod into a refused one."""
+        if not trial.renderable:
+            reasons = trial.plan.refusals or trial.conflicts or trial.intent.problems
+            return "it cannot be placed (" + "; ".join(str(r) for r in reasons[:2]) + ")"
+        denied = [v for v in trial.violations if v.action == "Deny"]
+        if denied:
+            return f"policy {denied[0].policy} denies it"
+        try:
+            problems = self.runtime.authorize(request, trial, None, wait=False)
+            if not problems and not request.template:
+                # Quota judges the pod as /mutate would leave it (its quota gate included).
+                made = run_pipeline(trial.pod, self._steps(trial)).pod
+                as_made = replace(request, object=made)
+                problems = self.runtime.check_quota(as_made, replace(trial, request=as_made, pod=made), None,
+                                                    wait=False)
+        except WouldBlock:
+            return "RBAC or quota could not be checked without waiting"
+        except NotConverging as exc:
+            return str(exc)
+        return problems[0][1] if problems else None
 
     def _steps(self, facts: Facts) -> list[Any]:
         outputs = expected_outputs(facts)

@@ -31,6 +31,7 @@ from webhook.dra.templates import TemplateWriter
 from webhook.gangs.admission import GangService
 from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
+from webhook.usage.table import UsageTable
 
 
 class PolicyEngine(Protocol):
@@ -69,8 +70,10 @@ class PolicyGate(Protocol):
         *,
         decide: bool,
         check: bool,
+        usage: dict[str, Any] | None = None,
     ) -> tuple[Decision | None, list[Violation]]:
-        """The decision (when `decide`) and the violations (when `check`), in one engine call when both.
+        """The decision (when `decide`) and the violations (when `check`), in one engine call when both;
+        `usage` is the pod's workload usage (policies' `input.kgwe.usage` and CEL `usage`).
         Raises `policies.runtime.PolicyEngineError` when the engine fails and fails closed."""
         ...
 
@@ -128,7 +131,16 @@ class ClaimGate(Protocol):
         ...
 
 
-class AdmissionPorts(PolicyGate, RbacGate, QuotaGate, ClaimGate, Protocol):
+class UsageGate(Protocol):
+    """What GPUs do (SPEC section 11): the usage table the background refresh keeps (webhook/usage/refresher.py).
+    Memory only: the request path never reads Prometheus."""
+
+    def usage_table(self) -> UsageTable | None:
+        """The current table; None without Prometheus, before the first refresh, or once it is stale."""
+        ...
+
+
+class AdmissionPorts(PolicyGate, RbacGate, QuotaGate, ClaimGate, UsageGate, Protocol):
     """Everything the admission core reads: configuration, the cluster, the gates and two metrics."""
 
     @property

@@ -72,6 +72,12 @@ class AdmissionRequest:
     # The `kgwe.io/requested-by` value the pod must carry (None: none) and how it was decided ("template").
     requested_by: str | None = None
     via: str = ""
+    # Set by workload admission: the key of the workload a template's pods pool their usage under
+    # (webhook/usage/owners.py `template_workload`); "" when it cannot be known.
+    workload: str = ""
+    # A pod CREATE whose controller owner is of a kind whose templates KGWE admits: its template was
+    # judged (and rightsized) at the owner's admission, so the pod passes as it was made (SPEC section 7).
+    made_from_template: bool = False
     # Views of `object` and `old_object` (of an empty object when absent), built with the request:
     # `dataclasses.replace` builds them anew for the new request's objects. They wrap the dicts, so
     # the mutation pipeline's changes to `object` show through; `object` itself is never reassigned.

@@ -17,11 +17,14 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from policies.vocabulary.keys import ACCELERATOR, GPU_FRACTION, GPU_MEMORY, PROFILE, RIGHTSIZED_FROM, SHARING
 from webhook.gangs.placement import KUEUE_REQUIRED_TOPOLOGY
 from webhook.intent import LABEL_GANG, OUTPUT_ANNOTATIONS
 from webhook.mutation.paths import OwnerIndex, PathPattern, pointer, tokens_of, written_paths
 
 Step = tuple[str, Callable[[dict[str, Any]], None]]
+# The intent rightsizing rewrites (webhook/admission/rightsizing.py keeps the same tuple).
+SIZING_KEYS = (ACCELERATOR, PROFILE, GPU_MEMORY, SHARING, GPU_FRACTION)
 
 
 class OwnershipConflict(ValueError):
@@ -173,6 +176,11 @@ OUTPUT_ANNOTATIONS_MUTATOR = CREATE.register(
     "output-annotations",
     [pointer("metadata", "annotations", key) for key in OUTPUT_ANNOTATIONS],
     "KGWE's output annotations hold exactly KGWE's values (type, cost, tenant, decision, requested-by, DRA)",
+)
+RIGHTSIZING_MUTATOR = CREATE.register(
+    "rightsizing",
+    [pointer("metadata", "annotations", key) for key in (*SIZING_KEYS, RIGHTSIZED_FROM)],
+    "rightsizing.mode auto: the recommended sizing intent, and what was asked in kgwe.io/rightsized-from",
 )
 OUTPUT_LABELS_MUTATOR = CREATE.register(
     "output-labels",

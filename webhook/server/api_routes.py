@@ -30,6 +30,7 @@ from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
 from webhook.server.read_auth import refusals_answered, require_node_reader, visible_namespaces
+from webhook.usage.nodes import with_utilisation
 
 JSON = "application/json"
 PREFIX = "/api/v1"
@@ -104,6 +105,16 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
             return _error(400, str(exc))
         return _json(orjson.dumps(found.as_document()))
 
+    cached_nodes = cached("nodes", nodes_view)
+
+    async def nodes(request: Request) -> Response:
+        # Utilisation from the usage table (memory only), where a Prometheus is configured (docs/usage.md).
+        if not runtime.config.usage.prometheus.url:
+            return await cached_nodes(request)
+        table_of = getattr(runtime, "usage_table", None)
+        table = table_of() if callable(table_of) else None
+        return _json(orjson.dumps(with_utilisation(inventory.view("nodes", nodes_view), table)))
+
     cached_tenants = cached("tenants", tenants_view)
     cached_costs = cached("costs", costs_view)
 
@@ -123,7 +134,7 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
     router.routes.extend([
         Route(f"{PREFIX}/hardware-profiles", cached("hardware-profiles", hardware_profiles_view), methods=["GET"]),
         Route(f"{PREFIX}/hardware-profiles/proposal", node_facts(proposal), methods=["GET"]),
-        Route(f"{PREFIX}/nodes", node_facts(cached("nodes", nodes_view)), methods=["GET"]),
+        Route(f"{PREFIX}/nodes", node_facts(nodes), methods=["GET"]),
         Route(f"{PREFIX}/tenants", tenants, methods=["GET"]),
         Route(f"{PREFIX}/costs", costs, methods=["GET"]),
     ])

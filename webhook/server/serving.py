@@ -132,6 +132,8 @@ def run_worker(
     from webhook.server.explain_routes import explain_router
     from webhook.server.usage_routes import usage_router
     from webhook.server.workloads_routes import workloads_router
+    from webhook.usage.refresher import UsageRefresher
+    from webhook.usage.service import UsageService
 
     client_ca_file = options.config.authentication.client_ca_file
     try:
@@ -186,6 +188,11 @@ def run_worker(
         background.append(ProfileStatusSync(  # HardwareProfile.status.available
             runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.elector.is_leader
         ).task)
+    # What GPUs do, for admission, policies and the node view: refreshed from Prometheus off the request path
+    # by every worker (it only reads), and the same reads answer /api/v1/recommendations (docs/usage.md).
+    usage_service = UsageService(lambda: runtime.config, runtime.store.snapshot)
+    runtime.usage = UsageRefresher(usage_service, lambda: runtime.config, runtime.store.snapshot)
+    background.append(runtime.usage.task())
     if options.config_file is not None:
         background.append(ConfigWatcher(options.config_file, runtime.set_config, options.config_poll_seconds).task)
     # Who may call the admission endpoints is fixed for the process's life, like the TLS context's client CA.
@@ -195,7 +202,7 @@ def run_worker(
     app = create_app(
         runtime, ui=options.ui, extra_routers=[
             api_router(runtime), gangs_router(runtime), explain_router(runtime), workloads_router(runtime),
-            usage_router(runtime),
+            usage_router(runtime, usage_service),
         ],
         certificate=tls,
         # One supervisor for every background task of this worker, started and stopped with the server.

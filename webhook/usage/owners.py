@@ -105,3 +105,41 @@ def _from_name(namespace: str, name: str) -> WorkloadRef:
             part = match.group(part_group) if part_group else ""
             return WorkloadRef(namespace, kind, match.group("name"), part, source="name")
     return WorkloadRef(namespace, "Pod", name, source="name")
+
+
+# Kinds whose pods are one workload whatever the template (their pods' owner is the workload or its
+# ReplicaSet/Job), and kinds whose templates are parts of it, named as the pods' labels name them.
+_WHOLE_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"})
+MAX_NAME_CHARS = 253
+
+
+def template_workload(kind: str, namespace: str, name: str, pointer: tuple[str, ...],
+                      workload: Mapping[str, Any]) -> WorkloadRef | None:
+    """The workload the pods of the template at `pointer` (JSON-pointer tokens from the workload's root) will
+    pool their history under, as `workload_of` finds it for those pods; None when it cannot be known at the
+    workload's admission (a generated name, a RayJob's cluster, a kind added in the configuration)."""
+    if not name or len(name) > MAX_NAME_CHARS:
+        return None
+    if kind in _WHOLE_KINDS:
+        return WorkloadRef(namespace, kind, name)
+    if kind == "JobSet" and len(pointer) > 2 and pointer[:2] == ("spec", "replicatedJobs"):
+        jobs = (workload.get("spec") or {}).get("replicatedJobs")
+        index = int(pointer[2]) if pointer[2].isdigit() else -1
+        if isinstance(jobs, list) and 0 <= index < len(jobs) and isinstance(jobs[index], dict):
+            part = jobs[index].get("name")
+            return WorkloadRef(namespace, kind, name, part) if isinstance(part, str) and part else None
+        return None
+    if kind == "PyTorchJob" and len(pointer) > 2 and pointer[:2] == ("spec", "pytorchReplicaSpecs"):
+        return WorkloadRef(namespace, kind, name, pointer[2].lower())
+    if kind == "LeaderWorkerSet" and len(pointer) > 2:
+        part = {"leaderTemplate": "leader", "workerTemplate": "worker"}.get(pointer[2])
+        return WorkloadRef(namespace, kind, name, part) if part else None
+    if kind == "RayCluster" and len(pointer) > 1:
+        if pointer[1] == "headGroupSpec":
+            return WorkloadRef(namespace, kind, name, "headgroup")
+        groups = (workload.get("spec") or {}).get("workerGroupSpecs")
+        index = int(pointer[2]) if len(pointer) > 2 and pointer[2].isdigit() else -1
+        if pointer[1] == "workerGroupSpecs" and isinstance(groups, list) and 0 <= index < len(groups):
+            group = groups[index].get("groupName") if isinstance(groups[index], dict) else None
+            return WorkloadRef(namespace, kind, name, group) if isinstance(group, str) and group else None
+    return None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.usage.history import read_history
+from webhook.usage.history import UsageHistory, read_history
 from webhook.usage.metrics import export
 from webhook.usage.prometheus import PrometheusClient, PrometheusUnavailable
 from webhook.usage.views import UsageReport, build_report
@@ -49,6 +49,19 @@ class UsageService:
                 client = PrometheusClient(url, settings.timeout_seconds, settings.bearer_token_file)
                 self._clients[key] = client
         return client
+
+    def read_all(self) -> tuple[UsageHistory, UsageReport]:
+        """Every namespace's history up to now and its report, read past the cache (the background refresh);
+        the report also answers the API until it is `usage.cacheSeconds` old. Raises as `report`."""
+        config = self._config()
+        client = self._client(config)
+        now = self._clock()
+        history = read_history(client, config.usage, now, None)
+        report = build_report(history, self._model(), config)
+        export(report)
+        with self._lock:
+            self._cache[(None, None)] = (now, report)
+        return history, report
 
     def report(self, namespace: str | None = None, at: float | None = None) -> UsageReport:
         """The report of `namespace` (every namespace when None) over the lookback ending at `at` (now when

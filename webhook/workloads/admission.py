@@ -40,6 +40,7 @@ from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE
 from webhook.mutation.patch import diff
 from webhook.mutation.pipeline import copy_json
 from webhook.placement.context import PlacementPlan
+from webhook.usage.owners import template_workload
 from webhook.workloads.identity import Identity, Requester, Signer, load_key, with_requester
 from webhook.workloads.kinds import (
     KindSpec,
@@ -119,8 +120,12 @@ class WorkloadAwareAdmission(AdmissionService):
         """A pod CREATE judged for whoever asked for it (the workload's creator for controller-made pods)."""
         if request.template or not request.is_pod or request.operation != "CREATE" or request.object is None:
             return request
-        requester = self.identity.for_pod(request, request.object, self._owner_admitted(request))
-        return with_requester(request, requester)
+        admitted = self._owner_admitted(request)
+        resolved = with_requester(request, self.identity.for_pod(request, request.object, admitted))
+        if admitted and request.pod.controller_owner is not None:
+            # Its template was judged at the owner's admission, rightsizing included (docs/usage.md).
+            return replace(resolved, made_from_template=True)
+        return resolved
 
     def _owner_admitted(self, request: AdmissionRequest) -> bool:
         """Whether the object's controller owner, if it has one, is of a kind whose pod templates KGWE admits
@@ -291,7 +296,13 @@ class WorkloadAwareAdmission(AdmissionService):
                 # Like the webhook configurations' matchConditions: a template with no GPU and no kgwe.io/ key
                 # is none of KGWE's business, and gets no attribution written into it.
                 requester = Requester(request.user, None, "", False)
-            plan.items.append(TemplateItem(template, self._pod_request(request, pod, requester), member, count))
+            pod_request = self._pod_request(request, pod, requester)
+            # The workload its pods will pool their usage under: what rightsizing and policies read for it.
+            ref = template_workload(request.kind.get("kind", ""), request.namespace,
+                                    ObjectView(workload).name or request.name, template.pointer, workload)
+            if ref is not None:
+                pod_request = replace(pod_request, workload=ref.key)
+            plan.items.append(TemplateItem(template, pod_request, member, count))
         return plan
 
     def _pod_request(self, request: AdmissionRequest, pod: dict[str, Any], requester: Requester) -> AdmissionRequest:
@@ -373,7 +384,8 @@ def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any], mapped: Mappin
 def _intent_of(workload: dict[str, Any]) -> dict[str, str]:
     """The workload's own intent annotations (applied to templates that do not set the key)."""
     notes = annotations_of(workload)
-    return {key: notes[key] for key in INTENT_KEYS if key in notes}
+    # The rightsizing opt-out too: `kgwe.io/rightsizing: "off"` on a workload holds for its templates.
+    return {key: notes[key] for key in (*INTENT_KEYS, keys.RIGHTSIZING) if key in notes}
 
 
 def template_pod(template: Template, inherited: dict[str, str], namespace: str) -> dict[str, Any]:
