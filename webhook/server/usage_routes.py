@@ -1,7 +1,10 @@
 """`GET /api/v1/recommendations` and `GET /api/v1/idle` (SPEC section 11, docs/usage.md).
 
-Both read GPU usage from the configured Prometheus on a worker thread (never on the event loop that
-answers the API server) through one `UsageService`, which keeps an answer `usage.cacheSeconds`. Without
+Both answer from the background usage table (webhook/usage/refresher.py) while it is fresh: its report is the
+same one a read would give, at most `rightsizing.refreshInterval` old, and a page's refreshes then cost
+Prometheus nothing. Before the first refresh, or once the table is older than `rightsizing.staleAfter`,
+they read the configured Prometheus on a worker thread (never on the event loop that answers the API
+server) through one `UsageService`, which keeps an answer `usage.cacheSeconds`. Without
 `usage.prometheus.url` the answer is 404 saying so; a Prometheus that cannot answer is 503 with its
 reason. Query parameters: `namespace`, and `workload` (NAME, KIND/NAME or the key) for recommendations.
 In a cluster a caller sees the namespaces it may list pods in (webhook/server/read_auth.py).
@@ -33,7 +36,19 @@ def _json(body: Any, status: int = 200) -> Response:
 def usage_router(runtime: Any, service: UsageService | None = None) -> APIRouter:
     usage = service or UsageService(lambda: runtime.config, lambda: runtime.store.snapshot())
 
+    def _from_table() -> UsageReport | None:
+        # Only where a Prometheus is configured now: a table left from before the URL was removed is not used.
+        if not runtime.config.usage.prometheus.url:
+            return None
+        table_of = getattr(runtime, "usage_table", None)
+        table = table_of() if callable(table_of) else None  # None when missing or stale (refresher.current)
+        return table.report if table is not None else None
+
     async def _report(namespace: str | None) -> UsageReport | Response:
+        # The table holds every namespace; the documents below pick the namespace asked for.
+        found = _from_table()
+        if found is not None:
+            return found
         try:
             return await run_in_threadpool(usage.report, namespace)
         except UsageNotConfigured as exc:

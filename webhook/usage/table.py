@@ -87,6 +87,9 @@ class UsageTable:
     window_end: float  # the newest window read
     workloads: dict[str, WorkloadUsage] = field(default_factory=dict)
     nodes: dict[str, NodeUsage] = field(default_factory=dict)
+    # The report the rows were made from: /api/v1/recommendations and /api/v1/idle answer from it while the
+    # table is fresh, so a page and its refreshes never send Prometheus a query of their own.
+    report: UsageReport | None = None
 
     def workload(self, key: str) -> WorkloadUsage | None:
         return self.workloads.get(key)
@@ -127,7 +130,7 @@ def build_table(report: UsageReport, history: UsageHistory, table: AcceleratorTa
             workload=key, enough_history=False, idle=key in idle_pods, idle_pods=idle_pods.get(key, 0),
             idle_gpu_equivalents=number(idle_equivalents.get(key, Decimal(0))), at=end,
         )
-    return UsageTable(computed_at, end, workloads, node_usage(history, table))
+    return UsageTable(computed_at, end, workloads, node_usage(history, table), report)
 
 
 def _busy(pod: PodHistory, moment: float, table: AcceleratorTable) -> tuple[float, dict[str, float]]:
