@@ -90,10 +90,16 @@ def free_port() -> int:
 
 
 def _kgwe_command() -> list[str]:
-    script = Path(sys.executable).with_name("kgwe")
-    if script.is_file():
-        return [str(script)]
+    # Never the `kgwe` console script: it imports `webhook` from wherever the package was installed (an
+    # editable install of another checkout), not from this tree. The interpreter with this tree first on
+    # PYTHONPATH (see _serve_env) runs the code under test.
     return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
+
+
+def _serve_env() -> dict[str, str]:
+    """The environment of `kgwe serve`: this tree's code ahead of any installed copy."""
+    inherited = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *([inherited] if inherited else [])])}
 
 
 @dataclass
@@ -117,18 +123,20 @@ class KgweServer:
 
 
 @contextmanager
-def kgwe_serve(workdir: Path, cluster: Path = EXAMPLE_CLUSTER, *extra_args: str) -> Iterator[KgweServer]:
-    """`kgwe serve --cluster CLUSTER` on 127.0.0.1 with a serving certificate from our own CA."""
+def kgwe_serve(workdir: Path, cluster: Path = EXAMPLE_CLUSTER, *extra_args: str,
+               config: Path = EXAMPLE_CONFIG) -> Iterator[KgweServer]:
+    """`kgwe serve --cluster CLUSTER --config CONFIG` on 127.0.0.1 with a serving certificate from our own CA,
+    running this tree's code."""
     paths, _ = ensure_files(workdir / "certs", Settings(ip_addresses=("127.0.0.1",)))
     port = free_port()
     log_file = workdir / f"kgwe-serve-{port}.log"
     command = [
-        *_kgwe_command(), "serve", "--cluster", str(cluster), "--config", str(EXAMPLE_CONFIG),
+        *_kgwe_command(), "serve", "--cluster", str(cluster), "--config", str(config),
         "--host", "127.0.0.1", "--port", str(port),
         "--tls-cert-file", str(paths.tls_cert), "--tls-private-key-file", str(paths.tls_key), *extra_args,
     ]
     with log_file.open("wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=ROOT, env=_serve_env(), stdout=log, stderr=subprocess.STDOUT)
     server = KgweServer(f"https://127.0.0.1:{port}", paths.ca_cert, process, log_file)
     try:
         _wait_ready(server)
