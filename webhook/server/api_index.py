@@ -22,6 +22,9 @@ DESCRIPTIONS = {
     "costs": "the hourly cost of running GPU pods by tenant and accelerator type",
     "gangs": "gangs: size, members present and bound, the NVLink room, why one waits",
     "workloads": "GPU workloads and whether KGWE would admit each now",
+    "recommendations": "per workload: peak GPU memory, engine activity, the smallest shape that holds it, what it "
+                       "saves (?namespace=, ?workload=); 404 without a Prometheus",
+    "idle": "pods whose GPUs stayed idle, with tenant and hourly cost (?namespace=); 404 without a Prometheus",
     "explain": "?pod=NAMESPACE/NAME: why KGWE places or refuses a pod, what blocks it now; "
                "without ?pod: the GPU pods not bound yet",
 }

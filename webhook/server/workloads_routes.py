@@ -34,6 +34,9 @@ def workloads_document(runtime: Any) -> dict[str, Any]:
     return {
         "workloads": [v.as_dict() for v in verdicts],
         "refused": sum(1 for v in verdicts if not v.admitted),
+        # Whether /api/v1/recommendations has anything to say (a Prometheus is configured): the page asks it only
+        # then, rather than learning it from a 404 the browser logs as an error.
+        "usageConfigured": bool(runtime.config.usage.prometheus.url),
     }
 
 
@@ -53,7 +56,8 @@ def workloads_router(runtime: Any) -> APIRouter:
         visible = await visible_namespaces(request, {str(w.get("namespace")) for w in document["workloads"]})
         if visible is not None:
             shown = [w for w in document["workloads"] if visible(str(w.get("namespace")))]
-            body = orjson.dumps({"workloads": shown, "refused": sum(1 for w in shown if not w.get("admitted", True))})
+            body = orjson.dumps({"workloads": shown, "refused": sum(1 for w in shown if not w.get("admitted", True)),
+                                 "usageConfigured": document["usageConfigured"]})
         return Response(body, 200, media_type="application/json", headers={"Cache-Control": "no-store"})
 
     router = APIRouter()
