@@ -137,8 +137,11 @@ def _activity(workload: TraceWorkload, rng: random.Random) -> float:
     return min(1.0, max(0.0, rng.gauss(workload.activity, 0.05)))
 
 
-def openmetrics(workloads: list[TraceWorkload], seed: int, every: float = 60.0) -> str:
-    """The OpenMetrics text of every pod's GPUs, one sample per `every` seconds (and fills the peaks)."""
+def openmetrics(workloads: list[TraceWorkload], seed: int, every: float = 60.0,
+                hosts: dict[str, str] | None = None) -> str:
+    """The OpenMetrics text of every pod's GPUs, one sample per `every` seconds (and fills the peaks).
+    `hosts` renames the generated host labels (`node-h100-0`) to a cluster's node names, so that the
+    node view can put the usage on its nodes."""
     rng = random.Random(seed + 1)
     memory_lines: list[str] = []
     busy_lines: list[str] = []
@@ -146,6 +149,7 @@ def openmetrics(workloads: list[TraceWorkload], seed: int, every: float = 60.0) 
     for workload in workloads:
         for pod_index, pod in enumerate(workload.pods):
             host = f"node-{workload.type_id.split('-')[1]}-{pod_index}"
+            host = (hosts or {}).get(host, host)
             samples: list[list[tuple[float, float, float]]] = [[] for _ in pod.uuids]
             moment = math.ceil(pod.start / every) * every
             while moment <= pod.end:

@@ -5,6 +5,10 @@ import {
   DASH, append, apiToken, errorBox, getJSON, gib, h, money, plural, replaceChildren, setApiToken,
   timestamp,
 } from "./dom.js";
+import {
+  RecommendationColumns, UTILISATION_COLUMNS, hasUtilisation, recommendationsOrNone, summedUtilisation,
+  utilisationCells, utilisationNote,
+} from "./usage.js";
 
 const view = document.getElementById("view");
 const asOf = document.getElementById("as-of");
@@ -155,6 +159,10 @@ class NodesPage extends Page {
 
   show(data) {
     this.data = data;
+    // Utilisation columns only where the API carries them (a Prometheus is configured): never an empty column.
+    this.utilisation = hasUtilisation(data);
+    this.columns = this.utilisation ? [...COLUMNS, ...UTILISATION_COLUMNS] : COLUMNS;
+    if (!this.columns.some((c) => c.key === this.state.sort)) Object.assign(this.state, { sort: "type", direction: 1 });
     this.types = new Map((data.types || []).map((t) => [t.id, t]));
     this.nodesByName = new Map(data.nodes.map((n) => [n.name, n]));
     for (const name of [...this.selected]) {
@@ -168,6 +176,7 @@ class NodesPage extends Page {
       h("h1", {}, "Nodes by GPU type"),
       this.summaryCards(),
       this.toolbar(),
+      this.utilisation ? utilisationNote(data) : null,
       h("div", { class: "table-wrap" }, this.table),
       this.actions,
       this.proposal);
@@ -241,7 +250,7 @@ class NodesPage extends Page {
   }
 
   sortRows(nodes) {
-    const column = COLUMNS.find((c) => c.key === this.state.sort);
+    const column = this.columns.find((c) => c.key === this.state.sort);
     const direction = this.state.direction;
     const value = column.key === "type" ? (n) => this.typeLabel(typeKey(n)) : column.value;
     return [...nodes].sort((a, b) => {
@@ -261,7 +270,7 @@ class NodesPage extends Page {
 
   draw() {
     const nodes = this.sortRows(this.visibleNodes());
-    const head = h("thead", {}, h("tr", {}, COLUMNS.map((column) => this.headerCell(column))));
+    const head = h("thead", {}, h("tr", {}, this.columns.map((column) => this.headerCell(column))));
     const body = h("tbody");
     if (this.state.group) {
       const groups = new Map();
@@ -279,7 +288,7 @@ class NodesPage extends Page {
       for (const node of nodes) body.append(this.nodeRow(node));
     }
     if (!nodes.length) {
-      body.append(h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, "No node matches the filter.")));
+      body.append(h("tr", {}, h("td", { colspan: this.columns.length, class: "empty" }, "No node matches the filter.")));
     }
     const foot = h("tfoot", {}, this.totalsRow("total", `All shown: ${plural(nodes.length, "node")}`, nodes));
     replaceChildren(this.table, head, body, foot);
@@ -293,7 +302,8 @@ class NodesPage extends Page {
     }
     const active = this.state.sort === column.key;
     const sort = active ? (this.state.direction > 0 ? "ascending" : "descending") : "none";
-    return h("th", { scope: "col", "aria-sort": sort, class: column.numeric ? "num" : null, title: column.title },
+    const classes = [column.numeric ? "num" : null, column.wrap ? "wrap" : null].filter(Boolean).join(" ");
+    return h("th", { scope: "col", "aria-sort": sort, class: classes || null, title: column.title },
       h("button", { type: "button", class: "sort", dataset: { sort: column.key }, onclick: () => this.setSort(column.key) },
         column.label, h("span", { class: "sort-mark", "aria-hidden": "true" }, active ? (sort === "ascending" ? " ▲" : " ▼") : "")));
   }
@@ -330,7 +340,16 @@ class NodesPage extends Page {
       h("td", { colspan: 5 }),
       h("td", { class: "num", dataset: { field: "pods" } }, String(nodes.reduce((n, node) => n + (node.pods ?? 0), 0))),
       h("td", { class: "num" }, usage(lines)),
-      h("td", { class: "num" }, freeList(lines)));
+      h("td", { class: "num" }, freeList(lines)),
+      this.utilisation ? utilisationCells(this.groupUtilisation(key, nodes), gpus > 0) : null);
+  }
+
+  // A group showing every node of its type takes the API's figure for the type; a group cut by the name filter,
+  // and the totals row, add up the node rows shown (those with a known utilisation).
+  groupUtilisation(key, nodes) {
+    const type = key === null ? null : this.types.get(key);
+    const whole = type && this.data.nodes.filter((n) => typeKey(n) === key).length === nodes.length;
+    return whole ? type.utilisation : summedUtilisation(nodes);
   }
 
   nodeRow(node) {
@@ -368,7 +387,8 @@ class NodesPage extends Page {
       h("td", { class: "clique", dataset: { field: "clique" }, title: node.clique || null }, node.clique || DASH),
       h("td", { class: "num", dataset: { field: "pods" } }, String(node.pods ?? 0)),
       h("td", { class: "num" }, usage(resourceLines(node))),
-      h("td", { class: "num" }, freeList(resourceLines(node))));
+      h("td", { class: "num" }, freeList(resourceLines(node))),
+      this.utilisation ? utilisationCells(node.utilisation, Boolean(node.gpus)) : null);
   }
 
   selectNodes(nodes, on) {
@@ -685,25 +705,30 @@ class GangsPage extends Page {
 // and whether KGWE would admit each now (both webhooks on its CREATE, as a dry run), with the refusal.
 
 class WorkloadsPage extends Page {
-  fetch() {
-    return getJSON("workloads");
+  async fetch() {
+    // Usage never breaks the workloads: a Prometheus that cannot answer only loses the recommendation columns.
+    const workloads = await getJSON("workloads");
+    return { ...workloads, usage: await recommendationsOrNone(workloads) };
   }
 
   show(data) {
     const workloads = data.workloads || [];
+    const usage = new RecommendationColumns(data.usage);
     replaceChildren(this.root,
       h("h1", {}, "Workloads"),
       h("p", { class: "muted" }, "Workloads whose pod templates ask for GPUs, judged as KGWE would judge their ",
         "creation now. ", data.refused ? `${plural(data.refused, "workload", "workloads")} would be refused.` : ""),
-      workloads.length ? h("table", { class: "workloads", id: "workloads" },
+      usage.intro(workloads),
+      workloads.length ? h("div", { class: "table-wrap" }, h("table", { class: "workloads", id: "workloads" },
         h("thead", {}, h("tr", {},
           ["Namespace", "Kind", "Name", "GPU templates", "GPUs", "Gang", "Admitted now", "Why not"].map((label) =>
-            h("th", { scope: "col", class: label === "GPUs" ? "num" : null }, label)))),
-        h("tbody", {}, workloads.map((workload) => this.row(workload)))) :
+            h("th", { scope: "col", class: label === "GPUs" ? "num" : null }, label)),
+          usage.headers())),
+        h("tbody", {}, workloads.map((workload) => this.row(workload, usage))))) :
         h("p", { class: "empty" }, "No GPU workloads."));
   }
 
-  row(workload) {
+  row(workload, usage) {
     const templates = workload.templates.map((t) => {
       const pods = t.pods === null ? "? pods" : plural(t.pods, "pod", "pods");
       const other = Object.entries(t.other || {}).map(([name, n]) => ` + ${n} ${name}`).join("");
@@ -718,7 +743,8 @@ class WorkloadsPage extends Page {
       h("td", { class: "num" }, workload.totalGpus === null ? "?" : String(workload.totalGpus)),
       h("td", {}, workload.gang ? h("code", {}, workload.gang) : DASH),
       h("td", {}, workload.admitted ? "yes" : h("span", { class: "badge warn" }, "refused")),
-      h("td", { dataset: { field: "reason" } }, workload.reason || DASH));
+      h("td", { dataset: { field: "reason" } }, workload.reason || DASH),
+      usage.cells(workload));
   }
 }
 
