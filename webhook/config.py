@@ -131,6 +131,17 @@ class Gangs(_Section):
     timeout_seconds: float = Field(default=900.0, gt=0, alias="timeoutSeconds")
 
 
+class Audit(_Section):
+    # The background audit's and `kgwe audit -o yaml`'s reports: OpenReports (openreports.io/v1alpha1 Report
+    # and ClusterReport, as Kyverno writes them) or the Policy WG's wgpolicyk8s.io/v1alpha2 PolicyReports.
+    report_format: Literal["openreports", "wgpolicyk8s"] = Field(default="openreports", alias="reportFormat")
+
+    @field_validator("report_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
 class WorkloadKind(_Section):
     """A workload kind an admin adds (or redefines): where its pod templates are (see docs/workloads.md)."""
 
@@ -361,6 +372,7 @@ class Config(_Section):
     authentication: Authentication = Field(default_factory=Authentication)
     server: Server = Field(default_factory=Server)
     gangs: Gangs = Field(default_factory=Gangs)
+    audit: Audit = Field(default_factory=Audit)
     dra: DraConfig = Field(default_factory=DraConfig)
     # Topology annotations older than this are stale: the webhook falls back to GFD labels.
     topology_staleness_seconds: float = Field(default=300.0, alias="topologyStalenessSeconds")

@@ -1,4 +1,5 @@
-"""The background audit on a cluster directory with planted violations, and its PolicyReports."""
+"""The background audit on a cluster directory with planted violations, and its reports (OpenReports by default,
+wgpolicyk8s PolicyReports with audit.reportFormat)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from webhook.audit import Auditor, Finding, KubeReportWriter, MemoryReportWriter, audit_cluster
-from webhook.config import load_config
+from webhook.config import Audit, load_config
 from webhook.runtime import Runtime, build_runtime
 
 
@@ -91,8 +92,8 @@ def test_auditor_writes_reports_and_metrics(planted: Runtime) -> None:
     assert ticks[-1].completed_pass and not ticks[0].completed_pass
 
     reports = writer.reports
-    research = reports[("PolicyReport", "ml-research", "kgwe-audit")]
-    assert research["apiVersion"] == "wgpolicyk8s.io/v1alpha2"
+    research = reports[("Report", "ml-research", "kgwe-audit")]
+    assert research["apiVersion"] == "openreports.io/v1alpha1" and research["source"] == "kgwe"
     assert research["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kgwe"
     assert research["summary"] == {"pass": 0, "fail": 2, "warn": 0, "error": 0, "skip": 0}
     privileged = next(r for r in research["results"] if r["policy"] == "kgwe.admission.privileged")
@@ -101,7 +102,7 @@ def test_auditor_writes_reports_and_metrics(planted: Runtime) -> None:
     assert (privileged["result"], privileged["severity"], privileged["source"]) == ("fail", "high", "kgwe")
     assert privileged["timestamp"]["nanos"] == 0 and privileged["timestamp"]["seconds"] >= 1_800_000_000
 
-    cluster = reports[("ClusterPolicyReport", "", "kgwe-audit")]
+    cluster = reports[("ClusterReport", "", "kgwe-audit")]
     assert "namespace" not in cluster["metadata"]
     [quota] = cluster["results"]
     assert quota["resources"] == [{"apiVersion": "kgwe.io/v1alpha1", "kind": "TenantQuota", "name": "team-a"}]
@@ -128,7 +129,7 @@ def test_auditor_writes_only_changes_and_clears_fixed_violations(planted: Runtim
             store.delete(pod)
     result = auditor.tick()
     assert result.written == 1
-    research = writer.reports[("PolicyReport", "ml-research", "kgwe-audit")]
+    research = writer.reports[("Report", "ml-research", "kgwe-audit")]
     assert research["results"] == [] and research["summary"]["fail"] == 0
     assert _gauge("policy", "ml-research") is None and _gauge("placement", "ml-research") is None
     # The emptied report is written once, then left alone.
@@ -149,6 +150,7 @@ class FakeCustomObjects:
     def __init__(self, installed: bool = True) -> None:
         self.installed = installed
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.groups: set[tuple[str, str]] = set()
         self.version = 0
 
     def _store(self, plural: str, namespace: str, body: dict[str, Any], replace: bool) -> dict[str, Any]:
@@ -167,9 +169,11 @@ class FakeCustomObjects:
 
     def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
                                         body: dict[str, Any]) -> dict[str, Any]:
+        self.groups.add((group, version))
         return self._store(plural, namespace, body, replace=False)
 
     def create_cluster_custom_object(self, group: str, version: str, plural: str, body: dict[str, Any]) -> Any:
+        self.groups.add((group, version))
         return self._store(plural, "", body, replace=False)
 
     def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> Any:
@@ -190,13 +194,14 @@ def test_kube_writer_creates_then_replaces(planted: Runtime) -> None:
     api = FakeCustomObjects()
     auditor = Auditor(planted, KubeReportWriter(api), pods_per_tick=100)
     auditor.tick()
-    assert ("policyreports", "ml-research", "kgwe-audit") in api.objects
-    assert ("clusterpolicyreports", "", "kgwe-audit") in api.objects
-    version = api.objects[("policyreports", "ml-research", "kgwe-audit")]["metadata"]["resourceVersion"]
+    assert ("reports", "ml-research", "kgwe-audit") in api.objects
+    assert ("clusterreports", "", "kgwe-audit") in api.objects
+    assert api.groups == {("openreports.io", "v1alpha1")}
+    version = api.objects[("reports", "ml-research", "kgwe-audit")]["metadata"]["resourceVersion"]
     planted.store.min_rebuild_interval = 0
     planted.store.upsert(gpu_pod("root-2", "ml-research", node="dgx-h100-02", privileged=True))
     auditor.tick()
-    replaced = api.objects[("policyreports", "ml-research", "kgwe-audit")]
+    replaced = api.objects[("reports", "ml-research", "kgwe-audit")]
     assert replaced["metadata"]["resourceVersion"] != version
     assert any(r["resources"][0]["name"] == "root-2" for r in replaced["results"])
 
@@ -247,4 +252,54 @@ def test_auditor_runs_as_a_background_task_with_rego_and_cel_policies(tmp_path: 
     assert done()
     capped = next(f for f in auditor.findings if f.policy == "max-gpus-per-pod")
     assert (capped.severity, capped.message) == ("high", "the pod asks for 4 GPUs; at most 2 are allowed per pod")
-    assert ("PolicyReport", "team-a", "kgwe-audit") in writer.reports
+    assert ("Report", "team-a", "kgwe-audit") in writer.reports
+
+
+def test_the_wgpolicyk8s_format_is_kept_as_an_option(planted: Runtime) -> None:
+    planted.config = planted.config.model_copy(update={"audit": Audit(reportFormat="wgpolicyk8s")})
+    api = FakeCustomObjects()
+    Auditor(planted, KubeReportWriter(api), pods_per_tick=100).tick()
+    assert api.groups == {("wgpolicyk8s.io", "v1alpha2")}
+    research = api.objects[("policyreports", "ml-research", "kgwe-audit")]
+    assert research["kind"] == "PolicyReport" and "source" not in research
+    assert research["summary"]["fail"] == 2
+    assert ("clusterpolicyreports", "", "kgwe-audit") in api.objects
+
+
+def test_workloads_are_judged_a_slice_per_tick_and_reported(tmp_path: Path) -> None:
+    cluster = copy_example_cluster(tmp_path / "cluster")
+    # No node of the example has a V100: a pod of this Deployment would be refused, so is its CREATE.
+    plant(cluster, "old.yaml", deployment("old-gpus", "team-a", "nvidia-v100-16gb"))
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), cluster)
+    workloads = len(runtime.store.snapshot().workloads)
+    writer = MemoryReportWriter()
+    auditor = Auditor(runtime, writer, pods_per_tick=1)
+    ticks = [auditor.tick() for _ in range(workloads)]
+    assert all(t.workloads == 1 for t in ticks)  # bounded like pods: pods_per_tick workloads per tick
+    [finding] = [f for f in auditor.findings if f.kind]
+    assert (finding.kind, finding.namespace, finding.pod) == ("Deployment", "team-a", "old-gpus")
+    report = writer.reports[("Report", "team-a", "kgwe-audit")]
+    [result] = [r for r in report["results"] if r["policy"] == "kgwe-workload-admission"]
+    assert result["resources"] == [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "team-a",
+                                    "name": "old-gpus"}]
+    assert result["message"].startswith("spec.template: ") and "nvidia-v100-16gb" in result["message"]
+
+    # The workload is gone: its finding goes at the next tick, and the namespace's report says so.
+    runtime.store.min_rebuild_interval = 0
+    [old] = [d for d in runtime.store.objects("Deployment") if d["metadata"]["name"] == "old-gpus"]
+    runtime.store.delete(old)
+    auditor.tick()
+    assert not [f for f in auditor.findings if f.kind]
+    report = writer.reports[("Report", "team-a", "kgwe-audit")]
+    assert not [r for r in report["results"] if r["policy"] == "kgwe-workload-admission"]
+
+
+def deployment(name: str, namespace: str, accelerator: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": {
+            "metadata": {"labels": {"app": name}, "annotations": {"kgwe.io/accelerator": accelerator}},
+            "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
+                "limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}}}]},
+        }},
+    }

@@ -21,6 +21,11 @@ KINDS = {
     "GPUPolicy": ("gpupolicies", "gpup"),
     "GangLedger": ("gangledgers", "gangl"),
 }
+# The audit's reports (audit.reportFormat: openreports): the published OpenReports API, not KGWE's own.
+OPENREPORTS_KINDS = {
+    "Report": ("reports", "reps", "Namespaced"),
+    "ClusterReport": ("clusterreports", "creps", "Cluster"),
+}
 # Objects KGWE writes for itself (one spec, one writer protocol): no status subresource.
 STATELESS_KINDS = {"GangLedger"}
 EXAMPLE_DIRECTORIES = (REPO / "examples" / "cluster", REPO / "examples" / "policies")
@@ -62,7 +67,7 @@ def _problems(crd: dict[str, Any], obj: dict[str, Any], cel: Cel) -> list[str]:
 
 
 def test_names_scope_and_subresources(chart_crds: dict[str, dict[str, Any]]) -> None:
-    assert set(chart_crds) == set(KINDS)
+    assert set(chart_crds) == set(KINDS) | set(OPENREPORTS_KINDS)
     for kind, (plural, short) in KINDS.items():
         spec = chart_crds[kind]["spec"]
         assert chart_crds[kind]["metadata"]["name"] == f"{plural}.kgwe.io"
@@ -193,6 +198,10 @@ def test_well_formed_objects_are_accepted(chart_crds: dict[str, dict[str, Any]],
     (HWP, "spec.sharing", {"mode": "exclusive", "migProfile": "1g.10gb"}),
     (HWP, "spec.pricePerGPUHour", "4,50"),
     (HWP, "spec.gpuMemory", "ten gigs"),
+    (HWP, "spec.resources", {"cpu": {"default": "lots"}}),
+    (HWP, "spec.resources", {"cpu": {}}),
+    (HWP, "spec.resources", {"memory": {"max": True}}),
+    (HWP, "spec.queue", "Not A Queue"),
     (TQ, "spec.tenant", None),
     (TQ, "spec.namespaces", None),
     (TQ, "spec.limits.0", {"gpus": 4}),
@@ -208,3 +217,43 @@ def test_malformed_objects_are_refused(
     chart_crds: dict[str, dict[str, Any]], cel: Cel, base: dict[str, Any], path: str, value: Any
 ) -> None:
     assert _problems(chart_crds[base["kind"]], _with(base, path, value), cel) != []
+
+
+def test_the_openreports_crds_accept_what_the_audit_writes(chart_crds: dict[str, dict[str, Any]], cel: Cel) -> None:
+    from webhook.audit.findings import Finding
+    from webhook.audit.formats import OPENREPORTS
+    from webhook.audit.reports import render_reports
+
+    for kind, (plural, short, scope) in OPENREPORTS_KINDS.items():
+        crd = chart_crds[kind]
+        assert crd["metadata"]["name"] == f"{plural}.openreports.io"
+        assert (crd["spec"]["group"], crd["spec"]["scope"]) == ("openreports.io", scope)
+        assert crd["spec"]["names"]["shortNames"] == [short]
+        (version,) = crd["spec"]["versions"]
+        assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    findings = [
+        Finding("policy", "team-a", "root", "kgwe.admission.privileged", "deny", "high", "privileged", uid="u-1"),
+        Finding("policy", "team-a", "old", "kgwe-workload-admission", "validate", "high", "spec.template: ...",
+                kind="Deployment", api_version="apps/v1"),
+        Finding("quota", "", "", "TenantQuota/team-a", "gpus", "high", "4 of 2 GPUs", tenant="team-a",
+                quota="team-a"),
+    ]
+    reports = render_reports(findings, lambda _f: 1_800_000_000.0, (), OPENREPORTS)
+    assert [r["kind"] for r in reports] == ["Report", "ClusterReport"]
+    for report in reports:
+        assert _problems(chart_crds[report["kind"]], report, cel) == []
+        assert _pruned(_schema(chart_crds[report["kind"]]), report) == report, "the API server would drop a field"
+
+
+def _pruned(schema: dict[str, Any], value: Any) -> Any:
+    """`value` as the API server stores it: fields the structural schema does not name are dropped."""
+    if schema.get("x-kubernetes-preserve-unknown-fields") or not isinstance(value, (dict, list)):
+        return value
+    if isinstance(value, list):
+        return [_pruned(schema.get("items", {}), item) for item in value]
+    if "additionalProperties" in schema:
+        return {k: _pruned(schema["additionalProperties"], v) for k, v in value.items()}
+    properties = schema.get("properties", {})
+    if schema.get("type") == "object" and not properties:
+        return value  # metadata: the API server's own
+    return {k: _pruned(properties[k], v) for k, v in value.items() if k in properties}

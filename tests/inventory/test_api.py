@@ -44,7 +44,9 @@ def test_hardware_profiles_fields_and_availability(client: TestClient) -> None:
     body = response.json()
     assert body["currency"] == "USD"
     assert body["generatedAt"].endswith("Z")
-    assert [p["name"] for p in body["profiles"]] == ["nvl72", "premium-h100", "shared-l4", "small-mig"]
+    assert [p["name"] for p in body["profiles"]] == [
+        "nvl72", "premium-h100", "shared-l4", "small-mig", "workbench-h100",
+    ]
 
     premium = _by(body["profiles"], "name", "premium-h100")
     assert premium["displayName"] == "Premium H100 80GB"

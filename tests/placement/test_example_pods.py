@@ -24,6 +24,7 @@ LANDS_ON = {
     "07-mps.yaml": L4,
     "08-nvlink.yaml": H100,
     "09-gang.yaml": GB200,
+    "13-profile-defaults.yaml": H100,
 }
 
 REFUSED = {
@@ -37,6 +38,7 @@ REFUSED = {
     "23-refused-fractional-gpu.yaml": ["'0.5' is not a whole number"],
     "24-refused-contradiction.yaml": ["nodeSelector kgwe.io/accelerator-type=nvidia-l4-24gb contradicts"],
     "25-refused-nvlink.yaml": ["2 GPUs in one NVLink domain", "has 1"],
+    "27-refused-profile-max.yaml": ['nvidia.com/gpu 4 is above the maximum 2 of hardware profile "workbench-h100"'],
 }
 
 

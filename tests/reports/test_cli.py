@@ -106,9 +106,21 @@ def test_audit_table_and_exit_code(capsys: pytest.CaptureFixture[str], tmp_path:
 
     status, out, _err = kgwe(capsys, "audit", *args, "-o", "yaml")
     reports = list(yaml.safe_load_all(out))
-    assert {r["kind"] for r in reports} == {"PolicyReport", "ClusterPolicyReport"}
+    # OpenReports by default (audit.reportFormat), as Kyverno writes them.
+    assert {(r["apiVersion"], r["kind"]) for r in reports} == {
+        ("openreports.io/v1alpha1", "Report"), ("openreports.io/v1alpha1", "ClusterReport"),
+    }
     team_a = next(r for r in reports if r["metadata"].get("namespace") == "team-a")
-    assert team_a["summary"]["fail"] == 1
+    assert team_a["summary"]["fail"] == 1 and team_a["source"] == "kgwe"
+
+    config = tmp_path / "wgpolicyk8s.yaml"
+    config.write_text(EXAMPLE_CONFIG.read_text() + "\naudit: {reportFormat: wgpolicyk8s}\n")
+    status, out, _err = kgwe(capsys, "audit", "--cluster", str(cluster), "--config", str(config), "-o", "yaml")
+    reports = list(yaml.safe_load_all(out))
+    assert {(r["apiVersion"], r["kind"]) for r in reports} == {
+        ("wgpolicyk8s.io/v1alpha2", "PolicyReport"), ("wgpolicyk8s.io/v1alpha2", "ClusterPolicyReport"),
+    }
+    assert all("source" not in r for r in reports)
 
     status, out, _err = kgwe(capsys, "audit", *args, "-o", "json")
     assert any(f["pod"] == "root" and f["category"] == "policy" for f in json.loads(out)["findings"])

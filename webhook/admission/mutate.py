@@ -13,6 +13,7 @@ from typing import Any
 
 from policies.api import WouldBlock
 from policies.vocabulary.keys import QUOTA_GATE
+from policies.vocabulary.objects import ObjectView
 from webhook.admission.facts import Facts
 from webhook.admission.gather import FactGathering
 from webhook.admission.outcome import Outcome
@@ -20,15 +21,17 @@ from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.rightsizing import Advice, advise, mode_of, not_applied, rightsized_pod, rightsizing_step
 from webhook.dra.templates import ensure_claim_templates
-from webhook.intent import LABEL_GANG
+from webhook.intent import LABEL_GANG, parse_intent
 from webhook.mutation.pipeline import NotConverging, copy_json, run_pipeline
 from webhook.mutation.steps import (
     Outputs,
     output_annotations_step,
     output_labels_step,
     placement_steps,
+    profile_steps,
     scheduling_gates_step,
 )
+from webhook.placement.profile_resources import ProfileResources, apply_defaults, missing_defaults, profile_resources
 
 log = logging.getLogger("kgwe.admission")
 
@@ -43,11 +46,15 @@ class Mutation(FactGathering):
         assert request.object is not None
         if request.operation == "UPDATE":
             return self._mutate_update(request)
-        facts = self.gather(request, request.object, deadline)
+        profile = self._profile(request)
+        facts = self.gather(request, self._defaulted(request.object, profile), deadline)
         if facts.intent.out_of_bounds and self.runtime.config.mode != "audit":
             return refuse_out_of_bounds(request, facts.intent.out_of_bounds)
         advice, facts = self._rightsize(request, facts, deadline)
         steps = self._steps(facts)
+        if profile is not None and facts.renderable:
+            # A refused pod is never half-rewritten (docs/placement.md): no defaults without a placement.
+            steps[:0] = profile_steps(profile)
         if advice.rewrites:
             steps.insert(0, rightsizing_step(advice.changes))
         try:
@@ -68,10 +75,32 @@ class Mutation(FactGathering):
             reported = list(facts.plan.steps) if facts.renderable else []
             if advice.rewrites:
                 reported.insert(0, "rightsizing")
+            if {"gpu-resources", "profile-queue"} & set(result.changed_steps) and "profile" not in reported:
+                reported.append("profile")
             if "output-annotations" in result.changed_steps and not reported:
                 reported.append("attribution")
             return self._audit_only(outcome, reported, request.object)
         return outcome
+
+    def _profile(self, request: AdmissionRequest) -> ProfileResources | None:
+        """The resources and queue of the HardwareProfile the pod names, None when it names none (or one that
+        does not exist: placement refuses that) or the profile says nothing of them."""
+        name = parse_intent(request.pod).profile
+        spec = self.runtime.store.snapshot().hardware_profiles.get(name) if name else None
+        if name is None or spec is None:
+            return None
+        profile = profile_resources(name, ObjectView(spec).spec)
+        return None if profile.empty else profile
+
+    @staticmethod
+    def _defaulted(pod: dict[str, Any], profile: ProfileResources | None) -> dict[str, Any]:
+        """The pod as the profile's defaults leave it, so that placement, policies and quota judge the GPUs
+        it will ask for (the same defaults are written by the first steps of the pipeline)."""
+        if profile is None or not missing_defaults(pod, profile):
+            return pod
+        candidate = copy_json(pod)
+        apply_defaults(candidate, profile)
+        return candidate
 
     def _rightsize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> tuple[Advice, Facts]:
         """`rightsizing.mode` for this pod (webhook/admission/rightsizing.py): its advice, and the facts of

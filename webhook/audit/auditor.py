@@ -1,10 +1,14 @@
-"""The periodic background audit of `kgwe serve`: a bounded slice of the pods per tick, round-robin.
+"""The periodic background audit of `kgwe serve`: a bounded slice of the pods and workloads per tick,
+round-robin.
 
-Each tick judges at most `pods_per_tick` pods, continuing after the last pod it judged (in key order),
-plus the tenants' quotas; it keeps the findings of every pod judged since, drops those of pods that are
-gone, and writes the reports whose results changed. A full pass over N pods therefore takes
-ceil(N / pods_per_tick) ticks and never one long stall of the webhook's process. With several replicas
-only the leader (`is_leader`, e.g. the bound-pod controller's lease) audits, writes and exports.
+Each tick judges at most `pods_per_tick` pods, continuing after the last pod it judged (in key order), as
+many workloads after the last workload it judged (each as workload admission judges its CREATE: every
+pod template as the pod it makes; webhook/audit/workloads.py), plus the tenants' quotas; it keeps the
+findings of every object judged since, drops those of objects that are gone, and writes the reports whose
+results changed, in the format `audit.reportFormat` names (OpenReports or wgpolicyk8s). A full pass over
+N pods therefore takes ceil(N / pods_per_tick) ticks and never one long stall of the webhook's process.
+With several replicas only the leader (`is_leader`, e.g. the bound-pod controller's lease) audits,
+writes and exports.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from policies.metrics import replace_series
 from webhook.admission.charging import usage_charges
 from webhook.audit.checks import audit_pod, quota_findings
 from webhook.audit.findings import Finding
+from webhook.audit.formats import report_format
 from webhook.audit.pods import PodReader
-from webhook.audit.reports import render_reports, report_key
+from webhook.audit.reports import is_cluster_report, render_reports, report_key
+from webhook.audit.workloads import audit_workload
 from webhook.audit.writers import ReportWriter
+from webhook.cluster.model import ClusterModel
 from webhook.runtime import Runtime
 
 log = logging.getLogger("kgwe.audit")
@@ -45,6 +52,7 @@ class TickResult:
     findings: int  # findings held after the tick
     written: int  # reports written
     completed_pass: bool  # this tick reached the end of the pod list
+    workloads: int = 0  # workloads judged in this tick
 
 
 class Auditor:
@@ -71,6 +79,9 @@ class Auditor:
         self._cursor = ""  # the key of the last pod judged
         self._keys: tuple[int, list[str]] = (-1, [])
         self._pod_findings: dict[str, list[Finding]] = {}
+        self._workload_cursor = ""
+        self._workload_keys: tuple[int, list[str]] = (-1, [])
+        self._workload_findings: dict[str, list[Finding]] = {}
         self._cluster_findings: list[Finding] = []
         self._quota_key: tuple[int, int] | None = None
         self._first_seen: dict[Finding, float] = {}
@@ -84,7 +95,8 @@ class Auditor:
 
     @property
     def findings(self) -> list[Finding]:
-        held = [f for items in self._pod_findings.values() for f in items]
+        held = [f for found in (self._pod_findings, self._workload_findings) for items in found.values()
+                for f in items]
         return sorted(held + self._cluster_findings)
 
     def _pod_keys(self, generation: int, pods: dict[str, Any]) -> list[str]:
@@ -92,8 +104,13 @@ class Auditor:
             self._keys = (generation, sorted(pods))
         return self._keys[1]
 
-    def _next_slice(self, keys: list[str]) -> tuple[list[str], bool]:
-        start = bisect.bisect_right(keys, self._cursor)
+    def _workload_keys_of(self, generation: int, workloads: dict[str, Any]) -> list[str]:
+        if self._workload_keys[0] != generation:
+            self._workload_keys = (generation, sorted(workloads))
+        return self._workload_keys[1]
+
+    def _next_slice(self, keys: list[str], cursor: str | None = None) -> tuple[list[str], bool]:
+        start = bisect.bisect_right(keys, self._cursor if cursor is None else cursor)
         chosen = keys[start:start + self.pods_per_tick]
         wrapped = start + self.pods_per_tick >= len(keys)
         if wrapped and len(chosen) < self.pods_per_tick:
@@ -105,6 +122,7 @@ class Auditor:
         """What a follower does instead of a tick: drop the findings, reports and gauge series held."""
         self._publish_metrics([])
         self._pod_findings.clear()
+        self._workload_findings.clear()
         self._cluster_findings = []
         self._written.clear()
         self._quota_key = None
@@ -128,6 +146,7 @@ class Auditor:
                 self._pod_findings.pop(key, None)
         if chosen:
             self._cursor = chosen[-1]
+        judged_workloads = self._judge_workloads(model)
         # Quota use sums every pod: recomputed once per snapshot (and configuration), not per tick.
         quota_key = (model.generation, id(runtime.config))
         if quota_key != self._quota_key:
@@ -139,7 +158,25 @@ class Auditor:
         self._first_seen = {f: self._first_seen.get(f, now) for f in current}
         self._publish_metrics(findings)
         written = self._write(findings)
-        return TickResult(len(chosen), len(findings), written, wrapped)
+        return TickResult(len(chosen), len(findings), written, wrapped, judged_workloads)
+
+    def _judge_workloads(self, model: ClusterModel) -> int:
+        """The next slice of the model's workloads, judged as their CREATE would be now (dry runs)."""
+        workloads = model.workloads
+        for gone in [k for k in self._workload_findings if k not in workloads]:
+            del self._workload_findings[gone]
+        chosen, _wrapped = self._next_slice(self._workload_keys_of(model.generation, workloads),
+                                            self._workload_cursor)
+        kinds = self.runtime.admission.kinds
+        for key in chosen:
+            found = audit_workload(self.runtime, workloads[key], kinds)
+            if found:
+                self._workload_findings[key] = found
+            else:
+                self._workload_findings.pop(key, None)
+        if chosen:
+            self._workload_cursor = chosen[-1]
+        return len(chosen)
 
     def _publish_metrics(self, findings: list[Finding]) -> None:
         counts = Counter((f.category, f.namespace) for f in findings)
@@ -147,7 +184,8 @@ class Auditor:
 
     def _write(self, findings: list[Finding]) -> int:
         previous_namespaces = [namespace for _kind, namespace, _name in self._written if namespace]
-        reports = render_reports(findings, self._first_seen.__getitem__, previous_namespaces)
+        fmt = report_format(self.runtime.config.audit.report_format)
+        reports = render_reports(findings, self._first_seen.__getitem__, previous_namespaces, fmt)
         written = 0
         for report in reports:
             key = report_key(report)
@@ -159,7 +197,7 @@ class Auditor:
                 log.warning("writing %s %s/%s failed: %s", *key, exc)
                 continue
             written += 1
-            if report["results"] or key[0] == "ClusterPolicyReport":
+            if report["results"] or is_cluster_report(report):
                 self._written[key] = report
             else:
                 # An emptied namespace report was written once; stop tracking that namespace.

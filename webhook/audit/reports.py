@@ -1,8 +1,10 @@
-"""Audit findings as `wgpolicyk8s.io/v1alpha2` PolicyReports (the Policy WG's report format).
+"""Audit findings as reports: OpenReports (`openreports.io/v1alpha1`, the default) or the Policy WG's
+`wgpolicyk8s.io/v1alpha2` PolicyReports (`audit.reportFormat`; webhook/audit/formats.py).
 
-One `PolicyReport` per namespace holds the findings about its pods; one `ClusterPolicyReport` holds the
-cluster-wide ones (tenant quotas). Reports are named `kgwe-audit`, so each run replaces the last one,
-and a namespace whose findings are gone gets an empty report rather than a stale one.
+One namespaced report (`Report` or `PolicyReport`) per namespace holds the findings about its pods and
+workloads; one cluster report (`ClusterReport` or `ClusterPolicyReport`) holds the cluster-wide ones
+(tenant quotas). Reports are named `kgwe-audit`, so each run replaces the last one, and a namespace whose
+findings are gone gets an empty report rather than a stale one.
 """
 
 from __future__ import annotations
@@ -12,10 +14,8 @@ from typing import Any
 
 from policies.vocabulary.objects import ObjectView
 from webhook.audit.findings import Finding
+from webhook.audit.formats import OPENREPORTS, ReportFormat
 
-GROUP = "wgpolicyk8s.io"
-VERSION = "v1alpha2"
-API_VERSION = f"{GROUP}/{VERSION}"
 REPORT_NAME = "kgwe-audit"
 SOURCE = "kgwe"
 LABELS = {"app.kubernetes.io/managed-by": "kgwe", "app.kubernetes.io/component": "audit"}
@@ -60,27 +60,31 @@ def _summary(findings: Iterable[Finding]) -> dict[str, int]:
 
 
 def _report(
-    kind: str, namespace: str | None, findings: list[Finding], seen_at: Callable[[Finding], float]
+    fmt: ReportFormat, namespace: str | None, findings: list[Finding], seen_at: Callable[[Finding], float]
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": REPORT_NAME, "labels": dict(LABELS)}
     if namespace is not None:
         metadata["namespace"] = namespace
     ordered = sorted(findings)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": kind,
+    report: dict[str, Any] = {
+        "apiVersion": fmt.api_version,
+        "kind": fmt.cluster_kind if namespace is None else fmt.namespaced_kind,
         "metadata": metadata,
-        "summary": _summary(ordered),
-        "results": [report_result(f, seen_at(f)) for f in ordered],
     }
+    if fmt.report_source:
+        report["source"] = SOURCE
+    report["summary"] = _summary(ordered)
+    report["results"] = [report_result(f, seen_at(f)) for f in ordered]
+    return report
 
 
 def render_reports(
     findings: Iterable[Finding],
     seen_at: Callable[[Finding], float],
     namespaces: Iterable[str] = (),
+    fmt: ReportFormat = OPENREPORTS,
 ) -> list[dict[str, Any]]:
-    """A PolicyReport for every namespace with findings or listed in `namespaces`, then the ClusterPolicyReport.
+    """A namespaced report for every namespace with findings or listed in `namespaces`, then the cluster one.
 
     `seen_at(finding)` is the Unix time the finding was first seen (the result's timestamp).
     """
@@ -91,11 +95,15 @@ def render_reports(
             cluster.append(finding)
         else:
             by_namespace.setdefault(finding.namespace, []).append(finding)
-    reports = [_report("PolicyReport", ns, by_namespace[ns], seen_at) for ns in sorted(by_namespace)]
-    reports.append(_report("ClusterPolicyReport", None, cluster, seen_at))
+    reports = [_report(fmt, ns, by_namespace[ns], seen_at) for ns in sorted(by_namespace)]
+    reports.append(_report(fmt, None, cluster, seen_at))
     return reports
 
 
 def report_key(report: dict[str, Any]) -> tuple[str, str, str]:
     view = ObjectView(report)
     return view.kind, view.namespace, view.name
+
+
+def is_cluster_report(report: dict[str, Any]) -> bool:
+    return not ObjectView(report).namespace

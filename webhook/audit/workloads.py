@@ -161,11 +161,20 @@ def workload_verdicts(runtime: Runtime, model: ClusterModel | None = None) -> li
     return sorted(verdicts, key=lambda v: (v.namespace, v.kind, v.name))
 
 
+def _finding(verdict: WorkloadVerdict) -> Finding:
+    return Finding("policy", verdict.namespace, verdict.name, "kgwe-workload-admission", "validate", "high",
+                   verdict.reason, "fail", kind=verdict.kind, api_version=verdict.api_version)
+
+
 def workload_findings(runtime: Runtime, model: ClusterModel | None = None) -> list[Finding]:
     """One `policy` finding per GPU workload KGWE would refuse now, its message naming the template."""
-    return [
-        Finding("policy", v.namespace, v.name, "kgwe-workload-admission", "validate", "high", v.reason, "fail",
-                kind=v.kind, api_version=v.api_version)
-        for v in workload_verdicts(runtime, model)
-        if not v.admitted
-    ]
+    return [_finding(v) for v in workload_verdicts(runtime, model) if not v.admitted]
+
+
+def audit_workload(runtime: Runtime, workload: dict[str, Any], kinds: KindTable) -> list[Finding]:
+    """The finding of one workload of the model (the background audit judges them a slice per tick): none
+    when it is not a GPU workload of a known kind, sits in an excluded namespace, or would be admitted."""
+    if (ObjectView(workload).namespace or "default") in runtime.config.excluded_namespaces:
+        return []
+    verdict = judge_workload(runtime, workload, kinds)
+    return [_finding(verdict)] if verdict is not None and not verdict.admitted else []

@@ -7,11 +7,10 @@ import logging
 from typing import Any, Protocol
 
 from policies.vocabulary.objects import ObjectView
-from webhook.audit.reports import GROUP, VERSION, report_key
+from webhook.audit.formats import BY_API_VERSION
+from webhook.audit.reports import report_key
 
 log = logging.getLogger("kgwe.audit")
-
-PLURALS = {"PolicyReport": "policyreports", "ClusterPolicyReport": "clusterpolicyreports"}
 
 
 class ReportWriter(Protocol):
@@ -35,48 +34,53 @@ class MemoryReportWriter:
 class KubeReportWriter:
     """Writes through `kubernetes.client.CustomObjectsApi`: create, and on 409 Conflict replace.
 
-    When the PolicyReport CRDs are not installed (404), reports are skipped (logged once): the audit
-    still runs and its metric still counts.
+    The group, version and plural come from the report's own apiVersion and kind (OpenReports or
+    wgpolicyk8s, webhook/audit/formats.py). When the format's CRDs are not installed (404), its reports are
+    skipped (logged once): the audit still runs and its metric still counts.
     """
 
     def __init__(self, custom_objects_api: Any) -> None:
         self.api = custom_objects_api
-        self._missing_crds: set[str] = set()
+        self._missing_crds: set[tuple[str, str, str]] = set()
 
     def write(self, report: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
 
         kind, namespace, name = report_key(report)
-        plural = PLURALS[kind]
-        if plural in self._missing_crds:
+        fmt = BY_API_VERSION[ObjectView(report).api_version]
+        where = (fmt.group, fmt.version, fmt.plural(kind))
+        if where in self._missing_crds:
             return
         try:
-            self._create(plural, namespace, report)
+            self._create(where, namespace, report)
         except ApiException as exc:
             if exc.status == 404:
-                log.warning("%s.%s is not installed: audit reports are not written", plural, GROUP)
-                self._missing_crds.add(plural)
+                log.warning("%s.%s is not installed: audit reports are not written", where[2], where[0])
+                self._missing_crds.add(where)
                 return
             if exc.status != 409:
                 raise
-            current = self._get(plural, namespace, name)
+            current = self._get(where, namespace, name)
             body = copy.deepcopy(report)
             body["metadata"]["resourceVersion"] = ObjectView(current).resource_version or None
-            self._replace(plural, namespace, name, body)
+            self._replace(where, namespace, name, body)
 
-    def _create(self, plural: str, namespace: str, body: dict[str, Any]) -> Any:
+    def _create(self, where: tuple[str, str, str], namespace: str, body: dict[str, Any]) -> Any:
+        group, version, plural = where
         if namespace:
-            return self.api.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
-        return self.api.create_cluster_custom_object(GROUP, VERSION, plural, body)
+            return self.api.create_namespaced_custom_object(group, version, namespace, plural, body)
+        return self.api.create_cluster_custom_object(group, version, plural, body)
 
-    def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+    def _get(self, where: tuple[str, str, str], namespace: str, name: str) -> dict[str, Any]:
+        group, version, plural = where
         if namespace:
-            found = self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            found = self.api.get_namespaced_custom_object(group, version, namespace, plural, name)
         else:
-            found = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name)
+            found = self.api.get_cluster_custom_object(group, version, plural, name)
         return found if isinstance(found, dict) else {}
 
-    def _replace(self, plural: str, namespace: str, name: str, body: dict[str, Any]) -> Any:
+    def _replace(self, where: tuple[str, str, str], namespace: str, name: str, body: dict[str, Any]) -> Any:
+        group, version, plural = where
         if namespace:
-            return self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, body)
-        return self.api.replace_cluster_custom_object(GROUP, VERSION, plural, name, body)
+            return self.api.replace_namespaced_custom_object(group, version, namespace, plural, name, body)
+        return self.api.replace_cluster_custom_object(group, version, plural, name, body)

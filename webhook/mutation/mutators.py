@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.vocabulary.keys import ACCELERATOR, GPU_FRACTION, GPU_MEMORY, PROFILE, RIGHTSIZED_FROM, SHARING
-from webhook.gangs.placement import KUEUE_REQUIRED_TOPOLOGY
+from webhook.gangs.placement import KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 from webhook.intent import LABEL_GANG, OUTPUT_ANNOTATIONS
 from webhook.mutation.paths import OwnerIndex, PathPattern, pointer, tokens_of, written_paths
 
@@ -199,7 +199,13 @@ GPU_RESOURCES_MUTATOR = CREATE.register(
         pointer("spec", "initContainers") + "/*/resources",
         pointer("spec", "resourceClaims"),
     ],
-    "how containers ask for GPUs: MIG resources instead of nvidia.com/gpu, or DRA claims",
+    "how containers ask for GPUs: MIG resources instead of nvidia.com/gpu, or DRA claims; a HardwareProfile's "
+    "default counts where the pod sets none",
+)
+PROFILE_QUEUE_MUTATOR = CREATE.register(
+    "profile-queue",
+    [pointer("metadata", "labels", KUEUE_QUEUE_LABEL)],
+    "a HardwareProfile's Kueue LocalQueue, on a pod that names no queue",
 )
 MPS_ENV_MUTATOR = CREATE.register(
     "mps-env",

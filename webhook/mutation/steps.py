@@ -22,6 +22,7 @@ from webhook.mutation.mutators import (
     NODE_CONSTRAINTS_MUTATOR,
     OUTPUT_ANNOTATIONS_MUTATOR,
     OUTPUT_LABELS_MUTATOR,
+    PROFILE_QUEUE_MUTATOR,
     SCHEDULING_GATES_MUTATOR,
 )
 from webhook.mutation.pipeline import Step
@@ -32,6 +33,7 @@ from webhook.placement.constraints import (
     mapping_at,
 )
 from webhook.placement.plan import PlacementPlan
+from webhook.placement.profile_resources import KUEUE_QUEUE_LABEL, ProfileResources, apply_defaults, queue_to_add
 
 
 @dataclass
@@ -229,6 +231,26 @@ def scheduling_gates_step(names: Sequence[str]) -> Step:
             spec["schedulingGates"] = gates + missing
 
     return SCHEDULING_GATES_MUTATOR.step(step)
+
+
+def profile_steps(profile: ProfileResources) -> list[Step]:
+    """A HardwareProfile's default counts and LocalQueue (webhook/placement/profile_resources.py). They run
+    first: placement then renames the defaulted GPU like one the user wrote (MIG, DRA)."""
+    steps: list[Step] = []
+    if any(bound.default is not None for bound in profile.bounds):
+        # The defaults are how containers ask for GPUs (and cpu, memory): gpu-resources' paths.
+        steps.append(GPU_RESOURCES_MUTATOR.step(lambda pod: apply_defaults(pod, profile)))
+    if profile.queue is not None:
+        def queue(pod: dict[str, Any]) -> None:
+            name = queue_to_add(pod, profile)
+            if name is not None:
+                labels = pod.setdefault("metadata", {}).get("labels")
+                if not isinstance(labels, dict):
+                    labels = pod["metadata"]["labels"] = {}
+                labels[KUEUE_QUEUE_LABEL] = name
+
+        steps.append(PROFILE_QUEUE_MUTATOR.step(queue))
+    return steps
 
 
 def decision_document(plan: PlacementPlan, stale_nodes: int, policy_name: str | None) -> str:

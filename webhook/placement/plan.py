@@ -22,7 +22,18 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.gangs.placement import KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 from webhook.intent import PodIntent
-from webhook.placement import asked, candidates, capacity, costing, gang, mig, nvlink, selection, sharing
+from webhook.placement import (
+    asked,
+    candidates,
+    capacity,
+    costing,
+    gang,
+    mig,
+    nvlink,
+    profile_resources,
+    selection,
+    sharing,
+)
 from webhook.placement.context import Decision, PlacementPlan, PlanContext, PlanStep, describe_cluster
 from webhook.placement.dra import dra_claims
 
@@ -42,6 +53,7 @@ __all__ = [
 # the pod asks for what it decides and otherwise passes the context on unchanged.
 PLAN_STEPS: tuple[tuple[str, PlanStep], ...] = (
     ("profile", asked.resolve_profile),  # the named HardwareProfile exists
+    ("profile-resources", profile_resources.within_bounds),  # the profile's min..max per resource
     ("asked-types", asked.asked_types),  # types from intent, profile, policy decision
     ("asked-sharing", asked.asked_sharing),  # sharing, MIG profile, fraction, topology, gang
     ("hami", asked.hami_defers),  # HAMi pods: sharing left to HAMi

@@ -36,7 +36,8 @@ DESCRIPTIONS = {
     "profiles": "Hardware profiles with availability and price. With --from-nodes, propose a HardwareProfile "
                 "manifest for the selected nodes instead.",
     "audit": "Check the existing GPU pods against the current policies, quotas and placement rules, and report "
-             "the violations (as a table, JSON, or wgpolicyk8s.io PolicyReports with -o yaml).",
+             "the violations (as a table, JSON, or with -o yaml the reports audit.reportFormat names: OpenReports "
+             "Report and ClusterReport, or wgpolicyk8s.io PolicyReports).",
     "gangs": "Gangs (kgwe.io/gang with kgwe.io/gang-size): size, members present, bound and gated, the NVLink room "
              "KGWE chose, and why a gang waits. In a cluster the records come from the GangLedger kgwe-gangs; with "
              "--cluster DIR from the state file of `kgwe serve --cluster` (--state).",
@@ -58,7 +59,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
                         help="kubeconfig for the API (default: in-cluster service account)")
     parser.add_argument("-o", "--output", choices=["table", *FORMATS], default="table",
                         help="output format (default table)"
-                        + ("; -o yaml: wgpolicyk8s.io PolicyReports" if command == "audit" else ""))
+                        + ("; -o yaml: reports in audit.reportFormat (openreports or wgpolicyk8s)"
+                           if command == "audit" else ""))
     if command == "profiles":
         parser.add_argument("--from-nodes", metavar="SELECTOR",
                             help="propose a profile for these nodes: names (a,b) or a label selector "
@@ -236,6 +238,7 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
     import time
 
     from webhook.audit import ApiPodReader, audit_cluster, render_reports
+    from webhook.audit.formats import report_format
 
     # From the API the model's pods are slimmed; policies are judged on the whole pod.
     reader = ApiPodReader(cluster.api_client) if cluster.api_client is not None else None
@@ -246,7 +249,9 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
         return _json({"findings": [f.as_dict() for f in findings]}), status
     if args.output == "yaml":
         now = time.time()
-        return yaml.safe_dump_all(render_reports(findings, lambda _f: now), sort_keys=False).rstrip(), status
+        # The format the background audit writes (audit.reportFormat): what a consumer of the cluster reads.
+        fmt = report_format(cluster.runtime.config.audit.report_format)
+        return yaml.safe_dump_all(render_reports(findings, lambda _f: now, (), fmt), sort_keys=False).rstrip(), status
     if not findings:
         return "No violations found.", status
     rows = [
