@@ -44,7 +44,6 @@ from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
 from webhook.quotas.admission import queue_answer, quota_problems
 from webhook.quotas.gate import deferred_to_kueue
-from webhook.spend.metrics import export as export_budgets
 from webhook.spend.service import BudgetBook, SpendService
 from webhook.workloads.admission import WorkloadAwareAdmission
 
@@ -89,7 +88,6 @@ class Runtime:
     def __post_init__(self) -> None:
         self.admission = WorkloadAwareAdmission(self)
         self.budgets = BudgetBook(SpendService(lambda: self.config, self.store.snapshot), lambda: self.config)
-        self.budgets.on_refresh.append(export_budgets)
 
     def set_config(self, config: Config) -> None:
         self.config = config

@@ -107,6 +107,13 @@ class BudgetState:
                 f"{self.month_end}) is {percent(self.ratio)} of the monthly budget {cents(self.spec.monthly)} {c}")
 
 
+    def short(self) -> str:
+        """The figures in a warning's 120 characters: `team-a projects 720.00 of 800.00 USD (90%; spent 508.50,
+        4.50/h)`."""
+        return (f"{self.tenant} projects {cents(self.projected)} of {cents(self.spec.monthly)} {self.currency} "
+                f"({percent(self.ratio)}; spent {cents(self.spent)}, {cents(self.hourly)}/h)")
+
+
 def cents(value: Decimal) -> str:
     return f"{value.quantize(CENT, rounding=ROUND_HALF_UP):f}"
 
@@ -128,13 +135,15 @@ class BudgetVerdict:
 def judge(state: BudgetState | None) -> BudgetVerdict:
     if state is None or state.level == "ok":
         return BudgetVerdict("allow", None, None)
-    text = state.message()
+    # Warnings are cut at 120 characters by the API server's rules: the short figures; refusals and the
+    # waiting pods' conditions carry the whole computation.
+    text, short = state.message(), state.short()
     if state.level == "warn":
-        return BudgetVerdict("allow", f"budget warning: {text}", None)
+        return BudgetVerdict("allow", f"budget warning: {short}", None)
     action = state.spec.action
     if action == "Deny":
         return BudgetVerdict("deny", None, f"budget exceeded: {text}; new GPU pods are refused (budget.action: Deny)")
     if action == "Queue":
-        reason = f"budget exceeded: {text}; new GPU pods wait (budget.action: Queue)"
-        return BudgetVerdict("queue", reason, reason)
-    return BudgetVerdict("allow", f"budget exceeded: {text}", None)
+        return BudgetVerdict("queue", f"budget exceeded: {short}; new GPU pods wait",
+                             f"budget exceeded: {text}; new GPU pods wait (budget.action: Queue)")
+    return BudgetVerdict("allow", f"budget exceeded: {short}", None)

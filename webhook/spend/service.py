@@ -25,6 +25,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.spend.history import idle_usage, prometheus_buckets, prometheus_spend
 from webhook.spend.ledger import PodSpend, bucket_spend, by_tenant, directory_spend
+from webhook.spend.metrics import export
 from webhook.spend.rates import PodRate, current_hourly, pod_rates
 from webhook.spend.report import WindowCosts, build_window_costs
 from webhook.spend.window import Window, month_of, parse_window, stamp
@@ -208,6 +209,7 @@ class BudgetBook:
             return self._states
         with self._lock:
             self._states, self._at, self.last_error = states, self._clock(), None
+        export(states)
         for listener in self.on_refresh:
             listener(states)
         return states
