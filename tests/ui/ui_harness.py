@@ -127,8 +127,10 @@ def kgwe_serve(workdir: Path, cluster: Path = EXAMPLE_CLUSTER, *extra_args: str)
         "--host", "127.0.0.1", "--port", str(port),
         "--tls-cert-file", str(paths.tls_cert), "--tls-private-key-file", str(paths.tls_key), *extra_args,
     ]
+    # The code of this checkout, even when the venv's `kgwe` script was installed (editable) from another one.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with log_file.open("wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = KgweServer(f"https://127.0.0.1:{port}", paths.ca_cert, process, log_file)
     try:
         _wait_ready(server)
