@@ -105,8 +105,10 @@ def pod_rate(raw: dict[str, Any], model: ClusterModel, config: Config,
     candidates = [t for t in notes.get(keys.ACCELERATOR_TYPE, "").split(",") if t]
     type_id = typed.accelerator_type if typed is not None else (candidates[0] if candidates else "unknown")
     stated = parse_hourly_cost(notes.get(keys.HOURLY_COST))
-    computed = pod_hourly_cost(view, typed, type_id, model, config) if type_id != "unknown" else None
-    hourly = stated if stated is not None else computed
+    if stated is not None:
+        hourly: Decimal | None = stated  # what it was charged
+    else:
+        hourly = pod_hourly_cost(view, typed, type_id, model, config) if type_id != "unknown" else None
     equivalents = pod_gpu_equivalents(view, typed, type_id, model) if type_id != "unknown" else ZERO
     share, devices = pod_share(view, typed, model)
     price = price_per_gpu_hour(view, type_id, model, config) if type_id != "unknown" else None

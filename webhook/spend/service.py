@@ -191,9 +191,10 @@ class BudgetBook:
         fresh = self._at is not None and self._clock() - self._at < config.costs.cache_seconds
         if fresh:
             return self._states
-        if self.service.source(config) == "directory":
-            self.refresh()
+        if self._at is None:
+            self.refresh()  # the first answer: there is nothing older to serve meanwhile
         else:
+            # Admission runs on the event loop: a refresh (Prometheus, or every pod of the snapshot) never does.
             self._refresh_in_background()
         return self._states
 
