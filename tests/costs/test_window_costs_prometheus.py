@@ -3,6 +3,9 @@ skipped), loaded with the cost series KGWE's exporter writes for the test cluste
 one sample a minute while each pod held its GPUs, and DCGM series for two pods: the same figures as the
 hand computation, to the cent, plus idle cost where usage is known.
 
+For the first three hours of train-0 a second replica exported it too (a leader change), with another node
+label (as before a rebinding): one pod, charged once.
+
 Backfilled series carry no staleness markers, which end a scraped series at the scrape after its pod
 went; `--query.lookback-delta=59s` (under the sample spacing) ends them at their last sample instead.
 """
@@ -66,10 +69,17 @@ def recorded(directory: Path, config_file: Path) -> str:
         stop = end if end is not None else NOW
         moment = start
         while moment < stop:
+            twice = pod["metadata"]["name"] == "train-0" and moment < start + 3 * 3600
             for key, values in series.items():
                 for name, field in FAMILIES:
                     value = getattr(values, field)
-                    lines[name].append(f"{name}{{{_labels(SERIES_LABELS, key)}}} {float(value)!r} {moment:.0f}")
+                    lines[name].append(f'{name}{{{_labels(SERIES_LABELS, key)},instance="a"}} {float(value)!r} '
+                                       f"{moment:.0f}")
+                    if twice:
+                        other = tuple("h100-b" if label == "node" else v for label, v in zip(SERIES_LABELS, key,
+                                                                                               strict=True))
+                        lines[name].append(f'{name}{{{_labels(SERIES_LABELS, other)},instance="b"}} '
+                                           f"{float(value)!r} {moment:.0f}")
             activity = ACTIVITY.get(pod["metadata"]["name"])
             if activity is not None:
                 labels = (f'gpu="0",UUID="GPU-{pod["metadata"]["name"]}",modelName="NVIDIA A100",Hostname="n",'
