@@ -62,6 +62,11 @@ def test_directory_mode_matches_the_hand_computation_to_the_cent(service: SpendS
     assert runs[("Job", "train")].complete
     workloads = {(r.namespace, r.kind, r.name): r.cost for r in doc.workloads}
     assert {k: workloads[k] for k in EXPECTED_WORKLOADS} == EXPECTED_WORKLOADS
+    pods = {(r.namespace, r.pod): r for r in doc.pod_costs}
+    assert pods[("team-a", "train-1")].cost == "9.00" and pods[("team-a", "train-1")].kind == "Job"
+    assert pods[("inference", "nb-mig")].share == "mig" and pods[("inference", "nb-mig")].savings == "16.00"
+    assert pods[("team-b", "dra-0")].share == "dra" and pods[("inference", "ts-0")].finished is None
+    assert ("team-a", "waiting") not in pods  # never bound: no cost
     # No Prometheus: what the GPUs did is not known.
     assert doc.totals.idle_cost == "unknown"
     assert doc.totals.idle_unknown_cost == EXPECTED_TOTAL
@@ -90,6 +95,8 @@ def test_cli_window_as_table_json_yaml_and_csv(cluster: tuple[Path, Path], capsy
     assert main(base) == 0
     table = capsys.readouterr().out
     assert "team-a" in table and "454.50" in table and "Job/train" in table and "487.08 USD" in table
+    assert main([*base, "--pods"]) == 0
+    assert "ft-worker-0" in capsys.readouterr().out
 
     assert main([*base, "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -106,6 +113,7 @@ def test_cli_window_as_table_json_yaml_and_csv(cluster: tuple[Path, Path], capsy
     runs = {(r["kind"], r["name"]): r["cost"] for r in rows if r["level"] == "run"}
     assert runs == EXPECTED_RUNS
     assert [r["cost"] for r in rows if r["level"] == "total"] == [EXPECTED_TOTAL]
+    assert {r["name"]: r["cost"] for r in rows if r["level"] == "pod"}["mps-1"] == "0.03"
     assert {r["from"] for r in rows} == {stamp(NOW - 48 * 3600)}
 
 

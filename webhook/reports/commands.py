@@ -87,7 +87,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
                             help="the end of the history read, RFC 3339 or unix seconds (default now; for "
                                  "recorded traces)")
     if command == "costs":
-        parser.add_argument("--pods", action="store_true", help="list every pod's hourly cost too")
+        parser.add_argument("--pods", action="store_true",
+                            help="list every pod's hourly cost too (with --window: what each pod spent)")
         parser.add_argument("--window", metavar="DURATION",
                             help="costs over this window ending now: 30d, 12h, 2w, 90m (default: the rate now)")
         parser.add_argument("--prometheus", metavar="URL",
@@ -328,10 +329,10 @@ def _window_costs(args: argparse.Namespace, runtime: Runtime) -> str:
         return yaml.safe_dump({"currency": runtime.config.pricing.currency, **data}, sort_keys=False).rstrip()
     if args.output == "csv":
         return _csv(csv_rows(doc))
-    return _window_table(doc, runtime.config.pricing.currency)
+    return _window_table(doc, runtime.config.pricing.currency, args.pods)
 
 
-def _window_table(doc: Any, currency: str) -> str:
+def _window_table(doc: Any, currency: str, show_pods: bool = False) -> str:
     window = doc.window
     money = ["GPU-HOURS", currency, f"IDLE {currency}", f"SAVED {currency}"]
 
@@ -357,6 +358,13 @@ def _window_table(doc: Any, currency: str) -> str:
             [[f"{r.kind}/{r.name}" + ("" if r.complete else " (part)"), r.namespace, r.started or "-", r.finished,
               r.pods, r.gpu_hours, r.cost] for r in finished],
             right=["PODS", "GPU-HOURS", currency]))
+    if show_pods and doc.pod_costs:
+        parts.append(format_table(
+            ["POD", "NAMESPACE", "WORKLOAD", "SHARE", "STARTED", "FINISHED", "GPU-HOURS", currency,
+             f"SAVED {currency}"],
+            [[r.pod, r.namespace, f"{r.kind}/{r.name}", r.share, r.started or "-", r.finished or "running", r.gpu_hours,
+              r.cost, r.savings] for r in doc.pod_costs],
+            right=["GPU-HOURS", currency, f"SAVED {currency}"]))
     totals = doc.totals
     parts.append(f"Total: {totals.cost} {currency}, {totals.gpu_hours} GPU-hours, idle {totals.idle_cost}, "
                  f"saved by shares {totals.savings}")

@@ -57,6 +57,14 @@ class RunRow(CostRow):
     complete: bool  # every pod of it ran inside the window (else the cost is the window's part)
 
 
+class PodRow(CostRow):
+    pod: str
+    share: str  # whole | mig | mps | time-slicing | dra
+    accelerator_type: str = Field(alias="acceleratorType")
+    started: str | None
+    finished: str | None  # None: still running at the window's end
+
+
 class TenantSeries(_Doc):
     tenant: str
     costs: list[str]
@@ -116,6 +124,7 @@ class WindowCosts(_Doc):
     namespaces: list[CostRow]
     workloads: list[CostRow]
     runs: list[RunRow]
+    pod_costs: list[PodRow] = Field(alias="podCosts")  # every pod that ran in the window, costliest first
     spend_over_time: SpendOverTime = Field(alias="spendOverTime")
     month: MonthInfo
     rounding: str = ("amounts are summed exactly and rounded half-up to the cent once per figure; rows may "
@@ -203,6 +212,22 @@ def build_window_costs(
             "complete": first is not None and first >= window.start and finished is not None,
         }))
     runs.sort(key=lambda r: (-Decimal(r.cost), r.namespace or "", r.kind or "", r.name or ""))
+    by_pod: dict[tuple[str, str, str], list[PodSpend]] = {}
+    for spend in spends:
+        by_pod.setdefault((spend.namespace, spend.pod, spend.tenant), []).append(spend)
+    pod_rows = []
+    for pod_key, summed in _by_cost(_group(spends, lambda p: (p.namespace, p.pod, p.tenant))):
+        members = by_pod[(pod_key[0], pod_key[1], pod_key[2])]
+        head = members[0]
+        pod_starts = [m.start for m in members if m.start is not None]
+        pod_ends = [m.end for m in members]
+        end = None if any(e is None for e in pod_ends) else max(e for e in pod_ends if e is not None)
+        pod_rows.append(PodRow.model_validate({
+            "tenant": pod_key[2], "namespace": pod_key[0], "pod": pod_key[1], "kind": head.workload.kind,
+            "name": head.workload.name, "share": head.share, "acceleratorType": head.type_id, **summed.fields(),
+            "started": stamp(min(pod_starts)) if pod_starts else None,
+            "finished": stamp(end) if end is not None else None,
+        }))
     edges = window.buckets()
     series = SpendOverTime(
         bucketSeconds=window.bucket_seconds, buckets=[stamp(start) for start, _end in edges],
@@ -237,7 +262,8 @@ def build_window_costs(
             "idleShare": f"{(total.idle / known_cost).quantize(Decimal('0.0001'), ROUND_HALF_UP):f}"
             if total.idle_known and known_cost > 0 else None,
         }),
-        tenants=tenants, namespaces=namespaces, workloads=workloads, runs=runs, spendOverTime=series,
+        tenants=tenants, namespaces=namespaces, workloads=workloads, runs=runs, podCosts=pod_rows,
+        spendOverTime=series,
         month=MonthInfo.model_validate({
             "from": stamp(month_start), "to": stamp(month_end), "spent": amount(all_spent),
             "hourlyRate": amount(all_rate), "projected": amount(all_spent + all_rate * hours_left),
@@ -276,12 +302,17 @@ def csv_rows(doc: WindowCosts) -> list[list[str]]:
               "idleUnknownCost", "savings", "started", "finished", "from", "to"]
     rows = [header]
     span = [doc.window.start, doc.window.end]
-    for level, items in (("tenant", doc.tenants), ("namespace", doc.namespaces), ("workload", doc.workloads),
-                         ("run", doc.runs)):
+    levels: tuple[tuple[str, list[CostRow]], ...] = (
+        ("tenant", list(doc.tenants)), ("namespace", list(doc.namespaces)), ("workload", list(doc.workloads)),
+        ("run", list(doc.runs)), ("pod", list(doc.pod_costs)))
+    for level, items in levels:
         for row in items:
             started = getattr(row, "started", None) or ""
             finished = getattr(row, "finished", None) or ""
-            rows.append([level, row.tenant, row.namespace or "", row.kind or "", row.name or "", str(row.pods),
+            # A pod's row names the pod; its workload is in kind and name.
+            name = row.pod if isinstance(row, PodRow) else row.name or ""
+            kind = f"{row.kind}/{row.name}" if isinstance(row, PodRow) else row.kind or ""
+            rows.append([level, row.tenant, row.namespace or "", kind, name, str(row.pods),
                          row.gpu_hours, row.cost, row.idle_cost, row.idle_unknown_cost, row.savings,
                          started, finished, *span])
     rows.append(["total", "", "", "", "", str(doc.totals.pods), doc.totals.gpu_hours, doc.totals.cost,
