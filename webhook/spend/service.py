@@ -7,7 +7,8 @@ only as long as they are kept (a YAML directory keeps them; an API server's garb
 The current hourly rate always comes from the pods running now. Answers are kept `costs.cacheSeconds`.
 
 Budget states for admission (`BudgetBook`) never wait for Prometheus: they are the last figures read, and
-a read older than the cache starts a refresh on a thread of its own.
+a read older than the cache starts a refresh on a thread of its own (until the first answers, no budget
+is judged; in directory mode the first is computed at once, from memory).
 """
 
 from __future__ import annotations
@@ -191,8 +192,8 @@ class BudgetBook:
         fresh = self._at is not None and self._clock() - self._at < config.costs.cache_seconds
         if fresh:
             return self._states
-        if self._at is None:
-            self.refresh()  # the first answer: there is nothing older to serve meanwhile
+        if self._at is None and self.service.source(config) == "directory":
+            self.refresh()  # the first answer, from memory: there is nothing older to serve meanwhile
         else:
             # Admission runs on the event loop: a refresh (Prometheus, or every pod of the snapshot) never does.
             self._refresh_in_background()
