@@ -35,7 +35,7 @@ from webhook.cluster.kube_json import KubeJson
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
-from webhook.spend.rates import pod_rate
+from webhook.spend.rates import pod_rate, tenant_resolver
 
 log = logging.getLogger("kgwe.controllers.bound_pods")
 
@@ -130,8 +130,9 @@ def cost_series(pods: Iterable[dict[str, Any]], model: ClusterModel, config: Con
     OpenCost labels its allocations (namespace, pod, container, node) plus tenant, type, share kind, workload
     and run. A pod's containers split its cost by the GPUs each asks (webhook/spend/rates.py)."""
     out: dict[SeriesKey, SeriesValues] = {}
+    tenant_of = tenant_resolver(model)
     for pod in pods:
-        rate = pod_rate(pod, model, config)
+        rate = pod_rate(pod, model, config, tenant_of)
         if rate is None or rate.finished or rate.hourly is None:
             continue
         parts = rate.containers or (("", Decimal(1)),)

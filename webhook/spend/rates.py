@@ -74,8 +74,8 @@ class PodRate:
         return max(0.0, min(stop, end) - max(self.start, start))
 
 
-def pod_rates(model: ClusterModel, config: Config) -> Iterator[PodRate]:
-    """A rate for every GPU pod bound to a node (running or finished) in the snapshot."""
+def tenant_resolver(model: ClusterModel) -> Callable[[str], str]:
+    """The tenant of a namespace for pods without `kgwe.io/tenant` (as the inventory resolves it), remembered."""
     tenants: dict[str, str] = {}
     quotas = list(model.tenant_quotas.values())
 
@@ -85,6 +85,12 @@ def pod_rates(model: ClusterModel, config: Config) -> Iterator[PodRate]:
             found = tenants[namespace] = resolve_tenant(namespace, model.namespace_labels(namespace), [], quotas)[0]
         return found
 
+    return tenant_of
+
+
+def pod_rates(model: ClusterModel, config: Config) -> Iterator[PodRate]:
+    """A rate for every GPU pod bound to a node (running or finished) in the snapshot."""
+    tenant_of = tenant_resolver(model)
     for raw in model.pods.values():
         rate = pod_rate(raw, model, config, tenant_of)
         if rate is not None:
