@@ -204,8 +204,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def prometheus_with(text: str, workdir: Path | None = None) -> Iterator[str]:
-    """A real Prometheus serving the OpenMetrics `text`; yields its base URL and stops it after."""
+def prometheus_with(text: str, workdir: Path | None = None, flags: tuple[str, ...] = ()) -> Iterator[str]:
+    """A real Prometheus serving the OpenMetrics `text`; yields its base URL and stops it after. `flags` are
+    added to its command line (e.g. `--query.lookback-delta=59s`)."""
     prometheus, promtool = ensure_prometheus()
     with tempfile.TemporaryDirectory(prefix="kgwe-prom-", dir=workdir) as tmp:
         root = Path(tmp)
@@ -220,7 +221,7 @@ def prometheus_with(text: str, workdir: Path | None = None) -> Iterator[str]:
         log = (root / "prometheus.log").open("wb")
         process = subprocess.Popen(
             [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}",
-             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
+             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d", *flags],
             stdout=log, stderr=subprocess.STDOUT,
         )
         try:

@@ -362,6 +362,28 @@ class Rightsizing(_Section):
         return parse_duration(self.idle_for)
 
 
+class Costs(_Section):
+    """Costs over time and budgets (SPEC section 12, docs/costs.md)."""
+
+    # The grid on which cost series are integrated in Prometheus (`sum_over_time(x[W:step])`): each point
+    # stands for one step of time. Shorter is finer and costs Prometheus more points per series.
+    step: str = "1m"
+    # The API, the pages and budgets keep a computed answer this long before reading again.
+    cache_seconds: float = Field(default=60.0, ge=0, alias="cacheSeconds")
+    # Read history from `usage.prometheus.url` when it is set (KGWE's own cost series); `directory`: always
+    # compute from the pods the cluster model holds (their start and finish times).
+    source: Literal["auto", "directory"] = "auto"
+
+    @field_validator("step", mode="before")
+    @classmethod
+    def _durations(cls, value: object) -> object:
+        return _duration_text(value)
+
+    @property
+    def step_seconds(self) -> float:
+        return parse_duration(self.step)
+
+
 class Config(_Section):
     mode: Literal["enforce", "audit"] = "enforce"
     pricing: Pricing = Field(default_factory=Pricing)
@@ -390,6 +412,8 @@ class Config(_Section):
     # GPU usage from Prometheus, and the recommendations and idle GPUs worked out from it (SPEC section 11).
     usage: Usage = Field(default_factory=Usage)
     rightsizing: Rightsizing = Field(default_factory=Rightsizing)
+    # Costs over time and budgets (SPEC section 12).
+    costs: Costs = Field(default_factory=Costs)
 
     @field_validator("mode", mode="before")
     @classmethod

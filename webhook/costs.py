@@ -16,7 +16,7 @@ from dataclasses import replace
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
-from policies.gpu_demand import GpuDemand, gpu_equivalents, pod_gpu_demand
+from policies.gpu_demand import GpuDemand, dra_rendered, gpu_equivalents, pod_gpu_demand
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
@@ -125,6 +125,28 @@ def pod_gpu_equivalents(
     if sharing == "mps" and fraction is None and profile is not None:
         fraction = _fraction(((profile.get("spec") or {}).get("sharing") or {}).get("gpuFraction"))
     return gpu_equivalents(demand, sharing, fraction, replicas)
+
+
+def pod_share(
+    pod: PodView | Mapping[str, Any], node_facts: NodeFacts | None, model: ClusterModel
+) -> tuple[str, int]:
+    """How the pod holds its GPUs, and how many devices: `whole` (exclusive GPUs), `mig` (slices), `mps`
+    (shares), `time-slicing` (replicas), `dra` (devices of ResourceClaims KGWE wrote). The devices are what a
+    whole-GPU allocation would need instead: one GPU per slice, share or replica (the savings of sharing)."""
+    view = pod_view(pod)
+    raw = pod_gpu_demand(view)
+    demand = charged_demand(view, raw)
+    if node_facts is not None:
+        demand = _on_node(demand, node_facts)
+    devices = demand.whole_gpus + sum(demand.mig.values())
+    if demand.mig:
+        return "mig", devices
+    sharing = node_facts.sharing if node_facts is not None else ""
+    if sharing in ("mps", "time-slicing"):
+        return sharing, devices
+    if dra_rendered(view):
+        return "dra", devices
+    return "whole", devices
 
 
 def pod_hourly_cost(

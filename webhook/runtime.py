@@ -19,6 +19,7 @@ from prometheus_client import Counter
 from policies.api import PolicyContext, Violation, WouldBlock
 from policies.gpu_demand import GpuDemand
 from policies.metrics import record_refusal as _record_refusal
+from policies.quota.budget import BudgetVerdict, judge
 from policies.quota.model import QuotaLimit, quota_limits
 from policies.rbac.evaluator import Authorizer, RbacEvaluator, Resource, refusal_message
 from policies.runtime import PolicyRuntime
@@ -43,6 +44,7 @@ from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
 from webhook.quotas.admission import queue_answer, quota_problems
 from webhook.quotas.gate import deferred_to_kueue
+from webhook.spend.service import BudgetBook, SpendService
 from webhook.usage.refresher import UsageRefresher
 from webhook.usage.table import UsageTable
 from webhook.workloads.admission import WorkloadAwareAdmission
@@ -84,9 +86,12 @@ class Runtime:
     decision_events: Any | None = None  # in a cluster: webhook.server.pod_events.DecisionEvents
     # The usage table's background refresh (webhook/usage/refresher.py); None: no usage at admission.
     usage: UsageRefresher | None = None
+    # Budget states (SPEC section 12): what admission and the quota controller judge new GPU pods by.
+    budgets: BudgetBook = field(init=False)
 
     def __post_init__(self) -> None:
         self.admission = WorkloadAwareAdmission(self)
+        self.budgets = BudgetBook(SpendService(lambda: self.config, self.store.snapshot), lambda: self.config)
 
     def set_config(self, config: Config) -> None:
         self.config = config
@@ -298,6 +303,19 @@ class Runtime:
         if answer is None or not answer.startswith("would wait"):
             return []
         return [f"KGWE: this pod {answer}; it starts by itself when quota frees (docs/quotas.md)"]
+
+    def budget_verdict(self, request: AdmissionRequest, facts: Facts) -> BudgetVerdict:
+        """What the tenant's budget says of a new GPU pod (policies/quota/budget.py): `Queue` holds it behind
+        the quota gate only where the gate applies; elsewhere (Kueue's namespaces) it is a warning."""
+        if request.template or request.operation != "CREATE" or not facts.plan.gpu_pod:
+            return BudgetVerdict("allow", None, None)
+        tenancy = self._tenancy_of(request, facts.model)
+        if not tenancy.quotas:
+            return BudgetVerdict("allow", None, None)
+        verdict = judge(self.budgets.states().get(tenancy.tenant))
+        if verdict.effect == "queue" and self._quota_applies(request, facts.model) is None:
+            return BudgetVerdict("allow", verdict.warning, None)
+        return verdict
 
     # -- GPUs through the pod's own ResourceClaims --------------------------------------------
     @property

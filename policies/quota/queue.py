@@ -198,19 +198,25 @@ def plan_queue(
     *,
     order: Order = "BestEffortFIFO",
     has_capacity: Callable[[Waiter, str], bool] = lambda _w, _t: True,
+    hold: str | None = None,
 ) -> TenantQueue:
     """Which of the tenant's waiters may start now and which wait (with why and their place in line).
 
     `released`: the tenant's pods that hold quota now (not terminal, not gated). A waiter is released on the
     first type in its order that the quota holds and that `has_capacity` says has room now; failing that, on
     the first type the quota holds (the scheduler queues it until room frees: it must not wait here for ever
-    on a guess about capacity).
+    on a guess about capacity). `hold`: a reason every waiter of the tenant waits for, whatever its quota
+    (a budget passed with `action: Queue`, policies/quota/budget.py), in order.
     """
     ledger = Ledger(limits)
     for charge in released:
         ledger.charge(charge)
     queue = TenantQueue(tenant)
     blocked = False
+    if hold is not None:
+        for position, waiter in enumerate(sorted(waiters, key=lambda w: w.order), start=1):
+            queue.waits.append(Wait(waiter, hold, position))
+        return queue
     for waiter in sorted(waiters, key=lambda w: w.order):
         chosen: str | None = None
         found = False

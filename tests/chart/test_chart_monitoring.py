@@ -35,6 +35,11 @@ def _defined_metrics() -> dict[str, set[str]]:
                     (k.value for k in node.keywords if k.arg == "labelnames"), None)
                 labels = {e.value for e in getattr(labels_node, "elts", []) if isinstance(e, ast.Constant)}
                 metrics[node.args[0].value] = {str(label) for label in labels}
+    # Families of custom collectors (the per-pod cost series): their labels are the collector's.
+    from webhook.controllers.bound_pods import SERIES_LABELS
+
+    for name in ("kgwe_pod_hourly_cost", "kgwe_pod_gpu_allocation", "kgwe_pod_whole_gpu_hourly_cost"):
+        metrics[name] = set(SERIES_LABELS)
     return metrics
 
 
@@ -46,7 +51,7 @@ def _expressions(rendered: Rendered) -> Iterator[tuple[str, str]]:
     rule = rendered.one("PrometheusRule")
     for group in rule["spec"]["groups"]:
         for item in group["rules"]:
-            yield item["alert"], item["expr"]
+            yield item.get("alert") or item["record"], item["expr"]
     dashboard = json.loads(rendered.one("ConfigMap", "kgwe-dashboard")["data"]["kgwe.json"])
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
@@ -96,6 +101,9 @@ def test_rules_cover_the_outage_stories(rendered_scenarios: dict[str, Rendered])
     assert "kgwe_topology_age_seconds" in alerts["KGWENodeTopologyStale"]
     assert "kgwe_quota_used" in alerts["KGWETenantQuotaNearLimit"]
     assert "KGWEMutationsFailingOpen" in alerts
+    assert "kgwe_budget_exceeded" in alerts["KGWEBudgetExceeded"]
+    records = {name for name, _expr in _expressions(rendered_scenarios["monitoring"]) if ":" in name}
+    assert {"tenant:kgwe_pod_hourly_cost:sum", "namespace_tenant:kgwe_pod_hourly_cost:sum"} <= records
 
 
 def test_servicemonitor_scrapes_the_webhook_service_over_its_own_tls(rendered_scenarios: dict[str, Rendered]) -> None:
@@ -123,3 +131,21 @@ def test_dashboard_is_valid_json_for_the_grafana_sidecar(rendered_scenarios: dic
     dashboard = json.loads(config_map["data"]["kgwe.json"])
     assert dashboard["uid"] == "kgwe-overview"
     assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+def test_rules_pass_promtool(rendered_scenarios: dict[str, Rendered], tmp_path: Any) -> None:
+    """Prometheus' own checker accepts every rule group (recording rules and alerts)."""
+    import subprocess
+
+    import yaml
+    from usage_traces import PrometheusMissing, ensure_prometheus
+
+    try:
+        _prometheus, promtool = ensure_prometheus()
+    except PrometheusMissing as exc:
+        pytest.skip(str(exc))
+    rules = tmp_path / "rules.yaml"
+    groups = rendered_scenarios["monitoring"].one("PrometheusRule")["spec"]["groups"]
+    rules.write_text(yaml.safe_dump({"groups": groups}))
+    checked = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -167,15 +167,16 @@ def test_a_patch_is_sent_once_per_pod_version(store, controller):
     assert len(recorder.calls) == sent
 
 
-def test_gauge_sums_running_and_pending_pods_and_prunes(store, controller, registry):
+def test_gauge_sums_pods_bound_to_nodes_and_prunes(store, controller, registry):
     ctl, _recorder = controller
     store.upsert(TRAINER)
     store.upsert(bound_pod("waiting", None, {"nvidia.com/gpu": "1"}, {
         "kgwe.io/accelerator-type": "nvidia-h100-80gb", "kgwe.io/hourly-cost": "4.5", "kgwe.io/tenant": "team-a"},
         phase="Pending"))
     ctl.reconcile_once()
-    # train-llm-0 (18) + trainer as patched (9) + waiting (4.5); batch-done has finished.
-    assert gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") == pytest.approx(31.5)
+    # train-llm-0 (18) + trainer as patched (9); `waiting` holds no GPU yet (a cost series is spend, and a pod
+    # behind a gate spends nothing); batch-done has finished.
+    assert gauge(registry, "team-a", "team-a", "nvidia-h100-80gb") == pytest.approx(27.0)
     assert gauge(registry, "inference", "inference", "nvidia-a100-80gb") == pytest.approx(0.4)
 
     for name in ("train-llm-0", "trainer", "waiting"):

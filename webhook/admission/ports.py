@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from policies.api import PlacementDecision, PolicyContext, Violation
 from policies.gpu_demand import GpuDemand
+from policies.quota.budget import BudgetVerdict
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, ClusterStore
@@ -111,6 +112,11 @@ class QuotaGate(Protocol):
 
     def quota_warnings(self, request: AdmissionRequest, facts: Facts) -> list[str]:
         """Why an admitted pod will wait for its tenant's quota (shown to whoever creates it), if it will."""
+        ...
+
+    def budget_verdict(self, request: AdmissionRequest, facts: Facts) -> BudgetVerdict:
+        """What the tenant's budget says of a new GPU pod: allow (maybe with a warning), deny or queue (memory
+        only: the last budget states read, never a wait for Prometheus)."""
         ...
 
 

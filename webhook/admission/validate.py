@@ -175,6 +175,11 @@ class Validation(FactGathering):
                 problems.extend(placement)
         if not problems and not request.template:
             warnings.extend(self.runtime.quota_warnings(request, facts))
+            budget = self.runtime.budget_verdict(request, facts)
+            if budget.effect == "deny" and budget.reason:
+                problems.append(("budget", budget.reason))
+            elif budget.warning:
+                warnings.append(f"KGWE: {budget.warning}")
         pending = PendingVerdict(request, problems, warnings, audit)
         if not request.template:
             claims = own_dra_asks(request.pod, facts.plan.dra, facts.model.device_classes)

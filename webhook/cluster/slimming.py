@@ -5,8 +5,9 @@ metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVer
 deletionTimestamp (a terminating pod is no gang member);
 spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, and containers /
 initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
-status phase and KGWE's own conditions (`kgwe.io/...`). Everything else (images, env, volumes, other
-conditions, container statuses) is dropped.
+status phase, startTime, each ended container's `finishedAt` (a pod's cost is its lifetime) and KGWE's own
+conditions (`kgwe.io/...`). Everything else (images, env, volumes, other conditions, the rest of container
+statuses) is dropped.
 Other kinds are kept whole except `metadata.managedFields` and a node's `status.images` (`slim_object`).
 """
 
@@ -49,6 +50,10 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     phase = view.phase
     if phase:
         out["status"] = {"phase": phase}
+    # When it started and, once finished, when its containers ended: a pod's cost is its lifetime (docs/costs.md).
+    lifetime = pod_lifetime_status(pod)
+    if lifetime:
+        out.setdefault("status", {}).update(lifetime)
     # KGWE's own conditions (the quota controller's `kgwe.io/QuotaAvailable`): it writes one only when it changes.
     status = pod.get("status")
     conditions = status.get("conditions") if isinstance(status, dict) else None
@@ -56,6 +61,25 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
         ours = [c for c in conditions if isinstance(c, dict) and str(c.get("type") or "").startswith("kgwe.io/")]
         if ours:
             out.setdefault("status", {})["conditions"] = ours
+    return out
+
+
+def pod_lifetime_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """`status.startTime` and, per container that ended, only `state.terminated.finishedAt`."""
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        return {}
+    out: dict[str, Any] = {}
+    if isinstance(status.get("startTime"), str):
+        out["startTime"] = status["startTime"]
+    ended = []
+    for item in status.get("containerStatuses") or []:
+        state = item.get("state") if isinstance(item, dict) else None
+        terminated = state.get("terminated") if isinstance(state, dict) else None
+        if isinstance(terminated, dict) and isinstance(terminated.get("finishedAt"), str):
+            ended.append({"name": item.get("name"), "state": {"terminated": {"finishedAt": terminated["finishedAt"]}}})
+    if ended:
+        out["containerStatuses"] = ended
     return out
 
 

@@ -4,9 +4,11 @@ At admission a pod may be allowed several accelerator types; after the scheduler
 rewrites `kgwe.io/accelerator-type` to the node's type and `kgwe.io/hourly-cost` to the price of its GPU
 share on that type (`webhook.costs`), with a JSON merge patch, only where a value differs (costs compare
 as numbers, so "18.00" and "18" are equal). It reads store snapshots only, never the API, and exports
-`kgwe_pod_hourly_cost{namespace,pod,tenant,accelerator_type}`: each running or pending pod's cost
-annotation (as it will read once its patches land); one series per pod, so FinOps tools join it with
-their own per-pod series (OpenCost's, kube-state-metrics') on namespace and pod (docs/costs.md).
+the per-pod cost series Prometheus keeps as KGWE's cost history (`cost_series`, docs/costs.md):
+`kgwe_pod_hourly_cost`, `kgwe_pod_gpu_allocation` and `kgwe_pod_whole_gpu_hourly_cost`, labelled
+`namespace, pod, container, node` as OpenCost labels its allocations (so FinOps tools join on them) plus
+`tenant, accelerator_type, share, workload_kind, workload, run_kind, run`; values as the pod's annotations
+will read once its patches land.
 
 Only the leader patches and exports, so replicas neither race each other nor double the metric.
 """
@@ -33,13 +35,13 @@ from webhook.cluster.kube_json import KubeJson
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
+from webhook.spend.rates import pod_rate, tenant_resolver
 
 log = logging.getLogger("kgwe.controllers.bound_pods")
 
 ANNOTATION_ACCELERATOR_TYPE = keys.ACCELERATOR_TYPE
 ANNOTATION_TENANT = keys.TENANT
 FIELD_MANAGER = "kgwe-controller"
-COUNTED_PHASES = ("Running", "Pending")
 
 # namespace, name, JSON merge patch
 PatchPod = Callable[[str, str, dict[str, Any]], None]
@@ -110,47 +112,62 @@ def desired_patch(pod: dict[str, Any], model: ClusterModel, config: Config) -> P
     )
 
 
-CostKey = tuple[str, str, str, str]  # namespace, pod, tenant, accelerator_type
+SERIES_LABELS = ["namespace", "pod", "container", "node", "tenant", "accelerator_type", "share", "workload_kind",
+                 "workload", "run_kind", "run"]
+SeriesKey = tuple[str, ...]  # the values of SERIES_LABELS
 
 
-def hourly_cost_by_labels(pods: Iterable[dict[str, Any]]) -> dict[CostKey, Decimal]:
-    """`kgwe.io/hourly-cost` of each running and pending pod, keyed by namespace, pod, tenant and type."""
-    totals: dict[CostKey, Decimal] = {}
-    for pod in map(PodView, pods):
-        if (pod.phase or "Pending") not in COUNTED_PHASES:
+@dataclass(frozen=True)
+class SeriesValues:
+    hourly: Decimal  # kgwe_pod_hourly_cost
+    allocation: Decimal  # kgwe_pod_gpu_allocation (GPU-equivalents)
+    whole: Decimal  # kgwe_pod_whole_gpu_hourly_cost
+
+
+def cost_series(pods: Iterable[dict[str, Any]], model: ClusterModel, config: Config) -> dict[SeriesKey, SeriesValues]:
+    """One series per GPU container of each priced GPU pod bound to a node and not finished (spec.nodeName
+    set: it holds its GPUs from binding on; a pod that waits holds nothing and costs nothing), labelled as
+    OpenCost labels its allocations (namespace, pod, container, node) plus tenant, type, share kind, workload
+    and run. A pod's containers split its cost by the GPUs each asks (webhook/spend/rates.py)."""
+    out: dict[SeriesKey, SeriesValues] = {}
+    tenant_of = tenant_resolver(model)
+    for pod in pods:
+        rate = pod_rate(pod, model, config, tenant_of)
+        if rate is None or rate.finished or rate.hourly is None:
             continue
-        annotations = pod.annotations
-        cost = parse_hourly_cost(annotations.get(ANNOTATION_HOURLY_COST))
-        if cost is None:
-            continue
-        key = (
-            pod.namespace,
-            pod.name,
-            annotations.get(ANNOTATION_TENANT, ""),
-            annotations.get(ANNOTATION_ACCELERATOR_TYPE, ""),
-        )
-        totals[key] = totals.get(key, Decimal(0)) + cost
-    return totals
+        parts = rate.containers or (("", Decimal(1)),)
+        run = rate.run
+        for container, part in parts:
+            key = (rate.namespace, rate.pod, container, rate.node, rate.tenant, rate.type_id, rate.share,
+                   rate.workload.kind, rate.workload.name, run.kind if run else "", run.name if run else "")
+            out[key] = SeriesValues(rate.hourly * part, rate.equivalents * part, (rate.whole or rate.hourly) * part)
+    return out
 
 
 class HourlyCostCollector(Collector):
-    """Exports the last computed totals; label sets that disappeared are simply not exported again."""
+    """Exports the last computed series; label sets that disappeared are simply not exported again."""
 
     def __init__(self) -> None:
-        self._totals: dict[CostKey, Decimal] = {}
+        self._series: dict[SeriesKey, SeriesValues] = {}
 
-    def update(self, totals: dict[CostKey, Decimal]) -> None:
-        self._totals = dict(totals)
+    def update(self, series: dict[SeriesKey, SeriesValues]) -> None:
+        self._series = dict(series)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "kgwe_pod_hourly_cost",
-            "Hourly cost of each running and pending GPU pod, from its kgwe.io/hourly-cost annotation",
-            labels=["namespace", "pod", "tenant", "accelerator_type"],
+        families = (
+            ("kgwe_pod_hourly_cost", "Hourly cost of each GPU container of each GPU pod bound to a node "
+                                     "(its kgwe.io/hourly-cost, split by the GPUs each container asks)",
+             lambda v: v.hourly),
+            ("kgwe_pod_gpu_allocation", "GPU-equivalents each GPU container holds (a MIG slice slices/7, an "
+             "MPS share its fraction, a time-sliced replica 1/replicas)", lambda v: v.allocation),
+            ("kgwe_pod_whole_gpu_hourly_cost", "Hourly cost the same devices would have as whole GPUs (shares' "
+                                               "savings are this minus kgwe_pod_hourly_cost)", lambda v: v.whole),
         )
-        for labels, total in sorted(self._totals.items()):
-            family.add_metric(list(labels), float(total))
-        yield family
+        for name, documentation, value in families:
+            family = GaugeMetricFamily(name, documentation, labels=SERIES_LABELS)
+            for labels, values in sorted(self._series.items()):
+                family.add_metric(list(labels), float(value(values)))
+            yield family
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return self.collect()
@@ -225,7 +242,7 @@ class BoundPodController:
             applied.append(patch)
         self._patched = {uid: rv for uid, rv in self._patched.items() if uid in live_pods}
         pods = ({**model.pods, **overlay}).values()
-        self.collector.update(hourly_cost_by_labels(pods))
+        self.collector.update(cost_series(pods, model, self.config))
         return applied
 
     def start(self) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from policies.background import Supervisor, Task
+from policies.quota.budget import BudgetState
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
@@ -67,6 +68,7 @@ def build_controllers(
     interval_seconds: float = 5.0,
     registry: CollectorRegistry | None = REGISTRY,
     gang_store: GangStore | None = None,
+    budgets: Callable[[], Mapping[str, BudgetState]] | None = None,
 ) -> Controllers:
     """Controllers over `store`; with no API client (YAML mode) nothing is patched and this replica leads."""
     # A replica that becomes leader releases what waits at once, from the API's state (no event may come).
@@ -90,7 +92,7 @@ def build_controllers(
         )
         store.add_listener(gangs.woken_by)
     quota_writer = kube_quota_writer(api_client) if api_client is not None else None
-    quotas = QuotaController(store, config, quota_writer, is_leader=elector.is_leader)
+    quotas = QuotaController(store, config, quota_writer, is_leader=elector.is_leader, budgets=budgets)
     woken.append(quotas.wake)
     readiness = ControllerReadiness(api_client, namespace) if api_client is not None else None
     return Controllers(elector, bound, gangs, quotas, readiness)

@@ -24,7 +24,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -35,6 +35,7 @@ from prometheus_client import Counter, Gauge
 
 from policies.background import Backoff, Task
 from policies.metrics import replace_series
+from policies.quota.budget import BudgetState, judge
 from policies.quota.model import format_gpus, format_memory
 from policies.quota.queue import Release, TenantQueue, Wait, Waiter, plan_queue, wait_message
 from policies.vocabulary.objects import PodView, objects
@@ -127,8 +128,10 @@ class QuotaController:
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         position_refresh_seconds: float = POSITION_REFRESH_SECONDS,
+        budgets: Callable[[], Mapping[str, BudgetState]] | None = None,
     ) -> None:
         self.store = store
+        self.budgets = budgets
         self.position_refresh_seconds = position_refresh_seconds
         self.config = config
         self.writer = writer
@@ -190,7 +193,19 @@ class QuotaController:
         return plan_queue(
             picture.tenant, picture.limits, picture.released, picture.waiters, order=self.config.quotas.order,
             has_capacity=lambda waiter, type_id: has_capacity(model, waiter, type_id, picture.pods),
+            hold=self._budget_hold(picture.tenant),
         )
+
+    def _budget_hold(self, tenant: str) -> str | None:
+        """Why none of the tenant's pods may start: its budget passed with `action: Queue`. While one holds,
+        the controller looks again when the budget states may have moved (nothing else may wake it)."""
+        if self.budgets is None:
+            return None
+        verdict = judge(self.budgets().get(tenant))
+        if verdict.effect != "queue":
+            return None
+        self._refresh_later(max(1.0, self.config.costs.cache_seconds))
+        return verdict.reason
 
     def _forget_seen(self, model: ClusterModel) -> None:
         """Released pods the snapshot shows ungated (or gone) need no in-flight entry any more."""
@@ -252,13 +267,13 @@ class QuotaController:
             return
         self._told[view.uid] = (message, now)
 
-    def _refresh_later(self) -> None:
+    def _refresh_later(self, delay: float | None = None) -> None:
         """One wake after the refresh interval, so a deferred place in line is written even if nothing else
         changes meanwhile (never more than one timer outstanding)."""
         with self._timer_lock:
             if self._timer is not None and self._timer.is_alive():
                 return
-            self._timer = threading.Timer(self.position_refresh_seconds, self.wake)
+            self._timer = threading.Timer(self.position_refresh_seconds if delay is None else delay, self.wake)
             self._timer.daemon = True
             self._timer.start()
 

@@ -46,7 +46,11 @@ DESCRIPTIONS = {
                  "memory plus rightsizing.memoryMargin, with the kgwe.io/ intent to set and the saving. With --idle: "
                  "the pods whose GPUs stayed idle, with tenant and cost (docs/usage.md).",
     "costs": "GPU chargeback: the hourly rate of the running GPU pods by tenant and accelerator type, from their "
-             "kgwe.io/hourly-cost annotations (computed from the pricing configuration where a pod has none).",
+             "kgwe.io/hourly-cost annotations (computed from the pricing configuration where a pod has none). With "
+             "--window: what was spent over that window (GPU-hours, cost, idle cost, savings of shares) by tenant, "
+             "namespace, workload and finished run, the spend of this month and its projection to the month's end "
+             "against budgets; from KGWE's cost series in Prometheus (usage.prometheus.url), else from the pods' "
+             "lifetimes (docs/costs.md).",
 }
 
 
@@ -57,7 +61,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, metavar="FILE", help="KGWE configuration file (YAML)")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig for the API (default: in-cluster service account)")
-    parser.add_argument("-o", "--output", choices=["table", *FORMATS], default="table",
+    formats = ["table", *FORMATS, *(["csv"] if command == "costs" else [])]
+    parser.add_argument("-o", "--output", choices=formats, default="table",
                         help="output format (default table)"
                         + ("; -o yaml: reports in audit.reportFormat (openreports or wgpolicyk8s)"
                            if command == "audit" else ""))
@@ -84,7 +89,16 @@ def _parser(command: str) -> argparse.ArgumentParser:
                             help="the end of the history read, RFC 3339 or unix seconds (default now; for "
                                  "recorded traces)")
     if command == "costs":
-        parser.add_argument("--pods", action="store_true", help="list every pod's hourly cost too")
+        parser.add_argument("--pods", action="store_true",
+                            help="list every pod's hourly cost too (with --window: what each pod spent)")
+        parser.add_argument("--window", metavar="DURATION",
+                            help="costs over this window ending now: 30d, 12h, 2w, 90m (default: the rate now)")
+        parser.add_argument("--prometheus", metavar="URL",
+                            help="Prometheus base URL holding KGWE's cost series (default usage.prometheus.url; "
+                                 "without one, the pods' lifetimes in the cluster are used)")
+        parser.add_argument("--at", metavar="TIME",
+                            help="the end of the window, RFC 3339 or unix seconds (default now; for recorded "
+                                 "history)")
     if command == "gangs":
         parser.add_argument("--state", type=Path, metavar="FILE",
                             help="with --cluster: the gang records file of `kgwe serve --cluster` "
@@ -266,9 +280,15 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
 
 def cmd_costs(args: argparse.Namespace, cluster: Cluster) -> str:
     runtime = cluster.runtime
+    if args.window is not None:
+        return _window_costs(args, runtime)
     view = costs_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output in FORMATS:
         return render(view, args.output)
+    if args.output == "csv":
+        return _csv([["tenant", "acceleratorType", "pods", "unpricedPods", "hourlyCost", "dailyCost", "monthlyCost"],
+                     *[[str(r[k]) for k in ("tenant", "acceleratorType", "pods", "unpricedPods", "hourlyCost",
+                                            "dailyCost", "monthlyCost")] for r in view["rows"]]])
     currency = view["currency"]
     rows = [
         [r["tenant"], r["acceleratorType"], r["pods"], r["hourlyCost"], r["dailyCost"], r["monthlyCost"]]
@@ -291,6 +311,83 @@ def cmd_costs(args: argparse.Namespace, cluster: Cluster) -> str:
         )
         text += f"\n\n{pods}"
     return text
+
+
+def _csv(rows: list[list[str]]) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue().rstrip("\n")
+
+
+def _window_costs(args: argparse.Namespace, runtime: Runtime) -> str:
+    from webhook.spend.report import csv_rows
+    from webhook.spend.service import SpendService
+    from webhook.spend.window import WindowError
+    from webhook.usage.prometheus import PrometheusUnavailable
+
+    if args.prometheus is not None and not args.prometheus.startswith(("http://", "https://")):
+        raise CommandError(f"--prometheus {args.prometheus!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
+    service = SpendService(lambda: runtime.config, runtime.store.snapshot, args.prometheus)
+    try:
+        doc = service.window_costs(args.window, at=_moment(args.at))
+    except (WindowError, PrometheusUnavailable) as exc:
+        raise CommandError(str(exc)) from exc
+    data = doc.model_dump(mode="json")
+    if args.output in FORMATS:
+        return render({"currency": runtime.config.pricing.currency, **data}, args.output)
+    if args.output == "csv":
+        return _csv(csv_rows(doc))
+    return _window_table(doc, runtime.config.pricing.currency, args.pods)
+
+
+def _window_table(doc: Any, currency: str, show_pods: bool = False) -> str:
+    window = doc.window
+    money = ["GPU-HOURS", currency, f"IDLE {currency}", f"SAVED {currency}"]
+
+    def figures(row: Any) -> list[Any]:
+        return [row.pods, row.gpu_hours, row.cost, row.idle_cost, row.savings]
+
+    parts = [f"Costs {window.start} .. {window.end} ({window.duration}, from {window.source})"]
+    if not doc.tenants:
+        parts.append("No GPU pods ran in this window.")
+    else:
+        parts.append(format_table(["TENANT", "PODS", *money], [[r.tenant, *figures(r)] for r in doc.tenants],
+                                  right=["PODS", *money]))
+        parts.append(format_table(["NAMESPACE", "TENANT", "PODS", *money],
+                                  [[r.namespace, r.tenant, *figures(r)] for r in doc.namespaces],
+                                  right=["PODS", *money]))
+        parts.append(format_table(["WORKLOAD", "NAMESPACE", "PODS", *money],
+                                  [[f"{r.kind}/{r.name}", r.namespace, *figures(r)] for r in doc.workloads],
+                                  right=["PODS", *money]))
+    finished = [r for r in doc.runs if r.finished]
+    if finished:
+        parts.append(format_table(
+            ["RUN", "NAMESPACE", "STARTED", "FINISHED", "PODS", "GPU-HOURS", currency],
+            [[f"{r.kind}/{r.name}" + ("" if r.complete else " (part)"), r.namespace, r.started or "-", r.finished,
+              r.pods, r.gpu_hours, r.cost] for r in finished],
+            right=["PODS", "GPU-HOURS", currency]))
+    if show_pods and doc.pod_costs:
+        parts.append(format_table(
+            ["POD", "NAMESPACE", "WORKLOAD", "SHARE", "STARTED", "FINISHED", "GPU-HOURS", currency,
+             f"SAVED {currency}"],
+            [[r.pod, r.namespace, f"{r.kind}/{r.name}", r.share, r.started or "-", r.finished or "running", r.gpu_hours,
+              r.cost, r.savings] for r in doc.pod_costs],
+            right=["GPU-HOURS", currency, f"SAVED {currency}"]))
+    totals = doc.totals
+    parts.append(f"Total: {totals.cost} {currency}, {totals.gpu_hours} GPU-hours, idle {totals.idle_cost}, "
+                 f"saved by shares {totals.savings}")
+    month = doc.month
+    rows = [[m.tenant, m.spent, m.hourly_rate, m.projected, m.budget or "-",
+             f"{m.state} ({m.ratio})" if m.state else "-"] for m in month.tenants]
+    if rows:
+        parts.append(format_table(["TENANT", f"SPENT {currency}", f"{currency}/HOUR", "PROJECTED", "BUDGET", "STATE"],
+                                  rows, right=[f"SPENT {currency}", f"{currency}/HOUR", "PROJECTED", "BUDGET"]))
+    parts.append(f"This month ({month.start} .. {month.end}): spent {month.spent} {currency}, projected "
+                 f"{month.projected} {currency} at {month.hourly_rate} {currency}/hour to the month's end")
+    return "\n\n".join(parts)
 
 
 def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:

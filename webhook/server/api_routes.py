@@ -12,15 +12,17 @@ from the same cached inventory).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import orjson
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from policies.quota.budget import BudgetState
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.inventory.cache import InventoryCache, View
@@ -30,7 +32,11 @@ from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
 from webhook.server.read_auth import refusals_answered, require_node_reader, visible_namespaces
+from webhook.spend.report import amount, budget_fields
+from webhook.spend.service import SpendService
+from webhook.spend.window import WindowError
 from webhook.usage.nodes import with_utilisation
+from webhook.usage.prometheus import PrometheusUnavailable
 
 JSON = "application/json"
 PREFIX = "/api/v1"
@@ -56,7 +62,8 @@ def _error(status: int, message: str) -> Response:
     return _json(orjson.dumps({"error": message}), status)
 
 
-def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIRouter:
+def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_service: SpendService | None = None,
+               budgets: Callable[[], Mapping[str, BudgetState]] | None = None) -> APIRouter:
     """Routes of the read-only API over `runtime`'s cluster store and configuration.
 
     Plain Starlette routes inside the router, as for the admission endpoints: FastAPI's per-request
@@ -121,14 +128,45 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
     @refusals_answered
     async def tenants(request: Request) -> Response:
         doc = await scoped(request, "tenants-document", tenants_view, _tenant_namespaces)
-        if doc is not None:
-            return _json(orjson.dumps(doc))
-        return await cached_tenants(request)
+        states = budgets() if budgets is not None else {}
+        if doc is None and not states:
+            return await cached_tenants(request)
+        doc = doc if doc is not None else inventory.view("tenants-document", tenants_view)
+        return _json(orjson.dumps(with_budgets(doc, states)))
+
+    book = getattr(runtime, "budgets", None)  # webhook.runtime.Runtime's BudgetBook: one spend service and cache
+    spend = spend_service or (book.service if book is not None else SpendService(
+        lambda: runtime.config, lambda: runtime.store.snapshot()))
+    if budgets is None and book is not None:
+        budgets = book.states
 
     @refusals_answered
     async def costs(request: Request) -> Response:
+        window = request.query_params.get("window")
+        if window:
+            return await window_costs(request, window)
         doc = await scoped(request, "costs-document", costs_view, _cost_namespaces)
         return _json(orjson.dumps(doc)) if doc is not None else await cached_costs(request)
+
+    async def window_costs(request: Request, window: str) -> Response:
+        """The current document's fields plus the window's (webhook/spend/report.py), for the caller's
+        namespaces. Prometheus is read off the event loop; a failure is a 503 saying why."""
+        now = inventory.view("costs-document", costs_view)
+        try:
+            doc = await run_in_threadpool(spend.window_costs, window)
+        except WindowError as exc:
+            return _error(400, str(exc))
+        except PrometheusUnavailable as exc:
+            return _error(503, str(exc))
+        namespaces = _cost_namespaces(now) | {row.namespace or "" for row in doc.namespaces}
+        visible = await visible_namespaces(request, namespaces)
+        if visible is not None:
+            now = costs_view(inventory.inventory(), visible)
+            try:
+                doc = await run_in_threadpool(spend.window_costs, window, visible)
+            except PrometheusUnavailable as exc:
+                return _error(503, str(exc))
+        return _json(orjson.dumps({**now, **doc.model_dump(mode="json")}))
 
     router = APIRouter()
     router.routes.extend([
@@ -139,6 +177,21 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None) -> APIR
         Route(f"{PREFIX}/costs", costs, methods=["GET"]),
     ])
     return router
+
+
+def with_budgets(doc: dict[str, Any], states: Mapping[str, BudgetState]) -> dict[str, Any]:
+    """The tenants document with each budgeted tenant's month: spent, rate, projection, state (SPEC 12)."""
+    if not states:
+        return doc
+    tenants = []
+    for tenant in doc.get("tenants", []):
+        state = states.get(str(tenant.get("tenant")))
+        if state is not None:
+            tenant = {**tenant, "budget": {"spent": amount(state.spent), "hourlyRate": amount(state.hourly),
+                                           "projected": amount(state.projected), "monthEnd": state.month_end,
+                                           "message": state.message(), **budget_fields(state)}}
+        tenants.append(tenant)
+    return {**doc, "tenants": tenants}
 
 
 def _tenant_namespaces(doc: dict[str, Any]) -> set[str]:

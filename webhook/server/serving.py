@@ -150,7 +150,7 @@ def run_worker(
     # Every worker runs the controllers; the Lease lets one of them act at a time.
     controllers = build_controllers(
         runtime.store, options.config, assembly.api_client,
-        gang_store=runtime.gangs.store if runtime.gangs is not None else None,
+        gang_store=runtime.gangs.store if runtime.gangs is not None else None, budgets=runtime.budgets.states,
     )
     for task in assembly.source_tasks:  # running already; supervised so that they are reported and stopped too
         controllers.supervisor.add(task)

@@ -5,6 +5,7 @@ import {
   DASH, append, apiToken, errorBox, getJSON, gib, h, money, plural, replaceChildren, setApiToken,
   timestamp,
 } from "./dom.js";
+import { PALETTE, horizontalBars, s, stackedColumns } from "./charts.js";
 import {
   RecommendationColumns, UTILISATION_COLUMNS, hasUtilisation, recommendationsOrNone, summedUtilisation,
   utilisationCells, utilisationNote,
@@ -635,7 +636,25 @@ class TenantsPage extends Page {
           h("th", { scope: "col", class: "num" }, "Memory used / limit"))),
         h("tbody", {}, tenant.limits.map((limit) => this.limitRow(limit)))) :
         h("p", { class: "muted no-quota" }, "No TenantQuota limits this tenant; its pods are charged to it."),
+      this.budget(tenant.budget, currency),
       this.waitingList(tenant.waiting));
+  }
+
+  // The month against the tenant's budget (TenantQuota spec.budget): spent, projected, the state and its action.
+  budget(budget, currency) {
+    if (!budget) return null;
+    const monthly = Number(budget.budget);
+    return h("section", { class: "budget", dataset: { field: "budget" } },
+      h("h3", {}, "Budget ", money(budget.budget, currency), " a month"),
+      h("p", {}, "Spent ", h("span", { dataset: { field: "spent" } }, money(budget.spent, currency)),
+        ", projected ", h("span", { dataset: { field: "projected" } }, money(budget.projected, currency)),
+        " by the month's end at ", money(budget.hourlyRate, currency), " an hour: ",
+        h("span", { dataset: { field: "state" } }, budgetBadge(budget))),
+      h("meter", { min: 0, max: monthly, value: Math.min(Number(budget.projected), monthly),
+        low: monthly * Math.min(...(budget.warnAt || ["0.8"]).map(Number)), high: monthly * 0.999, optimum: 0,
+        "aria-label": "projected share of the budget" }),
+      h("p", { class: "muted small" }, `Past ${budget.warnAt.map((w) => `${Math.round(Number(w) * 100)}%`).join(", ")} `,
+        `new GPU pods are warned; past ${Math.round(Number(budget.actionAt) * 100)}%: ${budget.action}.`));
   }
 
   limitRow(limit) {
@@ -818,8 +837,167 @@ class WhyPage extends Page {
   }
 }
 
-const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, gangs: GangsPage, workloads: WorkloadsPage,
-  why: WhyPage };
+// ---------------------------------------------------------------------------------------------------------------
+// Costs: what was spent over a window (#/costs?window=30d), as pictures: spend over time per tenant, the idle share,
+// what MIG and MPS saved against whole GPUs, the costliest workloads and runs; then this month and its budgets.
+
+const WINDOWS = ["24h", "7d", "30d"];
+
+function costWindow() {
+  const query = new URLSearchParams(location.hash.split("?")[1] || "");
+  const asked = query.get("window") || "30d";
+  return /^[0-9]+[mhdw]$/.test(asked) ? asked : "30d";
+}
+
+function amount(text) {
+  const value = Number(text);
+  return Number.isFinite(value) ? value : 0;
+}
+
+class CostsPage extends Page {
+  fetch() {
+    this.window = costWindow();
+    return getJSON("costs", { window: this.window });
+  }
+
+  show(data) {
+    const currency = data.currency || "USD";
+    const fmt = (value) => money(Number(value).toFixed(2), currency);
+    const totals = data.totals;
+    const tenants = data.tenants || [];
+    const colors = new Map(tenants.map((t, i) => [t.tenant, PALETTE[i % PALETTE.length]]));
+    replaceChildren(this.root,
+      h("h1", {}, "Costs"),
+      h("p", { class: "muted" }, `From ${timestamp(data.window.from)} to ${timestamp(data.window.to)}, read from `,
+        data.window.source === "prometheus" ? "KGWE's cost series in Prometheus" : "the lifetimes of the pods KGWE sees",
+        ". Window: ", WINDOWS.map((w) => [h("a", { href: `#/costs?window=${w}`,
+          "aria-current": w === this.window ? "true" : null, class: "window-link" }, w), " "])),
+      h("div", { class: "figures", id: "cost-figures" },
+        this.figure("Spent", money(totals.cost, currency), "cost"),
+        this.figure("GPU-hours", totals.gpuHours, "gpuHours"),
+        this.figure("Idle", totals.idleCost === "unknown" ? "unknown" : money(totals.idleCost, currency), "idleCost"),
+        this.figure("Saved by MIG and MPS", money(totals.savings, currency), "savings"),
+        this.figure("Projected this month", money(data.month.projected, currency), "projected")),
+      h("section", { class: "chart-box", id: "spend-over-time" },
+        h("h2", {}, "Spend over time per tenant"),
+        this.legend(tenants.map((t) => t.tenant), colors),
+        (data.spendOverTime.tenants || []).length ? stackedColumns({
+          label: `Spend per ${data.spendOverTime.bucketSeconds === 3600 ? "hour" : "day"} and tenant`,
+          columns: data.spendOverTime.buckets.map((b) => this.bucketLabel(b, data.spendOverTime.bucketSeconds)),
+          series: this.ordered(data.spendOverTime.tenants, tenants).map((t) => ({
+            name: t.tenant, values: t.costs.map(amount) })),
+          colors: this.ordered(data.spendOverTime.tenants, tenants).map((t) => colors.get(t.tenant) || PALETTE[0]),
+          format: fmt,
+        }) : h("p", { class: "empty" }, "Nothing was spent in this window.")),
+      h("div", { class: "chart-pair" },
+        h("section", { class: "chart-box", id: "idle-share" },
+          h("h2", {}, "Idle share"),
+          h("p", { class: "muted small" }, "Cost of GPUs below the idle threshold, of the cost whose usage is known."),
+          tenants.length ? horizontalBars({
+            label: "Idle cost per tenant", format: fmt, width: 460, labelWidth: 110,
+            rows: tenants.map((t) => {
+              if (t.idleCost === "unknown") return { name: t.tenant, value: 0, note: "usage unknown" };
+              const known = amount(t.cost) - amount(t.idleUnknownCost);
+              return { name: t.tenant, total: known, note: `${fmt(t.idleCost)} of ${fmt(known)} idle`,
+                parts: [{ value: amount(t.idleCost), cls: "bar-idle", name: "idle" },
+                  { value: known - amount(t.idleCost), cls: "bar-busy", name: "busy" }] };
+            }),
+          }) : null),
+        h("section", { class: "chart-box", id: "savings" },
+          h("h2", {}, "Savings of shares"),
+          h("p", { class: "muted small" }, "What MIG slices, MPS shares and time-sliced replicas cost, against as many whole GPUs."),
+          tenants.length ? horizontalBars({
+            label: "Cost and savings per tenant", format: fmt, width: 460, labelWidth: 110,
+            rows: tenants.map((t) => ({ name: t.tenant, total: amount(t.cost) + amount(t.savings),
+              note: `${fmt(t.savings)} saved`,
+              parts: [{ value: amount(t.cost), cls: "bar-main", name: "spent" },
+                { value: amount(t.savings), cls: "bar-saved", name: "saved" }] })),
+          }) : null)),
+      h("section", { class: "chart-box", id: "costliest-workloads" },
+        h("h2", {}, "Costliest workloads"),
+        (data.workloads || []).length ? horizontalBars({
+          label: "The ten costliest workloads", format: fmt,
+          rows: data.workloads.slice(0, 10).map((w) => ({ name: `${w.namespace}/${w.kind}/${w.name}`, value: amount(w.cost) })),
+        }) : h("p", { class: "empty" }, "No workloads.")),
+      h("section", { class: "chart-box", id: "costliest-runs" },
+        h("h2", {}, "Costliest finished runs"),
+        this.runs(data.runs || [], fmt)),
+      h("section", { id: "month" },
+        h("h2", {}, "This month and budgets"),
+        this.monthTable(data.month, currency)));
+  }
+
+  figure(label, value, field) {
+    return h("div", { class: "figure" }, h("span", { class: "muted small" }, label),
+      h("span", { class: "big", dataset: { field } }, value));
+  }
+
+  legend(names, colors) {
+    return h("ul", { class: "legend" }, names.map((name) =>
+      // A presentation attribute, not a style: the page's Content-Security-Policy allows no inline styles.
+      h("li", {}, s("svg", { class: "swatch", viewBox: "0 0 10 10", width: 10, height: 10, "aria-hidden": "true" },
+        s("rect", { width: 10, height: 10, rx: 2, fill: colors.get(name) })), name)));
+  }
+
+  ordered(series, tenants) {
+    const order = new Map(tenants.map((t, i) => [t.tenant, i]));
+    return [...series].sort((a, b) => (order.get(a.tenant) ?? 99) - (order.get(b.tenant) ?? 99));
+  }
+
+  bucketLabel(iso, seconds) {
+    const date = new Date(iso);
+    return seconds === 3600 ? `${String(date.getUTCHours()).padStart(2, "0")}h` :
+      `${date.getUTCMonth() + 1}/${date.getUTCDate()}`;
+  }
+
+  runs(runs, fmt) {
+    const finished = runs.filter((r) => r.finished).slice(0, 10);
+    if (!finished.length) return h("p", { class: "empty" }, "No Job, JobSet, PyTorchJob or RayJob finished in this window.");
+    return [horizontalBars({
+      label: "The ten costliest finished runs", format: fmt,
+      rows: finished.map((r) => ({ name: `${r.namespace}/${r.kind}/${r.name}`, value: amount(r.cost),
+        note: `${fmt(r.cost)} · ${r.gpuHours} GPU-h${r.complete ? "" : " (part in window)"}` })),
+    }), h("table", { class: "runs", id: "runs" },
+      h("thead", {}, h("tr", {}, ["Run", "Pods", "Started", "Finished", "GPU-hours", "Cost"].map((label) =>
+        h("th", { scope: "col", class: ["Pods", "GPU-hours", "Cost"].includes(label) ? "num" : null }, label)))),
+      h("tbody", {}, finished.map((r) => h("tr", { dataset: { run: `${r.kind}/${r.namespace}/${r.name}` } },
+        h("th", { scope: "row" }, `${r.kind}/${r.name}`, h("span", { class: "muted small" }, ` ${r.namespace}`)),
+        h("td", { class: "num" }, String(r.pods)),
+        h("td", {}, r.started ? timestamp(r.started) : DASH),
+        h("td", {}, timestamp(r.finished)),
+        h("td", { class: "num" }, r.gpuHours),
+        h("td", { class: "num", dataset: { field: "cost" } }, fmt(r.cost))))))];
+  }
+
+  monthTable(month, currency) {
+    return [h("p", { class: "muted" }, `${timestamp(month.from)} to ${timestamp(month.to)}: spent `,
+      money(month.spent, currency), `, ${money(month.hourlyRate, currency)} an hour now, projected `,
+      money(month.projected, currency), " by the month's end."),
+    h("table", { class: "month", id: "month-table" },
+      h("thead", {}, h("tr", {}, ["Tenant", "Spent", "Per hour now", "Projected", "Budget", "State"].map((label) =>
+        h("th", { scope: "col", class: label === "Tenant" || label === "State" ? null : "num" }, label)))),
+      h("tbody", {}, month.tenants.map((m) => h("tr", { dataset: { tenant: m.tenant },
+        class: m.state === "over" ? "waiting" : null },
+        h("th", { scope: "row" }, m.tenant),
+        h("td", { class: "num" }, money(m.spent, currency)),
+        h("td", { class: "num" }, money(m.hourlyRate, currency)),
+        h("td", { class: "num", dataset: { field: "projected" } }, money(m.projected, currency)),
+        h("td", { class: "num" }, m.budget ? money(m.budget, currency) : DASH),
+        h("td", { dataset: { field: "state" } }, budgetBadge(m))))))];
+  }
+}
+
+// A budget's state: ok, warn (a warnAt share passed) or over (the action applies), with the projected share.
+function budgetBadge(budget) {
+  if (!budget || !budget.state) return DASH;
+  const share = `${Math.round(Number(budget.ratio) * 100)}%`;
+  if (budget.state === "ok") return `ok (${share})`;
+  return h("span", { class: "badge warn" }, budget.state === "over" ? `over (${share}, ${budget.action})` :
+    `warn (${share})`);
+}
+
+const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, costs: CostsPage, gangs: GangsPage,
+  workloads: WorkloadsPage, why: WhyPage };
 
 document.getElementById("refresh").addEventListener("click", () => current && current.load());
 

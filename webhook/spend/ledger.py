@@ -1,0 +1,97 @@
+"""What each pod spent within a window, from either source (pure).
+
+Money is kept as money x seconds (`cost_seconds`: hourly rate x seconds it ran) in `Decimal`, summed
+exactly, and divided by 3600 and rounded to the cent once, when a figure is shown (report.py): so the
+tenant's total is the exact sum of its pods, not a sum of rounded parts. GPU-hours likewise
+(`gpu_seconds`: GPU-equivalents x seconds).
+
+Directory mode (`directory_spend`) reads the pods' lifetimes (rates.py); Prometheus mode (history.py)
+fills the same records from KGWE's own cost series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from webhook.spend.rates import Owner, PodRate
+
+ZERO = Decimal(0)
+
+
+@dataclass
+class PodSpend:
+    namespace: str
+    pod: str
+    tenant: str
+    type_id: str
+    share: str
+    workload: Owner
+    run: Owner | None
+    seconds: Decimal = ZERO  # how long it ran within the window
+    cost_seconds: Decimal = ZERO  # money x seconds
+    gpu_seconds: Decimal = ZERO  # GPU-equivalents x seconds
+    whole_seconds: Decimal = ZERO  # money x seconds, had each device been a whole GPU
+    idle_seconds: Decimal | None = None  # its GPUs below rightsizing.idleBelow; None: usage unknown
+    start: float | None = None
+    end: float | None = None  # None: still running at the window's end
+    unpriced: bool = False
+
+    @property
+    def saving_seconds(self) -> Decimal:
+        return max(ZERO, self.whole_seconds - self.cost_seconds) if self.share != "whole" else ZERO
+
+    @property
+    def idle_cost_seconds(self) -> Decimal | None:
+        """The part of its cost spent while its GPUs were idle (at its average rate in the window)."""
+        if self.idle_seconds is None:
+            return None
+        if self.seconds <= 0:
+            return ZERO
+        return self.cost_seconds * min(self.idle_seconds, self.seconds) / self.seconds
+
+
+def _seconds(value: float) -> Decimal:
+    # Times come from RFC 3339 stamps (whole seconds) or a step grid: three decimals hold them exactly.
+    return Decimal(f"{value:.3f}")
+
+
+def directory_spend(rates: Iterable[PodRate], start: float, end: float, now: float) -> list[PodSpend]:
+    """Each pod's spend within `[start, end)`, from its lifetime; running pods count up to `now`."""
+    out: list[PodSpend] = []
+    for rate in rates:
+        ran = rate.seconds_in(start, end, now)
+        if ran <= 0:
+            continue
+        seconds = _seconds(ran)
+        out.append(PodSpend(
+            namespace=rate.namespace, pod=rate.pod, tenant=rate.tenant, type_id=rate.type_id, share=rate.share,
+            workload=rate.workload, run=rate.run, seconds=seconds,
+            cost_seconds=(rate.hourly or ZERO) * seconds, gpu_seconds=rate.equivalents * seconds,
+            whole_seconds=(rate.whole or rate.hourly or ZERO) * seconds,
+            start=rate.start, end=rate.end, unpriced=rate.hourly is None,
+        ))
+    return out
+
+
+def bucket_spend(rates: Iterable[PodRate], buckets: list[tuple[float, float]], now: float) -> dict[str, list[Decimal]]:
+    """Per tenant, money x seconds in each bucket (the spend-over-time chart)."""
+    out: dict[str, list[Decimal]] = {}
+    for rate in rates:
+        if rate.hourly is None:
+            continue
+        row = out.setdefault(rate.tenant, [ZERO] * len(buckets))
+        for index, (start, end) in enumerate(buckets):
+            ran = rate.seconds_in(start, end, now)
+            if ran > 0:
+                row[index] += rate.hourly * _seconds(ran)
+    return out
+
+
+def by_tenant(spends: Iterable[PodSpend]) -> dict[str, Decimal]:
+    """Money x seconds per tenant."""
+    out: dict[str, Decimal] = {}
+    for spend in spends:
+        out[spend.tenant] = out.get(spend.tenant, ZERO) + spend.cost_seconds
+    return out
