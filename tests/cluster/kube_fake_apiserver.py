@@ -1,9 +1,11 @@
 """A small fake Kubernetes API server on 127.0.0.1 for list/watch, patching pods, Leases, and the
 TokenReviews and SubjectAccessReviews of delegated authentication and authorization.
 
-Pod patches are refused as the real API server refuses them: a stale resourceVersion (409 Conflict), and the
-pod update rules of gated pods (`pod_update_problem`: 422 Invalid). The status subresources of pods
-(strategic merge of conditions by type) and of cluster-scoped KGWE objects (TenantQuota) take patches too.
+Namespaced objects are deleted with DeleteOptions preconditions (uid, resourceVersion) checked; lists
+take an equality `labelSelector`. Pod patches are refused as the real API server refuses them: a stale
+resourceVersion (409 Conflict), and the pod update rules of gated pods (`pod_update_problem`: 422
+Invalid). The status subresources of pods (strategic merge of conditions by type) and of cluster-scoped
+KGWE objects (TenantQuota) take patches too.
 
 Enough of the real protocol for a reflector: paged lists with a collection resourceVersion, watches as
 chunked streams of JSON lines from a resourceVersion (with bookmarks on request), 410 Gone for a
@@ -308,7 +310,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _begin(self, method: str) -> tuple[str, dict[str, str], Any] | None:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-            body = self._read_body() if method in ("POST", "PUT", "PATCH") else None
+            body = self._read_body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
             with server.cond:
                 server.requests.append(Request(method, parts.path, query, body, self.headers.get("Authorization")))
                 queued = server.failures.get(parts.path)
@@ -441,6 +443,35 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._status(409, "AlreadyExists", f'{segments[5]} "{meta.get("name")}" already exists')
             self._send_json(201, server.put(collection.kind, body))
 
+        def do_DELETE(self) -> None:
+            """DELETE /apis/{group}/{version}/namespaces/{ns}/{resource}/{name}, with DeleteOptions
+            `preconditions` (uid, resourceVersion) checked as the real server does: 409 Conflict on a
+            mismatch, 404 when the object is gone; 200 with the object as it was."""
+            begun = self._begin("DELETE")
+            if begun is None:
+                return
+            path, _query, body = begun
+            segments = path.strip("/").split("/")
+            if len(segments) != 7 or segments[0] != "apis" or segments[3] != "namespaces":
+                return self._status(405, "MethodNotAllowed", path)
+            collection = server.collections.get("/" + "/".join([*segments[:3], segments[5]]))
+            key = f"{segments[4]}/{segments[6]}"
+            with server.cond:
+                current = collection.objects.get(key) if collection is not None else None
+                if collection is None or current is None:
+                    return self._status(404, "NotFound", f'{segments[5]} "{segments[6]}" not found')
+                wanted = (body or {}).get("preconditions") or {}
+                meta = current["metadata"]
+                for field_name in ("uid", "resourceVersion"):
+                    if wanted.get(field_name) is not None and wanted[field_name] != meta.get(field_name):
+                        return self._status(
+                            409, "Conflict", f"Operation cannot be fulfilled on {segments[5]} \"{segments[6]}\": "
+                            f"Precondition failed: {field_name} in precondition: {wanted[field_name]}, "
+                            f"{field_name} in object meta: {meta.get(field_name)}")
+                gone = copy.deepcopy(current)
+                server.delete(collection.kind, key)
+            self._send_json(200, gone)
+
         def do_PUT(self) -> None:
             begun = self._begin("PUT")
             if begun is not None and begun[0].startswith(LEASES):
@@ -517,7 +548,9 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     version, items = server._pages.pop(token)
                 else:
                     version = server.resource_version
-                    items = [copy.deepcopy(o) for _k, o in sorted(collection.objects.items())]
+                    wanted = dict(p.split("=", 1) for p in (query.get("labelSelector") or "").split(",") if "=" in p)
+                    items = [copy.deepcopy(o) for _k, o in sorted(collection.objects.items())
+                             if all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
                 limit = int(query.get("limit") or 0)
                 rest: list[dict[str, Any]] = []
                 if limit and len(items) > limit:
