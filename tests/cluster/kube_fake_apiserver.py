@@ -36,6 +36,7 @@ RBAC = "/apis/rbac.authorization.k8s.io/v1"
 KGWE = "/apis/kgwe.io/v1alpha1"
 DRA = "/apis/resource.k8s.io/v1"
 NVIDIA = "/apis/resource.nvidia.com/v1beta1"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 RESOURCES: dict[str, tuple[str, str, bool]] = {
     # path -> (kind, apiVersion, namespaced)
     "/api/v1/nodes": ("Node", "v1", False),
@@ -57,6 +58,10 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     # Two workload kinds (webhook/cluster/workloads.py); the others are "not installed" here.
     "/apis/apps/v1/deployments": ("Deployment", "apps/v1", True),
     "/apis/batch/v1/jobs": ("Job", "batch/v1", True),
+    # What KGWE writes from CEL GPUPolicies (policies.generateAdmissionPolicies, webhook/vap/).
+    f"{ADMISSION}/validatingadmissionpolicies": ("ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1", False),
+    f"{ADMISSION}/validatingadmissionpolicybindings": (
+        "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1", False),
 }
 PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
@@ -427,18 +432,21 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                   "metadata": {}, "spec": spec, "status": status})
 
         def _create(self, path: str, body: Any) -> None:
-            """POST /apis/{group}/{version}/namespaces/{ns}/{resource}: create, 409 if the name exists."""
+            """POST /apis/{group}/{version}/namespaces/{ns}/{resource} (or /apis/{group}/{version}/{resource},
+            cluster-scoped): create, 409 if the name exists."""
             segments = path.strip("/").split("/")
-            if len(segments) != 6 or segments[3] != "namespaces":
+            cluster_scoped = len(segments) == 4 and segments[0] == "apis"
+            if not cluster_scoped and (len(segments) != 6 or segments[3] != "namespaces"):
                 return self._status(404, "NotFound", path)
-            collection_path = "/" + "/".join([*segments[:3], segments[5]])
+            collection_path = path if cluster_scoped else "/" + "/".join([*segments[:3], segments[5]])
             collection = server.collections.get(collection_path)
             if collection is None or collection_path in server.missing or not isinstance(body, dict):
                 return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
             meta = body.setdefault("metadata", {})
-            if meta.get("namespace", segments[4]) != segments[4]:
-                return self._status(400, "BadRequest", "the namespace of the object does not match the URL")
-            meta["namespace"] = segments[4]
+            if not cluster_scoped:
+                if meta.get("namespace", segments[4]) != segments[4]:
+                    return self._status(400, "BadRequest", "the namespace of the object does not match the URL")
+                meta["namespace"] = segments[4]
             if key_of(body) in collection.objects:
                 return self._status(409, "AlreadyExists", f'{segments[5]} "{meta.get("name")}" already exists')
             self._send_json(201, server.put(collection.kind, body))
@@ -452,10 +460,15 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             path, _query, body = begun
             segments = path.strip("/").split("/")
-            if len(segments) != 7 or segments[0] != "apis" or segments[3] != "namespaces":
+            if len(segments) == 5 and segments[0] == "apis":  # cluster-scoped
+                collection = server.collections.get("/" + "/".join(segments[:4]))
+                key = segments[4]
+                segments = [*segments[:3], "", "", segments[3], segments[4]]
+            elif len(segments) == 7 and segments[0] == "apis" and segments[3] == "namespaces":
+                collection = server.collections.get("/" + "/".join([*segments[:3], segments[5]]))
+                key = f"{segments[4]}/{segments[6]}"
+            else:
                 return self._status(405, "MethodNotAllowed", path)
-            collection = server.collections.get("/" + "/".join([*segments[:3], segments[5]]))
-            key = f"{segments[4]}/{segments[6]}"
             with server.cond:
                 current = collection.objects.get(key) if collection is not None else None
                 if collection is None or current is None:
@@ -474,8 +487,29 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def do_PUT(self) -> None:
             begun = self._begin("PUT")
-            if begun is not None and begun[0].startswith(LEASES):
-                self._replace_lease(begun[0], begun[2])
+            if begun is None:
+                return
+            if begun[0].startswith(LEASES):
+                return self._replace_lease(begun[0], begun[2])
+            self._replace(begun[0], begun[2])
+
+        def _replace(self, path: str, body: Any) -> None:
+            """PUT /apis/{group}/{version}/{resource}/{name} (cluster-scoped): replace; the body's
+            resourceVersion must be the stored one (409 Conflict otherwise), 404 when absent."""
+            segments = path.strip("/").split("/")
+            collection = server.collections.get("/" + "/".join(segments[:4])) if len(segments) == 5 else None
+            if collection is None or not isinstance(body, dict):
+                return self._status(405, "MethodNotAllowed", path)
+            with server.cond:
+                current = collection.objects.get(segments[4])
+                if current is None:
+                    return self._status(404, "NotFound", f'{segments[3]} "{segments[4]}" not found')
+                meta = body.setdefault("metadata", {})
+                if meta.get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                    return self._status(409, "Conflict", f'Operation cannot be fulfilled on {segments[3]} '
+                                        f'"{segments[4]}": the object has been modified')
+                meta["uid"] = current["metadata"].get("uid")
+                self._send_json(200, server.put(collection.kind, body))
 
         def do_PATCH(self) -> None:
             begun = self._begin("PATCH")
