@@ -47,6 +47,9 @@ class Policies(_Section):
     rego_vm: Literal["auto", "off"] = Field(default="auto", alias="regoVm")
     builtin: bool = True
     directories: list[str] = Field(default_factory=list)
+    # The leader writes a ValidatingAdmissionPolicy and binding for every CEL GPUPolicy the API server can
+    # decide alone (webhook/vap/), so its rules hold while no replica answers. Read at start.
+    generate_admission_policies: bool = Field(default=False, alias="generateAdmissionPolicies")
 
 
 class Limits(_Section):

@@ -73,7 +73,9 @@ def _kinds(names: list[str]) -> str:
     kinds = set()
     for name in names:
         upper = name.upper()
-        if "LABEL" in upper or upper.endswith("_KEY") or upper == "TENANT_LABEL":
+        if upper.startswith("KUEUE_"):
+            kinds.add("Kueue quota name")  # `kgwe profiles --kueue` on DRA clusters; never on an object
+        elif "LABEL" in upper or upper.endswith("_KEY") or upper == "TENANT_LABEL":
             kinds.add("label")
         elif "GATE" in upper:
             kinds.add("scheduling gate")

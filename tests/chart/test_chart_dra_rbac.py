@@ -22,14 +22,15 @@ def _granted(rendered: Rendered, group: str) -> dict[str, set[str]]:
     return out
 
 
-def test_webhook_reads_dra_facts_and_only_creates_templates(default: Rendered) -> None:
+def test_webhook_reads_dra_facts_and_creates_and_collects_templates(default: Rendered) -> None:
     assert _granted(default, "resource.k8s.io") == {
         "resourceslices": {"get", "list", "watch"},
         "deviceclasses": {"get", "list", "watch"},
         "resourceclaims": {"get", "list", "watch"},
-        "resourceclaimtemplates": {"create", "get"},
+        # list and delete: the unused ones are removed (webhook/dra/garbage.py); never update or watch.
+        "resourceclaimtemplates": {"create", "get", "list", "delete"},
     }
 
 
-def test_webhook_only_creates_compute_domains(default: Rendered) -> None:
-    assert _granted(default, "resource.nvidia.com") == {"computedomains": {"create"}}
+def test_webhook_creates_and_collects_compute_domains(default: Rendered) -> None:
+    assert _granted(default, "resource.nvidia.com") == {"computedomains": {"create", "list", "delete"}}

@@ -1,9 +1,11 @@
 """A small fake Kubernetes API server on 127.0.0.1 for list/watch, patching pods, Leases, and the
 TokenReviews and SubjectAccessReviews of delegated authentication and authorization.
 
-Pod patches are refused as the real API server refuses them: a stale resourceVersion (409 Conflict), and the
-pod update rules of gated pods (`pod_update_problem`: 422 Invalid). The status subresources of pods
-(strategic merge of conditions by type) and of cluster-scoped KGWE objects (TenantQuota) take patches too.
+Namespaced objects are deleted with DeleteOptions preconditions (uid, resourceVersion) checked; lists
+take an equality `labelSelector`. Pod patches are refused as the real API server refuses them: a stale
+resourceVersion (409 Conflict), and the pod update rules of gated pods (`pod_update_problem`: 422
+Invalid). The status subresources of pods (strategic merge of conditions by type) and of cluster-scoped
+KGWE objects (TenantQuota) take patches too.
 
 Enough of the real protocol for a reflector: paged lists with a collection resourceVersion, watches as
 chunked streams of JSON lines from a resourceVersion (with bookmarks on request), 410 Gone for a
@@ -34,6 +36,7 @@ RBAC = "/apis/rbac.authorization.k8s.io/v1"
 KGWE = "/apis/kgwe.io/v1alpha1"
 DRA = "/apis/resource.k8s.io/v1"
 NVIDIA = "/apis/resource.nvidia.com/v1beta1"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 RESOURCES: dict[str, tuple[str, str, bool]] = {
     # path -> (kind, apiVersion, namespaced)
     "/api/v1/nodes": ("Node", "v1", False),
@@ -55,6 +58,10 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     # Two workload kinds (webhook/cluster/workloads.py); the others are "not installed" here.
     "/apis/apps/v1/deployments": ("Deployment", "apps/v1", True),
     "/apis/batch/v1/jobs": ("Job", "batch/v1", True),
+    # What KGWE writes from CEL GPUPolicies (policies.generateAdmissionPolicies, webhook/vap/).
+    f"{ADMISSION}/validatingadmissionpolicies": ("ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1", False),
+    f"{ADMISSION}/validatingadmissionpolicybindings": (
+        "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1", False),
 }
 PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
@@ -308,7 +315,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _begin(self, method: str) -> tuple[str, dict[str, str], Any] | None:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-            body = self._read_body() if method in ("POST", "PUT", "PATCH") else None
+            body = self._read_body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
             with server.cond:
                 server.requests.append(Request(method, parts.path, query, body, self.headers.get("Authorization")))
                 queued = server.failures.get(parts.path)
@@ -425,26 +432,84 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                   "metadata": {}, "spec": spec, "status": status})
 
         def _create(self, path: str, body: Any) -> None:
-            """POST /apis/{group}/{version}/namespaces/{ns}/{resource}: create, 409 if the name exists."""
+            """POST /apis/{group}/{version}/namespaces/{ns}/{resource} (or /apis/{group}/{version}/{resource},
+            cluster-scoped): create, 409 if the name exists."""
             segments = path.strip("/").split("/")
-            if len(segments) != 6 or segments[3] != "namespaces":
+            cluster_scoped = len(segments) == 4 and segments[0] == "apis"
+            if not cluster_scoped and (len(segments) != 6 or segments[3] != "namespaces"):
                 return self._status(404, "NotFound", path)
-            collection_path = "/" + "/".join([*segments[:3], segments[5]])
+            collection_path = path if cluster_scoped else "/" + "/".join([*segments[:3], segments[5]])
             collection = server.collections.get(collection_path)
             if collection is None or collection_path in server.missing or not isinstance(body, dict):
                 return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
             meta = body.setdefault("metadata", {})
-            if meta.get("namespace", segments[4]) != segments[4]:
-                return self._status(400, "BadRequest", "the namespace of the object does not match the URL")
-            meta["namespace"] = segments[4]
+            if not cluster_scoped:
+                if meta.get("namespace", segments[4]) != segments[4]:
+                    return self._status(400, "BadRequest", "the namespace of the object does not match the URL")
+                meta["namespace"] = segments[4]
             if key_of(body) in collection.objects:
                 return self._status(409, "AlreadyExists", f'{segments[5]} "{meta.get("name")}" already exists')
             self._send_json(201, server.put(collection.kind, body))
 
+        def do_DELETE(self) -> None:
+            """DELETE /apis/{group}/{version}/namespaces/{ns}/{resource}/{name}, with DeleteOptions
+            `preconditions` (uid, resourceVersion) checked as the real server does: 409 Conflict on a
+            mismatch, 404 when the object is gone; 200 with the object as it was."""
+            begun = self._begin("DELETE")
+            if begun is None:
+                return
+            path, _query, body = begun
+            segments = path.strip("/").split("/")
+            if len(segments) == 5 and segments[0] == "apis":  # cluster-scoped
+                collection = server.collections.get("/" + "/".join(segments[:4]))
+                key = segments[4]
+                segments = [*segments[:3], "", "", segments[3], segments[4]]
+            elif len(segments) == 7 and segments[0] == "apis" and segments[3] == "namespaces":
+                collection = server.collections.get("/" + "/".join([*segments[:3], segments[5]]))
+                key = f"{segments[4]}/{segments[6]}"
+            else:
+                return self._status(405, "MethodNotAllowed", path)
+            with server.cond:
+                current = collection.objects.get(key) if collection is not None else None
+                if collection is None or current is None:
+                    return self._status(404, "NotFound", f'{segments[5]} "{segments[6]}" not found')
+                wanted = (body or {}).get("preconditions") or {}
+                meta = current["metadata"]
+                for field_name in ("uid", "resourceVersion"):
+                    if wanted.get(field_name) is not None and wanted[field_name] != meta.get(field_name):
+                        return self._status(
+                            409, "Conflict", f"Operation cannot be fulfilled on {segments[5]} \"{segments[6]}\": "
+                            f"Precondition failed: {field_name} in precondition: {wanted[field_name]}, "
+                            f"{field_name} in object meta: {meta.get(field_name)}")
+                gone = copy.deepcopy(current)
+                server.delete(collection.kind, key)
+            self._send_json(200, gone)
+
         def do_PUT(self) -> None:
             begun = self._begin("PUT")
-            if begun is not None and begun[0].startswith(LEASES):
-                self._replace_lease(begun[0], begun[2])
+            if begun is None:
+                return
+            if begun[0].startswith(LEASES):
+                return self._replace_lease(begun[0], begun[2])
+            self._replace(begun[0], begun[2])
+
+        def _replace(self, path: str, body: Any) -> None:
+            """PUT /apis/{group}/{version}/{resource}/{name} (cluster-scoped): replace; the body's
+            resourceVersion must be the stored one (409 Conflict otherwise), 404 when absent."""
+            segments = path.strip("/").split("/")
+            collection = server.collections.get("/" + "/".join(segments[:4])) if len(segments) == 5 else None
+            if collection is None or not isinstance(body, dict):
+                return self._status(405, "MethodNotAllowed", path)
+            with server.cond:
+                current = collection.objects.get(segments[4])
+                if current is None:
+                    return self._status(404, "NotFound", f'{segments[3]} "{segments[4]}" not found')
+                meta = body.setdefault("metadata", {})
+                if meta.get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                    return self._status(409, "Conflict", f'Operation cannot be fulfilled on {segments[3]} '
+                                        f'"{segments[4]}": the object has been modified')
+                meta["uid"] = current["metadata"].get("uid")
+                self._send_json(200, server.put(collection.kind, body))
 
         def do_PATCH(self) -> None:
             begun = self._begin("PATCH")
@@ -517,7 +582,9 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     version, items = server._pages.pop(token)
                 else:
                     version = server.resource_version
-                    items = [copy.deepcopy(o) for _k, o in sorted(collection.objects.items())]
+                    wanted = dict(p.split("=", 1) for p in (query.get("labelSelector") or "").split(",") if "=" in p)
+                    items = [copy.deepcopy(o) for _k, o in sorted(collection.objects.items())
+                             if all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
                 limit = int(query.get("limit") or 0)
                 rest: list[dict[str, Any]] = []
                 if limit and len(items) > limit:

@@ -3,7 +3,7 @@
 Pods are slimmed to what KGWE reads, because pods dominate a cluster's objects (`slim_pod`):
 metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp,
 deletionTimestamp (a terminating pod is no gang member);
-spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, and containers /
+spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, resourceClaims, and containers /
 initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
 status phase, startTime, each ended container's `finishedAt` (a pod's cost is its lifetime) and KGWE's own
 conditions (`kgwe.io/...`). Everything else (images, env, volumes, other conditions, the rest of container
@@ -21,7 +21,11 @@ POD_METADATA_FIELDS = (
     "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "resourceVersion", "creationTimestamp",
     "deletionTimestamp",
 )
-POD_SPEC_FIELDS = ("nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates")
+# resourceClaims: which claims and templates a pod names (what its own claims count against quotas,
+# which of KGWE's templates are still in use: webhook/dra/garbage.py).
+POD_SPEC_FIELDS = (
+    "nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates", "resourceClaims",
+)
 
 
 def _slim_container(container: ContainerView, init: bool) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from webhook.config import Config
 from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
 from webhook.controllers.leader import LeaderElector, pod_namespace
 from webhook.controllers.permissions import ControllerReadiness
+from webhook.dra.garbage import ClaimGarbageCollector
 from webhook.gangs.controller import GangController, kube_pod_writer
 from webhook.gangs.ledger import GangStore
 from webhook.quotas.controller import QuotaController, kube_quota_writer
@@ -34,6 +35,8 @@ class Controllers:
     quotas: QuotaController | None = None  # webhook.quotas: releases pods their tenant's quota holds
     # Every replica: the CRDs and RBAC the controllers need (reasons /readyz fails with).
     readiness: ControllerReadiness | None = None
+    # webhook.dra.garbage: deletes KGWE's templates and ComputeDomains no pod uses any more.
+    garbage: ClaimGarbageCollector | None = None
     supervisor: Supervisor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -48,6 +51,8 @@ class Controllers:
             tasks.append(self.gangs.task)
         if self.quotas is not None:
             tasks.append(self.quotas.task)
+        if self.garbage is not None:
+            tasks.append(self.garbage.task)
         return tasks
 
     def start(self) -> None:
@@ -95,4 +100,10 @@ def build_controllers(
     quotas = QuotaController(store, config, quota_writer, is_leader=elector.is_leader, budgets=budgets)
     woken.append(quotas.wake)
     readiness = ControllerReadiness(api_client, namespace) if api_client is not None else None
-    return Controllers(elector, bound, gangs, quotas, readiness)
+    garbage = None
+    if api_client is not None and config.dra.remove_unused:
+        from webhook.cluster.kube_json import KubeJson
+
+        garbage = ClaimGarbageCollector(store, KubeJson(api_client), grace_seconds=config.dra.unused_grace_seconds,
+                                        is_leader=elector.is_leader)
+    return Controllers(elector, bound, gangs, quotas, readiness, garbage)

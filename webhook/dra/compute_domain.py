@@ -23,7 +23,8 @@ every type the plan kept is in multi-node NVLink cliques:
 The ComputeDomain is created with the pod's ResourceClaimTemplates, by the same rules
 (webhook/dra/templates.py): never on dry runs or in audit mode, and the mutation withdrawn when it
 cannot be created. It is labelled `app.kubernetes.io/managed-by: kgwe` and `kgwe.io/gang`, and is not
-deleted with the pods (the gang's other members name it); an administrator may delete it after the job.
+deleted with a pod (the gang's other members name it): the leader removes it once no unfinished member
+has named its channel template for a grace period (webhook/dra/garbage.py).
 """
 
 from __future__ import annotations

@@ -32,3 +32,9 @@ class DraConfig(_Section):
     # DeviceClasses of NVIDIA's GPU DRA driver that the templates name.
     gpu_device_class: str = Field(default="gpu.nvidia.com", alias="gpuDeviceClass")
     mig_device_class: str = Field(default="mig.nvidia.com", alias="migDeviceClass")
+    # The leader deletes the templates and ComputeDomains KGWE created once no unfinished pod has named
+    # them for unusedGraceSeconds (webhook/dra/garbage.py). The floor is what keeps a replica from
+    # skipping the create of a template it remembers making (templates.REMEMBER_SECONDS, 300) after the
+    # leader deleted it, plus a minute for the pod's creation and the watch to reach the model.
+    remove_unused: bool = Field(default=True, alias="removeUnused")
+    unused_grace_seconds: float = Field(default=600.0, ge=360.0, alias="unusedGraceSeconds")

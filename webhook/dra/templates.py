@@ -17,9 +17,9 @@ while admitting the pod, because only then is it known, and only then can a fail
   waits forever for a template that does not exist.
 
 Templates are labelled `app.kubernetes.io/managed-by: kgwe`. They are shared by every pod with the same
-request in the namespace and are not deleted with a pod (another may name it an instant later); they
-are a few hundred bytes each, and an administrator may delete unused ones at any time, since KGWE
-recreates a template on the next admission that needs it (after `REMEMBER_SECONDS`).
+request in the namespace and are not deleted with a pod (another may name it an instant later): the
+leader removes those no unfinished pod has named for a grace period longer than `REMEMBER_SECONDS`
+(webhook/dra/garbage.py), and KGWE recreates a template on the next admission that needs it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Where MIG slices are chosen: the profile (the one asked for, else the smallest that fits the memory
-asked), the strategy the nodes expose it by (mixed, single, GKE, or DRA), and how the pod asks for it.
+asked and has a slice free now, webhook/placement/mig_free.py), the strategy the nodes expose it by
+(mixed, single, GKE, or DRA), and how the pod asks for it.
 
 On device-plugin nodes the pod's `nvidia.com/gpu` becomes `nvidia.com/mig-<profile>` (mixed) or the
 node is selected by its product label (single) or GKE partition label; on DRA nodes the claim lists every
@@ -20,6 +21,7 @@ from webhook.intent import PodIntent
 from webhook.placement.constraints import Requirement
 from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster, format_bytes
 from webhook.placement.dra import plan_dra_mig
+from webhook.placement.mig_free import has_free
 from webhook.placement.trace import record, refusal_or
 
 # The order a pod's strategy is chosen in when several offer its profile: named resources (mixed) before
@@ -51,22 +53,34 @@ def profile_gb(profile: str) -> int | None:
         return None
 
 
-def smallest_fitting(
+def fitting_in_order(
     offers: list[tuple[str, str, MigProfile | None]], memory_bytes: Decimal | None
-) -> tuple[str, str] | None:
-    """(type, profile) of the smallest MIG profile (memory, then compute) that fits the memory asked."""
-    best: tuple[tuple[int, int], str, str] | None = None
-    for type_id, profile, info in offers:
+) -> list[str]:
+    """The MIG profiles that fit the memory asked, smallest (memory, then compute) first."""
+    ranks: dict[str, tuple[int, int]] = {}
+    for _type_id, profile, info in offers:
         memory_gb = info.memory_gb if info else profile_gb(profile)
         if memory_gb is None:
             continue
         if memory_bytes is not None and Decimal(memory_gb) * GIB < memory_bytes:
             continue
         compute = info.compute_slices if info else mig_compute_slices(profile)
-        rank = (memory_gb, compute)
-        if best is None or rank < best[0]:
-            best = (rank, type_id, profile)
-    return (best[1], best[2]) if best else None
+        ranks[profile] = min(ranks.get(profile, (memory_gb, compute)), (memory_gb, compute))
+    return sorted(ranks, key=lambda p: (ranks[p], p))
+
+
+def first_free(
+    fitting: list[str], offers: list[tuple[str, str, MigProfile | None, str]], demand: GpuDemand,
+    model: ClusterModel,
+) -> str:
+    """The smallest fitting profile with a free slice now on a node offering it (allocatable minus bound
+    pods), else the smallest: asking for a profile whose every slice is taken while a larger one is free
+    would keep the pod Pending until a slice frees, however long that is."""
+    for profile in fitting:
+        nodes = [n for t, p, _i, _s in offers if p == profile for n in model.types[t].mig[profile].nodes]
+        if has_free(model, nodes, profile, demand.whole_gpus + demand.mig.get(profile, 0)):
+            return profile
+    return fitting[0]
 
 
 def mig_demand(demand: GpuDemand, plan: PlacementPlan) -> GpuDemand:
@@ -120,13 +134,14 @@ def plan_mig(
             return False
         profile = wanted_profile
     else:
-        # The smallest fitting slice anywhere (SPEC), whatever the strategy of the nodes offering it.
-        best = smallest_fitting([(t, p, i) for t, p, i, _s in offers], intent.gpu_memory_bytes)
-        if best is None:
+        # The smallest fitting slice anywhere (SPEC), whatever the strategy of the nodes offering it, among
+        # those with a slice free now.
+        fitting = fitting_in_order([(t, p, i) for t, p, i, _s in offers], intent.gpu_memory_bytes)
+        if not fitting:
             asked = format_bytes(intent.gpu_memory_bytes) if intent.gpu_memory_bytes else "the memory asked"
             plan.refusals.append(f"MIG: no slice has {asked}; this cluster has {describe_cluster(model)}")
             return False
-        profile = best[1]
+        profile = first_free(fitting, offers, demand, model)
     strategy = next(s for s in STRATEGY_ORDER if any(o[1] == profile and o[3] == s for o in offers))
     types = [t for t in candidates if any(o[0] == t and o[1] == profile and o[3] == strategy for o in offers)]
     # Slices per pod: the count of whole GPUs asked becomes the count of slices.

@@ -74,8 +74,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
                             help="propose a profile for every node of this accelerator type")
         parser.add_argument("--name", help="metadata.name of the proposed profile")
         parser.add_argument("--kueue", action="store_true",
-                            help="print Kueue ResourceFlavors (one per accelerator type) and a ClusterQueue "
-                                 "resourceGroups skeleton (whole GPUs, MIG slices) as YAML")
+                            help="print Kueue (kueue.x-k8s.io/v1beta2) ResourceFlavors (one per accelerator type), "
+                                 "a ClusterQueue resourceGroups skeleton (whole GPUs, MIG slices) and, on DRA "
+                                 "clusters, Kueue's deviceClassMappings, as YAML")
+        parser.add_argument("--cohort", metavar="NAME",
+                            help="with --kueue: the ClusterQueue's cohortName (borrowing between queues)")
     if command == "audit":
         parser.add_argument("--exit-code", action="store_true",
                             help="exit 1 when any violation fails (for CI); default: exit 0")
@@ -212,8 +215,11 @@ def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
         from webhook.workloads.kueue import kueue_manifests, render_kueue
 
         snapshot = runtime.store.snapshot()
+        cohort, dra = args.cohort, runtime.config.dra
         # The manifests are YAML already (with comments that say what to change); JSON is asked for.
-        return _json(kueue_manifests(snapshot)) if args.output == "json" else render_kueue(snapshot)
+        if args.output == "json":
+            return _json(kueue_manifests(snapshot, cohort=cohort, dra=dra))
+        return render_kueue(snapshot, cohort=cohort, dra=dra)
     view = hardware_profiles_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output in FORMATS:
         return render(view, args.output)

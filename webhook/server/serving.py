@@ -17,9 +17,11 @@ import socket
 import ssl
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from cryptography import x509
 
@@ -29,6 +31,7 @@ from certs.reloader import ReloadingSSLContext
 from webhook import assembly
 from webhook.assembly import Assembly
 from webhook.config import Config
+from webhook.runtime import Runtime
 from webhook.server import metrics, multiproc_metrics
 from webhook.server.app import BackgroundTask, create_app
 from webhook.server.callers import CallerAuthenticator
@@ -38,6 +41,7 @@ from webhook.server.read_auth import ReadAuth
 from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
 from webhook.server.worker_logs import quiet_secondary_worker, worker_started
 from webhook.state import state_dir
+from webhook.vap.sync import AdmissionPolicySync
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +188,8 @@ def run_worker(
         Auditor(runtime, writer, is_leader=controllers.elector.is_leader,
                 read_pod=ApiPodReader(api_client) if api_client is not None else None).task,
     ]
+    if api_client is not None and options.config.policies.generate_admission_policies:
+        background.append(admission_policy_sync(runtime, api_client, controllers.elector.is_leader).task)
     if api_client is not None:
         background.append(ProfileStatusSync(  # HardwareProfile.status.available
             runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.elector.is_leader
@@ -224,6 +230,21 @@ def run_worker(
     finally:
         controllers.stop()  # every task of the supervisor (stopped already with the server, unless it never ran)
         assembly.stop_source()
+
+
+def admission_policy_sync(runtime: Runtime, api_client: Any, is_leader: Callable[[], bool]) -> AdmissionPolicySync:
+    """CEL GPUPolicies as the API server's ValidatingAdmissionPolicies (docs/policies.md), never for the
+    namespaces KGWE never judges, nor for a policy that does not compile now."""
+    from webhook.cluster.kube_json import KubeJson
+    from webhook.controllers.leader import pod_namespace
+
+    def refused() -> set[str]:
+        statuses = runtime.policies.status() if runtime.policies is not None else []
+        return {s.source.removeprefix("GPUPolicy/") for s in statuses if s.error and s.source.startswith("GPUPolicy/")}
+
+    excluded = [*runtime.config.excluded_namespaces, pod_namespace()]
+    return AdmissionPolicySync(runtime.store, KubeJson(api_client), excluded_namespaces=excluded, refused=refused,
+                               is_leader=is_leader)
 
 
 # Young-generation collections every this many container allocations (CPython's default is 700): one

@@ -6,6 +6,11 @@ a quota, Kueue needs flavors for the same accelerator types and resource names: 
 accelerator type (the node labels that select exactly its nodes, its GPU taints as tolerations), and
 a ClusterQueue whose resource group covers whole GPUs and MIG slices (mixed strategy), each flavor's
 nominal quota the cluster's current allocatable capacity, for the admin to cut down.
+
+Written as `kueue.x-k8s.io/v1beta2`, the version Kueue stores and the only one recent releases serve:
+ResourceFlavor is as in v1beta1; ClusterQueue names its cohort `cohortName` (v1beta1 `cohort`). On a
+cluster whose GPUs are DRA devices the output adds the Configuration mappings Kueue needs to count
+them (webhook/workloads/kueue_dra.py) and the flavors cover those quota names too.
 """
 
 from __future__ import annotations
@@ -16,13 +21,18 @@ import yaml
 
 from policies.vocabulary import resources
 from webhook.cluster.model import ClusterModel
+from webhook.dra.config import DraConfig
+from webhook.workloads.kueue_dra import device_class_mappings, dra_capacity, kueue_configuration
 
-KUEUE_API = "kueue.x-k8s.io/v1beta1"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
 GPU = resources.NVIDIA_GPU
 
 
-def kueue_manifests(model: ClusterModel, queue_name: str = "gpu") -> list[dict[str, Any]]:
-    """ResourceFlavors (one per accelerator type) and one ClusterQueue covering them."""
+def kueue_manifests(
+    model: ClusterModel, queue_name: str = "gpu", *, cohort: str | None = None, dra: DraConfig | None = None
+) -> list[dict[str, Any]]:
+    """ResourceFlavors (one per accelerator type), one ClusterQueue covering them (in `cohort` when
+    given) and, when nodes publish GPUs through DRA, Kueue's deviceClassMappings for them."""
     flavors: list[dict[str, Any]] = []
     per_type: list[tuple[str, dict[str, int]]] = []
     for type_id in sorted(model.types):
@@ -43,6 +53,7 @@ def kueue_manifests(model: ClusterModel, queue_name: str = "gpu") -> list[dict[s
         flavors.append(flavor)
         capacity = {GPU: int(sum((model.nodes[n].allocatable.get(GPU, 0) for n in summary.nodes), start=0))}
         capacity.update({f"nvidia.com/mig-{p}": o.devices for p, o in summary.mig.items() if "mixed" in o.strategies})
+        capacity.update(dra_capacity(model, summary.nodes))
         per_type.append((type_id, capacity))
     covered = [GPU, *sorted({r for _t, c in per_type for r in c if r != GPU})]
     # One resource group: a flavor may appear in only one group, and each flavor lists every covered
@@ -54,18 +65,23 @@ def kueue_manifests(model: ClusterModel, queue_name: str = "gpu") -> list[dict[s
             for type_id, capacity in per_type
         ],
     }] if per_type else []
-    queue = {
-        "apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": queue_name},
-        "spec": {"namespaceSelector": {}, "resourceGroups": groups},
-    }
-    return [*flavors, queue]
+    spec: dict[str, Any] = {"namespaceSelector": {}, "resourceGroups": groups}
+    if cohort:
+        spec = {"cohortName": cohort, **spec}
+    queue = {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": queue_name}, "spec": spec}
+    mappings = device_class_mappings(model, dra or DraConfig())
+    return [*flavors, queue, *([kueue_configuration(mappings)] if mappings else [])]
 
 
-def render_kueue(model: ClusterModel, queue_name: str = "gpu") -> str:
+def render_kueue(model: ClusterModel, queue_name: str = "gpu", *, cohort: str | None = None,
+                 dra: DraConfig | None = None) -> str:
     header = (
         "# Kueue flavors and a ClusterQueue skeleton for this cluster's GPUs (kgwe profiles --kueue).\n"
         "# Nominal quotas are today's capacity: lower them, add cpu/memory resource groups, and point\n"
         "# LocalQueues at the ClusterQueue. KGWE mutates queued workloads at CREATE, so their Workloads\n"
-        "# already ask for these resource names.\n"
+        "# already ask for these resource names. A Configuration document, when present, is for Kueue's\n"
+        "# own configuration (the kueue-manager-config ConfigMap): merge its deviceClassMappings there,\n"
+        "# or Kueue cannot count (and will not admit) pods whose GPUs are DRA claims.\n"
     )
-    return header + yaml.safe_dump_all(kueue_manifests(model, queue_name), sort_keys=False).rstrip()
+    manifests = kueue_manifests(model, queue_name, cohort=cohort, dra=dra)
+    return header + yaml.safe_dump_all(manifests, sort_keys=False).rstrip()
