@@ -46,6 +46,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     f"{KGWE}/hardwareprofiles": ("HardwareProfile", "kgwe.io/v1alpha1", False),
     f"{KGWE}/tenantquotas": ("TenantQuota", "kgwe.io/v1alpha1", False),
     f"{KGWE}/gpupolicies": ("GPUPolicy", "kgwe.io/v1alpha1", False),
+    f"{KGWE}/migstrategies": ("MIGStrategy", "kgwe.io/v1alpha1", False),
     f"{DRA}/resourceslices": ("ResourceSlice", "resource.k8s.io/v1", False),
     f"{DRA}/deviceclasses": ("DeviceClass", "resource.k8s.io/v1", False),
     f"{DRA}/resourceclaims": ("ResourceClaim", "resource.k8s.io/v1", True),
