@@ -31,6 +31,8 @@ DELEGATED: dict[str, tuple[str, str, str]] = {
     "gangs": ("webhook.reports.commands", "command", "gangs: size, members present and bound, room, why waiting"),
     "recommend": ("webhook.reports.commands", "command",
                   "rightsizing from GPU usage in Prometheus: recommended shapes and savings; --idle: idle GPUs"),
+    "mig-plan": ("webhook.reports.commands", "command",
+                 "MIG layouts that follow demand: per node a MIGStrategy selects, the MIG manager config to set"),
 }
 
 

@@ -20,6 +20,7 @@ KINDS = {
     "TenantQuota": ("tenantquotas", "tq"),
     "GPUPolicy": ("gpupolicies", "gpup"),
     "GangLedger": ("gangledgers", "gangl"),
+    "MIGStrategy": ("migstrategies", "migs"),
 }
 # The audit's reports (audit.reportFormat: openreports): the published OpenReports API, not KGWE's own.
 OPENREPORTS_KINDS = {
@@ -165,6 +166,11 @@ POLICY: dict[str, Any] = {
         "params": {"maxGPUs": 8, "nested": {"anything": ["goes"]}},
     },
 }
+MIGS: dict[str, Any] = {
+    "apiVersion": "kgwe.io/v1alpha1", "kind": "MIGStrategy", "metadata": {"name": "m"},
+    "spec": {"nodeSelector": {"matchLabels": {"pool": "mig"}}, "preferredProfiles": [{"profile": "1g.10gb",
+             "share": 0.5}], "rebalanceInterval": "10m", "minUtilization": 0.2, "mode": "apply"},
+}
 
 
 def _with(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -183,7 +189,7 @@ def _with(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 def test_well_formed_objects_are_accepted(chart_crds: dict[str, dict[str, Any]], cel: Cel) -> None:
-    for obj in (HWP, TQ, POLICY):
+    for obj in (HWP, TQ, POLICY, MIGS):
         assert _problems(chart_crds[obj["kind"]], obj, cel) == []
 
 
@@ -212,6 +218,11 @@ def test_well_formed_objects_are_accepted(chart_crds: dict[str, dict[str, Any]],
     (POLICY, "spec.match.operations", ["DELETE"]),
     (POLICY, "spec.validations.0.expression", None),
     (POLICY, "spec.rego", {}),
+    (MIGS, "spec.mode", "sometimes"),
+    (MIGS, "spec.rebalanceInterval", "ten minutes"),
+    (MIGS, "spec.minUtilization", 1.5),
+    (MIGS, "spec.preferredProfiles.0.share", 0),
+    (MIGS, "spec.preferredProfiles.0.profile", "small"),
 ])
 def test_malformed_objects_are_refused(
     chart_crds: dict[str, dict[str, Any]], cel: Cel, base: dict[str, Any], path: str, value: Any

@@ -49,6 +49,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     f"{KGWE}/hardwareprofiles": ("HardwareProfile", "kgwe.io/v1alpha1", False),
     f"{KGWE}/tenantquotas": ("TenantQuota", "kgwe.io/v1alpha1", False),
     f"{KGWE}/gpupolicies": ("GPUPolicy", "kgwe.io/v1alpha1", False),
+    f"{KGWE}/migstrategies": ("MIGStrategy", "kgwe.io/v1alpha1", False),
     f"{DRA}/resourceslices": ("ResourceSlice", "resource.k8s.io/v1", False),
     f"{DRA}/deviceclasses": ("DeviceClass", "resource.k8s.io/v1", False),
     f"{DRA}/resourceclaims": ("ResourceClaim", "resource.k8s.io/v1", True),
@@ -534,6 +535,18 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 patched = copy.deepcopy(current)
                 patched["status"] = _merge_patch(current.get("status"), body.get("status"))
                 return self._send_json(200, server.put(collection.kind, patched))
+            # /api/v1/nodes/{name}: a merge patch (labels), refused 409 on a stale resourceVersion.
+            if len(segments) == 4 and segments[:3] == ["api", "v1", "nodes"]:
+                node = server.objects("Node").get(segments[3])
+                if node is None:
+                    return self._status(404, "NotFound", f'nodes "{segments[3]}" not found')
+                if strategic or not isinstance(body, dict):
+                    return self._status(415, "UnsupportedMediaType", "this fake takes merge patches of nodes")
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted and wanted != node["metadata"]["resourceVersion"]:
+                    return self._status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{segments[3]}": '
+                                                         "the object has been modified")
+                return self._send_json(200, server.put("Node", _merge_patch(node, body)))
             # /api/v1/namespaces/{ns}/pods/{name}[/status]
             if len(segments) not in (6, 7) or segments[4] != "pods" or (len(segments) == 7 and segments[6] != "status"):
                 return self._status(404, "NotFound", path)

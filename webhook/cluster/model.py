@@ -38,6 +38,7 @@ KINDS = (
     "HardwareProfile",
     "TenantQuota",
     "GPUPolicy",
+    "MIGStrategy",
     "Role",
     "ClusterRole",
     "RoleBinding",
@@ -83,6 +84,8 @@ class ClusterModel:
     claim_templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Workloads of the kind table by `Kind/namespace/name` (webhook/cluster/workloads.py): views only.
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # MIGStrategy objects by name (webhook/migplan): which nodes' MIG layouts follow demand.
+    mig_strategies: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def type_ids(self) -> list[str]:
         """The typed accelerator types of the snapshot, sorted (a new list: the caller may change it)."""
@@ -360,6 +363,7 @@ class ClusterStore:
             workloads={
                 workload_key(o): o for kind in sorted(self.workload_kinds) for o in objs.get(kind, {}).values()
             },
+            mig_strategies={object_key(o): o for o in objs["MIGStrategy"].values()},
         )
 
 

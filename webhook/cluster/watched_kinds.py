@@ -52,6 +52,7 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind("HardwareProfile", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/hardwareprofiles", custom=True),
     WatchedKind("TenantQuota", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/tenantquotas", custom=True),
     WatchedKind("GPUPolicy", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/gpupolicies", custom=True),
+    WatchedKind("MIGStrategy", CRD_GROUP_VERSION, f"/apis/{CRD_GROUP_VERSION}/migstrategies", custom=True),
     # DRA (GA in 1.34): `custom` because older API servers do not serve resource.k8s.io/v1 at all.
     WatchedKind("ResourceSlice", DRA_GROUP_VERSION, f"/apis/{DRA_GROUP_VERSION}/resourceslices", custom=True),
     WatchedKind("DeviceClass", DRA_GROUP_VERSION, f"/apis/{DRA_GROUP_VERSION}/deviceclasses", custom=True),

@@ -45,6 +45,11 @@ DESCRIPTIONS = {
                  "smallest shape of this cluster (MIG slice, MPS share, GPU type, GPU count) that holds its peak "
                  "memory plus rightsizing.memoryMargin, with the kgwe.io/ intent to set and the saving. With --idle: "
                  "the pods whose GPUs stayed idle, with tenant and cost (docs/usage.md).",
+    "mig-plan": "MIG layouts that follow demand: for every node a MIGStrategy selects, the layout of NVIDIA's MIG "
+                "manager that best serves the pods waiting for MIG slices, the workloads recommended onto slices "
+                "(with a Prometheus: usage.prometheus.url or --prometheus) and the strategy's preferred profiles, "
+                "under the placement rules of the GPU model; -o yaml/json also prints the mig-parted config the "
+                "plans name. Nodes whose GPUs hold running pods are left as they are (docs/mig.md).",
     "costs": "GPU chargeback: the hourly rate of the running GPU pods by tenant and accelerator type, from their "
              "kgwe.io/hourly-cost annotations (computed from the pricing configuration where a pod has none). With "
              "--window: what was spent over that window (GPU-hours, cost, idle cost, savings of shares) by tenant, "
@@ -91,6 +96,10 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--at", metavar="TIME",
                             help="the end of the history read, RFC 3339 or unix seconds (default now; for "
                                  "recorded traces)")
+    if command == "mig-plan":
+        parser.add_argument("--prometheus", metavar="URL",
+                            help="Prometheus base URL for recommendations (default usage.prometheus.url; without "
+                                 "one, only waiting pods and preferred profiles are planned for)")
     if command == "costs":
         parser.add_argument("--pods", action="store_true",
                             help="list every pod's hourly cost too (with --window: what each pod spent)")
@@ -487,6 +496,47 @@ def cmd_recommend(args: argparse.Namespace, cluster: Cluster) -> str:
     return text
 
 
+def cmd_mig_plan(args: argparse.Namespace, cluster: Cluster) -> str:
+    from webhook.migplan.views import plan_cluster
+    from webhook.usage.service import PrometheusUnavailable, UsageNotConfigured, UsageService
+
+    runtime = cluster.runtime
+    model = runtime.store.snapshot()
+    recommendations = None
+    if args.prometheus is not None or runtime.config.usage.prometheus.url:
+        service = UsageService(lambda: runtime.config, runtime.store.snapshot, args.prometheus)
+        try:
+            recommendations = service.report().recommendations
+            note = "recommendations read from Prometheus"
+        except (UsageNotConfigured, PrometheusUnavailable) as exc:
+            note = f"no recommendations ({exc})"
+    else:
+        note = "no recommendations (no Prometheus: usage.prometheus.url or --prometheus)"
+    doc = plan_cluster(model, recommendations=recommendations, usage_note=note).document()
+    if args.output in FORMATS:
+        return render(doc, args.output)
+    rows = [[s["name"], s["mode"] or "-", n["node"], n["acceleratorType"], n["gpus"], n["action"],
+             _profiles_text(n["current"]), _profiles_text(n["planned"]) if n["action"] == "change" else "-",
+             n["config"] or "-", n["reason"]]
+            for s in doc["strategies"] for n in s["nodes"]]
+    problems = [s["problem"] for s in doc["strategies"] if s["problem"]]
+    if not doc["strategies"]:
+        text = "No MIGStrategy: nothing to plan (docs/mig.md)."
+    else:
+        text = format_table(["STRATEGY", "MODE", "NODE", "TYPE", "GPUS", "ACTION", "NOW", "PLANNED", "CONFIG",
+                             "WHY"], rows, right=["GPUS"]) if rows else "No MIG-capable node is selected."
+    for problem in problems:
+        text += f"\n{problem}"
+    if doc["unserved"]:
+        text += "\nUnserved: " + ", ".join(f"{w['who']} ({w['slices']}x {' | '.join(w['options'])})"
+                                          for w in doc["unserved"])
+    return f"{text}\n{doc['usage']}"
+
+
+def _profiles_text(profiles: dict[str, int]) -> str:
+    return ",".join(f"{n}x{p}" for p, n in sorted(profiles.items())) or "-"
+
+
 Command = Callable[[argparse.Namespace, Cluster], "str | tuple[str, int]"]
 COMMANDS: dict[str, Command] = {
     "nodes": cmd_nodes,
@@ -495,6 +545,7 @@ COMMANDS: dict[str, Command] = {
     "costs": cmd_costs,
     "gangs": cmd_gangs,
     "recommend": cmd_recommend,
+    "mig-plan": cmd_mig_plan,
 }
 
 

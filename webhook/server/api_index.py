@@ -24,6 +24,8 @@ DESCRIPTIONS = {
     "workloads": "GPU workloads and whether KGWE would admit each now",
     "recommendations": "per workload: peak GPU memory, engine activity, the smallest shape that holds it, what it "
                        "saves (?namespace=, ?workload=); 404 without a Prometheus",
+    "mig-plan": "per node a MIGStrategy selects: the MIG manager layout that best serves waiting pods, "
+                "recommendations and preferred profiles, and the mig-parted config naming it",
     "idle": "pods whose GPUs stayed idle, with tenant and hourly cost (?namespace=); 404 without a Prometheus",
     "explain": "?pod=NAMESPACE/NAME: why KGWE places or refuses a pod, what blocks it now; "
                "without ?pod: the GPU pods not bound yet",

@@ -134,6 +134,7 @@ def run_worker(
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
     from webhook.server.explain_routes import explain_router
+    from webhook.server.mig_routes import mig_router
     from webhook.server.usage_routes import usage_router
     from webhook.server.workloads_routes import workloads_router
     from webhook.usage.refresher import UsageRefresher
@@ -208,7 +209,7 @@ def run_worker(
     app = create_app(
         runtime, ui=options.ui, extra_routers=[
             api_router(runtime), gangs_router(runtime), explain_router(runtime), workloads_router(runtime),
-            usage_router(runtime, usage_service),
+            usage_router(runtime, usage_service), mig_router(runtime),
         ],
         certificate=tls,
         # One supervisor for every background task of this worker, started and stopped with the server.

@@ -1,0 +1,137 @@
+"""Mode `apply`: the leader sets `nvidia.com/mig.config` on the nodes a plan changes; NVIDIA's MIG manager
+re-partitions them. The only part of the wing that writes.
+
+Safety comes before the plan: KGWE never evicts, so a node is labelled only when, read from the API just
+before the write, no pod that holds GPUs is bound to it (a pod scheduled since the plan was made skips the
+node), and the patch carries the node's resourceVersion as planned (a node changed meanwhile answers 409 and
+is planned again next pass). A node is changed at most once per `rebalanceInterval` (the strategy's status
+keeps when). The MIG manager must know the config the label names: docs/mig.md says how the plan's
+`migConfig` joins its ConfigMap.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from policies.gpu_demand import pod_gpu_demand
+from policies.vocabulary.objects import PodView
+from webhook.cluster.model import ClusterStore
+from webhook.migplan.strategy import duration_seconds
+from webhook.migplan.views import MIG_CONFIG_LABEL, NodePlanDoc, plan_cluster
+
+log = logging.getLogger("kgwe.migplan.apply")
+FIELD_MANAGER = "kgwe-mig-plan"
+
+
+class Api(Protocol):
+    """What of webhook/cluster/kube_json.py's `KubeJson` the applier uses."""
+
+    def request(self, method: str, path: str, *, query: Iterable[tuple[str, str]] = (),
+                body: dict[str, Any] | None = None, content_type: str = "application/json",
+                timeout: float | tuple[float, float] | None = None) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Applied:
+    strategy: str
+    node: str
+    outcome: str  # labelled | skipped
+    reason: str
+
+
+def _stamp(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(stamp: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class MigApplier:
+    def __init__(self, store: ClusterStore, api: Api | None, is_leader: Callable[[], bool],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.api = api
+        self.is_leader = is_leader
+        self.clock = clock
+
+    def _gpu_pods_on(self, node: str) -> list[str]:
+        assert self.api is not None
+        listed = self.api.request("GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node}")])
+        found = []
+        for raw in (listed or {}).get("items") or []:
+            pod = PodView(raw)
+            if pod.node_name == node and not pod.terminal and (pod_gpu_demand(pod).asks_gpu or pod.resource_claims):
+                found.append(f"{pod.namespace}/{pod.name}")
+        return found
+
+    def _label(self, plan: NodePlanDoc) -> str | None:
+        """Set the label; None when done, else why not."""
+        from kubernetes.client.exceptions import ApiException
+
+        assert self.api is not None and plan.config
+        busy = self._gpu_pods_on(plan.node)
+        if busy:
+            return f"a pod holding GPUs is bound to it now ({', '.join(busy[:3])}): KGWE never evicts"
+        metadata: dict[str, Any] = {"labels": {MIG_CONFIG_LABEL: plan.config}}
+        if plan.resource_version:
+            metadata["resourceVersion"] = plan.resource_version
+        body = {"metadata": metadata}
+        try:
+            self.api.request("PATCH", f"/api/v1/nodes/{plan.node}", body=body,
+                             query=[("fieldManager", FIELD_MANAGER)], content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status == 409:
+                return "the node changed since it was planned (409): planned again next pass"
+            raise
+        return None
+
+    def run_pass(self) -> list[Applied]:
+        """One pass over the strategies in mode apply; each strategy's status gets the plan of every node."""
+        if self.api is None or not self.is_leader():
+            return []
+        model = self.store.snapshot(force=True)
+        doc = plan_cluster(model)
+        now = self.clock()
+        done: list[Applied] = []
+        for strategy in doc.strategies:
+            if strategy.mode != "apply":
+                continue
+            raw = model.mig_strategies.get(strategy.name) or {}
+            before = {n.get("node"): n for n in ((raw.get("status") or {}).get("nodes") or []) if isinstance(n, dict)}
+            interval = duration_seconds(strategy.rebalance_interval or "10m")
+            rows = []
+            for plan in strategy.nodes:
+                row: dict[str, Any] = {"node": plan.node, "action": plan.action, "reason": plan.reason,
+                                       "planned": plan.planned}
+                applied_at = before.get(plan.node, {}).get("applied")
+                if applied_at:
+                    row["applied"] = applied_at
+                if plan.action == "change" and plan.config:
+                    row["config"] = plan.config
+                    last = _seconds(applied_at) if applied_at else None
+                    if last is not None and now - last < interval:
+                        why = f"changed {int(now - last)}s ago, rebalanceInterval {strategy.rebalance_interval}"
+                    else:
+                        why = self._label(plan) or ""
+                    if why:
+                        row["reason"] = why
+                        done.append(Applied(strategy.name, plan.node, "skipped", why))
+                    else:
+                        row["applied"] = _stamp(now)
+                        done.append(Applied(strategy.name, plan.node, "labelled", plan.config))
+                        log.info("MIGStrategy %s: %s=%s on node %s", strategy.name, MIG_CONFIG_LABEL, plan.config,
+                                 plan.node)
+                rows.append(row)
+            self.api.request("PATCH", f"/apis/kgwe.io/v1alpha1/migstrategies/{strategy.name}/status",
+                             body={"status": {"lastPlanned": _stamp(now), "nodes": rows}},
+                             query=[("fieldManager", FIELD_MANAGER)], content_type="application/merge-patch+json")
+        return done
