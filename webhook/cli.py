@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from webhook.config import Config, ConfigError, load_config
+from webhook.explain_cli import EXIT_CODE_HELP
 from webhook.output import FORMATS, render
 
 # Commands that belong to other packages: (module, how its `run` is called, one-line help).
@@ -75,16 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Send a pod or workload (Deployment, Job, JobSet, ...; every document "
                                              "of a multi-document file) through the mutating webhook, apply its "
                                              "patch, and send the result through the validating webhook; the exit "
-                                             "status is 0 whether or not it is allowed. -o json prints one object, "
-                                             "or a JSON array of one object per document for several.")
+                                             "status is 0 whether or not it is allowed (--exit-code: 1 when refused). "
+                                             "-o json prints one object, or a JSON array of one object per document "
+                                             "for several.")
     review.add_argument("pod", type=Path, metavar="FILE", help="the pod or workload manifest(s)")
     _add_cluster_and_config(review, cluster_required=True)
     review.add_argument("--user", default="kgwe-review", help="the requesting user (default kgwe-review)")
     review.add_argument("--group", action="append", default=[], metavar="G",
                         help="a group of the user (repeatable; system:authenticated is always added)")
     review.add_argument("-o", "--output", choices=["text", *FORMATS], default="text", help="output format")
-    review.add_argument("--exit-code", action="store_true",
-                        help="exit 1 when a document is refused (as git diff --exit-code), 0 when all are allowed")
+    review.add_argument("--exit-code", action="store_true", help=EXIT_CODE_HELP)
 
     review.add_argument("--explain", action="store_true",
                         help="also say why: the placement trace, each policy's result, each check (docs/explain.md)")
@@ -95,7 +96,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, (_module, _style, help_text) in DELEGATED.items():
         commands.add_parser(name, help=help_text, add_help=False)
+
+    completion = commands.add_parser(
+        "completion", help="print a shell completion script: source <(kgwe completion bash)",
+        description="Print the completion script for SHELL, generated from kgwe's own parsers. bash: "
+                    "`source <(kgwe completion bash)` (or save it as "
+                    "~/.local/share/bash-completion/completions/kgwe); zsh: `source <(kgwe completion zsh)` after "
+                    "compinit (or save it as _kgwe in a directory of $fpath).")
+    completion.add_argument("shell", choices=["bash", "zsh"], metavar="SHELL", help="bash or zsh")
     return parser
+
+
+def _delegated_parser(name: str) -> argparse.ArgumentParser | None:
+    """The parser a delegated command builds for itself, when its module says how; None otherwise."""
+    module_name = DELEGATED[name][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None  # not in this installation: the command completes with no flags
+    if module_name == "webhook.reports.commands":
+        built: argparse.ArgumentParser = module.parser_for(name)
+        return built
+    builder = getattr(module, "build_parser", None)
+    return builder() if callable(builder) else None
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from webhook.completion import CommandWords, script, words_of
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {str(choice.dest): str(choice.help or "") for choice in subparsers._choices_actions}
+    commands: dict[str, CommandWords] = {}
+    for name, sub in subparsers.choices.items():
+        own = _delegated_parser(name) if name in DELEGATED else sub
+        commands[name] = words_of(own, helps.get(name, "")) if own is not None else CommandWords(helps.get(name, ""))
+    commands["policy"].subcommands = ["test"]
+    print(script(args.shell, words_of(parser), commands))
+    return 0
 
 
 def _load_config(path: Path | None) -> Config:
@@ -285,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from webhook.explain_cli import cmd_explain
 
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
-        "serve": cmd_serve, "review": cmd_review, "explain": cmd_explain,
+        "serve": cmd_serve, "review": cmd_review, "explain": cmd_explain, "completion": cmd_completion,
     }
     try:
         return commands[args.command](args)

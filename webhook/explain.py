@@ -10,8 +10,10 @@ or JSON by the functions at the bottom:
 - each policy and its result: the fields it decided, its Deny/Warn/Audit violations, and how many
   loaded policies had nothing to say;
 - each check of the validating webhook: RBAC, quota, placement (no node could ever run it), policies;
-- for a pod that exists and is not bound: what KGWE's model says blocks it now, node by node
-  (cordoned, selector, taints, GPUs free after the bound pods, scheduling gates).
+- for a pod that exists and is not bound: what blocks it now. First what KGWE would refuse in it (a pod
+  refused at admission today cannot be "blocked by nothing"), then scheduling gates, the scheduler's own
+  reason (its `PodScheduled` condition), DRA claims not allocated yet, and KGWE's model node by node
+  (cordoned, selector, taints, GPUs free after the bound pods).
 
 Every string shown comes from the plan, the model or the policies' messages, which admission already
 bounds; lists are capped so a pathological cluster cannot make the answer unbounded.
@@ -37,6 +39,7 @@ from webhook.admission.validate import PendingVerdict
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
+from webhook.explain_waiting import scheduler_reason, unallocated_claims
 from webhook.placement.trace import TraceStep
 from webhook.quotas.view import why_waiting
 from webhook.review import create_review
@@ -180,12 +183,17 @@ def _free(node: NodeFacts, used: dict[str, Decimal]) -> NodeFacts:
     return dataclasses.replace(node, allocatable=free)
 
 
-def blocking_now(pod: dict[str, Any], facts: Facts, config: Config) -> list[str]:
-    """What keeps a created, unbound pod from running now, by KGWE's model of the cluster."""
+def blocking_now(pod: dict[str, Any], facts: Facts, config: Config, refused: list[str] | None = None) -> list[str]:
+    """What keeps a created, unbound pod from running now: what KGWE would refuse (`refused`), gates, the
+    scheduler's and DRA's word, then KGWE's model of the nodes."""
     from webhook.inventory.capacity import Inventory
 
     model: ClusterModel = facts.model
     reasons: list[str] = []
+    if refused:
+        # Said first: whatever else holds the pod, this pod as written is one KGWE refuses today.
+        reasons.append(f"KGWE would refuse it as it is now (created before the rule, or admitted without KGWE): "
+                       f"{'; '.join(refused[:8])}")
     view = PodView(pod)
     gates = view.scheduling_gates
     if QUOTA_GATE in gates:
@@ -197,6 +205,11 @@ def blocking_now(pod: dict[str, Any], facts: Facts, config: Config) -> list[str]
     if others:
         reasons.append(f"held by scheduling gate{'s' if len(others) > 1 else ''} {', '.join(others[:8])}: the "
                        "scheduler does not consider it until removed (a gang waits for all its members, docs/gangs.md)")
+    said = scheduler_reason(pod)
+    if said:
+        reasons.append(said)
+    claims = unallocated_claims(pod, model)
+    reasons.extend(claims)
     types = facts.plan.types or list(model.types)
     names = [n for t in types if t in model.types for n in model.types[t].nodes][:MAX_NODES]
     if not names:
@@ -207,10 +220,13 @@ def blocking_now(pod: dict[str, Any], facts: Facts, config: Config) -> list[str]
     fits = feasible_nodes(pod, nodes)
     if fits:
         where = ", ".join(fits[:5]) + (f" and {len(fits) - 5} more" if len(fits) > 5 else "")
-        if not gates:
-            reasons.append(f"nothing in KGWE's model: {len(fits)} node{'s' if len(fits) != 1 else ''} can run it now "
-                           f"({where}); the scheduler may not have retried yet, or something KGWE does not model "
-                           "(CPU, memory, volumes, pod affinity) blocks it: `kubectl describe pod`")
+        room = f"{len(fits)} node{'s' if len(fits) != 1 else ''} can run it now ({where})"
+        if not reasons:
+            reasons.append(f"nothing in KGWE's model: {room}; the scheduler may not have retried yet, or something "
+                           "KGWE does not model (CPU, memory, volumes, pod affinity) blocks it: "
+                           "`kubectl describe pod`")
+        elif not gates and not claims:
+            reasons.append(f"GPUs are not what is missing: by KGWE's model {room}")
         return reasons
     wanted = ", ".join(types[:8]) if facts.plan.types else "every GPU node"
     reasons.append(f"no node can run it now: of {wanted}, {explain_infeasible(pod, nodes)} "
@@ -265,7 +281,9 @@ def explain(
         explanation.changes = len(mutated.patch)
         explanation.warnings = list(dict.fromkeys([*explanation.warnings, *verdict.warnings]))[:MAX_LINES]
     elif explanation.state == "pending" and plan.gpu_pod:
-        explanation.blocking = blocking_now(pod, facts, admission.runtime.config)
+        denied = [f"{p.policy}: {p.result}" for p in explanation.policies if "Deny:" in p.result]
+        explanation.blocking = blocking_now(pod, facts, admission.runtime.config,
+                                            [*explanation.refusals, *denied])
     return explanation
 
 

@@ -19,7 +19,7 @@ def add_explain_parser(commands: Any, add_cluster_and_config: Callable[[argparse
                     "(judged as a new pod, as `kgwe review` does) or NAMESPACE/NAME of an existing pod (judged as "
                     "it is, with what blocks it now when it is not bound). With --cluster DIR the cluster is the "
                     "YAML directory; without it, the cluster's API (kubeconfig as kubectl finds it), read-only. "
-                    "Exit status 0.",
+                    "Exit status 0, or with --exit-code 1 when KGWE refuses the pod.",
     )
     parser.add_argument("target", metavar="TARGET",
                         help="a pod manifest file (- for stdin), or NAMESPACE/NAME of an existing pod")
@@ -27,6 +27,23 @@ def add_explain_parser(commands: Any, add_cluster_and_config: Callable[[argparse
     parser.add_argument("--user", default="kgwe-explain", help="the requesting user for a new pod")
     parser.add_argument("--group", action="append", default=[], metavar="G", help="a group of the user (repeatable)")
     parser.add_argument("-o", "--output", choices=["text", *FORMATS], default="text", help="output format")
+    parser.add_argument("--exit-code", action="store_true", help=EXIT_CODE_HELP)
+
+
+# One wording for review, explain and audit: a script tests the status the way it tests `git diff --exit-code`.
+EXIT_CODE_HELP = ("exit 1 when KGWE refuses a pod (as git diff --exit-code), 0 when it allows every one; "
+                  "errors are 2 either way")
+
+
+def refused(explanation: Explanation) -> bool:
+    """A new pod the webhooks refuse, or an existing one KGWE would refuse as it is now."""
+    if explanation.allowed is not None:
+        return not explanation.allowed
+    return bool(explanation.refusals) or any("Deny:" in p.result for p in explanation.policies)
+
+
+def _status(explanations: list[Explanation], args: argparse.Namespace) -> int:
+    return 1 if getattr(args, "exit_code", False) and any(refused(e) for e in explanations) else 0
 
 
 def _print(explanations: list[Explanation], output: str) -> None:
@@ -48,7 +65,7 @@ def explain_documents(runtime: Any, documents: list[dict[str, Any]], args: argpa
         explanations.append(explain(runtime.admission, document, user=args.user, groups=list(args.group),
                                     deadline_seconds=runtime.config.limits.deadline_seconds))
     _print(explanations, args.output)
-    return 0
+    return _status(explanations, args)
 
 
 def find_pod(runtime: Any, target: str) -> dict[str, Any] | None:
@@ -82,7 +99,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.target}: no such pod in {args.cluster}")
     found = explain(runtime.admission, pod, existing=True, deadline_seconds=config.limits.deadline_seconds)
     _print([found], args.output)
-    return 0
+    return _status([found], args)
 
 
 def _explain_in_cluster(args: argparse.Namespace, config: Any) -> int:
@@ -112,7 +129,7 @@ def _explain_in_cluster(args: argparse.Namespace, config: Any) -> int:
             raise CommandError(f"{args.target}: no such pod in the cluster")
         found = explain(runtime.admission, pod, existing=True, deadline_seconds=config.limits.deadline_seconds)
         _print([found], args.output)
-        return 0
+        return _status([found], args)
     finally:
         assembly.stop_source()
 

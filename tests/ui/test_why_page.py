@@ -48,10 +48,26 @@ def test_why_lists_waiting_pods_and_explains_one(browser: Any, why_server: KgweS
         assert "at most 8 GPUs on one node, the pod asks for 16" in steps[-1]
         assert page.locator("#refusals li").all_inner_texts() == body["refusals"]
         assert page.locator("#state").inner_text() == "State: pending."
+        # A refused pod: the refusal first, then what else blocks it, never "nothing blocks it".
+        headings = page.locator("h2").all_inner_texts()
+        assert headings.index("Refused") < headings.index("What else blocks it now")
+        blocking = page.locator("#blocking li").all_inner_texts()
+        assert blocking == body["blocking"] and blocking[0].startswith("KGWE would refuse it")
+        assert not any(b.startswith("nothing") for b in blocking)
+        # A mistyped pod: the form and what was typed stay, the error shows beside it.
         page.fill("input[name=pod]", "nowhere/nothing")
         page.click("form.why-form button")
-        page.wait_for_selector("[role=alert]")
-        assert "no pod nowhere/nothing" in page.locator("[role=alert]").inner_text()
+        page.wait_for_selector("form.why-form [role=alert]")
+        assert "no pod nowhere/nothing" in page.locator("#why-error").inner_text()
+        assert page.locator("input[name=pod]").input_value() == "nowhere/nothing"
+        page.fill("input[name=pod]", "Not A Pod")
+        page.click("form.why-form button")
+        page.wait_for_function("document.querySelector('#why-error')?.textContent.includes('NAMESPACE/NAME')")
+        assert page.locator("input[name=pod]").input_value() == "Not A Pod"
+        page.fill("input[name=pod]", "ml-research/too-big")
+        page.click("form.why-form button")
+        page.wait_for_selector("#trace")
+        assert page.locator("#why-error").count() == 0
     finally:
         context.close()
     assert problems.foreign_requests == []

@@ -3,10 +3,13 @@
 Pods are slimmed to what KGWE reads, because pods dominate a cluster's objects (`slim_pod`):
 metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp,
 deletionTimestamp (a terminating pod is no gang member);
-spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, resourceClaims, and containers /
-initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it a sidecar);
-status phase, startTime, each ended container's `finishedAt` (a pod's cost is its lifetime) and KGWE's own
-conditions (`kgwe.io/...`). Everything else (images, env, volumes, other conditions, the rest of container
+spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, resourceClaims (DRA: what
+the pod's claims hold is charged), and containers / initContainers reduced to name and resources (plus an init
+container's restartPolicy, which makes it a sidecar);
+status phase, startTime, each ended container's `finishedAt` (a pod's cost is its lifetime), the claims the API
+server made for it (`resourceClaimStatuses`, `extendedResourceClaimStatus`), KGWE's own conditions
+(`kgwe.io/...`) and the scheduler's `PodScheduled` (type, status, reason, message bounded: "what blocks it now"
+quotes it, docs/explain.md). Everything else (images, env, volumes, other conditions, the rest of container
 statuses) is dropped.
 Other kinds are kept whole except `metadata.managedFields` and a node's `status.images` (`slim_object`).
 """
@@ -21,11 +24,11 @@ POD_METADATA_FIELDS = (
     "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "resourceVersion", "creationTimestamp",
     "deletionTimestamp",
 )
-# resourceClaims: which claims and templates a pod names (what its own claims count against quotas,
-# which of KGWE's templates are still in use: webhook/dra/garbage.py).
 POD_SPEC_FIELDS = (
     "nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates", "resourceClaims",
 )
+POD_STATUS_CLAIM_FIELDS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
+MAX_CONDITION_MESSAGE = 1024  # the scheduler's "0/N nodes are available: ..." names each reason once, with counts
 
 
 def _slim_container(container: ContainerView, init: bool) -> dict[str, Any]:
@@ -58,14 +61,35 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     lifetime = pod_lifetime_status(pod)
     if lifetime:
         out.setdefault("status", {}).update(lifetime)
-    # KGWE's own conditions (the quota controller's `kgwe.io/QuotaAvailable`): it writes one only when it changes.
     status = pod.get("status")
+    if isinstance(status, dict):
+        claims = {k: status[k] for k in POD_STATUS_CLAIM_FIELDS if k in status}
+        if claims:
+            out.setdefault("status", {}).update(claims)
     conditions = status.get("conditions") if isinstance(status, dict) else None
     if isinstance(conditions, list):
-        ours = [c for c in conditions if isinstance(c, dict) and str(c.get("type") or "").startswith("kgwe.io/")]
-        if ours:
-            out.setdefault("status", {})["conditions"] = ours
+        kept = _kept_conditions(conditions)
+        if kept:
+            out.setdefault("status", {})["conditions"] = kept
     return out
+
+
+def _kept_conditions(conditions: list[Any]) -> list[dict[str, Any]]:
+    """KGWE's own conditions (the quota controller's `kgwe.io/QuotaAvailable`, written only when it changes)
+    whole, and the scheduler's PodScheduled cut to what "what blocks it now" says (its message bounded)."""
+    kept: list[dict[str, Any]] = []
+    for condition in conditions:
+        if not isinstance(condition, dict):
+            continue
+        kind = str(condition.get("type") or "")
+        if kind.startswith("kgwe.io/"):
+            kept.append(condition)
+        elif kind == "PodScheduled":
+            small = {k: condition[k] for k in ("type", "status", "reason", "message") if k in condition}
+            if isinstance(small.get("message"), str):
+                small["message"] = small["message"][:MAX_CONDITION_MESSAGE]
+            kept.append(small)
+    return kept
 
 
 def pod_lifetime_status(pod: dict[str, Any]) -> dict[str, Any]:

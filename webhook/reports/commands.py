@@ -2,7 +2,8 @@
 
 Each reads the cluster from `--cluster DIR` (YAML manifests) or, without it, from the Kubernetes API
 (kubeconfig or in-cluster service account), builds the same runtime `kgwe serve` uses, prints one
-view as a table (default) or JSON, and exits 0; errors go to stderr with exit status 2.
+view as a table (default; `-o wide` adds columns, as kubectl's does), JSON or YAML, and exits 0 (`kgwe audit
+--exit-code`: 1 when a finding fails); errors go to stderr with exit status 2.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, metavar="FILE", help="KGWE configuration file (YAML)")
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig for the API (default: in-cluster service account)")
-    formats = ["table", *FORMATS, *(["csv"] if command == "costs" else [])]
+    formats = ["table", "wide", *FORMATS, *(["csv"] if command == "costs" else [])]
     parser.add_argument("-o", "--output", choices=formats, default="table",
-                        help="output format (default table)"
+                        help="output format (default table; wide: the table with more columns)"
                         + ("; -o yaml: reports in audit.reportFormat (openreports or wgpolicyk8s)"
                            if command == "audit" else ""))
     if command == "profiles":
@@ -86,7 +87,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
                             help="with --kueue: the ClusterQueue's cohortName (borrowing between queues)")
     if command == "audit":
         parser.add_argument("--exit-code", action="store_true",
-                            help="exit 1 when any violation fails (for CI); default: exit 0")
+                            help="exit 1 when a finding fails or errs (as git diff --exit-code; for CI), 0 when none "
+                                 "does; default: exit 0 either way")
     if command == "recommend":
         parser.add_argument("workload", nargs="?", metavar="WORKLOAD",
                             help="one workload: NAME, KIND/NAME or KIND/NAMESPACE/NAME[/PART]")
@@ -116,6 +118,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
                             help="with --cluster: the gang records file of `kgwe serve --cluster` "
                                  "(default: the state directory's quota/gangs-8443.json)")
     return parser
+
+
+def parser_for(command: str) -> argparse.ArgumentParser:
+    """The parser of `kgwe COMMAND` (shell completion reads its flags)."""
+    return _parser(command)
 
 
 @dataclass
@@ -170,6 +177,7 @@ def cmd_nodes(args: argparse.Namespace, cluster: Cluster) -> str:
     view = nodes_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output in FORMATS:
         return render(view, args.output)
+    wide = args.output == "wide"
     rows = []
     for node in view["nodes"]:
         mig = node["mig"]
@@ -187,17 +195,33 @@ def cmd_nodes(args: argparse.Namespace, cluster: Cluster) -> str:
             node["nvlinkDomainSize"] or "-",
             ("stale" if topology["stale"] else f"{topology['ageSeconds']:.0f}s") if topology["present"] else "-",
             "cordoned" if node["unschedulable"] else "",
+            *(_node_wide(node) if wide else []),
         ])
-    nodes = format_table(
-        ["NAME", "TYPE", "SOURCE", "GPUS", "ALLOCATABLE", "USED", "MIG", "SHARING", "NVLINK", "TOPOLOGY", "STATUS"],
-        rows, right=["GPUS", "NVLINK"],
-    )
+    headers = ["NAME", "TYPE", "SOURCE", "GPUS", "ALLOCATABLE", "USED", "MIG", "SHARING", "NVLINK", "TOPOLOGY",
+               "STATUS"]
+    wide_headers = ["PRODUCT", "MEMORY/GPU", "PODS", "GPU-EQ USED", "GPU-EQ FREE", "CLIQUE", "TAINTS"]
+    nodes = format_table(headers + (wide_headers if wide else []), rows,
+                         right=["GPUS", "NVLINK", "PODS", "GPU-EQ USED", "GPU-EQ FREE"])
     types = format_table(
         ["TYPE", "PRODUCT", "NODES", "GPUS", "AVAILABLE"],
         [[t["id"], t["productName"], t["nodes"], t["gpus"], t["available"]] for t in view["types"]],
         right=["NODES", "GPUS", "AVAILABLE"],
     )
     return f"{nodes}\n\n{types}"
+
+
+def _node_wide(node: dict[str, Any]) -> list[Any]:
+    memory = node.get("memoryMiB")
+    taints = node.get("taints") or []
+    return [
+        node.get("productName") or "-",
+        f"{memory / 1024:.0f}Gi" if memory else "-",
+        node.get("pods", 0),
+        node.get("usedGpuEquivalents", "-"),
+        node.get("freeGpuEquivalents", "-"),
+        node.get("clique") or "-",
+        ",".join(f"{t.get('key')}:{t.get('effect')}" for t in taints if isinstance(t, dict)) or "-",
+    ]
 
 
 def _sharing_text(sharing: dict[str, Any]) -> str:
@@ -232,15 +256,18 @@ def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
     view = hardware_profiles_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output in FORMATS:
         return render(view, args.output)
+    wide = args.output == "wide"
     rows = [
         [p["name"], p["displayName"], _sharing_text(p["sharing"]), ",".join(t["id"] for t in p["acceleratorTypes"]),
-         p["total"], p["available"], p["pending"], _price_range_text(p["priceRange"])]
+         p["total"], p["available"], p["pending"], _price_range_text(p["priceRange"]),
+         *([p["unit"], p["pricePerUnitHour"] or "-", p["description"] or "-"] if wide else [])]
         for p in view["profiles"]
     ]
     if not rows:
         return "No HardwareProfiles. Propose one with: kgwe profiles --from-nodes NODE[,NODE...]"
     table = format_table(
-        ["NAME", "DISPLAY NAME", "SHARING", "TYPES", "TOTAL", "AVAILABLE", "PENDING", f"{view['currency']}/GPU-H"],
+        ["NAME", "DISPLAY NAME", "SHARING", "TYPES", "TOTAL", "AVAILABLE", "PENDING", f"{view['currency']}/GPU-H",
+         *(["UNIT", f"{view['currency']}/UNIT-H", "DESCRIPTION"] if wide else [])],
         rows, right=["TOTAL", "AVAILABLE", "PENDING"],
     )
     if any(p["priceRange"] and not p["priceRange"]["now"] for p in view["profiles"]):
@@ -286,10 +313,11 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
     rows = [
         [f.namespace or "-", (f"{f.kind}/{f.pod}" if f.kind else f.pod) or (f"tenant {f.tenant}" if f.tenant else "-"),
          f.category, f.severity, f.result,
-         f.policy, f.message]
+         f.policy, *([f.rule or "-", f.tenant or "-"] if args.output == "wide" else []), f.message]
         for f in findings
     ]
-    table = format_table(["NAMESPACE", "POD", "CATEGORY", "SEVERITY", "RESULT", "POLICY", "MESSAGE"], rows)
+    wide = ["RULE", "TENANT"] if args.output == "wide" else []
+    table = format_table(["NAMESPACE", "POD", "CATEGORY", "SEVERITY", "RESULT", "POLICY", *wide, "MESSAGE"], rows)
     return f"{table}\n\n{len(findings)} finding(s)", status
 
 
@@ -305,19 +333,22 @@ def cmd_costs(args: argparse.Namespace, cluster: Cluster) -> str:
                      *[[str(r[k]) for k in ("tenant", "acceleratorType", "pods", "unpricedPods", "hourlyCost",
                                             "dailyCost", "monthlyCost")] for r in view["rows"]]])
     currency = view["currency"]
+    wide = args.output == "wide"
     rows = [
-        [r["tenant"], r["acceleratorType"], r["pods"], r["hourlyCost"], r["dailyCost"], r["monthlyCost"]]
+        [r["tenant"], r["acceleratorType"], r["pods"], r["hourlyCost"], r["dailyCost"], r["monthlyCost"],
+         *([r["unpricedPods"]] if wide else [])]
         for r in view["rows"]
     ]
     if not rows:
         return "No running GPU pods."
-    headers = ["TENANT", "TYPE", "PODS", f"{currency}/HOUR", f"{currency}/DAY", f"{currency}/MONTH"]
+    headers = ["TENANT", "TYPE", "PODS", f"{currency}/HOUR", f"{currency}/DAY", f"{currency}/MONTH",
+               *(["UNPRICED PODS"] if wide else [])]
     text = format_table(headers, rows, right=headers[2:])
     text += f"\n\nTotal: {view['hourlyCost']} {currency}/hour (now; a month is 730 hours)"
     unpriced = sum(r["unpricedPods"] for r in view["rows"])
     if unpriced:
         text += f"\n{unpriced} pod(s) have no price: their type has none in the pricing configuration"
-    if args.pods:
+    if args.pods or wide:
         pods = format_table(
             ["NAMESPACE", "POD", "TENANT", "TYPE", f"{currency}/HOUR", "FROM"],
             [[p["namespace"], p["pod"], p["tenant"], p["acceleratorType"], p["hourlyCost"], p["source"]]
@@ -355,7 +386,7 @@ def _window_costs(args: argparse.Namespace, runtime: Runtime) -> str:
         return render({"currency": runtime.config.pricing.currency, **data}, args.output)
     if args.output == "csv":
         return _csv(csv_rows(doc))
-    return _window_table(doc, runtime.config.pricing.currency, args.pods)
+    return _window_table(doc, runtime.config.pricing.currency, args.pods or args.output == "wide")
 
 
 def _window_table(doc: Any, currency: str, show_pods: bool = False) -> str:
@@ -430,12 +461,20 @@ def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
         return render(view, args.output)
     if not view["gangs"]:
         return "No gangs (pods with kgwe.io/gang and kgwe.io/gang-size)."
+    wide = args.output == "wide"
     rows = [
-        [g["namespace"], g["gang"], g["size"], g["present"], g["bound"], g["room"] or "-", g["state"], g["reason"]]
+        [g["namespace"], g["gang"], g["size"], g["present"], g["bound"], g["room"] or "-", g["state"],
+         *([g["gated"], g["gpusPerPod"] or "-", g["shortGPUs"], _seconds(g["waitingSeconds"])] if wide else []),
+         g["reason"]]
         for g in view["gangs"]
     ]
-    return format_table(["NAMESPACE", "GANG", "SIZE", "PRESENT", "BOUND", "ROOM", "STATE", "REASON"], rows,
-                        right=["SIZE", "PRESENT", "BOUND"])
+    extra = ["GATED", "GPUS/POD", "SHORT GPUS", "WAITING"] if wide else []
+    return format_table(["NAMESPACE", "GANG", "SIZE", "PRESENT", "BOUND", "ROOM", "STATE", *extra, "REASON"], rows,
+                        right=["SIZE", "PRESENT", "BOUND", *extra])
+
+
+def _seconds(value: Any) -> str:
+    return "-" if value is None else f"{value}s"
 
 
 def _moment(text: str | None) -> float | None:
@@ -478,15 +517,16 @@ def cmd_recommend(args: argparse.Namespace, cluster: Cluster) -> str:
         table = format_table(["NAMESPACE", "POD", "TENANT", "TYPE", "GPUS", f"{currency}/HOUR", "IDLE FOR",
                               "MAX ACTIVITY"], rows, right=["GPUS", f"{currency}/HOUR"])
         return f"{table}\n\nIdle: {doc['gpuEquivalents']} GPU-equivalents, {doc['hourlyCost']} {currency}/hour"
+    wide = args.output == "wide"
     rows = [
         [r["key"], r["podsNow"], r["asks"]["shape"], f"{r['peakMemoryMib'] / 1024:.1f}Gi",
          "-" if r["engineActivityP95"] is None else f"{r['engineActivityP95']:.2f}",
          r["recommended"]["shape"] if r["change"] else "(keep)", r["saved"]["gpuEquivalentsPerPod"],
-         r["saved"]["hourlyPerPod"] or "-", r["confidenceLevel"]]
+         r["saved"]["hourlyPerPod"] or "-", r["confidenceLevel"], *(_recommend_wide(r) if wide else [])]
         for r in doc["recommendations"]
     ]
     text = format_table(["WORKLOAD", "PODS", "ASKS", "PEAK MEM", "P95 BUSY", "RECOMMENDED", "GPUS SAVED/POD",
-                         f"{currency}/HOUR/POD", "CONFIDENCE"], rows,
+                         f"{currency}/HOUR/POD", "CONFIDENCE", *(["HISTORY", "INTENT"] if wide else [])], rows,
                         right=["PODS", "PEAK MEM", "P95 BUSY", "GPUS SAVED/POD", f"{currency}/HOUR/POD"]) \
         if rows else "No workload has enough history for a recommendation."
     text += (f"\n\nFrees {doc['gpuEquivalentsSaved']} GPU-equivalents, {doc['hourlySaved']} {currency}/hour "
@@ -535,6 +575,13 @@ def cmd_mig_plan(args: argparse.Namespace, cluster: Cluster) -> str:
 
 def _profiles_text(profiles: dict[str, int]) -> str:
     return ",".join(f"{n}x{p}" for p, n in sorted(profiles.items())) or "-"
+
+
+def _recommend_wide(row: dict[str, Any]) -> list[str]:
+    intent = (row.get("recommended") or {}).get("intent") or {}
+    history = row.get("historyHours")
+    return [f"{history:g}h" if isinstance(history, int | float) else "-",
+            ",".join(f"{k}={v}" for k, v in intent.items()) if isinstance(intent, dict) else str(intent)]
 
 
 Command = Callable[[argparse.Namespace, Cluster], "str | tuple[str, int]"]

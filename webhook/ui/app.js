@@ -53,11 +53,15 @@ class Page {
       showAsOf(data);
       this.show(data);
     } catch (error) {
-      if (current !== this) return;
-      replaceChildren(this.root, errorBox(error));
+      if (generation !== this.generation || current !== this) return;
+      this.showError(error);
     } finally {
       this.root.removeAttribute("aria-busy");
     }
+  }
+
+  showError(error) {
+    replaceChildren(this.root, errorBox(error));
   }
 }
 
@@ -800,14 +804,32 @@ class WhyPage extends Page {
     return pod ? getJSON("explain", { pod }) : getJSON("explain");
   }
 
-  show(data) {
-    const form = h("form", { class: "why-form", onsubmit: (event) => {
+  // The form keeps what was typed, and an error shows beside it: a mistyped pod must not take the input away.
+  form(error) {
+    return h("form", { class: "why-form", onsubmit: (event) => {
       event.preventDefault();
       const value = event.target.elements.pod.value.trim();
-      location.hash = value ? `#/why?pod=${encodeURIComponent(value)}` : "#/why";
+      const hash = value ? `#/why?pod=${encodeURIComponent(value)}` : "#/why";
+      if (location.hash === hash) this.load(); else location.hash = hash;
     } },
     h("label", {}, "Pod ", h("input", { name: "pod", value: whyTarget(), placeholder: "namespace/name", size: 40 })),
-    h("button", { type: "submit" }, "Explain"));
+    h("button", { type: "submit" }, "Explain"),
+    error ? h("span", { class: "why-error", id: "why-error", role: "alert" },
+      error.status ? `${error.message} (HTTP ${error.status})` : error.message) : null);
+  }
+
+  showError(error) {
+    // Not a pod reference the API knows (400, 403, 404): the page stays, the form says what went wrong.
+    if (![400, 403, 404].includes(error.status)) {
+      super.showError(error);
+      return;
+    }
+    replaceChildren(this.root, h("h1", {}, "Why"), this.form(error));
+    this.root.querySelector("input[name=pod]").focus();
+  }
+
+  show(data) {
+    const form = this.form(null);
     if (data.pending) {
       replaceChildren(this.root, h("h1", {}, "Why"), form,
         h("p", { class: "muted" }, "GPU pods that are not bound yet; pick one to see what KGWE decided and what blocks it."),
@@ -816,24 +838,26 @@ class WhyPage extends Page {
           h("p", { class: "empty" }, "No GPU pod is waiting."));
       return;
     }
-    const verdict = data.refusals && data.refusals.length ? h("span", { class: "badge warn" }, "refused") : null;
+    const refused = Boolean(data.refusals && data.refusals.length);
+    const verdict = refused ? h("span", { class: "badge warn" }, "refused") : null;
+    // A refused pod: what refuses it comes first (the refusals), and only then what else blocks it.
     replaceChildren(this.root, h("h1", {}, "Why: ", h("code", {}, data.pod), " ", verdict), form,
       h("p", { class: "muted", id: "state" }, data.gpuPod ? `State: ${data.state}.` :
         "Not a GPU pod and no kgwe.io/ intent: KGWE leaves it as it is."),
+      refused ? [h("h2", {}, "Refused"),
+        h("ul", { id: "refusals" }, data.refusals.map((r) => h("li", {}, r)))] : null,
+      data.blocking && data.blocking.length ? [h("h2", {}, refused ? "What else blocks it now" : "What blocks it now"),
+        h("ul", { id: "blocking" }, data.blocking.map((b) => h("li", {}, b)))] : null,
       data.trace && data.trace.length ? [h("h2", {}, "Placement, step by step"),
         h("ol", { class: "trace", id: "trace" }, data.trace.map((step) => h("li", {},
           h("strong", {}, step.step), `: kept ${step.kept.length ? step.kept.join(", ") : "none"}`,
           step.note ? h("span", { class: "muted" }, ` (${step.note})`) : null,
           step.dropped.length ? h("ul", {}, step.dropped.map((d) => h("li", {}, h("code", {}, d.type), ` dropped: ${d.why}`))) :
             null)))] : null,
-      data.refusals && data.refusals.length ? [h("h2", {}, "Refused"),
-        h("ul", { id: "refusals" }, data.refusals.map((r) => h("li", {}, r)))] : null,
       data.policies && (data.policies.length || data.policiesSilent) ? [h("h2", {}, "Policies"),
         h("ul", { id: "policies" }, data.policies.map((p) => h("li", {}, h("code", {}, p.policy), `: ${p.result}`)),
           data.policiesSilent ? h("li", { class: "muted" },
-            `${plural(data.policiesSilent, "other policy", "other policies")}: no decision, no violation`) : null)] : null,
-      data.blocking && data.blocking.length ? [h("h2", {}, "What blocks it now"),
-        h("ul", { id: "blocking" }, data.blocking.map((b) => h("li", {}, b)))] : null);
+            `${plural(data.policiesSilent, "other policy", "other policies")}: no decision, no violation`) : null)] : null);
   }
 }
 
