@@ -99,3 +99,23 @@ def test_a_node_is_changed_at_most_once_per_rebalance_interval(apiserver: FakeAp
     # The MIG manager has not re-partitioned yet: the plan still says change; too soon to write again.
     soon = {d.node: d for d in _applier(_store_from(apiserver), api_client, now=1_800_000_060.0).run_pass()}
     assert soon["a100-idle-1"].outcome == "skipped" and "rebalanceInterval" in soon["a100-idle-1"].reason
+
+
+def test_kgwe_serve_runs_the_applier_on_the_leader_and_the_chart_grants_it_only_when_asked(
+    apiserver: FakeApiServer, api_client: Any
+) -> None:
+    from chart_support import render
+
+    from webhook.config import Config
+    from webhook.controllers.runner import build_controllers
+
+    controllers = build_controllers(_load(apiserver), Config(), api_client, namespace="kgwe-system", registry=None)
+    assert controllers.mig is not None and controllers.mig in controllers.tasks()
+    assert controllers.mig.leader_only
+
+    def node_patch(values: dict[str, Any]) -> bool:
+        role = render(values).one("ClusterRole", "kgwe-webhook")
+        return any("nodes" in r.get("resources", []) and "patch" in r.get("verbs", []) for r in role["rules"])
+
+    assert not node_patch({})
+    assert node_patch({"webhook": {"migApply": {"enabled": True}}})

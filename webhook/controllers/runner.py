@@ -20,6 +20,8 @@ from webhook.gangs.controller import GangController, kube_pod_writer
 from webhook.gangs.ledger import GangStore
 from webhook.quotas.controller import QuotaController, kube_quota_writer
 
+MIG_APPLY_SECONDS = 60.0
+
 
 @dataclass
 class Controllers:
@@ -37,6 +39,8 @@ class Controllers:
     readiness: ControllerReadiness | None = None
     # webhook.dra.garbage: deletes KGWE's templates and ComputeDomains no pod uses any more.
     garbage: ClaimGarbageCollector | None = None
+    # webhook.migplan: MIGStrategies in mode apply get their nodes' nvidia.com/mig.config set (idle nodes only).
+    mig: Task | None = None
     supervisor: Supervisor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -53,6 +57,8 @@ class Controllers:
             tasks.append(self.quotas.task)
         if self.garbage is not None:
             tasks.append(self.garbage.task)
+        if self.mig is not None:
+            tasks.append(self.mig)
         return tasks
 
     def start(self) -> None:
@@ -106,4 +112,13 @@ def build_controllers(
 
         garbage = ClaimGarbageCollector(store, KubeJson(api_client), grace_seconds=config.dra.unused_grace_seconds,
                                         is_leader=elector.is_leader)
-    return Controllers(elector, bound, gangs, quotas, readiness, garbage)
+    mig = None
+    if api_client is not None:
+        from webhook.cluster.kube_json import KubeJson
+        from webhook.migplan.apply import MigApplier
+
+        applier = MigApplier(store, KubeJson(api_client), elector.is_leader)
+        # A minute is far below any sensible rebalanceInterval; each strategy's interval gates its own changes.
+        mig = Task("mig-apply", applier.run_pass, interval=MIG_APPLY_SECONDS, leader_only=True,
+                   is_leader=elector.is_leader)
+    return Controllers(elector, bound, gangs, quotas, readiness, garbage, mig)

@@ -91,6 +91,8 @@ class MigApplier:
         except ApiException as exc:
             if exc.status == 409:
                 return "the node changed since it was planned (409): planned again next pass"
+            if exc.status == 403:
+                return "KGWE may not patch nodes: enable webhook.migApply in the chart (docs/mig.md)"
             raise
         return None
 
