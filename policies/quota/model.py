@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Literal
 
 from kubernetes.utils.quantity import parse_quantity
@@ -22,6 +22,8 @@ from policies.vocabulary.objects import ObjectView
 log = logging.getLogger(__name__)
 
 TENANT_LABEL = keys.TENANT
+
+MAX_AMOUNT = Decimal(2**63 - 1)
 
 LimitKind = Literal["acceleratorType", "profile"]
 PriceOf = Callable[[str], Decimal | None]
@@ -91,9 +93,12 @@ def parse_amount(value: Any) -> Decimal | None:
         return None
     try:
         parsed = Decimal(parse_quantity(str(value)))
-    except (ValueError, InvalidOperation, TypeError):
+        # Bounded like every quantity KGWE reads (policies/vocabulary/quantities.py): `9e999999999` parses, and
+        # writing it back (`format_gpus`) would build an integer of a billion digits.
+        in_range = parsed.is_finite() and 0 <= parsed <= MAX_AMOUNT
+    except (ValueError, ArithmeticError, TypeError):
         return None
-    return parsed if parsed >= 0 else None
+    return parsed if in_range else None
 
 
 def quota_limits(quota: Mapping[str, Any]) -> list[QuotaLimit]:

@@ -35,6 +35,10 @@ class Ask:
     # GPUs through the pod's own ResourceClaims: the claim's selectors pick the type, not KGWE, so it counts
     # against every candidate type and is never pinned.
     every_type: bool = False
+    # Every type KGWE wrote on the pod, before `types` was narrowed to those with a node it can run on now: a
+    # pod charged one of several is pinned to it even when only that one has a node for it now (nodes are
+    # uncordoned, labelled, added; the scheduler would bind it to a type its quota never counted).
+    may_run_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -235,7 +239,8 @@ def plan_queue(
         if found:
             for ask in waiter.asks:
                 ledger.take(ask, chosen)
-            pin = chosen is not None and any(len(ask.types) > 1 and not ask.every_type for ask in waiter.asks)
+            pin = chosen is not None and any(
+                len(ask.may_run_on or ask.types) > 1 and not ask.every_type for ask in waiter.asks)
             queue.releases.append(Release(waiter, chosen, pin))
             continue
         if blocked and first_reason is None:

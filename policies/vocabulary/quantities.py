@@ -5,7 +5,7 @@ One parser for the policy layer and the webhook: every amount a pod states goes 
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
 
@@ -27,7 +27,14 @@ MAX_MEMO_KEY = 64
 
 
 def _bounded(amount: Decimal, value: object) -> Decimal:
-    if not amount.is_finite() or abs(amount) > MAX_MAGNITUDE:
+    # An exponent past the decimal context's range (`9e999999999`) overflows on any arithmetic, `abs` included:
+    # decimal.Overflow is an ArithmeticError, not the ValueError every caller catches (a pod annotation like it
+    # made each quota controller pass raise).
+    try:
+        out_of_range = not amount.is_finite() or abs(amount) > MAX_MAGNITUDE
+    except ArithmeticError:
+        out_of_range = True
+    if out_of_range:
         raise ValueError(f"not a quantity: {value!r} is out of range")
     return amount
 
@@ -53,13 +60,13 @@ def _parse(value: object) -> Decimal:
     if isinstance(value, int | float | Decimal):
         try:
             return _bounded(Decimal(str(value)), value)
-        except InvalidOperation as exc:
+        except ArithmeticError as exc:
             raise ValueError(f"not a quantity: {value!r}") from exc
     text = str(value).strip()
     if not text or len(text) > 64:
         raise ValueError(f"not a quantity: {value!r}")
     try:
         amount = Decimal(_k8s_parse_quantity(text))
-    except (ValueError, InvalidOperation, TypeError) as exc:
+    except (ValueError, ArithmeticError, TypeError) as exc:
         raise ValueError(f"not a quantity: {value!r}") from exc
     return _bounded(amount, value)

@@ -33,7 +33,7 @@ def pod_asks(pod: dict[str, Any], charge: PodCharge, model: ClusterModel, gang_s
     ask = Ask(
         pod=f"{view.namespace}/{view.name or view.generate_name}", uid=view.uid or None, types=types,
         profile=charge.profile, gpus=charge.gpu_equivalents, memory=charge.gpu_memory_bytes or ZERO,
-        every_type=charge.every_candidate,
+        every_type=charge.every_candidate, may_run_on=charge.candidate_types,
     )
     return [ask] * (gang_size or 1)
 

@@ -43,7 +43,7 @@ from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
-from webhook.placement.constraints import apply_requirements
+from webhook.placement.constraints import and_into_required_terms, apply_requirements
 from webhook.quotas.gate import QUOTA_CONDITION, QUOTA_GATE
 from webhook.quotas.waiters import ChargeCache, QuotaPicture, TenantPicture, has_capacity, quota_picture
 
@@ -83,6 +83,7 @@ class PassResult:
     released: list[tuple[str, str | None]] = field(default_factory=list)  # (namespace/name, type pinned)
     waiting: dict[str, str] = field(default_factory=dict)  # namespace/name -> message
     conflicts: int = 0
+    refused: list[str] = field(default_factory=list)  # namespace/name of pods whose release the API refused
 
 
 def release_patch(pod: dict[str, Any], model: ClusterModel, type_id: str | None, pin: bool,
@@ -107,7 +108,14 @@ def release_patch(pod: dict[str, Any], model: ClusterModel, type_id: str | None,
 
         key, values = selector
         pinned = {"spec": copy.deepcopy({k: v for k, v in view.spec.items() if k in ("nodeSelector", "affinity")})}
-        apply_requirements(pinned, [Requirement(key, "In", tuple(values))])
+        requirement = Requirement(key, "In", tuple(values))
+        own = view.spec.get("nodeSelector")
+        if isinstance(own, dict) and key in own and own[key] not in values:
+            # The pod's own nodeSelector names another value of the key: Kubernetes lets a gated pod's
+            # nodeSelector only gain keys (changing it is a 422), so the pin goes into its required affinity.
+            and_into_required_terms(pinned, [requirement.as_expression()])
+        else:
+            apply_requirements(pinned, [requirement])
         spec = pinned["spec"]
         if spec.get("nodeSelector") != view.spec.get("nodeSelector"):
             body["spec"]["nodeSelector"] = spec.get("nodeSelector")
@@ -235,6 +243,13 @@ class QuotaController:
             if exc.status == 409:
                 # Changed since the snapshot: the watch brings the change, and with it the next pass.
                 result.conflicts += 1
+                return
+            if exc.status is not None and 400 <= exc.status < 500:
+                # Refused for this pod alone (invalid, forbidden by an admission policy): it stays gated and is
+                # tried again next pass; the pass goes on, so no pod can stall the release of every other.
+                log.warning("pod %s/%s: release refused (%s): %s", view.namespace, view.name, exc.status,
+                            (exc.body or exc.reason or "")[:512])
+                result.refused.append(f"{view.namespace}/{view.name}")
                 return
             raise
         self._in_flight[view.uid] = (type_id, self.clock())

@@ -153,6 +153,7 @@ def quota_picture(
             ask = Ask(
                 pod=f"{view.namespace}/{view.name}", uid=view.uid or None, types=types, profile=charge.profile,
                 gpus=charge.gpu_equivalents, memory=charge.gpu_memory_bytes or ZERO, every_type=charge.every_candidate,
+                may_run_on=charge.candidate_types,
             )
             gated.append(GatedPod(pod, ask, tenant))
     _group(gated, tenants, model)
