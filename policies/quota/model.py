@@ -172,13 +172,20 @@ def resolve_tenant(
 
 
 def charge_belongs_to(charge: PodCharge, tenant: str, tenant_quotas: Iterable[Mapping[str, Any]]) -> bool:
-    """A pod counts for the tenant recorded on it at admission, else for the tenant that claims its namespace."""
-    if charge.tenant:
-        return charge.tenant == tenant
-    return any(
+    """A pod counts for the tenant recorded on it at admission, else for the tenant that claims its namespace.
+
+    The recorded tenant is believed only where admission could have written it: the tenant claims the pod's
+    namespace, or names groups (whose members' pods are its own wherever they are). A pod KGWE never admitted
+    (an excluded namespace, a mirror pod) could carry any `kgwe.io/tenant` and fill another tenant's quota."""
+    quotas = list(tenant_quotas)
+    claims_namespace = any(
         _claims_namespace_by_name(q, charge.namespace) or _claims_namespace_by_selector(q, charge.namespace_labels)
-        for q in tenant_quotas
+        for q in quotas
     )
+    if charge.tenant:
+        return charge.tenant == tenant and (claims_namespace or any((q.get("spec") or {}).get("groups")
+                                                                     for q in quotas))
+    return claims_namespace
 
 
 def format_gpus(value: Decimal) -> str:

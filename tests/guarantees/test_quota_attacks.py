@@ -213,11 +213,6 @@ def test_a_pod_narrowed_by_cordoned_nodes_is_still_pinned_to_the_type_it_is_char
 # -- (c) another tenant's quota held by a pod KGWE never admitted ------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A pod in a namespace the webhooks never see (excludedNamespaces, KGWE's own, mirror pods) can carry any "
-    "kgwe.io/tenant annotation, and charge_belongs_to trusts it: it fills another tenant's quota. Fixing it "
-    "needs a rule for which pods' outputs the controller may trust (the excluded namespaces are config, the "
-    "picture has none); left for the quota owners."))
 def test_a_pod_kgwe_never_admitted_cannot_fill_another_tenants_quota(config: Config) -> None:
     store = directory_store(config)
     store.upsert({"apiVersion": "v1", "kind": "Pod",
