@@ -62,7 +62,7 @@ def test_why_lists_waiting_pods_and_explains_one(browser: Any, why_server: KgweS
         assert page.locator("input[name=pod]").input_value() == "nowhere/nothing"
         page.fill("input[name=pod]", "Not A Pod")
         page.click("form.why-form button")
-        page.wait_for_function("document.querySelector('#why-error')?.textContent.includes('NAMESPACE/NAME')")
+        page.wait_for_function("() => document.querySelector('#why-error')?.textContent.includes('NAMESPACE/NAME')")
         assert page.locator("input[name=pod]").input_value() == "Not A Pod"
         page.fill("input[name=pod]", "ml-research/too-big")
         page.click("form.why-form button")
