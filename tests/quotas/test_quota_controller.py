@@ -229,3 +229,15 @@ def test_a_sized_gang_is_released_whole_once_every_member_exists(
     server.put("Pod", admitted(config, gpu_pod("llm-1", 4, gang, namespace="ml-research"), "2026-11-29T00:02:01Z"))
     eventually(lambda: released(server, "ml-research/llm-") == {"ml-research/llm-0", "ml-research/llm-1"},
                what="the whole gang released")
+
+
+def test_only_pods_that_hold_or_wait_for_quota_wake_the_controller(config: Config) -> None:
+    from webhook.quotas.controller import _holds_or_waits
+
+    cpu = {"spec": {"containers": [{"name": "m", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}]}}
+    assert not _holds_or_waits(cpu)
+    assert _holds_or_waits(gpu_pod("g", 1, H100))
+    assert _holds_or_waits({"spec": {"containers": [{"name": "m", "resources": {"limits": {
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}}}]}})
+    assert _holds_or_waits({"spec": {"schedulingGates": [{"name": GATE}], "containers": []}})
+    assert _holds_or_waits({"spec": {"resourceClaims": [{"name": "c", "resourceClaimName": "x"}], "containers": []}})

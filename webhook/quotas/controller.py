@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
 from policies.background import Backoff, Task
+from policies.gpu_demand import pod_gpu_demand
 from policies.metrics import replace_series
 from policies.quota.budget import BudgetState, judge
 from policies.quota.model import format_gpus, format_memory
@@ -157,11 +158,18 @@ class QuotaController:
             run_at_start=True, backoff=Backoff(base=0.2, cap=10.0),
             on_error=lambda _exc: log.exception("quota release pass failed; retrying"),
         )
-        store.add_listener(lambda kind, _obj: self.wake(kind))
+        store.add_listener(self._changed)
 
     def wake(self, kind: str | None = None) -> None:
         if kind in (None, "Pod", "TenantQuota", "Node", "ResourceSlice", "ResourceClaim"):
             self.task.wake()
+
+    def _changed(self, kind: str | None, obj: dict[str, Any] | None) -> None:
+        """A watch event: a pod that neither asks GPUs nor waits behind the gate cannot change what a tenant
+        uses or who waits, so its status updates (the kubelet's, every few seconds per pod) wake nothing."""
+        if kind == "Pod" and obj is not None and not _holds_or_waits(obj):
+            return
+        self.wake(kind)
 
     # -- one pass ------------------------------------------------------------------------------
     def reconcile_once(self) -> PassResult:
@@ -309,6 +317,22 @@ class QuotaController:
                 log.warning("TenantQuota %s: status not written: %s", name, exc.reason)
                 continue
             self._statuses[name] = status
+
+
+def _holds_or_waits(pod: dict[str, Any]) -> bool:
+    """The pod may hold or wait for quota: it is gated, names claims, or asks an extended resource (GPUs, MIG
+    slices, DRA devices as extended resources all have a domain: `nvidia.com/gpu`, `deviceclass.resource...`)."""
+    view = PodView(pod)
+    if QUOTA_GATE in view.scheduling_gates or view.spec.get("resourceClaims") or pod_gpu_demand(view).asks_gpu:
+        return True
+    for key in ("containers", "initContainers"):
+        for container in objects(view.spec.get(key)):
+            resources = container.get("resources")
+            for section in ("limits", "requests"):
+                asked = resources.get(section) if isinstance(resources, dict) else None
+                if isinstance(asked, dict) and any("/" in str(name) for name in asked):
+                    return True
+    return False
 
 
 def _reason(message: str) -> str:
