@@ -67,6 +67,7 @@ class Wait:
 @dataclass
 class TenantQueue:
     tenant: str
+    ledger: Ledger  # what the tenant uses once this queue's releases hold quota
     releases: list[Release] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
 
@@ -215,7 +216,7 @@ def plan_queue(
     ledger = Ledger(limits)
     for charge in released:
         ledger.charge(charge)
-    queue = TenantQueue(tenant)
+    queue = TenantQueue(tenant, ledger)
     blocked = False
     if hold is not None:
         for position, waiter in enumerate(sorted(waiters, key=lambda w: w.order), start=1):

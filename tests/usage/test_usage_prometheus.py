@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import Trace
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -20,6 +19,9 @@ from webhook.usage import promql
 from webhook.usage.prometheus import PrometheusUnavailable
 from webhook.usage.service import UsageService
 from webhook.usage.views import idle_document, recommendations_document
+
+if TYPE_CHECKING:  # a name only: importing `conftest` at run time meets another folder's conftest first
+    from conftest import Trace
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)  # the first test may wait for apt-get to install prometheus

@@ -14,13 +14,13 @@ from decimal import Decimal
 from typing import Any
 
 from policies.quota.model import PodCharge, QuotaLimit
-from policies.quota.queue import Ask, Waiter, never_fits, plan_queue, wait_message
+from policies.quota.queue import Ask, Waiter, never_fits, wait_message
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.intent import OUT_TENANT, parse_intent
 from webhook.quotas.gate import QUOTA_GATE
-from webhook.quotas.waiters import has_capacity, picture_of, pod_charges, runnable_types
+from webhook.quotas.waiters import picture_of, plan_tenant, pod_charges, runnable_types
 
 Problem = tuple[str, str]
 ZERO = Decimal(0)
@@ -89,11 +89,7 @@ def would_wait(model: ClusterModel, config: Config, tenant: str, asks: list[Ask]
         return None
     me = asks[0].pod
     waiter = Waiter(f"pod {me}", tuple(asks), ("~", me))  # after every pod that exists: it is the newest
-    pods = {**picture.pods, me: pod}
-    queue = plan_queue(
-        tenant, picture.limits, picture.released, [*picture.waiters, waiter], order=config.quotas.order,
-        has_capacity=lambda w, t: has_capacity(model, w, t, pods),
-    )
+    queue = plan_tenant(model, config, picture, extra=waiter, extra_pod=pod)
     for wait in queue.waits:
         if wait.waiter is waiter:
             return wait_message(tenant, wait)

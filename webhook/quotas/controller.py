@@ -38,7 +38,7 @@ from policies.gpu_demand import pod_gpu_demand
 from policies.metrics import replace_series
 from policies.quota.budget import BudgetState, judge
 from policies.quota.model import format_gpus, format_memory
-from policies.quota.queue import Release, TenantQueue, Wait, Waiter, plan_queue, wait_message
+from policies.quota.queue import Release, TenantQueue, Wait, Waiter, wait_message
 from policies.vocabulary.objects import PodView, objects
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
@@ -46,7 +46,7 @@ from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
 from webhook.placement.constraints import and_into_required_terms, apply_requirements
 from webhook.quotas.gate import QUOTA_CONDITION, QUOTA_GATE
-from webhook.quotas.waiters import ChargeCache, QuotaPicture, TenantPicture, has_capacity, quota_picture
+from webhook.quotas.waiters import ChargeCache, TenantPicture, plan_tenant, quota_picture
 
 log = logging.getLogger("kgwe.quotas.controller")
 
@@ -206,11 +206,7 @@ class QuotaController:
         return result
 
     def plan(self, model: ClusterModel, picture: TenantPicture) -> TenantQueue:
-        return plan_queue(
-            picture.tenant, picture.limits, picture.released, picture.waiters, order=self.config.quotas.order,
-            has_capacity=lambda waiter, type_id: has_capacity(model, waiter, type_id, picture.pods),
-            hold=self._budget_hold(picture.tenant),
-        )
+        return plan_tenant(model, self.config, picture, hold=self._budget_hold(picture.tenant))
 
     def _budget_hold(self, tenant: str) -> str | None:
         """Why none of the tenant's pods may start: its budget passed with `action: Queue`. While one holds,
@@ -363,14 +359,7 @@ def _equivalents(pod: dict[str, Any], model: ClusterModel, type_id: str | None) 
 def tenant_status(picture: TenantPicture, queue: TenantQueue, quota: str) -> dict[str, Any]:
     """`status.used` (what released pods, this pass's releases included, count against each limit of this
     TenantQuota) and `status.waiting` (the gated pods and their GPUs), as the controller counted them."""
-    from policies.quota.queue import Ledger
-
-    ledger = Ledger(picture.limits)
-    for charge in picture.released:
-        ledger.charge(charge)
-    for release in queue.releases:  # released by this pass: they hold quota from now on
-        for ask in release.waiter.asks:
-            ledger.take(ask, release.type_id)
+    ledger = queue.ledger  # released pods and this pass's releases: they hold quota from now on
     used = []
     for limit in picture.limits:
         if limit.quota != quota:
@@ -386,11 +375,6 @@ def tenant_status(picture: TenantPicture, queue: TenantQueue, quota: str) -> dic
         waiting.append({"name": waiter.label.split(" ", 1)[1], "kind": waiter.label.split(" ", 1)[0],
                         "pods": len(waiter.asks), "gpus": format_gpus(gpus), "reason": reason[:256]})
     return {"used": used, "waiting": waiting}
-
-
-def picture_summary(picture: QuotaPicture) -> dict[str, int]:
-    """Waiting pods per tenant (for tests and `/readyz` details)."""
-    return {t: sum(len(w.asks) for w in p.waiters) for t, p in picture.tenants.items()}
 
 
 def kube_quota_writer(api_client: Any) -> QuotaWriter:

@@ -6,10 +6,10 @@ from decimal import Decimal
 from typing import Any
 
 from policies.quota.model import format_gpus
-from policies.quota.queue import TenantQueue, plan_queue, wait_message
+from policies.quota.queue import TenantQueue, wait_message
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.quotas.waiters import has_capacity, picture_of
+from webhook.quotas.waiters import picture_of, plan_tenant
 
 MAX_LISTED = 50  # waiting pods listed per tenant in a view (the count is always whole)
 
@@ -18,10 +18,7 @@ def tenant_queues(model: ClusterModel, config: Config) -> dict[str, TenantQueue]
     """Per tenant with a TenantQuota: what the controller would release now and who waits, and why."""
     out: dict[str, TenantQueue] = {}
     for tenant, picture in picture_of(model).tenants.items():
-        out[tenant] = plan_queue(
-            tenant, picture.limits, picture.released, picture.waiters, order=config.quotas.order,
-            has_capacity=lambda w, t, p=picture: has_capacity(model, w, t, p.pods),  # type: ignore[misc]
-        )
+        out[tenant] = plan_tenant(model, config, picture)
     return out
 
 

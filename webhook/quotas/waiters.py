@@ -16,10 +16,11 @@ from decimal import Decimal
 from typing import Any
 
 from policies.quota.model import PodCharge, QuotaLimit, charge_belongs_to, quota_limits, tenant_of_quota
-from policies.quota.queue import Ask, Waiter
+from policies.quota.queue import Ask, TenantQueue, Waiter, plan_queue
 from policies.vocabulary.objects import PodView
 from webhook.admission.charging import ClaimUsage, pod_charge
 from webhook.cluster.model import ClusterModel
+from webhook.config import Config
 from webhook.dra.claimed import mapped_resources
 from webhook.gangs.rooms import free_gpus, per_snapshot
 from webhook.gangs.spec import membership
@@ -247,3 +248,17 @@ def picture_of(model: ClusterModel) -> QuotaPicture:
     """`quota_picture` with nothing in flight, once per snapshot: admissions of one snapshot share it (callers
     must not change the answer)."""
     return quota_picture(model)
+
+
+def plan_tenant(
+    model: ClusterModel, config: Config, picture: TenantPicture, *, extra: Waiter | None = None,
+    extra_pod: dict[str, Any] | None = None, hold: str | None = None,
+) -> TenantQueue:
+    """The tenant's queue on this snapshot, as the controller, the views and admission all ask it: `extra` is
+    a new pod (or gang) last in line, `hold` a reason nothing of the tenant may start (its budget)."""
+    waiters = [*picture.waiters, extra] if extra is not None else picture.waiters
+    pods = {**picture.pods, **({extra.asks[0].pod: extra_pod} if extra is not None and extra_pod else {})}
+    return plan_queue(
+        picture.tenant, picture.limits, picture.released, waiters, order=config.quotas.order,
+        has_capacity=lambda waiter, type_id: has_capacity(model, waiter, type_id, pods), hold=hold,
+    )

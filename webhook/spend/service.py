@@ -30,7 +30,7 @@ from webhook.spend.metrics import export
 from webhook.spend.rates import PodRate, current_hourly, pod_rates
 from webhook.spend.report import WindowCosts, build_window_costs
 from webhook.spend.window import Window, month_of, parse_window, stamp
-from webhook.usage.prometheus import PrometheusClient, PrometheusUnavailable
+from webhook.usage.prometheus import PrometheusClient, PrometheusClients, PrometheusUnavailable
 
 log = logging.getLogger("kgwe.spend")
 ZERO = Decimal(0)
@@ -52,25 +52,14 @@ class SpendService:
                  prometheus_url: str | None = None, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._model = model
-        self._url = prometheus_url
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, float | None], tuple[float, WindowCosts]] = {}
-        self._clients: dict[tuple[str, float, str | None], PrometheusClient] = {}
+        self._clients = PrometheusClients(prometheus_url)
 
     # -- sources ---------------------------------------------------------------------------------
     def client(self, config: Config) -> PrometheusClient | None:
-        settings = config.usage.prometheus
-        url = self._url or settings.url
-        if not url:
-            return None
-        key = (url, settings.timeout_seconds, settings.bearer_token_file)
-        with self._lock:
-            found = self._clients.get(key)
-            if found is None:
-                found = self._clients[key] = PrometheusClient(url, settings.timeout_seconds,
-                                                              settings.bearer_token_file)
-        return found
+        return self._clients.for_settings(config.usage.prometheus)
 
     def source(self, config: Config) -> str:
         return "prometheus" if config.costs.source == "auto" and self.client(config) is not None else "directory"

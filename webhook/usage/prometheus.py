@@ -10,6 +10,7 @@ nothing of KGWE crashes because Prometheus is down.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -144,3 +145,26 @@ def _series(data: _Data, key: str) -> list[Series]:
         labels = {str(k): str(v) for k, v in item["metric"].items()}
         out.append(Series(labels, points))
     return out
+
+
+class PrometheusClients:
+    """One client per Prometheus (URL, timeout, token file), kept across calls so their connection pools are
+    reused; `override` (a command's `--prometheus`) wins over `usage.prometheus.url`. Thread-safe."""
+
+    def __init__(self, override: str | None = None) -> None:
+        self.override = override
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[str, float, str | None], PrometheusClient] = {}
+
+    def for_settings(self, settings: Any) -> PrometheusClient | None:
+        """The client for `settings` (`usage.prometheus`); None when no URL is configured or given."""
+        url = self.override or settings.url
+        if not url:
+            return None
+        key = (url, settings.timeout_seconds, settings.bearer_token_file)
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                found = self._clients[key] = PrometheusClient(url, settings.timeout_seconds,
+                                                              settings.bearer_token_file)
+        return found

@@ -15,7 +15,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.usage.history import UsageHistory, read_history
 from webhook.usage.metrics import export
-from webhook.usage.prometheus import PrometheusClient, PrometheusUnavailable
+from webhook.usage.prometheus import PrometheusClient, PrometheusClients, PrometheusUnavailable
 from webhook.usage.views import UsageReport, build_report
 
 
@@ -28,26 +28,18 @@ class UsageService:
                  prometheus_url: str | None = None, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._model = model
-        self._url = prometheus_url
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: dict[tuple[str | None, float | None], tuple[float, UsageReport]] = {}
-        self._clients: dict[tuple[str, float, str | None], PrometheusClient] = {}
+        self._clients = PrometheusClients(prometheus_url)
 
     def _client(self, config: Config) -> PrometheusClient:
-        settings = config.usage.prometheus
-        url = self._url or settings.url
-        if not url:
+        client = self._clients.for_settings(config.usage.prometheus)
+        if client is None:
             raise UsageNotConfigured(
                 "no Prometheus to read GPU usage from: set usage.prometheus.url in the configuration "
                 "(or give --prometheus URL)"
             )
-        key = (url, settings.timeout_seconds, settings.bearer_token_file)
-        with self._lock:
-            client = self._clients.get(key)
-            if client is None:
-                client = PrometheusClient(url, settings.timeout_seconds, settings.bearer_token_file)
-                self._clients[key] = client
         return client
 
     def read_all(self) -> tuple[UsageHistory, UsageReport]:
