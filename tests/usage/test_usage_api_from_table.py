@@ -31,11 +31,13 @@ def _configured(url: str) -> Config:
     return config.model_copy(update={"usage": usage})
 
 
-def _runtime(config: Config, now: list[float]) -> Runtime:
+def _runtime(config: Config, now: list[float], at: float) -> Runtime:
+    """The refresher's clock is `now` (for staleness); Prometheus is read as of `at`, the trace's end, so the
+    answer does not depend on how long ago the session's trace was loaded."""
     runtime = assembly.from_directory(config, ROOT / "examples" / "cluster").runtime
     runtime.set_config(config)
-    runtime.usage = UsageRefresher(UsageService(lambda: runtime.config, runtime.store.snapshot), lambda: runtime.config,
-                                   runtime.store.snapshot, clock=lambda: now[0])
+    runtime.usage = UsageRefresher(UsageService(lambda: runtime.config, runtime.store.snapshot, clock=lambda: at),
+                                   lambda: runtime.config, runtime.store.snapshot, clock=lambda: now[0])
     return runtime
 
 
@@ -54,7 +56,7 @@ def _get(client: TestClient, path: str, **params: str) -> Any:
 
 def test_the_api_answers_from_a_fresh_table_and_reads_prometheus_without_one(trace: Any) -> None:
     now = [time.time()]
-    runtime = _runtime(_configured(trace.url), now)
+    runtime = _runtime(_configured(trace.url), now, trace.end)
     client = _client(runtime)
     # No table yet: the API falls back to its own read, here of a Prometheus that is down.
     assert client.get("/api/v1/recommendations").status_code == 503
@@ -79,7 +81,7 @@ def test_the_api_answers_from_a_fresh_table_and_reads_prometheus_without_one(tra
 
 def test_a_table_is_not_used_once_the_prometheus_url_is_removed(trace: Any) -> None:
     now = [time.time()]
-    runtime = _runtime(_configured(trace.url), now)
+    runtime = _runtime(_configured(trace.url), now, trace.end)
     assert runtime.usage is not None and runtime.usage.refresh_once() is not None
     runtime.set_config(load_config(ROOT / "examples" / "config.yaml"))  # no usage.prometheus.url
     app = FastAPI()
