@@ -21,7 +21,7 @@ alternatives per request); anything past them, or of the wrong shape, is a probl
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
@@ -85,6 +85,7 @@ class HeldGpu:
     type_id: str
     equivalents: Decimal  # 1 for a whole GPU, compute slices / 7 for a MIG device
     memory_bytes: Decimal | None
+    mig: bool = False  # a MIG device (a slice of a GPU), not a whole GPU
 
 
 # An object name (DNS subdomain): what a claim or template may be called. The names are put into API
@@ -447,12 +448,16 @@ def devices_by_key(model: ClusterModel) -> dict[tuple[str, str, str], DraDevice]
 
 
 def allocated_gpus(
-    claim: Mapping[str, Any], devices: Mapping[tuple[str, str, str], DraDevice], drivers: Iterable[str] = GPU_DRIVERS
+    claim: Mapping[str, Any],
+    devices: Mapping[tuple[str, str, str], DraDevice],
+    drivers: Iterable[str] = GPU_DRIVERS,
+    skip_requests: Collection[str] = (),
 ) -> list[HeldGpu] | None:
     """The GPU devices an allocated claim holds; None when it is not allocated.
 
     A result of a GPU driver that the slices do not describe (an AMD GPU, a slice not seen yet) counts as
-    one whole GPU of an unknown type (`type_id` empty).
+    one whole GPU of an unknown type (`type_id` empty). Results of the requests named in `skip_requests`
+    (a `firstAvailable` subrequest's result `request/subrequest` by its request) are left out.
     """
     status = claim.get("status")
     allocation = status.get("allocation") if isinstance(status, dict) else None
@@ -466,13 +471,15 @@ def allocated_gpus(
     for result in results[:MAX_RESULTS]:
         if not isinstance(result, dict) or result.get("driver") not in gpu_drivers:
             continue
+        if skip_requests and str(result.get("request", "")).split("/", 1)[0] in skip_requests:
+            continue
         key = (str(result.get("driver")), str(result.get("pool", "")), str(result.get("device", "")))
         device = devices.get(key)
         if device is None:
             held.append(HeldGpu("", Decimal(1), None))
         elif device.kind == "mig":
             slices = Decimal(mig_compute_slices(device.profile or ""))
-            held.append(HeldGpu(device.type_id, slices / SEVEN, device.memory_bytes))
+            held.append(HeldGpu(device.type_id, slices / SEVEN, device.memory_bytes, mig=True))
         else:
             held.append(HeldGpu(device.type_id, Decimal(1), device.memory_bytes))
     return held
