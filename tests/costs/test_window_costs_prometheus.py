@@ -20,12 +20,14 @@ from pathlib import Path
 
 import pytest
 from spend_cluster import (
+    EXPECTED_CLAIM_PODS,
     EXPECTED_GPU_HOURS,
     EXPECTED_RUNS,
     EXPECTED_SAVINGS,
     EXPECTED_TENANTS,
     EXPECTED_TOTAL,
     EXPECTED_WORKLOADS,
+    SERVE,
     pick_now,
     pods,
     stamp,
@@ -63,8 +65,9 @@ def recorded(directory: Path, config_file: Path) -> str:
         start, end = lifetime(PodView(pod))
         if start is None or not pod["spec"].get("nodeName"):
             continue
-        running = copy.deepcopy(pod)  # as the exporter saw it while it ran
-        running["status"] = {"phase": "Running", "startTime": pod["status"]["startTime"]}
+        running = copy.deepcopy(pod)  # as the exporter saw it while it ran (with the claims made for it)
+        running["status"] = {"phase": "Running", "startTime": pod["status"]["startTime"],
+                             **{k: v for k, v in pod["status"].items() if k == "resourceClaimStatuses"}}
         series = cost_series([running], model, config)
         stop = end if end is not None else NOW
         moment = start
@@ -129,6 +132,14 @@ def test_prometheus_mode_matches_the_hand_computation_to_the_cent(prometheus: tu
     assert runs[("Job", "train")].finished == stamp(NOW - 6 * 3600)
     workloads = {(r.namespace, r.kind, r.name): r.cost for r in doc.workloads}
     assert {k: workloads[k] for k in EXPECTED_WORKLOADS} == EXPECTED_WORKLOADS
+    # GPUs held only through ResourceClaims of their own were exported and are charged like the rest: each
+    # device at its type's price, a claim two pods name once, an unallocated claim not at all.
+    pod_rows = {(r.namespace, r.pod): r for r in doc.pod_costs}
+    assert {k: pod_rows[k].cost for k in EXPECTED_CLAIM_PODS} == {k: c for k, (_r, c) in EXPECTED_CLAIM_PODS.items()}
+    mig = pod_rows[("inference", "claim-mig")]
+    assert (mig.share, mig.savings) == ("mig", "12.80")
+    assert pod_rows[("team-b", "claim-train")].finished is None
+    assert ("team-b", SERVE[1]) not in pod_rows and ("team-b", "claim-unallocated") not in pod_rows
     # Spend over time: the hourly buckets add up to each tenant's cost.
     series = {s.tenant: s.costs for s in doc.spend_over_time.tenants}
     assert sum(Decimal(v) for v in series["team-a"]) == Decimal(EXPECTED_TENANTS["team-a"])

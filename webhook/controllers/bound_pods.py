@@ -128,7 +128,9 @@ def cost_series(pods: Iterable[dict[str, Any]], model: ClusterModel, config: Con
     """One series per GPU container of each priced GPU pod bound to a node and not finished (spec.nodeName
     set: it holds its GPUs from binding on; a pod that waits holds nothing and costs nothing), labelled as
     OpenCost labels its allocations (namespace, pod, container, node) plus tenant, type, share kind, workload
-    and run. A pod's containers split its cost by the GPUs each asks (webhook/spend/rates.py)."""
+    and run. GPUs held through the pod's own ResourceClaims count too, a claim several pods name in one
+    pod's series only. A pod's containers split its cost by the GPUs each asks or uses
+    (webhook/spend/rates.py)."""
     out: dict[SeriesKey, SeriesValues] = {}
     tenant_of = tenant_resolver(model)
     for pod in pods:
@@ -156,7 +158,8 @@ class HourlyCostCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = (
             ("kgwe_pod_hourly_cost", "Hourly cost of each GPU container of each GPU pod bound to a node "
-                                     "(its kgwe.io/hourly-cost, split by the GPUs each container asks)",
+                                     "(its kgwe.io/hourly-cost plus the GPUs of the ResourceClaims of its own "
+                                     "it pays for, split by the GPUs each container asks or uses)",
              lambda v: v.hourly),
             ("kgwe_pod_gpu_allocation", "GPU-equivalents each GPU container holds (a MIG slice slices/7, an "
              "MPS share its fraction, a time-sliced replica 1/replicas)", lambda v: v.allocation),

@@ -12,7 +12,7 @@ no capacity. DRA nodes count what allocated ResourceClaims hold.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -28,6 +28,7 @@ from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.dra.facts import dra_allocatable
+from webhook.dra.holders import claim_holders
 from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import ZERO
 
@@ -180,17 +181,38 @@ class Inventory:
 
     def _collect_claimed_pods(self) -> None:
         """Pods holding GPUs through DRA of their own (webhook/dra/claimed.py): their quota use, and once
-        allocated on a node, their cost (each device its worth times its type's price)."""
+        allocated on a node, their cost (each device its worth times its type's price; a claim several pods
+        name is charged once, to its payer: webhook/dra/holders.py, as the cost history charges it)."""
+        holders = claim_holders(self.model)
+        rows = {(c.namespace, c.name, c.type_id): i for i, c in enumerate(self.pod_costs)}
         for raw, charges in claimed_charges(self.model):
+            self.charges.extend(charges)
             pod = PodView(raw)
-            for charge in charges:
-                self.charges.append(charge)
-                if pod.node_name and charge.bound_type:
-                    tenant = pod.annotations.get(OUT_TENANT) or self._tenant_of_namespace(pod.namespace)
-                    price = price_per_gpu_hour(pod, charge.bound_type, self.model, self.config)
-                    hourly = charge.gpu_equivalents * price if price is not None else None
-                    source = "computed" if hourly is not None else "unpriced"
-                    self.pod_costs.append(PodCost(pod.namespace, pod.name, tenant, charge.bound_type, hourly, source))
+            if not pod.node_name:
+                continue
+            facts = self.model.nodes.get(pod.node_name)
+            node_type = facts.accelerator_type if facts is not None and facts.is_typed else ""
+            worth: dict[str, Decimal] = {}
+            for hold in holders.held(pod):
+                for gpu in hold.gpus:
+                    type_id = gpu.type_id or node_type
+                    if type_id:
+                        worth[type_id] = worth.get(type_id, ZERO) + gpu.equivalents
+            tenant = pod.annotations.get(OUT_TENANT) or self._tenant_of_namespace(pod.namespace)
+            for type_id, equivalents in sorted(worth.items()):
+                price = price_per_gpu_hour(pod, type_id, self.model, self.config)
+                hourly = equivalents * price if price is not None else None
+                cost = PodCost(pod.namespace, pod.name, tenant, type_id, hourly,
+                               "computed" if hourly is not None else "unpriced")
+                row = rows.get((pod.namespace, pod.name, type_id))
+                if row is None:
+                    rows[(pod.namespace, pod.name, type_id)] = len(self.pod_costs)
+                    self.pod_costs.append(cost)
+                else:  # one row per pod and type: GPUs of its own claims beside those it asks as resources
+                    known = self.pod_costs[row]
+                    total = known.hourly + hourly if known.hourly is not None and hourly is not None else None
+                    self.pod_costs[row] = replace(known, hourly=total,
+                                                  source=known.source if total is not None else "unpriced")
 
     def _pod_cost(
         self, pod: PodView, notes: Mapping[str, str], facts: NodeFacts | None, charge: PodCharge | None

@@ -1,10 +1,13 @@
 """What each GPU pod costs per hour, who pays, what it belongs to and when it ran (pure, from one snapshot).
 
-One `PodRate` per pod bound to a node that asks GPUs: the rate is the pod's `kgwe.io/hourly-cost` (what
-it was charged), else the same computation from the pricing configuration (webhook/costs.py); `whole` is
-what the same devices would cost as whole GPUs (a slice, a share or a replica each a GPU), so a share's
-saving is `whole - hourly`. The exporter (webhook/controllers/bound_pods.py), the directory-mode ledger and
-the budgets' current rate all read it, so the three never disagree about a pod.
+One `PodRate` per pod bound to a node that holds GPUs: the rate of the GPUs it asks as resources (KGWE's DRA
+claims included) is the pod's `kgwe.io/hourly-cost` (what it was charged), else the same computation from
+the pricing configuration (webhook/costs.py); the GPUs its own allocated ResourceClaims hold add each
+device's worth times its type's price, once per claim however many pods name it (webhook/dra/holders.py
+says which pod pays). `whole` is what the same devices would cost as whole GPUs (a slice, a share or a
+replica each a GPU), so a share's saving is `whole - hourly`. The exporter
+(webhook/controllers/bound_pods.py), the directory-mode ledger and the budgets' current rate all read it,
+so the three never disagree about a pod.
 
 A pod costs from `status.startTime` (the kubelet took it; else its creation) until its containers'
 last `finishedAt` once it is finished (else its start: a finished pod with no record of its end is not
@@ -13,7 +16,7 @@ charged beyond it); a running pod costs until now. A pod not bound to a node hol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -23,8 +26,11 @@ from policies.quota.model import resolve_tenant
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
+from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_gpu_equivalents, pod_hourly_cost, pod_share, price_per_gpu_hour
+from webhook.dra.claimed import HeldGpu
+from webhook.dra.holders import ClaimHold, claim_holders
 from webhook.spend.window import parse_stamp
 from webhook.usage.owners import workload_of
 
@@ -103,16 +109,61 @@ def pod_rate(raw: dict[str, Any], model: ClusterModel, config: Config,
     if not view.node_name or view.namespace in config.excluded_namespaces:
         return None
     demand = pod_gpu_demand(view)
-    if not demand.asks_gpu:
+    held = claim_holders(model).held(view)
+    if not demand.asks_gpu and not held:
         return None
     notes = view.annotations
     facts = model.nodes.get(view.node_name)
     typed = facts if facts is not None and facts.is_typed else None
     candidates = [t for t in notes.get(keys.ACCELERATOR_TYPE, "").split(",") if t]
     type_id = typed.accelerator_type if typed is not None else (candidates[0] if candidates else "unknown")
-    stated = parse_hourly_cost(notes.get(keys.HOURLY_COST))
+    parts: list[_Part] = []
+    share = "dra"
+    if demand.asks_gpu:
+        part, share = _demand_part(view, typed, type_id, model, config)
+        parts.append(part)
+    if held:
+        gpus = [gpu for hold in held for gpu in hold.gpus]
+        parts.append(_claimed_part(view, gpus, typed, model, config))
+        if not demand.asks_gpu:
+            kinds = {gpu.type_id for gpu in gpus if gpu.type_id}
+            type_id = typed.accelerator_type if typed is not None else (kinds.pop() if len(kinds) == 1 else "unknown")
+            share = "mig" if all(gpu.mig for gpu in gpus) else "dra"
+        elif share == "whole":
+            share = "dra"  # GPUs of its own claims beside its whole ones
+    hourly = _total([p.hourly for p in parts])
+    whole = _total([p.whole for p in parts])
+    tenant = notes.get(keys.TENANT) or (tenant_of(view.namespace) if tenant_of else view.namespace)
+    start, end = lifetime(view)
+    return PodRate(
+        namespace=view.namespace, pod=view.name, uid=view.uid, node=view.node_name, tenant=tenant,
+        type_id=type_id, share=share, containers=container_parts(raw, held), workload=workload(view),
+        run=run_of(view), hourly=hourly, equivalents=sum((p.equivalents for p in parts), ZERO), whole=whole,
+        start=start, end=end, finished=view.terminal,
+    )
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What one way of holding GPUs (the pod's demand, or its own claims) costs per hour."""
+
+    hourly: Decimal | None
+    equivalents: Decimal
+    whole: Decimal | None
+
+
+def _total(values: list[Decimal | None]) -> Decimal | None:
+    """The sum, or None when a part has no price (the pod counts as unpriced, never as cheaper)."""
+    return None if any(v is None for v in values) else sum((v for v in values if v is not None), ZERO)
+
+
+def _demand_part(view: PodView, typed: NodeFacts | None, type_id: str, model: ClusterModel,
+                 config: Config) -> tuple[_Part, str]:
+    """The GPUs the pod asks as resources (KGWE's DRA claims included): its `kgwe.io/hourly-cost` (what it
+    was charged), else the same computation from the pricing configuration; and its share kind."""
+    stated = parse_hourly_cost(view.annotations.get(keys.HOURLY_COST))
     if stated is not None:
-        hourly: Decimal | None = stated  # what it was charged
+        hourly: Decimal | None = stated
     else:
         hourly = pod_hourly_cost(view, typed, type_id, model, config) if type_id != "unknown" else None
     equivalents = pod_gpu_equivalents(view, typed, type_id, model) if type_id != "unknown" else ZERO
@@ -121,14 +172,22 @@ def pod_rate(raw: dict[str, Any], model: ClusterModel, config: Config,
     whole = price * devices if price is not None else None
     if whole is not None and hourly is not None and whole < hourly:
         whole = hourly  # a price stated on the pod above today's price: no negative saving
-    tenant = notes.get(keys.TENANT) or (tenant_of(view.namespace) if tenant_of else view.namespace)
-    start, end = lifetime(view)
-    return PodRate(
-        namespace=view.namespace, pod=view.name, uid=view.uid, node=view.node_name, tenant=tenant,
-        type_id=type_id, share=share, containers=container_parts(raw), workload=workload(view),
-        run=run_of(view), hourly=hourly, equivalents=equivalents, whole=whole, start=start, end=end,
-        finished=view.terminal,
-    )
+    return _Part(hourly, equivalents, whole), share
+
+
+def _claimed_part(view: PodView, gpus: list[HeldGpu], typed: NodeFacts | None, model: ClusterModel,
+                  config: Config) -> _Part:
+    """The GPU devices the pod's own allocated claims hold (the claims it pays for, webhook/dra/holders.py):
+    each device its worth (a MIG device its compute slices / 7) times its type's price, as quotas count
+    them; a device of no known type is of the node's type, else unpriced. As whole GPUs: a GPU each."""
+    hourly: Decimal | None = ZERO
+    whole: Decimal | None = ZERO
+    for gpu in gpus:
+        type_id = gpu.type_id or (typed.accelerator_type if typed is not None else "")
+        price = price_per_gpu_hour(view, type_id, model, config) if type_id else None
+        hourly = hourly + gpu.equivalents * price if hourly is not None and price is not None else None
+        whole = whole + price if whole is not None and price is not None else None
+    return _Part(hourly, sum((gpu.equivalents for gpu in gpus), ZERO), whole)
 
 
 def lifetime(view: PodView) -> tuple[float | None, float | None]:
@@ -146,9 +205,14 @@ def lifetime(view: PodView) -> tuple[float | None, float | None]:
     return start, max(end, start) if end is not None and start is not None else end
 
 
-def container_parts(raw: dict[str, Any]) -> tuple[tuple[str, Decimal], ...]:
-    """The pod's GPU containers and the part of its GPUs each asks (by device count), adding up to 1."""
+def container_parts(raw: dict[str, Any], held: Sequence[ClaimHold] = ()) -> tuple[tuple[str, Decimal], ...]:
+    """The pod's GPU containers and the part of its GPUs each asks or uses (by device count), adding up to
+    1: a claim's devices go evenly to the containers that name it (none named: to the pod, container "")."""
     amounts = {name: sum(asked.values(), ZERO) for name, asked in container_gpu_amounts(raw).items()}
+    for hold in held:
+        users = hold.containers or ("",)
+        for name in users:
+            amounts[name] = amounts.get(name, ZERO) + Decimal(len(hold.gpus)) / len(users)
     total = sum(amounts.values(), ZERO)
     if total <= 0:
         return ()
