@@ -4,11 +4,11 @@ the reports (`kgwe nodes`, `kgwe gangs`, ...).
 Four ways, one module, so the commands cannot drift apart:
 
 - `from_directory(config, dir)`: the YAML files read once (`kgwe review`, reports with `--cluster`);
-- `from_directory(config, dir, watch=True, ...)`: the files watched and re-read (`kgwe serve --cluster`),
-  with the gang store the server keeps under its state directory;
+- `from_directory(config, dir, watch=True)`: the files watched and re-read (`kgwe serve --cluster`); a
+  directory keeps no shared state (no gang records: its views plan them from its pods on every call);
 - `from_api(config, api, serving=True)`: the API watched for as long as the server runs, and the
-  collaborators that reach the API on the request path (SubjectAccessReviews, gang records) on a client
-  that never retries past the admission deadline;
+  collaborators that reach the API on the request path (SubjectAccessReviews, DRA claim templates) on a
+  client that never retries past the admission deadline;
 - `from_api(config, api, serving=False)`: the API listed once for a report, the watch stopped after.
 
 Every way builds the runtime with `webhook.runtime.build_runtime` after the cluster store is filled, so
@@ -27,7 +27,6 @@ from policies.background import Task
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
-from webhook.gangs.ledger import GangStore
 from webhook.runtime import Runtime, build_runtime
 from webhook.workloads.kinds import BUILTIN_KINDS
 
@@ -86,7 +85,6 @@ def from_directory(
     directory: str | Path,
     *,
     watch: bool = False,
-    gang_store: GangStore | None = None,
 ) -> Assembly:
     """A runtime over a YAML directory: read now, and re-read on change with `watch`.
 
@@ -100,14 +98,14 @@ def from_directory(
         source.start()
     else:
         source.load()
-    runtime = build_runtime(config, None, store=store, gang_store=gang_store)
+    runtime = build_runtime(config, None, store=store)
     return Assembly(runtime, None, source.stop if watch else _nothing, [source.task] if watch else [])
 
 
 def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     """A runtime over the Kubernetes API reached through `api` (a kubernetes ApiClient).
 
-    `serving`: the watch keeps running (stop it with `stop_source`), and quotas, RBAC and gang records
+    `serving`: the watch keeps running (stop it with `stop_source`), and RBAC and DRA claim templates
     go to the API; a first list slower than INITIAL_LIST_SECONDS is logged and the server serves, not
     ready until it completes. Otherwise (a report) the objects are listed once, the watch is stopped,
     and a list that does not complete in time raises `ClusterNotListed`.
@@ -136,7 +134,6 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     from webhook.cluster.kube_json import KubeJson
     from webhook.dra.claim_reader import KubeClaimReader
     from webhook.dra.templates import KubeTemplateWriter
-    from webhook.gangs.ledger import KubeGangStore
 
     # Policies are compiled from the GPUPolicies listed here; readiness waits for the list anyway.
     if not source.wait_loaded(INITIAL_LIST_SECONDS):
@@ -148,7 +145,6 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
         None,
         store=store,
         authorizer=SubjectAccessReviewer(k8s.AuthorizationV1Api(bounded), cache_seconds=config.rbac.cache_seconds),
-        gang_store=KubeGangStore(k8s.CustomObjectsApi(bounded)),
     )
     runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
     runtime.claim_reader = KubeClaimReader(KubeJson(bounded))

@@ -38,8 +38,7 @@ from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
 from webhook.dra.claim_reader import ClaimReader, ModelClaimReader, read_claims
 from webhook.dra.claimed import ForeignClaims, GpuClasses, most_devices_on_a_node, own_dra_asks, requested_gpus
-from webhook.gangs.admission import GangService
-from webhook.gangs.ledger import GangStore, MemoryGangStore
+from webhook.gangs.admission import GangAdvice
 from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
 from webhook.quotas.admission import queue_answer, quota_problems
@@ -71,7 +70,7 @@ class Runtime:
     store: ClusterStore
     policies: PolicyRuntime | None = None
     authorizer: Authorizer | None = None  # in a cluster: SubjectAccessReviewer; else from the directory
-    gangs: GangService | None = None  # gang records written at /mutate (webhook.gangs)
+    gangs: GangAdvice | None = None  # gang warnings at /mutate, read-only (webhook.gangs)
     claim_templates: Any | None = None  # in a cluster: webhook.dra.templates.KubeTemplateWriter
     # Reads the claims and templates pods name (webhook/dra/claim_reader.py): the API server in a cluster.
     claim_reader: ClaimReader = field(default_factory=ModelClaimReader)
@@ -391,7 +390,6 @@ def build_runtime(
     store: ClusterStore | None = None,
     authorizer: Authorizer | None = None,
     load_policies: bool = True,
-    gang_store: GangStore | None = None,
 ) -> Runtime:
     """Assemble a runtime. With `cluster_dir` the YAML directory is loaded now; otherwise the caller
     attaches an API source to `runtime.store` (see `kgwe serve`)."""
@@ -404,7 +402,7 @@ def build_runtime(
 
         YamlDirectorySource(cluster_dir, store).load()
     runtime = Runtime(config=config, store=store, authorizer=authorizer)
-    runtime.gangs = GangService(gang_store or MemoryGangStore())
+    runtime.gangs = GangAdvice()
     if load_policies:
         runtime.policies = _load_policies(config, store)
     return runtime

@@ -24,7 +24,7 @@ from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config, Gangs
 from webhook.gangs.controller import GangController, kube_pod_writer
-from webhook.gangs.ledger import GangStore, KubeGangStore, MemoryGangStore
+from webhook.gangs.ledger import KubeGangStore
 from webhook.runtime import Runtime, build_runtime
 
 GB200 = "nvidia-gb200-186gb"
@@ -134,9 +134,8 @@ def make_store(*objects: dict[str, Any]) -> ClusterStore:
     return store
 
 
-def make_runtime(store: ClusterStore, gang_store: GangStore | None = None, config: Config | None = None) -> Runtime:
-    return build_runtime(config or Config(), None, store=store, load_policies=False,
-                         gang_store=gang_store or MemoryGangStore())
+def make_runtime(store: ClusterStore, config: Config | None = None) -> Runtime:
+    return build_runtime(config or Config(), None, store=store, load_policies=False)
 
 
 class Admitted:
@@ -225,6 +224,7 @@ def _gang_handler(server: GangApiServer, base: Any) -> Any:
                 if self._injected():
                     return None
                 with server.cond:
+                    server.requests.append(Request("GET", self.path.split("?")[0], {}, None))
                     ledger = copy.deepcopy(server.ledger)
                 if ledger is None:
                     return self._status(404, "NotFound", 'gangledgers.kgwe.io "kgwe-gangs" not found')
@@ -386,7 +386,7 @@ def replica(server: GangApiServer, api: k8s_client.ApiClient) -> Cluster:
     source.start()
     assert source.wait_loaded(10)
     _sources.append(source)
-    runtime = make_runtime(store, KubeGangStore(k8s_client.CustomObjectsApi(api)))
+    runtime = make_runtime(store)
     return Cluster(server, api, store, runtime)
 
 

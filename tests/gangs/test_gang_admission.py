@@ -1,7 +1,12 @@
-"""Gang members at admission: the gate, the clique choice (best fit, promises, node domains), dry runs,
-bounded gang sizes, the v1 behaviour without a size, and the Kueue variant."""
+"""Gang members at admission: the gate, the label and the clique requirement, dry runs, bounded gang sizes, the
+v1 behaviour without a size, the Kueue variant, and the read-only warning when no room has space now. The
+room is chosen where the members exist, by the controller's plan (best fit, promises, node domains): each
+test stores the admitted members in the model and plans from it, as the leader does from the API."""
 
 from __future__ import annotations
+
+import time
+from typing import Any
 
 from gang_support import (
     H100,
@@ -17,13 +22,31 @@ from gang_support import (
 )
 
 from webhook.admission.request import decode_review
-from webhook.gangs.ledger import GangStoreUnavailable, MemoryGangStore, Versioned
+from webhook.cluster.model import ClusterStore
+from webhook.config import Gangs
+from webhook.gangs.ledger import Records
+from webhook.gangs.planning import plan_gangs
+
+
+class Leader:
+    """The controller's plan over a model, pass after pass, its records kept in memory (no API call)."""
+
+    def __init__(self, store: ClusterStore) -> None:
+        self.store = store
+        self.records: Records = {}
+
+    def sees(self, *pods: dict[str, Any]) -> Records:
+        """The admitted `pods` exist now; one planning pass over them."""
+        for pod in pods:
+            self.store.upsert(pod)
+        self.records, _actions = plan_gangs(self.store.snapshot(force=True), self.records, Gangs(), time.time())
+        return self.records
 
 
 def test_member_is_labelled_and_gated_and_the_gang_gets_the_best_fitting_clique() -> None:
     nodes = cliques(4, 2, 8)  # 16, 8 and 32 GPUs
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*nodes), gangs)
+    store = make_store(*nodes)
+    runtime = make_runtime(store)
     result = admit(runtime, member("w-0", "llm", 2))  # 2 pods x 4 GPUs: the 8-GPU clique fits exactly
     assert result.allowed, result.message
     pod = result.pod
@@ -32,70 +55,83 @@ def test_member_is_labelled_and_gated_and_the_gang_gets_the_best_fitting_clique(
     terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert {"key": "kgwe.io/nvlink-clique", "operator": "Exists"} in terms["nodeSelectorTerms"][0]["matchExpressions"]
     assert "podAffinity" not in pod["spec"]["affinity"]  # the v1 co-location term is not written for sized gangs
-    (record,) = gangs.records.values()
+    assert result.warnings == []  # a room has space now
+    (record,) = Leader(store).sees(pod).values()
     assert record.room is not None and record.room.value == clique_of(nodes, "rack1-tray0")
     assert (record.size, record.gpus_per_pod) == (2, 4)
 
 
-def test_later_members_join_the_record_and_are_mutated_alike() -> None:
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*cliques(4)), gangs)
+def test_later_members_are_mutated_alike_and_the_gang_has_one_record() -> None:
+    store = make_store(*cliques(4))
+    runtime = make_runtime(store)
     first = admit(runtime, member("w-0", "llm", 3))
     second = admit(runtime, member("w-1", "llm", 3))
     assert first.allowed and second.allowed
     assert first.pod["spec"] == second.pod["spec"]
-    assert len(gangs.records) == 1 and gangs.version == 1  # one write: the first member's
+    assert list(Leader(store).sees(first.pod, second.pod)) == ["ml/llm"]
 
 
 def test_promised_capacity_counts_as_used_for_the_next_gang() -> None:
     nodes = cliques(2, 2)  # two 8-GPU cliques
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*nodes), gangs)
-    assert admit(runtime, member("a-0", "a", 2)).allowed
-    assert admit(runtime, member("b-0", "b", 2)).allowed
-    rooms = {gangs.records["ml/a"].room, gangs.records["ml/b"].room}
-    assert len(rooms) == 2  # never the same room
-    # A third gang finds no room now: it is admitted, gated, and recorded without a room.
+    store = make_store(*nodes)
+    runtime = make_runtime(store)
+    leader = Leader(store)
+    leader.sees(admit(runtime, member("a-0", "a", 2)).pod)  # one member of two: the gang is promised a room
+    records = leader.sees(admit(runtime, member("b-0", "b", 2)).pod)
+    assert records["ml/a"].room is not None and records["ml/b"].room is not None
+    assert records["ml/a"].room != records["ml/b"].room  # never the same room
+    # A third gang finds no room now: it waits gated, recorded without a room.
     third = admit(runtime, member("c-0", "c", 2))
     assert third.allowed and third.pod["spec"]["schedulingGates"] == [{"name": "kgwe.io/gang"}]
-    assert gangs.records["ml/c"].room is None
-    assert any("no NVLink room has space" in w for w in third.warnings)
+    assert leader.sees(third.pod)["ml/c"].room is None
+
+
+def test_new_gangs_of_one_pass_are_promised_rooms_in_the_order_their_members_were_created() -> None:
+    nodes = cliques(2)  # one 8-GPU clique: room for one gang of 2 x 4 GPUs
+    store = make_store(*nodes)
+    runtime = make_runtime(store)
+    late = admit(runtime, member("a-0", "a", 2)).pod
+    early = admit(runtime, member("z-0", "z", 2)).pod
+    late["metadata"]["creationTimestamp"] = "2025-06-01T10:00:05Z"
+    early["metadata"]["creationTimestamp"] = "2025-06-01T10:00:01Z"
+    records = Leader(store).sees(late, early)
+    assert records["ml/z"].room is not None and records["ml/z"].room.value == clique_of(nodes, "rack0-tray0")
+    assert records["ml/a"].room is None  # it came second: no room left to promise
 
 
 def test_bound_pods_count_against_a_clique() -> None:
     nodes = cliques(2, 4)
     busy = bind(member("other", "x", None, accelerator=None), "rack0-tray0")  # 4 GPUs used in the small clique
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*nodes, busy), gangs)
-    assert admit(runtime, member("w-0", "llm", 2)).allowed
-    assert gangs.records["ml/llm"].room.value == clique_of(nodes, "rack1-tray0")
+    store = make_store(*nodes, busy)
+    runtime = make_runtime(store)
+    result = admit(runtime, member("w-0", "llm", 2))
+    assert result.allowed
+    room = Leader(store).sees(result.pod)["ml/llm"].room
+    assert room is not None and room.value == clique_of(nodes, "rack1-tray0")
 
 
 def test_a_gang_no_clique_could_ever_hold_is_refused_naming_the_largest() -> None:
     nodes = cliques(2, 18)  # 8 and 72 GPUs
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*nodes), gangs)
+    runtime = make_runtime(make_store(*nodes))
     result = admit(runtime, member("w-0", "huge", 19))  # 76 GPUs
     assert not result.allowed
     assert "19 pods x 4 GPUs = 76 GPUs" in result.message
     assert f"the largest NVLink clique, {clique_of(nodes, 'rack1-tray0')}, has 72 GPUs" in result.message
-    assert gangs.records == {}
 
 
-def test_dry_run_records_nothing() -> None:
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*cliques(2)), gangs)
+def test_dry_run_is_answered_the_same() -> None:
+    runtime = make_runtime(make_store(*cliques(2)))
     result = admit(runtime, member("w-0", "llm", 2), dry_run=True)
     assert result.allowed and result.pod["spec"]["schedulingGates"] == [{"name": "kgwe.io/gang"}]
-    assert gangs.records == {} and gangs.version == 0
+    assert result.pod == admit(runtime, member("w-0", "llm", 2)).pod
 
 
 def test_a_gang_that_fits_one_nodes_nvlink_domain_may_use_a_single_node() -> None:
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(h100_node("dgx-1"), h100_node("dgx-2", gpus=4)), gangs)
+    store = make_store(h100_node("dgx-1"), h100_node("dgx-2", gpus=4))
+    runtime = make_runtime(store)
     result = admit(runtime, member("w-0", "small", 2, gpus=2, accelerator=H100))
     assert result.allowed, result.message
-    room = gangs.records["ml/small"].room
+    room = Leader(store).sees(result.pod)["ml/small"].room
     assert room is not None and (room.kind, room.key, room.value) == ("node", "kubernetes.io/hostname", "dgx-2")
     terms = result.pod["spec"].get("affinity", {}).get("nodeAffinity", {})
     assert "kgwe.io/nvlink-clique" not in str(terms)  # node rooms have no clique label
@@ -116,8 +152,8 @@ def test_gang_size_is_validated_and_bounded() -> None:
 
 
 def test_without_gang_size_the_v1_behaviour_stays() -> None:
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*cliques(2)), gangs)
+    store = make_store(*cliques(2))
+    runtime = make_runtime(store)
     result = admit(runtime, member("w-0", "llm", None))
     assert result.allowed
     spec = result.pod["spec"]
@@ -125,19 +161,19 @@ def test_without_gang_size_the_v1_behaviour_stays() -> None:
     assert spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
         {"labelSelector": {"matchLabels": {"kgwe.io/gang": "llm"}}, "topologyKey": "kgwe.io/nvlink-clique"}
     ]
-    assert gangs.records == {}
+    assert Leader(store).sees(result.pod) == {}
 
 
 def test_kueue_managed_gangs_get_the_topology_request_instead_of_a_gate() -> None:
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*cliques(2)), gangs)
+    store = make_store(*cliques(2))
+    runtime = make_runtime(store)
     pod = member("w-0", "llm", 2, labels={"kueue.x-k8s.io/queue-name": "training"})
     result = admit(runtime, pod)
     assert result.allowed
     assert "schedulingGates" not in result.pod["spec"]
     assert result.pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] == "kgwe.io/nvlink-clique"
     assert result.pod["metadata"]["labels"]["kgwe.io/gang"] == "llm"
-    assert gangs.records == {}  # Kueue places the gang; KGWE promises nothing
+    assert Leader(store).sees(result.pod) == {}  # Kueue places the gang; KGWE promises nothing
 
 
 def test_a_second_pass_changes_nothing() -> None:
@@ -147,24 +183,24 @@ def test_a_second_pass_changes_nothing() -> None:
 
 
 def test_the_gang_is_sized_by_its_largest_member() -> None:
-    gangs = MemoryGangStore()
-    runtime = make_runtime(make_store(*cliques(4)), gangs)
+    store = make_store(*cliques(4))
+    runtime = make_runtime(store)
     leader = member("leader", "lws", 3, gpus=0)
     leader["spec"]["containers"][0]["resources"] = {}
-    assert admit(runtime, leader).allowed
-    assert gangs.records["ml/lws"].gpus_per_pod == 0
-    assert admit(runtime, member("worker-0", "lws", 3, gpus=4)).allowed
-    assert gangs.records["ml/lws"].gpus_per_pod == 4
+    first = admit(runtime, leader)
+    assert first.allowed
+    planner = Leader(store)
+    assert planner.sees(first.pod)["ml/lws"].gpus_per_pod == 0
+    second = admit(runtime, member("worker-0", "lws", 3, gpus=4))
+    assert second.allowed
+    assert planner.sees(second.pod)["ml/lws"].gpus_per_pod == 4
 
 
-class DownStore(MemoryGangStore):
-    def read(self, *, timeout: float | None = None) -> Versioned:
-        raise GangStoreUnavailable("the API server is not answering")
-
-
-def test_an_unreachable_store_admits_the_member_gated_with_a_warning() -> None:
-    runtime = make_runtime(make_store(*cliques(2)), DownStore())
+def test_a_member_is_warned_when_no_room_has_space_now_from_the_model_alone() -> None:
+    nodes = cliques(2)  # one 8-GPU clique, both trays busy
+    busy = [bind(member(f"other-{t}", "x", None, accelerator=None), f"rack0-tray{t}") for t in range(2)]
+    runtime = make_runtime(make_store(*nodes, *busy))
     result = admit(runtime, member("w-0", "llm", 2))
     assert result.allowed
     assert result.pod["spec"]["schedulingGates"] == [{"name": "kgwe.io/gang"}]
-    assert any("could not be written" in w and "waits gated" in w for w in result.warnings)
+    assert any("no NVLink room has space for the whole gang now" in w and "wait gated" in w for w in result.warnings)

@@ -22,8 +22,8 @@ from gang_support import (
 from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY
 
-import webhook.gangs.controller
 import webhook.gangs.ledger
+import webhook.gangs.planning
 from webhook.gangs.controller import GangController, kube_pod_writer
 from webhook.gangs.ledger import KubeGangStore, Versioned
 
@@ -49,13 +49,15 @@ def test_a_member_whose_own_selector_names_another_room_moves_the_whole_gang_the
     nodes = cliques(2, 4)
     with_nodes(gang_apiserver, nodes)
     cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
     big = clique_of(nodes, "rack1-tray0")
     cluster.create(member("w-0", "llm", 2))
+    controller.reconcile_once()
     assert record_of(gang_apiserver, "llm")["room"]["value"] == clique_of(nodes, "rack0-tray0")  # type: ignore[index]
     picky = member("w-1", "llm", 2)
     picky["spec"]["nodeSelector"] = {CLIQUE_LABEL: big}
     cluster.create(picky)
-    cluster.controller().reconcile_once()
+    controller.reconcile_once()
     assert cluster.gated() == set()
     assert {pinned(gang_apiserver, "ml/w-0"), pinned(gang_apiserver, "ml/w-1")} == {big}
 
@@ -108,8 +110,9 @@ def test_an_expired_gang_that_comes_back_takes_no_room_promised_to_a_gang_since(
     cluster.clock.offset = 700  # past gangs.timeoutSeconds (600)
     controller.reconcile_once()
     assert record_of(gang_apiserver, "a").get("expired") is True
-    cluster.clock.offset = 0  # the controller's clock back with the webhook's, so that `b`'s promise stays fresh
+    cluster.clock.offset = 0  # the controller's clock back, so that `b`'s promise stays fresh
     cluster.create(member("b-0", "b", 2, namespace="team-b"))
+    controller.reconcile_once()
     assert record_of(gang_apiserver, "b", "team-b")["room"]["value"] == clique_of(nodes, "rack0-tray0")  # type: ignore[index]
     cluster.create(member("a-1", "a", 2))
     controller.reconcile_once()
@@ -127,7 +130,7 @@ def test_a_full_ledger_of_lapsed_one_pod_gangs_never_wedges_a_complete_gang(
     # Attack: a tenant fills the ledger with gangs that never complete (one gated pod each, holding no GPU).
     # Another tenant's complete gang then has no record: it must still start once those promises lapsed.
     monkeypatch.setattr(webhook.gangs.ledger, "MAX_RECORDS", 2)  # the bound, made small enough to reach here
-    monkeypatch.setattr(webhook.gangs.controller, "MAX_RECORDS", 2)
+    monkeypatch.setattr(webhook.gangs.planning, "MAX_RECORDS", 2)
     with_nodes(gang_apiserver, cliques(4))
     cluster = replica(gang_apiserver, api)
     controller = cluster.controller()
@@ -144,8 +147,8 @@ def test_a_full_ledger_of_lapsed_one_pod_gangs_never_wedges_a_complete_gang(
 
 
 class _WrittenInBetween(KubeGangStore):
-    """The real ledger store, where another replica's admission writes the ledger right after each of the
-    controller's first `races` reads (a busy cluster admitting first members of new gangs all the time)."""
+    """The real ledger store, where another writer (a replica that also believes it leads, during a Lease
+    handover) writes the ledger right after each of the controller's first `races` reads."""
 
     def __init__(self, client: k8s_client.ApiClient, races: int) -> None:
         super().__init__(k8s_client.CustomObjectsApi(client))
@@ -164,8 +167,8 @@ class _WrittenInBetween(KubeGangStore):
 def test_a_controller_pass_that_loses_the_ledger_race_plans_again_at_once(
     gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
 ) -> None:
-    # Admissions on other replicas write the ledger between the controller's read and its write: the pass must
-    # still release a complete gang (re-read, re-plan), or a steady stream of new gangs starves every release.
+    # Another writer changes the ledger between the controller's read and its write: the pass must still release
+    # a complete gang (re-read, re-plan), not give the pass up.
     with_nodes(gang_apiserver, cliques(4))
     cluster = replica(gang_apiserver, api)
     cluster.create(member("w-0", "llm", 2))
@@ -196,6 +199,7 @@ def test_a_move_to_another_room_counts_once_however_many_times_the_pass_planned_
     with_nodes(gang_apiserver, nodes)
     cluster = replica(gang_apiserver, api)
     cluster.create(member("w-0", "llm", 2))
+    cluster.controller().reconcile_once()  # one member of two: the gang is promised the small clique
     cluster.create(member("w-1", "llm", 2))
     # Another workload takes a tray of the small clique the gang was promised: it moves to the big one.
     gang_apiserver.put("Pod", bind(member("squatter", "none", None, accelerator=None), "rack0-tray1"))

@@ -10,7 +10,6 @@ import jsonpatch
 from gang_support import admit, cliques, make_runtime, make_store, member, review
 
 from webhook.admission.request import decode_review
-from webhook.gangs.ledger import MemoryGangStore
 
 
 def validated(runtime: object, pod: dict[str, object]) -> tuple[bool, str]:
@@ -19,13 +18,13 @@ def validated(runtime: object, pod: dict[str, object]) -> tuple[bool, str]:
 
 
 def test_a_member_the_mutating_webhook_never_saw_is_refused() -> None:
-    runtime = make_runtime(make_store(*cliques(4)), MemoryGangStore())
+    runtime = make_runtime(make_store(*cliques(4)))
     allowed, message = validated(runtime, member("w-0", "llm", 2))
     assert not allowed and "did not place" in message
 
 
 def test_a_member_mutated_then_stripped_of_its_gate_is_refused() -> None:
-    runtime = make_runtime(make_store(*cliques(4)), MemoryGangStore())
+    runtime = make_runtime(make_store(*cliques(4)))
     pod = member("w-0", "llm", 2)
     patch = runtime.admission.mutate(decode_review(review(pod))).patch
     placed = jsonpatch.apply_patch(copy.deepcopy(pod), patch)
@@ -35,7 +34,7 @@ def test_a_member_mutated_then_stripped_of_its_gate_is_refused() -> None:
 
 
 def test_a_member_bound_directly_to_a_node_is_refused() -> None:
-    runtime = make_runtime(make_store(*cliques(4)), MemoryGangStore())
+    runtime = make_runtime(make_store(*cliques(4)))
     pod = member("w-0", "llm", 2)
     pod["spec"]["nodeName"] = "rack0-tray0"
     admitted = admit(runtime, pod)

@@ -1,12 +1,13 @@
 """`kgwe serve --cluster DIR` with gangs, over real HTTPS with AdmissionReviews as kube-apiserver sends them:
-the refusal of a gang no clique can hold, the record of a first member in the state directory's gang file,
-`/api/v1/gangs`, and `kgwe gangs`."""
+the refusal of a gang no clique can hold; admission writes no gang record anywhere (a directory keeps no
+shared state); `/api/v1/gangs` and `kgwe gangs` show the gangs planned from the directory's pods."""
 
 from __future__ import annotations
 
 import base64
 import copy
 import io
+import time
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -68,36 +69,36 @@ def test_a_gang_no_clique_can_hold_is_refused_over_https(served: KgweServer) -> 
     assert f"the largest NVLink clique, {clique_of(NODES, 'rack1-tray0')}, has 72 GPUs" in message
 
 
-def test_a_first_member_is_recorded_beside_the_quota_state_and_shown(
+def test_admission_writes_nothing_and_the_views_plan_gangs_from_the_directorys_pods(
     served: KgweServer, tmp_path: Path, cluster_dir: Path
 ) -> None:
     pod, verdict = create(served, member("w-0", "llm", 2))
     assert verdict["allowed"] is True
     assert pod["spec"]["schedulingGates"] == [{"name": "kgwe.io/gang"}]
-    # A dry run is answered the same and records nothing.
     dry = ask(served, "/mutate", review(member("w-0", "dry", 2), dry_run=True))
     assert dry["allowed"] is True
+    assert not list((tmp_path / "state").rglob("gangs*"))  # no record file: nothing outlives the requests
+    assert served.get_json("/api/v1/gangs")["gangs"] == []  # requests without pods show nothing
 
-    state = tmp_path / "state" / "quota"
-    (ledger,) = state.glob("gangs-*.json")
-    records = orjson.loads(ledger.read_bytes())["gangs"]
-    assert [(r["gang"], r["room"]["value"]) for r in records] == [("llm", clique_of(NODES, "rack0-tray0"))]
-
-    gangs = served.get_json("/api/v1/gangs")["gangs"]
-    assert [(g["gang"], g["size"], g["room"], g["state"]) for g in gangs] == [
-        ("llm", 2, clique_of(NODES, "rack0-tray0"), "Waiting")
-    ]
-
-    # The member lands in the cluster directory; `kgwe gangs` joins it with the record.
+    # The member lands in the cluster directory: the views plan its gang from it, as the controller would.
     (cluster_dir / "pods.yaml").write_text(yaml.safe_dump(pod))
+    deadline = time.monotonic() + 20
+    while not (gangs := served.get_json("/api/v1/gangs")["gangs"]):
+        assert time.monotonic() < deadline, "the directory's pod never showed"
+        time.sleep(0.1)
+    clique = clique_of(NODES, "rack0-tray0")
+    assert [(g["gang"], g["size"], g["room"], g["state"], g["reason"]) for g in gangs] == [
+        ("llm", 2, clique, "Waiting", "1 of 2 members exist")
+    ]
     out = io.StringIO()
     with redirect_stdout(out):
-        status = main(["gangs", "--cluster", str(cluster_dir), "--state", str(ledger), "-o", "json"])
+        status = main(["gangs", "--cluster", str(cluster_dir), "-o", "json"])
     assert status == 0
     (row,) = orjson.loads(out.getvalue())["gangs"]
-    assert (row["gang"], row["present"], row["gated"], row["bound"]) == ("llm", 1, 1, 0)
-    assert row["reason"] == "1 of 2 members exist"
+    assert (row["gang"], row["present"], row["gated"], row["bound"], row["room"]) == ("llm", 1, 1, 0, clique)
+    assert row["reason"] == "1 of 2 members exist" and row["waitingSeconds"] is None  # planned now: nothing waited
     table = io.StringIO()
     with redirect_stdout(table):
-        assert main(["gangs", "--cluster", str(cluster_dir), "--state", str(ledger)]) == 0
+        assert main(["gangs", "--cluster", str(cluster_dir)]) == 0
     assert "llm" in table.getvalue() and "Waiting" in table.getvalue()
+    assert not list((tmp_path / "state").rglob("gangs*"))

@@ -34,14 +34,13 @@ from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext
 from webhook.admission.request import decode_review
 from webhook.config import ConfigError, parse_config
-from webhook.gangs.ledger import MemoryGangStore
 from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
 # A GPU pod the example configuration admits (the built-in policies want a memory limit).
 GPU_POD = copy.deepcopy(GPU_POD)
 GPU_POD["spec"]["containers"][0]["resources"]["limits"]["memory"] = "16Gi"
-# A first member of a gang: its admission by /mutate writes the gang's record (a side effect to look for).
+# A member of a gang (/mutate of it once wrote a gang record; it writes nothing now, and must stay answered).
 GANG_POD = copy.deepcopy(GPU_POD)
 GANG_POD["metadata"]["annotations"] = {"kgwe.io/accelerator": "nvidia-gb200-186gb", "kgwe.io/gang": "llm",
                                        "kgwe.io/gang-size": "2"}
@@ -52,7 +51,7 @@ class AuthServer:
     url: str
     ca_file: Path
     client_dir: Path
-    gang_store: MemoryGangStore
+    handed_on: HandedOn
 
     def client(self, cert_dir: Path | None = None) -> httpx.Client:
         context = ssl.create_default_context(cafile=str(self.ca_file))
@@ -60,8 +59,24 @@ class AuthServer:
             context.load_cert_chain(cert_dir / CLIENT_CERT, cert_dir / CLIENT_KEY)
         return httpx.Client(base_url=self.url, verify=context, timeout=10)
 
-    def records(self) -> int:
-        return len(self.gang_store.read().records)
+    def effects(self) -> int:
+        """Admission requests whose effects were let through (not a dry run): what an attacker wants."""
+        return self.handed_on.effective
+
+
+@dataclass
+class HandedOn:
+    """Stands in for `runtime.decision_events` (Events on pods, written after the answer): the one thing the
+    admission endpoints hand on after answering. Counts the requests that may take effect (not dry runs)."""
+
+    effective: int = 0
+    dry_runs: int = 0
+
+    def offer(self, request: Any, outcome: Any, mutating: bool) -> None:
+        if request.dry_run:
+            self.dry_runs += 1
+        else:
+            self.effective += 1
 
 
 def serve_with_auth(
@@ -70,17 +85,18 @@ def serve_with_auth(
     config = yaml.safe_load(CONFIG.read_text())
     config["authentication"] = {"clientCAFile": str(client_dir / CLIENT_CA_CERT), "mode": mode}
     parsed = parse_config(yaml.safe_dump(config))
-    gang_store = MemoryGangStore()
+    handed_on = HandedOn()
     tls = ReloadingSSLContext(
         cert_paths.tls_cert, cert_paths.tls_key, poll_seconds=0.05, client_ca_file=parsed.authentication.client_ca_file
     )
 
     def make_app() -> FastAPI:
-        runtime = build_runtime(parsed, CLUSTER, gang_store=gang_store)
+        runtime = build_runtime(parsed, CLUSTER)
+        runtime.decision_events = handed_on
         return create_app(runtime, ui=False, certificate=tls, background=[tls])
 
     for running in start_server(make_app, cert_paths, tls):
-        yield AuthServer(running.url, cert_paths.ca_cert, client_dir, gang_store)
+        yield AuthServer(running.url, cert_paths.ca_cert, client_dir, handed_on)
 
 
 @pytest.fixture
@@ -114,7 +130,7 @@ def test_caller_without_certificate_gets_401_and_writes_nothing(auth_server: Aut
         assert client.get("/readyz").status_code == 200
         assert client.get("/metrics").status_code == 200
         metrics = client.get("/metrics").text
-    assert auth_server.records() == 0
+    assert auth_server.effects() == 0
     assert 'kgwe_admission_callers_total{endpoint="validate",result="refused"}' in metrics
 
 
@@ -127,8 +143,8 @@ def test_api_server_certificate_is_accepted_and_its_calls_take_effect(auth_serve
         assert response.status_code == 200
         assert response.json()["response"]["allowed"] is True, response.json()
         assert post(client, "/mutate", admission_review(GANG_POD)).status_code == 200
-    # The same call from the API server does write: the 401 test above measures something real.
-    assert auth_server.records() == 1
+    # The same calls from the API server take effect: the 401 test above measures something real.
+    assert auth_server.effects() == 3
 
 
 def test_certificate_from_another_ca_fails_the_handshake(auth_server: AuthServer, tmp_path: Path) -> None:
@@ -136,7 +152,7 @@ def test_certificate_from_another_ca_fails_the_handshake(auth_server: AuthServer
     ensure_client_files(stranger, ClientSettings())  # same name, its own CA
     with auth_server.client(stranger) as client, pytest.raises(httpx.TransportError):
         post(client, "/validate", admission_review(GPU_POD))
-    assert auth_server.records() == 0
+    assert auth_server.effects() == 0
 
 
 def test_certificate_from_the_ca_with_another_name_gets_401(auth_server: AuthServer, tmp_path: Path) -> None:
@@ -150,7 +166,7 @@ def test_certificate_from_the_ca_with_another_name_gets_401(auth_server: AuthSer
         response = post(client, "/validate", admission_review(GPU_POD))
     assert response.status_code == 401
     assert "system:node:gpu-1" in response.json()["message"] and "not allowed" in response.json()["message"]
-    assert auth_server.records() == 0
+    assert auth_server.effects() == 0
 
 
 def test_serving_certificate_is_no_client_certificate(auth_server: AuthServer, cert_paths: CertificatePaths) -> None:
@@ -172,11 +188,11 @@ def test_permissive_mode_answers_unauthenticated_callers_as_dry_run(
             response = post(client, "/validate", admission_review(pod))
             assert post(client, "/mutate", admission_review(GANG_POD)).json()["response"]["allowed"] is True
         assert response.status_code == 200 and response.json()["response"]["allowed"] is True
-        assert server.records() == 0
+        assert server.effects() == 0 and server.handed_on.dry_runs == 3
         with server.client(client_dir) as client:
             assert post(client, "/validate", admission_review(pod)).json()["response"]["allowed"] is True
             assert post(client, "/mutate", admission_review(GANG_POD)).json()["response"]["allowed"] is True
-        assert server.records() == 1
+        assert server.effects() == 2
 
 
 def test_unauthenticated_request_is_always_dry_run() -> None:
@@ -228,7 +244,7 @@ def test_kgwe_serve_wires_authentication_and_says_when_it_is_off(tmp_path: Path,
     try:
         assert process.stdout is not None
         ca_file = Path(process.stdout.readline().rsplit("CA: ", 1)[1].strip())
-        server = AuthServer(f"https://127.0.0.1:{port}", ca_file, client_dir, MemoryGangStore())
+        server = AuthServer(f"https://127.0.0.1:{port}", ca_file, client_dir, HandedOn())
         give_up = time.monotonic() + 30
         while True:
             try:

@@ -1,7 +1,8 @@
 """Mutate: the patch `/mutate` answers for a pod (decode -> gather -> **render the patch** -> respond).
 
 CREATE: the placement plan and KGWE's outputs rendered by the mutation steps (webhook/mutation/) into one
-JSON Patch, the gang's record and DRA claim templates written; UPDATE: `kgwe.io/` keys restored.
+JSON Patch, DRA claim templates written (a gang's record is not: the gang controller records gangs from the pods
+that exist); UPDATE: `kgwe.io/` keys restored.
 Audit mode reports what would change and changes nothing.
 """
 
@@ -66,8 +67,8 @@ class Mutation(FactGathering):
                           warnings=facts.intent.warnings + facts.plan.warnings + advice.warnings)
         outcome.plan = facts.plan  # for the pod's Event (why), written off the request path
         gangs = self.runtime.gangs
-        if gangs is not None and facts.renderable and not request.dry_run and self.runtime.config.mode != "audit":
-            outcome.warnings.extend(gangs.admit(facts, result.pod, deadline))  # a gang's record (webhook.gangs)
+        if gangs is not None and facts.renderable and self.runtime.config.mode != "audit":  # audit gates nothing
+            outcome.warnings.extend(gangs.warnings(facts, result.pod))  # read-only: no room for the gang now
         if facts.renderable and facts.plan.dra is not None:
             outcome = ensure_claim_templates(self.runtime, request, facts.plan.dra, outcome, deadline)
         if self.runtime.config.mode == "audit":

@@ -29,7 +29,7 @@ from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.dra.claimed import ForeignClaims
 from webhook.dra.templates import TemplateWriter
-from webhook.gangs.admission import GangService
+from webhook.gangs.admission import GangAdvice
 from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
 from webhook.usage.table import UsageTable
@@ -156,8 +156,9 @@ class AdmissionPorts(PolicyGate, RbacGate, QuotaGate, ClaimGate, UsageGate, Prot
     def store(self) -> ClusterStore: ...
 
     @property
-    def gangs(self) -> GangService | None:
-        """Writes a gang's record when `/mutate` admits a member (webhook/gangs); None: no gangs."""
+    def gangs(self) -> GangAdvice | None:
+        """Warns at `/mutate` when no NVLink room has space for a member's gang (webhook/gangs); reads the model
+        only, writes nothing. None: no gang warnings."""
         ...
 
     @property

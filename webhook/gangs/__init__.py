@@ -9,10 +9,14 @@ The pieces, in the order a gang meets them:
 - `rooms`: where a gang can go (a multi-node NVLink clique, or one node's NVLink domain), what is free
   there, and the best-fit choice that counts capacity promised to other unbound gangs as used;
 - `placement`: the pure part of the placement plan (label, gate, refusal of gangs no room can hold);
-- `ledger`: the gang records (which room each unbound gang was promised), behind one compare-and-swap
-  store contract with three stores: memory, a file (YAML directory mode), the API (a `GangLedger`);
-- `admission`: the record written at `/mutate` of a gang's first member;
-- `controller`: the leader's loop that pins and ungates complete gangs, re-plans waiting ones, and
-  releases records;
-- `view`: what `kgwe gangs`, `/api/v1/gangs` and the web page show.
+- `admission`: the read-only warning of `/mutate` when no room has space for a member's gang now (admission
+  writes no record: a request that no pod follows changes nothing);
+- `ledger`: the gang records (which room each unbound gang was promised), kept in the Kubernetes API (the
+  `GangLedger` object `kgwe-gangs`) with compare-and-swap on its resourceVersion;
+- `planning`: the pure plan from a cluster model and the records: records gangs whose members exist,
+  promises rooms, re-plans waiting gangs, decides releases and drops records;
+- `controller`: the leader's loop, the one writer of records: stores the plan, then pins and ungates
+  complete gangs and posts Events;
+- `view`: what `kgwe gangs`, `/api/v1/gangs` and the web page show (over a cluster directory, which keeps
+  no records, from records planned for the view).
 """

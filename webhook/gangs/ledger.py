@@ -1,34 +1,26 @@
-"""Gang records: which room each unbound gang was promised, shared by every webhook replica.
+"""Gang records: which room each unbound gang was promised, kept in the Kubernetes API for every replica.
 
-All records live in one document so that choosing a room and promising it is one compare-and-swap:
-two replicas admitting the first members of two gangs at once both read version V, both write, and
-the second write fails and is retried against the first's promise, so two gangs never get the same
-room. The contract of every store (the same as the quota stores'): `read()` returns the records and an
-opaque version; `write(records, version)` stores them only if the version is still the one read and
-returns True, else writes nothing and returns False. Failures to reach the store raise
-`GangStoreUnavailable`.
+Records are written by the leader's gang controller only (webhook/gangs/controller.py), from the pods that
+exist; no admission request writes one. They live in one object so that choosing a room and promising it
+is one compare-and-swap: two writers (replicas that both believed they led, during a handover) both read
+version V, both write, and the second write fails and is planned again against the first's promises, so
+two gangs never get the same room.
 
-Stores: `MemoryGangStore` (one process, `kgwe review`), `FileGangStore` (the YAML directory mode: a
-JSON file in the state directory, serialised by `flock`, replaced atomically) and
-`KubeGangStore` (a cluster-scoped `GangLedger` object named `kgwe-gangs`, written with its
-`resourceVersion`, so the API server answers 409 to the loser of a race).
+The store contract: `read()` returns the records and an opaque version; `write(records, version)` stores
+them only if the version is still the one read and returns True, else writes nothing and returns False.
+Failures to reach the store raise `GangStoreUnavailable`. The product's one store is `KubeGangStore`: the
+cluster-scoped `GangLedger` object named `kgwe-gangs`, written with its `resourceVersion`, so the API
+server answers 409 to the loser of a race. Tests run it against a fake API server
+(tests/gangs/gang_support.py). A YAML cluster directory keeps no records: its views plan them from the
+directory's pods on every call (webhook/gangs/planning.py, `planned_records`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import fcntl
-import os
-import random
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Protocol
-
-import orjson
 
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView
@@ -42,7 +34,6 @@ KIND = "GangLedger"
 LEDGER_NAME = "kgwe-gangs"
 # One API object holds every record: bounded so it stays far below etcd's object size limit.
 MAX_RECORDS = 2000
-MAX_WRITE_ATTEMPTS = 8
 
 
 class GangStoreUnavailable(RuntimeError):
@@ -161,117 +152,11 @@ class GangStore(Protocol):
     def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool: ...
 
 
-def update_records(
-    store: GangStore,
-    change: Callable[[Records], Records | None],
-    *,
-    deadline: float | None = None,
-    attempts: int = MAX_WRITE_ATTEMPTS,
-) -> Records:
-    """Read, apply `change` (None: nothing to write), write with compare-and-swap; retried on conflict.
-
-    `change` gets a copy it may edit and is called again on every retry, against the records that won.
-    Returns the records as stored. Raises GangStoreUnavailable when the store fails, the deadline (a
-    `time.monotonic()` value) passes, or every attempt lost a race.
-    """
-    for attempt in range(attempts):
-        current = store.read(timeout=_left(deadline))
-        wanted = change(dict(current.records))
-        if wanted is None:
-            return current.records
-        if len(wanted) > MAX_RECORDS and len(wanted) > len(current.records):
-            raise GangStoreUnavailable(f"{len(current.records)} gangs are recorded already (at most {MAX_RECORDS})")
-        if store.write(wanted, current.version, timeout=_left(deadline)):
-            return wanted
-        time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # spread the retries of racing replicas
-    raise GangStoreUnavailable(f"the gang records changed under every one of {attempts} attempts")
-
-
-def _left(deadline: float | None) -> float | None:
-    if deadline is None:
-        return None
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise GangStoreUnavailable("the deadline passed before the gang store answered")
-    return left
-
-
-@dataclass
-class MemoryGangStore:
-    """Records in this process only."""
-
-    records: Records = field(default_factory=dict)
-    version: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def read(self, *, timeout: float | None = None) -> Versioned:
-        with self._lock:
-            return Versioned(dict(self.records), str(self.version))
-
-    def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool:
-        with self._lock:
-            if str(self.version) != version:
-                return False
-            self.records = dict(records)
-            self.version += 1
-            return True
-
-
-class FileGangStore:
-    """Records in a JSON file shared by the processes of one `kgwe serve` and its restarts."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_path = self.path.with_suffix(self.path.suffix + ".lock")
-
-    @contextlib.contextmanager
-    def _locked(self, timeout: float | None) -> Iterator[None]:
-        with open(self._lock_path, "a+b") as handle:
-            give_up = None if timeout is None else time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if give_up is not None and time.monotonic() >= give_up:
-                        raise GangStoreUnavailable(f"gang records {self.path} are locked by another process") from None
-                    time.sleep(0.0005)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            data = orjson.loads(self.path.read_bytes())
-        except FileNotFoundError:
-            return {}
-        except (OSError, orjson.JSONDecodeError) as exc:
-            raise GangStoreUnavailable(f"gang records {self.path} unreadable: {exc}") from exc
-        return data if isinstance(data, dict) else {}
-
-    def read(self, *, timeout: float | None = None) -> Versioned:
-        with self._locked(timeout):
-            data = self._load()
-        return Versioned(records_from_json(data.get("gangs")), str(data.get("version", 0)))
-
-    def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool:
-        with self._locked(timeout):
-            current = int(self._load().get("version", 0))
-            if str(current) != version:
-                return False
-            scratch = self.path.with_suffix(self.path.suffix + f".{os.getpid()}.tmp")
-            scratch.write_bytes(orjson.dumps({"version": current + 1, "gangs": records_to_json(records)}))
-            os.replace(scratch, self.path)
-            return True
-
-
 class KubeGangStore:
     """Records in the cluster-scoped `GangLedger` object `kgwe-gangs` (`spec.gangs`)."""
 
     def __init__(self, api: Any, name: str = LEDGER_NAME) -> None:
-        """`api`: a kubernetes CustomObjectsApi (on the request path: built on `deadline_api_client`)."""
+        """`api`: a kubernetes CustomObjectsApi."""
         self.api = api
         self.name = name
         self._last: dict[str, Any] | None = None
@@ -333,7 +218,3 @@ class KubeGangStore:
             meta.pop("resourceVersion", None)
         body["spec"] = {"gangs": records_to_json(records)}
         return body
-
-
-def with_changes(record: GangRecord, **changes: Any) -> GangRecord:
-    return replace(record, **changes)

@@ -1,8 +1,10 @@
 """What `kgwe gangs`, `GET /api/v1/gangs` and the web page show: every gang, its members and why it waits.
 
 Rows come from the pods of the cluster model (members present, bound, gated) joined with the gang
-records (chosen room, waiting reason). A gang with members but no record yet shows as planned by
-nobody so far; a record without members (just admitted, or pods deleted) shows with zero members.
+records (chosen room, waiting reason): in a cluster those the leader's controller keeps in the GangLedger,
+over a YAML cluster directory (which keeps none) those planned from its pods for this view
+(`planning.planned_records`). A gated gang without a record yet shows as waiting for the controller's next
+pass; a record whose members the model no longer shows (pods just deleted) shows with zero members.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from webhook.gangs.accounting import gang_pods
 from webhook.gangs.ledger import Records
 
 
-def gangs_view(model: ClusterModel, records: Records, now: float | None = None) -> dict[str, Any]:
+def gangs_view(
+    model: ClusterModel, records: Records, now: float | None = None, *, recorded: bool = True
+) -> dict[str, Any]:
+    """`recorded`: False when `records` were planned for this view (nothing waited: no waiting time shown)."""
     moment = time.time() if now is None else now
     members = gang_pods(model)
     rows = []
@@ -50,6 +55,7 @@ def gangs_view(model: ClusterModel, records: Records, now: float | None = None) 
             "state": state,
             "reason": reason,
             "shortGPUs": record.short_gpus if record else 0,
-            "waitingSeconds": round(moment - record.created_at) if record and record.released_at is None else None,
+            "waitingSeconds": (round(moment - record.created_at)
+                               if recorded and record and record.released_at is None else None),
         })
     return {"gangs": rows}

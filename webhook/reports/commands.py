@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +41,9 @@ DESCRIPTIONS = {
              "the violations (as a table, JSON, or with -o yaml the reports audit.reportFormat names: OpenReports "
              "Report and ClusterReport, or wgpolicyk8s.io PolicyReports).",
     "gangs": "Gangs (kgwe.io/gang with kgwe.io/gang-size): size, members present, bound and gated, the NVLink room "
-             "KGWE chose, and why a gang waits. In a cluster the records come from the GangLedger kgwe-gangs; with "
-             "--cluster DIR from the state file of `kgwe serve --cluster` (--state).",
+             "KGWE chose, and why a gang waits. In a cluster the records come from the GangLedger kgwe-gangs, which "
+             "KGWE's gang controller writes; with --cluster DIR they are planned from the directory's pods, as the "
+             "controller would record them (a directory keeps no records).",
     "recommend": "Recommendations from measured GPU use (Prometheus, DCGM exporter series): per workload, the "
                  "smallest shape of this cluster (MIG slice, MPS share, GPU type, GPU count) that holds its peak "
                  "memory plus rightsizing.memoryMargin, with the kgwe.io/ intent to set and the saving. With --idle: "
@@ -113,10 +115,6 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--at", metavar="TIME",
                             help="the end of the window, RFC 3339 or unix seconds (default now; for recorded "
                                  "history)")
-    if command == "gangs":
-        parser.add_argument("--state", type=Path, metavar="FILE",
-                            help="with --cluster: the gang records file of `kgwe serve --cluster` "
-                                 "(default: the state directory's quota/gangs-8443.json)")
     return parser
 
 
@@ -437,26 +435,21 @@ def _window_table(doc: Any, currency: str, show_pods: bool = False) -> str:
 
 
 def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
-    from webhook.gangs.ledger import FileGangStore, GangStore, GangStoreUnavailable, KubeGangStore
+    from webhook.gangs.ledger import GangStoreUnavailable, KubeGangStore
+    from webhook.gangs.planning import planned_records
     from webhook.gangs.view import gangs_view
 
-    store: GangStore | None
-    if cluster.api_client is not None:
+    model = cluster.runtime.store.snapshot()
+    if cluster.api_client is None:  # a directory keeps no records: planned from its pods, as the controller would
+        view = gangs_view(model, planned_records(model, cluster.runtime.config.gangs, time.time()), recorded=False)
+    else:
         from kubernetes import client as k8s
 
-        store = KubeGangStore(k8s.CustomObjectsApi(cluster.api_client))
-    else:
-        from webhook.state import state_dir
-
-        if args.state is not None and not args.state.is_file():
-            raise CommandError(f"--state {args.state}: no such file")
-        path = args.state or state_dir() / "quota" / "gangs-8443.json"
-        store = FileGangStore(path) if path.is_file() else None  # no server ran here yet: no records
-    try:
-        records = store.read(timeout=30).records if store is not None else {}
-    except GangStoreUnavailable as exc:
-        raise CommandError(str(exc)) from exc
-    view = gangs_view(cluster.runtime.store.snapshot(), records)
+        try:
+            records = KubeGangStore(k8s.CustomObjectsApi(cluster.api_client)).read(timeout=30).records
+        except GangStoreUnavailable as exc:
+            raise CommandError(str(exc)) from exc
+        view = gangs_view(model, records)
     if args.output in FORMATS:
         return render(view, args.output)
     if not view["gangs"]:

@@ -31,6 +31,7 @@ from certs.reloader import ReloadingSSLContext
 from webhook import assembly
 from webhook.assembly import Assembly
 from webhook.config import Config
+from webhook.gangs.ledger import GangStore
 from webhook.runtime import Runtime
 from webhook.server import metrics, multiproc_metrics
 from webhook.server.app import BackgroundTask, create_app
@@ -108,11 +109,7 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     """The runtime fed by its cluster source: a watched YAML directory, or the API (webhook/assembly.py)."""
     config = options.config
     if options.cluster_dir is not None:
-        # Gang records outlive a restart: a file in the state directory, named by the port.
-        from webhook.gangs.ledger import FileGangStore
-
-        gang_store = FileGangStore(state_dir() / "quota" / f"gangs-{options.port}.json")
-        return assembly.from_directory(config, options.cluster_dir, watch=True, gang_store=gang_store)
+        return assembly.from_directory(config, options.cluster_dir, watch=True)
     from webhook.cluster.kube_json import load_kube_client
 
     return assembly.from_api(config, load_kube_client(None), serving=True)
@@ -152,10 +149,12 @@ def run_worker(
         raise ServeError(f"cannot load the serving certificate {cert_file}: {tls.last_error}")
     assembly = assemble_runtime(options)
     runtime = assembly.runtime
+    # Gang records live in the API only (the GangLedger), written by the leader's gang controller; a cluster
+    # directory keeps none (its gang view plans them from its pods).
+    gang_store = gang_ledger(assembly.api_client) if assembly.api_client is not None else None
     # Every worker runs the controllers; the Lease lets one of them act at a time.
     controllers = build_controllers(
-        runtime.store, options.config, assembly.api_client,
-        gang_store=runtime.gangs.store if runtime.gangs is not None else None, budgets=runtime.budgets.states,
+        runtime.store, options.config, assembly.api_client, gang_store=gang_store, budgets=runtime.budgets.states,
     )
     for task in assembly.source_tasks:  # running already; supervised so that they are reported and stopped too
         controllers.supervisor.add(task)
@@ -208,7 +207,7 @@ def run_worker(
     read_auth = ReadAuth.for_cluster(api_client) if api_client is not None else None
     app = create_app(
         runtime, ui=options.ui, extra_routers=[
-            api_router(runtime), gangs_router(runtime), explain_router(runtime), workloads_router(runtime),
+            api_router(runtime), gangs_router(runtime, gang_store), explain_router(runtime), workloads_router(runtime),
             usage_router(runtime, usage_service), mig_router(runtime),
         ],
         certificate=tls,
@@ -231,6 +230,15 @@ def run_worker(
     finally:
         controllers.stop()  # every task of the supervisor (stopped already with the server, unless it never ran)
         assembly.stop_source()
+
+
+def gang_ledger(api_client: Any) -> GangStore:
+    """The store of gang records: the GangLedger object `kgwe-gangs` (webhook/gangs/ledger.py)."""
+    from kubernetes import client as k8s
+
+    from webhook.gangs.ledger import KubeGangStore
+
+    return KubeGangStore(k8s.CustomObjectsApi(api_client))
 
 
 def admission_policy_sync(runtime: Runtime, api_client: Any, is_leader: Callable[[], bool]) -> AdmissionPolicySync:
