@@ -3,7 +3,8 @@ no engine, client or model (docs/performance.md, "The command line's start-up").
 
 Held without a clock, which a busy machine would fail: one fresh interpreter runs every help and says which
 modules each one imported. A heavy library, or a KGWE module outside the command line's own, is named with
-the command that pulled it in; the fix is to import it in the function that needs it.
+the command that pulled it in; the fix is to import it in the function that needs it. `kgwe review` is held
+the same way to what a review of files needs: no API client, no HTTP server, no second engine.
 """
 
 from __future__ import annotations
@@ -72,3 +73,27 @@ def test_no_help_imports_an_engine_a_client_or_a_model() -> None:
         if heavy or ours:
             problems.append(f"{command} imports {', '.join(heavy + ours)}")
     assert not problems, "\n".join(problems)
+
+
+# `kgwe review` needs the admission core, its configuration (pydantic) and the policy engines; it reads the
+# cluster from files, so nothing that talks to an API server, serves HTTP or runs the other engines.
+NOT_FOR_REVIEW = {"kubernetes", "urllib3", "requests", "fastapi", "starlette", "uvicorn", "celpy", "cryptography",
+                  "pynvml", "jsonschema"}
+
+REVIEW = r"""
+import contextlib, io, json, sys
+
+from webhook.cli import main
+
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    status = main(["review", "examples/pods/01-single-type.yaml", "--cluster", "examples/cluster"])
+print(json.dumps([status, "allowed" in out.getvalue().lower(), sorted({m.split(".")[0] for m in sys.modules})]))
+"""
+
+
+def test_review_imports_no_api_client_server_or_other_engine() -> None:
+    done = subprocess.run([sys.executable, "-c", REVIEW], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          check=True)
+    status, answered, modules = json.loads(done.stdout)
+    assert status == 0 and answered
+    assert not NOT_FOR_REVIEW & set(modules), f"kgwe review imports {sorted(NOT_FOR_REVIEW & set(modules))}"
