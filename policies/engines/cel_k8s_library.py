@@ -24,7 +24,7 @@ from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
-from policies.vocabulary.quantities import kubernetes_quantity
+from kubernetes.utils.quantity import parse_quantity
 
 QUANTITY_KEY = "kgwe.io/quantity"
 MAX_QUANTITY_TEXT = 64
@@ -77,7 +77,7 @@ def _parse(text: str) -> Decimal:
     if len(text) > MAX_QUANTITY_TEXT or text != text.strip() or not text:
         raise CelLibraryError(f"invalid quantity: {text!r}")
     try:
-        value = kubernetes_quantity(text)
+        value = Decimal(parse_quantity(text))
     except (ValueError, InvalidOperation, TypeError) as exc:
         raise CelLibraryError(f"invalid quantity: {text!r}") from exc
     return _bounded(value)

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
+from kubernetes.utils.quantity import parse_quantity
+
 from policies.loading.selectors import parse_selector
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView
-from policies.vocabulary.quantities import kubernetes_quantity
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def parse_amount(value: Any) -> Decimal | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        parsed = kubernetes_quantity(str(value))
+        parsed = Decimal(parse_quantity(str(value)))
         # Bounded like every quantity KGWE reads (policies/vocabulary/quantities.py): `9e999999999` parses, and
         # writing it back (`format_gpus`) would build an integer of a billion digits.
         in_range = parsed.is_finite() and 0 <= parsed <= MAX_AMOUNT

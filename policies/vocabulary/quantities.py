@@ -1,11 +1,13 @@
-"""Kubernetes quantities (`10Gi`, `500m`, `1e3`) as Decimal, with the kubernetes client's parser, bounded.
+"""Kubernetes quantities (`10Gi`, `500m`, `1e3`) as Decimal, via the kubernetes client's parser, bounded.
 
 One parser for the policy layer and the webhook: every amount a pod states goes through it.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal, DecimalException, InvalidOperation
+from decimal import Decimal
+
+from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
 
 # Kubernetes reads quantities into int64; anything larger (or `inf`) is not a real amount, and turning
 # `1e999999` into an int would hold the event loop for tens of seconds (docs/performance.md).
@@ -64,43 +66,7 @@ def _parse(value: object) -> Decimal:
     if not text or len(text) > 64:
         raise ValueError(f"not a quantity: {value!r}")
     try:
-        amount = kubernetes_quantity(text)
+        amount = Decimal(_k8s_parse_quantity(text))
     except (ValueError, ArithmeticError, TypeError) as exc:
         raise ValueError(f"not a quantity: {value!r}") from exc
     return _bounded(amount, value)
-
-
-# The kubernetes client's `kubernetes.utils.quantity.parse_quantity` for text (kubernetes-client/python 37,
-# Apache-2.0), copied: importing it imports the whole client package (`kubernetes/__init__.py` loads every API
-# model, the config loaders, requests and urllib3), 0.3-0.5 s of CPU on a busy machine before `kgwe review` could
-# start (docs/performance.md, "The command line's start-up"). tests/vocabulary/test_quantities.py holds it to
-# the original on generated and edge-case texts.
-_EXPONENTS = {"n": -3, "u": -2, "m": -1, "K": 1, "k": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
-_BINARY_PREFIXES = "KMGTPE"
-
-
-def kubernetes_quantity(text: str) -> Decimal:
-    """`text` as the kubernetes client parses it (unbounded); ValueError for anything it refuses."""
-    number, suffix = text, ""
-    if len(text) >= 2 and text[-1] == "i":
-        if text[-2] in _EXPONENTS:
-            number, suffix = text[:-2], text[-2:]
-    elif len(text) >= 1 and text[-1] in _EXPONENTS:
-        number, suffix = text[:-1], text[-1:]
-    try:
-        value = Decimal(number)
-    except InvalidOperation as exc:
-        raise ValueError(f"Invalid number format: {number}") from exc
-    if not suffix:
-        return value
-    if suffix.endswith("i"):
-        # "ki", "mi", "ni" and "ui" are not binary suffixes
-        if suffix[0] not in _BINARY_PREFIXES:
-            raise ValueError(f"{text} has unknown suffix")
-        base = 1024
-    else:
-        base = 1000
-    try:
-        return value * (base ** Decimal(_EXPONENTS[suffix[0]]))
-    except DecimalException as exc:
-        raise ValueError(f"Invalid quantity: {text}") from exc
