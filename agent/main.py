@@ -11,12 +11,8 @@ import sys
 import threading
 from typing import Any
 
-import pynvml
-
-from agent.document import build_document
-from agent.loop import run_loop, utc_now
-from agent.nvml_discovery import NvmlUnavailable, scan
-from agent.publisher import NodePublisher
+# NVML, the topology document and the API client are imported when the agent runs: `kgwe agent --help` reads
+# the parser alone (docs/performance.md, "The command line's start-up").
 
 NO_NVML_MESSAGE = "kgwe agent: NVML is not available on this node ({reason}): no NVIDIA GPUs to report, exiting."
 
@@ -65,12 +61,20 @@ def _core_v1(kubeconfig: str | None) -> Any:
 
 
 def _dry_run(node_name: str) -> int:
+    from agent.document import build_document
+    from agent.loop import utc_now
+    from agent.nvml_discovery import scan
+
     doc = build_document(scan(), node_name=node_name, now=utc_now())
     print(json.dumps(doc.model_dump(mode="json", by_alias=True, exclude_none=True), indent=2))
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from agent.loop import run_loop
+    from agent.nvml_discovery import scan
+    from agent.publisher import NodePublisher
+
     if not args.node_name:
         print("kgwe agent: no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)",
               file=sys.stderr)
@@ -86,7 +90,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def run(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # `--help` ends here, before NVML is imported
+    import pynvml
+
+    from agent.nvml_discovery import NvmlUnavailable
+
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return _dry_run(args.node_name) if args.dry_run else _serve(args)
