@@ -45,7 +45,8 @@ def _port(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kgwe agent",
-        description="Discover this node's GPUs through NVML and publish the kgwe.io topology labels and annotation.",
+        description="Discover this node's GPUs through NVML and publish the kgwe.io topology labels and annotation; "
+        "serve what the GPUs do on /metrics, as NVIDIA's DCGM exporter names it.",
     )
     parser.add_argument(
         "--node-name", default=os.environ.get("NODE_NAME", ""),
