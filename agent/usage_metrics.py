@@ -126,13 +126,13 @@ def _device_labels(device: DeviceUsage, hostname: str, driver: str | None) -> di
 
 
 def _memory_mib(device: DeviceUsage, held: bool) -> float | None:
-    if held and all(p.memory_bytes is not None for p in device.processes):
+    if held and device.processes_known and all(p.memory_bytes is not None for p in device.processes):
         return round(sum(p.memory_bytes or 0 for p in device.processes) / _MIB)
     return None if device.memory_used_bytes is None else round(device.memory_used_bytes / _MIB)
 
 
 def _engine_active(device: DeviceUsage) -> float | None:
-    if not device.process_utilization:
+    if not (device.processes_known and device.process_utilization):
         return None
     return min(1.0, sum(p.sm_percent or 0.0 for p in device.processes) / 100.0)
 

@@ -68,6 +68,7 @@ class DeviceUsage:
     memory_used_bytes: int | None = None
     gpu_util_percent: int | None = None  # whole GPUs only (NVML, like DCGM, has none for MIG devices)
     processes: list[ProcessUsage] = field(default_factory=list)
+    processes_known: bool = True  # False: NVML lists no processes here (too old a driver, not supported)
     process_utilization: bool = False  # whether NVML gives per-process SM utilisation here
 
     @property
@@ -226,6 +227,10 @@ class UsageReader:
     def _fill(self, handle: Any, device: DeviceUsage, now_us: int) -> None:
         device.memory_used_bytes = int(self._call("nvmlDeviceGetMemoryInfo", handle).used)
         running = self._processes(handle)
+        if running is None:
+            device.processes_known = False
+            self._samples.pop(device.key, None)
+            return
         busy = self._utilisation(handle, device.key, {pid for pid, _ in running}, now_us)
         device.process_utilization = busy is not None
         device.processes = [
@@ -233,19 +238,28 @@ class UsageReader:
             for pid, memory in running
         ]
 
-    def _processes(self, handle: Any) -> list[tuple[int, int | None]]:
+    def _processes(self, handle: Any) -> list[tuple[int, int | None]] | None:
+        """(pid, memory bytes) of the device's compute processes; None when NVML lists none here."""
         # pynvml sizes its buffer twice the count it was told: a process starting between its two calls
         # fits; more than that answers INSUFFICIENT_SIZE, and one more try reads the new list.
-        for attempt in range(2):
+        # A driver without the _v3 call (before R510) has _v2, with the same structure.
+        calls = ["nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"]
+        attempt = 0
+        while True:
             try:
-                found = self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                found = getattr(self.nvml, calls[0])(handle)
                 break
             except self.nvml.NVMLError as err:
                 if err.value == _INSUFFICIENT_SIZE and attempt == 0:
+                    attempt += 1
                     continue
-                raise _DeviceFailed(f"nvmlDeviceGetComputeRunningProcesses: {err}") from err
-            except pynvml.NVMLLibraryMismatchError as err:
-                raise _DeviceFailed(f"nvmlDeviceGetComputeRunningProcesses: {err}") from err
+                if err.value in _ABSENT:
+                    return None
+                raise _DeviceFailed(f"{calls[0]}: {err}") from err
+            except pynvml.NVMLLibraryMismatchError:
+                calls.pop(0)
+                if not calls:
+                    return None
         out: dict[int, int | None] = {}
         for process in found[:MAX_PROCESSES]:
             memory = process.usedGpuMemory

@@ -412,3 +412,15 @@ def test_help_names_the_usage_flags(capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ("--metrics-port", "--metrics-address", "--pod-resources-socket", "--pod-resources-timeout",
                  "--utilisation-window", "--print-metrics"):
         assert flag in out
+
+
+def test_without_a_process_list_a_held_gpu_reports_the_devices_memory(kubelet: Kubelet) -> None:
+    system = machines.l4_mps()
+    gpu = system.gpus[0]
+    gpu.processes = [FakeProcess(1, 3_000, [(_now_us(), 50)])]
+    gpu.failures["nvmlDeviceGetComputeRunningProcesses_v3"] = 3  # NOT_SUPPORTED
+    kubelet.pods = [Pod("ns", "p", [Container("c", {"nvidia.com/gpu": [gpu.uuid]})])]
+    with exporting(system, kubelet.socket) as exporter:
+        samples = exporter.scrape()
+    assert _one(samples, FB_USED, pod="p").value == 512 + 3_000
+    assert _series(samples, ENGINE_ACTIVE, pod="p") == []

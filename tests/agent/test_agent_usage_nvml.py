@@ -256,3 +256,36 @@ def test_reads_are_cheap_enough_for_every_scrape() -> None:
             reader.read()
         per_read = (time.perf_counter() - start) / 20
     assert per_read < 0.05, f"one read of 17 devices took {per_read * 1000:.1f} ms"
+
+
+def test_a_driver_before_r510_lists_processes_through_v2() -> None:
+    system = machines.l4_mps()
+    system.gpus[0].processes = [FakeProcess(5, 700)]
+    with installed(system) as library:
+        library.missing.add("nvmlDeviceGetComputeRunningProcesses_v3")
+        reader = UsageReader(clock=lambda: NOW)
+        reader.open()
+        read = reader.read()
+        reader.close()
+    device = _by_key(read.devices)[system.gpus[0].uuid]
+    assert read.failed == [] and device.processes_known
+    assert [(p.pid, p.memory_bytes) for p in device.processes] == [(5, 700 * MIB)]
+    assert library.calls["nvmlDeviceGetComputeRunningProcesses_v2"] >= 1
+
+
+def test_no_process_list_at_all_is_unknown_not_empty() -> None:
+    system = machines.l4_mps()
+    system.gpus[1].failures["nvmlDeviceGetComputeRunningProcesses_v3"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    with installed(system) as library:
+        library.missing.update({"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"})
+        reader = UsageReader(clock=lambda: NOW)
+        reader.open()
+        without = reader.read()
+        library.missing.clear()
+        not_supported = reader.read()
+        reader.close()
+    for read in (without, not_supported):
+        device = _by_key(read.devices)[system.gpus[1].uuid]
+        assert read.failed == [] and not device.processes_known and not device.process_utilization
+        assert device.memory_used_bytes == 512 * MIB and device.gpu_util_percent == 0
+    assert _by_key(not_supported.devices)[system.gpus[0].uuid].processes_known
