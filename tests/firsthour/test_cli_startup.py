@@ -20,7 +20,7 @@ LIGHT = {
     "webhook", "webhook.cli", "webhook.explain_cli", "webhook.output", "webhook.completion",
     "webhook.reports", "webhook.reports.commands", "webhook.reports.tables",
     "policies", "policies.loading", "policies.loading.testing", "rego",
-    "agent", "agent.main", "certs", "certs.commands",
+    "agent", "agent.main", "agent.defaults", "certs", "certs.commands",
 }
 KGWE = ("webhook", "policies", "agent", "certs", "rego")
 # The libraries whose import alone costs tens to hundreds of milliseconds (or starts native code).
