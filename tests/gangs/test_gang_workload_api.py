@@ -92,6 +92,16 @@ def test_discovery_finds_the_workload_api_and_a_refresh_sees_it_go(gates_on: Any
     assert "schedulingGroup" not in cluster.create(member("w-0", "llm", 2))["spec"]
 
 
+def test_a_discovery_that_fails_at_start_lets_the_model_load_the_classic_way_until_it_answers(gates_on: Any) -> None:
+    server, api = gates_on
+    server.fail_next(SCHEDULING, 500, times=1)
+    cluster = replica(server, api)  # loaded although discovery failed: nothing waits on it
+    from gang_support import _sources
+
+    server.wait_for(lambda: cluster.store.snapshot(force=True).serves(GROUP_VERSION, "workloads"))  # retried
+    assert _sources[-1].tasks[-1].state().failures >= 1
+
+
 def test_members_join_the_pod_group_and_the_release_creates_workload_and_pod_group_once(gates_on: Any) -> None:
     server, api = gates_on
     nodes = cliques(2, 4)

@@ -171,15 +171,28 @@ class KubeClusterSource:
 
     # -- API discovery ----------------------------------------------------------------------------
     def discover_once(self) -> dict[str, frozenset[str] | None]:
-        """Ask the API server which of `discover` it serves (GET /apis/GROUP/VERSION, 404: not served) and put
-        the answers into the store; an error raises (the task backs off) and keeps the previous answers."""
+        """Ask the API server which of `discover` it serves (GET /apis/GROUP/VERSION; 404, or 403 where discovery
+        is not allowed: not served) and put the answers into the store. Any other error keeps the previous
+        answer and raises at the end (the task backs off and asks again); a group version never answered yet
+        counts as not served meanwhile, so that an unreachable discovery endpoint does not keep the model from
+        loading: what uses it then works the way it works without it."""
         found: dict[str, frozenset[str] | None] = {}
+        failed: Exception | None = None
         for group_version in self.discover:
             try:
                 listed = self.api.request("GET", f"/apis/{group_version}", timeout=(self.connect_timeout, 30.0))
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            except RETRYABLE as exc:
+                status = getattr(exc, "status", None)
+                if status not in (403, 404):
+                    failed = exc
+                    if group_version not in self.discovered:
+                        log.warning("API discovery of %s failed (%s); taken as not served until it answers",
+                                    group_version, describe_error(exc))
+                        self.discovered[group_version] = None
+                        self.store.set_api_resources(group_version, None)
+                    continue
+                if status == 403:
+                    log.warning("API discovery of %s is forbidden; taken as not served", group_version)
                 found[group_version] = None
                 continue
             found[group_version] = frozenset(
@@ -193,6 +206,8 @@ class KubeClusterSource:
             self.store.set_api_resources(group_version, resources)
         self.discovered.update(found)
         self._maybe_loaded()
+        if failed is not None:
+            raise failed
         return found
 
     # -- one kind's reflector loop ----------------------------------------------------------------
