@@ -227,7 +227,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         self.server.requests.labels("allowed" if self.server.auth is not None else "open").inc()
         encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-        body = encoder(self.server.registry)
+        try:
+            body = encoder(self.server.registry)
+        except Exception:  # the collectors do not raise; should one, a 500 and the trace in the log
+            log.exception("/metrics: rendering the series failed")
+            self._answer(500, b"rendering the series failed; see the agent's log\n", "text/plain; charset=utf-8")
+            return
         headers = {}
         if "gzip" in self.headers.get("Accept-Encoding", "").lower():
             body = gzip.compress(body)

@@ -32,6 +32,7 @@ from fake_nvml import FakeProcess, installed
 from kube_fake_apiserver import ACCESS_REVIEWS, TOKEN_REVIEWS, FakeApiServer, write_kubeconfig
 from kubelet_podresources import Container, Kubelet, Pod
 from kubernetes import client as k8s
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent import metrics_tls
@@ -435,6 +436,21 @@ def test_the_open_door_is_on_loopback_only() -> None:
     assert not any(is_loopback(a) for a in ("0.0.0.0", "::", "10.0.0.7", "gpu-node-1"))
     with pytest.raises(ValueError, match="loopback only"):
         MetricsServer(registry_for(UsageCollector(None, None, None, NODE)), 0, "0.0.0.0")  # type: ignore[arg-type]
+
+
+def test_a_collector_that_raises_is_a_500_not_a_dropped_connection(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        def collect(self) -> Iterator[Any]:
+            raise RuntimeError("boom")
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Broken())  # type: ignore[arg-type]
+    server = MetricsServer(registry, 0, "127.0.0.1")
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10)
+    finally:
+        server.close()
+    assert answer.status_code == 500 and "rendering the series failed" in caplog.text
 
 
 def _free_port() -> int:
