@@ -19,6 +19,7 @@ from agent.defaults import POD_RESOURCES_SOCKET as DEFAULT_SOCKET
 # NVML, gRPC, the topology document and the API client are imported when the agent runs: `kgwe agent --help`
 # reads the parser alone (docs/performance.md, "The command line's start-up").
 if TYPE_CHECKING:
+    from agent.metrics_http import MetricsServer
     from agent.usage_metrics import UsageCollector
 
 NO_NVML_MESSAGE = "kgwe agent: NVML is not available on this node ({reason}): no NVIDIA GPUs to report, exiting."
@@ -64,7 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--metrics-port", type=_port, default=DEFAULT_PORT,
                        help=f"port of /metrics (default {DEFAULT_PORT}, the DCGM exporter's; 0: no /metrics)")
     usage.add_argument("--metrics-address", default="0.0.0.0",
-                       help="address /metrics listens on (default 0.0.0.0; :: for IPv6)")
+                       help="address /metrics listens on (default 0.0.0.0; :: for IPv6). Beyond loopback it is "
+                       "HTTPS and answers only a Kubernetes token allowed 'get' on the URL /metrics (TokenReview, "
+                       "SubjectAccessReview); on loopback (127.0.0.1) plain HTTP without a token")
+    usage.add_argument("--metrics-cert-file", default="",
+                       help="serving certificate of /metrics (PEM, with its chain; re-read when it changes); "
+                       "default: a self-signed one made at start")
+    usage.add_argument("--metrics-key-file", default="", help="the key of --metrics-cert-file (PEM)")
     usage.add_argument("--pod-resources-socket", default=DEFAULT_SOCKET,
                        help=f"the kubelet's PodResources socket, to label GPUs with the pods holding them "
                        f"(default {DEFAULT_SOCKET}; empty: no pod labels)")
@@ -129,12 +136,46 @@ def _print_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics_server(
+    args: argparse.Namespace, collector: UsageCollector, api_client: Any | None
+) -> MetricsServer | None:
+    """/metrics as SPEC 13 asks: beyond loopback HTTPS and a token the API server accepts and allows; None (the
+    reason printed) when it cannot be served."""
+    from agent.metrics_auth import MetricsAuth
+    from agent.metrics_http import MetricsServer, is_loopback
+    from agent.metrics_tls import ServingTls, TlsError
+    from agent.usage_metrics import registry_for
+
+    where = f"{args.metrics_address}:{args.metrics_port}"
+    guarded = not is_loopback(args.metrics_address)
+    if guarded and api_client is None:
+        print(f"kgwe agent: cannot serve /metrics on {where}: beyond loopback it needs the API server to check "
+              "tokens; use --metrics-address 127.0.0.1", file=sys.stderr)
+        return None
+    try:
+        tls = None
+        if guarded or args.metrics_cert_file or args.metrics_key_file:
+            tls = ServingTls(args.metrics_cert_file, args.metrics_key_file,
+                             names=[args.node_name, socket.gethostname(), os.environ.get("POD_IP", "")])
+        auth = MetricsAuth.for_api_client(api_client) if guarded else None
+        server = MetricsServer(registry_for(collector), args.metrics_port, args.metrics_address, auth=auth, tls=tls)
+    except (OSError, TlsError) as err:
+        print(f"kgwe agent: cannot serve /metrics on {where}: {err}", file=sys.stderr)
+        return None
+    door = ("a Kubernetes token allowed 'get /metrics' (TokenReview, SubjectAccessReview)" if guarded
+            else "loopback, no token")
+    certificate = "" if tls is None else (" with a self-signed certificate" if tls.self_signed
+                                          else f" with the certificate {args.metrics_cert_file}")
+    logging.getLogger("kgwe.agent").info("usage metrics on %s://%s:%d/metrics%s: %s", server.scheme,
+                                         args.metrics_address, server.port, certificate, door)
+    return server
+
+
 def _serve(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     """Publish (and serve /metrics) until `stop` is set, or SIGTERM/SIGINT when run in the main thread."""
     from agent.loop import run_loop
     from agent.nvml_discovery import scan
     from agent.publisher import NodePublisher
-    from agent.usage_metrics import MetricsServer
 
     if not args.node_name:
         print("kgwe agent: no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)",
@@ -151,15 +192,10 @@ def _serve(args: argparse.Namespace, stop: threading.Event | None = None) -> int
     with ExitStack() as stack:
         if args.metrics_port and not args.once:
             collector = _collector(args, stack, getattr(core_v1, "api_client", None))
-            try:
-                server = MetricsServer(collector, args.metrics_port, args.metrics_address)
-            except OSError as err:
-                print(f"kgwe agent: cannot serve /metrics on {args.metrics_address}:{args.metrics_port}: {err}",
-                      file=sys.stderr)
+            server = _metrics_server(args, collector, getattr(core_v1, "api_client", None))
+            if server is None:
                 return 1
             stack.callback(server.close)
-            logging.getLogger("kgwe.agent").info(
-                "usage metrics on http://%s:%d/metrics", args.metrics_address, server.port)
         return run_loop(publisher, scan, interval=args.interval, stop=stop, once=args.once)
 
 

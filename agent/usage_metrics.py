@@ -1,7 +1,8 @@
 """The agent's own `/metrics`: GPU usage under the names and labels of NVIDIA's DCGM exporter (SPEC section 11),
 for clusters where no DCGM exporter runs, so that one scrape configuration and KGWE's usage reader
 (`webhook/usage/promql.py`) serve both. Evaluated per scrape (a custom collector): nothing is cached but
-NVML's sample bookkeeping (agent/usage_nvml.py) and the PodResources answer of the last second.
+NVML's sample bookkeeping (agent/usage_nvml.py) and the PodResources answer of the last second. Served by
+agent/metrics_http.py (HTTPS and a Kubernetes token beyond loopback).
 
 Series, one per device (a whole GPU, or a MIG device of a GPU in MIG mode), or, where containers hold the
 device, one per pod holding it with `namespace`, `pod`, `container` (a device several containers of one pod
@@ -29,14 +30,12 @@ import re
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pynvml
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agent.defaults import METRICS_PORT
 from agent.dra_devices import DraDevices
 from agent.nvml_discovery import NvmlUnavailable
 from agent.podresources import ContainerAllocation, PodResourcesClient, PodResourcesUnavailable
@@ -49,7 +48,6 @@ GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 NVML_UP = "kgwe_agent_nvml_up"
 POD_RESOURCES_UP = "kgwe_agent_pod_resources_up"
-DEFAULT_PORT = METRICS_PORT
 _MIB = 1024 * 1024
 # Device ids as device plugins write them: a time-sliced replica `GPU-…::3`; GKE's `nvidia0`, `nvidia0/gi1`,
 # with `/vgpu2` for a shared one.
@@ -219,21 +217,3 @@ def registry_for(collector: UsageCollector) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     return registry
-
-
-class MetricsServer:
-    """`/metrics` over plain HTTP on `address:port` (as the DCGM exporter serves it), in a daemon thread."""
-
-    def __init__(self, collector: UsageCollector, port: int, address: str = "0.0.0.0") -> None:
-        self.registry = registry_for(collector)
-        self._server: Any
-        self._server, self._thread = start_http_server(port, addr=address, registry=self.registry)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)

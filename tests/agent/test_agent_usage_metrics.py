@@ -25,6 +25,7 @@ from prometheus_client.samples import Sample
 
 from agent.dra_devices import DraDevices, slices_from_api
 from agent.main import run
+from agent.metrics_http import MetricsServer
 from agent.podresources import PodResourcesClient
 from agent.usage_metrics import (
     ENGINE_ACTIVE,
@@ -32,9 +33,9 @@ from agent.usage_metrics import (
     GPU_UTIL,
     NVML_UP,
     POD_RESOURCES_UP,
-    MetricsServer,
     UsageCollector,
     device_id_key,
+    registry_for,
 )
 from agent.usage_nvml import UsageReader
 from webhook.usage import promql
@@ -74,7 +75,7 @@ def exporting(system: FakeSystem, socket_path: Path | None, dra: DraDevices | No
             pods = PodResourcesClient(str(socket_path), min_interval=0.0, timeout=2.0)
             stack.callback(pods.close)
         collector = UsageCollector(reader, pods, dra, hostname=NODE)
-        server = MetricsServer(collector, 0, "127.0.0.1")
+        server = MetricsServer(registry_for(collector), 0, "127.0.0.1")
         stack.callback(server.close)
         yield Exporter(f"http://127.0.0.1:{server.port}/metrics", system, collector)
 
@@ -409,7 +410,8 @@ def test_help_names_the_usage_flags(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         run(["--help"])
     out = capsys.readouterr().out
-    for flag in ("--metrics-port", "--metrics-address", "--pod-resources-socket", "--pod-resources-timeout",
+    for flag in ("--metrics-port", "--metrics-address", "--metrics-cert-file", "--metrics-key-file",
+                 "--pod-resources-socket", "--pod-resources-timeout",
                  "--utilisation-window", "--print-metrics"):
         assert flag in out
 

@@ -1,6 +1,10 @@
 """What the agent exports is what KGWE reads: a real Prometheus (Debian's, as tests/usage starts it) scrapes the
 agent's /metrics every second, and the webhook's own usage reader (`webhook.usage.history.read_history`,
-the queries `kgwe recommend` and the usage table run) reads the pods' history back from it."""
+the queries `kgwe recommend` and the usage table run) reads the pods' history back from it.
+
+Prometheus scrapes the guarded door, as in a cluster and as docs/usage.md configures it: HTTPS with the
+agent's self-signed certificate (`insecure_skip_verify`) and its service account's token
+(`authorization.credentials_file`), which the fake API server authenticates and allows `get /metrics`."""
 
 from __future__ import annotations
 
@@ -15,11 +19,15 @@ from pathlib import Path
 import nvml_machines as machines
 import pytest
 from fake_nvml import FakeProcess, installed
+from kube_fake_apiserver import TOKEN_REVIEWS, FakeApiServer
 from kubelet_podresources import Container, Kubelet, Pod
+from kubernetes import client
 from usage_traces import PrometheusMissing, ensure_prometheus, free_port
 
+from agent.metrics_auth import MetricsAuth
+from agent.metrics_http import MetricsServer
 from agent.podresources import PodResourcesClient
-from agent.usage_metrics import MetricsServer, UsageCollector
+from agent.usage_metrics import UsageCollector, registry_for
 from agent.usage_nvml import UsageReader
 from webhook.config import Usage
 from webhook.usage.history import UsageHistory, read_history
@@ -30,9 +38,9 @@ MODEL = "NVIDIA A100-SXM4-80GB"
 
 
 @contextmanager
-def prometheus_scraping(target: str) -> Iterator[str]:
-    """Prometheus scraping `target` (host:port) every second, as the docs' scrape configuration says (the
-    exporter's own namespace/pod labels honoured)."""
+def prometheus_scraping(target: str, token: str) -> Iterator[str]:
+    """Prometheus scraping https://`target`/metrics every second with `token`, as the docs' scrape configuration
+    says (the exporter's own namespace/pod labels honoured)."""
     try:
         prometheus, _ = ensure_prometheus()
     except PrometheusMissing as exc:
@@ -40,10 +48,14 @@ def prometheus_scraping(target: str) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="kgwe-prom-") as tmp, ExitStack() as stack:
         root = Path(tmp)
         config = root / "prometheus.yml"
+        token_file = root / "token"
+        token_file.write_text(token, encoding="utf-8")
         config.write_text(
             "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1h}\n"
             "scrape_configs:\n"
-            f"- {{job_name: kgwe-agent, honor_labels: true, static_configs: [{{targets: ['{target}']}}]}}\n",
+            "- {job_name: kgwe-agent, honor_labels: true, scheme: https,\n"
+            f"   authorization: {{credentials_file: '{token_file}'}}, tls_config: {{insecure_skip_verify: true}},\n"
+            f"   static_configs: [{{targets: ['{target}']}}]}}\n",
             encoding="utf-8")
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -87,6 +99,9 @@ def _history(url: str, wanted: int) -> UsageHistory:
 
 
 def test_the_webhooks_usage_reader_reads_the_agents_series(kubelet: Kubelet) -> None:
+    api = FakeApiServer().start()
+    api.add_user("prometheus-token", "system:serviceaccount:monitoring:prometheus")
+    api.allow("system:serviceaccount:monitoring:prometheus", "get", url="/metrics")
     system = machines.hgx_a100_80gb_mig_mixed()  # GPU 0 and 1 in MIG mode, 2-7 whole
     now_us = int(time.time() * 1_000_000)
     gpu2, gpu3 = system.gpus[2], system.gpus[3]
@@ -101,16 +116,22 @@ def test_the_webhooks_usage_reader_reads_the_agents_series(kubelet: Kubelet) -> 
         Pod("team-b", "infer-0", [Container("server", {"nvidia.com/mig-1g.10gb": [slice_.uuid]})]),
     ]
     with ExitStack() as stack:
+        stack.callback(api.close)
+        configuration = client.Configuration()
+        configuration.host = api.url
+        api_client = stack.enter_context(client.ApiClient(configuration))
         stack.enter_context(installed(system))
         reader = UsageReader(window=600.0)
         reader.open()
         stack.callback(reader.close)
         pods = PodResourcesClient(str(kubelet.socket))
         stack.callback(pods.close)
-        server = MetricsServer(UsageCollector(reader, pods, None, hostname=NODE), 0, "127.0.0.1")
+        server = MetricsServer(registry_for(UsageCollector(reader, pods, None, hostname=NODE)), 0, "127.0.0.1",
+                               auth=MetricsAuth.for_api_client(api_client))
         stack.callback(server.close)
-        url = stack.enter_context(prometheus_scraping(f"127.0.0.1:{server.port}"))
+        url = stack.enter_context(prometheus_scraping(f"127.0.0.1:{server.port}", "prometheus-token"))
         history = _history(url, wanted=2)
+        assert api.reviews(TOKEN_REVIEWS), "Prometheus scraped with its token"
 
     assert set(history.pods) == {("team-a", "train-0"), ("team-b", "infer-0")}  # idle GPUs are no pod's
     train = history.pods[("team-a", "train-0")]

@@ -28,6 +28,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "agent-off": {"agent": {"enabled": False}},
     "agent-volume-mount-devices": {"agent": {"devicesAsVolumeMount": True}},
     "agent-metrics": {"agent": {"metrics": {"enabled": True, "serviceMonitor": {"enabled": True}}}},
+    "agent-metrics-tls": {"agent": {"metrics": {
+        "enabled": True, "podResources": False, "tls": {"secretName": "agent-tls"}, "serviceMonitor": {"enabled": True},
+    }}},
     "ui-off": {"ui": {"enabled": False}},
     "monitoring": {
         "metrics": {

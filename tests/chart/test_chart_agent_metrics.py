@@ -1,6 +1,8 @@
 """The agent's usage metrics in the chart (agent.metrics): off by default; on, the DaemonSet serves /metrics on
 the DCGM exporter's port, mounts the kubelet's PodResources directory read-only, may list ResourceSlices, and
-Prometheus reaches it through a NetworkPolicy and, if asked, a ServiceMonitor that keeps the GPUs' pod labels."""
+Prometheus reaches it through a NetworkPolicy and, if asked, a ServiceMonitor that keeps the GPUs' pod labels.
+SPEC 13: the agent serves /metrics over HTTPS to a token allowed `get /metrics` (it may create TokenReviews and
+SubjectAccessReviews), and the ServiceMonitor scrapes with Prometheus' token, the role to bind it to shipped."""
 
 from __future__ import annotations
 
@@ -70,9 +72,16 @@ def test_on_the_agent_serves_metrics_on_the_dcgm_exporters_port_with_pod_resourc
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
     }
     assert not pod.get("hostNetwork") and not pod.get("hostPID")
-    # Reading which GPU a DRA device is: list ResourceSlices, nothing else new.
+    # Reading which GPU a DRA device is: list ResourceSlices; asking who scrapes: TokenReviews and
+    # SubjectAccessReviews (system:auth-delegator's two rights); nothing else new.
     assert _agent_rules(rendered) == [([""], ["nodes"], ["get", "patch"]),
-                                      (["resource.k8s.io"], ["resourceslices"], ["list"])]
+                                      (["resource.k8s.io"], ["resourceslices"], ["list"]),
+                                      (["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+                                      (["authorization.k8s.io"], ["subjectaccessreviews"], ["create"])]
+    # On every address, so HTTPS with a token (agent/metrics_http.py): nothing serves /metrics on loopback only.
+    assert args.metrics_cert_file == "" and args.metrics_key_file == ""  # a self-signed certificate
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
 
 
 def test_only_the_monitoring_namespace_reaches_the_metrics_port(rendered_scenarios: dict[str, Rendered]) -> None:
@@ -106,13 +115,54 @@ def test_the_service_monitor_scrapes_every_agent_and_keeps_the_pods_labels(
     assert all(labels.get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["kgwe-system"]}
     endpoint, = monitor["spec"]["endpoints"]
-    assert (endpoint["port"], endpoint["path"], endpoint["scheme"]) == ("metrics", "/metrics", "http")
+    assert (endpoint["port"], endpoint["path"], endpoint["scheme"]) == ("metrics", "/metrics", "https")
+    # Prometheus' own token (bound to <release>-metrics-reader); the agents' certificates are self-signed.
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
     # The series' own namespace/pod/container win, and the agent pod's are never added to an idle GPU.
     assert endpoint["honorLabels"] is True
     assert endpoint["relabelings"] == [{"action": "labeldrop", "regex": "(namespace|pod|container)"}]
     no_monitor = render(ON)
     assert "kgwe-agent" not in no_monitor.names("ServiceMonitor")
     assert "kgwe-agent-metrics" not in no_monitor.names("Service")
+
+
+def test_the_role_prometheus_needs_is_shipped(rendered_scenarios: dict[str, Rendered]) -> None:
+    """What the agent asks (`get` on the URL /metrics) is what the chart's metrics-reader role grants; bound to
+    the scrapers named in metrics.readers."""
+    role = rendered_scenarios["agent-metrics"].one("ClusterRole", "kgwe-metrics-reader")
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    bound = render({**ON, "metrics": {"readers": [
+        {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]}})
+    binding = bound.one("ClusterRoleBinding", "kgwe-metrics-reader")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]
+
+
+def test_a_certificate_from_a_secret_is_served_and_verified(rendered_scenarios: dict[str, Rendered]) -> None:
+    rendered = rendered_scenarios["agent-metrics-tls"]
+    args = _agent_args(rendered)
+    assert (args.metrics_cert_file, args.metrics_key_file) == ("/etc/kgwe/metrics-tls/tls.crt",
+                                                               "/etc/kgwe/metrics-tls/tls.key")
+    pod = _pod(rendered)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["metrics-tls"]["secret"] == {
+        "secretName": "agent-tls", "defaultMode": 0o440,
+        "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
+    }
+    mounts = {m["name"]: m for m in _container(rendered)["volumeMounts"]}
+    assert mounts["metrics-tls"] == {"name": "metrics-tls", "mountPath": "/etc/kgwe/metrics-tls", "readOnly": True}
+    # Unprivileged (no PodResources): the key is readable through the pod's group only.
+    assert pod["securityContext"]["runAsUser"] == 65532 and pod["securityContext"]["fsGroup"] == 65532
+    endpoint, = rendered.one("ServiceMonitor", "kgwe-agent")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and "bearerTokenFile" in endpoint
+    service = rendered.one("Service", "kgwe-agent-metrics")
+    assert endpoint["tlsConfig"] == {
+        "serverName": f"{service['metadata']['name']}.kgwe-system.svc",
+        "ca": {"secret": {"name": "agent-tls", "key": "ca.crt"}},
+    }
+    without = rendered_scenarios["agent-metrics"]
+    assert "fsGroup" not in _pod(without)["securityContext"]
+    assert "metrics-tls" not in {v["name"] for v in _pod(without)["volumes"]}
 
 
 def test_another_kubelet_root_and_port() -> None:
@@ -136,6 +186,7 @@ def test_without_pod_resources_the_agent_stays_unprivileged() -> None:
 @pytest.mark.parametrize("bad", [
     {"port": 0}, {"port": 70000}, {"kubeletPath": "var/lib/kubelet"}, {"podResources": "yes"},
     {"serviceMonitor": {"interval": "often"}}, {"scrape": True},
+    {"tls": {"secretName": "Agent_TLS"}}, {"tls": {"caFile": "/ca.crt"}},
 ])
 def test_schema_refuses_broken_metrics_values(bad: dict[str, Any]) -> None:
     with helm.Chart.load(CHART) as chart:

@@ -354,6 +354,12 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if pod is None:
                     return self._status(404, "NotFound", f'pods "{segments[5]}" not found')
                 return self._send_json(200, pod)
+            if len(segments) == 4 and segments[:3] == ["api", "v1", "nodes"]:
+                # GET /api/v1/nodes/{name}: one node (what kgwe agent reads before it patches).
+                node = server.objects("Node").get(segments[3])
+                if node is None:
+                    return self._status(404, "NotFound", f'nodes "{segments[3]}" not found')
+                return self._send_json(200, node)
             if len(segments) == 7 and segments[0] == "apis" and segments[3] == "namespaces":
                 # GET /apis/{group}/{version}/namespaces/{ns}/{resource}/{name}: one namespaced object.
                 collection = server.collections.get("/" + "/".join([*segments[:3], segments[5]]))
