@@ -153,7 +153,8 @@ def test_failed_template_creation_withdraws_the_mutation(webhook: Webhook, fake_
         # dra-h100nvl-01 publishes 2 x 7g.94gb placements, one per GPU: its counters hold no third.
         ({"kgwe.io/sharing": "mig", "kgwe.io/gpu-memory": "48Gi"}, 3,
          "this pod asks for 3 MIG slices on one node; the most any node has is 2 (7g.94gb: 2)"),
-        ({"kgwe.io/sharing": "mps", "kgwe.io/gpu-fraction": "0.5"}, 1, "MPS sharing: no GPU node is shared with MPS"),
+        ({"kgwe.io/accelerator": "nvidia-h100-80gb", "kgwe.io/sharing": "mps", "kgwe.io/gpu-fraction": "0.5"}, 1,
+         "MPS sharing: no nvidia-h100-80gb node is shared with MPS (no DRA GPU allows multiple allocations)"),
     ],
 )
 def test_requests_no_device_could_satisfy_are_refused(
