@@ -232,6 +232,7 @@ def render_dra(
             return False
         plan.types = kept
         nic_class = config.dra.nic_device_class
+        plan.steps.append("pcie")
     tolerations = device_tolerations([*view.tolerations, *plan.tolerations], model, plan.types)
     shape = RequestShape(tuple(tolerations), nic_class)
     rendering, refusal = render(pod, model, config.dra, plan.types, mig, share=share, shape=shape)
