@@ -140,11 +140,16 @@ def free_first(
     larger ones, then the smaller ones that are all taken now: the scheduler takes the first it can
     allocate, and the pod is charged as the first."""
     tolerations = device_tolerations(pod.tolerations, model, [t for p in fitting for t in offers[p][2]])
+    free: dict[str, dict[str, int]] = {}  # node -> profile -> free now (each node worked out once)
     for index, profile in enumerate(fitting):
         for type_id in offers[profile][2]:
             for name in model.types[type_id].mig[profile].nodes[:64]:
                 dra = model.nodes[name].dra
-                if dra is not None and dra.free_mig(tolerations).get(profile, 0) >= slices:
+                if dra is None:
+                    continue
+                if name not in free:
+                    free[name] = dra.free_mig(tolerations)
+                if free[name].get(profile, 0) >= slices:
                     return [*fitting[index:], *fitting[:index]]
     return fitting
 
