@@ -22,7 +22,7 @@ from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
-from webhook.dra.render import charged_demand
+from webhook.dra.render import charged_demand, charged_share
 
 ANNOTATION_HOURLY_COST = keys.HOURLY_COST
 ANNOTATION_PROFILE = keys.PROFILE
@@ -115,6 +115,9 @@ def pod_gpu_equivalents(
     demand = pod_gpu_demand(pod)
     profile = pod_profile(pod, model)
     demand = charged_demand(pod, demand)
+    share = charged_share(pod)
+    if share is not None:  # a share of a DRA GPU (consumable capacity), before and after binding
+        return gpu_equivalents(demand, "mps", share, 1)
     if node_facts is not None:
         demand = _on_node(demand, node_facts)
         sharing = node_facts.sharing if node_facts.sharing in ("mps", "time-slicing") else "exclusive"
@@ -142,6 +145,8 @@ def pod_share(
     if demand.mig:
         return "mig", devices
     sharing = node_facts.sharing if node_facts is not None else ""
+    if charged_share(view) is not None:
+        sharing = "mps"
     if sharing in ("mps", "time-slicing"):
         return sharing, devices
     if dra_rendered(view):

@@ -153,7 +153,7 @@ def parse_intent(pod: PodView | Mapping[str, Any]) -> PodIntent:
         if topology in TOPOLOGIES:
             intent.topology = topology
         else:
-            intent.problems.append(f"{A_TOPOLOGY}: {notes[A_TOPOLOGY]!r} is not one of nvlink, none")
+            intent.problems.append(f"{A_TOPOLOGY}: {notes[A_TOPOLOGY]!r} is not one of {', '.join(TOPOLOGIES)}")
     if notes.get(A_GANG, "").strip():
         gang = notes[A_GANG].strip()
         if len(gang) > 63 or not all(c.isalnum() or c in "-_." for c in gang) or not gang[0].isalnum():

@@ -46,7 +46,7 @@ NVLINK_CLIQUE = "kgwe.io/nvlink-clique"
 
 # Values the intent annotations may take.
 SHARING_MODES = ("exclusive", "mig", "mps", "time-slicing")
-TOPOLOGIES = ("nvlink", "none")
+TOPOLOGIES = ("nvlink", "pcie", "none")
 
 # GPU Feature Discovery and the NVIDIA device plugin.
 NVIDIA_GPU_PRODUCT = "nvidia.com/gpu.product"

@@ -76,9 +76,16 @@ def test_small_gpu_is_mig_profiles_smallest_fitting_first(webhook: Webhook, fake
     assert verdict["allowed"], verdict
     (request,) = stored_template(fake_api, claim_of(final)[1])["spec"]["spec"]["devices"]["requests"]
     subrequests = request["firstAvailable"]
+    # dra-a100-01's static slices and every profile dra-h100nvl-01's dynamic MIG offers, by memory then compute.
     assert [(s["name"], s["deviceClassName"]) for s in subrequests] == [
         ("mig-1g-10gb", "mig.nvidia.com"),
+        ("mig-1g-12gb", "mig.nvidia.com"),
+        ("mig-1g-24gb", "mig.nvidia.com"),
+        ("mig-2g-24gb", "mig.nvidia.com"),
         ("mig-3g-40gb", "mig.nvidia.com"),
+        ("mig-3g-47gb", "mig.nvidia.com"),
+        ("mig-4g-47gb", "mig.nvidia.com"),
+        ("mig-7g-94gb", "mig.nvidia.com"),
     ]
     assert subrequests[0]["selectors"][0]["cel"]["expression"] == (
         'device.attributes["gpu.nvidia.com"].profile == "1g.10gb" && '
@@ -89,11 +96,12 @@ def test_small_gpu_is_mig_profiles_smallest_fitting_first(webhook: Webhook, fake
 
 
 def test_memory_skips_profiles_too_small(webhook: Webhook, fake_api: FakeApiServer) -> None:
-    final, verdict = webhook.create(gpu_pod("mid", {"kgwe.io/gpu-memory": "20Gi", "kgwe.io/sharing": "mig"}))
+    final, verdict = webhook.create(gpu_pod("mid", {"kgwe.io/gpu-memory": "40Gi", "kgwe.io/sharing": "mig"}))
     assert verdict["allowed"], verdict
     (request,) = stored_template(fake_api, claim_of(final)[1])["spec"]["spec"]["devices"]["requests"]
-    assert request["exactly"]["deviceClassName"] == "mig.nvidia.com"
-    assert '.profile == "3g.40gb"' in request["exactly"]["selectors"][0]["cel"]["expression"]
+    assert [s["name"] for s in request["firstAvailable"]] == [
+        "mig-3g-40gb", "mig-3g-47gb", "mig-4g-47gb", "mig-7g-94gb"]
+    assert {s["deviceClassName"] for s in request["firstAvailable"]} == {"mig.nvidia.com"}
 
 
 def test_templates_are_created_once_and_pods_share_them(webhook: Webhook, fake_api: FakeApiServer) -> None:
@@ -141,10 +149,12 @@ def test_failed_template_creation_withdraws_the_mutation(webhook: Webhook, fake_
          "nvidia-gb200-186gb (16), nvidia-h100-80gb (16)"),
         ({"kgwe.io/accelerator": "nvidia-h100-80gb"}, 9,
          "this pod asks for 9 GPUs on one node; the most any nvidia-h100-80gb node has is 8"),
-        ({"kgwe.io/sharing": "mig", "kgwe.io/gpu-memory": "60Gi"}, 1, "MIG: no slice has 60Gi"),
-        ({"kgwe.io/sharing": "mig", "kgwe.io/gpu-memory": "20Gi"}, 3,
-         "this pod asks for 3 MIG slices on one node; the most any node has is 2 (3g.40gb: 2)"),
-        ({"kgwe.io/sharing": "mps", "kgwe.io/gpu-fraction": "0.5"}, 1, "MPS sharing: no GPU node is shared with MPS"),
+        ({"kgwe.io/sharing": "mig", "kgwe.io/gpu-memory": "100Gi"}, 1, "MIG: no slice has 100Gi"),
+        # dra-h100nvl-01 publishes 2 x 7g.94gb placements, one per GPU: its counters hold no third.
+        ({"kgwe.io/sharing": "mig", "kgwe.io/gpu-memory": "48Gi"}, 3,
+         "this pod asks for 3 MIG slices on one node; the most any node has is 2 (7g.94gb: 2)"),
+        ({"kgwe.io/accelerator": "nvidia-h100-80gb", "kgwe.io/sharing": "mps", "kgwe.io/gpu-fraction": "0.5"}, 1,
+         "MPS sharing: no nvidia-h100-80gb node is shared with MPS (no DRA GPU allows multiple allocations)"),
     ],
 )
 def test_requests_no_device_could_satisfy_are_refused(

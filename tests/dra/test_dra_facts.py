@@ -42,7 +42,7 @@ def test_dra_only_nodes_are_typed_and_counted(dra_runtime: Runtime) -> None:
     assert model.types["nvidia-h100-80gb"].gpus_total == 16
     assert model.types["nvidia-h100-80gb"].dra_products == {"NVIDIA H100 80GB HBM3"}
     assert set(model.device_classes) == {
-        "gpu.nvidia.com", "mig.nvidia.com", "compute-domain-default-channel.nvidia.com"
+        "gpu.nvidia.com", "mig.nvidia.com", "compute-domain-default-channel.nvidia.com", "dranet"
     }
 
 

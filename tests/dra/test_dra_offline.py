@@ -43,7 +43,7 @@ def test_a_missing_device_class_is_named(tmp_path: Path) -> None:
     result = review_pod(runtime.admission, gpu_pod("p", {"kgwe.io/sharing": "mig", "kgwe.io/gpu-memory": "5Gi"}))
     assert not result.allowed
     assert ("DRA: DeviceClass mig.nvidia.com does not exist; this cluster has "
-            "compute-domain-default-channel.nvidia.com, gpu.nvidia.com") in result.message
+            "compute-domain-default-channel.nvidia.com, dranet, gpu.nvidia.com") in result.message
     assert result.creates == []
 
 

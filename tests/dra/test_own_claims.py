@@ -31,7 +31,8 @@ from webhook.review import review_pod
 from webhook.runtime import Runtime, build_runtime
 from webhook.server.app import create_app
 
-TYPES = ("nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-gb200-186gb")
+# Every type examples/cluster-dra publishes through DRA.
+TYPES = ("nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-gb200-186gb", "nvidia-h100-94gb", "nvidia-l40s-48gb")
 CONFIG = {"mode": "enforce", "pricing": {"currency": "USD", "perGPUHour": {"nvidia-h100-80gb": 4.5,
                                                                              "nvidia-a100-80gb": 2.8,
                                                                              "nvidia-gb200-186gb": 9.0}}}
@@ -135,9 +136,10 @@ def test_a_claim_within_the_quota_passes_and_a_claim_for_no_gpu_is_not_charged(w
 
 
 def test_all_devices_and_the_largest_alternative_are_what_is_counted(webhook: Webhook) -> None:
-    # `All` may take every device of a node: at most the 11 dra-a100-01 publishes (whole GPUs and MIG
-    # devices); firstAvailable its largest choice.
-    assert "this pod asks 11" in _refusal(webhook.create(_pod("all", "all-gpus"))[1])
+    # `All` may take every device of a node it can hold at once: at most 14, the seven 1g.12gb partitions of
+    # each of dra-h100nvl-01's two GPUs (dynamic MIG: its 38 devices share their GPU's counters; dra-a100-01
+    # publishes 11 whole GPUs and MIG devices); firstAvailable its largest choice.
+    assert "this pod asks 14" in _refusal(webhook.create(_pod("all", "all-gpus"))[1])
     assert "this pod asks 6" in _refusal(webhook.create(_pod("either", "one-or-six"))[1])
 
 

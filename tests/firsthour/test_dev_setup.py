@@ -77,6 +77,9 @@ def test_dev_py_test_runs_the_checks_then_pytest_as_ci_calls_it(monkeypatch: pyt
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
     monkeypatch.setattr(dev.subprocess, "call", lambda args, **_kw: calls.append(list(args)) or 0)
     monkeypatch.chdir(dev.ROOT)
-    assert dev.main(["test", "-x"]) == 0
+    assert dev.main(["test", "--long", "tests/quotas"]) == 0
     assert [Path(c[0]).name for c in calls[:3]] == ["ruff", "mypy", "lint-imports"]
-    assert calls[3][1:] == ["-m", "pytest", "-q", "-x"]
+    # Every CPU (a file per worker), the first failure stops it, and what follows `test` goes to pytest.
+    workers = str(dev.test_workers())
+    assert calls[3][1:] == ["-m", "pytest", "-q", "-x", "-n", workers, "--dist", "loadfile", "--long", "tests/quotas"]
+    assert 1 <= int(workers) <= dev.MAX_TEST_WORKERS

@@ -361,11 +361,12 @@ def _top_level_terms(expression: str) -> list[str] | None:
 
 
 def most_devices_on_a_node(model: ClusterModel) -> int:
-    """The most GPU and MIG devices one node publishes through DRA (what `allocationMode: All` can take)."""
+    """The most GPU and MIG devices one node can hold at once through DRA (what `allocationMode: All` can
+    take; partitions of one GPU that share its counters count as many as fit together)."""
     best = 0
     for node in model.nodes.values():
         if node.dra is not None:
-            best = max(best, len(node.dra.gpus) + len(node.dra.mig))
+            best = max(best, node.dra.most_at_once())
     return best
 
 

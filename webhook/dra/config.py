@@ -32,6 +32,9 @@ class DraConfig(_Section):
     # DeviceClasses of NVIDIA's GPU DRA driver that the templates name.
     gpu_device_class: str = Field(default="gpu.nvidia.com", alias="gpuDeviceClass")
     mig_device_class: str = Field(default="mig.nvidia.com", alias="migDeviceClass")
+    # The DeviceClass of the NICs `kgwe.io/topology: pcie` puts beside each GPU under one PCIe root
+    # (`matchAttribute: resource.kubernetes.io/pcieRoot`); DRANET (driver `dra.net`) installs `dranet`.
+    nic_device_class: str = Field(default="dranet", alias="nicDeviceClass")
     # The leader deletes the templates and ComputeDomains KGWE created once no unfinished pod has named
     # them for unusedGraceSeconds (webhook/dra/garbage.py). The floor is what keeps a replica from
     # skipping the create of a template it remembers making (templates.REMEMBER_SECONDS, 300) after the

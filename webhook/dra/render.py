@@ -15,6 +15,15 @@ way, for the default scheduler to allocate:
 
 What the containers asked for is kept in the `kgwe.io/dra-claims` output annotation (see
 policies/gpu_demand.py), so quotas, costs and a second admission pass see the same demand.
+
+With the 1.36 device model (webhook/dra/device_model.py) a request may also carry:
+- `tolerations`: the pod's tolerations of device taints its types' devices carry (webhook/dra/tolerations.py);
+- `capacity.requests`: a share of a GPU that allows multiple allocations (`kgwe.io/sharing: mps`,
+  webhook/dra/shares.py), selected with `device.allowMultipleAllocations`;
+- PCIe alignment (`kgwe.io/topology: pcie`): one request per GPU (`gpu-<i>`, or `gpu` for one), each with
+  a NIC request (`nic-<i>`) of `dra.nicDeviceClass` and a constraint `matchAttribute:
+  resource.kubernetes.io/pcieRoot` over the pair; several GPUs are kept to one product by a constraint
+  `matchAttribute: gpu.nvidia.com/productName` over the GPU requests.
 """
 
 from __future__ import annotations
@@ -42,10 +51,14 @@ from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
 from webhook.dra.config import DraConfig
-from webhook.dra.facts import NVIDIA_DRIVER
+from webhook.dra.facts import NVIDIA_DRIVER, PCIE_ROOT
+from webhook.dra.shares import SAMPLE_NODES, ShareAsk, offers, quantity_text
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_SUBREQUESTS = 8
+MAX_REQUESTS = 32  # requests (and constraints) per claim: the API's limit
+MAX_ALIGNED_GPUS = MAX_REQUESTS // 2  # `kgwe.io/topology: pcie`: a GPU and a NIC request per GPU
+PRODUCT_NAME = f"{NVIDIA_DRIVER}/productName"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kgwe"}
 
 __all__ = ["DRA_ANNOTATION", "DraRendering", "apply_claims", "render"]
@@ -58,6 +71,7 @@ class Choice:
     name: str
     device_class: str
     expression: str
+    capacity: tuple[tuple[str, str], ...] = ()  # consumable capacity requests (a share of a GPU)
 
 
 @dataclass
@@ -105,8 +119,24 @@ def type_choices(model: ClusterModel, types: list[str], config: DraConfig) -> li
     for type_id in types:
         products = sorted(model.types[type_id].dra_products)
         if products:
-            choices.append(Choice(_label(type_id), config.gpu_device_class, _product_test(products)))
+            choices.append(Choice(_label(type_id), config.gpu_device_class, _product_test(products),
+                                  whole_capacity(model, type_id)))
     return choices
+
+
+def whole_capacity(model: ClusterModel, type_id: str) -> tuple[tuple[str, str], ...]:
+    """A whole GPU of a type whose GPUs allow multiple allocations: every consumable capacity asked in
+    full (the least any of them has), so the device is not shared. Without it such a request would take
+    each capacity's `requestPolicy.default` (NVIDIA's consumable shares: one share, no memory) and share
+    the GPU with others."""
+    full: dict[str, Decimal] = {}
+    for node in model.types[type_id].dra_nodes[:SAMPLE_NODES]:
+        dra = model.nodes[node].dra
+        for device in dra.shared_gpus() if dra is not None else []:
+            for name, policy in device.capacities:
+                amount = policy.round_up(policy.value) or policy.maximum or policy.value
+                full[name] = min(full.get(name, amount), amount)
+    return tuple((name, quantity_text(name, amount)) for name, amount in sorted(full.items()))
 
 
 def mig_choices(model: ClusterModel, types: list[str], profiles: list[str], config: DraConfig) -> list[Choice]:
@@ -120,6 +150,18 @@ def mig_choices(model: ClusterModel, types: list[str], profiles: list[str], conf
     return choices
 
 
+def share_choices(model: ClusterModel, types: list[str], ask: ShareAsk, config: DraConfig) -> list[Choice]:
+    """A share of a GPU of each type whose shared DRA GPUs can give it: a device that allows multiple
+    allocations, and the capacity the share consumes."""
+    choices = []
+    for offer in offers(model, types, ask):
+        products = sorted(model.types[offer.type_id].dra_products)
+        if products:
+            test = f"device.allowMultipleAllocations == true && {_product_test(products)}"
+            choices.append(Choice(_label(offer.type_id), config.gpu_device_class, test, offer.requests))
+    return choices
+
+
 def _limited(choices: list[Choice]) -> list[Choice]:
     """At most MAX_SUBREQUESTS: the last one accepts every remaining alternative."""
     if len(choices) <= MAX_SUBREQUESTS:
@@ -128,26 +170,60 @@ def _limited(choices: list[Choice]) -> list[Choice]:
     classes = {c.device_class for c in rest}
     if len(classes) != 1:  # pragma: no cover - one plan never mixes whole GPUs and MIG slices
         return choices[:MAX_SUBREQUESTS]
+    if len({c.capacity for c in rest}) != 1:  # shares of different amounts cannot be one alternative
+        return choices[:MAX_SUBREQUESTS]
     joined = " || ".join(f"({c.expression})" for c in rest)
-    return [*head, Choice("others", rest[0].device_class, joined)]
+    return [*head, Choice("others", rest[0].device_class, joined, rest[0].capacity)]
 
 
-def _request(choices: list[Choice], count: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RequestShape:
+    """What every GPU request of a claim carries besides its choices."""
+
+    tolerations: tuple[dict[str, Any], ...] = ()  # DeviceTolerations (webhook/dra/tolerations.py)
+    nic_class: str | None = None  # `kgwe.io/topology: pcie`: each GPU beside a NIC of this class
+
+
+def _request(name: str, choices: list[Choice], count: int, shape: RequestShape) -> dict[str, Any]:
     def body(choice: Choice) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "deviceClassName": choice.device_class,
             "allocationMode": "ExactCount",
             "count": count,
             "selectors": [{"cel": {"expression": choice.expression}}],
         }
+        if shape.tolerations:
+            out["tolerations"] = [dict(t) for t in shape.tolerations]
+        if choice.capacity:
+            out["capacity"] = {"requests": dict(choice.capacity)}
+        return out
 
     if len(choices) == 1:
-        return {"name": "gpu", "exactly": body(choices[0])}
-    return {"name": "gpu", "firstAvailable": [{"name": c.name, **body(c)} for c in _limited(choices)]}
+        return {"name": name, "exactly": body(choices[0])}
+    return {"name": name, "firstAvailable": [{"name": c.name, **body(c)} for c in _limited(choices)]}
 
 
-def _template(namespace: str, request: dict[str, Any], types: list[str]) -> dict[str, Any]:
-    spec = {"spec": {"devices": {"requests": [request]}}}
+def _devices(choices: list[Choice], count: int, shape: RequestShape) -> dict[str, Any]:
+    """A claim's `devices`: one GPU request for all `count` devices; with a NIC class, a GPU and a NIC
+    request per GPU, each pair under one PCIe root, and the GPUs of one product."""
+    if shape.nic_class is None:
+        return {"requests": [_request("gpu", choices, count, shape)]}
+    names = ["gpu"] if count == 1 else [f"gpu-{i}" for i in range(count)]
+    requests: list[dict[str, Any]] = []
+    constraints: list[dict[str, Any]] = []
+    for gpu in names:
+        nic = gpu.replace("gpu", "nic", 1)
+        requests.append(_request(gpu, choices, 1, shape))
+        requests.append({"name": nic, "exactly": {"deviceClassName": shape.nic_class, "allocationMode": "ExactCount",
+                                                  "count": 1}})
+        constraints.append({"requests": [gpu, nic], "matchAttribute": PCIE_ROOT})
+    if count > 1:
+        constraints.append({"requests": list(names), "matchAttribute": PRODUCT_NAME})
+    return {"requests": requests, "constraints": constraints}
+
+
+def _template(namespace: str, devices: dict[str, Any], types: list[str]) -> dict[str, Any]:
+    spec = {"spec": {"devices": devices}}
     digest = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:20]
     return {
         "apiVersion": API_VERSION,
@@ -172,12 +248,21 @@ def render(
     config: DraConfig,
     types: list[str],
     mig_profiles: list[str],
+    *,
+    share: ShareAsk | None = None,
+    shape: RequestShape = RequestShape(),
 ) -> tuple[DraRendering | None, str | None]:
-    """The rendering of the plan's choice for `pod`, or a refusal naming what exists."""
-    choices = mig_choices(model, types, mig_profiles, config) if mig_profiles else type_choices(model, types, config)
+    """The rendering of the plan's choice for `pod`, or a refusal naming what exists: MIG slices of
+    `mig_profiles` (smallest first), a `share` of a GPU, else whole GPUs of `types`."""
+    if mig_profiles:
+        choices = mig_choices(model, types, mig_profiles, config)
+    elif share is not None:
+        choices = share_choices(model, types, share, config)
+    else:
+        choices = type_choices(model, types, config)
     if not choices:
         return None, f"DRA: no ResourceSlice publishes {'/'.join(types) or 'a GPU'} with a productName"
-    needed = {c.device_class for c in choices}
+    needed = {c.device_class for c in choices} | ({shape.nic_class} if shape.nic_class else set())
     missing = sorted(needed - set(model.device_classes)) if model.device_classes else []
     if missing:
         return None, (
@@ -192,7 +277,7 @@ def render(
             continue
         claim = claim_name(container)
         rendering.claims[container] = claim
-        rendering.templates[claim] = _template(namespace, _request(choices, int(devices)), types)
+        rendering.templates[claim] = _template(namespace, _devices(choices, int(devices), shape), types)
         moved = sorted((k, v) for k, v in amounts.items() if k == GPU or k.startswith(MIG_PREFIX))
         rendering.moved[container] = {k: str(v) for k, v in moved}
     return rendering, None
@@ -269,3 +354,21 @@ def charged_demand(pod: PodView | Mapping[str, Any], demand: GpuDemand) -> GpuDe
     slices[profile] = slices.get(profile, 0) + demand.whole_gpus
     return GpuDemand(whole_gpus=0, mig=slices, other=dict(demand.other), invalid=list(demand.invalid),
                      gpu_containers=list(demand.gpu_containers))
+
+
+def charged_share(pod: PodView | Mapping[str, Any]) -> Decimal | None:
+    """The part of a GPU a DRA share pod is charged (`kgwe.io/decision`: `"sharing": "mps"` with the
+    fraction KGWE worked out from what the share takes), None for any other pod."""
+    if not dra_rendered(pod):
+        return None
+    try:
+        decision = orjson.loads(pod_view(pod).annotation(keys.DECISION) or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(decision, dict) or decision.get("sharing") != "mps" or not decision.get("dra"):
+        return None
+    try:
+        fraction = Decimal(str(decision.get("fraction")))
+    except ArithmeticError:
+        return None
+    return fraction if fraction.is_finite() and 0 < fraction <= 1 else None

@@ -27,7 +27,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
-from webhook.dra.facts import dra_allocatable
+from webhook.dra.facts import DRA_GPUS, DRA_MIG_PREFIX, dra_allocatable, dra_used
 from webhook.dra.holders import claim_holders
 from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import ZERO
@@ -283,18 +283,21 @@ class Inventory:
 
     @staticmethod
     def _add_dra(capacity: TypeCapacity, facts: NodeFacts) -> None:
+        # Tainted devices are not allocatable; what cannot be allocated now (allocated, a partition whose
+        # counters are taken) is used (webhook/dra/facts.py).
         assert facts.dra is not None
+        allocatable = dra_allocatable(facts)
+        used = dra_used(facts)
         if facts.dra.gpus:
             capacity.whole.total += len(facts.dra.gpus)
-            capacity.whole.allocatable += len(facts.dra.gpus)
-            capacity.whole.used += facts.dra.allocated_gpus()
+            capacity.whole.allocatable += allocatable.get(DRA_GPUS, ZERO)
+            capacity.whole.used += used.get(DRA_GPUS, ZERO)
             capacity.whole.nodes += 1
-        allocated = facts.dra.allocated_mig()
-        for profile, count in facts.dra.mig_profiles().items():
+        for profile, count in facts.dra.mig_capacity().items():
             bucket = capacity.mig.setdefault(profile, Bucket())
             bucket.total += count
-            bucket.allocatable += count
-            bucket.used += allocated.get(profile, 0)
+            bucket.allocatable += allocatable.get(DRA_MIG_PREFIX + profile, ZERO)
+            bucket.used += used.get(DRA_MIG_PREFIX + profile, ZERO)
             bucket.nodes += 1
 
     @staticmethod

@@ -1,8 +1,10 @@
 """The placement plan's DRA branch: which backend renders the pod, MIG choices, and the rendering.
 
 The pipeline (webhook/placement/plan.py) calls `choose_backend` from its backend step, `plan_dra_mig`
-from the MIG step on DRA nodes, and runs `dra_claims` as the step that renders the claims. A sized gang
-on multi-node NVLink also gets its ComputeDomain here (`attach_compute_domain`).
+from the MIG step on DRA nodes, `plan_dra_share` from the MPS step on DRA nodes (a share of a GPU through
+consumable capacity), and runs `dra_claims` as the step that renders the claims (with the pod's device
+tolerations, and `kgwe.io/topology: pcie` as GPUs beside NICs). A sized gang on multi-node NVLink also
+gets its ComputeDomain here (`attach_compute_domain`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from policies.gpu_demand import GpuDemand, mig_compute_slices
+from policies.gpu_demand import GpuDemand, mig_compute_slices, pod_gpu_demand
 from policies.vocabulary.accelerator_types import MigProfile
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB
@@ -19,9 +21,13 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.dra.backend import DRA, split_by_backend
 from webhook.dra.compute_domain import compute_domain, gang_of, multi_node_nvlink, node_count
-from webhook.dra.render import DraRendering, render
+from webhook.dra.pcie import aligned_types
+from webhook.dra.render import DraRendering, RequestShape, render
+from webhook.dra.shares import ShareAsk, offers, percent, shared_types
+from webhook.dra.tolerations import device_tolerations
 from webhook.intent import PodIntent
 from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster, format_bytes
+from webhook.placement.trace import record
 
 
 def choose_backend(plan: PlacementPlan, candidates: list[str], model: ClusterModel, config: Config) -> list[str]:
@@ -116,6 +122,7 @@ def plan_dra_mig(
             f"{max(most.values(), default=0)} ({', '.join(f'{p}: {most[p]}' for p in fitting)})"
         )
         return False
+    roomy = free_first(roomy, offers, slices, pod, model)
     plan.types = [t for t in candidates if any(t in offers[p][2] for p in roomy)]
     plan.sharing = "mig"
     plan.mig_profile = roomy[0]
@@ -125,16 +132,115 @@ def plan_dra_mig(
     return True
 
 
-def dra_claims(ctx: PlanContext) -> bool:
-    """The DRA step: a pod KGWE places on DRA nodes gets its claims and templates rendered."""
-    if ctx.plan.backend == "dra" and ctx.narrowed:
-        return render_dra(ctx.plan, ctx.pod, ctx.model, ctx.config)
+def free_first(
+    fitting: list[str], offers: dict[str, tuple[int, int, list[str]]], slices: int, pod: PodView, model: ClusterModel
+) -> list[str]:
+    """The fitting profiles starting with the smallest that has `slices` free now on one node (its devices
+    untainted for the pod's tolerations, its counters left after the allocated partitions), then the
+    larger ones, then the smaller ones that are all taken now: the scheduler takes the first it can
+    allocate, and the pod is charged as the first."""
+    tolerations = device_tolerations(pod.tolerations, model, [t for p in fitting for t in offers[p][2]])
+    free: dict[str, dict[str, int]] = {}  # node -> profile -> free now (each node worked out once)
+    for index, profile in enumerate(fitting):
+        for type_id in offers[profile][2]:
+            for name in model.types[type_id].mig[profile].nodes[:64]:
+                dra = model.nodes[name].dra
+                if dra is None:
+                    continue
+                if name not in free:
+                    free[name] = dra.free_mig(tolerations)
+                if free[name].get(profile, 0) >= slices:
+                    return [*fitting[index:], *fitting[:index]]
+    return fitting
+
+
+def plan_dra_share(ctx: PlanContext) -> bool:
+    """MPS on DRA nodes: a share of one GPU that allows multiple allocations (consumable capacity), by the
+    fraction or memory asked (webhook/dra/shares.py); the types whose shared GPUs can give it."""
+    plan, model = ctx.plan, ctx.model
+    ask = ShareAsk(ctx.fraction, ctx.intent.gpu_memory_bytes)
+    found = offers(model, ctx.candidates, ask, device_tolerations(ctx.pod.tolerations, model, ctx.candidates))
+    kept = [o.type_id for o in found]
+    record(plan, "mps", kept, "no DRA GPU of this type allows multiple allocations of the share asked")
+    if not found:
+        asked = "/".join(ctx.candidates) if ctx.explicit_types else "GPU"
+        shared = shared_types(model, ctx.candidates)
+        why = (f"the shared DRA GPUs of {', '.join(shared)} cannot give {_share_text(ask)}" if shared
+               else "no DRA GPU allows multiple allocations")
+        plan.refusals.append(f"MPS sharing: no {asked} node is shared with MPS ({why}); "
+                             f"this cluster has {describe_cluster(model)}")
+        return False
+    most = max((d.whole_gpus for d in _container_demands(ctx.pod)), default=0)
+    if most > 1:
+        plan.refusals.append(
+            f"MPS sharing gives each container one share of one GPU; a container asks for {most} "
+            "nvidia.com/gpu (ask for 1, and set kgwe.io/gpu-fraction)"
+        )
+        return False
+    ctx.candidates = kept
+    plan.types = kept
+    plan.sharing = "mps"
+    # Charged as the largest part of a GPU the share takes on any type it may get.
+    plan.gpu_fraction = ctx.fraction if ctx.fraction is not None else max(o.fraction for o in found)
+    if not any(o.free for o in found):
+        plan.warnings.append(f"MPS share through DRA: no shared GPU has {_share_text(ask)} left now; "
+                             "the pod waits for a share to be released")
+    plan.notes.append("MPS share through DRA: " + "; ".join(
+        f"{o.type_id} {', '.join(f'{k}={v}' for k, v in o.requests) or 'the driver default'} "
+        f"(~{percent(o.fraction)}% of a GPU)" for o in found))
+    plan.steps.append("mps")
     return True
 
 
-def render_dra(plan: PlacementPlan, pod: PodView | Mapping[str, Any], model: ClusterModel, config: Config) -> bool:
+def _share_text(ask: ShareAsk) -> str:
+    parts = []
+    if ask.fraction is not None:
+        parts.append(f"a {ask.fraction.normalize():f} share")
+    if ask.memory is not None:
+        parts.append(format_bytes(ask.memory))
+    return " and ".join(parts) or "a share"
+
+
+def _container_demands(pod: PodView) -> list[GpuDemand]:
+    return [pod_gpu_demand({"spec": {"containers": [c.raw]}}) for c in pod.containers]
+
+
+def dra_claims(ctx: PlanContext) -> bool:
+    """The DRA step: a pod KGWE places on DRA nodes gets its claims and templates rendered. PCIe alignment
+    is written only as a DRA claim: a pod asking it elsewhere is refused."""
+    if ctx.topology == "pcie" and ctx.plan.backend != DRA and ctx.plan.gpu_pod:
+        ctx.plan.refusals.append(
+            "kgwe.io/topology pcie: GPUs beside NICs under one PCIe root are asked through DRA claims; "
+            f"{'/'.join(ctx.plan.types or ctx.candidates) or 'the GPUs this pod may use'} are published by the "
+            "device plugin"
+        )
+        return False
+    if ctx.plan.backend == "dra" and ctx.narrowed:
+        return render_dra(ctx.plan, ctx.pod, ctx.model, ctx.config, ctx.topology, ctx.fraction)
+    return True
+
+
+def render_dra(
+    plan: PlacementPlan, pod: PodView | Mapping[str, Any], model: ClusterModel, config: Config,
+    topology: str | None = None, fraction: Decimal | None = None,
+) -> bool:
     """Write the plan as claims and templates; False (with a refusal) when no device could satisfy them."""
-    rendering, refusal = render(pod, model, config.dra, plan.types, plan.mig_choices if plan.sharing == "mig" else [])
+    view = pod_view(pod)
+    mig = plan.mig_choices if plan.sharing == "mig" else []
+    # The share as asked (plan.gpu_fraction is what it is charged, which may come from the memory asked).
+    share = ShareAsk(fraction, plan.gpu_memory_bytes) if plan.sharing == "mps" else None
+    nic_class = None
+    if topology == "pcie":
+        kept, refusal = aligned_types(model, config.dra, plan.types, mig, share is not None, view)
+        if refusal:
+            plan.refusals.append(refusal)
+            return False
+        plan.types = kept
+        nic_class = config.dra.nic_device_class
+        plan.steps.append("pcie")
+    tolerations = device_tolerations([*view.tolerations, *plan.tolerations], model, plan.types)
+    shape = RequestShape(tuple(tolerations), nic_class)
+    rendering, refusal = render(pod, model, config.dra, plan.types, mig, share=share, shape=shape)
     if refusal:
         plan.refusals.append(refusal)
         return False

@@ -40,7 +40,7 @@ def dra_capacity(model: ClusterModel, nodes: list[str]) -> dict[str, int]:
             # gang can hold there, which is what a quota on channels should bound.
             if model.nodes[name].clique and CHANNEL_CLASS in model.device_classes:
                 capacity[KUEUE_DRA_CHANNELS] = capacity.get(KUEUE_DRA_CHANNELS, 0) + len(dra.gpus)
-        slices = sum(dra.mig_profiles().values())
+        slices = dra.mig_most()  # partitions of one GPU share its counters: never all at once
         if slices:
             capacity[KUEUE_DRA_MIG] = capacity.get(KUEUE_DRA_MIG, 0) + slices
     return capacity
