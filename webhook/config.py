@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -200,6 +201,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
+@functools.lru_cache(maxsize=256, typed=True)  # read once per workload by the usage wing: 10,000s a refresh
 def parse_duration(text: str | float | int) -> float:
     """Seconds of a Prometheus-style duration (`90s`, `5m`, `24h`, `7d`, `1h30m`) or a plain number of seconds."""
     if isinstance(text, int | float) and not isinstance(text, bool):
