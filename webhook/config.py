@@ -389,6 +389,18 @@ class Costs(_Section):
         return parse_duration(self.step)
 
 
+class MigManager(_Section):
+    """NVIDIA's MIG manager's ConfigMap: mode apply adds the configs it names to it (docs/mig.md)."""
+
+    # The ConfigMap the MIG manager reads: the GPU operator's default, or the one its ClusterPolicy names
+    # (spec.migManager.config.name). Mode apply adds each config it labels a node with, never removing one.
+    config_map: str = Field(default="default-mig-parted-config", alias="configMap", min_length=1, max_length=253)
+    # Its namespace (the GPU operator's).
+    namespace: str = Field(default="gpu-operator", min_length=1, max_length=63)
+    # The key holding the mig-parted file (`version: v1`, `mig-configs: ...`).
+    key: str = Field(default="config.yaml", min_length=1, max_length=253)
+
+
 class Config(_Section):
     mode: Literal["enforce", "audit"] = "enforce"
     pricing: Pricing = Field(default_factory=Pricing)
@@ -419,6 +431,8 @@ class Config(_Section):
     rightsizing: Rightsizing = Field(default_factory=Rightsizing)
     # Costs over time and budgets (SPEC section 12).
     costs: Costs = Field(default_factory=Costs)
+    # Where MIGStrategies in mode apply put the configs they name (SPEC section 11, docs/mig.md).
+    mig_manager: MigManager = Field(default_factory=MigManager, alias="migManager")
 
     @field_validator("mode", mode="before")
     @classmethod
