@@ -6,7 +6,8 @@ One run: generate a trace (bench/usage_traces.py), load it into a real Prometheu
 same code as `kgwe recommend` against examples/cluster, and compare with the oracle: each workload on
 the smallest shape of the cluster that holds its true peak (the trace's highest sample) plus the margin,
 by memory alone and whatever its history. Then the pure part alone on `--pods` synthetic pods of one
-day of 5-minute windows (the cost of a 10,000-pod cluster without Prometheus' share).
+day of 5-minute windows (the cost of a 10,000-pod cluster without Prometheus' share), and the same with
+the recommendation maths as first written (bench/rightsizing_reference.py) as the in-run baseline.
 """
 
 from __future__ import annotations
@@ -17,20 +18,23 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import rightsizing_reference as reference  # noqa: E402
 from usage_traces import TraceWorkload, generate, openmetrics, prometheus_with  # noqa: E402
 
 from webhook import assembly  # noqa: E402
 from webhook.cluster.model import ClusterModel  # noqa: E402
 from webhook.config import Config, load_config  # noqa: E402
+from webhook.usage import views  # noqa: E402
 from webhook.usage.history import PodHistory, UsageHistory  # noqa: E402
 from webhook.usage.promql import Grid  # noqa: E402
 from webhook.usage.service import UsageService  # noqa: E402
 from webhook.usage.shapes import MIB_PER_GB, Need, Shape, cluster_shapes, fitting, smallest  # noqa: E402
-from webhook.usage.views import build_report  # noqa: E402
+from webhook.usage.views import UsageReport, build_report  # noqa: E402
 
 
 def _oracle(workload: TraceWorkload, ask: Shape, shapes: list[Shape], margin: float) -> Shape:
@@ -93,7 +97,10 @@ def _trace_ask(workload: TraceWorkload, config: Config, model: ClusterModel) -> 
                  price=config.price_per_gpu_hour(workload.type_id))
 
 
-def run_pure(pods: int, config: Config, model: ClusterModel) -> tuple[str, str]:
+def run_pure(pods: int, config: Config, model: ClusterModel, rounds: int = 2) -> list[tuple[str, str]]:
+    """The work-out alone on `pods` synthetic pods (each its own workload, the costliest case), against the
+    in-run baseline: the same pipeline with the recommendation and idle maths as first written
+    (bench/rightsizing_reference.py), alternating, the faster of `rounds` each; their answers must agree."""
     rng = random.Random(1)
     grid = Grid.ending(1_800_000_000.0, 26 * 3600.0, 300.0)
     history = UsageHistory(grid)
@@ -106,11 +113,27 @@ def run_pure(pods: int, config: Config, model: ClusterModel) -> tuple[str, str]:
             pod.memory[moment] = base * rng.uniform(0.9, 1.1)
             pod.activity[moment] = rng.random() * 0.3
         history.pods[pod.key] = pod
-    started = time.perf_counter()
-    report = build_report(history, model, config)
-    seconds = time.perf_counter() - started
-    return (f"work out only, {pods} pods x {grid.points} windows ({len(report.recommendations)} workloads)",
-            f"{seconds:.2f} s")
+    seconds: dict[str, list[float]] = {"fast": [], "baseline": []}
+    reports: dict[str, UsageReport] = {}
+    for _round in range(rounds):
+        for name in ("baseline", "fast"):
+            started = time.perf_counter()
+            if name == "fast":
+                reports[name] = build_report(history, model, config)
+            else:
+                with mock.patch.object(views, "recommend", reference.recommend), \
+                        mock.patch.object(views, "idle_pod", reference.idle_pod):
+                    reports[name] = build_report(history, model, config)
+            seconds[name].append(time.perf_counter() - started)
+    fast, baseline = reports["fast"], reports["baseline"]
+    same = repr(fast.recommendations) == repr(baseline.recommendations) and fast.idle == baseline.idle
+    best, base = min(seconds["fast"]), min(seconds["baseline"])
+    return [
+        (f"work out only, {pods} pods x {grid.points} windows ({len(fast.recommendations)} workloads)",
+         f"{best:.2f} s"),
+        ("the same, maths as first written (in-run baseline)",
+         f"{base:.2f} s ({base / best:.1f}x the time; answers identical: {'yes' if same else 'NO'})"),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     model = assembly.from_directory(config, ROOT / "examples" / "cluster").runtime.store.snapshot()
     rows = run_trace(args, config, model)
     if args.pods:
-        rows.append(run_pure(args.pods, config, model))
+        rows.extend(run_pure(args.pods, config, model))
     width = max(len(k) for k, _ in rows)
     print(f"| {'measure'.ljust(width)} | value |\n| {'-' * width} | --- |")
     for key, value in rows:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -203,6 +204,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
+@functools.lru_cache(maxsize=256, typed=True)  # read once per workload by the usage wing: 10,000s a refresh
 def parse_duration(text: str | float | int) -> float:
     """Seconds of a Prometheus-style duration (`90s`, `5m`, `24h`, `7d`, `1h30m`) or a plain number of seconds."""
     if isinstance(text, int | float) and not isinstance(text, bool):
@@ -390,6 +392,18 @@ class Costs(_Section):
         return parse_duration(self.step)
 
 
+class MigManager(_Section):
+    """NVIDIA's MIG manager's ConfigMap: mode apply adds the configs it names to it (docs/mig.md)."""
+
+    # The ConfigMap the MIG manager reads: the GPU operator's default, or the one its ClusterPolicy names
+    # (spec.migManager.config.name). Mode apply adds each config it labels a node with, never removing one.
+    config_map: str = Field(default="default-mig-parted-config", alias="configMap", min_length=1, max_length=253)
+    # Its namespace (the GPU operator's).
+    namespace: str = Field(default="gpu-operator", min_length=1, max_length=63)
+    # The key holding the mig-parted file (`version: v1`, `mig-configs: ...`).
+    key: str = Field(default="config.yaml", min_length=1, max_length=253)
+
+
 class Config(_Section):
     mode: Literal["enforce", "audit"] = "enforce"
     pricing: Pricing = Field(default_factory=Pricing)
@@ -420,6 +434,8 @@ class Config(_Section):
     rightsizing: Rightsizing = Field(default_factory=Rightsizing)
     # Costs over time and budgets (SPEC section 12).
     costs: Costs = Field(default_factory=Costs)
+    # Where MIGStrategies in mode apply put the configs they name (SPEC section 11, docs/mig.md).
+    mig_manager: MigManager = Field(default_factory=MigManager, alias="migManager")
 
     @field_validator("mode", mode="before")
     @classmethod

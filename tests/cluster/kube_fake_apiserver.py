@@ -1,5 +1,5 @@
-"""A small fake Kubernetes API server on 127.0.0.1 for list/watch, patching pods, Leases, and the
-TokenReviews and SubjectAccessReviews of delegated authentication and authorization.
+"""A small fake Kubernetes API server on 127.0.0.1 for list/watch, patching pods, Leases, reading and replacing
+ConfigMaps, and the TokenReviews and SubjectAccessReviews of delegated authentication and authorization.
 
 Namespaced objects are deleted with DeleteOptions preconditions (uid, resourceVersion) checked; lists
 take an equality `labelSelector`. Pod patches are refused as the real API server refuses them: a stale
@@ -48,6 +48,8 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "/api/v1/nodes": ("Node", "v1", False),
     "/api/v1/pods": ("Pod", "v1", True),
     "/api/v1/namespaces": ("Namespace", "v1", False),
+    # What KGWE writes in others' namespaces: the MIG manager's ConfigMap (webhook/migplan/apply.py).
+    "/api/v1/configmaps": ("ConfigMap", "v1", True),
     f"{RBAC}/roles": ("Role", "rbac.authorization.k8s.io/v1", True),
     f"{RBAC}/clusterroles": ("ClusterRole", "rbac.authorization.k8s.io/v1", False),
     f"{RBAC}/rolebindings": ("RoleBinding", "rbac.authorization.k8s.io/v1", True),
@@ -348,12 +350,13 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if path.startswith(LEASES):
                 return self._get_lease(path)
             segments = path.strip("/").split("/")
-            if len(segments) == 6 and segments[:3] == ["api", "v1", "namespaces"] and segments[4] == "pods":
-                # GET /api/v1/namespaces/{ns}/pods/{name}: one whole pod.
-                pod = server.objects("Pod").get(f"{segments[3]}/{segments[5]}")
-                if pod is None:
-                    return self._status(404, "NotFound", f'pods "{segments[5]}" not found')
-                return self._send_json(200, pod)
+            if len(segments) == 6 and segments[:3] == ["api", "v1", "namespaces"] and segments[4] in (
+                    "pods", "configmaps"):
+                # GET /api/v1/namespaces/{ns}/{pods,configmaps}/{name}: one whole object.
+                found = server.collections[f"/api/v1/{segments[4]}"].objects.get(f"{segments[3]}/{segments[5]}")
+                if found is None:
+                    return self._status(404, "NotFound", f'{segments[4]} "{segments[5]}" not found')
+                return self._send_json(200, found)
             if len(segments) == 4 and segments[:3] == ["api", "v1", "nodes"]:
                 # GET /api/v1/nodes/{name}: one node (what kgwe agent reads before it patches).
                 node = server.objects("Node").get(segments[3])
@@ -526,6 +529,8 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             """PUT /apis/{group}/{version}/{resource}/{name} (cluster-scoped): replace; the body's
             resourceVersion must be the stored one (409 Conflict otherwise), 404 when absent."""
             segments = path.strip("/").split("/")
+            if len(segments) == 6 and segments[:3] == ["api", "v1", "namespaces"] and segments[4] == "configmaps":
+                return self._replace_configmap(segments[3], segments[5], body)
             collection = server.collections.get("/" + "/".join(segments[:4])) if len(segments) == 5 else None
             if collection is None or not isinstance(body, dict):
                 return self._status(405, "MethodNotAllowed", path)
@@ -539,6 +544,24 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                         f'"{segments[4]}": the object has been modified')
                 meta["uid"] = current["metadata"].get("uid")
                 self._send_json(200, server.put(collection.kind, body))
+
+        def _replace_configmap(self, namespace: str, name: str, body: Any) -> None:
+            """PUT /api/v1/namespaces/{ns}/configmaps/{name}: as the API server replaces an object, a body with a
+            resourceVersion other than the stored one is refused (409 Conflict: compare-and-swap), one without
+            replaces whatever is stored; 404 when absent, 400 when the body names another object."""
+            with server.cond:
+                current = server.objects("ConfigMap").get(f"{namespace}/{name}")
+                if current is None:
+                    return self._status(404, "NotFound", f'configmaps "{name}" not found')
+                meta = body.setdefault("metadata", {}) if isinstance(body, dict) else None
+                if meta is None or meta.get("name") != name or meta.get("namespace", namespace) != namespace:
+                    return self._status(400, "BadRequest", "the name or namespace of the object does not match the URL")
+                wanted = meta.get("resourceVersion")
+                if wanted and wanted != current["metadata"]["resourceVersion"]:
+                    return self._status(409, "Conflict", f'Operation cannot be fulfilled on configmaps "{name}": '
+                                                         "the object has been modified")
+                meta["namespace"], meta["uid"] = namespace, current["metadata"].get("uid")
+                self._send_json(200, server.put("ConfigMap", body))
 
         def do_PATCH(self) -> None:
             begun = self._begin("PATCH")

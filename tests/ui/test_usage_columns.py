@@ -1,12 +1,14 @@
-"""What GPUs do, on the pages (SPEC section 11): the Workloads page's recommendation columns and the Nodes page's
-utilisation columns in a real headless Chromium, against `kgwe serve` whose configuration points at a real
-Prometheus loaded with a generated DCGM trace (bench/usage_traces.py); without a Prometheus, no such column."""
+"""What GPUs do, on the pages (SPEC section 11): the Workloads page's recommendation columns, the Nodes page's
+utilisation columns and the Idle GPUs page in a real headless Chromium, against `kgwe serve` whose configuration
+points at a real Prometheus loaded with a generated DCGM trace (bench/usage_traces.py); without a Prometheus, no
+such column, and the Idle GPUs page says what to set."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -209,6 +211,47 @@ def test_the_nodes_page_shows_utilisation_per_node_and_type(
     assert problems.errors == [] and problems.foreign_requests == []
 
 
+def test_the_idle_page_lists_each_idle_pod_as_the_api_gives_it(
+    browser: Any, usage_server: tuple[KgweServer, list[TraceWorkload]]
+) -> None:
+    server, _ = usage_server
+    context, page, problems = open_page(browser, server)
+    page.set_default_timeout(15_000)
+    try:
+        page.goto(f"{server.url}/ui/#/idle")
+        page.wait_for_selector("#idle tbody tr")
+        if shots := os.environ.get("KGWE_UI_SHOTS"):
+            page.screenshot(path=str(Path(shots) / "idle.png"), full_page=True)
+        doc = server.get_json("/api/v1/idle")
+        assert doc["idle"], "the trace has idle inference pods"
+        assert page.locator("#as-of").inner_text().startswith("data as of")
+        assert page.locator("#idle tbody tr").count() == len(doc["idle"])
+        at = datetime.fromisoformat(doc["at"].replace("Z", "+00:00"))
+        for row in doc["idle"]:
+            line = page.locator(f'#idle tr[data-pod="{row["namespace"]}/{row["pod"]}"]')
+            assert row["workload"] in line.locator("th").inner_text()
+            assert _texts(line, 'td[data-field="tenant"]') == [row["tenant"]]
+            assert _texts(line, 'td[data-field="gpus"]') == [str(row["gpus"])]
+            assert _texts(line, 'td[data-field="gpuEquivalents"]') == [js_number(row["gpuEquivalents"])]
+            assert _texts(line, 'td[data-field="idleHours"]') == [f"{js_number(row['idleHours'])} h"]
+            assert _texts(line, 'td[data-field="activity"]') == [f"{to_fixed(row['highestEngineActivity'] * 100, 1)} %"]
+            assert _texts(line, 'td[data-field="hourlyCost"]') == [usd(row["hourlyCost"])]
+            since = datetime.fromisoformat(str(line.locator("time").get_attribute("datetime")).replace("Z", "+00:00"))
+            assert since == at - timedelta(hours=row["idleHours"])
+        # The costliest first, and the totals as the API adds them up.
+        shown = page.locator("#idle tbody tr").evaluate_all("rows => rows.map((r) => r.dataset.pod)")
+        costs = {f"{r['namespace']}/{r['pod']}": Decimal(r["hourlyCost"] or -1) for r in doc["idle"]}
+        assert [costs[p] for p in shown] == sorted(costs.values(), reverse=True)
+        note = page.locator("#idle-note")
+        assert note.locator('[data-field="pods"]').inner_text() == f"{len(doc['idle'])} pod" + (
+            "s" if len(doc["idle"]) != 1 else "")
+        assert note.locator('[data-field="gpuEquivalents"]').inner_text() == js_number(doc["gpuEquivalents"])
+        assert note.locator('[data-field="hourlyCost"]').inner_text() == usd(doc["hourlyCost"])
+    finally:
+        context.close()
+    assert problems.errors == [] and problems.foreign_requests == []
+
+
 def test_without_a_prometheus_there_is_no_usage_column(page: Any, server: KgweServer) -> None:
     assert "utilisationAt" not in server.get_json("/api/v1/nodes")
     assert server.get_json("/api/v1/workloads")["usageConfigured"] is False
@@ -222,3 +265,18 @@ def test_without_a_prometheus_there_is_no_usage_column(page: Any, server: KgweSe
     headers = " ".join(page.locator("#workloads thead th").all_inner_texts())
     assert "Recommended" not in headers and "Saves" not in headers and "Confidence" not in headers
     assert page.locator('[data-field="recommended"], #usage-note').count() == 0
+
+
+def test_without_a_prometheus_the_idle_page_says_what_to_set(browser: Any, server: KgweServer) -> None:
+    context, page, problems = open_page(browser, server)
+    page.set_default_timeout(10_000)
+    try:
+        page.goto(f"{server.url}/ui/#/idle")
+        page.wait_for_selector("#idle-note")
+        assert "usage.prometheus.url" in page.locator("#idle-note").inner_text()
+        assert page.locator("#idle").count() == 0
+    finally:
+        context.close()
+    # The API's answer is 404 (docs/usage.md), which the browser logs; nothing else went wrong.
+    assert [e for e in problems.errors if "404" not in e] == [] and len(problems.errors) == 1
+    assert problems.foreign_requests == []

@@ -124,7 +124,7 @@ def build_controllers(
         from webhook.cluster.kube_json import KubeJson
         from webhook.migplan.apply import MigApplier
 
-        applier = MigApplier(store, KubeJson(api_client), elector.is_leader)
+        applier = MigApplier(store, KubeJson(api_client), elector.is_leader, manager=config.mig_manager)
         # A minute is far below any sensible rebalanceInterval; each strategy's interval gates its own changes.
         mig = Task("mig-apply", applier.run_pass, interval=MIG_APPLY_SECONDS, leader_only=True,
                    is_leader=elector.is_leader)

@@ -5,8 +5,10 @@ Safety comes before the plan: KGWE never evicts, so a node is labelled only when
 before the write, no pod that holds GPUs is bound to it (a pod scheduled since the plan was made skips the
 node), and the patch carries the node's resourceVersion as planned (a node changed meanwhile answers 409 and
 is planned again next pass). A node is changed at most once per `rebalanceInterval` (the strategy's status
-keeps when). The MIG manager must know the config the label names: docs/mig.md says how the plan's
-`migConfig` joins its ConfigMap.
+keeps when). The MIG manager must know the config the label names: before the label, the config is added to
+the MIG manager's ConfigMap (`migManager` in the configuration) unless it is there, by a replace that carries
+the resourceVersion read (a ConfigMap changed meanwhile answers 409 and is read again); no other config is
+removed or changed, and a config of that name that says something else stops the node.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from typing import Any, Protocol
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterStore
+from webhook.config import MigManager
+from webhook.migplan.mig_config import with_config
 from webhook.migplan.strategy import duration_seconds
 from webhook.migplan.views import MIG_CONFIG_LABEL, NodePlanDoc, plan_cluster
 
 log = logging.getLogger("kgwe.migplan.apply")
 FIELD_MANAGER = "kgwe-mig-plan"
+CONFIG_ATTEMPTS = 3  # reads and replaces of the MIG manager's ConfigMap per node and pass
 
 
 class Api(Protocol):
@@ -57,11 +62,12 @@ def _seconds(stamp: Any) -> float | None:
 
 class MigApplier:
     def __init__(self, store: ClusterStore, api: Api | None, is_leader: Callable[[], bool],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, manager: MigManager | None = None) -> None:
         self.store = store
         self.api = api
         self.is_leader = is_leader
         self.clock = clock
+        self.manager = manager or MigManager()
 
     def _gpu_pods_on(self, node: str) -> list[str]:
         assert self.api is not None
@@ -73,14 +79,54 @@ class MigApplier:
                 found.append(f"{pod.namespace}/{pod.name}")
         return found
 
-    def _label(self, plan: NodePlanDoc) -> str | None:
-        """Set the label; None when done, else why not."""
+    def _ensure_config(self, name: str, entries: list[dict[str, Any]]) -> str | None:
+        """Config `name` in the MIG manager's ConfigMap, added when missing; None when it is there, else why not."""
+        from kubernetes.client.exceptions import ApiException
+
+        assert self.api is not None
+        manager = self.manager
+        where = f"{manager.namespace}/{manager.config_map}"
+        path = f"/api/v1/namespaces/{manager.namespace}/configmaps/{manager.config_map}"
+        for _attempt in range(CONFIG_ATTEMPTS):
+            try:
+                found = self.api.request("GET", path) or {}
+            except ApiException as exc:
+                if exc.status == 404:
+                    return f"the MIG manager's ConfigMap {where} does not exist (migManager in the configuration)"
+                if exc.status == 403:
+                    return f"KGWE may not read the ConfigMap {where}: enable webhook.migApply in the chart"
+                raise
+            data = found.get("data") or {}
+            text, problem = with_config(data.get(manager.key), name, entries)
+            if problem is not None:
+                return f"{where}: {problem}"
+            if text is None:
+                return None  # already there
+            # A replace with the resourceVersion read: compare-and-swap, every other key and config kept.
+            body = {**found, "data": {**data, manager.key: text}}
+            try:
+                self.api.request("PUT", path, body=body, query=[("fieldManager", FIELD_MANAGER)])
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # changed since it was read: read it again
+                if exc.status == 403:
+                    return f"KGWE may not update the ConfigMap {where}: enable webhook.migApply in the chart"
+                raise
+            log.info("MIG manager ConfigMap %s: added config %s", where, name)
+            return None
+        return f"the ConfigMap {where} changed under every one of {CONFIG_ATTEMPTS} writes: tried again next pass"
+
+    def _label(self, plan: NodePlanDoc, entries: list[dict[str, Any]]) -> str | None:
+        """Set the label (its config first in the MIG manager's ConfigMap); None when done, else why not."""
         from kubernetes.client.exceptions import ApiException
 
         assert self.api is not None and plan.config
         busy = self._gpu_pods_on(plan.node)
         if busy:
             return f"a pod holding GPUs is bound to it now ({', '.join(busy[:3])}): KGWE never evicts"
+        missing = self._ensure_config(plan.config, entries)
+        if missing:
+            return missing
         metadata: dict[str, Any] = {"labels": {MIG_CONFIG_LABEL: plan.config}}
         if plan.resource_version:
             metadata["resourceVersion"] = plan.resource_version
@@ -123,7 +169,7 @@ class MigApplier:
                     if last is not None and now - last < interval:
                         why = f"changed {int(now - last)}s ago, rebalanceInterval {strategy.rebalance_interval}"
                     else:
-                        why = self._label(plan) or ""
+                        why = self._label(plan, doc.mig_config["mig-configs"][plan.config]) or ""
                     if why:
                         row["reason"] = why
                         done.append(Applied(strategy.name, plan.node, "skipped", why))

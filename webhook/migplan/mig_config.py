@@ -12,6 +12,8 @@ import hashlib
 import json
 from typing import Any
 
+import yaml
+
 from webhook.migplan.layouts import Layout
 
 CONFIG_PREFIX = "kgwe-"
@@ -42,3 +44,23 @@ def config_name(type_id: str, entries: list[dict[str, Any]]) -> str:
 def mig_parted_document(configs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The whole mig-parted configuration file holding `configs`."""
     return {"version": "v1", "mig-configs": dict(sorted(configs.items()))}
+
+
+def with_config(text: str | None, name: str, entries: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """The MIG manager's file `text` with config `name` added, every other config kept as it is:
+    (the new file, None); (None, None) when it holds that config already; (None, why) when it cannot be
+    added: not a mig-parted file, or a config of that name that says something else (never overwritten).
+    No file yet is an empty one."""
+    try:
+        document = yaml.safe_load(text or "") or {"version": "v1"}
+    except yaml.YAMLError as exc:
+        return None, f"the MIG manager's config is not YAML: {str(exc).splitlines()[0]}"
+    configs = document.get("mig-configs", {}) if isinstance(document, dict) else None
+    if not isinstance(configs, dict) or document.get("version") != "v1":
+        return None, "the MIG manager's config is not a mig-parted file (version: v1, mig-configs: {...})"
+    if name in configs:
+        if configs[name] == entries:
+            return None, None
+        return None, f"the MIG manager's config {name} says something else than the plan: not overwritten"
+    document["mig-configs"] = {**configs, name: entries}
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False), None

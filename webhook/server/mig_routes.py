@@ -8,6 +8,7 @@ nodes (webhook/server/read_auth.py).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from webhook.inventory.numbers import utc_stamp
 from webhook.migplan.views import plan_cluster
 from webhook.server.read_auth import refusals_answered, require_node_reader
 
@@ -30,8 +32,9 @@ def mig_plan_document(runtime: Any) -> dict[str, Any]:
     note = "recommendations from the usage table" if report is not None else \
         "no recommendations (no fresh usage table: usage.prometheus.url, rightsizing.refreshInterval)"
     model = runtime.store.snapshot()
-    return plan_cluster(model, recommendations=report.recommendations if report else None,
-                        usage_note=note).document()
+    doc = plan_cluster(model, recommendations=report.recommendations if report else None, usage_note=note).document()
+    # Worked out now from the cluster model: the pages' "data as of".
+    return {"generatedAt": utc_stamp(datetime.now(UTC)), **doc}
 
 
 def mig_router(runtime: Any) -> APIRouter:

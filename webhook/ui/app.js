@@ -1,14 +1,15 @@
 // KGWE's read-only pages: nodes by GPU type, hardware profiles with availability, tenants with quotas, gangs,
-// GPU workloads.
+// GPU workloads, idle GPUs, the MIG plan.
 // Hash routing (#/nodes, #/profiles, #/tenants) keeps it one static page that works without a server-side router.
 import {
   DASH, append, apiToken, errorBox, getJSON, gib, h, money, plural, replaceChildren, setApiToken,
   timestamp,
 } from "./dom.js";
 import { PALETTE, horizontalBars, s, stackedColumns } from "./charts.js";
+import { migPlanView } from "./mig.js";
 import {
-  RecommendationColumns, UTILISATION_COLUMNS, hasUtilisation, recommendationsOrNone, summedUtilisation,
-  utilisationCells, utilisationNote,
+  RecommendationColumns, UTILISATION_COLUMNS, hasUtilisation, idleOrMissing, idleView, recommendationsOrNone,
+  summedUtilisation, utilisationCells, utilisationNote,
 } from "./usage.js";
 
 const view = document.getElementById("view");
@@ -771,6 +772,28 @@ class WorkloadsPage extends Page {
   }
 }
 
+// Idle GPUs (usage.js) and the MIG plan (mig.js): one API document each, drawn by their modules.
+
+class IdlePage extends Page {
+  fetch() {
+    return idleOrMissing();
+  }
+
+  show(data) {
+    replaceChildren(this.root, idleView(data));
+  }
+}
+
+class MigPlanPage extends Page {
+  fetch() {
+    return getJSON("mig-plan");
+  }
+
+  show(data) {
+    replaceChildren(this.root, migPlanView(data));
+  }
+}
+
 // What a pod of the profile pays now: the range over the types it can be given now (to the cent), per slice or share
 // for a sharing profile with the GPU-hour range beside it. With nothing free, the range over every type, said so.
 function priceRange(range, currency) {
@@ -1021,7 +1044,7 @@ function budgetBadge(budget) {
 }
 
 const ROUTES = { nodes: NodesPage, profiles: ProfilesPage, tenants: TenantsPage, costs: CostsPage, gangs: GangsPage,
-  workloads: WorkloadsPage, why: WhyPage };
+  workloads: WorkloadsPage, idle: IdlePage, mig: MigPlanPage, why: WhyPage };
 
 document.getElementById("refresh").addEventListener("click", () => current && current.load());
 

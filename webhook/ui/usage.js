@@ -159,3 +159,80 @@ export function utilisationNote(data) {
     `Utilisation in the usage window ending ${timestamp(new Date(at * 1000).toISOString())}; ` +
     "\"unknown\" where no pod held GPUs then or no exporter runs.");
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Idle GPUs: /api/v1/idle, pods holding GPUs that stayed below rightsizing.idleBelow for rightsizing.idleFor.
+
+// The idle document, or { missing } where no Prometheus is configured (404: the page says how to set one up).
+export async function idleOrMissing() {
+  try {
+    const doc = await getJSON("idle");
+    // "data as of": the newest usage window the list was worked out from.
+    return { ...doc, generatedAt: doc.at };
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) return { missing: error.message };
+    throw error;
+  }
+}
+
+// When the pod's GPUs went idle: the newest window's end less the idle stretch.
+export function idleSince(at, idleHours) {
+  const end = Date.parse(at);
+  return Number.isNaN(end) ? null : new Date(end - idleHours * 3600 * 1000).toISOString().replace(".000Z", "Z");
+}
+
+// Costliest first: the pods whose idle GPUs cost the most an hour lead; ties by pod.
+function byCost(a, b) {
+  const cost = (row) => (row.hourlyCost === null ? -1 : Number(row.hourlyCost));
+  return cost(b) - cost(a) || `${a.namespace}/${a.pod}`.localeCompare(`${b.namespace}/${b.pod}`);
+}
+
+export function idleView(doc) {
+  const title = h("h1", {}, "Idle GPUs");
+  if (doc.missing) {
+    return [title, h("p", { class: "empty", id: "idle-note" }, "Idle GPUs are found in GPU usage read from Prometheus: ",
+      "set ", h("code", {}, "usage.prometheus.url"), " (docs/usage.md). ", doc.missing)];
+  }
+  const currency = doc.currency || "USD";
+  const rows = [...doc.idle].sort(byCost);
+  return [title,
+    h("p", { class: "muted", id: "idle-note" }, `Pods that hold GPUs now and whose GPUs all stayed below the idle `,
+      `threshold (rightsizing.idleBelow) for rightsizing.idleFor, in GPU usage up to ${timestamp(doc.at)}. `,
+      rows.length ? [h("span", { dataset: { field: "pods" } }, plural(rows.length, "pod")), " hold ",
+        h("span", { dataset: { field: "gpuEquivalents" } }, String(doc.gpuEquivalents)), " idle GPU-equivalents costing ",
+        h("span", { dataset: { field: "hourlyCost" } }, money(doc.hourlyCost, currency)), " an hour."] : ""),
+    rows.length ? h("div", { class: "table-wrap" }, h("table", { class: "idle", id: "idle" },
+      h("thead", {}, h("tr", {},
+        h("th", { scope: "col" }, "Pod"),
+        h("th", { scope: "col" }, "Tenant"),
+        h("th", { scope: "col" }, "GPU type"),
+        h("th", { scope: "col", class: "num" }, "GPUs"),
+        h("th", { scope: "col", class: "num", title: "a GPU 1, a MIG slice its compute slices / 7" }, "GPU-eq"),
+        h("th", { scope: "col", title: "when its GPUs went idle (the newest usage window less the idle stretch)" },
+          "Idle since"),
+        h("th", { scope: "col", class: "num" }, "Idle for"),
+        h("th", { scope: "col", class: "num", title: "the highest engine activity of its GPUs while idle" },
+          "Highest activity"),
+        h("th", { scope: "col", class: "num", title: `what the pod's GPUs cost an hour (${currency})` },
+          `Cost (${currency}/h)`))),
+      h("tbody", {}, rows.map((row) => idleRow(row, doc.at, currency))))) :
+      h("p", { class: "empty" }, "No idle GPUs."),
+  ];
+}
+
+function idleRow(row, at, currency) {
+  const since = idleSince(at, row.idleHours);
+  return h("tr", { dataset: { pod: `${row.namespace}/${row.pod}` } },
+    h("th", { scope: "row" }, row.pod, h("span", { class: "muted small detail" }, ` ${row.namespace}`),
+      h("span", { class: "muted small line" }, row.workload), row.node ? h("span", { class: "muted small line" },
+        `on ${row.node}`) : null),
+    h("td", { dataset: { field: "tenant" } }, row.tenant),
+    h("td", {}, h("code", {}, row.acceleratorType)),
+    h("td", { class: "num", dataset: { field: "gpus" } }, String(row.gpus)),
+    h("td", { class: "num", dataset: { field: "gpuEquivalents" } }, String(row.gpuEquivalents)),
+    h("td", { dataset: { field: "since" } }, since ? h("time", { datetime: since }, timestamp(since)) : DASH),
+    h("td", { class: "num", dataset: { field: "idleHours" } }, `${row.idleHours} h`),
+    h("td", { class: "num", dataset: { field: "activity" } }, `${(row.highestEngineActivity * 100).toFixed(1)} %`),
+    h("td", { class: "num", dataset: { field: "hourlyCost" } },
+      row.hourlyCost === null ? DASH : money(row.hourlyCost, currency)));
+}

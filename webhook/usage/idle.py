@@ -22,13 +22,15 @@ class IdlePod:
 
 def idle_pod(pod: PodHistory, settings: Rightsizing, newest: float, step: float) -> IdlePod | None:
     """The pod as idle, or None when it is not (or not known to be)."""
-    if pod.last is None or pod.last < newest or pod.first is None:
-        return None  # no longer holds GPUs
     needed = settings.idle_for_seconds
-    windows = sorted((t for t in pod.memory if t > newest - needed), reverse=True)
+    if needed > 0 and newest in pod.memory and not pod.activity.get(newest, settings.idle_below) < settings.idle_below:
+        return None  # busy (or unknown) in the newest window, which the stretch holds: most pods stop here
+    if pod.last is None or pod.last < newest:
+        return None  # no longer holds GPUs
     # Covered from the start of the stretch: its first window ends at most one window after it begins.
-    if pod.first > newest - needed + step + 1e-6:
+    if min(pod.memory) > newest - needed + step + 1e-6:
         return None
+    windows = sorted((t for t in pod.memory if t > newest - needed), reverse=True)
     expected = max(1, round(needed / step))
     if len(windows) < expected:
         return None  # gaps: not seen all the time

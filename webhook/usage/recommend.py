@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from decimal import Decimal
+from operator import attrgetter
 
 from webhook.config import Rightsizing
-from webhook.usage.decay import decayed, percentile
+from webhook.usage.decay import Decay, Series, weighted_percentile
 from webhook.usage.history import PodHistory, PodKey
 from webhook.usage.owners import WorkloadRef
 from webhook.usage.shapes import Need, Shape, fitting, smallest
@@ -85,6 +86,10 @@ class Pooled:
     asks: list[Ask]
 
 
+_REF_ORDER = attrgetter(*(f.name for f in fields(WorkloadRef)))
+_POD_KEY = attrgetter("namespace", "pod")  # PodHistory.key
+
+
 def group(histories: Iterable[PodHistory], owners: dict[PodKey, WorkloadRef],
           asks: dict[PodKey, Ask]) -> list[Pooled]:
     """The pods' histories pooled by workload (pods without an ask are left out), in workload order."""
@@ -96,36 +101,45 @@ def group(histories: Iterable[PodHistory], owners: dict[PodKey, WorkloadRef],
         entry = pooled.setdefault(owners[pod.key], ([], []))
         entry[0].append(pod)
         entry[1].append(ask)
-    return [Pooled(ref, sorted(pods, key=lambda p: p.key), asks) for ref, (pods, asks) in sorted(pooled.items())]
+    # In WorkloadRef's order (its fields in turn, as its dataclass compares), compared as tuples in C.
+    ordered = sorted(pooled.items(), key=lambda item: _REF_ORDER(item[0]))
+    return [Pooled(ref, sorted(pods, key=_POD_KEY) if len(pods) > 1 else pods, asks) for ref, (pods, asks) in ordered]
 
 
 def _usual(asks: list[Ask]) -> Ask:
     """The ask most of the pods make (the lowest in shape order among equals, so the same every time)."""
+    if asks.count(asks[0]) == len(asks):
+        return asks[0]  # the common case: every pod asks the same
     counts = Counter(asks)
     return max(sorted(counts, key=lambda a: (a.shape.describe(), a.source)), key=lambda a: counts[a])
 
 
 def recommend(pooled: Pooled, shapes: list[Shape], vendor_of: dict[str, str], settings: Rightsizing,
-              step: float, newest: float) -> Recommendation | None:
+              step: float, newest: float, decay: Decay | None = None) -> Recommendation | None:
     """The workload's recommendation, or None without enough history. `newest` is the newest window of the
-    history read (the decay's reference), `step` its window length."""
-    first = min(p.first for p in pooled.pods if p.first is not None)
-    last = max(p.last for p in pooled.pods if p.last is not None)
+    history read (the decay's reference), `step` its window length; `decay` its weights, shared by every
+    workload of one read (made here when not given)."""
+    if decay is None or decay.weights.newest != newest or decay.weights.half_life != settings.half_life_seconds:
+        decay = Decay(newest, settings.half_life_seconds)
+    pods = [p for p in pooled.pods if p.memory]
+    memory = [decay.series(p.memory) for p in pods]
+    first = min(series.first for series in memory)
+    last = max(series.last for series in memory)
     span = last - first + step
     if span < settings.min_history_seconds - 1e-6:
         return None
     ask = _usual(pooled.asks)
-    half_life = settings.half_life_seconds
-    memory = [(t, v) for p in pooled.pods for t, v in p.memory.items()]
-    peak = max(v for _t, v in memory)
-    usual = percentile(decayed(memory, newest, half_life), settings.memory_percentile) or peak
+    values, weights, ascending = _pooled(memory)
+    peak = max(values)
+    usual = weighted_percentile(values, weights, settings.memory_percentile, ascending) or peak
     margin = 1 + settings.memory_margin
     target = max(usual, peak) * margin
     several = ask.shape.gpus > 1
-    totals = [(t, p.total.get(t, v)) for p in pooled.pods for t, v in p.memory.items()] if several else []
-    peak_total = max((v for _t, v in totals), default=None)
-    activity_samples = [(t, v) for p in pooled.pods for t, v in p.activity.items()]
-    activity = percentile(decayed(activity_samples, newest, half_life), settings.activity_percentile)
+    # Per window the sum of a pod's GPUs' peaks (its own peak where the total is missing).
+    peak_total = max((max(map(p.total.get, p.memory, p.memory.values())) for p in pods),
+                     default=None) if several else None
+    values, weights, ascending = _pooled([decay.series(p.activity) for p in pooled.pods if p.activity])
+    activity = weighted_percentile(values, weights, settings.activity_percentile, ascending)
     notes: list[str] = []
     if activity is None:
         notes.append("no engine activity exported (DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_DEV_GPU_UTIL): "
@@ -141,18 +155,30 @@ def recommend(pooled: Pooled, shapes: list[Shape], vendor_of: dict[str, str], se
         notes.append("no shape of this cluster holds the peak plus the margin: keep what it asks")
     elif _smaller(best, ask.shape):
         recommended = best
-    windows = {t for p in pooled.pods for t in p.memory}
-    coverage = min(1.0, len(windows) * step / span)
+    windows = memory[0].count if len(memory) == 1 else len(set().union(*(p.memory for p in pods)))
+    coverage = min(1.0, windows * step / span)
     confidence = round(min(1.0, span / (3 * settings.min_history_seconds)) * coverage, 2)
     if pooled.workload.source == "name":
         notes.append("workload inferred from pod names (the pods are no longer in the cluster)")
     return Recommendation(
         workload=pooled.workload, pods=len(pooled.pods),
-        pods_now=sum(1 for p in pooled.pods if p.last is not None and p.last >= newest),
+        pods_now=sum(1 for series in memory if series.last >= newest),
         ask=ask, history_seconds=span, peak_mib=peak, percentile_mib=usual, target_mib=target,
         peak_total_mib=peak_total, activity=activity, recommended=recommended, confidence=confidence,
         notes=tuple(notes),
     )
+
+
+def _pooled(series: list[Series]) -> tuple[list[float], list[float], bool]:
+    """The values of every pod's windows, their weights, and whether those are in ascending order."""
+    if len(series) == 1:
+        return series[0].values, series[0].weights, series[0].ascending
+    values: list[float] = []
+    weights: list[float] = []
+    for one in series:
+        values.extend(one.values)
+        weights.extend(one.weights)
+    return values, weights, False
 
 
 def _smaller(candidate: Shape, current: Shape) -> bool:

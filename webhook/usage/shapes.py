@@ -14,9 +14,11 @@ choice is the same every time.
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
+from operator import attrgetter
 
 from policies.vocabulary import keys
 from policies.vocabulary.accelerator_types import AcceleratorTable, MigProfile
@@ -40,21 +42,27 @@ class Shape:
     fraction: Decimal | None = None  # MPS share
     price: Decimal | None = None  # per GPU-hour of the type
 
-    @property
-    def equivalents(self) -> Decimal:
+    # Worked out once, when the shape is made (not compared, not hashed, not shown).
+    equivalents: Decimal = field(init=False, compare=False, repr=False)  # GPU-equivalents (SPEC section 6)
+    hourly: Decimal | None = field(init=False, compare=False, repr=False)  # equivalents x price
+    rank_priced: tuple[object, ...] = field(init=False, compare=False, repr=False)  # rank(self, True)
+    rank_unpriced: tuple[object, ...] = field(init=False, compare=False, repr=False)  # rank(self, False)
+
+    def __post_init__(self) -> None:
         if self.kind == "mig":
-            return Decimal(self.compute_slices) / 7 * self.gpus
-        if self.kind == "mps":
-            return (self.fraction or Decimal(1)) * self.gpus
-        return Decimal(self.gpus)
+            equivalents = Decimal(self.compute_slices) / 7 * self.gpus
+        elif self.kind == "mps":
+            equivalents = (self.fraction or Decimal(1)) * self.gpus
+        else:
+            equivalents = Decimal(self.gpus)
+        object.__setattr__(self, "equivalents", equivalents)
+        object.__setattr__(self, "hourly", equivalents * self.price if self.price is not None else None)
+        object.__setattr__(self, "rank_priced", rank(self, True))
+        object.__setattr__(self, "rank_unpriced", rank(self, False))
 
     @property
     def compute_slices(self) -> int:
         return round(self.compute * 7)
-
-    @property
-    def hourly(self) -> Decimal | None:
-        return self.equivalents * self.price if self.price is not None else None
 
     def describe(self) -> str:
         count = f"{self.gpus}x " if self.gpus > 1 else ""
@@ -129,11 +137,21 @@ def _mps_share(shape: Shape, need: Need) -> Shape | None:
     """The smallest MPS share of the shape's GPU that holds the need, or None when only all of it would."""
     wanted = max(need.memory_mib / shape.memory_mib, need.activity)
     steps = max(1, math.ceil(Decimal(str(wanted)) / MPS_STEP - Decimal("1e-9")))
-    fraction = MPS_STEP * steps
-    if fraction >= 1:
+    if MPS_STEP * steps >= 1:
         return None
-    return Shape("mps", shape.type_id, float(fraction) * shape.memory_mib, float(fraction), fraction=fraction,
-                 price=shape.price)
+    return _share(shape.type_id, shape.memory_mib, steps, shape.price)
+
+
+# The shapes `fitting` offers are made once per distinct size (a workload at a time, 10,000s a report).
+@functools.lru_cache(maxsize=4096)
+def _share(type_id: str, memory_mib: float, steps: int, price: Decimal | None) -> Shape:
+    fraction = MPS_STEP * steps
+    return Shape("mps", type_id, float(fraction) * memory_mib, float(fraction), fraction=fraction, price=price)
+
+
+@functools.lru_cache(maxsize=4096)
+def _whole(type_id: str, memory_mib: float, count: int, price: Decimal | None) -> Shape:
+    return Shape("gpu", type_id, memory_mib, 1.0, gpus=count, price=price)
 
 
 def fitting(shapes: list[Shape], need: Need, vendor_of: dict[str, str], vendor: str | None) -> list[Shape]:
@@ -149,7 +167,7 @@ def fitting(shapes: list[Shape], need: Need, vendor_of: dict[str, str], vendor: 
                     break
                 if (shape.memory_mib >= need.memory_mib and count * shape.memory_mib >= need.total_mib
                         and count >= need.activity * need.gpus - 1e-9):
-                    out.append(Shape("gpu", shape.type_id, shape.memory_mib, 1.0, gpus=count, price=shape.price))
+                    out.append(_whole(shape.type_id, shape.memory_mib, count, shape.price))
                     break
             continue
         if need.gpus > 1:
@@ -165,7 +183,7 @@ def fitting(shapes: list[Shape], need: Need, vendor_of: dict[str, str], vendor: 
 
 
 def rank(shape: Shape, priced: bool) -> tuple[object, ...]:
-    names = (KIND_ORDER[shape.kind], shape.type_id, shape.profile, shape.gpus)
+    names = (KIND_ORDER.get(shape.kind, len(KIND_ORDER)), shape.type_id, shape.profile, shape.gpus)
     if priced:
         return (shape.hourly, shape.equivalents, *names)
     return (shape.equivalents, shape.memory_mib, *names)
@@ -176,4 +194,7 @@ def smallest(candidates: list[Shape]) -> Shape | None:
     if not candidates:
         return None
     priced = all(s.price is not None for s in candidates)
-    return min(candidates, key=lambda s: rank(s, priced))
+    return min(candidates, key=_BY_RANK[priced])
+
+
+_BY_RANK = {True: attrgetter("rank_priced"), False: attrgetter("rank_unpriced")}

@@ -25,6 +25,7 @@ from webhook.config import Config
 from webhook.costs import parse_hourly_cost, price_per_gpu_hour
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import money_text, number
+from webhook.usage.decay import Decay
 from webhook.usage.history import PodHistory, PodKey, UsageHistory
 from webhook.usage.idle import idle_pod
 from webhook.usage.owners import WorkloadRef, workload_of
@@ -158,9 +159,18 @@ def _fraction(raw: str | None) -> Decimal | None:
     return value if value is not None and value.is_finite() and 0 < value <= 1 else None
 
 
-def _ask_from_exporter(pod: PodHistory, config: Config, table: AcceleratorTable) -> Ask | None:
+def _ask_from_exporter(pod: PodHistory, config: Config, table: AcceleratorTable,
+                       known: dict[tuple[str, str, int], Ask | None]) -> Ask | None:
+    """What the exporter saw the pod hold, as an ask (`known`: the asks already made, by what was held)."""
     model_name, profile = pod.devices.main_model()
     count = pod.devices.models.get((model_name, profile), 0)
+    held = (model_name, profile, count)
+    if held not in known:
+        known[held] = _exported_ask(model_name, profile, count, config, table)
+    return known[held]
+
+
+def _exported_ask(model_name: str, profile: str, count: int, config: Config, table: AcceleratorTable) -> Ask | None:
     if not count:
         return None
     type_id = table.from_product(model_name) if model_name else UNKNOWN
@@ -179,8 +189,9 @@ def _ask_from_exporter(pod: PodHistory, config: Config, table: AcceleratorTable)
 def pod_asks(history: UsageHistory, model: ClusterModel | None, config: Config) -> dict[PodKey, Ask]:
     table = model.table if model is not None else config.accelerator_table()
     asks: dict[PodKey, Ask] = {}
+    known: dict[tuple[str, str, int], Ask | None] = {}
     for key, pod in history.pods.items():
-        exported = _ask_from_exporter(pod, config, table)
+        exported = _ask_from_exporter(pod, config, table, known)
         raw = model.pods.get(f"{key[0]}/{key[1]}") if model is not None else None
         ask = _ask_from_pod(raw, exported, model, config, table) if raw is not None and model is not None else exported
         if ask is not None:
@@ -206,8 +217,9 @@ def build_report(history: UsageHistory, model: ClusterModel | None, config: Conf
     shapes = cluster_shapes(model, config) if model is not None else []
     vendor_of = _vendors(model, config, {s.type_id for s in shapes} | {a.shape.type_id for a in asks.values()})
     report = UsageReport(currency=config.pricing.currency, end=newest, queries=history.queries)
+    decay = Decay(newest, settings.half_life_seconds, history.grid.start, step)
     for pooled in group(history.pods.values(), owners, asks):
-        found = recommend(pooled, shapes, vendor_of, settings, step, newest)
+        found = recommend(pooled, shapes, vendor_of, settings, step, newest, decay)
         if found is None:
             report.without_history.append(pooled.workload)
         else:
