@@ -2,7 +2,10 @@
 """Set-up entry points for a fresh machine that has only Python.
 
     python3 dev.py serve   # webhook on https://127.0.0.1:8443 against examples/cluster (--host 0.0.0.0 to share)
-    python3 dev.py test    # ruff, mypy, lint-imports, then the whole test suite (stops at the first failure)
+    python3 dev.py test    # ruff, mypy, lint-imports, then the test suite on every CPU (stops at the first failure)
+    python3 dev.py test --long   # the same, with the long fuzz hunts and soaks (tests marked slow)
+
+Arguments after `test` go to pytest: `python3 dev.py test tests/quotas -n 0` runs one folder in one process.
 
 Each creates `.venv` (if missing), installs KGWE and what it needs into it, then runs.
 """
@@ -104,6 +107,20 @@ def run_checks() -> int:
     return 0
 
 
+# Test processes: one per CPU, at most this many (the suite starts servers and browsers; more workers than
+# this wait on each other more than they gain).
+MAX_TEST_WORKERS = 4
+
+
+def test_workers() -> int:
+    """pytest-xdist workers for this machine: its CPUs (those this process may use), capped."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_TEST_WORKERS))
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"serve", "test"}:
         print(__doc__)
@@ -124,8 +141,11 @@ def main(argv: list[str]) -> int:
         code = run_checks()
         if code != 0:
             return code
-        print("dev.py test: pytest", flush=True)
-        args = [str(PY), "-m", "pytest", "-q", *rest]
+        workers = test_workers()
+        print(f"dev.py test: pytest ({workers} workers)", flush=True)
+        # -x: the first failure stops the run (every worker), so a broken change is reported in seconds.
+        # loadfile: a file's tests share one worker, so a module's server or browser starts once, not per worker.
+        args = [str(PY), "-m", "pytest", "-q", "-x", "-n", str(workers), "--dist", "loadfile", *rest]
     os.chdir(ROOT)
     return subprocess.call(args)
 

@@ -9,7 +9,8 @@ Benchmarks (each module also runs alone): admission (bench_admission), policies 
 placement and memory (bench_placement), agent (bench_agent), inventory (bench_inventory), soak (soak),
 serve (bench_serve), wrk and workers (bench_wrk: issue 17's side-by-side as it was measured, with wrk),
 quota-release (bench_quota_release: create -> quota gate removed, through the fake API server),
-floods (bench_floods: a normal review while legal-size 1.4 MB pods are reviewed, issue 30).
+floods (bench_floods: a normal review while legal-size 1.4 MB pods are reviewed, issue 30),
+cli (bench_cli_startup: the CPU seconds of `kgwe --help` and `kgwe review`, issue 34).
 A benchmark that fails or is not installed (wrk: `apt-get install wrk`) is reported as such; the others
 still run.
 """
@@ -68,12 +69,13 @@ class Plan:
     inventory_seconds: float
     inventory_rounds: int
     soak_seconds: float
+    cli_runs: int
 
 
 FULL = Plan(admission_seconds=6, policy_runs=3000, policy_slow_runs=300, placement_runs=2000, agent_runs=200,
-            inventory_seconds=1.5, inventory_rounds=2, soak_seconds=60)
+            inventory_seconds=1.5, inventory_rounds=2, soak_seconds=60, cli_runs=5)
 QUICK = Plan(admission_seconds=3, policy_runs=500, policy_slow_runs=50, placement_runs=300, agent_runs=50,
-             inventory_seconds=0.5, inventory_rounds=1, soak_seconds=10)
+             inventory_seconds=0.5, inventory_rounds=1, soak_seconds=10, cli_runs=3)
 
 
 def _call(module: str, function: str, **kwargs: Any) -> Any:
@@ -96,6 +98,7 @@ BENCHMARKS: dict[str, Callable[[Plan], Any]] = {
     "workers": lambda p: _call("bench_wrk", "bench_workers", seconds=p.admission_seconds),
     "quota-release": lambda p: _call("bench_quota_release", "bench_quota_release", seconds=p.admission_seconds),
     "floods": lambda p: _call("bench_floods", "bench_floods", seconds=p.admission_seconds),
+    "cli": lambda p: _call("bench_cli_startup", "bench_cli_startup", runs=p.cli_runs),
 }
 
 
@@ -327,6 +330,20 @@ def _floods_rows(result: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _cli_rows(result: dict[str, Any]) -> list[Row]:
+    commands = result.get("commands") or {}
+    baseline = (commands.get(result.get("baseline")) or {}).get("median_s")
+    goal = result.get("help_goal_s")
+    rows = []
+    for name, row in commands.items():
+        if name == result.get("baseline"):
+            continue
+        is_help = name.endswith("--help")
+        rows.append(Row(f"{name}: CPU", row.get("median_s"), baseline, "s", "python -c pass",
+                        f"<= {goal} s" if is_help else "", row["median_s"] <= goal if is_help and goal else None))
+    return rows
+
+
 def _soak_rows(result: dict[str, Any], admission: dict[str, Any] | None) -> list[Row]:
     noop = _get(admission, "noop") or {}
     growth = result.get("rss_growth")
@@ -434,6 +451,8 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         rows += _quota_release_rows(ok["quota-release"])
     if "floods" in ok:
         rows += _floods_rows(ok["floods"])
+    if "cli" in ok:
+        rows += _cli_rows(ok["cli"])
     return rows
 
 

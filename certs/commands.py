@@ -9,13 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cryptography import x509
-
-from certs.authority import Changes, Settings
-from certs.files import ensure_files, read_material
-
+# cryptography is imported when a command runs: `kgwe certs --help` reads the parser alone
+# (docs/performance.md, "The command line's start-up").
 if TYPE_CHECKING:
     from kubernetes import client as k8s
+
+    from certs.authority import Changes, Settings
 
 # The chart's defaults (docs/operations.md installs into kgwe-system): a certificate made here without
 # flags serves the chart's Service.
@@ -105,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from certs.authority import Settings
+
     ips = ["127.0.0.1", *(ip for ip in args.ip_address if ip != "127.0.0.1")]
     return Settings(
         service=args.service,
@@ -123,6 +124,10 @@ def names_in_use(directory: Path) -> tuple[str, str] | None:
 
     `generate` re-run without --service/--namespace (a renewal, `--rotate-ca`) keeps these, so the
     certificate is never silently re-issued for another Service."""
+    from cryptography import x509
+
+    from certs.files import read_material
+
     try:
         material = read_material(directory)
         if material is None or not material.tls_cert:
@@ -213,6 +218,8 @@ def run(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "generate":
+            from certs.files import ensure_files
+
             _generate_names(args)
             paths, changes = ensure_files(args.out_dir, _settings(args), rotate_ca=args.rotate_ca)
             _report(changes, str(paths.directory))

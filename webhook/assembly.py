@@ -112,9 +112,11 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     """
     from webhook.cluster.kube_source import KubeClusterSource
     from webhook.cluster.watched_kinds import workload_watches
+    from webhook.gangs.native import GROUP_VERSION as WORKLOAD_API
 
     store = new_store(config)
-    source = KubeClusterSource(store, api, workloads=workload_watches(workload_kinds(config)))
+    # The Workload API of native gang scheduling is looked up in API discovery (webhook/gangs/native.py).
+    source = KubeClusterSource(store, api, workloads=workload_watches(workload_kinds(config)), discover=(WORKLOAD_API,))
     source.start()
     if not serving:
         try:

@@ -1,22 +1,26 @@
-"""The `kgwe` command line (SPEC section 4)."""
+"""The `kgwe` command line (SPEC section 4).
+
+Start-up is kept light: this module, the parsers and `--help` import no engine, client or model (pydantic,
+the kubernetes client, the policy engines); each command imports what it needs when it runs, and a
+delegated command's module is imported only when that command is given (docs/performance.md, "The command
+line's start-up"; tests/firsthour/test_cli_startup.py holds it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from webhook.config import Config, ConfigError, load_config
 from webhook.explain_cli import EXIT_CODE_HELP
 from webhook.output import FORMATS, render
+
+if TYPE_CHECKING:
+    from webhook.config import Config
 
 # Commands that belong to other packages: (module, how its `run` is called, one-line help).
 DELEGATED: dict[str, tuple[str, str, str]] = {
@@ -137,6 +141,8 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _load_config(path: Path | None) -> Config:
+    from webhook.config import ConfigError, load_config
+
     try:
         return load_config(path)
     except (OSError, ConfigError) as exc:
@@ -153,6 +159,8 @@ STDIN = Path("-")
 def _read_documents(path: Path) -> list[dict[str, Any]]:
     """The manifests of a (multi-document) YAML file, in order; a `kind: List` is expanded. `-` is standard
     input (`kubectl get pod x -o yaml | kgwe review -`)."""
+    import yaml
+
     try:
         text = sys.stdin.read() if path == STDIN else path.read_text(encoding="utf-8")
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
@@ -255,6 +263,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _with_opa_url(config: Config, url: str) -> Config:
     """`config` with Rego on the OPA server at `url` (the flag wins over the file, also on config reloads:
     the policy engine is chosen once, at start)."""
+    from urllib.parse import urlsplit
+
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise CommandError(f"--opa-url {url!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
@@ -308,6 +318,8 @@ def _command_index(argv: list[str]) -> int | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import logging
+
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     # Delegated commands parse their own arguments (and --help).

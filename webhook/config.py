@@ -132,6 +132,9 @@ class Gangs(_Section):
     # An incomplete gang (fewer members than kgwe.io/gang-size) keeps its room promise this long; a gang
     # released to the scheduler that never binds fully drops its record after this long too.
     timeout_seconds: float = Field(default=900.0, gt=0, alias="timeoutSeconds")
+    # auto: where API discovery finds the Workload API (scheduling.k8s.io/v1alpha2 workloads and podgroups), members
+    # join a PodGroup KGWE creates at release and kube-scheduler binds the gang all or nothing; off: never.
+    workload_api: Literal["auto", "off"] = Field(default="auto", alias="workloadAPI")
 
 
 class Audit(_Section):

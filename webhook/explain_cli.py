@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.explain import Explanation, explain, render_text
 from webhook.output import FORMATS, render
+
+if TYPE_CHECKING:  # the engine is imported when a command runs, not for `kgwe --help` (docs/performance.md)
+    from webhook.explain import Explanation
 
 
 def add_explain_parser(commands: Any, add_cluster_and_config: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -47,6 +49,8 @@ def _status(explanations: list[Explanation], args: argparse.Namespace) -> int:
 
 
 def _print(explanations: list[Explanation], output: str) -> None:
+    from webhook.explain import render_text
+
     if output in FORMATS:
         body: Any = explanations[0].as_json() if len(explanations) == 1 else [e.as_json() for e in explanations]
         print(render(body, output))
@@ -57,6 +61,7 @@ def _print(explanations: list[Explanation], output: str) -> None:
 def explain_documents(runtime: Any, documents: list[dict[str, Any]], args: argparse.Namespace) -> int:
     """`kgwe review --explain`: each pod of the file explained as a new pod (other kinds: their review)."""
     from webhook.cli import CommandError
+    from webhook.explain import explain
 
     explanations = []
     for document in documents:
@@ -77,6 +82,7 @@ def find_pod(runtime: Any, target: str) -> dict[str, Any] | None:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from webhook.cli import CommandError, _check_identity_key, _load_config, _read_documents
+    from webhook.explain import explain
     from webhook.runtime import build_runtime
 
     config = _load_config(args.config)
@@ -108,6 +114,7 @@ def _explain_in_cluster(args: argparse.Namespace, config: Any) -> int:
     from kubernetes.config import ConfigException
 
     from webhook.cli import CommandError, _read_documents
+    from webhook.explain import explain
     from webhook.server.serving import ServeOptions, assemble_runtime
 
     path = Path(args.target)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import yaml
 
 FORMATS = ("json", "yaml")
 
@@ -14,6 +13,8 @@ FORMATS = ("json", "yaml")
 def render(document: Any, output: str) -> str:
     """`document` as `output` ("json" or "yaml"), without a trailing newline."""
     if output == "yaml":
+        import yaml  # here: `kgwe --help` reads FORMATS from this module and needs no YAML (docs/performance.md)
+
         # Through JSON first: what orjson writes (dataclasses, datetimes) is what YAML shows, as plain data.
         plain = orjson.loads(orjson.dumps(document))
         return yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip()

@@ -14,23 +14,15 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import yaml
-
-from policies.api import PolicyContext
-from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
-from policies.engines.rego import (
-    UNDEFINED,
-    PreparedRego,
-    RegoCompileError,
-    RegoEngine,
-    RegoEvaluationError,
-    build_rego_engine,
-)
-from policies.engines.rego_source import RegoSourceError, inspect_module
-from policies.vocabulary.objects import ObjectView
 from rego import LIBRARY_DIR
+
+# The engines are imported where the tests run: `kgwe policy --help` and `kgwe policy test --help` read the
+# parser alone (docs/performance.md, "The command line's start-up").
+if TYPE_CHECKING:
+    from policies.engines.cel import CelEngine
+    from policies.engines.rego import PreparedRego, RegoEngine
 
 CEL_TEST_SUFFIXES = (".celtest.yaml", ".celtest.yml")
 
@@ -64,6 +56,8 @@ def rego_modules(directory: Path, with_builtin: bool) -> dict[str, str]:
 
 def rego_tests(modules: Mapping[str, str], only_files: set[str]) -> list[tuple[str, str]]:
     """(package, rule) of every `test_*` rule in the test files, in file order."""
+    from policies.engines.rego_source import RegoSourceError, inspect_module
+
     found: list[tuple[str, str]] = []
     for name, source in modules.items():
         if name not in only_files:
@@ -77,6 +71,8 @@ def rego_tests(modules: Mapping[str, str], only_files: set[str]) -> list[tuple[s
 
 
 def run_rego_tests(engine: RegoEngine, directory: Path, with_builtin: bool = True) -> list[TestResult]:
+    from policies.engines.rego import UNDEFINED, RegoCompileError, RegoEvaluationError
+
     modules = rego_modules(directory, with_builtin)
     test_files = {name for name in modules if not name.startswith("builtin:")}
     tests = rego_tests(modules, test_files)
@@ -117,6 +113,8 @@ def _cel_files(directory: Path) -> Iterator[Path]:
 
 def _expression_case(cel: CelEngine, case: Mapping[str, Any]) -> str:
     """'' when the case holds, else why not."""
+    from policies.engines.cel import CelCompileError, CelEvaluationError
+
     variables = {k: case[k] for k in ("object", "oldObject", "request", "params", "namespaceObject") if k in case}
     expect = case.get("expect") or {}
     try:
@@ -134,8 +132,10 @@ def _expression_case(cel: CelEngine, case: Mapping[str, Any]) -> str:
 
 
 def _policy_case(policy: Mapping[str, Any], case: Mapping[str, Any], cel_engine: str) -> str:
+    from policies.api import PolicyContext
     from policies.engines.rego import RegorusEngine
     from policies.runtime import PolicyRuntime
+    from policies.vocabulary.objects import ObjectView
 
     runtime = PolicyRuntime(RegorusEngine(), cel_engine=cel_engine)  # type: ignore[arg-type]
     spec = dict(policy.get("spec") or {})
@@ -168,6 +168,8 @@ def _policy_case(policy: Mapping[str, Any], case: Mapping[str, Any], cel_engine:
 
 
 def _load_policy(path: Path, suite: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    import yaml
+
     policy = suite.get("policy")
     if isinstance(policy, str):
         loaded = yaml.safe_load((path.parent / policy).read_text(encoding="utf-8"))
@@ -176,6 +178,10 @@ def _load_policy(path: Path, suite: Mapping[str, Any]) -> Mapping[str, Any] | No
 
 
 def run_cel_tests(directory: Path, cel_engine: str = "cel-expr-python") -> list[TestResult]:
+    import yaml
+
+    from policies.engines.cel import build_cel_engine
+
     cel = build_cel_engine(cel_engine)  # type: ignore[arg-type]
     results = []
     for path in _cel_files(directory):
@@ -227,6 +233,8 @@ def run(argv: list[str]) -> int:
     if not directory.is_dir():
         print(f"kgwe policy test: {directory} is not a directory", file=sys.stderr)
         return 2
+    from policies.engines.rego import build_rego_engine
+
     try:
         engine = build_rego_engine(args.engine, args.opa_url)
     except ValueError as exc:

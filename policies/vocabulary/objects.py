@@ -324,6 +324,12 @@ class PodView(ObjectView):
         return tuple([gate["name"] for gate in gates if isinstance(gate.get("name"), str)])
 
     @property
+    def pod_group_name(self) -> str:
+        """`spec.schedulingGroup.podGroupName`: the PodGroup (native gang scheduling, Kubernetes 1.36) the pod
+        joins; "" when it names none."""
+        return string(mapping(_get(self.raw, "spec", "schedulingGroup")).get("podGroupName"))
+
+    @property
     def tolerations(self) -> tuple[Mapping[str, Any], ...]:
         return objects(_get(self.raw, "spec", "tolerations"))
 

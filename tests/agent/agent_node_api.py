@@ -1,4 +1,5 @@
-"""A minimal Kubernetes Node API on 127.0.0.1: GET and PATCH (JSON merge patch) of one Node, every request recorded.
+"""A minimal Kubernetes Node API on 127.0.0.1: GET and PATCH (JSON merge patch) of one Node, and a list of
+ResourceSlices (field selector `spec.nodeName`), every request recorded.
 
 The agent's real `kubernetes` client talks to it over HTTP, so what is tested is the request the API server
 would receive: method, path, query (fieldManager), content type and body.
@@ -17,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 NODES = "/api/v1/nodes/"
+RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 @dataclass
@@ -45,6 +47,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
 class NodeApi:
     node: dict[str, Any]
     requests: list[Recorded] = field(default_factory=list)
+    # ResourceSlices served at RESOURCE_SLICES; None: the API serves no resource.k8s.io/v1 (404).
+    slices: list[dict[str, Any]] | None = None
     # Status codes to answer instead of serving, one per request, first first.
     failures: list[int] = field(default_factory=list)
     url: str = ""
@@ -63,6 +67,11 @@ class NodeApi:
             if self.failures:
                 code = self.failures.pop(0)
                 return code, _status(code, "injected failure")
+            if parts.path == RESOURCE_SLICES and method == "GET" and self.slices is not None:
+                wanted = query.get("fieldSelector", "").removeprefix("spec.nodeName=")
+                items = [s for s in self.slices if not wanted or s.get("spec", {}).get("nodeName") == wanted]
+                return 200, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+                             "metadata": {}, "items": copy.deepcopy(items)}
             name = self.node["metadata"]["name"]
             if parts.path != NODES + name:
                 return 404, _status(404, f'nodes "{parts.path.rsplit("/", 1)[-1]}" not found')

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 from agent_node_api import NodeApi, node, serving
+from kubelet_podresources import Kubelet, short_dir
+from kubelet_podresources import serving as serving_kubelet
 from kubernetes import client
 
 
@@ -33,3 +35,10 @@ def kubeconfig(node_api: NodeApi, tmp_path: Path) -> Path:
         "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
     )
     return path
+
+
+@pytest.fixture
+def kubelet() -> Iterator[Kubelet]:
+    """A fake kubelet PodResources server on a unix socket (no pods until a test sets them)."""
+    with short_dir() as folder, serving_kubelet(Kubelet(folder / "kubelet.sock")) as server:
+        yield server

@@ -27,6 +27,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "audit-mode": {"config": {"mode": "audit"}},
     "agent-off": {"agent": {"enabled": False}},
     "agent-volume-mount-devices": {"agent": {"devicesAsVolumeMount": True}},
+    "agent-metrics": {"agent": {"metrics": {"enabled": True, "serviceMonitor": {"enabled": True}}}},
     "ui-off": {"ui": {"enabled": False}},
     "monitoring": {
         "metrics": {

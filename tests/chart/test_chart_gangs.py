@@ -1,4 +1,5 @@
-"""The chart's grants for gangs (webhook-rbac-gangs.yaml): the GangLedger and the pod patch, nothing more."""
+"""The chart's grants for gangs (webhook-rbac-gangs.yaml): the GangLedger, the pod patch, and a released gang's
+Workload and PodGroup where the Workload API is served, nothing more."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ def test_the_gang_role_grants_the_ledger_the_pin_the_gate_and_events(default: Re
     assert _allows(rules, "create", "", "events")
 
 
+def test_the_gang_role_grants_what_native_gang_scheduling_does_with_workloads_and_pod_groups(default: Rendered) -> None:
+    from webhook.controllers.permissions import NATIVE_GANG_NEEDS
+
+    rules = _gang_rules(default)
+    for need in NATIVE_GANG_NEEDS:  # what /readyz asks for while the Workload API is served
+        assert _allows(rules, need.verb, need.group, need.resource), need.described
+    assert not _allows(rules, "list", "scheduling.k8s.io", "podgroups")
+    assert not _allows(rules, "update", "scheduling.k8s.io", "workloads")
+
+
 def test_the_gang_role_grants_nothing_more(default: Rendered) -> None:
     rules = _gang_rules(default)
     assert not _allows(rules, "update", "kgwe.io", "gangledgers", "another-ledger")
@@ -40,4 +51,4 @@ def test_the_gang_role_grants_nothing_more(default: Rendered) -> None:
     assert not _allows(rules, "update", "", "pods")
     assert not _allows(rules, "delete", "", "pods")
     assert not _allows(rules, "create", "", "pods")
-    assert {group for r in rules for group in r["apiGroups"]} == {"", "kgwe.io"}
+    assert {group for r in rules for group in r["apiGroups"]} == {"", "kgwe.io", "scheduling.k8s.io"}

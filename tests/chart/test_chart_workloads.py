@@ -90,7 +90,7 @@ def test_agent_runs_on_gpu_nodes_only(default: Rendered) -> None:
     assert pod["serviceAccountName"] == "kgwe-agent"
     container = _container(pod)
     assert container["command"] == ["kgwe"]
-    assert container["args"] == ["agent", "--node-name", "$(NODE_NAME)"]
+    assert container["args"] == ["agent", "--node-name", "$(NODE_NAME)", "--metrics-port=0"]
     env = {item["name"]: item for item in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"

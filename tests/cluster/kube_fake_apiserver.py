@@ -11,6 +11,11 @@ Enough of the real protocol for a reflector: paged lists with a collection resou
 chunked streams of JSON lines from a resourceVersion (with bookmarks on request), 410 Gone for a
 resourceVersion older than the kept history (as an ERROR event or as the HTTP status), and knobs a test
 turns: fail the next N requests of a path, drop open watch streams mid-line, forget history, hide a CRD.
+
+`FakeApiServer(workload_api=True)` serves the Workload API of Kubernetes 1.36 (`scheduling.k8s.io/v1alpha2`
+workloads and podgroups: the GenericWorkload gate on), with `topology_aware=True` keeping the PodGroup topology
+constraints (TopologyAwareWorkloadScheduling on); without it the group is not served and a pod's
+`spec.schedulingGroup` is dropped at create, as the real server does (fake_workload_api.py).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import fake_workload_api
 import pytest
 import yaml
 from kubernetes import client as k8s_client
@@ -64,7 +70,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     f"{ADMISSION}/validatingadmissionpolicybindings": (
         "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1", False),
 }
-PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in RESOURCES.items()}
+PATH_OF_KIND = {kind: path for path, (kind, _v, _n) in [*RESOURCES.items(), *fake_workload_api.RESOURCES.items()]}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -107,10 +113,15 @@ class Request:
 
 
 class FakeApiServer:
-    def __init__(self) -> None:
+    def __init__(self, *, workload_api: bool = False, topology_aware: bool = False) -> None:
+        """`workload_api`: the GenericWorkload gate (and the scheduling.k8s.io/v1alpha2 API) on;
+        `topology_aware`: TopologyAwareWorkloadScheduling on as well."""
         self.cond = threading.Condition()
         self.resource_version = 1000
-        self.collections = {path: Collection(kind, version) for path, (kind, version, _n) in RESOURCES.items()}
+        self.workload_api = workload_api
+        self.topology_aware = topology_aware and workload_api
+        served = {**RESOURCES, **(fake_workload_api.RESOURCES if workload_api else {})}
+        self.collections = {path: Collection(kind, version) for path, (kind, version, _n) in served.items()}
         self.requests: list[Request] = []
         self.failures: dict[str, list[int]] = {}
         self.missing: set[str] = set()
@@ -158,6 +169,8 @@ class FakeApiServer:
     def put(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or replace an object (ADDED or MODIFIED event); returns it with its new resourceVersion."""
         collection = self.collections[PATH_OF_KIND[kind]]
+        if kind == "Pod" and key_of(obj) not in collection.objects:
+            obj = fake_workload_api.pod_create(obj, served=self.workload_api)
         with self.cond:
             stored = copy.deepcopy(obj)
             stored.setdefault("metadata", {})
@@ -383,8 +396,11 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                       if p.rsplit("/", 1)[0] == path and p not in server.missing]
             if not served:
                 return self._status(404, "NotFound", f"the server could not find the requested resource {path}")
+            resources: list[dict[str, Any]] = [{"name": p.rsplit("/", 1)[1]} for p in sorted(served)]
+            if path == fake_workload_api.PREFIX:
+                resources = copy.deepcopy(fake_workload_api.DISCOVERY)  # as kube-apiserver lists them
             self._send_json(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": path[len("/apis/"):],
-                                  "resources": [{"name": p.rsplit("/", 1)[1]} for p in sorted(served)]})
+                                  "resources": resources})
 
         def _self_access_review(self, body: Any) -> None:
             """SelfSubjectAccessReview of KGWE's own account: allowed unless a test put it in `server.denied`."""
@@ -450,6 +466,12 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 meta["namespace"] = segments[4]
             if key_of(body) in collection.objects:
                 return self._status(409, "AlreadyExists", f'{segments[5]} "{meta.get("name")}" already exists')
+            if collection_path in fake_workload_api.RESOURCES:
+                prepared, problem = fake_workload_api.prepare_create(collection.kind, body,
+                                                                     topology_aware=server.topology_aware)
+                if prepared is None:
+                    return self._status(422, "Invalid", problem)
+                body = prepared
             self._send_json(201, server.put(collection.kind, body))
 
         def do_DELETE(self) -> None:
@@ -534,6 +556,26 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return self._status(422, "Invalid", "the status subresource changes status only")
                 patched = copy.deepcopy(current)
                 patched["status"] = _merge_patch(current.get("status"), body.get("status"))
+                return self._send_json(200, server.put(collection.kind, patched))
+            # /apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/{resource}/{name}: a merge patch (metadata: owner
+            # references), refused 409 on a stale resourceVersion and 422 when it changes the immutable spec.
+            collection_path = "/" + "/".join([*segments[:3], segments[5]]) if len(segments) == 7 else ""
+            if collection_path in fake_workload_api.RESOURCES and collection_path in server.collections:
+                collection = server.collections[collection_path]
+                current = copy.deepcopy(collection.objects.get(f"{segments[4]}/{segments[6]}"))
+                if current is None:
+                    return self._status(404, "NotFound", f'{segments[5]} "{segments[6]}" not found')
+                if strategic or not isinstance(body, dict):
+                    return self._status(415, "UnsupportedMediaType", "this fake takes merge patches of these")
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted and wanted != current["metadata"]["resourceVersion"]:
+                    return self._status(409, "Conflict", f'Operation cannot be fulfilled on {segments[5]} '
+                                                         f'"{segments[6]}": the object has been modified')
+                patched = _merge_patch(current, body)
+                problem = fake_workload_api.update_problem(collection.kind, current, patched)
+                if problem is not None:
+                    return self._status(422, "Invalid", f'{collection.kind}.scheduling.k8s.io "{segments[6]}" is '
+                                                        f"invalid: {problem}")
                 return self._send_json(200, server.put(collection.kind, patched))
             # /api/v1/nodes/{name}: a merge patch (labels), refused 409 on a stale resourceVersion.
             if len(segments) == 4 and segments[:3] == ["api", "v1", "nodes"]:
@@ -731,6 +773,8 @@ def pod_update_problem(old: dict[str, Any], new: dict[str, Any]) -> str | None:
         return "spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate"
     if new_spec.get("nodeName") != old_spec.get("nodeName"):
         return "spec.nodeName: Forbidden: pod updates may not change fields other than those allowed"
+    if new_spec.get("schedulingGroup") != old_spec.get("schedulingGroup"):
+        return "spec.schedulingGroup: Invalid value: field is immutable"
     old_selector, new_selector = old_spec.get("nodeSelector") or {}, new_spec.get("nodeSelector") or {}
     old_required = ((old_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution")

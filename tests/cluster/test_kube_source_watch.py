@@ -330,7 +330,7 @@ def test_real_api_server_lists_and_watches_nodes_and_namespaces():
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"kgwe.io/test": "watch"}},
         })
         created = True
-        eventually(lambda: name in stored(store, "Namespace"), timeout=30)
+        eventually(lambda: name in stored(store, "Namespace"))
         assert stored(store, "Namespace")[name]["metadata"]["labels"]["kgwe.io/test"] == "watch"
     finally:
         source.stop()

@@ -9,7 +9,7 @@ from kube_fake_apiserver import KGWE, FakeApiServer
 from starlette.testclient import TestClient
 
 from webhook.config import load_config
-from webhook.controllers.permissions import ControllerReadiness
+from webhook.controllers.permissions import NATIVE_GANG_NEEDS, ControllerReadiness
 from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
@@ -37,6 +37,17 @@ def test_a_missing_crd_and_a_missing_verb_are_named(apiserver: FakeApiServer, ap
     apiserver.missing.clear()
     apiserver.denied.clear()
     assert readiness.check() == []
+
+
+def test_the_workload_api_verbs_are_asked_only_while_it_is_served(apiserver: FakeApiServer, api_client) -> None:
+    apiserver.denied.add(("scheduling.k8s.io", "podgroups", "", "create"))
+    served = [False]
+    readiness = ControllerReadiness(api_client, "kgwe-system",
+                                    extra_needs=lambda: NATIVE_GANG_NEEDS if served[0] else ())
+    assert readiness.check() == []  # no Workload API: KGWE never creates a PodGroup, so it needs no verb for it
+    served[0] = True
+    (problem,) = readiness.check()
+    assert "may not create podgroups.scheduling.k8s.io" in problem and "PodGroup" in problem
 
 
 class _Loaded:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from effort import tries
 from hypothesis import strategies as st
 
 # Examples per fuzz test; `KGWE_FUZZ_EXAMPLES=2000` for a longer hunt.
-EXAMPLES = int(os.environ.get("KGWE_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("KGWE_FUZZ_EXAMPLES", tries(60, 150)))
 
 NAMESPACES = ("team-a", "team-b", "ml-research", "default", "kube-system", "")
 TYPES = ("nvidia-h100-80gb", "nvidia-h200-141gb", "nvidia-a100-80gb", "nvidia-a100-40gb", "nvidia-l4-24gb",

@@ -23,8 +23,9 @@ from webhook.admission.request import decode_review
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config, Gangs
-from webhook.gangs.controller import GangController, kube_pod_writer
+from webhook.gangs.controller import GangController, kube_native_writer, kube_pod_writer
 from webhook.gangs.ledger import KubeGangStore
+from webhook.gangs.native import GROUP_VERSION as WORKLOAD_API
 from webhook.runtime import Runtime, build_runtime
 
 GB200 = "nvidia-gb200-186gb"
@@ -169,8 +170,8 @@ class GangApiServer(FakeApiServer):
     """The fake API server plus what gangs use: the cluster-scoped GangLedger (get, create, replace with a
     resourceVersion precondition), the resourceVersion precondition of pod merge patches, and Events."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, workload_api: bool = False, topology_aware: bool = False) -> None:
+        super().__init__(workload_api=workload_api, topology_aware=topology_aware)
         self.ledger: dict[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
         self.clock_offset = 0.0  # seconds the API server's clock is ahead (creationTimestamps have 1s resolution)
@@ -330,6 +331,7 @@ class Cluster:
         return GangController(
             self.store, KubeGangStore(k8s_client.CustomObjectsApi(self.api)), self.config,
             kube_pod_writer(self.api) if writer else None, clock=self.clock,
+            native=kube_native_writer(self.api) if writer else None,
         )
 
     def create(self, pod: dict[str, Any]) -> dict[str, Any]:
@@ -341,8 +343,13 @@ class Cluster:
         return stored
 
     def schedule(self, key: str, node: str) -> None:
+        """kube-scheduler's binding: never of a gated pod, nor of one whose PodGroup does not exist (its
+        GangScheduling plugin keeps such a pod waiting, KEP-5832)."""
         pod = self.server.pod(key)
         assert "schedulingGates" not in pod["spec"], f"{key} is still gated"
+        group = (pod["spec"].get("schedulingGroup") or {}).get("podGroupName")
+        if group and self.server.workload_api:
+            assert f"{pod['metadata']['namespace']}/{group}" in self.server.objects("PodGroup"), f"{key}: no {group}"
         self.server.put("Pod", bind(pod, node))
         self.sync()
 
@@ -380,14 +387,16 @@ class Cluster:
         return {k for k, p in self.server.objects("Pod").items() if p["spec"].get("schedulingGates")}
 
 
-def replica(server: GangApiServer, api: k8s_client.ApiClient) -> Cluster:
+def replica(server: GangApiServer, api: k8s_client.ApiClient, config: Config | None = None) -> Cluster:
+    """A replica as `kgwe serve` runs one: the model from list + watch and API discovery of the Workload API."""
     store = ClusterStore(AcceleratorTable.build(), min_rebuild_interval=0)
-    source = KubeClusterSource(store, api, kinds=("Node", "Pod", "Namespace"))
+    source = KubeClusterSource(store, api, kinds=("Node", "Pod", "Namespace"), discover=(WORKLOAD_API,))
     source.start()
     assert source.wait_loaded(10)
     _sources.append(source)
-    runtime = make_runtime(store)
-    return Cluster(server, api, store, runtime)
+    if config is None:
+        return Cluster(server, api, store, make_runtime(store))
+    return Cluster(server, api, store, make_runtime(store, config), config=config)
 
 
 _sources: list[KubeClusterSource] = []

@@ -64,7 +64,7 @@ def test_the_built_in_mutators_own_disjoint_paths() -> None:
     # Registration already refused any overlap; this names what each pipeline's mutators are.
     assert [m.name for m in CREATE.mutators] == [
         "output-annotations", "rightsizing", "output-labels", "node-constraints", "gpu-resources", "profile-queue",
-        "mps-env", "gang", "scheduling-gates",
+        "mps-env", "gang", "scheduling-gates", "scheduling-group",
     ]
     assert [m.name for m in UPDATE.mutators] == ["kgwe-keys-fixed"]
     for a, b in itertools.combinations(CREATE.mutators, 2):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from effort import tries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from placement_support import EXAMPLES
@@ -85,7 +86,7 @@ def _answer(function: Any, pod: dict[str, Any], nodes: list[NodeFacts]) -> tuple
         return "raised", type(exc).__name__
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=tries(100, 400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=specs, order=st.permutations(range(len(NODES))), count=st.integers(0, len(NODES)))
 def test_first_feasible_answers_as_node_can_run_node_by_node(
     spec: dict[str, Any], order: list[int], count: int

@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from effort import tries
 from generate_cluster import generate_nodes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -100,7 +101,7 @@ def _honours(runtime: Runtime, pod: dict[str, Any], final: dict[str, Any], gpus:
             assert node.clique, name
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=tries(40, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=intents())
 def test_admitted_pods_land_only_where_their_intent_says(runtime: Runtime, case: tuple[dict[str, str], int]) -> None:
     notes, gpus = case

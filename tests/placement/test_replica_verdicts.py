@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 import yaml
+from effort import tries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from placement_support import EXAMPLES, review
@@ -64,7 +65,7 @@ def test_every_example_pod(cluster: str, index: int) -> None:
     _assert_remembered_as_computed(RUNTIMES[cluster], EXAMPLE_PODS[index])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=tries(60, 200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=pods(), cluster=st.sampled_from(sorted(RUNTIMES)))
 def test_generated_pods(pod: dict[str, Any], cluster: str) -> None:
     _assert_remembered_as_computed(RUNTIMES[cluster], pod)

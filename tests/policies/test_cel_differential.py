@@ -29,17 +29,18 @@ from typing import Any
 
 import pytest
 from cel_generator import CUT_ATTACKS, EARLY_STOPS, ODD_POD, PODS, CelGenerator, CutAttackGenerator
+from effort import tries
 
 from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError, build_cel_engine
 from policies.engines.cel_reads import cel_reads
 from policies.engines.projection import EACH, Path, projection_of
 
-CROSS_EXPRESSIONS = 1200
-EXTENDED_EXPRESSIONS = 1000
-LAW_TRIPLES = 250
-BATCHES = 150
-PROJECTED_EXPRESSIONS = 1500
-CUT_ATTACK_EXPRESSIONS = 1500
+CROSS_EXPRESSIONS = tries(300, 1200)
+EXTENDED_EXPRESSIONS = tries(250, 1000)
+LAW_TRIPLES = tries(80, 250)
+BATCHES = tries(40, 150)
+PROJECTED_EXPRESSIONS = tries(400, 1500)
+CUT_ATTACK_EXPRESSIONS = tries(400, 1500)
 
 Outcome = tuple[str, Any]  # ("value", a comparable form of the value) or ("error", the message)
 

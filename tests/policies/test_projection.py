@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from effort import tries
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,7 @@ def _walked(paths: list[Path], document: dict[str, Any]) -> tuple[dict[str, Any]
     return projection.apply(document), _apply(document, projection.tree)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=tries(100, 400), deadline=None)
 @given(PATHS, st.dictionaries(KEYS, DOCUMENTS, max_size=4))
 def test_the_compiled_cut_keeps_what_the_walk_keeps(paths: list[Path], document: dict[str, Any]) -> None:
     both = _walked(paths, document)

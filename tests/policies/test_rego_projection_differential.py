@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 import pytest
 import regorus
+from effort import tries
 from rego_generator import GeneratedSet, RegoGenerator
 
 from policies.api import PolicyContext
@@ -40,7 +41,7 @@ from policies.engines.rego_source import inspect_module
 from policies.loading.aggregate import AGGREGATE_MODULE, EVERYTHING_QUERY, GatheredPolicy, aggregate_module
 from policies.runtime import PolicyRuntime, build_runtime
 
-SETS = 600
+SETS = tries(150, 600)
 # What the generator's member flows must reach (tests/policies/rego_generator.py names them).
 MEMBER_FEATURES = frozenset({
     # iterating an input collection or a collection rule
@@ -889,7 +890,7 @@ def test_answers_are_remembered_only_without_impure_builtins(name: str) -> None:
 
 # -- through the runtime ----------------------------------------------------------------------------
 
-RUNTIME_SETS = 12
+RUNTIME_SETS = tries(4, 12)
 
 
 def _write(policy_set: GeneratedSet, directory: Path) -> None:

@@ -182,7 +182,7 @@ def test_the_leader_dies_and_the_other_replica_releases_from_the_apis_state(
     leader.crash()
     for i in range(6):
         server.put("Pod", admitted(config, gpu_pod(f"late-{i}", 1, H100), f"2026-11-29T00:01:0{i}Z"))
-    eventually(lambda: other.elector.is_leader(), timeout=10, what="takeover")
+    eventually(lambda: other.elector.is_leader(), what="takeover")
     eventually(lambda: len(released(server, "team-a/late-")) == 4, what="released after takeover")
     eventually(lambda: len(gated(server)) == 2, what="two wait")
     assert released(server, "team-a/late-") == {f"team-a/late-{i}" for i in range(4)}

@@ -97,6 +97,7 @@ def test_a_large_review_without_a_turn_is_answered_at_its_deadline_and_small_one
         assert post(lane_server, large(GPU_POD, "queued-mutate"), "mutate")["allowed"] is True
         holding.release.set()
         assert held.result(20)["allowed"] is True
-    # The turn was given back: the next large review is decided.
-    decided = post(lane_server, large(GPU_POD, "after"))
-    assert decided["allowed"] is True and "no turn" not in str(decided)
+    # The turn was given back: the next large review is decided. A busy machine may spend the 0.5 s deadline
+    # before the turn is asked for, so a few tries; a turn never given back would refuse every one.
+    answers = [post(lane_server, large(GPU_POD, f"after-{attempt}")) for attempt in range(5)]
+    assert any(a["allowed"] is True and "no turn" not in str(a) for a in answers), answers

@@ -31,6 +31,7 @@ from webhook.mutation.steps import (
     placement_steps,
     profile_steps,
     scheduling_gates_step,
+    scheduling_group_step,
 )
 from webhook.placement.profile_resources import ProfileResources, apply_defaults, missing_defaults, profile_resources
 
@@ -157,6 +158,9 @@ class Mutation(FactGathering):
         gates = [QUOTA_GATE] if self.runtime.quota_gated(facts.request, facts) else []
         if facts.renderable:
             steps.extend(placement_steps(facts.plan, gates))
+            if facts.plan.scheduling_group and not facts.request.template:
+                # A pod's only: a workload's template keeps none (LeaderWorkerSet, for one, refuses it there).
+                steps.append(scheduling_group_step(facts.plan.scheduling_group))
         elif gates:
             steps.append(scheduling_gates_step(gates))
         return steps

@@ -38,6 +38,7 @@ from webhook.admission.ports import AdmissionPorts
 from webhook.admission.replicas import remembered
 from webhook.admission.request import AdmissionRequest
 from webhook.dra.claimed import asks_extended_devices, own_dra_asks
+from webhook.gangs.native import is_kgwe_name, pod_group_name
 from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
 from webhook.mutation.pipeline import run_pipeline
 from webhook.mutation.steps import placement_steps
@@ -243,9 +244,14 @@ class Validation(FactGathering):
         expected = expected_outputs(facts)
         gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
         wrong = output_mismatches(facts.request.pod, expected, {LABEL_GANG: gang})
-        if not wrong:
-            return []
         problems: list[Problem] = []
+        joined = facts.request.pod.pod_group_name
+        if is_kgwe_name(joined) and (gang is None or joined != pod_group_name(gang)):
+            # Counted by kube-scheduler towards the gang's minCount, a stranger could start part of a gang.
+            problems.append(("output-guard", f"spec.schedulingGroup.podGroupName {joined[:80]} is the PodGroup KGWE "
+                                             "makes for a gang: only that gang's members join it (KGWE sets it)"))
+        if not wrong:
+            return problems
         if OUT_REQUESTED_BY in wrong:
             problems.append(("output-guard", requested_by_refusal(facts.request)))
             wrong.remove(OUT_REQUESTED_BY)

@@ -8,6 +8,11 @@ store's copy wholesale (`ClusterStore.replace_kind`), which also drops objects d
 Errors back off exponentially with jitter. A kgwe.io custom resource whose CRD is not installed counts
 as empty (logged) and is retried every `missing_crd_retry_seconds`.
 
+API discovery of the group versions in `discover` (the Workload API of native gang scheduling,
+webhook/gangs/native.py) runs at start and every `discovery_seconds` (task `api-discovery`): what each
+serves goes into the store (`ClusterStore.set_api_resources`), and the store is marked loaded only once
+every one has been answered (served or not), so no pod is admitted before KGWE knows.
+
 Objects travel as raw JSON (`orjson` over the ApiClient's connection, auth and TLS; none of the
 client's model classes), so the store holds the API's camelCase shape with `kind` and `apiVersion` set.
 
@@ -89,6 +94,8 @@ class KubeClusterSource:
         backoff_cap: float = 30.0,
         missing_crd_retry_seconds: float = 60.0,
         connect_timeout: float = 10.0,
+        discover: Iterable[str] = (),
+        discovery_seconds: float = 60.0,
     ) -> None:
         self.store = store
         self.api = KubeJson(api_client)
@@ -111,6 +118,9 @@ class KubeClusterSource:
         self.missing_crd_retry_seconds = missing_crd_retry_seconds
         self.connect_timeout = connect_timeout
         self.status: dict[str, KindStatus] = {k.kind: KindStatus() for k in self.kinds}
+        self.discover = tuple(dict.fromkeys(discover))
+        # group version -> the resources it serves (None: not served), once discovery has answered for it.
+        self.discovered: dict[str, frozenset[str] | None] = {}
         self._stop = threading.Event()
         self._loaded = threading.Event()
         self._lock = threading.Lock()
@@ -122,6 +132,10 @@ class KubeClusterSource:
                  backoff=Backoff(backoff_base, backoff_cap, jitter=0.5), interrupt=self._interrupt)
             for watched in self.kinds
         ]
+        if self.discover:
+            self.tasks.append(Task("api-discovery", self.discover_once, interval=discovery_seconds, run_at_start=True,
+                                   backoff=Backoff(backoff_base, backoff_cap, jitter=0.5),
+                                   on_error=lambda exc: log.warning("API discovery: %s", describe_error(exc))))
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -154,6 +168,47 @@ class KubeClusterSource:
             if self._stop.wait(min(0.05, max(0.0, deadline - time.monotonic()))) or time.monotonic() >= deadline:
                 return all(s.listed for s in self.status.values())
         return True
+
+    # -- API discovery ----------------------------------------------------------------------------
+    def discover_once(self) -> dict[str, frozenset[str] | None]:
+        """Ask the API server which of `discover` it serves (GET /apis/GROUP/VERSION; 404, or 403 where discovery
+        is not allowed: not served) and put the answers into the store. Any other error keeps the previous
+        answer and raises at the end (the task backs off and asks again); a group version never answered yet
+        counts as not served meanwhile, so that an unreachable discovery endpoint does not keep the model from
+        loading: what uses it then works the way it works without it."""
+        found: dict[str, frozenset[str] | None] = {}
+        failed: Exception | None = None
+        for group_version in self.discover:
+            try:
+                listed = self.api.request("GET", f"/apis/{group_version}", timeout=(self.connect_timeout, 30.0))
+            except RETRYABLE as exc:
+                status = getattr(exc, "status", None)
+                if status not in (403, 404):
+                    failed = exc
+                    if group_version not in self.discovered:
+                        log.warning("API discovery of %s failed (%s); taken as not served until it answers",
+                                    group_version, describe_error(exc))
+                        self.discovered[group_version] = None
+                        self.store.set_api_resources(group_version, None)
+                    continue
+                if status == 403:
+                    log.warning("API discovery of %s is forbidden; taken as not served", group_version)
+                found[group_version] = None
+                continue
+            found[group_version] = frozenset(
+                str(r.get("name")) for r in listed.get("resources") or []
+                if isinstance(r, dict) and r.get("name") and "/" not in str(r.get("name"))  # not subresources
+            )
+        for group_version, resources in found.items():
+            if self.discovered.get(group_version, ()) != resources:
+                log.info("API discovery: %s %s", group_version,
+                         f"serves {', '.join(sorted(resources))}" if resources is not None else "is not served")
+            self.store.set_api_resources(group_version, resources)
+        self.discovered.update(found)
+        self._maybe_loaded()
+        if failed is not None:
+            raise failed
+        return found
 
     # -- one kind's reflector loop ----------------------------------------------------------------
     def _run(self, watched: WatchedKind) -> None:
@@ -309,8 +364,16 @@ class KubeClusterSource:
 
     def _mark_listed(self, status: KindStatus) -> None:
         status.listed = True
+        self._maybe_loaded()
+
+    def _maybe_loaded(self) -> None:
         gating = [self.status[k.kind] for k in self.kinds if not k.view_only]
-        if all(s.listed for s in gating) and not self._loaded.is_set():
+        discovered = all(gv in self.discovered for gv in self.discover)
+        if not all(s.listed for s in gating) or not discovered:
+            return
+        with self._lock:  # one announcement, whichever thread (a kind's list, discovery) completes the set
+            if self._loaded.is_set():
+                return
             self.store.mark_loaded()
             self._loaded.set()
             log.info("cluster model loaded from the API: %s", ", ".join(k.kind for k in self.kinds))

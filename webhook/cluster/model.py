@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -86,6 +86,14 @@ class ClusterModel:
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     # MIGStrategy objects by name (webhook/migplan): which nodes' MIG layouts follow demand.
     mig_strategies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # API discovery of the group versions a source was asked to look up (`KubeClusterSource(discover=...)`): the
+    # resources each serves; a group version the API server does not serve is absent. A directory serves none.
+    api_resources: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def serves(self, group_version: str, *resources: str) -> bool:
+        """Whether API discovery found `group_version` served with every one of `resources`."""
+        served = self.api_resources.get(group_version)
+        return served is not None and all(r in served for r in resources)
 
     def type_ids(self) -> list[str]:
         """The typed accelerator types of the snapshot, sorted (a new list: the caller may change it)."""
@@ -195,6 +203,7 @@ class ClusterStore:
             on_error=lambda _exc: log.exception("cluster model rebuild failed; serving the previous snapshot"),
         )
         self._source_problems: dict[str, tuple[str, ...]] = {}
+        self._api_resources: dict[str, frozenset[str]] = {}
         # Called after every change with the kind (None: every kind) and the object changed (None for a relist),
         # outside the lock: controllers that act on changes (quotas, gangs) wake here instead of polling.
         self._listeners: list[Listener] = []
@@ -262,6 +271,20 @@ class ClusterStore:
         grouped = {kind: self._kept(kind, items) for kind, items in by_kind.items()}
         with self._lock:
             self._objects = grouped
+            self._generation += 1
+        self._changed(None)
+
+    def set_api_resources(self, group_version: str, resources: Iterable[str] | None) -> None:
+        """What API discovery answered for `group_version`: the resources it serves, or None when it is not
+        served. A change is a change of the model (admission and the controllers read it from the snapshot)."""
+        served = frozenset(resources) if resources is not None else None
+        with self._lock:
+            if self._api_resources.get(group_version) == served:
+                return
+            if served is None:
+                self._api_resources.pop(group_version, None)
+            else:
+                self._api_resources[group_version] = served
             self._generation += 1
         self._changed(None)
 
@@ -364,6 +387,7 @@ class ClusterStore:
                 workload_key(o): o for kind in sorted(self.workload_kinds) for o in objs.get(kind, {}).values()
             },
             mig_strategies={object_key(o): o for o in objs["MIGStrategy"].values()},
+            api_resources=dict(self._api_resources),
         )
 
 

@@ -3,9 +3,10 @@
 Pods are slimmed to what KGWE reads, because pods dominate a cluster's objects (`slim_pod`):
 metadata name, namespace, uid, labels, annotations, ownerReferences, resourceVersion, creationTimestamp,
 deletionTimestamp (a terminating pod is no gang member);
-spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, resourceClaims (DRA: what
-the pod's claims hold is charged), and containers / initContainers reduced to name and resources (plus an init
-container's restartPolicy, which makes it a sidecar);
+spec nodeName, schedulerName, affinity, nodeSelector, tolerations, schedulingGates, schedulingGroup (the PodGroup
+of native gang scheduling a gang member joins), resourceClaims (DRA: what the pod's claims hold is charged), and
+containers / initContainers reduced to name and resources (plus an init container's restartPolicy, which makes it
+a sidecar);
 status phase, startTime, each ended container's `finishedAt` (a pod's cost is its lifetime), the claims the API
 server made for it (`resourceClaimStatuses`, `extendedResourceClaimStatus`), KGWE's own conditions
 (`kgwe.io/...`) and the scheduler's `PodScheduled` (type, status, reason, message bounded: "what blocks it now"
@@ -25,7 +26,8 @@ POD_METADATA_FIELDS = (
     "deletionTimestamp",
 )
 POD_SPEC_FIELDS = (
-    "nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates", "resourceClaims",
+    "nodeName", "schedulerName", "affinity", "nodeSelector", "tolerations", "schedulingGates", "schedulingGroup",
+    "resourceClaims",
 )
 POD_STATUS_CLAIM_FIELDS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
 MAX_CONDITION_MESSAGE = 1024  # the scheduler's "0/N nodes are available: ..." names each reason once, with counts

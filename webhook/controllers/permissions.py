@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,14 @@ NEEDS = (
     Need("kgwe.io", "gangledgers", "update", why="the gang ledger records which room each gang was promised"),
     Need("coordination.k8s.io", "leases", "update", why="one replica leads the controllers", namespaced=True),
 )
+# Where the Workload API is served (native gang scheduling, webhook/gangs/native.py): what the gang controller
+# does with a gang's Workload and PodGroup at release (created; read back, owners followed or replaced when a
+# previous run left one that does not suit).
+NATIVE_GANG_NEEDS = tuple(
+    Need("scheduling.k8s.io", resource, verb, why=f"a released gang's {kind} (native gang scheduling)")
+    for resource, kind in (("workloads", "Workload"), ("podgroups", "PodGroup"))
+    for verb in ("create", "get", "patch", "delete")
+)
 # KGWE's kinds the controllers read or write: served by the API only once the chart's CRDs are installed.
 CRDS = (("kgwe.io/v1alpha1", "tenantquotas", "TenantQuota"), ("kgwe.io/v1alpha1", "gangledgers", "GangLedger"))
 
@@ -51,9 +60,18 @@ CRDS = (("kgwe.io/v1alpha1", "tenantquotas", "TenantQuota"), ("kgwe.io/v1alpha1"
 class ControllerReadiness:
     """The missing CRDs and permissions, as `/readyz` reasons; empty without an API client (directory mode)."""
 
-    def __init__(self, api_client: Any | None, namespace: str, interval: float = 60.0) -> None:
+    def __init__(
+        self,
+        api_client: Any | None,
+        namespace: str,
+        interval: float = 60.0,
+        extra_needs: Callable[[], Iterable[Need]] = tuple,
+    ) -> None:
+        """`extra_needs`: verbs needed only while the cluster has what uses them (NATIVE_GANG_NEEDS while the
+        Workload API is served), asked anew at every check."""
         self.api = KubeJson(api_client) if api_client is not None else None
         self.namespace = namespace
+        self.extra_needs = extra_needs
         self._problems: tuple[str, ...] = ()
         self._lock = threading.Lock()
         self.task = Task("controller-permissions", self.check, interval=interval, run_at_start=True)
@@ -80,7 +98,7 @@ class ControllerReadiness:
             if plural not in names:
                 found.append(f"CRD {plural}.{group_version.split('/')[0]} ({kind}) is not installed: "
                              "install the chart's CRDs (charts/kgwe/crds)")
-        for need in NEEDS:
+        for need in (*NEEDS, *self.extra_needs()):
             if not self._allowed(need):
                 found.append(f"RBAC: KGWE's service account may not {need.described} ({need.why}); "
                              "grant it in KGWE's ClusterRole (charts/kgwe/templates)")

@@ -14,10 +14,11 @@ from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
 from webhook.controllers.leader import LeaderElector, pod_namespace
-from webhook.controllers.permissions import ControllerReadiness
+from webhook.controllers.permissions import NATIVE_GANG_NEEDS, ControllerReadiness, Need
 from webhook.dra.garbage import ClaimGarbageCollector
-from webhook.gangs.controller import GangController, kube_pod_writer
+from webhook.gangs.controller import GangController, kube_native_writer, kube_pod_writer
 from webhook.gangs.ledger import GangStore
+from webhook.gangs.native import native_gangs
 from webhook.quotas.controller import QuotaController, kube_quota_writer
 
 MIG_APPLY_SECONDS = 60.0
@@ -99,13 +100,19 @@ def build_controllers(
     if gang_store is not None:
         writer = kube_pod_writer(api_client) if api_client is not None else None
         gangs = GangController(
-            store, gang_store, config, writer, interval_seconds=interval_seconds, is_leader=elector.is_leader
+            store, gang_store, config, writer, interval_seconds=interval_seconds, is_leader=elector.is_leader,
+            native=kube_native_writer(api_client) if api_client is not None else None,
         )
         store.add_listener(gangs.woken_by)
     quota_writer = kube_quota_writer(api_client) if api_client is not None else None
     quotas = QuotaController(store, config, quota_writer, is_leader=elector.is_leader, budgets=budgets)
     woken.append(quotas.wake)
-    readiness = ControllerReadiness(api_client, namespace) if api_client is not None else None
+    readiness = None
+    if api_client is not None:
+        def native_needs() -> tuple[Need, ...]:
+            return NATIVE_GANG_NEEDS if native_gangs(store.snapshot(), config.gangs) else ()
+
+        readiness = ControllerReadiness(api_client, namespace, extra_needs=native_needs)
     garbage = None
     if api_client is not None and config.dra.remove_unused:
         from webhook.cluster.kube_json import KubeJson

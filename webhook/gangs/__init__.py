@@ -17,6 +17,8 @@ The pieces, in the order a gang meets them:
   promises rooms, re-plans waiting gangs, decides releases and drops records;
 - `controller`: the leader's loop, the one writer of records: stores the plan, then pins and ungates
   complete gangs and posts Events;
+- `native`: kube-scheduler's own gang scheduling where the Workload API is served (Kubernetes 1.36): the
+  PodGroup a member joins at admission, and the Workload and PodGroup the controller makes at release;
 - `view`: what `kgwe gangs`, `/api/v1/gangs` and the web page show (over a cluster directory, which keeps
   no records, from records planned for the view).
 """

@@ -11,6 +11,10 @@ bound or gone), stores the records with compare-and-swap, then acts:
   never overwritten; an interrupted release is finished next pass;
 - a warning: an Event on the gated members of a gang waiting longer than `gangs.waitWarningSeconds`.
 
+Where members name the gang's PodGroup (native gang scheduling: the Workload API is served, webhook/gangs/
+native.py), a release first makes the gang's Workload and PodGroup exist (`NativeGangWriter.ensure`,
+idempotent); only then are members pinned and ungated, and kube-scheduler binds them all or none.
+
 Members are never pinned before the release, so a waiting gang can move to any room: KEP-3838 lets a
 gated pod's node constraints only grow, and a pin is the one growth made, once.
 """
@@ -32,7 +36,9 @@ from policies.metrics import replace_series
 from policies.vocabulary.objects import PodView, objects
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
+from webhook.gangs.accounting import gang_pods
 from webhook.gangs.ledger import GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
+from webhook.gangs.native import NativeGangWriter, pod_group_name, served
 from webhook.gangs.planning import Action, plan_gangs
 from webhook.gangs.rooms import RoomId
 from webhook.gangs.spec import GATE, membership
@@ -71,6 +77,12 @@ def kube_pod_writer(api_client: Any) -> PodWriter:
     from webhook.cluster.kube_json import KubeJson
 
     return _KubePodWriter(KubeJson(api_client))
+
+
+def kube_native_writer(api_client: Any) -> NativeGangWriter:
+    from webhook.cluster.kube_json import KubeJson
+
+    return NativeGangWriter(KubeJson(api_client))
 
 
 class _KubePodWriter:
@@ -135,8 +147,10 @@ class GangController:
         interval_seconds: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
+        native: NativeGangWriter | None = None,
     ) -> None:
         self.store = store
+        self.native = native  # creates the Workload and PodGroup of gangs whose members name one
         self.gangs = gangs
         self.config = config
         self.writer = writer
@@ -172,7 +186,7 @@ class GangController:
             return []  # lost every attempt: the next pass tries again
         self._export(records, model)
         for action in actions:
-            self._apply(action)
+            self._apply(action, model)
         return actions
 
     def plan(self, model: ClusterModel, records: Records) -> tuple[Records, list[Action]]:
@@ -180,7 +194,7 @@ class GangController:
         return plan_gangs(model, records, self.config.gangs, self.clock())
 
     # -- effects ---------------------------------------------------------------------------------
-    def _apply(self, action: Action) -> None:
+    def _apply(self, action: Action, model: ClusterModel) -> None:
         record = action.record
         if action.kind == "bound":
             BOUND.inc()
@@ -197,6 +211,9 @@ class GangController:
             return
         room = record.room
         assert room is not None
+        pod_group = self._pod_group(record, model)
+        if pod_group is False:
+            return  # its PodGroup is not there yet: the whole gang stays gated, the next pass tries again
         # Every member is pinned before any gate comes off: a pin that fails (the API server answers 500, the pod
         # changed) leaves the whole gang gated, and the next pass finishes the release from the record. Ungating
         # as each pin succeeded would start the members before it without the one that failed.
@@ -211,14 +228,39 @@ class GangController:
                 log.info("gang %s: not every member could be pinned; no gate removed this pass", record.key)
                 return
             versions.append(version)
+        together = f"; kube-scheduler binds them all or none (PodGroup {pod_group})" if pod_group else ""
+        released = (f"gang {record.gang}: all {record.size} pods start together in {room} "
+                    f"({room.key}={room.value}){together}")
         for pod, version in zip(action.pods, versions, strict=True):
             if self._change(record, pod, partial(_ungate, writer, version=version)) is not None:
-                self._change(record, pod, lambda p: writer.event(
-                    p, "GangReleased", f"gang {record.gang}: all {record.size} pods start together "
-                    f"in {room} ({room.key}={room.value})", "Normal"))
+                self._change(record, pod, lambda p: writer.event(p, "GangReleased", released, "Normal"))
         if action.kind == "release":
             RELEASED.inc()
             log.info("gang %s: %d members released into %s", record.key, len(action.pods), record.room)
+
+    def _pod_group(self, record: GangRecord, model: ClusterModel) -> str | bool | None:
+        """Before a release: the gang's PodGroup (and Workload) made ready where members name it. Its name when it
+        is, None when no member names it (the classic path: nothing to create), False when it could not be made.
+
+        Members are the ones that name it: a member admitted before the API was served (or with
+        `gangs.workloadAPI: off`) joins none, and minCount counts only those that wait for it. Whatever the
+        setting says now, a PodGroup members already name is made while the API serves it: they would wait for it."""
+        if self.native is None or record.room is None:
+            return None
+        group = gang_pods(model).get(record.key)
+        name = pod_group_name(record.gang)
+        joining = [p for p in group.pods if PodView(p).pod_group_name == name] if group is not None else []
+        if not joining or group is None:
+            return None
+        if not served(model):
+            # The Workload API went away (its gate turned off): kube-scheduler no longer waits for a PodGroup.
+            log.warning("gang %s: members name PodGroup %s but the Workload API is not served; released without it",
+                        record.key, name)
+            return None
+        min_count = min(max(record.size, group.size), len(joining))  # the live members' size is the gang's
+        if not self.native.ensure(record.namespace, record.gang, min_count, record.room.key, group.pods):
+            return False
+        return name
 
     def _change(self, record: GangRecord, pod: dict[str, Any], call: Callable[[dict[str, Any]], Any]) -> Any:
         """`call(pod)`'s answer, or None when it failed (logged; 404 and 409 quietly: the pod was deleted or

@@ -6,6 +6,9 @@ A member of a gang with `kgwe.io/gang-size` gets, at admission:
   multi-node cliques can, a required `Exists` on the clique label (never a specific clique: see
   docs/gangs.md, "Why the clique is pinned at ungate time");
 - the scheduling gate `kgwe.io/gang`, so no member holds a GPU before the whole gang can start;
+- where the Workload API is served (`native`, webhook/gangs/native.py), the PodGroup it joins
+  (`spec.schedulingGroup.podGroupName`; KGWE creates the PodGroup when it releases the gang), unless the
+  pod names one of its own;
 - under Kueue (`kueue.x-k8s.io/queue-name`), no gate: Kueue's topology request for the clique level.
 A gang no room could ever hold (N pods x GPUs per pod more than the largest clique) is refused.
 """
@@ -18,6 +21,7 @@ from typing import Any, Protocol
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
+from webhook.gangs.native import pod_group_name
 from webhook.gangs.rooms import KIND_CLIQUE, KIND_NODE, Room, rooms_for
 from webhook.gangs.spec import GATE, HOSTNAME_LABEL, LABEL_GANG
 from webhook.placement.constraints import Requirement
@@ -35,6 +39,7 @@ class GangPlan(Protocol):
     annotations: dict[str, str]
     requirements: list[Requirement]
     scheduling_gates: list[str]
+    scheduling_group: str | None
     refusals: list[str]
     steps: list[str]
 
@@ -67,8 +72,11 @@ def plan_sized_gang(
     size: int,
     gpus_per_pod: int,
     model: ClusterModel,
+    *,
+    native: bool = False,
 ) -> bool:
-    """Write a sized gang's part of the plan; False (with a refusal) when no room could ever hold it."""
+    """Write a sized gang's part of the plan; False (with a refusal) when no room could ever hold it. `native`:
+    the Workload API is served, so a gated member joins the gang's PodGroup."""
     rooms = rooms_for(model, candidates, node_rooms=True)
     scope = "/".join(candidates) or "GPU"
     if not rooms:
@@ -92,6 +100,9 @@ def plan_sized_gang(
         plan.annotations[KUEUE_REQUIRED_TOPOLOGY] = clique_key or _kueue_level(holding)
     else:
         plan.scheduling_gates.append(GATE)
+        if native and not pod_view(pod).pod_group_name:
+            # Set at CREATE only (the field is immutable); the PodGroup may be created later, at the release.
+            plan.scheduling_group = pod_group_name(gang)
     plan.steps.append("gang")
     return True
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.config import Gangs
 from webhook.gangs.accounting import gang_pods
@@ -60,8 +61,14 @@ def gangs_view(
             "shortGPUs": record.short_gpus if record else 0,
             "waitingSeconds": (round(moment - record.created_at)
                                if recorded and record and record.released_at is None else None),
+            # The PodGroup (native gang scheduling) the members join: KGWE's, or their controller's; None when none.
+            "podGroup": _pod_group(group.pods) if group else None,
         })
     return {"gangs": rows}
+
+
+def _pod_group(pods: list[dict[str, Any]]) -> str | None:
+    return next((name for name in (PodView(p).pod_group_name for p in pods) if name), None)
 
 
 def why_gang_waits(model: ClusterModel, settings: Gangs, pod: dict[str, Any], now: float | None = None) -> str | None:

@@ -225,6 +225,11 @@ SCHEDULING_GATES_MUTATOR = CREATE.register(
     [pointer("spec", "schedulingGates")],
     "KGWE's scheduling gates: the gang's (kgwe.io/gang) and the quota's (kgwe.io/quota), added at CREATE only",
 )
+SCHEDULING_GROUP_MUTATOR = CREATE.register(
+    "scheduling-group",
+    [pointer("spec", "schedulingGroup")],
+    "the PodGroup a sized gang's member joins where the Workload API is served, at CREATE only (immutable)",
+)
 
 # UPDATE: `kgwe.io/` keys are fixed at creation (webhook/admission/ownership.py `restore_kgwe_keys_step`).
 UPDATE = MutatorRegistry("update")

@@ -24,6 +24,7 @@ from webhook.mutation.mutators import (
     OUTPUT_LABELS_MUTATOR,
     PROFILE_QUEUE_MUTATOR,
     SCHEDULING_GATES_MUTATOR,
+    SCHEDULING_GROUP_MUTATOR,
 )
 from webhook.mutation.pipeline import Step
 from webhook.placement.constraints import (
@@ -231,6 +232,17 @@ def scheduling_gates_step(names: Sequence[str]) -> Step:
             spec["schedulingGates"] = gates + missing
 
     return SCHEDULING_GATES_MUTATOR.step(step)
+
+
+def scheduling_group_step(pod_group: str) -> Step:
+    """`spec.schedulingGroup.podGroupName` (native gang scheduling), on a pod that names no group of its own."""
+
+    def step(pod: dict[str, Any]) -> None:
+        spec = mapping_at(pod, "spec")
+        if not spec.get("schedulingGroup"):
+            spec["schedulingGroup"] = {"podGroupName": pod_group}
+
+    return SCHEDULING_GROUP_MUTATOR.step(step)
 
 
 def profile_steps(profile: ProfileResources) -> list[Step]:

@@ -61,6 +61,9 @@ class PlacementPlan:
     annotations: dict[str, str] = field(default_factory=dict)
     pod_affinity_terms: list[dict[str, Any]] = field(default_factory=list)
     scheduling_gates: list[str] = field(default_factory=list)
+    # The PodGroup a sized gang's member joins (native gang scheduling, webhook/gangs/native.py): rendered at
+    # CREATE by /mutate only (the API server drops the field where its gate is off, so /validate never asks it).
+    scheduling_group: str | None = None
     gpu_equivalents: Decimal = Decimal(0)
     price_per_gpu_hour: Decimal | None = None
     charge_type: str | None = None  # the type the pod is charged as until bound (the most expensive)

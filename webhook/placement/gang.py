@@ -14,6 +14,7 @@ from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from policies.vocabulary.topology_schema import LABEL_NVLINK_CLIQUE
 from webhook.cluster.model import ClusterModel
+from webhook.gangs.native import native_gangs
 from webhook.gangs.placement import KUEUE_REQUIRED_TOPOLOGY, plan_sized_gang, queued_by_kueue
 from webhook.placement.constraints import Requirement
 from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster
@@ -28,7 +29,8 @@ def gang(ctx: PlanContext) -> bool:
     plan = ctx.plan
     if ctx.intent.gang_size is not None:
         if not plan_sized_gang(
-            plan, ctx.pod, ctx.candidates, name, ctx.intent.gang_size, ctx.demand.whole_gpus, ctx.model
+            plan, ctx.pod, ctx.candidates, name, ctx.intent.gang_size, ctx.demand.whole_gpus, ctx.model,
+            native=native_gangs(ctx.model, ctx.config.gangs),
         ):
             record(plan, "gang", [], refusal_or(plan, "no NVLink clique has room for the gang"))
             return False

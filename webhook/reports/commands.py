@@ -14,18 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from webhook.config import ConfigError, load_config
-from webhook.inventory.capacity import Inventory
-from webhook.inventory.chargeback import costs_view
-from webhook.inventory.nodes import nodes_view
-from webhook.inventory.profiles import hardware_profiles_view
 from webhook.output import FORMATS, render
 from webhook.reports.tables import format_table
-from webhook.runtime import Runtime
+
+# The views, the configuration and the runtime are imported when a command runs: `kgwe nodes --help` and the
+# shell completion read the parsers alone (docs/performance.md, "The command line's start-up").
+if TYPE_CHECKING:
+    from webhook.runtime import Runtime
 
 
 class CommandError(Exception):
@@ -132,6 +129,7 @@ class Cluster:
 def _cluster(args: argparse.Namespace) -> Cluster:
     from webhook import assembly
     from webhook.cluster.yaml_source import ClusterDirectoryError
+    from webhook.config import ConfigError, load_config
 
     try:
         config = load_config(args.config)
@@ -171,6 +169,9 @@ def _gpu_resources(resources: dict[str, Any]) -> str:
 
 
 def cmd_nodes(args: argparse.Namespace, cluster: Cluster) -> str:
+    from webhook.inventory.capacity import Inventory
+    from webhook.inventory.nodes import nodes_view
+
     runtime = cluster.runtime
     view = nodes_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output in FORMATS:
@@ -239,6 +240,9 @@ def _price_range_text(price_range: dict[str, Any] | None) -> str:
 
 
 def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
+    from webhook.inventory.capacity import Inventory
+    from webhook.inventory.profiles import hardware_profiles_view
+
     runtime = cluster.runtime
     if args.from_nodes or args.type_id:
         return _proposal(args, runtime)
@@ -291,6 +295,8 @@ def _proposal(args: argparse.Namespace, runtime: Runtime) -> str:
 def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
     import time
 
+    import yaml
+
     from webhook.audit import ApiPodReader, audit_cluster, render_reports
     from webhook.audit.formats import report_format
 
@@ -320,6 +326,9 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
 
 
 def cmd_costs(args: argparse.Namespace, cluster: Cluster) -> str:
+    from webhook.inventory.capacity import Inventory
+    from webhook.inventory.chargeback import costs_view
+
     runtime = cluster.runtime
     if args.window is not None:
         return _window_costs(args, runtime)

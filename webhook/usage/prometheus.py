@@ -1,7 +1,8 @@
 """The rim where usage comes in: Prometheus' HTTP API (`/api/v1/query`, `/api/v1/query_range`), read-only.
 
 urllib3 (already here with the kubernetes client) with a connect and read timeout per request; the query's
-own `timeout` is sent too, so Prometheus stops evaluating when we stop waiting. Every failure (refused
+own `timeout` is sent too, so Prometheus stops evaluating when we stop waiting. urllib3 is imported by the
+first client, not with this module, which the admission core (and so `kgwe review`) loads. Every failure (refused
 connection, timeout, an HTTP error, an answer that is not Prometheus' JSON, a query error) becomes one
 `PrometheusUnavailable` whose message names the URL and what went wrong: callers print or serve it, and
 nothing of KGWE crashes because Prometheus is down.
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import urllib3
 from pydantic import BaseModel, ValidationError
 
 # Answers larger than this are refused rather than read into memory (a cluster of 10,000 GPU pods over
@@ -57,6 +57,8 @@ class PrometheusClient:
         self.url = url.rstrip("/")
         self.timeout_seconds = timeout_seconds
         self._token_file = Path(bearer_token_file) if bearer_token_file else None
+        import urllib3
+
         self._pool = urllib3.PoolManager(
             timeout=urllib3.Timeout(connect=min(5.0, timeout_seconds), read=timeout_seconds),
             retries=False,
@@ -75,6 +77,8 @@ class PrometheusClient:
         return headers
 
     def _get(self, path: str, fields: dict[str, str]) -> _Data:
+        import urllib3
+
         url = f"{self.url}{path}"
         fields = {**fields, "timeout": f"{self.timeout_seconds:g}s"}
         try:

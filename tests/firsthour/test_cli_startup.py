@@ -1,0 +1,99 @@
+"""Issue 34: `kgwe --help` and every `kgwe COMMAND --help` start in well under 0.3 s of CPU, because they import
+no engine, client or model (docs/performance.md, "The command line's start-up").
+
+Held without a clock, which a busy machine would fail: one fresh interpreter runs every help and says which
+modules each one imported. A heavy library, or a KGWE module outside the command line's own, is named with
+the command that pulled it in; the fix is to import it in the function that needs it. `kgwe review` is held
+the same way to what a review of files needs: no API client, no HTTP server, no second engine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from cluster_dirs import ROOT
+
+# What the helps may load of KGWE: the command line and the modules that build the delegated commands' parsers.
+LIGHT = {
+    "webhook", "webhook.cli", "webhook.explain_cli", "webhook.output", "webhook.completion",
+    "webhook.reports", "webhook.reports.commands", "webhook.reports.tables",
+    "policies", "policies.loading", "policies.loading.testing", "rego",
+    "agent", "agent.main", "agent.defaults", "certs", "certs.commands",
+}
+KGWE = ("webhook", "policies", "agent", "certs", "rego")
+# The libraries whose import alone costs tens to hundreds of milliseconds (or starts native code).
+HEAVY = {
+    "fastapi", "starlette", "uvicorn", "kubernetes", "kubernetes_validate", "pydantic", "pydantic_core",
+    "prometheus_client", "celpy", "cel_expr_python", "re2", "regorus", "opa_bindings", "opa_client",
+    "cryptography", "pynvml", "yaml", "jsonschema", "jsonpatch", "requests", "urllib3", "httpx", "anyio",
+}
+
+# Runs every help in one interpreter, in order, and prints per help the modules it imported first.
+SCRIPT = r"""
+import contextlib, io, json, sys
+
+from webhook.cli import DELEGATED, build_parser, main
+
+helps = [[], ["completion", "bash"], ["policy", "test", "--help"], ["certs", "generate", "--help"]]
+commands = next(a for a in build_parser()._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
+helps += [[name, "--help"] for name in commands.choices]
+seen = set(sys.modules)
+found = {"(import webhook.cli, build the parser)": [sorted(seen), 0, 1]}
+for argv in helps:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            status = main(argv or ["--help"])
+        except SystemExit as exc:
+            status = exc.code
+    now = set(sys.modules)
+    found["kgwe " + " ".join(argv or ["--help"])] = [sorted(now - seen), status, len(out.getvalue())]
+    seen = now
+print(json.dumps(found))
+"""
+
+
+def _imports_by_help() -> dict[str, list]:
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          check=True)
+    found: dict[str, list] = json.loads(done.stdout)
+    return found
+
+
+def test_no_help_imports_an_engine_a_client_or_a_model() -> None:
+    found = _imports_by_help()
+    assert "kgwe nodes --help" in found and "kgwe explain --help" in found and "kgwe policy --help" in found
+    problems = []
+    for command, (modules, status, printed) in found.items():
+        assert status == 0 and printed, f"{command}: exit status {status}, {printed} characters printed"
+        heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY and "." not in m)
+        ours = sorted(m for m in modules if m.split(".")[0] in KGWE and m not in LIGHT)
+        if heavy or ours:
+            problems.append(f"{command} imports {', '.join(heavy + ours)}")
+    assert not problems, "\n".join(problems)
+
+
+# `kgwe review` needs the admission core, its configuration (pydantic) and the policy engines; it reads the
+# cluster from files, so nothing that serves HTTP or runs the other engines. (The kubernetes client package
+# does load: Kubernetes quantities are parsed by its `kubernetes.utils.quantity`, whose package imports it.)
+NOT_FOR_REVIEW = {"fastapi", "starlette", "uvicorn", "celpy", "cryptography", "pynvml"}
+
+REVIEW = r"""
+import contextlib, io, json, sys
+
+from webhook.cli import main
+
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    status = main(["review", "examples/pods/01-single-type.yaml", "--cluster", "examples/cluster"])
+print(json.dumps([status, "allowed" in out.getvalue().lower(), sorted({m.split(".")[0] for m in sys.modules})]))
+"""
+
+
+def test_review_imports_no_server_or_other_engine() -> None:
+    done = subprocess.run([sys.executable, "-c", REVIEW], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          check=True)
+    status, answered, modules = json.loads(done.stdout)
+    assert status == 0 and answered
+    assert not NOT_FOR_REVIEW & set(modules), f"kgwe review imports {sorted(NOT_FOR_REVIEW & set(modules))}"
