@@ -11,7 +11,8 @@ or JSON by the functions at the bottom:
   loaded policies had nothing to say;
 - each check of the validating webhook: RBAC, quota, placement (no node could ever run it), policies;
 - for a pod that exists and is not bound: what blocks it now. First what KGWE would refuse in it (a pod
-  refused at admission today cannot be "blocked by nothing"), then scheduling gates, the scheduler's own
+  refused at admission today cannot be "blocked by nothing"), then scheduling gates (why its tenant's quota
+  holds it, why its gang waits, as KGWE's controllers plan them), the scheduler's own
   reason (its `PodScheduled` condition), DRA claims not allocated yet, and KGWE's model node by node
   (cordoned, selector, taints, GPUs free after the bound pods).
 
@@ -30,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from policies.vocabulary.keys import GANG as GANG_GATE
 from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView
 from webhook.admission.core import AdmissionService
@@ -40,6 +42,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
 from webhook.explain_waiting import scheduler_reason, unallocated_claims
+from webhook.gangs.view import why_gang_waits
 from webhook.placement.trace import TraceStep
 from webhook.quotas.view import why_waiting
 from webhook.review import create_review
@@ -201,10 +204,14 @@ def blocking_now(pod: dict[str, Any], facts: Facts, config: Config, refused: lis
         reasons.append(f"waits for its tenant's quota (gate {QUOTA_GATE}): {why}" if why else
                        f"gate {QUOTA_GATE}: its tenant's quota holds it now; KGWE's quota controller removes the "
                        "gate on its next pass (docs/quotas.md)")
-    others = [g for g in gates if g != QUOTA_GATE]
+    if GANG_GATE in gates:
+        gang = why_gang_waits(model, config.gangs, pod)
+        reasons.append(f"waits with its gang (gate {GANG_GATE}): {gang}" if gang else
+                       f"held by scheduling gate {GANG_GATE}: a gang starts whole, in one NVLink room (docs/gangs.md)")
+    others = [g for g in gates if g not in (QUOTA_GATE, GANG_GATE)]
     if others:
         reasons.append(f"held by scheduling gate{'s' if len(others) > 1 else ''} {', '.join(others[:8])}: the "
-                       "scheduler does not consider it until removed (a gang waits for all its members, docs/gangs.md)")
+                       "scheduler does not consider it until whoever set it removes it")
     said = scheduler_reason(pod)
     if said:
         reasons.append(said)

@@ -1,7 +1,8 @@
 """What the cluster itself says keeps a pod waiting, for "what blocks it now" (webhook/explain.py):
 
 - the scheduler's own reason: the pod's `PodScheduled` condition when it is False (`Unschedulable: 0/12 nodes
-  are available: ...`), which sees what KGWE's model does not (CPU, memory, volumes, pod affinity);
+  are available: ...`), which sees what KGWE's model does not (CPU, memory, volumes, pod affinity); not the
+  `SchedulingGated` it carries while gated (the gates are said on their own, each with why);
 - Dynamic Resource Allocation: each of the pod's claims that is not created or not allocated yet, since the
   scheduler binds a pod only once every claim of it is allocated.
 
@@ -17,6 +18,8 @@ from policies.vocabulary.objects import pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.dra.claimed import MAX_POD_CLAIMS, generated_claim_names, object_name
 
+# The reason Kubernetes gives a pod created with scheduling gates (KEP-3521); the gates themselves say more.
+GATED = "SchedulingGated"
 MAX_MESSAGE = 512  # the scheduler's messages name every reason once with a count; longer is someone else's text
 
 
@@ -34,6 +37,8 @@ def scheduler_reason(pod: dict[str, Any]) -> str | None:
             continue
         if condition.get("status") != "False":
             return None
+        if condition.get("reason") == GATED and pod_view(pod).scheduling_gates:
+            return None  # "blocked due to non-empty scheduling gates": each gate is said already, with why
         reason = _bounded(condition.get("reason"), 64) or "not scheduled"
         message = _bounded(condition.get("message"))
         return f"the scheduler says ({reason}): {message}" if message else f"the scheduler says: {reason}"

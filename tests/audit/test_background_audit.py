@@ -71,11 +71,16 @@ def test_audit_cluster_finds_every_planted_violation(planted: Runtime) -> None:
     assert not [f for f in findings if f.pod == "batch-done"]  # finished pods are not judged
 
 
-def test_the_clean_example_cluster_has_no_failures(tmp_path: Path) -> None:
+def test_the_example_cluster_fails_only_on_the_workload_it_shows_refused(tmp_path: Path) -> None:
     runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
     findings = audit_cluster(runtime)
-    assert [f for f in findings if f.result != "warn"] == []
-    assert {f.policy for f in findings} == {"kgwe.admission.memory_limit"}  # a Warn policy: low severity
+    # examples/cluster/workloads.yaml: chat-h200 asks for H200s, which no node has. Its pods that wait
+    # (pods-waiting.yaml: for capacity, quota, a clique) are admitted pods, not findings.
+    [refused] = [f for f in findings if f.result != "warn"]
+    assert (refused.kind, refused.namespace, refused.pod, refused.policy) == (
+        "Deployment", "team-a", "chat-h200", "kgwe-workload-admission")
+    assert refused.message.startswith("spec.template: nvidia-h200-141gb: no such GPUs")
+    assert {f.policy for f in findings if f.result == "warn"} == {"kgwe.admission.memory_limit"}  # a Warn policy
 
 
 def _gauge(category: str, namespace: str) -> float | None:
@@ -276,22 +281,27 @@ def test_workloads_are_judged_a_slice_per_tick_and_reported(tmp_path: Path) -> N
     auditor = Auditor(runtime, writer, pods_per_tick=1)
     ticks = [auditor.tick() for _ in range(workloads)]
     assert all(t.workloads == 1 for t in ticks)  # bounded like pods: pods_per_tick workloads per tick
-    [finding] = [f for f in auditor.findings if f.kind]
+    # Beside the example's own refused workload (chat-h200, examples/cluster/workloads.yaml).
+    assert sorted(f.pod for f in auditor.findings if f.kind) == ["chat-h200", "old-gpus"]
+    [finding] = [f for f in auditor.findings if f.kind and f.pod == "old-gpus"]
     assert (finding.kind, finding.namespace, finding.pod) == ("Deployment", "team-a", "old-gpus")
     report = writer.reports[("Report", "team-a", "kgwe-audit")]
-    [result] = [r for r in report["results"] if r["policy"] == "kgwe-workload-admission"]
+    [result] = [r for r in report["results"] if r["policy"] == "kgwe-workload-admission"
+                and r["resources"][0]["name"] == "old-gpus"]
     assert result["resources"] == [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "team-a",
                                     "name": "old-gpus"}]
     assert result["message"].startswith("spec.template: ") and "nvidia-v100-16gb" in result["message"]
 
-    # The workload is gone: its finding goes at the next tick, and the namespace's report says so.
+    # The workload is gone: its finding goes at the next tick, and the namespace's report says so; the other
+    # refused workload's stays.
     runtime.store.min_rebuild_interval = 0
     [old] = [d for d in runtime.store.objects("Deployment") if d["metadata"]["name"] == "old-gpus"]
     runtime.store.delete(old)
     auditor.tick()
-    assert not [f for f in auditor.findings if f.kind]
+    assert [f.pod for f in auditor.findings if f.kind] == ["chat-h200"]
     report = writer.reports[("Report", "team-a", "kgwe-audit")]
-    assert not [r for r in report["results"] if r["policy"] == "kgwe-workload-admission"]
+    assert [r["resources"][0]["name"] for r in report["results"] if r["policy"] == "kgwe-workload-admission"] == [
+        "chat-h200"]
 
 
 def deployment(name: str, namespace: str, accelerator: str) -> dict[str, Any]:

@@ -38,10 +38,14 @@ def audit(capsys: pytest.CaptureFixture[str], cluster: Path, *argv: str) -> tupl
     return status, capsys.readouterr().out
 
 
-def test_the_example_deployment_is_admitted(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_example_deployments_one_admitted_one_refused(capsys: pytest.CaptureFixture[str]) -> None:
     status, out = audit(capsys, EXAMPLE_CLUSTER, "-o", "json", "--exit-code")
-    assert status == 0
-    assert not any(f.get("kind") for f in json.loads(out)["findings"])
+    # examples/cluster/workloads.yaml: llm-serving is admitted; chat-h200 asks for H200s, which no node has.
+    assert status == 1
+    [refused] = [f for f in json.loads(out)["findings"] if f.get("kind")]
+    assert (refused["kind"], refused["namespace"], refused["pod"], refused["result"]) == (
+        "Deployment", "team-a", "chat-h200", "fail")
+    assert refused["message"].startswith("spec.template: nvidia-h200-141gb: no such GPUs")
 
 
 def test_a_refused_template_is_reported_with_its_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -52,7 +56,10 @@ def test_a_refused_template_is_reported_with_its_path(capsys: pytest.CaptureFixt
           deployment("fine", "team-a", "1"))
     status, out = audit(capsys, cluster, "-o", "json", "--exit-code")
     assert status == 1
-    [finding] = [f for f in json.loads(out)["findings"] if f.get("kind")]
+    # Beside the example's own refused workload (chat-h200), the one planted: "fine" is admitted.
+    found = [f for f in json.loads(out)["findings"] if f.get("kind")]
+    assert sorted(f["pod"] for f in found) == ["chat-h200", "old-gpus"]
+    [finding] = [f for f in found if f["pod"] == "old-gpus"]
     assert finding["kind"] == "Deployment" and finding["api_version"] == "apps/v1"
     assert (finding["namespace"], finding["pod"], finding["result"]) == ("team-a", "old-gpus", "fail")
     assert finding["message"].startswith("spec.template: ")
@@ -102,5 +109,5 @@ def test_an_applied_workload_carrying_kgwe_outputs_is_admitted(
     annotations = result.object["spec"]["template"]["metadata"]["annotations"]
     assert "kgwe.io/accelerator-type" in annotations  # the mutated template, as the cluster stores it
     plant(cluster, "applied.yaml", result.object)
-    status, out = audit(capsys, cluster, "-o", "json", "--exit-code")
-    assert status == 0, out
+    _status, out = audit(capsys, cluster, "-o", "json")  # the example's chat-h200 is refused; this one is not
+    assert not [f for f in json.loads(out)["findings"] if f["pod"] == "applied"], out

@@ -76,3 +76,29 @@ def test_the_slimmed_pod_keeps_what_blocks_it_and_bounds_it() -> None:
     assert slim["status"]["resourceClaimStatuses"] == pod["status"]["resourceClaimStatuses"]
     (condition,) = slim["status"]["conditions"]
     assert set(condition) == {"type", "status", "reason", "message"} and len(condition["message"]) == 1024
+
+
+GATED = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+         "message": "Scheduling is blocked due to non-empty scheduling gates"}
+
+
+def test_a_gated_pod_says_why_each_gate_holds_it_not_that_it_is_gated(tmp_path: Path) -> None:
+    # A gang of 2 on GB200 with one member so far: the gang gate says what the gang waits for; the API server's
+    # SchedulingGated condition (every gated pod has it) is not repeated as "the scheduler says".
+    pod = gpu_pod("gang-0", "inference", gpus=4, phase="Pending",
+                  annotations={"kgwe.io/accelerator": "nvidia-gb200-186gb", "kgwe.io/gang": "g",
+                               "kgwe.io/gang-size": "2"})
+    pod["metadata"]["labels"] = {"kgwe.io/gang": "g"}
+    pod["spec"]["schedulingGates"] = [{"name": "kgwe.io/gang"}, {"name": "example.com/other"}]
+    pod["status"]["conditions"] = [GATED]
+    blocking = _blocking(tmp_path, pod)
+    assert blocking[:2] == [
+        "waits with its gang (gate kgwe.io/gang): gang g, 1 of 2 pods: 1 of 2 members exist",
+        "held by scheduling gate example.com/other: the scheduler does not consider it until whoever set it "
+        "removes it",
+    ]
+    assert not any(b.startswith("the scheduler says") for b in blocking), blocking
+    # Once the gates are off, a SchedulingGated left over is the scheduler's word again, said as it is.
+    pod["spec"].pop("schedulingGates")
+    assert "the scheduler says (SchedulingGated): Scheduling is blocked due to non-empty scheduling gates" in (
+        _blocking(tmp_path / "ungated", pod))

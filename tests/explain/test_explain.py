@@ -62,7 +62,8 @@ def test_explaining_reserves_no_quota() -> None:
 def test_existing_pending_pod_shows_what_blocks_it_now(tmp_path: Path) -> None:
     cluster = copy_example_cluster(tmp_path / "cluster")
     runtime = build_runtime(load_config(EXAMPLE_CONFIG), cluster)
-    wanted = gpu_pod("waiting", "ml-research", gpus=8, phase="Pending",
+    # Named apart from the example's own ml-research/waiting (examples/cluster/pods-waiting.yaml).
+    wanted = gpu_pod("wants-8", "ml-research", gpus=8, phase="Pending",
                      annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"})
     admitted = review_pod(runtime.admission, wanted)
     assert admitted.allowed
@@ -72,7 +73,7 @@ def test_existing_pending_pod_shows_what_blocks_it_now(tmp_path: Path) -> None:
     fillers = [gpu_pod(f"busy-{n}", "ml-research", gpus=8, node=n) for n in h100]
     plant(cluster, "zz-pending.yaml", pending, *fillers)
     out = tmp_path / "out.json"
-    code = _run_cli(["explain", "ml-research/waiting", "--cluster", str(cluster), "--config", str(EXAMPLE_CONFIG),
+    code = _run_cli(["explain", "ml-research/wants-8", "--cluster", str(cluster), "--config", str(EXAMPLE_CONFIG),
                      "-o", "json"], out)
     assert code == 0
     body = json.loads(out.read_text())

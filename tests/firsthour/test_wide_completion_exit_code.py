@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, ROOT
+from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, ROOT, copy_example_cluster, edit_manifests
 
 from webhook.cli import main
 from webhook.reports.commands import run
@@ -80,13 +80,20 @@ def test_zsh_completion_is_generated_and_parses(capsys: pytest.CaptureFixture[st
     subprocess.run([zsh, "-n", str(tmp_path / "_kgwe")], check=True, timeout=30)
 
 
-def test_exit_code_means_the_same_for_review_explain_and_audit(capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_code_means_the_same_for_review_explain_and_audit(capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
     for command in (["review"], ["explain"]):
         assert main([*command, str(ALLOWED), *OFFLINE, "--exit-code"]) == 0
         assert main([*command, str(REFUSED), *OFFLINE, "--exit-code"]) == 1
         assert main([*command, str(REFUSED), *OFFLINE]) == 0  # without it a refusal is an answer
-    # The example cluster's findings are warnings: nothing fails, so 0 with the flag too.
-    assert run("audit", [*OFFLINE, "--exit-code"]) == 0
+    # The example cluster has one failing finding, the workload it shows refused (chat-h200 asks for H200s).
+    assert run("audit", [*OFFLINE, "--exit-code"]) == 1
+    assert run("audit", OFFLINE) == 0
+    # Without that workload its findings are warnings: nothing fails, so 0 with the flag too.
+    cluster = copy_example_cluster(tmp_path / "cluster")
+    edit_manifests(cluster / "workloads.yaml",
+                   lambda docs: docs.remove(next(d for d in docs if d["metadata"]["name"] == "chat-h200")))
+    assert run("audit", ["--cluster", str(cluster), "--config", str(EXAMPLE_CONFIG), "--exit-code"]) == 0
     from webhook.cli import build_parser
     from webhook.explain_cli import EXIT_CODE_HELP
 

@@ -52,13 +52,14 @@ def test_hardware_profiles_fields_and_availability(client: TestClient) -> None:
     assert premium["displayName"] == "Premium H100 80GB"
     assert premium["sharing"] == {"mode": "exclusive"}
     assert premium["pricePerGPUHour"] == "4.50"
-    # dgx-h100-01 runs a 4-GPU pod; the finished 8-GPU pod on dgx-h100-02 holds nothing.
-    assert (premium["total"], premium["available"], premium["pending"]) == (16, 12, 0)
+    # Each DGX runs a 4-GPU pod (train-llm-0, inference/vllm-70b-0); the finished 8-GPU pod on dgx-h100-02
+    # holds nothing; ml-research/waiting, unbound, asks for 8 (examples/cluster/pods-waiting.yaml).
+    assert (premium["total"], premium["available"], premium["pending"]) == (16, 8, 8)
     assert premium["acceleratorTypes"] == [{
         "id": "nvidia-h100-80gb", "productName": "NVIDIA H100 80GB", "memoryGB": 80, "architecture": "hopper",
-        "total": 16, "available": 12, "pending": 0, "pricePerGPUHour": "4.50", "pricePerUnitHour": "4.50",
+        "total": 16, "available": 8, "pending": 8, "pricePerGPUHour": "4.50", "pricePerUnitHour": "4.50",
     }]
-    assert premium["summary"] == "Premium H100 80GB (NVIDIA H100 80GB) - 12 available"
+    assert premium["summary"] == "Premium H100 80GB (NVIDIA H100 80GB) - 8 available"
 
 
 def test_mig_profile_counts_slices_of_its_profile(client: TestClient) -> None:
@@ -98,11 +99,12 @@ def test_pending_pods_cordoned_nodes_and_finished_pods(tmp_path: Path) -> None:
     with TestClient(api_app(_runtime_for(cluster))) as client:
         profiles = client.get("/api/v1/hardware-profiles").json()["profiles"]
     premium = _by(profiles, "name", "premium-h100")
-    assert (premium["total"], premium["available"], premium["pending"]) == (16, 12, 2)
+    assert (premium["total"], premium["available"], premium["pending"]) == (16, 8, 8 + 2)  # the example's waiting too
     small = _by(profiles, "name", "small-mig")
     assert (small["total"], small["available"]) == (28, 24)
     nvl72 = _by(profiles, "name", "nvl72")
-    assert (nvl72["total"], nvl72["available"]) == (12, 12)  # one of four trays cordoned
+    # One of four trays cordoned (the one running rl-rollout-0); eval-0 holds 2 GPUs of rack B.
+    assert (nvl72["total"], nvl72["available"]) == (12, 10)
 
 
 # -- /api/v1/nodes --------------------------------------------------------------------------------
@@ -129,7 +131,8 @@ def test_nodes_view(client: TestClient) -> None:
     assert dgx["labels"]["kgwe.io/accelerator-type"] == "nvidia-h100-80gb"
     assert "annotations" not in dgx and "addresses" not in dgx
 
-    assert _by(nodes, "name", "dgx-h100-02")["used"] == {}  # its only pod has finished
+    # Its 8-GPU pod has finished; inference/vllm-70b-0 runs on 4.
+    assert _by(nodes, "name", "dgx-h100-02")["used"] == {"nvidia.com/gpu": 4}
     unknown = _by(nodes, "name", "gpu-unlabelled-01")
     assert (unknown["acceleratorType"], unknown["productName"], unknown["gpus"]) == ("unknown", None, 2)
     cpu = _by(nodes, "name", "cpu-01")
@@ -144,7 +147,7 @@ def test_nodes_view(client: TestClient) -> None:
 
     types = body["types"]
     h100 = _by(types, "id", "nvidia-h100-80gb")
-    assert (h100["nodes"], h100["gpus"], h100["available"]) == (2, 16, 12)
+    assert (h100["nodes"], h100["gpus"], h100["available"]) == (2, 16, 8)
     assert _by(types, "id", "unknown")["productName"] is None
     assert types[-1]["id"] == "unknown"  # untyped GPUs listed last
 
@@ -168,10 +171,11 @@ def test_tenants_view(client: TestClient) -> None:
     profile = _by(research["limits"], "name", "premium-h100")
     assert (profile["kind"], profile["gpus"], profile["gpuMemory"], profile["usedMemory"]) == (
         "profile", 12, "960Gi", "0Gi")
-    # A tenant without a TenantQuota still shows its running pods' cost (computed: 1/7 of an A100 at 2.80).
+    # A tenant without a TenantQuota still shows its running pods' cost: notebook-1's computed 1/7 of an A100 at
+    # 2.80 (0.40) and vllm-70b-0's stated 18.
     inference = _by(body["tenants"], "tenant", "inference")
     assert (inference["quotas"], inference["limits"], inference["hourlyCost"], inference["pods"]) == (
-        [], [], "0.40", 1)
+        [], [], "18.40", 2)
 
 
 # -- proposal -------------------------------------------------------------------------------------
@@ -245,7 +249,7 @@ def test_a_new_snapshot_is_served_after_the_refresh_interval(tmp_path: Path) -> 
         before = _by(client.get("/api/v1/hardware-profiles").json()["profiles"], "name", "premium-h100")
         runtime.store.upsert(gpu_pod("late", "team-a", gpus=3, node="dgx-h100-02"))
         after = _by(client.get("/api/v1/hardware-profiles").json()["profiles"], "name", "premium-h100")
-    assert (before["available"], after["available"]) == (12, 9)
+    assert (before["available"], after["available"]) == (8, 5)  # 3 of dgx-h100-02's 4 free GPUs taken
     assert cache.view("profiles", hardware_profiles_view)["profiles"]  # the same cache serves Python callers
 
 
@@ -261,12 +265,12 @@ def test_background_refresh_serves_the_previous_answer_until_the_new_one_is_read
     def premium() -> Any:
         return _by(cache.view("profiles", hardware_profiles_view)["profiles"], "name", "premium-h100")["available"]
 
-    assert premium() == 12
+    assert premium() == 8
     runtime.store.upsert(gpu_pod("late", "team-a", gpus=3, node="dgx-h100-02"))
     seen = [premium()]
     deadline = time.monotonic() + 30
-    while seen[-1] != 9 and time.monotonic() < deadline:
+    while seen[-1] != 5 and time.monotonic() < deadline:
         time.sleep(0.01)
         seen.append(premium())
-    assert seen[-1] == 9
-    assert set(seen) <= {12, 9}  # never anything but a whole old or a whole new answer
+    assert seen[-1] == 5
+    assert set(seen) <= {8, 5}  # never anything but a whole old or a whole new answer

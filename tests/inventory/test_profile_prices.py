@@ -66,8 +66,11 @@ def test_a_pending_pod_counts_once(tmp_path: Path) -> None:
     waiting = gpu_pod("waits", "team-a", gpus=2, phase="Pending",
                       annotations={"kgwe.io/accelerator-type": f"{H100},{GB200}"})
     profiles = _profiles(tmp_path, waiting)
-    assert sum(p["pending"] for p in profiles.values()) == 2
-    assert sum(p["pendingPods"] for p in profiles.values()) == 1
+    # Beside the example's own 4 waiting pods (examples/cluster/pods-waiting.yaml): 8 H100s on premium-h100,
+    # 4 + 2 x 4 GB200s on nvl72.
+    assert (profiles["premium-h100"]["pending"], profiles["nvl72"]["pending"]) == (8, 12)
+    assert sum(p["pending"] for p in profiles.values()) == 20 + 2
+    assert sum(p["pendingPods"] for p in profiles.values()) == 4 + 1
     big = profiles["big-any"]  # the profile that offers exactly what it may run on, on its first type
     assert (big["pending"], big["pendingPods"]) == (2, 1)
     assert [t["pending"] for t in big["acceleratorTypes"]] == [2, 0]
@@ -77,4 +80,5 @@ def test_a_pending_pod_counts_on_the_profile_it_named(tmp_path: Path) -> None:
     waiting = gpu_pod("named", "team-a", gpus=1, phase="Pending",
                       annotations={"kgwe.io/accelerator-type": H100, "kgwe.io/profile": "big-any"})
     profiles = _profiles(tmp_path, waiting)
-    assert (profiles["big-any"]["pending"], profiles["premium-h100"]["pending"]) == (1, 0)
+    # premium-h100 keeps only the example's ml-research/waiting (8 H100s).
+    assert (profiles["big-any"]["pending"], profiles["premium-h100"]["pending"]) == (1, 8)

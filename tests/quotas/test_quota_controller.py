@@ -220,13 +220,14 @@ def test_a_sized_gang_is_released_whole_once_every_member_exists(
 ) -> None:
     server, _replicas = cluster
     gang = {"kgwe.io/accelerator": "nvidia-gb200-186gb", "kgwe.io/gang": "llm", "kgwe.io/gang-size": "2"}
-    first = admitted(config, gpu_pod("llm-0", 4, gang, namespace="ml-research"), "2026-11-29T00:02:00Z")
+    # ml-research holds 14 of its 16 GB200s (examples/cluster): a gang of 2 x 1 GPU fits, once it is whole.
+    first = admitted(config, gpu_pod("llm-0", 1, gang, namespace="ml-research"), "2026-11-29T00:02:00Z")
     assert {"name": GATE} in first["spec"]["schedulingGates"]
     server.put("Pod", first)
     eventually(lambda: _condition(server, "ml-research/llm-0") is not None, what="the first member told")
     assert "gang llm has 1 of its 2 pods; it is released whole" in str(_condition(server, "ml-research/llm-0"))
     assert "ml-research/llm-0" in gated(server, "ml-research")
-    server.put("Pod", admitted(config, gpu_pod("llm-1", 4, gang, namespace="ml-research"), "2026-11-29T00:02:01Z"))
+    server.put("Pod", admitted(config, gpu_pod("llm-1", 1, gang, namespace="ml-research"), "2026-11-29T00:02:01Z"))
     eventually(lambda: released(server, "ml-research/llm-") == {"ml-research/llm-0", "ml-research/llm-1"},
                what="the whole gang released")
 

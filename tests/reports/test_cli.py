@@ -44,7 +44,7 @@ def test_nodes_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert table["gpu-unlabelled-01"][1] == "unknown"
     assert table["l4-mps-01"][5:8] == ["-", "-", "mpsx4"]  # USED, MIG, SHARING
     # The type summary after the node table.
-    assert table["nvidia-h100-80gb"] == ["nvidia-h100-80gb", "NVIDIA H100 80GB", "2", "16", "12"]
+    assert table["nvidia-h100-80gb"] == ["nvidia-h100-80gb", "NVIDIA H100 80GB", "2", "16", "8"]  # 4 busy on each
     # Columns line up: every node row starts its TYPE column where the header does.
     type_column = header.index("TYPE")
     node_lines = out.split("\n\n")[0].splitlines()[1:]
@@ -63,8 +63,9 @@ def test_profiles_table(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _err = kgwe(capsys, "profiles", *OFFLINE)
     assert status == 0
     table = rows(out)
-    assert table["premium-h100"] == ["premium-h100", "Premium H100 80GB", "exclusive", "nvidia-h100-80gb", "16", "12",
-                                     "0", "4.50"]
+    # 8 of 16 free (4 busy on each DGX); 8 pending: ml-research/waiting (examples/cluster/pods-waiting.yaml).
+    assert table["premium-h100"] == ["premium-h100", "Premium H100 80GB", "exclusive", "nvidia-h100-80gb", "16", "8",
+                                     "8", "4.50"]
     assert table["small-mig"][2:8] == ["mig 1g.10gb", "nvidia-a100-80gb", "28", "27", "0", "2.80"]
     assert "USD/GPU-H" in out.splitlines()[0]
 
@@ -92,8 +93,11 @@ def test_profiles_from_unknown_nodes_fails(capsys: pytest.CaptureFixture[str]) -
 
 def test_audit_table_and_exit_code(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     status, out, _err = kgwe(capsys, "audit", *OFFLINE, "--exit-code")
-    assert status == 0  # only Warn findings in the example cluster
+    # One failing finding in the example cluster, the workload it shows refused; the others are Warn findings.
+    assert status == 1
     assert "kgwe.admission.memory_limit" in out
+    [refused] = [line.split()[:6] for line in out.splitlines() if "fail" in line.split()[4:5]]
+    assert refused == ["team-a", "Deployment/chat-h200", "policy", "high", "fail", "kgwe-workload-admission"]
 
     cluster = copy_example_cluster(tmp_path / "cluster")
     plant(cluster, "bad.yaml", gpu_pod("root", "team-a", node="dgx-h100-02", privileged=True))
@@ -111,7 +115,7 @@ def test_audit_table_and_exit_code(capsys: pytest.CaptureFixture[str], tmp_path:
         ("openreports.io/v1alpha1", "Report"), ("openreports.io/v1alpha1", "ClusterReport"),
     }
     team_a = next(r for r in reports if r["metadata"].get("namespace") == "team-a")
-    assert team_a["summary"]["fail"] == 1 and team_a["source"] == "kgwe"
+    assert team_a["summary"]["fail"] == 2 and team_a["source"] == "kgwe"  # root and the example's chat-h200
 
     config = tmp_path / "wgpolicyk8s.yaml"
     config.write_text(EXAMPLE_CONFIG.read_text() + "\naudit: {reportFormat: wgpolicyk8s}\n")
@@ -144,11 +148,11 @@ def test_costs_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
     assert ["team-a", "nvidia-h100-80gb", "1", "18.00", "432.00", "13140.00"] in lines
     assert ["team-a", "nvidia-l4-24gb", "1", "0.20", "4.80", "146.00"] in lines
     assert ["ml-research", "nvidia-h100-80gb", "1", "9.00", "216.00", "6570.00"] in lines
-    assert "Total: 27.60 USD/hour" in out
+    assert "Total: 99.60 USD/hour" in out  # the example's 90.40, plus 0.20 and 9.00
 
     status, out, _err = kgwe(capsys, "costs", *args, "-o", "json")
     document = json.loads(out)
-    assert document["hourlyCost"] == "27.60"
+    assert document["hourlyCost"] == "99.60"
     legacy = next(p for p in document["pods"] if p["pod"] == "legacy")
     assert (legacy["source"], legacy["hourlyCost"]) == ("computed", "9.00")
 

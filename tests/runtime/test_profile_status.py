@@ -19,8 +19,9 @@ def test_available_gpus_per_profile_are_written_once_per_change() -> None:
     sync = ProfileStatusSync(runtime, written.__setitem__, is_leader=lambda: True)
 
     assert set(sync.sync_once()) == set(runtime.store.snapshot().hardware_profiles)
-    # dgx-h100-01 runs a 4-GPU pod; the finished 8-GPU pod on dgx-h100-02 does not count.
-    assert written["premium-h100"]["available"] == [{"acceleratorType": "nvidia-h100-80gb", "gpus": 12, "total": 16}]
+    # dgx-h100-01 and dgx-h100-02 run a 4-GPU pod each (train-llm-0, inference/vllm-70b-0); the finished 8-GPU
+    # pod on dgx-h100-02 does not count, nor does ml-research/waiting, which no node has room for.
+    assert written["premium-h100"]["available"] == [{"acceleratorType": "nvidia-h100-80gb", "gpus": 8, "total": 16}]
     assert written["small-mig"]["available"][0]["acceleratorType"] == "nvidia-a100-80gb"
 
     # The API server now holds these statuses: the next sync writes nothing.

@@ -105,8 +105,12 @@ def test_tenants_show_the_pods_that_wait_for_quota_and_why(browser: Any, tmp_pat
             assert card.locator('[data-field="waitingPods"]').inner_text() == "1"
             row = card.locator('li[data-pod="team-a/waits"]')
             assert "team-a: nvidia-h100-80gb 8 of 8 GPUs in use; this pod asks 4; 1st in line" in row.inner_text()
+            # The example's own: ml-research/sweep-0 waits for GB200 quota (examples/cluster/pods-waiting.yaml).
+            research = page.locator('article.tenant[data-tenant="ml-research"]')
+            assert research.locator('[data-field="waitingPods"]').inner_text() == "1"
+            assert "14 of 16 GPUs in use" in research.locator('li[data-pod="ml-research/sweep-0"]').inner_text()
             # A tenant with nothing waiting shows no list.
-            assert page.locator('article.tenant[data-tenant="ml-research"] [data-field="waiting"]').count() == 0
+            assert page.locator('article.tenant[data-tenant="inference"] [data-field="waiting"]').count() == 0
         finally:
             context.close()
     assert problems.errors == [] and problems.foreign_requests == []

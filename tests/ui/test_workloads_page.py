@@ -54,7 +54,8 @@ def _api(server: KgweServer) -> Any:
 def test_the_api_lists_gpu_workloads_with_their_verdicts(workloads_server: KgweServer) -> None:
     body = _api(workloads_server)
     by_name = {w["name"]: w for w in body["workloads"]}
-    assert set(by_name) == {"llm-serving", "too-big"}  # the CPU-only Job is not a GPU workload
+    # The example's two Deployments and the Job planted here; the CPU-only Job is not a GPU workload.
+    assert set(by_name) == {"llm-serving", "chat-h200", "too-big"}
     serving = by_name["llm-serving"]
     assert (serving["kind"], serving["namespace"], serving["admitted"], serving["reason"]) == (
         "Deployment", "team-a", True, "")
@@ -63,7 +64,8 @@ def test_the_api_lists_gpu_workloads_with_their_verdicts(workloads_server: KgweS
     big = by_name["too-big"]
     assert (big["kind"], big["totalGpus"], big["admitted"]) == ("Job", 32, False)
     assert big["reason"].startswith("spec.template: ") and "16" in big["reason"]
-    assert body["refused"] == 1
+    assert not by_name["chat-h200"]["admitted"]  # examples/cluster/workloads.yaml: no node has H200s
+    assert body["refused"] == 2
 
 
 def test_the_workloads_page_shows_what_the_api_answers(browser: Any, workloads_server: KgweServer) -> None:

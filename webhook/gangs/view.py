@@ -14,8 +14,11 @@ from typing import Any
 
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
+from webhook.config import Gangs
 from webhook.gangs.accounting import gang_pods
 from webhook.gangs.ledger import Records
+from webhook.gangs.planning import planned_records
+from webhook.gangs.spec import membership
 
 
 def gangs_view(
@@ -66,3 +69,21 @@ def gangs_view(
 
 def _pod_group(pods: list[dict[str, Any]]) -> str | None:
     return next((name for name in (PodView(p).pod_group_name for p in pods) if name), None)
+
+
+def why_gang_waits(model: ClusterModel, settings: Gangs, pod: dict[str, Any], now: float | None = None) -> str | None:
+    """Why the gang of this gated member waits now, as the controller plans it from the pods of `model` (in a
+    cluster the leader's records may have promised rooms in another order: `kgwe gangs` shows those); None for
+    a pod of no sized gang."""
+    member = membership(pod)
+    if member is None:
+        return None
+    group = gang_pods(model).get(member.key)
+    present = len(group.pods) if group else 0
+    record = planned_records(model, settings, time.time() if now is None else now).get(member.key)
+    head = f"gang {member.gang}, {present} of {member.size} pods"
+    if record is None:
+        return f"{head}: not planned yet"
+    if record.released_at is not None:
+        return f"{head}: its room has space for all of them now; KGWE's gang controller removes the gate"
+    return f"{head}: {record.reason or 'waiting for the controller'}"
