@@ -20,7 +20,10 @@ def chromium() -> Path:
         pytest.skip(f"no headless browser: {exc}")
 
 
-@pytest.fixture(scope="session")
+# One browser per module, not per session: Playwright's sync API keeps an asyncio loop running in this thread
+# while it is open, and a test of another folder that a worker runs afterwards (pytest-xdist) could not
+# start an event loop of its own (`asyncio.run() cannot be called from a running event loop`).
+@pytest.fixture(scope="module")
 def browser(chromium: Path) -> Iterator[Any]:
     with chromium_browser(chromium) as launched:
         yield launched
