@@ -223,7 +223,7 @@ def test_pod_policy_refuses_subresources_and_leaves_others_alone(default: Render
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert default.one("ValidatingAdmissionPolicy", POD_POLICY)["spec"]["failurePolicy"] == "Fail"
     assert render({"webhook": {"podScopePolicy": {"enabled": False}}}).names("ValidatingAdmissionPolicy") == {
-        "kgwe-agent-node-scope", "kgwe-webhook-claim-template-scope", "kgwe-pod-guarantees"
+        "kgwe-agent-node-scope", "kgwe-webhook-claim-template-scope", "kgwe-pod-guarantees", "kgwe-pod-quota-gate"
     }
 
 

@@ -60,7 +60,7 @@ webhook's service account to controllerUsers: both must hold whatever the user w
 */}}
 {{- define "kgwe.configYaml" -}}
 {{- $config := deepCopy (.Values.config | default dict) }}
-{{- $excluded := concat (get $config "excludedNamespaces" | default (list "kube-system")) (list .Release.Namespace) | uniq }}
+{{- $excluded := include "kgwe.configExcludedNamespaces" . | fromJsonArray }}
 {{- $controllers := concat (get $config "controllerUsers" | default list) (list (include "kgwe.webhookServiceAccountUser" .)) | uniq }}
 {{- $_ := set $config "excludedNamespaces" $excluded }}
 {{- $_ := set $config "controllerUsers" $controllers }}
@@ -71,6 +71,112 @@ webhook's service account to controllerUsers: both must hold whatever the user w
 {{- $_ := set $workloads "identityKeyFile" "/etc/kgwe/identity/key" }}
 {{- $_ := set $config "workloads" $workloads }}
 {{- toYaml $config }}
+{{- end }}
+
+{{/* config.excludedNamespaces as the ConfigMap holds it (KGWE's default, kube-system, and the release namespace), JSON. */}}
+{{- define "kgwe.configExcludedNamespaces" -}}
+{{- concat (get (.Values.config | default dict) "excludedNamespaces" | default (list "kube-system")) (list .Release.Namespace) | uniq | toJson }}
+{{- end }}
+
+{{/*
+config.workloads.controllerIdentities as KGWE reads it (webhook/config.py DEFAULT_CONTROLLER_IDENTITIES when
+unset; a chart test keeps the two lists equal), JSON: the requesters whose pods are judged as the user who
+wrote the workload (a signed kgwe.io/requested-by, webhook/workloads/identity.py).
+*/}}
+{{- define "kgwe.controllerIdentities" -}}
+{{- $workloads := get (.Values.config | default dict) "workloads" | default dict }}
+{{- if hasKey $workloads "controllerIdentities" }}
+{{- $workloads.controllerIdentities | default list | toJson }}
+{{- else }}
+{{- list
+  "system:kube-controller-manager"
+  "system:serviceaccount:kube-system:replicaset-controller"
+  "system:serviceaccount:kube-system:deployment-controller"
+  "system:serviceaccount:kube-system:job-controller"
+  "system:serviceaccount:kube-system:statefulset-controller"
+  "system:serviceaccount:kube-system:daemon-set-controller"
+  "system:serviceaccount:kube-system:cronjob-controller"
+  "system:serviceaccount:jobset-system:jobset-controller-manager"
+  "system:serviceaccount:lws-system:lws-controller-manager"
+  "system:serviceaccount:kubeflow:training-operator"
+  "system:serviceaccount:ray-system:kuberay-operator"
+  "system:serviceaccount:kueue-system:kueue-controller-manager"
+  | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
+The resources KGWE counts as GPUs (policies/vocabulary/resources.py GPU_RESOURCE_PREFIXES; a chart test keeps
+them equal), JSON. Not webhooks.resourcePrefixes: that list says which pods are sent to the webhooks.
+*/}}
+{{- define "kgwe.countedGpuPrefixes" -}}
+{{- list "nvidia.com/" "amd.com/gpu" | toJson }}
+{{- end }}
+
+{{/*
+CEL: do the labels `.labels` (a CEL expression of a map) match the label selector `.selector` (a value of
+values.yaml), as KGWE reads a selector (policies/loading/selectors.py)? A selector KGWE refuses to read (a
+value that is not a string, In or NotIn without values, Exists or DoesNotExist with values, an unknown
+operator) matches nothing there, so `false` here; an empty one matches everything (`true`). Strings are
+written as JSON strings, which CEL reads as double-quoted literals.
+*/}}
+{{- define "kgwe.cel.selectorMatches" -}}
+{{- $selector := .selector }}
+{{- $labels := .labels }}
+{{- $valid := kindIs "map" $selector }}
+{{- $terms := list }}
+{{- if $valid }}
+{{- $matchLabels := get $selector "matchLabels" }}
+{{- if not (empty $matchLabels) }}
+{{- if kindIs "map" $matchLabels }}
+{{- range $key, $value := $matchLabels }}
+{{- if kindIs "string" $value }}
+{{- $terms = append $terms (printf "(%s in %s && %s[%s] == %s)" (toJson $key) $labels $labels (toJson $key) (toJson $value)) }}
+{{- else }}
+{{- $valid = false }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- $valid = false }}
+{{- end }}
+{{- end }}
+{{- $expressions := get $selector "matchExpressions" }}
+{{- if not (empty $expressions) }}
+{{- if kindIs "slice" $expressions }}
+{{- range $expressions }}
+{{- if not (kindIs "map" .) }}
+{{- $valid = false }}
+{{- else }}
+{{- $operator := get . "operator" }}
+{{- $values := get . "values" | default list }}
+{{- $key := get . "key" }}
+{{- if not (and (hasKey . "key") (kindIs "string" $key) (kindIs "string" $operator) (has $operator (list "In" "NotIn" "Exists" "DoesNotExist")) (kindIs "slice" $values)) }}
+{{- $valid = false }}
+{{- else }}
+{{- range $values }}{{ if not (kindIs "string" .) }}{{ $valid = false }}{{ end }}{{ end }}
+{{- $in := printf "%s in %s" (toJson $key) $labels }}
+{{- if eq $operator "In" }}
+{{- if empty $values }}{{ $valid = false }}{{ end }}
+{{- $terms = append $terms (printf "(%s && %s[%s] in %s)" $in $labels (toJson $key) (toJson $values)) }}
+{{- else if eq $operator "NotIn" }}
+{{- if empty $values }}{{ $valid = false }}{{ end }}
+{{- $terms = append $terms (printf "(!(%s) || !(%s[%s] in %s))" $in $labels (toJson $key) (toJson $values)) }}
+{{- else if eq $operator "Exists" }}
+{{- if not (empty $values) }}{{ $valid = false }}{{ end }}
+{{- $terms = append $terms (printf "(%s)" $in) }}
+{{- else }}
+{{- if not (empty $values) }}{{ $valid = false }}{{ end }}
+{{- $terms = append $terms (printf "!(%s)" $in) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- $valid = false }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not $valid }}false{{ else if empty $terms }}true{{ else }}{{ join " && " $terms }}{{ end }}
 {{- end }}
 
 {{/* Namespaces the webhook configurations never send: kube-system, KGWE's own, and the user's list. */}}
