@@ -53,11 +53,14 @@ def test_the_costs_page_draws_its_charts_from_the_api(browser: Any, costs_server
     context, page, problems = open_page(browser, costs_server)
     page.set_default_timeout(10_000)
     try:
-        page.goto(f"{costs_server.url}/ui/#/costs?window=7d")
+        # The figures the page drew are those of the answer it read: running pods' costs grow by the second,
+        # so an answer fetched here a moment later may differ by a cent or more.
+        with page.expect_response(lambda r: "/api/v1/costs" in r.url and "window=7d" in r.url) as answered:
+            page.goto(f"{costs_server.url}/ui/#/costs?window=7d")
         page.wait_for_selector("#spend-over-time svg")
         if shots := os.environ.get("KGWE_UI_SHOTS"):
             page.screenshot(path=str(Path(shots) / "costs.png"), full_page=True)
-        body = _api(costs_server, "/api/v1/costs?window=7d")
+        body = answered.value.json()
         figures = page.locator("#cost-figures")
         assert figures.locator("[data-field=cost]").inner_text() == dollars(body["totals"]["cost"])
         assert figures.locator("[data-field=savings]").inner_text() == dollars(body["totals"]["savings"])
