@@ -239,7 +239,7 @@ def test_kgwe_serve_wires_authentication_and_says_when_it_is_off(tmp_path: Path,
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
     command = [sys.executable, "-m", "webhook.cli", "serve", "--cluster", str(CLUSTER), "--config", str(config_file),
-               "--host", "127.0.0.1", "--port", str(port), "--no-ui"]
+               "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--no-ui"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         assert process.stdout is not None
@@ -277,7 +277,7 @@ def test_kgwe_serve_refuses_to_start_without_its_client_ca(tmp_path: Path) -> No
     config_file.write_text(yaml.safe_dump(config))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
     command = [sys.executable, "-m", "webhook.cli", "serve", "--cluster", str(CLUSTER), "--config", str(config_file),
-               "--host", "127.0.0.1", "--port", str(free_port()), "--no-ui"]
+               "--host", "127.0.0.1", "--port", str(free_port()), "--workers", "1", "--no-ui"]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert result.returncode != 0
     assert "cannot load the client CA" in result.stderr and "missing-ca.crt" in result.stderr

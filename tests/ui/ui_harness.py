@@ -133,7 +133,10 @@ def kgwe_serve(workdir: Path, cluster: Path = EXAMPLE_CLUSTER, *extra_args: str,
     command = [
         *_kgwe_command(), "serve", "--cluster", str(cluster), "--config", str(config),
         "--host", "127.0.0.1", "--port", str(port),
-        "--tls-cert-file", str(paths.tls_cert), "--tls-private-key-file", str(paths.tls_key), *extra_args,
+        "--tls-cert-file", str(paths.tls_cert), "--tls-private-key-file", str(paths.tls_key),
+        # One worker unless the test asks for more: a directory serve starts one per CPU, each importing and
+        # compiling everything, and what these tests look at is the same from any worker.
+        *(() if "--workers" in extra_args else ("--workers", "1")), *extra_args,
     ]
     with log_file.open("wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=_serve_env(), stdout=log, stderr=subprocess.STDOUT)
