@@ -151,3 +151,15 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
     runtime.claim_reader = KubeClaimReader(KubeJson(bounded))
     return Assembly(runtime, api, source.stop, list(source.tasks))
+
+
+def register_wings() -> None:
+    """Fill the core's ordered seams with the wings' steps, at their names (webhook/ordered_seam.py). Run
+    when this module is imported, before anything is built; running it again changes nothing."""
+    from webhook.cluster.fact_readers import FACT_READERS
+    from webhook.dra import facts as dra_facts
+
+    FACT_READERS.fill(dra_facts.FACT_READERS)
+
+
+register_wings()

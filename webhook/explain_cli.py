@@ -81,9 +81,9 @@ def find_pod(runtime: Any, target: str) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from webhook import assembly
     from webhook.command_input import CommandError, check_identity_key, load_config, read_documents
     from webhook.explain import explain
-    from webhook.runtime import build_runtime
 
     config = load_config(args.config)
     check_identity_key(config)
@@ -92,7 +92,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     try:
-        runtime = build_runtime(config, args.cluster)
+        runtime = assembly.from_directory(config, args.cluster).runtime
     except (OSError, ValueError) as exc:
         raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     path = Path(args.target)

@@ -29,8 +29,8 @@ from typing import Any, Literal
 from policies.gpu_demand import DRA_CLAIM_PREFIX, GPU_PREFIXES, SEVEN, dra_rendered, mig_compute_slices
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
+from webhook.cluster.node_devices import DraDevice
 from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
-from webhook.dra.facts import DraDevice
 from webhook.dra.render import DraRendering, claim_name
 
 MAX_POD_CLAIMS = 32  # PodSpec.resourceClaims

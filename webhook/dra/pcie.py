@@ -24,9 +24,10 @@ from policies.gpu_demand import GPU, MIG_PREFIX, container_gpu_amounts
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
+from webhook.cluster.node_devices import DraDevice, DraNodeDevices
 from webhook.dra.claimed import pinned_driver
 from webhook.dra.config import DraConfig
-from webhook.dra.facts import PCIE_ROOT, DraDevice, DraNodeDevices
+from webhook.dra.facts import PCIE_ROOT
 from webhook.dra.render import MAX_ALIGNED_GPUS
 
 SAMPLE_NODES = 64

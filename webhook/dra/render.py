@@ -16,7 +16,7 @@ way, for the default scheduler to allocate:
 What the containers asked for is kept in the `kgwe.io/dra-claims` output annotation (see
 policies/gpu_demand.py), so quotas, costs and a second admission pass see the same demand.
 
-With the 1.36 device model (webhook/dra/device_model.py) a request may also carry:
+With the 1.36 device model (webhook/cluster/device_model.py) a request may also carry:
 - `tolerations`: the pod's tolerations of device taints its types' devices carry (webhook/dra/tolerations.py);
 - `capacity.requests`: a share of a GPU that allows multiple allocations (`kgwe.io/sharing: mps`,
   webhook/dra/shares.py), selected with `device.allowMultipleAllocations`;
