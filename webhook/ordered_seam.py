@@ -54,3 +54,21 @@ class OrderedSeam(Generic[T]):
             raise SeamNotFilled(f"{self.seam}: nothing registered for {', '.join(self.missing())}; "
                                 "build through webhook.assembly, which registers the wings")
         return self._steps
+
+
+class SeamSlot(Generic[T]):
+    """One wing's part that a core step calls into (the DRA planner the MIG step asks on DRA nodes, ...)."""
+
+    def __init__(self, seam: str) -> None:
+        self.seam = seam
+        self._value: T | None = None
+
+    def fill(self, value: T) -> None:
+        self._value = value
+
+    @property
+    def value(self) -> T:
+        if self._value is None:
+            raise SeamNotFilled(f"{self.seam}: nothing registered; build through webhook.assembly, which registers "
+                                "the wings")
+        return self._value

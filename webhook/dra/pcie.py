@@ -25,10 +25,10 @@ from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_devices import DraDevice, DraNodeDevices
-from webhook.dra.claimed import pinned_driver
-from webhook.dra.config import DraConfig
 from webhook.dra.facts import PCIE_ROOT
+from webhook.dra.gpu_classes import pinned_driver
 from webhook.dra.render import MAX_ALIGNED_GPUS
+from webhook.wing_config import DraConfig
 
 SAMPLE_NODES = 64
 PREFIX = f"{keys.TOPOLOGY} pcie"  # how refusals begin
