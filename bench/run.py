@@ -2,7 +2,7 @@
 raw results as JSON under bench/results/ (`<date>-<host>.json` and `latest.json`) with the machine's
 description, so that a change in speed is a diff anyone can read.
 
-    python bench/run.py [--quick] [--only NAME,...] [--no-write]
+    python bench/run.py [--quick] [--only NAME,...] [--no-write] [--scale-nodes N]
     python -m bench      (the same)
 
 Benchmarks (each module also runs alone): admission (bench_admission), policies (bench_policies),
@@ -10,7 +10,10 @@ placement and memory (bench_placement), agent (bench_agent), inventory (bench_in
 serve (bench_serve), wrk and workers (bench_wrk: issue 17's side-by-side as it was measured, with wrk),
 quota-release (bench_quota_release: create -> quota gate removed, through the fake API server),
 floods (bench_floods: a normal review while legal-size 1.4 MB pods are reviewed, issue 30),
-cli (bench_cli_startup: the CPU seconds of `kgwe --help` and `kgwe review`, issue 34).
+cli (bench_cli_startup: the CPU seconds of `kgwe --help` and `kgwe review`, issue 34),
+scale (bench_scale: issue 36's goals through `kgwe serve` in cluster mode over a generated GPU fleet against the
+same at 10 nodes; 1,000 GPU nodes unless --scale-nodes says more: 10000 is the issue's size, 15 to 25 minutes
+on 2 CPUs).
 A benchmark that fails or is not installed (wrk: `apt-get install wrk`) is reported as such; the others
 still run.
 """
@@ -26,7 +29,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -70,12 +73,14 @@ class Plan:
     inventory_rounds: int
     soak_seconds: float
     cli_runs: int
+    scale_runs: int
+    scale_nodes: int = 1000
 
 
 FULL = Plan(admission_seconds=6, policy_runs=3000, policy_slow_runs=300, placement_runs=2000, agent_runs=200,
-            inventory_seconds=1.5, inventory_rounds=2, soak_seconds=60, cli_runs=5)
+            inventory_seconds=1.5, inventory_rounds=2, soak_seconds=60, cli_runs=5, scale_runs=200)
 QUICK = Plan(admission_seconds=3, policy_runs=500, policy_slow_runs=50, placement_runs=300, agent_runs=50,
-             inventory_seconds=0.5, inventory_rounds=1, soak_seconds=10, cli_runs=3)
+             inventory_seconds=0.5, inventory_rounds=1, soak_seconds=10, cli_runs=3, scale_runs=50)
 
 
 def _call(module: str, function: str, **kwargs: Any) -> Any:
@@ -99,6 +104,7 @@ BENCHMARKS: dict[str, Callable[[Plan], Any]] = {
     "quota-release": lambda p: _call("bench_quota_release", "bench_quota_release", seconds=p.admission_seconds),
     "floods": lambda p: _call("bench_floods", "bench_floods", seconds=p.admission_seconds),
     "cli": lambda p: _call("bench_cli_startup", "bench_cli_startup", runs=p.cli_runs),
+    "scale": lambda p: _call("bench_scale", "bench_scale", nodes=p.scale_nodes, runs=p.scale_runs),
 }
 
 
@@ -453,6 +459,8 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         rows += _floods_rows(ok["floods"])
     if "cli" in ok:
         rows += _cli_rows(ok["cli"])
+    if "scale" in ok:
+        rows += _call("scale_table", "scale_rows", result=ok["scale"], row=Row)
     return rows
 
 
@@ -512,12 +520,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter runs (about a minute and a half)")
     parser.add_argument("--only", metavar="NAME,...", help=f"run only these: {', '.join(BENCHMARKS)}")
     parser.add_argument("--no-write", action="store_true", help="print the table, write no JSON")
+    parser.add_argument("--scale-nodes", type=int, metavar="N",
+                        help="GPU nodes of the scale benchmark's fleet (default 1000; 10000 is issue 36's size)")
     args = parser.parse_args(argv)
     only = [n.strip() for n in args.only.split(",")] if args.only else None
     unknown = [n for n in only or [] if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
     plan = QUICK if args.quick else FULL
+    if args.scale_nodes:
+        plan = replace(plan, scale_nodes=args.scale_nodes)
     machine = describe_machine()
     started = time.perf_counter()
     results = run_benchmarks(plan, only, echo=lambda line: print(line, file=sys.stderr, flush=True))

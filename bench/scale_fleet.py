@@ -12,6 +12,8 @@ bench keeps the issue's numbers and labels each node as a GB200 tray is labelled
 nodes-gb200.yaml) with 8 GPUs, so the counts that drive KGWE's cost (nodes, pods, GPUs, cliques) are those
 the issue names.
 
+Running GPU pods carry the cost annotations KGWE's bound-pod controller writes once a pod is bound (the
+cluster has been served by KGWE before: a first start in a cluster of pods it never saw patches each once).
 Pods spread over 100 namespaces; one more, `team-q`, has a TenantQuota of 16 GB200 GPUs held by two running
 pods of 8 on the first rack (what the bench frees to see a pod change reach the quota controller).
 
@@ -33,6 +35,7 @@ PENDING_GPU_PODS_PER_NODE = 3
 NAMESPACES = 100
 TYPE = "nvidia-gb200-186gb"
 QUOTA_NAMESPACE = "team-q"
+PRICE_PER_GPU_HOUR = 9  # examples/config.yaml's price of the type
 QUOTA_GPUS = 16
 
 
@@ -89,6 +92,9 @@ def pod(name: str, namespace: str, node: str | None, gpus: int, *, created: str 
     if node:
         spec["nodeName"] = node
         status = {"phase": "Running", "startTime": created}
+        if gpus:  # what KGWE's bound-pod controller wrote once it ran: the cluster has been served by KGWE
+            annotations["kgwe.io/accelerator-type"] = TYPE
+            annotations["kgwe.io/hourly-cost"] = str(PRICE_PER_GPU_HOUR * gpus)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "annotations": annotations,
                          "labels": {"app": name.rsplit("-", 1)[0]}, "creationTimestamp": created},
