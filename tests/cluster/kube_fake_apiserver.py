@@ -222,7 +222,7 @@ class FakeApiServer:
                 key = key_of(obj)
                 meta.setdefault("uid", f"uid-{kind}-{key}")
                 collection.objects[key] = obj
-            collection.oldest_watchable = self.resource_version + 1
+            collection.oldest_watchable = self.resource_version  # a watch from the load's version is whole
             collection.events.clear()
             self.cond.notify_all()
             return self.resource_version
