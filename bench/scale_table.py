@@ -69,6 +69,12 @@ def scale_rows(result: dict[str, Any], row: Callable[..., Any]) -> list[Any]:
              f"<= {GOAL_READ_MS:.0f} ms", lambda m, _b: m <= GOAL_READ_MS),
     ]
     for path in READ_PATHS[1:]:
-        rows.append(line(f"GET {path}, median of 3", ("reads", path, "median_ms"), "ms",
-                         f"<= {GOAL_READ_MS:.0f} ms", lambda m, _b: m <= GOAL_READ_MS))
+        label = f"GET {path}, median of 3 (one when over 10 s)"
+        failed = _at(big, "reads", path, "error")
+        if failed:  # timed out: a miss with no figure
+            rows.append(row(f"scale {at}: {label}: {failed}", None, _at(base, "reads", path, "median_ms"), "ms",
+                            same, f"<= {GOAL_READ_MS:.0f} ms", False))
+            continue
+        rows.append(line(label, ("reads", path, "median_ms"), "ms", f"<= {GOAL_READ_MS:.0f} ms",
+                         lambda m, _b: m <= GOAL_READ_MS))
     return rows
