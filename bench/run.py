@@ -12,7 +12,7 @@ quota-release (bench_quota_release: create -> quota gate removed, through the fa
 floods (bench_floods: a normal review while legal-size 1.4 MB pods are reviewed, issue 30),
 cli (bench_cli_startup: the CPU seconds of `kgwe --help` and `kgwe review`, issue 34),
 scale (bench_scale: issue 36's goals through `kgwe serve` in cluster mode over a generated GPU fleet against the
-same at 10 nodes; 1,000 GPU nodes unless --scale-nodes says more: 10000 is the issue's size, 15 to 25 minutes
+same at 10 nodes; 1,000 GPU nodes unless --scale-nodes says more: 10000 is the issue's size, 12.5 minutes
 on 2 CPUs).
 A benchmark that fails or is not installed (wrk: `apt-get install wrk`) is reported as such; the others
 still run.
