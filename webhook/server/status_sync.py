@@ -43,6 +43,9 @@ class ProfileStatusSync:
         self.patch_status = patch_status
         self.is_leader = is_leader
         self.interval = interval
+        # (snapshot generation, configuration) of the last sync that wrote everything it meant to: the statuses
+        # are a function of the two, and working them out walks every pod (issue 36: seconds at 150,000 pods).
+        self._done_for: tuple[int, int] | None = None
         self.task = Task(
             "profile-status", self.sync_once, interval=interval, leader_only=True, is_leader=lambda: self.is_leader(),
             on_error=lambda _exc: log.exception("HardwareProfile status sync failed; the next run retries"),
@@ -50,6 +53,10 @@ class ProfileStatusSync:
 
     def sync_once(self) -> list[str]:
         model = self.runtime.store.snapshot()
+        done_for = (model.generation, id(self.runtime.config))
+        if done_for == self._done_for:
+            return []
+        failed = False
         written = []
         for name, available in profile_statuses(self.runtime).items():
             current = (model.hardware_profiles.get(name) or {}).get("status") or {}
@@ -61,6 +68,8 @@ class ProfileStatusSync:
                 written.append(name)
             except Exception as exc:  # one profile's failure must not stop the others
                 log.warning("HardwareProfile %s: status not written: %s", name, exc)
+                failed = True
+        self._done_for = None if failed else done_for
         return written
 
 
