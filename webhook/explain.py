@@ -37,7 +37,7 @@ from policies.vocabulary.objects import PodView
 from webhook.admission.core import AdmissionService
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest, decode_review
-from webhook.admission.validate import PendingVerdict
+from webhook.admission.seams import PendingVerdict
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config

@@ -81,9 +81,9 @@ def find_pod(runtime: Any, target: str) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from webhook.assembly import build_runtime
     from webhook.cli import CommandError, _check_identity_key, _load_config, _read_documents
     from webhook.explain import explain
-    from webhook.runtime import build_runtime
 
     config = _load_config(args.config)
     _check_identity_key(config)

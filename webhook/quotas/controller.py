@@ -45,7 +45,7 @@ from webhook.config import Config
 from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
 from webhook.placement.constraints import and_into_required_terms, apply_requirements
-from webhook.quotas.gate import QUOTA_CONDITION, QUOTA_GATE
+from webhook.quotas.scheduling_gate import QUOTA_CONDITION, QUOTA_GATE
 from webhook.quotas.waiters import ChargeCache, TenantPicture, plan_tenant, quota_picture
 
 log = logging.getLogger("kgwe.quotas.controller")

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from webhook.admission.core import AdmissionService
 from webhook.review import ReviewResult, group_version_resource, review_pod
-from webhook.workloads.admission import WorkloadAwareAdmission
+from webhook.workloads.kind import workloads_of
 
 
 def review_document(
-    admission: WorkloadAwareAdmission,
+    admission: AdmissionService,
     document: dict[str, Any],
     user: str,
     groups: Sequence[str],
@@ -18,8 +19,9 @@ def review_document(
 ) -> ReviewResult:
     """What the webhooks answer for a CREATE of `document`; a kind KGWE does not admit passes unchanged
     (the webhook configurations do not even send it), so every document of a file gets an answer."""
+    kinds = workloads_of(admission).kinds
     try:
-        group_version_resource(document, admission.kinds)
+        group_version_resource(document, kinds)
     except ValueError as exc:
         return ReviewResult(True, "", [], document, [f"{exc}: the API server does not send it to KGWE"], {})
-    return review_pod(admission, document, user, groups, deadline_seconds, admission.kinds)
+    return review_pod(admission, document, user, groups, deadline_seconds, kinds)
