@@ -21,8 +21,9 @@ from webhook.assembly import build_runtime
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config, load_config
-from webhook.quotas.controller import QuotaController, kube_quota_writer
+from webhook.quotas.controller import QuotaController
 from webhook.quotas.waiters import quota_picture
+from webhook.quotas.writer import kube_quota_writer
 from webhook.review import review_pod
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,8 @@ from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config, load_config
 from webhook.controllers.leader import LeaderElector
-from webhook.quotas.controller import QuotaController, kube_quota_writer
+from webhook.quotas.controller import QuotaController
+from webhook.quotas.writer import kube_quota_writer
 from webhook.review import review_pod
 
 ROOT = Path(__file__).resolve().parents[2]
