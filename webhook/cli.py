@@ -180,8 +180,7 @@ def _read_documents(path: Path) -> list[dict[str, Any]]:
 
 def cmd_review(args: argparse.Namespace) -> int:
     from webhook import assembly
-    from webhook.review import render_text
-    from webhook.workloads.review import review_document
+    from webhook.review import render_text, review_document
 
     documents = _read_documents(args.pod)
     if not args.cluster.is_dir():
