@@ -33,6 +33,7 @@ from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
 from webhook.usage.owners import workload_of
 from webhook.usage.refresher import UsageRefresher
+from webhook.usage.table import UsageTable
 
 WOULD_MUTATE = Counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
 
@@ -93,9 +94,13 @@ class Runtime:
         )
 
     # -- usage (webhook/usage) ------------------------------------------------------------------
+    def usage_table(self) -> UsageTable | None:
+        """The current table; None without Prometheus, before the first refresh, or once it is stale."""
+        return self.usage.current() if self.usage is not None else None
+
     def workload_usage(self, request: AdmissionRequest, pod: dict[str, Any]) -> UsageRow | None:
         """The pod's workload's row of the usage table (memory only), None without one."""
-        table = self.usage.current() if self.usage is not None else None
+        table = self.usage_table()
         if table is None:
             return None
         if request.template:
