@@ -66,7 +66,7 @@ def _serve(nodes: int, ports: Any) -> None:
 
     import uvicorn
 
-    from webhook.runtime import build_runtime
+    from webhook.assembly import build_runtime
     from webhook.server.api_routes import api_router
     from webhook.server.app import create_app
 

@@ -41,7 +41,8 @@ from webhook.cluster.kube_source import KubeClusterSource  # noqa: E402
 from webhook.cluster.model import ClusterStore  # noqa: E402
 from webhook.config import load_config  # noqa: E402
 from webhook.controllers.leader import LeaderElector  # noqa: E402
-from webhook.quotas.controller import QuotaController, kube_quota_writer  # noqa: E402
+from webhook.quotas.controller import QuotaController  # noqa: E402
+from webhook.quotas.writer import kube_quota_writer  # noqa: E402
 from webhook.review import review_pod  # noqa: E402
 
 CONFIG = _ROOT / "examples" / "config.yaml"

@@ -11,7 +11,7 @@ Four ways, one module, so the commands cannot drift apart:
   client that never retries past the admission deadline;
 - `from_api(config, api, serving=False)`: the API listed once for a report, the watch stopped after.
 
-Every way builds the runtime with `webhook.runtime.build_runtime` after the cluster store is filled, so
+Every way builds the runtime with `build_runtime` (below) after the cluster store is filled, so
 the cluster's GPUPolicy objects are compiled with the built-in policies.
 """
 
@@ -24,10 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from policies.background import Task
+from policies.rbac.evaluator import Authorizer
+from policies.runtime import PolicyRuntime
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
-from webhook.runtime import Runtime, build_runtime
+from webhook.dra.gate import ClaimGate
+from webhook.dra.kind import ClaimKind
+from webhook.dra.templates import ClaimTemplateHook
+from webhook.gangs.admission import GangGate, GangHook
+from webhook.quotas.gate import QuotaGate
+from webhook.rbac.gate import RbacGate
+from webhook.runtime import Runtime
+from webhook.spend.service import BudgetBook, SpendService
+from webhook.workloads.hook import RequesterHook
+from webhook.workloads.kind import WorkloadKind
 from webhook.workloads.kinds import BUILTIN_KINDS
 
 log = logging.getLogger("kgwe.assembly")
@@ -70,6 +81,62 @@ def workload_kinds(config: Config) -> list[tuple[str, str, str]]:
 
 def _nothing() -> None:
     return None
+
+
+def register_wings(runtime: Runtime) -> None:
+    """The wings' kinds, gates and hooks on the runtime's admission (webhook/admission/seams.py), in the order
+    they run. A new gate or workload kind is one file in its wing and one line here (docs/architecture.md)."""
+    seams = runtime.admission.seams
+    workloads = WorkloadKind(runtime)
+    quota = QuotaGate(runtime)
+    seams.kinds.extend([workloads, ClaimKind(runtime)])
+    seams.before.append(RequesterHook(workloads))
+    # The claims gate first: a pod that asks GPUs both ways is refused before its quota is judged.
+    seams.gates.extend([ClaimGate(runtime, quota), RbacGate(runtime), quota, GangGate()])
+    seams.after.extend([GangHook(runtime), ClaimTemplateHook(runtime)])
+
+
+def build_runtime(
+    config: Config,
+    cluster_dir: str | Path | None,
+    *,
+    store: ClusterStore | None = None,
+    authorizer: Authorizer | None = None,
+    load_policies: bool = True,
+) -> Runtime:
+    """Assemble a runtime with every wing registered. With `cluster_dir` the YAML directory is loaded now;
+    otherwise the caller attaches an API source to `runtime.store` (see `kgwe serve`)."""
+    store = store or new_store(config)
+    if cluster_dir is not None:
+        from webhook.cluster.yaml_source import YamlDirectorySource
+
+        YamlDirectorySource(cluster_dir, store).load()
+    runtime = Runtime(config=config, store=store, authorizer=authorizer)
+    runtime.budgets = BudgetBook(SpendService(lambda: runtime.config, store.snapshot), lambda: runtime.config)
+    register_wings(runtime)
+    if load_policies:
+        runtime.policies = _load_policies(config, store)
+    return runtime
+
+
+def _load_policies(config: Config, store: ClusterStore) -> PolicyRuntime:
+    from policies.runtime import build_runtime as build_policy_runtime
+
+    policy_runtime = build_policy_runtime(
+        rego_engine=config.policies.rego_engine,
+        opa_url=config.policies.opa_url,
+        failure_mode=config.policies.failure_mode,
+        # `off` in the configuration or in KGWE_REGO_VM turns the compiled VM off.
+        rego_vm="off" if config.policies.rego_vm == "off" else None,
+    )
+    report = policy_runtime.reload(
+        builtin=config.policies.builtin,
+        directories=list(config.policies.directories),
+        gpu_policies=list(store.snapshot().gpu_policies.values()),
+    )
+    for name, error in report.errors.items():
+        log.error("policy %s refused: %s", name, error)
+    return policy_runtime
 
 
 def new_store(config: Config) -> ClusterStore:
@@ -153,7 +220,7 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     return Assembly(runtime, api, source.stop, list(source.tasks))
 
 
-def register_wings() -> None:
+def register_model_wings() -> None:
     """Fill the core's ordered seams with the wings' steps, at their names (webhook/ordered_seam.py). Run
     when this module is imported, before anything is built; running it again changes nothing."""
     from webhook.cluster.fact_readers import FACT_READERS
@@ -171,4 +238,4 @@ def register_wings() -> None:
     GPU_RESOURCE_WRITERS.fill(dra_mutator.GPU_RESOURCE_WRITERS)
 
 
-register_wings()
+register_model_wings()

@@ -143,8 +143,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 def cmd_review(args: argparse.Namespace) -> int:
     from webhook import assembly
-    from webhook.review import render_text
-    from webhook.workloads.review import review_document
+    from webhook.review import render_text, review_document
 
     documents = read_documents(args.pod)
     if not args.cluster.is_dir():

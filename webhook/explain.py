@@ -37,7 +37,7 @@ from policies.vocabulary.objects import PodView
 from webhook.admission.core import AdmissionService
 from webhook.admission.facts import Facts
 from webhook.admission.request import AdmissionRequest, decode_review
-from webhook.admission.validate import PendingVerdict
+from webhook.admission.seams import PendingVerdict
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
@@ -47,6 +47,7 @@ from webhook.placement.trace import TraceStep
 from webhook.quotas.view import why_waiting
 from webhook.review import create_review
 from webhook.scheduling.predicates import explain_infeasible, feasible_nodes
+from webhook.workloads.kind import workloads_of
 
 MAX_LINES = 64  # per list in an explanation: a cluster of 10,000 types cannot make it unbounded
 MAX_NODES = 10_000  # nodes examined for "blocks it now"
@@ -115,8 +116,7 @@ class Explanation:
 
 def _request(pod: dict[str, Any], user: str, groups: list[str], admission: AdmissionService) -> AdmissionRequest:
     """A dry-run CREATE of `pod`, exactly as the API server would send it: checks reserve nothing."""
-    kinds = getattr(admission, "kinds", None)
-    review = create_review(pod, user, groups, kinds)
+    review = create_review(pod, user, groups, workloads_of(admission).kinds)
     review["request"]["dryRun"] = True
     return decode_review(orjson.dumps(review))
 

@@ -20,10 +20,12 @@ import jsonpatch
 import orjson
 
 from policies.vocabulary.objects import ObjectView
+from webhook.admission.core import AdmissionService
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import API_VERSION, KIND, AdmissionRequest, decode_review
 from webhook.admission.response import render_review
 from webhook.quotas.admission import queue_answer
+from webhook.workloads.kind import workloads_of
 from webhook.workloads.kinds import KindTable
 
 AUTHENTICATED = "system:authenticated"
@@ -170,6 +172,24 @@ def review_pod(
     if allowed and runtime is not None and patched.get("kind", "Pod") == "Pod":
         result.quota = queue_answer(runtime.store.snapshot(), runtime.config, patched)
     return result
+
+
+def review_document(
+    admission: AdmissionService,
+    document: dict[str, Any],
+    user: str,
+    groups: Sequence[str],
+    deadline_seconds: float,
+) -> ReviewResult:
+    """`kgwe review` of any document: what the webhooks answer for a CREATE of `document`; a kind KGWE does
+    not admit passes unchanged (the webhook configurations do not even send it), so every document of a file
+    gets an answer."""
+    kinds = workloads_of(admission).kinds
+    try:
+        group_version_resource(document, kinds)
+    except ValueError as exc:
+        return ReviewResult(True, "", [], document, [f"{exc}: the API server does not send it to KGWE"], {})
+    return review_pod(admission, document, user, groups, deadline_seconds, kinds)
 
 
 def _message(response: dict[str, Any]) -> str:

@@ -17,8 +17,9 @@ from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.server.app import create_app
 
 H100_POD: dict[str, Any] = {

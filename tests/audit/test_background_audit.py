@@ -14,9 +14,10 @@ from cluster_dirs import EXAMPLE_CONFIG, ROOT, copy_example_cluster, gpu_pod, pl
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
+from webhook.assembly import build_runtime
 from webhook.audit import Auditor, Finding, KubeReportWriter, MemoryReportWriter, audit_cluster
 from webhook.config import Audit, load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, copy_example_cluster, 
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.workloads import MAX_WORKLOADS_PER_KIND
 from webhook.reports.commands import run
+from webhook.workloads.kind import workloads_of
 
 
 def deployment(name: str, namespace: str, gpus: str, **template_annotations: str) -> dict[str, Any]:
@@ -104,7 +105,8 @@ def test_an_applied_workload_carrying_kgwe_outputs_is_admitted(
     cluster = copy_example_cluster(tmp_path / "cluster")
     assembly = from_directory(load_config(EXAMPLE_CONFIG), cluster)
     runtime = assembly.runtime
-    result = review_pod(runtime.admission, deployment("applied", "team-a", "2"), kinds=runtime.admission.kinds)
+    kinds = workloads_of(runtime.admission).kinds
+    result = review_pod(runtime.admission, deployment("applied", "team-a", "2"), kinds=kinds)
     assert result.allowed, result.message
     annotations = result.object["spec"]["template"]["metadata"]["annotations"]
     assert "kgwe.io/accelerator-type" in annotations  # the mutated template, as the cluster stores it

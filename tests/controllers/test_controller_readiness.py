@@ -8,9 +8,9 @@ from pathlib import Path
 from kube_fake_apiserver import KGWE, FakeApiServer
 from starlette.testclient import TestClient
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.controllers.permissions import NATIVE_GANG_NEEDS, ControllerReadiness
-from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

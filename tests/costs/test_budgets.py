@@ -21,10 +21,11 @@ from starlette.testclient import TestClient
 
 from policies.quota.budget import BudgetSpec, BudgetState, judge
 from policies.quota.queue import Ask, Waiter, plan_queue
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.quotas.controller import QuotaController
 from webhook.review import create_review
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.server.app import create_app
 from webhook.spend.service import BudgetBook, SpendService
 from webhook.spend.window import month_of

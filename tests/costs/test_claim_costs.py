@@ -15,11 +15,11 @@ import pytest
 import yaml
 from spend_cluster import _claim, _pod, pick_now, write_cluster
 
+from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config, load_config
 from webhook.controllers.bound_pods import cost_series
 from webhook.inventory.capacity import Inventory
-from webhook.runtime import build_runtime
 from webhook.spend.rates import PodRate, pod_rates
 
 NOW = pick_now()

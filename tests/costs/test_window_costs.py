@@ -27,11 +27,11 @@ from spend_cluster import (
     write_cluster,
 )
 
+from webhook.assembly import build_runtime
 from webhook.cli import main
 from webhook.config import load_config
 from webhook.controllers.bound_pods import cost_series
 from webhook.costs import format_hourly_cost
-from webhook.runtime import build_runtime
 from webhook.spend.rates import pod_rates
 from webhook.spend.service import SpendService
 from webhook.spend.window import month_of

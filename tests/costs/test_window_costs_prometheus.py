@@ -36,10 +36,10 @@ from spend_cluster import (
 from usage_traces import PrometheusMissing, ensure_prometheus, prometheus_with
 
 from policies.vocabulary.objects import PodView
+from webhook.assembly import build_runtime
 from webhook.cli import main
 from webhook.config import load_config
 from webhook.controllers.bound_pods import SERIES_LABELS, cost_series
-from webhook.runtime import build_runtime
 from webhook.spend.rates import lifetime
 from webhook.spend.service import SpendService
 

@@ -12,8 +12,9 @@ import yaml
 from dra_support import DRA_CLUSTER, ROOT, Webhook, serve_replica
 from kube_fake_apiserver import FakeApiServer
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 CONFIG = {
     "mode": "enforce",

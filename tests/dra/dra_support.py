@@ -21,10 +21,10 @@ from server_support import admission_review, start_server
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
 from certs.reloader import ReloadingSSLContext
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_json import KubeJson
 from webhook.config import load_config
 from webhook.dra.templates import KubeTemplateWriter
-from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]

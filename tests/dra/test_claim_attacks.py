@@ -23,17 +23,18 @@ from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 from server_support import admission_review
 
-from webhook.admission.charging import usage_charges
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_json import KubeJson
 from webhook.config import load_config
 from webhook.dra.claim_reader import KubeClaimReader
 from webhook.dra.compute_domain import channel_template, compute_domain
 from webhook.dra.gpu_classes import GpuClasses
 from webhook.dra.templates import KubeTemplateWriter
-from webhook.runtime import build_runtime
+from webhook.quotas.charging import usage_charges
 from webhook.server.app import create_app
 from webhook.wing_config import DEFAULT_CONTROLLER_IDENTITIES
 from webhook.workloads.identity import Identity, Signer
+from webhook.workloads.kind import workloads_of
 
 CLUSTER = ROOT / "examples" / "cluster"
 EXAMPLE_CONFIG = ROOT / "examples" / "config.yaml"
@@ -220,7 +221,7 @@ def group_tenant_webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[W
 
     def make_app() -> object:
         runtime = build_runtime(load_config(EXAMPLE_CONFIG), root / "cluster")
-        runtime.admission.identity = Identity(Signer(IDENTITY_KEY), DEFAULT_CONTROLLER_IDENTITIES)
+        workloads_of(runtime.admission).identity = Identity(Signer(IDENTITY_KEY), DEFAULT_CONTROLLER_IDENTITIES)
         return create_app(runtime, ui=False)
 
     yield from serve(make_app, root / "certs")  # type: ignore[arg-type]

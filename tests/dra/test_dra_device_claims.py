@@ -18,11 +18,10 @@ from dra_support import DRA_CLUSTER, ROOT, gpu_pod
 from kube_fake_apiserver import FakeApiServer, serving_cluster
 from kubernetes import client as k8s_client
 
-from webhook.assembly import Assembly, from_api
+from webhook.assembly import Assembly, build_runtime, from_api
 from webhook.config import Config
 from webhook.costs import pod_hourly_cost
 from webhook.review import ReviewResult, review_pod
-from webhook.runtime import build_runtime
 
 KUBERNETES = "1.36"
 PRICES = {"nvidia-h100-80gb": 4.5, "nvidia-a100-80gb": 2.8, "nvidia-gb200-186gb": 9.0, "nvidia-h100-94gb": 3.5,

@@ -10,9 +10,10 @@ import pytest
 import yaml
 from dra_support import DRA_CLUSTER, ROOT
 
+from webhook.assembly import build_runtime
 from webhook.config import Config
 from webhook.review import review_pod
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 PODS = ROOT / "examples" / "pods-dra"
 

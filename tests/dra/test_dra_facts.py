@@ -16,6 +16,7 @@ from kubernetes import client as k8s_client
 
 from policies.vocabulary.accelerator_types import default_table
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_json import KubeJson
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
@@ -27,7 +28,7 @@ from webhook.dra.facts import parse_slices
 from webhook.dra.templates import KubeTemplateWriter
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.nodes import nodes_view
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 
 def test_dra_only_nodes_are_typed_and_counted(dra_runtime: Runtime) -> None:

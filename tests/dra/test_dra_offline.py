@@ -12,9 +12,9 @@ from pathlib import Path
 import yaml
 from dra_support import DRA_CLUSTER, ROOT, gpu_pod
 
+from webhook.assembly import build_runtime
 from webhook.config import Config
 from webhook.review import render_text, review_pod
-from webhook.runtime import build_runtime
 
 
 def test_review_prints_the_templates_it_would_create(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from dra_support import DRA_CLUSTER, Webhook, gpu_pod, serve
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
 CONFIG = {"mode": "enforce", "pricing": {"currency": "USD", "perGPUHour": {"nvidia-h100-80gb": 4.5}}}

@@ -21,15 +21,16 @@ from dra_support import DRA_CLUSTER, Webhook, serve
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
 
-from webhook.admission.charging import usage_charges
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_json import KubeJson
 from webhook.config import load_config
 from webhook.dra.claim_reader import KubeClaimReader
 from webhook.dra.claimed import requested_gpus
 from webhook.dra.gpu_classes import GpuClasses
 from webhook.inventory.capacity import Inventory
+from webhook.quotas.charging import usage_charges
 from webhook.review import review_pod
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.server.app import create_app
 
 # Every type examples/cluster-dra publishes through DRA.

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod, plant
 
+from webhook.assembly import build_runtime
 from webhook.cluster.slimming import slim_pod
 from webhook.config import load_config
 from webhook.explain import explain, render_text
-from webhook.runtime import build_runtime
 
 SCHEDULER_SAYS = "0/12 nodes are available: 4 Insufficient memory, 8 node(s) didn't match Pod's node affinity."
 

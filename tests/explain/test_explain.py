@@ -10,11 +10,11 @@ import pytest
 import yaml
 from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, copy_example_cluster, gpu_pod, plant
 
+from webhook.assembly import build_runtime
 from webhook.cli import main
 from webhook.config import load_config
 from webhook.explain import event_message, explain, render_text
 from webhook.review import review_pod
-from webhook.runtime import build_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = ROOT / "examples" / "pods"

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from fault_support import CLUSTER, Webhook, gpu_pod
 
+from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.yaml_source import YamlDirectorySource
 from webhook.config import Config
 from webhook.policy_sync import PolicySync
-from webhook.runtime import build_runtime
 
 AT_MOST_TWO = "object.spec.containers.all(c, int(c.resources.limits[?'nvidia.com/gpu'].orValue('0')) <= 2)"
 

@@ -22,9 +22,9 @@ from fault_support import CLUSTER, CONFIG, ROOT
 from certs.authority import Settings, reconcile
 from certs.files import CertificatePaths, ensure_files, read_material, write_material
 from certs.reloader import ReloadingSSLContext
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import create_review
-from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 from webhook.server.listener import uvicorn_server
 

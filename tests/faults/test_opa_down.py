@@ -10,8 +10,8 @@ from fault_support import CLUSTER, Webhook, gpu_pod
 from opa_rest_stub import OpaRestStub
 from prometheus_client import REGISTRY
 
+from webhook.assembly import build_runtime
 from webhook.config import Config
-from webhook.runtime import build_runtime
 
 
 def engine_errors() -> float:

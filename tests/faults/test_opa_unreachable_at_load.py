@@ -15,8 +15,8 @@ from fault_support import CLUSTER, CONFIG, Served, Webhook, free_port, gpu_pod
 from opa_rest_stub import OpaRestStub
 from waiting import eventually
 
+from webhook.assembly import build_runtime
 from webhook.config import Config
-from webhook.runtime import build_runtime
 
 AT_MOST_TWO = "object.spec.containers.all(c, int(c.resources.limits[?'nvidia.com/gpu'].orValue('0')) <= 2)"
 CEL_MESSAGE = "at most 2 GPUs per container"

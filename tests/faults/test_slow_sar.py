@@ -13,8 +13,8 @@ from kubernetes import client as k8s_client
 
 from policies.kube_client import deadline_api_client
 from policies.rbac.review import SubjectAccessReviewer
+from webhook.assembly import build_runtime
 from webhook.config import Config
-from webhook.runtime import build_runtime
 
 SAR_DELAY_SECONDS = 5.0
 DEADLINE_SECONDS = 0.4

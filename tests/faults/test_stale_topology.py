@@ -15,9 +15,9 @@ from fault_support import Webhook, gpu_pod
 from agent.document import build_document
 from agent.nvml_discovery import scan
 from agent.publisher import NodeMetadata, plan_patch
+from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
-from webhook.runtime import build_runtime
 
 GFD = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
        "nvidia.com/gpu.count": "8"}

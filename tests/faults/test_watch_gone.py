@@ -13,11 +13,11 @@ from kubernetes import client as k8s_client
 from waiting import eventually
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore, object_key
 from webhook.cluster.slimming import slim_object
 from webhook.config import Config
-from webhook.runtime import build_runtime
 
 
 def gpu_node(name: str, product: str, gpus: int = 8) -> dict[str, Any]:

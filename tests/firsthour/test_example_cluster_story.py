@@ -21,11 +21,12 @@ from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, ROOT
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from webhook.assembly import build_runtime
 from webhook.cli import main
 from webhook.config import load_config
 from webhook.quotas.view import why_waiting
 from webhook.review import review_pod
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.server.api_routes import api_router
 from webhook.server.explain_routes import explain_router
 from webhook.server.gang_routes import gangs_router

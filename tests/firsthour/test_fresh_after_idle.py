@@ -8,10 +8,10 @@ from typing import Any
 
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.inventory.cache import InventoryCache
 from webhook.inventory.profiles import hardware_profiles_view
-from webhook.runtime import build_runtime
 
 
 def test_first_request_after_idle_builds_from_a_fresh_snapshot(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, ROOT, copy_example_cluster, gpu_pod, plant
 from fastapi.testclient import TestClient
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.tenants import tenants_view
-from webhook.runtime import build_runtime
 
 
 def test_the_api_prefix_lists_every_read_endpoint() -> None:

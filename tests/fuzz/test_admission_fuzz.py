@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from prometheus_client import REGISTRY
 from review_strategies import EXAMPLES, broken_reviews, pods, reviews
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import create_review
-from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
 # No example database: a stale entry from another version of the strategies must not decide a run.

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from review_strategies import EXAMPLES
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import create_review
-from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
 FUZZ = settings(max_examples=max(EXAMPLES // 3, 30), deadline=None, database=None,

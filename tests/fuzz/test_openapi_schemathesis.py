@@ -12,8 +12,8 @@ from fault_support import CLUSTER, CONFIG
 from hypothesis import HealthCheck, settings
 from review_strategies import EXAMPLES
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import build_runtime
 from webhook.server.api_routes import PREFIX, api_router
 from webhook.server.app import create_app
 

@@ -20,13 +20,14 @@ from kubernetes import client as k8s_client
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.gangs.controller import GangController, kube_native_writer, kube_pod_writer
 from webhook.gangs.ledger import KubeGangStore
 from webhook.gangs.native import GROUP_VERSION as WORKLOAD_API
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.wing_config import Gangs
 
 GB200 = "nvidia-gb200-186gb"

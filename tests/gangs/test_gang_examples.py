@@ -15,7 +15,7 @@ from gang_support import GangApiServer, replica
 from kubernetes import client as k8s_client
 
 from webhook.cluster.yaml_source import iter_manifests
-from webhook.workloads.review import review_document
+from webhook.review import review_document
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -22,8 +22,9 @@ from server_support import admission_review, start_server
 from certs.authority import Settings
 from certs.files import ensure_files
 from certs.reloader import ReloadingSSLContext
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.server.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ from kubernetes import client as k8s_client
 
 from policies.kube_client import deadline_api_client
 from policies.rbac.review import SubjectAccessReviewer
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import build_runtime
 
 
 @pytest.fixture

@@ -17,13 +17,14 @@ import pytest
 from kube_fake_apiserver import FakeApiServer, serving_cluster
 from kubernetes import client as k8s_client
 
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config, load_config
-from webhook.quotas.controller import QuotaController, kube_quota_writer
+from webhook.quotas.controller import QuotaController
 from webhook.quotas.waiters import quota_picture
+from webhook.quotas.writer import kube_quota_writer
 from webhook.review import review_pod
-from webhook.runtime import build_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = "kgwe.io/quota"

@@ -9,8 +9,9 @@ from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.server.api_routes import api_router
 
 

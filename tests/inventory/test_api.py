@@ -12,9 +12,10 @@ from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, edit_manifests, g
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.inventory.cache import InventoryCache
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.server.api_routes import api_router
 
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod, plant
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.profiles import hardware_profiles_view
-from webhook.runtime import build_runtime
 
 H100, GB200, A100 = "nvidia-h100-80gb", "nvidia-gb200-186gb", "nvidia-a100-80gb"
 

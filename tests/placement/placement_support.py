@@ -12,8 +12,9 @@ import yaml
 
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.scheduling.predicates import feasible_nodes
 
 ROOT = Path(__file__).resolve().parents[2]

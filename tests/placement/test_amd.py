@@ -11,10 +11,11 @@ import yaml
 from cluster_dirs import add_amd_nodes, copy_example_cluster, plant
 from placement_support import Admit
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.nodes import nodes_view
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from placement_support import EXAMPLES
 
+from webhook.assembly import build_runtime
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import load_config
-from webhook.runtime import build_runtime
 from webhook.scheduling.predicates import first_feasible, node_can_run, pod_requests
 
 _RUNTIME = build_runtime(load_config(EXAMPLES / "config.yaml"), EXAMPLES / "cluster", load_policies=False)

@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from placement_support import review
 
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.intent import parse_intent
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.scheduling.predicates import feasible_nodes
 
 TYPES = [

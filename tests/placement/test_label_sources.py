@@ -13,9 +13,10 @@ import pytest
 from placement_support import review
 
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.scheduling.predicates import feasible_nodes
 
 

@@ -14,10 +14,10 @@ from placement_support import Admit
 from waiting import eventually
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
-from webhook.runtime import build_runtime
 
 # One A100 in MIG mixed mode as a v1.36 API server serves it: 2x 1g.10gb, 1x 2g.20gb, 1x 3g.40gb.
 SLICES = {"nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "1", "nvidia.com/mig-3g.40gb": "1"}

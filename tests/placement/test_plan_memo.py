@@ -21,12 +21,12 @@ from review_strategies import pods
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.objects import IDENTITY_FIELDS, PodView
+from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config, load_config
 from webhook.intent import parse_intent
 from webhook.placement.memo import copy_plan, planned, planning_pod
 from webhook.placement.plan import Decision, PlacementPlan, build_plan
-from webhook.runtime import build_runtime
 
 CONFIG = load_config(EXAMPLES / "config.yaml")
 MODELS = {

@@ -15,9 +15,10 @@ import yaml
 from placement_support import EXAMPLES, Admit, load_pod
 
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.placement.profile_resources import bound_problems, missing_defaults, profile_resources
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 MIG_PROFILE = {

@@ -21,8 +21,9 @@ from review_strategies import pods
 from webhook.admission.outcome import Outcome
 from webhook.admission.replicas import remembered
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 CONFIG = load_config(EXAMPLES / "config.yaml")
 EXAMPLE_PODS = [

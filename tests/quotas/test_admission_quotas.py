@@ -17,9 +17,10 @@ import pytest
 import yaml
 from quota_fixtures import ROOT
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config, parse_config
 from webhook.review import answer, create_review, render_text, review_pod
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 H100 = {"kgwe.io/accelerator": "nvidia-h100-80gb"}
 GATE = "kgwe.io/quota"

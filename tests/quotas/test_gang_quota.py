@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import review_pod
-from webhook.runtime import build_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = [

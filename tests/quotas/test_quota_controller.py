@@ -18,13 +18,14 @@ from kube_fake_apiserver import FakeApiServer, pod_update_problem, serving_clust
 from kubernetes import client as k8s_client
 from waiting import eventually
 
+from webhook.assembly import build_runtime
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config, load_config
 from webhook.controllers.leader import LeaderElector
-from webhook.quotas.controller import QuotaController, kube_quota_writer
+from webhook.quotas.controller import QuotaController
+from webhook.quotas.writer import kube_quota_writer
 from webhook.review import review_pod
-from webhook.runtime import build_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = "kgwe.io/quota"

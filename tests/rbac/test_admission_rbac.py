@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config, parse_config
 from webhook.review import review_pod
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 NVL72 = {"kgwe.io/profile": "nvl72"}

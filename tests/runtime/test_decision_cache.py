@@ -9,8 +9,9 @@ from typing import Any
 import yaml
 
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,10 +46,10 @@ def test_replicas_share_a_decision_and_a_new_policy_set_or_cluster_invalidates_i
     runtime.store.min_rebuild_interval = 0
     first = _mutate(runtime, _replica())
     assert any("mig-1g.10gb" in op["path"] for op in first.patch), "decided by kgwe.placement.namespace_mig"
-    assert len(runtime._decisions) == 2  # the cache's key and one decision
+    assert len(runtime.policy_glue._decisions) == 2  # the cache's key and one decision
 
     assert _mutate(runtime, _replica()).patch == first.patch
-    assert len(runtime._decisions) == 2, "the second replica reused the decision"
+    assert len(runtime.policy_glue._decisions) == 2, "the second replica reused the decision"
 
     # The namespace loses its default-MIG label: a new snapshot, so no stale decision is reused.
     namespace = runtime.store.snapshot().namespaces["inference"]

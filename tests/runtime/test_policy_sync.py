@@ -12,9 +12,10 @@ import jsonpatch
 import yaml
 
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.policy_sync import PolicySync
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = yaml.safe_load((ROOT / "examples" / "policies" / "max-gpus-per-pod.yaml").read_text())

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import build_runtime
 from webhook.server.status_sync import ProfileStatusSync
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,6 +26,7 @@ from certs.reloader import ReloadingSSLContext
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
+from webhook.admission.validate import fails_closed
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.server.listener import uvicorn_server
@@ -126,6 +127,9 @@ class FakeAdmission:
         if name == "too-slow":
             raise TimeoutError("deadline passed")
         return request.object
+
+    def fails_closed(self, request: AdmissionRequest) -> bool:
+        return fails_closed(request)  # the core's rule, no wing's gates registered
 
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
         pod = self._pod(request, deadline)

@@ -33,8 +33,8 @@ from certs.client import CLIENT_CA_CERT, CLIENT_CERT, CLIENT_KEY, ClientSettings
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.config import ConfigError, parse_config
-from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 
 # A GPU pod the example configuration admits (the built-in policies want a memory limit).

@@ -22,9 +22,9 @@ from server_support import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free
 
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import create_review, review_pod
-from webhook.runtime import build_runtime
 from webhook.server.app import create_app
 from webhook.server.config_watch import ConfigWatcher
 

@@ -16,9 +16,9 @@ import pytest
 from kube_fake_apiserver import serving_cluster, write_kubeconfig
 from server_support import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod
 
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import create_review, review_pod
-from webhook.runtime import build_runtime
 
 
 @pytest.fixture

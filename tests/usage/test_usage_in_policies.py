@@ -12,8 +12,9 @@ from test_rightsizing_admission import bare_pod, usage_row
 from workload_support import CLUSTER, CONFIG, review
 
 from webhook.admission.request import decode_review
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.usage.refresher import UsageRefresher
 from webhook.usage.table import UsageTable, WorkloadUsage
 

@@ -27,10 +27,12 @@ from hypothesis import strategies as st
 from policies.gpu_demand import pod_gpu_demand
 from policies.quota.model import resolve_tenant
 from webhook.admission.request import UserInfo
+from webhook.assembly import build_runtime
 from webhook.config import Config
-from webhook.quotas.gate import QUOTA_GATE, deferred_to_kueue
+from webhook.quotas.scheduling_gate import QUOTA_GATE, deferred_to_kueue
 from webhook.review import answer_with_outcome, create_review, decoded_patch
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
+from webhook.workloads.kind import workloads_of
 
 POLICY = "kgwe-pod-quota-gate"
 CLUSTER = REPO / "examples" / "cluster"
@@ -423,7 +425,8 @@ def test_the_policy_refuses_exactly_the_ungated_pods_kgwe_would_gate(kgwes: dict
     notes = obj["metadata"]["annotations"]
     if case.signed_groups is not None:  # a genuine signature, for a workload's author
         author = UserInfo(username="bob", groups=case.signed_groups)
-        notes["kgwe.io/requested-by"] = kgwe.runtime.admission.identity.signer.sign(author, ns["metadata"]["name"])
+        signer = workloads_of(kgwe.runtime.admission).identity.signer
+        notes["kgwe.io/requested-by"] = signer.sign(author, ns["metadata"]["name"])
     kgwe.set_cluster([ns], case.quotas)
     request = request_for(obj, user, groups)
 

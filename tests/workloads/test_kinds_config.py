@@ -12,6 +12,7 @@ from webhook.admission.request import UserInfo
 from webhook.config import ConfigError, parse_config
 from webhook.review import review_pod
 from webhook.workloads.identity import IdentityKeyError, Signer, load_key
+from webhook.workloads.kind import workloads_of
 from webhook.workloads.kinds import KindTable, TemplatePath, WorkloadShapeError, extract_templates
 
 TFJOB = {
@@ -33,7 +34,7 @@ def test_an_admin_added_kind_is_admitted_like_the_builtin_ones() -> None:
         "     templates: ['spec.tfReplicaSpecs.*.template']}\n"
     )
     runtime.set_config(config)
-    result = review_pod(runtime.admission, TFJOB, "alice", ["team-a"], kinds=runtime.admission.kinds)
+    result = review_pod(runtime.admission, TFJOB, "alice", ["team-a"], kinds=workloads_of(runtime.admission).kinds)
     assert result.allowed, result.message
     worker = result.object["spec"]["tfReplicaSpecs"]["Worker"]["template"]
     assert worker["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"} or \

@@ -15,9 +15,9 @@ from dra_support import DRA_CLUSTER, gpu_pod
 from kube_fake_apiserver import serving_cluster, write_kubeconfig
 from workload_support import CLUSTER, ROOT, WORKLOADS, load, real_runtime, review
 
+from webhook.assembly import build_runtime
 from webhook.config import Config
 from webhook.review import answer, decoded_patch, review_pod
-from webhook.runtime import build_runtime
 from webhook.workloads.kueue_dra import CHANNEL_CLASS
 
 

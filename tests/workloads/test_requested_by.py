@@ -22,10 +22,11 @@ from workload_support import (
 )
 
 from webhook.admission.request import UserInfo
+from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import answer, create_review, decoded_patch
-from webhook.runtime import build_runtime
 from webhook.workloads.identity import Signer
+from webhook.workloads.kind import workloads_of
 
 H100 = {"kgwe.io/accelerator": "nvidia-h100-80gb"}
 
@@ -144,7 +145,7 @@ spec:
     message: only researchers run GPU work in default
 """)
     runtime = build_runtime(load_config(CONFIG), cluster)
-    runtime.admission.identity = real_runtime().admission.identity
+    workloads_of(runtime.admission).identity = workloads_of(real_runtime().admission).identity
     workload = deployment("default", 1)
     body = review(workload, user="bob")
     patch = decoded_patch(answer(runtime.admission, body, True, 10.0))

@@ -24,12 +24,14 @@ import yaml
 from certs.authority import Settings
 from certs.files import ensure_files
 from certs.reloader import ReloadingSSLContext
+from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.runtime import Runtime, build_runtime
+from webhook.runtime import Runtime
 from webhook.server.app import create_app
 from webhook.server.listener import uvicorn_server
 from webhook.wing_config import DEFAULT_CONTROLLER_IDENTITIES
 from webhook.workloads.identity import Identity, Signer
+from webhook.workloads.kind import workloads_of
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster"
@@ -63,7 +65,7 @@ def load(path: Path) -> dict[str, Any]:
 
 def real_runtime() -> Runtime:
     runtime = build_runtime(load_config(CONFIG), CLUSTER)
-    runtime.admission.identity = Identity(Signer(KEY), DEFAULT_CONTROLLER_IDENTITIES)
+    workloads_of(runtime.admission).identity = Identity(Signer(KEY), DEFAULT_CONTROLLER_IDENTITIES)
     return runtime
 
 

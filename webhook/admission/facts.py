@@ -8,9 +8,10 @@ gate ports can name it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from policies.api import Violation
 from policies.gpu_demand import GpuDemand
@@ -20,9 +21,21 @@ from webhook.intent import PodIntent
 from webhook.placement.constraints import conflicts_with_pod
 from webhook.placement.memo import PlanMemoEntry
 from webhook.placement.plan import Decision, PlacementPlan
-from webhook.usage.table import WorkloadUsage
 
 Problem = tuple[str, str]  # (reason, message)
+
+
+class UsageRow(Protocol):
+    """A workload's row of the usage table (webhook/usage/table.py `WorkloadUsage`), as admission reads it:
+    the usage wing fills it through the `UsageGate` port, so the core names no type of it."""
+
+    workload: str
+    peak_memory_mib: int | None
+
+    @property
+    def recommendation(self) -> Any: ...
+
+    def policy_document(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -43,7 +56,13 @@ class Facts:
     # pod without its identity, the plan, the snapshot and the configuration may be remembered there.
     plan_memo: PlanMemoEntry | None = None
     # The pod's workload in the usage table (webhook/usage/table.py); None without a table or a row.
-    usage: WorkloadUsage | None = None
+    usage: UsageRow | None = None
+    # Whether the pod asks GPUs past its resources (the gates' `asks_devices`: DRA claims of its own).
+    device_asks: Callable[[Facts], bool] | None = None
+
+    @cached_property
+    def asks_own_devices(self) -> bool:
+        return self.device_asks is not None and self.device_asks(self)
 
     @cached_property
     def conflicts(self) -> list[str]:

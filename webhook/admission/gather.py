@@ -3,7 +3,7 @@
 Decode (webhook/admission/request.py) -> **gather facts** (here: scope, intent, GPU demand, tenant, the
 policies' decision and checks, the placement plan) -> mutate (mutate.py) or validate (validate.py) ->
 respond (response.py). `FactGathering` is the base the two flows share; `AdmissionService` (core.py)
-is both.
+is both, over the ports (ports.py) and the wings' seams (seams.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from webhook.admission.facts import Facts
 from webhook.admission.outcome import Outcome
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
+from webhook.admission.seams import AdmissionSeams
 from webhook.intent import parse_intent
 from webhook.placement.memo import planned_with_entry
 from webhook.placement.plan import Decision
-from webhook.usage.owners import workload_of
-from webhook.usage.table import WorkloadUsage
 
 log = logging.getLogger("kgwe.admission")
 
@@ -34,10 +33,11 @@ class DeadlineExceeded(TimeoutError):
 
 
 class FactGathering:
-    """What the mutating and the validating flow share: the ports, the scope and the facts."""
+    """What the mutating and the validating flow share: the ports, the seams, the scope and the facts."""
 
-    def __init__(self, runtime: AdmissionPorts) -> None:
+    def __init__(self, runtime: AdmissionPorts, seams: AdmissionSeams | None = None) -> None:
         self.runtime = runtime
+        self.seams = seams if seams is not None else AdmissionSeams()
 
     def _in_scope(self, request: AdmissionRequest) -> bool:
         if not request.is_pod or request.object is None:
@@ -61,7 +61,7 @@ class FactGathering:
         decision: Decision | None = None
         violations: list[Violation] = []
         demand = pod_gpu_demand(view)
-        usage = self._usage(request, pod) if demand.asks_gpu else None
+        usage = runtime.workload_usage(request, pod) if demand.asks_gpu else None
         wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
         if runtime.policies is not None and (wants_decision or with_checks):
             try:
@@ -81,20 +81,8 @@ class FactGathering:
         plan, memo = planned_with_entry(view, intent, decision, model, runtime.config, demand)
         return Facts(
             request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations, plan_memo=memo,
-            usage=usage,
+            usage=usage, device_asks=self.seams.asks_devices,
         )
-
-    def _usage(self, request: AdmissionRequest, pod: dict[str, Any]) -> WorkloadUsage | None:
-        """The pod's workload's row of the usage table (memory only), None without one."""
-        table = self.runtime.usage_table()
-        if table is None:
-            return None
-        if request.template:
-            key = request.workload
-        else:
-            name = PodView(pod).name or request.name
-            key = workload_of(request.namespace, name, pod).key if name or PodView(pod).controller_owner else ""
-        return table.workload(key) if key else None
 
     def _screen(self, request: AdmissionRequest) -> Outcome | None:
         """The answer to a request neither flow judges: refused when decode found it invalid, passed as it

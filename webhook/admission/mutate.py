@@ -13,15 +13,13 @@ from dataclasses import replace
 from typing import Any
 
 from policies.api import WouldBlock
-from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import ObjectView
-from webhook.admission.facts import Facts
+from webhook.admission.facts import Facts, Problem
 from webhook.admission.gather import FactGathering
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.rightsizing import Advice, advise, mode_of, not_applied, rightsized_pod, rightsizing_step
-from webhook.dra.templates import ensure_claim_templates
 from webhook.intent import LABEL_GANG, parse_intent
 from webhook.mutation.pipeline import NotConverging, copy_json, run_pipeline
 from webhook.mutation.steps import (
@@ -42,6 +40,11 @@ class Mutation(FactGathering):
     """The mutating flow of the admission core."""
 
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        """The mutating answer; `AdmissionService` sends the kinds other than Pod to their handlers first."""
+        return self.mutate_pod(request, deadline)
+
+    def mutate_pod(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        """A pod's mutating answer (a kind handler's pods too: a workload's templates as pods)."""
         screened = self._screen(request)
         if screened is not None:
             return screened
@@ -67,11 +70,9 @@ class Mutation(FactGathering):
         outcome = Outcome(patch=result.patch, object=result.pod,
                           warnings=facts.intent.warnings + facts.plan.warnings + advice.warnings)
         outcome.plan = facts.plan  # for the pod's Event (why), written off the request path
-        gangs = self.runtime.gangs
-        if gangs is not None and facts.renderable and self.runtime.config.mode != "audit":  # audit gates nothing
-            outcome.warnings.extend(gangs.warnings(facts, result.pod))  # read-only: no room for the gang now
-        if facts.renderable and facts.plan.dra is not None:
-            outcome = ensure_claim_templates(self.runtime, request, facts.plan.dra, outcome, deadline)
+        if facts.renderable:  # the wings' hooks (gang warnings, DRA claim templates) see placed pods only
+            for hook in self.seams.after:
+                outcome = hook.after_mutate(request, facts, outcome, deadline)
         if self.runtime.config.mode == "audit":
             # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
             reported = list(facts.plan.steps) if facts.renderable else []
@@ -134,13 +135,15 @@ class Mutation(FactGathering):
         if denied:
             return f"policy {denied[0].policy} denies it"
         try:
-            problems = self.runtime.authorize(request, trial, None, wait=False)
-            if not problems and not request.template:
-                # Quota judges the pod as /mutate would leave it (its quota gate included).
-                made = run_pipeline(trial.pod, self._steps(trial)).pod
-                as_made = replace(request, object=made)
-                problems = self.runtime.check_quota(as_made, replace(trial, request=as_made, pod=made), None,
-                                                    wait=False)
+            # The gates judge the pod as /mutate would leave it (quota: its quota gate included).
+            made = run_pipeline(trial.pod, self._steps(trial)).pod
+            as_made = replace(request, object=made)
+            made_facts = replace(trial, request=as_made, pod=made)
+            problems: list[Problem] = []
+            for gate in self.seams.gates:
+                check = gate.check(as_made, made_facts) if gate.judges_rewrites else None
+                if check is not None and not problems:
+                    problems = (check.try_now or check.run)(None)
         except WouldBlock:
             return "RBAC or quota could not be checked without waiting"
         except NotConverging as exc:
@@ -154,8 +157,8 @@ class Mutation(FactGathering):
             # The gang label groups pods for co-location: only KGWE's plan may set it.
             output_labels_step({LABEL_GANG: facts.plan.labels.get(LABEL_GANG) if facts.renderable else None}),
         ]
-        # KGWE's quota controller removes this gate when the tenant's quota holds the pod (webhook/quotas).
-        gates = [QUOTA_GATE] if self.runtime.quota_gated(facts.request, facts) else []
+        # Each gate's owner lifts it (the quota controller: webhook/quotas).
+        gates = [g for gate in self.seams.gates for g in gate.scheduling_gates(facts.request, facts)]
         if facts.renderable:
             steps.extend(placement_steps(facts.plan, gates))
             if facts.plan.scheduling_group and not facts.request.template:

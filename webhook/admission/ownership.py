@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.admission.facts import Facts
+from webhook.admission.request import AdmissionRequest
 from webhook.costs import format_hourly_cost
-from webhook.dra.claimed import own_dra_asks
 from webhook.intent import (
     OUT_ACCELERATOR_TYPE,
     OUT_DECISION,
@@ -28,7 +30,6 @@ from webhook.intent import (
 )
 from webhook.mutation.pipeline import Step
 from webhook.mutation.steps import decision_document
-from webhook.workloads.identity import with_via
 
 PREFIX = keys.PREFIX
 
@@ -40,8 +41,7 @@ def expected_outputs(facts: Facts) -> dict[str, str | None]:
     # Who asked: set only where workload admission verified it (webhook/workloads/identity.py).
     outputs[OUT_REQUESTED_BY] = facts.request.requested_by
     if not plan.gpu_pod:
-        asks = own_dra_asks(facts.pod, plan.dra, facts.model.device_classes)
-        if asks.refs or asks.extended:
+        if facts.asks_own_devices:
             # Claims of its own (or DRA extended resources) may hold GPUs: the tenant is recorded so that quotas
             # of a group-based tenant find the pod (policies/quota/model.py charge_belongs_to).
             outputs[OUT_TENANT] = facts.tenant
@@ -136,3 +136,25 @@ def lifted_kgwe_gates(old: PodView | Mapping[str, Any], new: PodView | Mapping[s
         return {name for name in pod_view(obj).scheduling_gates if name.startswith(PREFIX)}
 
     return sorted(gates(old) - gates(new))
+
+
+def with_via(decision: str, via: str) -> str:
+    """The `kgwe.io/decision` document with `via` added (how the decision was reached: "template")."""
+    if not via:
+        return decision
+    doc = orjson.loads(decision)
+    doc["via"] = via
+    return orjson.dumps(doc).decode()
+
+
+def requested_by_refusal(request: AdmissionRequest) -> str:
+    """Why a pod or template carrying a `kgwe.io/requested-by` KGWE did not write (or without one) is refused."""
+    if request.requested_by is None:
+        return (
+            f"{OUT_REQUESTED_BY} is written by KGWE: it is kept only on pods a configured controller creates from a "
+            "template KGWE admitted in this namespace; remove it"
+        )
+    return (
+        f"{OUT_REQUESTED_BY} is missing or not the one KGWE writes for this requester "
+        "(was the mutating webhook skipped?); apply it again"
+    )

@@ -23,12 +23,12 @@ import orjson
 
 from policies.gpu_demand import GpuDemand
 from policies.vocabulary import keys
+from webhook.admission.facts import UsageRow
 from webhook.config import Rightsizing, RightsizingMode
 from webhook.intent import PodIntent
 from webhook.mutation.mutators import RIGHTSIZING_MUTATOR
 from webhook.mutation.mutators import SIZING_KEYS as RIGHTSIZING_MUTATOR_KEYS
 from webhook.mutation.pipeline import Step
-from webhook.usage.table import WorkloadUsage
 
 # The intent that says how big a pod's GPU is; auto replaces all of it (a profile left beside a recommended
 # type would contradict it). Its mutator owns these keys (webhook/mutation/mutators.py).
@@ -62,7 +62,7 @@ def mode_of(settings: Rightsizing, namespace_labels: Mapping[str, str], notes: M
     return settings.mode_for(namespace_labels, named)
 
 
-def _saving(usage: WorkloadUsage) -> str:
+def _saving(usage: UsageRow) -> str:
     """`KGWE rightsizing: saves ...`: the saving, then the shape and the workload (the API server keeps 120
     characters of a warning: what matters first)."""
     rec = usage.recommendation
@@ -81,7 +81,7 @@ def _bounded(text: str) -> str:
     return text if len(text) <= MAX_WARNING_CHARS else text[: MAX_WARNING_CHARS - 3] + "..."
 
 
-def advise(mode: RightsizingMode, usage: WorkloadUsage | None, notes: Mapping[str, str], intent: PodIntent,
+def advise(mode: RightsizingMode, usage: UsageRow | None, notes: Mapping[str, str], intent: PodIntent,
            demand: GpuDemand, settings: Rightsizing, *, decided_by_template: bool) -> Advice:
     """What `mode` does to a pod with these annotations, intent and GPU demand, given its workload's usage.
     `decided_by_template`: the pod was made from a template KGWE admitted, which rightsizing already saw
@@ -140,7 +140,7 @@ def rightsized_pod(pod: dict[str, Any], changes: Mapping[str, str | None]) -> No
             notes[key] = value
 
 
-def not_applied(usage: WorkloadUsage, problem: str) -> list[str]:
+def not_applied(usage: UsageRow, problem: str) -> list[str]:
     """The warnings of an `auto` rewrite taken back because the rewritten pod would not pass."""
     rec = usage.recommendation
     found = [_saving(usage), _set(rec.intent)] if rec is not None else []

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
@@ -33,17 +32,16 @@ from webhook.admission.ownership import (
     expected_outputs,
     lifted_kgwe_gates,
     output_mismatches,
+    requested_by_refusal,
 )
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.replicas import remembered
 from webhook.admission.request import AdmissionRequest
-from webhook.dra.claimed import asks_extended_devices, own_dra_asks
-from webhook.gangs.native import is_kgwe_name, pod_group_name
+from webhook.admission.seams import AdmissionGate, AdmissionSeams, Gate, PendingVerdict
 from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
 from webhook.mutation.pipeline import run_pipeline
 from webhook.mutation.steps import placement_steps
 from webhook.scheduling.predicates import explain_infeasible, first_feasible
-from webhook.workloads.identity import requested_by_refusal
 
 # When KGWE lifts each of its gates, for the refusal of anyone else who tries.
 GATE_LIFTED_WHEN = {
@@ -71,39 +69,27 @@ GATE_ANSWERS = Counter(
 )
 
 
-@dataclass
-class Gate:
-    """One check that may do I/O: `run(deadline)` returns its problems; it runs only while none exist."""
-
-    name: str
-    run: Callable[[float | None], list[Problem]]
-    blocking: bool  # True when it may wait on the network: run off the event loop
-    # The same check asked not to wait: its problems, or policies.api.WouldBlock when it would have to.
-    # Tried on the event loop first: a cached review or a free lock then costs no thread hop.
-    try_now: Callable[[float | None], list[Problem]] | None = None
-
-
-@dataclass
-class PendingVerdict:
-    """A validation whose CPU-bound part is done; the I/O gates are still to run, in order."""
-
-    request: AdmissionRequest
-    problems: list[Problem]
-    warnings: list[str]
-    audit: dict[str, str]
-    gates: list[Gate] = field(default_factory=list)
-
-
 class Validation(FactGathering):
     """The validating flow of the admission core."""
 
-    def __init__(self, runtime: AdmissionPorts) -> None:
-        super().__init__(runtime)
+    def __init__(self, runtime: AdmissionPorts, seams: AdmissionSeams | None = None) -> None:
+        super().__init__(runtime, seams)
         self._gates: ThreadPoolExecutor | None = None
+
+    def prepare_verdict(self, request: AdmissionRequest, deadline: float | None) -> Outcome | PendingVerdict:
+        """The CPU-bound part of validation (an answer, or the gates still to run); `AdmissionService` sends
+        the kinds other than Pod to their handlers first."""
+        return self.prepare_pod_verdict(request, deadline)
 
     def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
         """The validating answer, gates run inline (for `kgwe review` and tests)."""
-        pending = self.prepare_verdict(request, deadline)
+        return self._inline(request, self.prepare_verdict(request, deadline), deadline)
+
+    def validate_pod(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
+        """A pod's validating answer, gates run inline: a kind handler's pods (a workload's templates)."""
+        return self._inline(request, self.prepare_pod_verdict(request, deadline), deadline)
+
+    def _inline(self, request: AdmissionRequest, pending: Outcome | PendingVerdict, deadline: float | None) -> Outcome:
         if isinstance(pending, Outcome):
             return pending
         for gate in pending.gates:
@@ -148,8 +134,8 @@ class Validation(FactGathering):
             self._gates = ThreadPoolExecutor(GATE_THREADS, thread_name_prefix="kgwe-gate")
         return self._gates
 
-    def prepare_verdict(self, request: AdmissionRequest, deadline: float | None) -> Outcome | PendingVerdict:
-        """The CPU-bound part of validation: an answer, or the gates still to run."""
+    def prepare_pod_verdict(self, request: AdmissionRequest, deadline: float | None) -> Outcome | PendingVerdict:
+        """The CPU-bound part of a pod's validation: an answer, or the gates still to run."""
         screened = self._screen(request)
         if screened is not None:
             return screened
@@ -175,31 +161,12 @@ class Validation(FactGathering):
             else:
                 problems.extend(placement)
         if not problems and not request.template:
-            warnings.extend(self.runtime.quota_warnings(request, facts))
-            budget = self.runtime.budget_verdict(request, facts)
-            if budget.effect == "deny" and budget.reason:
-                problems.append(("budget", budget.reason))
-            elif budget.warning:
-                warnings.append(f"KGWE: {budget.warning}")
+            for gate in self.seams.gates:
+                refused, warned = gate.advise(request, facts)
+                problems.extend(refused)
+                warnings.extend(warned)
         pending = PendingVerdict(request, problems, warnings, audit)
-        if not request.template:
-            claims = own_dra_asks(request.pod, facts.plan.dra, facts.model.device_classes)
-            if claims:
-                # First: a pod that asks GPUs both ways is refused before any quota is reserved for it.
-                rt = self.runtime
-                pending.gates.append(Gate(
-                    "DRA claims", lambda d: rt.check_claims(request, facts, claims, d), rt.claims_block_io,
-                    lambda d: rt.check_claims(request, facts, claims, d, wait=False),
-                ))
-        if facts.plan.gpu_pod:
-            rt = self.runtime
-            pending.gates.append(Gate(
-                "RBAC", lambda d: rt.authorize(request, facts, d), rt.rbac_blocks_io,
-                lambda d: rt.authorize(request, facts, d, wait=False),
-            ))
-            if not request.template:  # a workload's templates are charged by their pods
-                # Memory only (no reservation, nothing written): the quota controller decides when it starts.
-                pending.gates.append(Gate("quota", lambda d: rt.check_quota(request, facts, d), False))
+        pending.gates.extend(g for gate in self.seams.gates if (g := gate.check(request, facts)) is not None)
         return pending
 
     def _prepare_update(self, request: AdmissionRequest, deadline: float | None) -> PendingVerdict:
@@ -244,12 +211,7 @@ class Validation(FactGathering):
         expected = expected_outputs(facts)
         gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
         wrong = output_mismatches(facts.request.pod, expected, {LABEL_GANG: gang})
-        problems: list[Problem] = []
-        joined = facts.request.pod.pod_group_name
-        if is_kgwe_name(joined) and (gang is None or joined != pod_group_name(gang)):
-            # Counted by kube-scheduler towards the gang's minCount, a stranger could start part of a gang.
-            problems.append(("output-guard", f"spec.schedulingGroup.podGroupName {joined[:80]} is the PodGroup KGWE "
-                                             "makes for a gang: only that gang's members join it (KGWE sets it)"))
+        problems: list[Problem] = [p for gate in self.seams.gates for p in gate.output_problems(facts)]
         if not wrong:
             return problems
         if OUT_REQUESTED_BY in wrong:
@@ -378,7 +340,7 @@ def _kgwe_placed(facts: Facts) -> bool:
     return not facts.intent.empty or any(step != "cost" for step in facts.plan.steps)
 
 
-def fails_closed(request: AdmissionRequest) -> bool:
+def fails_closed(request: AdmissionRequest, gates: Sequence[AdmissionGate] = ()) -> bool:
     """Whether `/validate` must refuse this request when it cannot decide (deadline, internal error).
 
     True for GPU pods, pods with any `kgwe.io/` key and every other object sent to the webhook (the
@@ -394,8 +356,8 @@ def fails_closed(request: AdmissionRequest) -> bool:
             return True
         if request.pod.has_key_with_prefix(KGWE_PREFIX) or request.old_pod.has_key_with_prefix(KGWE_PREFIX):
             return True
-        if request.pod.spec.get("resourceClaims") or asks_extended_devices(request.pod):
-            return True  # claims of its own, or DRA devices as extended resources, may be GPUs
+        if any(gate.fails_closed(request) for gate in gates):
+            return True  # it asks something a gate guards (DRA claims of its own may be GPUs)
         return pod_gpu_demand(request.pod).asks_gpu
     except Exception:
         return True

@@ -25,7 +25,6 @@ from prometheus_client import Gauge
 
 from policies.background import Task
 from policies.metrics import replace_series
-from webhook.admission.charging import usage_charges
 from webhook.audit.checks import audit_pod, quota_findings
 from webhook.audit.findings import Finding
 from webhook.audit.formats import report_format
@@ -34,7 +33,9 @@ from webhook.audit.reports import is_cluster_report, render_reports, report_key
 from webhook.audit.workloads import audit_workload
 from webhook.audit.writers import ReportWriter
 from webhook.cluster.model import ClusterModel
+from webhook.quotas.charging import usage_charges
 from webhook.runtime import Runtime
+from webhook.workloads.kind import workloads_of
 
 log = logging.getLogger("kgwe.audit")
 
@@ -167,7 +168,7 @@ class Auditor:
             del self._workload_findings[gone]
         chosen, _wrapped = self._next_slice(self._workload_keys_of(model.generation, workloads),
                                             self._workload_cursor)
-        kinds = self.runtime.admission.kinds
+        kinds = workloads_of(self.runtime.admission).kinds
         for key in chosen:
             found = audit_workload(self.runtime, workloads[key], kinds)
             if found:

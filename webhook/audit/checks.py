@@ -23,13 +23,13 @@ from policies.gpu_demand import pod_gpu_demand
 from policies.quota.model import format_gpus, format_memory, quota_name, resolve_tenant, tenant_of_quota
 from policies.quota.usage import UsageLine, usage_lines
 from policies.vocabulary.objects import PodView
-from webhook.admission.charging import usage_charges
 from webhook.audit.findings import AUDIT_USER, Finding, Result, Severity
 from webhook.audit.pods import PodReader
 from webhook.audit.workloads import workload_findings
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.intent import OUT_TENANT, PodIntent, parse_intent
 from webhook.placement.plan import build_plan
+from webhook.quotas.charging import usage_charges
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime

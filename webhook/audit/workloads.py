@@ -25,6 +25,7 @@ from webhook.audit.findings import AUDIT_USER, Finding
 from webhook.cluster.model import ClusterModel
 from webhook.intent import A_GANG, parse_intent
 from webhook.review import answer_with_outcome, create_review, decoded_patch
+from webhook.workloads.kind import workloads_of
 from webhook.workloads.kinds import KindSpec, KindTable, WorkloadShapeError, extract_templates
 from webhook.workloads.replicas import CountError, pods_per_template
 
@@ -148,7 +149,7 @@ def _admit(runtime: Runtime, workload: dict[str, Any], kinds: KindTable) -> tupl
 def workload_verdicts(runtime: Runtime, model: ClusterModel | None = None) -> list[WorkloadVerdict]:
     """Every GPU workload of the snapshot, judged, in (namespace, kind, name) order."""
     model = model or runtime.store.snapshot()
-    kinds = runtime.admission.kinds
+    kinds = workloads_of(runtime.admission).kinds
     excluded = set(runtime.config.excluded_namespaces)
     verdicts: list[WorkloadVerdict] = []
     for workload in model.workloads.values():

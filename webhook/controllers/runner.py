@@ -19,7 +19,8 @@ from webhook.dra.garbage import ClaimGarbageCollector
 from webhook.gangs.controller import GangController, kube_native_writer, kube_pod_writer
 from webhook.gangs.ledger import GangStore
 from webhook.gangs.native import native_gangs
-from webhook.quotas.controller import QuotaController, kube_quota_writer
+from webhook.quotas.controller import QuotaController
+from webhook.quotas.writer import kube_quota_writer
 
 MIG_APPLY_SECONDS = 60.0
 

@@ -30,6 +30,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
 
+from webhook.admission.facts import Facts
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.dra.compute_domain import API_VERSION as COMPUTE_DOMAIN_API
@@ -185,3 +186,17 @@ def ensure_claim_templates(
                 object=request.object,
             )
     return outcome
+
+
+class ClaimTemplateHook:
+    """After `/mutate` placed a pod KGWE writes for DRA: its claim templates created (`ensure_claim_templates`)."""
+
+    def __init__(self, runtime: TemplateRuntime) -> None:
+        self.runtime = runtime
+
+    def after_mutate(
+        self, request: AdmissionRequest, facts: Facts, outcome: Outcome, deadline: float | None
+    ) -> Outcome:
+        if facts.plan.dra is None:
+            return outcome
+        return ensure_claim_templates(self.runtime, request, facts.plan.dra, outcome, deadline)

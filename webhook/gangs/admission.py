@@ -1,4 +1,5 @@
-"""What `/mutate` says about a gang member's room: read-only, from the cluster model.
+"""The gang wing at admission: what `/mutate` says about a gang member's room (an after-admission hook), and
+who may join a gang's PodGroup (a gate's ownership check). Read-only, from the cluster model.
 
 Admission writes no gang record: a request that no pod follows (refused later, a forged review) must change
 nothing, so the leader's gang controller records a gang once it sees its members in the API
@@ -11,11 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.admission.facts import Facts
+from webhook.admission.facts import Facts, Problem
+from webhook.admission.outcome import Outcome
+from webhook.admission.request import AdmissionRequest
+from webhook.admission.seams import AdmissionGate
 from webhook.gangs.accounting import candidate_rooms, gang_pods
 from webhook.gangs.ledger import GangRecord
+from webhook.gangs.native import is_kgwe_name, pod_group_name
 from webhook.gangs.rooms import best_fit, free_gpus
 from webhook.gangs.spec import GATE
+from webhook.intent import LABEL_GANG
+from webhook.runtime import Runtime
 
 
 class GangAdvice:
@@ -41,3 +48,30 @@ class GangAdvice:
                     "gated (they hold no GPU) until one has"]
         return []
 
+
+class GangHook:
+    """After `/mutate` placed a gang member: the warnings of `GangAdvice` (audit mode gates nothing: none)."""
+
+    def __init__(self, runtime: Runtime, advice: GangAdvice | None = None) -> None:
+        self.runtime = runtime
+        self.advice = advice or GangAdvice()
+
+    def after_mutate(
+        self, request: AdmissionRequest, facts: Facts, outcome: Outcome, deadline: float | None
+    ) -> Outcome:
+        if self.runtime.config.mode != "audit" and outcome.object is not None:
+            outcome.warnings.extend(self.advice.warnings(facts, outcome.object))
+        return outcome
+
+
+class GangGate(AdmissionGate):
+    """Only a gang's members join the PodGroup KGWE makes for it (native gang scheduling)."""
+
+    def output_problems(self, facts: Facts) -> list[Problem]:
+        gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
+        joined = facts.request.pod.pod_group_name
+        if is_kgwe_name(joined) and (gang is None or joined != pod_group_name(gang)):
+            # Counted by kube-scheduler towards the gang's minCount, a stranger could start part of a gang.
+            return [("output-guard", f"spec.schedulingGroup.podGroupName {joined[:80]} is the PodGroup KGWE "
+                                     "makes for a gang: only that gang's members join it (KGWE sets it)")]
+        return []

@@ -19,7 +19,7 @@ from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.intent import OUT_TENANT, parse_intent
-from webhook.quotas.gate import QUOTA_GATE
+from webhook.quotas.scheduling_gate import QUOTA_GATE
 from webhook.quotas.waiters import picture_of, plan_tenant, pod_charges, runnable_types
 
 Problem = tuple[str, str]

@@ -26,9 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
@@ -45,18 +44,15 @@ from webhook.config import Config
 from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
 from webhook.placement.constraints import and_into_required_terms, apply_requirements
-from webhook.quotas.gate import QUOTA_CONDITION, QUOTA_GATE
+from webhook.quotas.scheduling_gate import QUOTA_CONDITION, QUOTA_GATE
 from webhook.quotas.waiters import ChargeCache, TenantPicture, plan_tenant, quota_picture
+from webhook.quotas.writer import QuotaWriter
 
 log = logging.getLogger("kgwe.quotas.controller")
 
-FIELD_MANAGER = "kgwe-controller"
 # A released pod the watch has not shown ungated after this long is forgotten (the write was lost, or the pod
 # is gone): the next pass reads it from the API's state again.
 IN_FLIGHT_SECONDS = 60.0
-# API calls of a pass stay well inside the lease's margin: a leader that lost its lease stops writing before
-# another replica may start (webhook/controllers/leader.py: renew deadline 10 s, lease 15 s).
-CALL_TIMEOUT = (3.0, 4.0)
 # How often a waiting pod's condition is rewritten when only its place in line moved.
 POSITION_REFRESH_SECONDS = 30.0
 
@@ -64,19 +60,6 @@ RELEASED = Counter("kgwe_quota_released_total", "Pods whose kgwe.io/quota gate K
 WAITING = Gauge("kgwe_quota_waiting_pods", "Pods gated by kgwe.io/quota that wait for their tenant's quota",
                 ["tenant"])
 RELEASE_SECONDS = Gauge("kgwe_quota_pass_seconds", "Duration of the quota controller's last pass")
-
-
-class QuotaWriter(Protocol):
-    """What the controller changes in the cluster."""
-
-    def release(self, pod: dict[str, Any], patch: dict[str, Any]) -> None:
-        """Apply the merge patch that pins and ungates the pod (it carries the resourceVersion read)."""
-
-    def waiting(self, pod: dict[str, Any], message: str, *, event: bool = True) -> None:
-        """Set the pod's `kgwe.io/QuotaAvailable` condition to False with `message`; with `event`, post an Event."""
-
-    def status(self, quota: str, status: dict[str, Any]) -> None:
-        """Write a TenantQuota's `status`."""
 
 
 @dataclass
@@ -377,56 +360,4 @@ def tenant_status(picture: TenantPicture, queue: TenantQueue, quota: str) -> dic
     return {"used": used, "waiting": waiting}
 
 
-def kube_quota_writer(api_client: Any) -> QuotaWriter:
-    from webhook.cluster.kube_json import KubeJson
-
-    return _KubeQuotaWriter(KubeJson(api_client))
-
-
-class _KubeQuotaWriter:
-    def __init__(self, api: Any) -> None:
-        self.api = api
-
-    def release(self, pod: dict[str, Any], patch: dict[str, Any]) -> None:
-        view = PodView(pod)
-        self.api.request(
-            "PATCH", f"/api/v1/namespaces/{view.namespace}/pods/{view.name}",
-            query=[("fieldManager", FIELD_MANAGER)], body=patch,
-            content_type="application/merge-patch+json", timeout=CALL_TIMEOUT,
-        )
-
-    def waiting(self, pod: dict[str, Any], message: str, *, event: bool = True) -> None:
-        view = PodView(pod)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        condition = {"type": QUOTA_CONDITION, "status": "False", "reason": "WaitingForQuota",
-                     "message": message[:1024], "lastTransitionTime": now}
-        # Strategic merge: conditions merge by type, so the kubelet's and the scheduler's stay as they are.
-        self.api.request(
-            "PATCH", f"/api/v1/namespaces/{view.namespace}/pods/{view.name}/status",
-            query=[("fieldManager", FIELD_MANAGER)], body={"status": {"conditions": [condition]}},
-            content_type="application/strategic-merge-patch+json", timeout=CALL_TIMEOUT,
-        )
-        if not event:
-            return
-        self.api.request(
-            "POST", f"/api/v1/namespaces/{view.namespace}/events",
-            body={
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{view.name}.", "namespace": view.namespace},
-                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": view.namespace,
-                                   "name": view.name, "uid": view.uid},
-                "reason": "WaitingForQuota", "message": message[:1024], "type": "Normal",
-                "source": {"component": "kgwe"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            },
-            timeout=CALL_TIMEOUT,
-        )
-
-    def status(self, quota: str, status: dict[str, Any]) -> None:
-        self.api.request(
-            "PATCH", f"/apis/kgwe.io/v1alpha1/tenantquotas/{quota}/status",
-            query=[("fieldManager", FIELD_MANAGER)], body={"status": status},
-            content_type="application/merge-patch+json", timeout=CALL_TIMEOUT,
-        )
-
-
-__all__ = ["PassResult", "QuotaController", "QuotaWriter", "Release", "kube_quota_writer", "release_patch"]
+__all__ = ["PassResult", "QuotaController", "Release", "release_patch"]

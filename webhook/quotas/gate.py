@@ -1,36 +1,111 @@
-"""Which GPU pods the quota gate holds: those of a tenant with a TenantQuota, unless Kueue governs them."""
+"""The quota gate of admission (SPEC section 10): which pods `/mutate` holds behind `kgwe.io/quota`, what
+`/validate` refuses for quota, and what a tenant's budget says of a new GPU pod (SPEC section 12).
+
+Memory only: no reservation, no write, no network. KGWE's quota controller, not the request, releases the
+pods it holds (webhook/quotas/controller.py). It also answers the claims gate's quota question
+(`QuotaCheck`: GPUs asked through DRA claims of the pod's own).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from policies.loading.selectors import parse_selector
-from policies.vocabulary import keys
-from policies.vocabulary.objects import PodView, pod_view
-from webhook.config import Config
-
-QUOTA_GATE = keys.QUOTA_GATE
-QUOTA_CONDITION = keys.QUOTA_CONDITION
-
-
-def is_quota_gated(pod: PodView | Mapping[str, Any]) -> bool:
-    """The pod still carries the quota gate: it holds no quota and no GPU yet."""
-    return QUOTA_GATE in pod_view(pod).scheduling_gates
+from policies.quota.budget import BudgetVerdict, judge
+from policies.quota.model import PodCharge
+from webhook.admission.facts import Facts, Problem
+from webhook.admission.request import AdmissionRequest
+from webhook.admission.seams import AdmissionGate, Gate
+from webhook.admission.tenancy import Tenancy
+from webhook.cluster.model import ClusterModel
+from webhook.dra.claimed import own_dra_asks
+from webhook.quotas.admission import queue_answer, quota_problems
+from webhook.quotas.charging import pod_charge
+from webhook.quotas.scheduling_gate import QUOTA_GATE, deferred_to_kueue
+from webhook.runtime import Runtime
 
 
-def deferred_to_kueue(config: Config, namespace_labels: Mapping[str, str]) -> bool:
-    """`quotas.deferTo: kueue` covers this namespace: Kueue's ClusterQueues, not KGWE's gate, admit its pods."""
-    quotas = config.quotas
-    if quotas.defer_to != "kueue":
-        return False
-    try:
-        selector = parse_selector(quotas.defer_namespace_selector)
-    except ValueError:
-        return False  # an unreadable selector defers nothing: KGWE's quota still holds
-    return selector is None or selector.matches(namespace_labels)
+class QuotaGate(AdmissionGate):
+    """Tenant quotas and budgets at admission, over the runtime's tenancy memo and budget book."""
 
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
 
-def gets_quota_gate(config: Config, has_quota: bool, namespace_labels: Mapping[str, str]) -> bool:
-    """A GPU pod of a tenant with a TenantQuota is gated, unless its namespace is deferred to Kueue."""
-    return has_quota and not deferred_to_kueue(config, namespace_labels)
+    def _applies(self, request: AdmissionRequest, model: ClusterModel, *, templates: bool = False) -> Tenancy | None:
+        """The tenancy when the quota gate holds this request's pods: a pod (or, with `templates`, a workload's
+        pod template) of a tenant with a TenantQuota, in a namespace not deferred to Kueue; else None."""
+        if request.template and not templates:
+            return None
+        tenancy = self.runtime.tenancy_of(request, model)
+        if not tenancy.quotas or deferred_to_kueue(self.runtime.config, model.namespace_labels(request.namespace)):
+            return None
+        return tenancy
+
+    def scheduling_gates(self, request: AdmissionRequest, facts: Facts) -> list[str]:
+        asks_gpu = facts.plan.gpu_pod or bool(own_dra_asks(facts.pod, facts.plan.dra, facts.model.device_classes))
+        # A workload's templates carry the gate too, so that their pods pass /mutate unchanged (SPEC section 7).
+        gated = self._applies(request, facts.model, templates=True) is not None
+        return [QUOTA_GATE] if asks_gpu and (request.operation == "CREATE" or request.template) and gated else []
+
+    def advise(self, request: AdmissionRequest, facts: Facts) -> tuple[list[Problem], list[str]]:
+        warnings = self._warnings(request, facts)
+        budget = self._budget(request, facts)
+        if budget.effect == "deny" and budget.reason:
+            return [("budget", budget.reason)], warnings
+        if budget.warning:
+            warnings.append(f"KGWE: {budget.warning}")
+        return [], warnings
+
+    def check(self, request: AdmissionRequest, facts: Facts) -> Gate | None:
+        if not facts.plan.gpu_pod or request.template:  # a workload's templates are charged by their pods
+            return None
+        # Memory only (no reservation, nothing written): the quota controller decides when it starts.
+        return Gate("quota", lambda d: self.check_quota(request, facts), False)
+
+    def check_quota(self, request: AdmissionRequest, facts: Facts) -> list[Problem]:
+        """The refusals (reason `quota`): no gate, `spec.nodeName` set, an ask no limit could ever hold, or
+        (`quotas.overQuota: refuse`) an ask that would wait now."""
+        tenancy = self._applies(request, facts.model)
+        if tenancy is None or request.object is None:
+            return []
+        charge = pod_charge(facts.request.pod, facts.model, facts)
+        intent = facts.intent
+        gang_size = intent.gang_size if intent.gang and intent.gang_size else None
+        return quota_problems(
+            request.object, charge, tenancy.tenant, tenancy.limits, facts.model, self.runtime.config,
+            gang_size=gang_size,
+        )
+
+    def _warnings(self, request: AdmissionRequest, facts: Facts) -> list[str]:
+        """Why an admitted pod will wait for its tenant's quota (shown to whoever creates it), if it will."""
+        config = self.runtime.config
+        if config.quotas.over_quota == "refuse" or request.object is None:
+            return []
+        if self._applies(request, facts.model) is None:
+            return []
+        answer = queue_answer(facts.model, config, request.object)
+        if answer is None or not answer.startswith("would wait"):
+            return []
+        return [f"KGWE: this pod {answer}; it starts by itself when quota frees (docs/quotas.md)"]
+
+    def _budget(self, request: AdmissionRequest, facts: Facts) -> BudgetVerdict:
+        """What the tenant's budget says of a new GPU pod (policies/quota/budget.py): `Queue` holds it behind
+        the quota gate only where the gate applies; elsewhere (Kueue's namespaces) it is a warning. Memory
+        only: the last budget states read, never a wait for Prometheus."""
+        if request.template or request.operation != "CREATE" or not facts.plan.gpu_pod:
+            return BudgetVerdict("allow", None, None)
+        tenancy = self.runtime.tenancy_of(request, facts.model)
+        if not tenancy.quotas or self.runtime.budgets is None:
+            return BudgetVerdict("allow", None, None)
+        verdict = judge(self.runtime.budgets.states().get(tenancy.tenant))
+        if verdict.effect == "queue" and self._applies(request, facts.model) is None:
+            return BudgetVerdict("allow", verdict.warning, None)
+        return verdict
+
+    # -- QuotaCheck: the claims gate's quota (webhook/dra/gate.py) -------------------------------
+    def charged_tenancy(self, request: AdmissionRequest, model: ClusterModel) -> Tenancy | None:
+        return self._applies(request, model)
+
+    def charge_problems(
+        self, request: AdmissionRequest, charge: PodCharge, tenancy: Tenancy, model: ClusterModel
+    ) -> list[Problem]:
+        if request.object is None:
+            return []
+        return quota_problems(request.object, charge, tenancy.tenant, tenancy.limits, model, self.runtime.config)

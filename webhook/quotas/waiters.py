@@ -18,14 +18,15 @@ from typing import Any
 from policies.quota.model import PodCharge, QuotaLimit, charge_belongs_to, quota_limits, tenant_of_quota
 from policies.quota.queue import Ask, TenantQueue, Waiter, plan_queue
 from policies.vocabulary.objects import PodView
-from webhook.admission.charging import ClaimUsage, pod_charge
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
+from webhook.dra.charges import ClaimUsage
 from webhook.dra.claimed import mapped_resources
 from webhook.gangs.rooms import free_gpus, per_snapshot
 from webhook.gangs.spec import membership
 from webhook.intent import OUT_TENANT
-from webhook.quotas.gate import is_quota_gated
+from webhook.quotas.charging import pod_charge
+from webhook.quotas.scheduling_gate import is_quota_gated
 from webhook.scheduling.predicates import first_feasible
 
 ZERO = Decimal(0)

@@ -25,7 +25,6 @@ from starlette.types import Receive, Scope, Send
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest, BadReview, decode_review
 from webhook.admission.response import render_review
-from webhook.admission.validate import fails_closed
 from webhook.config import Config
 from webhook.server import metrics
 from webhook.server.callers import CallerAuthenticator
@@ -45,6 +44,8 @@ class AdmissionCore(Protocol):
     def validate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
 
     async def validate_async(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome: ...
+
+    def fails_closed(self, request: AdmissionRequest) -> bool: ...
 
 
 class LoadState(Protocol):
@@ -150,7 +151,7 @@ class AdmissionEndpoint:
     def _on_error(self, admission_request: AdmissionRequest, config: Config) -> Literal["allow", "deny"]:
         """`/validate` never turns an error into the admission of a GPU pod or a pod with KGWE intent;
         `limits.onError` applies to `/mutate` and to pods that ask nothing of KGWE."""
-        if not self.mutating and fails_closed(admission_request):
+        if not self.mutating and self.runtime.admission.fails_closed(admission_request):
             return "deny"
         return config.limits.on_error
 

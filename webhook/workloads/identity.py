@@ -181,28 +181,6 @@ def with_requester(request: AdmissionRequest, requester: Requester) -> Admission
     return replace(request, user=requester.user, requested_by=requester.annotation, via=requester.via)
 
 
-def with_via(decision: str, via: str) -> str:
-    """The `kgwe.io/decision` document with `via` added (how the decision was reached: "template")."""
-    if not via:
-        return decision
-    doc = orjson.loads(decision)
-    doc["via"] = via
-    return orjson.dumps(doc).decode()
-
-
-def requested_by_refusal(request: AdmissionRequest) -> str:
-    """Why a pod or template carrying a `kgwe.io/requested-by` KGWE did not write (or without one) is refused."""
-    if request.requested_by is None:
-        return (
-            f"{REQUESTED_BY} is written by KGWE: it is kept only on pods a configured controller creates from a "
-            "template KGWE admitted in this namespace; remove it"
-        )
-    return (
-        f"{REQUESTED_BY} is missing or not the one KGWE writes for this requester "
-        "(was the mutating webhook skipped?); apply it again"
-    )
-
-
 def load_key(path: Path | None) -> bytes:
     """The signing key. With a path (the chart's Secret, mounted) it must exist; without one it is made
     once under the state directory and shared by every worker and `kgwe review` on this machine."""

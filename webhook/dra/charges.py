@@ -1,11 +1,8 @@
-"""Tenancy and charging: whose a pod is, and what it counts against that tenant's quotas.
+"""What pods hold or ask through DRA claims of their own, as quota charges (SPEC section 9).
 
-The one rule, used by admission's quota gate (the pod being admitted, from its `Facts`), by the usage
-every quota check compares against (every unfinished GPU pod of the cluster snapshot), by the
-inventory and by the audit. A pod's tenant is resolved from its namespace's labels and the
-requester's groups against the `TenantQuota` objects (`policies.quota.model.resolve_tenant`); its
-charge is its candidate accelerator types (or the type of the node it is bound to), its
-GPU-equivalents (SPEC section 6) and its GPU memory.
+Allocated claims charge the devices they hold, by type; claims not yet allocated (and DRA devices asked as
+extended resources) charge each device as one whole GPU of every type a claim may get. Read by the claims
+gate at admission (webhook/dra/gate.py) and by the quota usage (webhook/quotas/charging.py).
 """
 
 from __future__ import annotations
@@ -14,19 +11,12 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
-import orjson
-
-from policies.gpu_demand import pod_gpu_demand
-from policies.quota.model import PodCharge, resolve_tenant
+from policies.quota.model import PodCharge
 from policies.vocabulary.accelerator_types import MIXED
 from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView, pod_view
-from policies.vocabulary.quantities import GIB, parse_quantity
-from webhook.admission.facts import Facts
-from webhook.admission.request import AdmissionRequest
+from policies.vocabulary.quantities import GIB
 from webhook.cluster.model import ClusterModel, pod_is_finished
-from webhook.cluster.node_facts import NodeFacts
-from webhook.costs import pod_gpu_equivalents
 from webhook.dra.claim_names import extended_claim_name, generated_claim_names
 from webhook.dra.claimed import (
     HeldGpu,
@@ -41,85 +31,7 @@ from webhook.dra.claimed import (
     requested_gpus,
 )
 from webhook.dra.gpu_classes import GpuClasses
-from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_TENANT
-
-
-def tenant_and_quotas(request: AdmissionRequest, model: ClusterModel) -> tuple[str, list[dict[str, Any]]]:
-    """The requester's tenant for this namespace and the `TenantQuota` objects that apply to it."""
-    return resolve_tenant(
-        request.namespace,
-        model.namespace_labels(request.namespace),
-        request.user.groups,
-        list(model.tenant_quotas.values()),
-    )
-
-
-def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Facts | None) -> PodCharge | None:
-    """What a pod counts against quotas: its candidate types (or bound type) and GPU-equivalents."""
-    view = pod_view(pod)
-    demand = facts.demand if facts is not None else pod_gpu_demand(view)
-    if not demand.asks_gpu:
-        return None
-    notes = view.annotations
-    node_name = view.node_name
-    node = model.nodes.get(node_name) if node_name else None
-    bound_type = node.accelerator_type if node is not None and node.is_typed else None
-    if facts is not None:
-        candidates = tuple(facts.plan.types)
-        equivalents = facts.plan.gpu_equivalents
-    else:
-        candidates = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t)
-        type_id = bound_type or (candidates[0] if candidates else "")
-        equivalents = pod_gpu_equivalents(view, node, type_id, model) if type_id else Decimal(demand.whole_gpus)
-    if not candidates and bound_type is None:
-        return None
-    memory: Decimal | None = None
-    units = demand.whole_gpus + sum(demand.mig.values())
-    gb = model.table.memory_gb(bound_type or candidates[0]) if units and (bound_type or candidates) else None
-    if notes.get(A_GPU_MEMORY):
-        try:
-            memory = parse_quantity(notes[A_GPU_MEMORY]) * units
-        except ValueError:
-            memory = None
-        # `kgwe.io/gpu-memory` is a minimum the creator writes: a GPU the pod holds whole is all its memory,
-        # whatever was asked (1Mi on eight exclusive H100s held 640Gi and counted 8Mi against gpuMemory).
-        held = _whole_gpus_held(view, demand.whole_gpus, node, facts)
-        if memory is not None and held and gb:
-            memory = max(memory, Decimal(gb) * GIB * held)
-    elif gb:
-        memory = Decimal(gb) * GIB * units
-    namespace = view.namespace or (facts.request.namespace if facts else "")
-    return PodCharge(
-        namespace=namespace,
-        name=view.name or view.generate_name,
-        uid=view.uid or None,
-        candidate_types=candidates,
-        bound_type=bound_type,
-        profile=notes.get(A_PROFILE),
-        gpu_equivalents=equivalents,
-        gpu_memory_bytes=memory,
-        tenant=notes.get(OUT_TENANT),
-        namespace_labels=model.namespace_labels(namespace),
-        gated=QUOTA_GATE in view.scheduling_gates,
-    )
-
-
-def _whole_gpus_held(view: PodView, whole_gpus: int, node: NodeFacts | None, facts: Facts | None) -> int:
-    """How many of the pod's `nvidia.com/gpu` units are whole GPUs it holds alone: none when they are MPS or
-    time-sliced replicas or MIG slices (the single strategy names slices `nvidia.com/gpu`), by the plan at
-    admission, else by the node it is bound to and the sharing KGWE decided (`kgwe.io/decision`)."""
-    if not whole_gpus:
-        return 0
-    if facts is not None:
-        return whole_gpus if facts.plan.sharing == "exclusive" and facts.plan.mig_profile is None else 0
-    if node is not None and (node.sharing in ("mps", "time-slicing") or node.mig_strategy in ("single", "gke")):
-        return 0
-    try:
-        decision = orjson.loads(view.annotation(OUT_DECISION) or "{}")
-    except orjson.JSONDecodeError:
-        decision = {}
-    shared = isinstance(decision, dict) and (decision.get("sharing") not in (None, "exclusive") or "mig" in decision)
-    return 0 if shared else whole_gpus
+from webhook.intent import OUT_TENANT
 
 
 def claim_candidate_types(model: ClusterModel) -> tuple[str, ...]:
@@ -243,18 +155,3 @@ def claimed_charges(model: ClusterModel) -> Iterator[tuple[dict[str, Any], list[
             continue
         claims = claims or ClaimUsage(model, mapped)
         yield pod, claims.charges(pod)
-
-
-def usage_charges(model: ClusterModel) -> list[PodCharge]:
-    """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check),
-    including the GPUs pods hold or ask through DRA of their own (`claimed_charges`)."""
-    charges = []
-    for pod in model.pods.values():
-        if pod_is_finished(pod):
-            continue
-        charge = pod_charge(pod, model, None)
-        if charge is not None:
-            charges.append(charge)
-    for _pod, claimed in claimed_charges(model):
-        charges.extend(claimed)
-    return charges

@@ -1,12 +1,12 @@
 """Workload admission (SPEC section 7): every pod template judged as a pod made from it.
 
-`WorkloadAwareAdmission` is the admission service the server and `kgwe review` call. Pods go to the
-pod core as before, with their requester resolved first (identity.py). A workload of a kind in the
-kind table is split into its pod templates; each becomes the pod a controller would create from it
-(template metadata and spec, the request's namespace, the workload's intent annotations where the
-template does not set the key) and runs through the same pod pipeline, flagged as a template so no
-quota is reserved. The mutated pod is written back as the template (so the patch is the pod's patch
-under the template's path), and refusals carry the template's path in front of the pod's message.
+`WorkloadKind` is the kind handler the assembly registers for the kinds of the kind table (kinds.py) and
+the configuration. A workload is split into its pod templates; each becomes the pod a controller would
+create from it (template_pods.py: template metadata and spec, the request's namespace, the workload's
+intent annotations where the template does not set the key) and runs through the core's pod flow, flagged
+as a template so no quota is reserved. The mutated pod is written back as the template (so the patch is the
+pod's patch under the template's path), and refusals carry the template's path in front of the pod's
+message. Pods themselves are judged for whoever asked for them (`resolved`, registered by hook.py).
 
 Gangs are the exception to "the template is rewritten as the pod": the clique affinity and the
 scheduling gate are per pod, added at pod CREATE by the gang feature, so a template gets only the
@@ -16,61 +16,52 @@ gang label and the `kgwe.io/gang` and `kgwe.io/gang-size` annotations.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from policies.gpu_demand import pod_gpu_demand
-from policies.vocabulary import keys
-from policies.vocabulary.objects import ObjectView, PodView
-from webhook.admission.charging import tenant_and_quotas
+from policies.vocabulary.objects import ObjectView
 from webhook.admission.core import AdmissionService
 from webhook.admission.outcome import Outcome
-from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
-from webhook.admission.validate import PendingVerdict
+from webhook.admission.seams import PendingVerdict, PodFlow
+from webhook.admission.tenancy import tenant_and_quotas
 from webhook.costs import pod_gpu_equivalents
-from webhook.dra.claim_guard import is_claim_create, judge_claim_create
-from webhook.dra.claimed import asks_extended_devices, mapped_resources
+from webhook.dra.claimed import mapped_resources
 from webhook.gangs.plan import plan_sized_gang
-from webhook.intent import (
-    A_GANG,
-    INTENT_KEYS,
-    LABEL_GANG,
-    OUT_ACCELERATOR_TYPE,
-    annotations_of,
-    gang_size_problem,
-    parse_gang_size,
-)
+from webhook.intent import A_GANG, OUT_ACCELERATOR_TYPE, annotations_of, gang_size_problem
 from webhook.mutation.patch import diff
 from webhook.mutation.pipeline import copy_json
 from webhook.placement.context import PlacementPlan
+from webhook.runtime import Runtime
 from webhook.usage.owners import template_workload
 from webhook.workloads.identity import Identity, Requester, Signer, load_key, with_requester
-from webhook.workloads.kinds import (
-    KindSpec,
-    KindTable,
-    Template,
-    TemplatePath,
-    WorkloadShapeError,
-    extract_templates,
-)
+from webhook.workloads.kinds import KindSpec, KindTable, Template, TemplatePath, WorkloadShapeError, extract_templates
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
+from webhook.workloads.template_pods import (
+    as_template,
+    gang_mismatch,
+    in_kgwe_scope,
+    intent_of,
+    num,
+    put,
+    take_gang,
+    template_pod,
+)
 
 log = logging.getLogger("kgwe.workloads")
 
-A_GANG_SIZE = keys.GANG_SIZE
 POD_GVK = {"group": "", "version": "v1", "kind": "Pod"}
 POD_GVR = {"group": "", "version": "v1", "resource": "pods"}
 
 
-class WorkloadAwareAdmission(AdmissionService):
-    """The pod admission core, extended to workloads and to the requester model."""
+class WorkloadKind:
+    """The handler of every kind of the kind table, and the requester model its pods are judged by."""
 
-    def __init__(self, runtime: AdmissionPorts) -> None:
-        super().__init__(runtime)
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self._identity: tuple[tuple[Path | None, tuple[str, ...]], Identity] | None = None
         self._kinds: tuple[int, KindTable] | None = None
 
@@ -106,24 +97,25 @@ class WorkloadAwareAdmission(AdmissionService):
             return None
         return self.kinds.lookup(request.kind.get("group", ""), request.kind.get("kind", ""))
 
-    # -- entry points -------------------------------------------------------------------------
-    def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> Outcome:
-        spec = self.workload_kind(request)
-        if spec is not None:
-            return self._mutate_workload(request, spec, deadline)
-        return super().mutate(self._resolved(request), deadline)
+    # -- the kind handler (webhook/admission/seams.py KindHandler) ---------------------------------
+    def judges(self, request: AdmissionRequest) -> bool:
+        return self.workload_kind(request) is not None
 
-    def prepare_verdict(self, request: AdmissionRequest, deadline: float | None) -> Outcome | PendingVerdict:
+    def mutate(self, request: AdmissionRequest, deadline: float | None, pods: PodFlow) -> Outcome:
+        spec = self.workload_kind(request)
+        assert spec is not None
+        return self._mutate_workload(request, spec, deadline, pods)
+
+    def prepare_verdict(
+        self, request: AdmissionRequest, deadline: float | None, pods: PodFlow
+    ) -> Outcome | PendingVerdict:
         """A workload is judged template by template (each as its pod, gates inline: templates reserve no
-        quota); a pod CREATE is judged for whoever asked for it, its gates run by the caller."""
+        quota)."""
         spec = self.workload_kind(request)
-        if spec is not None:
-            return self._validate_workload(request, spec, deadline)
-        if is_claim_create(request) and request.invalid is None:  # a claim or template a pod waits for (dra.md)
-            return judge_claim_create(request, self.runtime.store.snapshot(), self.runtime.config.mode == "audit")
-        return super().prepare_verdict(self._resolved(request), deadline)
+        assert spec is not None
+        return self._validate_workload(request, spec, deadline, pods)
 
-    def _resolved(self, request: AdmissionRequest) -> AdmissionRequest:
+    def resolved(self, request: AdmissionRequest) -> AdmissionRequest:
         """A pod CREATE judged for whoever asked for it (the workload's creator for controller-made pods)."""
         if request.template or not request.is_pod or request.operation != "CREATE" or request.object is None:
             return request
@@ -168,7 +160,9 @@ class WorkloadAwareAdmission(AdmissionService):
         return self.identity.is_controller(request.user)
 
     # -- mutate -------------------------------------------------------------------------------
-    def _mutate_workload(self, request: AdmissionRequest, spec: KindSpec, deadline: float | None) -> Outcome:
+    def _mutate_workload(
+        self, request: AdmissionRequest, spec: KindSpec, deadline: float | None, pods: PodFlow
+    ) -> Outcome:
         if not self._workload_in_scope(request):
             return Outcome(object=request.object)
         assert request.object is not None
@@ -181,19 +175,21 @@ class WorkloadAwareAdmission(AdmissionService):
         outcome = Outcome(object=workload)
         mutated_pods: list[dict[str, Any]] = []
         for item in plan.items:
-            answer = super().mutate(item.request, deadline)
+            answer = pods.mutate_pod(item.request, deadline)
             outcome.warnings.extend(f"{item.template.path}: {w}" for w in answer.warnings)
             outcome.audit_annotations.update(answer.audit_annotations)
             mutated = answer.object if answer.object is not None else item.request.object
             assert mutated is not None
             mutated_pods.append(mutated)
-            _put(workload, item.template.pointer, _as_template(item.template.value, mutated, item.gang))
+            put(workload, item.template.pointer, as_template(item.template.value, mutated, item.gang))
         outcome.warnings.extend(self._demand_warnings(plan, mutated_pods))
         outcome.patch = diff(request.object, workload)
         return outcome
 
     # -- validate -----------------------------------------------------------------------------
-    def _validate_workload(self, request: AdmissionRequest, spec: KindSpec, deadline: float | None) -> Outcome:
+    def _validate_workload(
+        self, request: AdmissionRequest, spec: KindSpec, deadline: float | None, pods: PodFlow
+    ) -> Outcome:
         if not self._workload_in_scope(request):
             return Outcome(object=request.object)
         try:
@@ -208,10 +204,10 @@ class WorkloadAwareAdmission(AdmissionService):
         audit: dict[str, str] = {}
         codes = {422} if plan.problems else set()
         for item in plan.items:
-            answer = super().validate(item.request, deadline)
+            answer = pods.validate_pod(item.request, deadline)
             warnings.extend(f"{item.template.path}: {w}" for w in answer.warnings)
             audit.update(answer.audit_annotations)
-            gang_problem = _gang_mismatch(item.template.value, item.gang) or self._gang_refusal(item)
+            gang_problem = gang_mismatch(item.template.value, item.gang) or self._gang_refusal(item)
             if gang_problem:
                 refusals.append(f"{item.template.path}: {gang_problem}")
                 codes.add(403)
@@ -269,7 +265,7 @@ class WorkloadAwareAdmission(AdmissionService):
                 old_templates = {t.pointer: t.value for t in extract_templates(request.old_object, spec, limit)}
             except WorkloadShapeError:
                 old_templates = {}
-        inherited = _intent_of(workload)
+        inherited = intent_of(workload)
         gang_value = gang_request(workload, spec, inherited)
         if gang_value is not None:
             # A workload gang is the gang of all its GPU pods, not a gang name for each template.
@@ -291,11 +287,11 @@ class WorkloadAwareAdmission(AdmissionService):
             except ValueError as exc:
                 plan.problems.append(str(exc))
         for template, pod, count in zip(templates, pods, plan.counts, strict=True):
-            own_gang = _take_gang(pod, template.path)
+            own_gang = take_gang(pod, template.path)
             member = gang if gang is not None and pod_gpu_demand(pod).asks_gpu else None
             if member is None and own_gang is not None:
                 member = own_gang
-            if _in_kgwe_scope(pod, template.value, mapped):
+            if in_kgwe_scope(pod, template.value, mapped):
                 requester = self.identity.for_template(
                     request, template.value, old_templates.get(template.pointer), admitted_owner
                 )
@@ -341,7 +337,7 @@ class WorkloadAwareAdmission(AdmissionService):
                 tenant, quotas = tenant_and_quotas(item.request, model)
             per_pod = pod_gpu_equivalents(pod, None, types[0], model)
             total, parts = totals.get(types[0], (Decimal(0), []))
-            totals[types[0]] = (total + per_pod * item.count, [*parts, f"{item.count} pods x {_num(per_pod)}"])
+            totals[types[0]] = (total + per_pod * item.count, [*parts, f"{item.count} pods x {num(per_pod)}"])
         warnings = []
         for quota in quotas:
             for limit in (quota.get("spec") or {}).get("limits") or []:
@@ -350,7 +346,7 @@ class WorkloadAwareAdmission(AdmissionService):
                 if type_id in totals and isinstance(gpus, (int, float)) and totals[type_id][0] > Decimal(str(gpus)):
                     total, parts = totals[type_id]
                     warnings.append(
-                        f"{_num(total)} {type_id} GPUs asked ({' + '.join(parts)}) > tenant {tenant}'s limit {gpus}; "
+                        f"{num(total)} {type_id} GPUs asked ({' + '.join(parts)}) > tenant {tenant}'s limit {gpus}; "
                         "excess pods will be refused"
                     )
         return warnings
@@ -373,110 +369,9 @@ class WorkloadPlan:
     problems: list[str] = field(default_factory=list)  # about the workload as a whole (422)
 
 
-def _num(value: Decimal) -> str:
-    return format(value.normalize(), "f")
-
-
-def _in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any], mapped: Mapping[str, str]) -> bool:
-    if pod_gpu_demand(pod).asks_gpu:
-        return True
-    if PodView(pod).spec.get("resourceClaims") or asks_extended_devices(pod, mapped):
-        # Claims of its own, or DRA devices asked as extended resources, may be GPUs (docs/dra.md): its pods,
-        # made by a controller, must be judged as the template's author, which only a signed
-        # kgwe.io/requested-by tells.
-        return True
-    return ObjectView(template).has_key_with_prefix(keys.PREFIX) or PodView(pod).has_key_with_prefix(keys.PREFIX)
-
-
-def _intent_of(workload: dict[str, Any]) -> dict[str, str]:
-    """The workload's own intent annotations (applied to templates that do not set the key)."""
-    notes = annotations_of(workload)
-    # The rightsizing opt-out too: `kgwe.io/rightsizing: "off"` on a workload holds for its templates.
-    return {key: notes[key] for key in (*INTENT_KEYS, keys.RIGHTSIZING) if key in notes}
-
-
-def template_pod(template: Template, inherited: dict[str, str], namespace: str) -> dict[str, Any]:
-    """The pod a controller creates from `template`, as admission sees it (before a name is given), with
-    the workload's intent annotations added where a GPU template does not set the key."""
-    value = template.value
-    metadata = value.get("metadata")
-    spec = value.get("spec")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise WorkloadShapeError(f"{template.path}.metadata: expected an object")
-    if spec is not None and not isinstance(spec, dict):
-        raise WorkloadShapeError(f"{template.path}.spec: expected an object")
-    pod_metadata = copy_json(metadata or {})
-    notes = pod_metadata.get("annotations")
-    if notes is not None and not isinstance(notes, dict):
-        raise WorkloadShapeError(f"{template.path}.metadata.annotations: expected an object")
-    notes = dict(notes or {})
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": copy_json(spec or {})}
-    # Only GPU templates inherit: a Ray head or a parameter server asking for no GPU must not be steered
-    # onto GPU nodes by the intent written for its workers (docs/workloads.md).
-    if pod_gpu_demand(pod).asks_gpu:
-        for key, val in inherited.items():
-            notes.setdefault(key, val)
-    if notes:
-        pod_metadata["annotations"] = notes
-    pod_metadata["namespace"] = namespace
-    return pod
-
-
-def _take_gang(pod: dict[str, Any], where: str) -> WorkloadGang | None:
-    """Remove the gang intent from a template's pod (gangs are placed per pod) and return the template's own.
-
-    The size is read as a pod's is (`parse_gang_size`): a value its pods would be refused for refuses the
-    workload, naming the template, instead of being dropped (which made its pods an ungated gang) or
-    raising (`int("²")`: a digit to `str.isdigit`, not to `int`)."""
-    notes = (pod.get("metadata") or {}).get("annotations") or {}
-    name = str(notes.pop(A_GANG, "") or "").strip()
-    raw_size = notes.pop(A_GANG_SIZE, None)
-    labels = (pod.get("metadata") or {}).get("labels")
-    if isinstance(labels, dict):
-        labels.pop(LABEL_GANG, None)
-    if not name:
-        return None
-    if raw_size is None:
-        return WorkloadGang(name, 0)
-    size, problem = parse_gang_size(str(raw_size))
-    if size is None:
-        raise WorkloadShapeError(f"{where}: {problem}")
-    return WorkloadGang(name, size)
-
-
-def _as_template(original: dict[str, Any], pod: dict[str, Any], gang: WorkloadGang | None) -> dict[str, Any]:
-    """The mutated pod written back as the template: its metadata (less the namespace) and spec."""
-    template = copy_json(original)
-    metadata = copy_json(pod.get("metadata") or {})
-    if "namespace" not in ObjectView(original).metadata:
-        metadata.pop("namespace", None)
-    if gang is not None:
-        notes = metadata.setdefault("annotations", {})
-        notes[A_GANG] = gang.name
-        if gang.size:
-            notes[A_GANG_SIZE] = str(gang.size)
-        metadata.setdefault("labels", {})[LABEL_GANG] = gang.name
-    if metadata or "metadata" in original:
-        template["metadata"] = metadata
-    if pod.get("spec") or "spec" in original:
-        template["spec"] = pod.get("spec") or {}
-    return template
-
-
-def _gang_mismatch(template: dict[str, Any], gang: WorkloadGang | None) -> str | None:
-    """A workload gang the template does not carry as the mutating webhook writes it (mutation skipped)."""
-    if gang is None:
-        return None
-    view = ObjectView(template)
-    wanted_size = str(gang.size) if gang.size else None
-    if (view.annotation(A_GANG) != gang.name or view.annotation(A_GANG_SIZE) != wanted_size
-            or view.label(LABEL_GANG) != gang.name):
-        return f"the gang {gang.name} was not written by KGWE's mutating webhook (skipped?); apply it again"
-    return None
-
-
-def _put(workload: dict[str, Any], pointer: tuple[str, ...], value: dict[str, Any]) -> None:
-    obj: Any = workload
-    for token in pointer[:-1]:
-        obj = obj[int(token)] if isinstance(obj, list) else obj[token]
-    obj[pointer[-1]] = value
+def workloads_of(admission: AdmissionService) -> WorkloadKind:
+    """The workload handler the assembly registered on `admission` (its kind table and requester model)."""
+    found = next((h for h in admission.seams.kinds if isinstance(h, WorkloadKind)), None)
+    if found is None:
+        raise LookupError("no workload kind handler is registered (webhook/assembly.py register_wings)")
+    return found

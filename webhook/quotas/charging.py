@@ -1,0 +1,111 @@
+"""What a pod counts against its tenant's quotas: its candidate accelerator types (or the type of the node it
+is bound to), its GPU-equivalents (SPEC section 6) and its GPU memory.
+
+The one rule, used by admission's quota gate (the pod being admitted, from its `Facts`), by the usage every
+quota check compares against (every unfinished GPU pod of the cluster snapshot), by the inventory and by the
+audit. Whose the pod is comes from webhook/admission/tenancy.py; what pods hold through DRA claims of their
+own, from webhook/dra/charges.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from policies.gpu_demand import pod_gpu_demand
+from policies.quota.model import PodCharge
+from policies.vocabulary.keys import QUOTA_GATE
+from policies.vocabulary.objects import PodView, pod_view
+from policies.vocabulary.quantities import GIB, parse_quantity
+from webhook.admission.facts import Facts
+from webhook.cluster.model import ClusterModel, pod_is_finished
+from webhook.cluster.node_facts import NodeFacts
+from webhook.costs import pod_gpu_equivalents
+from webhook.dra.charges import claimed_charges
+from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_TENANT
+
+
+def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Facts | None) -> PodCharge | None:
+    """What a pod counts against quotas: its candidate types (or bound type) and GPU-equivalents."""
+    view = pod_view(pod)
+    demand = facts.demand if facts is not None else pod_gpu_demand(view)
+    if not demand.asks_gpu:
+        return None
+    notes = view.annotations
+    node_name = view.node_name
+    node = model.nodes.get(node_name) if node_name else None
+    bound_type = node.accelerator_type if node is not None and node.is_typed else None
+    if facts is not None:
+        candidates = tuple(facts.plan.types)
+        equivalents = facts.plan.gpu_equivalents
+    else:
+        candidates = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t)
+        type_id = bound_type or (candidates[0] if candidates else "")
+        equivalents = pod_gpu_equivalents(view, node, type_id, model) if type_id else Decimal(demand.whole_gpus)
+    if not candidates and bound_type is None:
+        return None
+    memory: Decimal | None = None
+    units = demand.whole_gpus + sum(demand.mig.values())
+    gb = model.table.memory_gb(bound_type or candidates[0]) if units and (bound_type or candidates) else None
+    if notes.get(A_GPU_MEMORY):
+        try:
+            memory = parse_quantity(notes[A_GPU_MEMORY]) * units
+        except ValueError:
+            memory = None
+        # `kgwe.io/gpu-memory` is a minimum the creator writes: a GPU the pod holds whole is all its memory,
+        # whatever was asked (1Mi on eight exclusive H100s held 640Gi and counted 8Mi against gpuMemory).
+        held = _whole_gpus_held(view, demand.whole_gpus, node, facts)
+        if memory is not None and held and gb:
+            memory = max(memory, Decimal(gb) * GIB * held)
+    elif gb:
+        memory = Decimal(gb) * GIB * units
+    namespace = view.namespace or (facts.request.namespace if facts else "")
+    return PodCharge(
+        namespace=namespace,
+        name=view.name or view.generate_name,
+        uid=view.uid or None,
+        candidate_types=candidates,
+        bound_type=bound_type,
+        profile=notes.get(A_PROFILE),
+        gpu_equivalents=equivalents,
+        gpu_memory_bytes=memory,
+        tenant=notes.get(OUT_TENANT),
+        namespace_labels=model.namespace_labels(namespace),
+        gated=QUOTA_GATE in view.scheduling_gates,
+    )
+
+
+def _whole_gpus_held(view: PodView, whole_gpus: int, node: NodeFacts | None, facts: Facts | None) -> int:
+    """How many of the pod's `nvidia.com/gpu` units are whole GPUs it holds alone: none when they are MPS or
+    time-sliced replicas or MIG slices (the single strategy names slices `nvidia.com/gpu`), by the plan at
+    admission, else by the node it is bound to and the sharing KGWE decided (`kgwe.io/decision`)."""
+    if not whole_gpus:
+        return 0
+    if facts is not None:
+        return whole_gpus if facts.plan.sharing == "exclusive" and facts.plan.mig_profile is None else 0
+    if node is not None and (node.sharing in ("mps", "time-slicing") or node.mig_strategy in ("single", "gke")):
+        return 0
+    try:
+        decision = orjson.loads(view.annotation(OUT_DECISION) or "{}")
+    except orjson.JSONDecodeError:
+        decision = {}
+    shared = isinstance(decision, dict) and (decision.get("sharing") not in (None, "exclusive") or "mig" in decision)
+    return 0 if shared else whole_gpus
+
+
+def usage_charges(model: ClusterModel) -> list[PodCharge]:
+    """What every unfinished GPU pod counts against quotas (the same rule as admission's quota check),
+    including the GPUs pods hold or ask through DRA of their own (`claimed_charges`)."""
+    charges = []
+    for pod in model.pods.values():
+        if pod_is_finished(pod):
+            continue
+        charge = pod_charge(pod, model, None)
+        if charge is not None:
+            charges.append(charge)
+    for _pod, claimed in claimed_charges(model):
+        charges.extend(claimed)
+    return charges
