@@ -20,20 +20,17 @@ from policies.gpu_demand import GpuDemand
 from policies.metrics import record_refusal as _record_refusal
 from policies.rbac.evaluator import Authorizer
 from policies.runtime import PolicyRuntime
-from policies.vocabulary.objects import PodView
 from webhook.admission.access import Access
 from webhook.admission.core import AdmissionService
 from webhook.admission.facts import UsageRow
 from webhook.admission.policy_glue import PolicyGlue
+from webhook.admission.ports import UsageSource
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.tenancy import Tenancy, TenancyMemo
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
-from webhook.usage.owners import workload_of
-from webhook.usage.refresher import UsageRefresher
-from webhook.usage.table import UsageTable
 
 WOULD_MUTATE = Counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
 
@@ -47,7 +44,7 @@ class Runtime:
     on_config_change: list[Callable[[Config], None]] = field(default_factory=list)
     decision_events: Any | None = None  # in a cluster: webhook.server.pod_events.DecisionEvents
     # The usage table's background refresh (webhook/usage/refresher.py); None: no usage at admission.
-    usage: UsageRefresher | None = None
+    usage: UsageSource | None = None
     # Wing state, set by the assembly (and tests), read by the wing's own gates and hooks only:
     claim_templates: Any | None = None  # webhook/dra/templates.py TemplateWriter; None offline
     claim_reader: Any | None = None  # webhook/dra/claim_reader.py ClaimReader; None: the cluster model's
@@ -94,21 +91,9 @@ class Runtime:
         )
 
     # -- usage (webhook/usage) ------------------------------------------------------------------
-    def usage_table(self) -> UsageTable | None:
-        """The current table; None without Prometheus, before the first refresh, or once it is stale."""
-        return self.usage.current() if self.usage is not None else None
-
     def workload_usage(self, request: AdmissionRequest, pod: dict[str, Any]) -> UsageRow | None:
         """The pod's workload's row of the usage table (memory only), None without one."""
-        table = self.usage_table()
-        if table is None:
-            return None
-        if request.template:
-            key = request.workload
-        else:
-            name = PodView(pod).name or request.name
-            key = workload_of(request.namespace, name, pod).key if name or PodView(pod).controller_owner else ""
-        return table.workload(key) if key else None
+        return self.usage.workload_usage(request, pod) if self.usage is not None else None
 
     # -- metrics ------------------------------------------------------------------------------
     def record_refusal(self, reason: str) -> None:

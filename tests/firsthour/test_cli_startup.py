@@ -17,7 +17,7 @@ from cluster_dirs import ROOT
 
 # What the helps may load of KGWE: the command line and the modules that build the delegated commands' parsers.
 LIGHT = {
-    "webhook", "webhook.cli", "webhook.explain_cli", "webhook.output", "webhook.completion",
+    "webhook", "webhook.cli", "webhook.explain_cli", "webhook.command_input", "webhook.output", "webhook.completion",
     "webhook.reports", "webhook.reports.commands", "webhook.reports.parsers", "webhook.reports.tables",
     "policies", "policies.loading", "policies.loading.testing", "rego",
     "agent", "agent.main", "agent.defaults", "certs", "certs.commands",

@@ -93,6 +93,15 @@ class QuotaCheck(Protocol):
         ...
 
 
+class UsageSource(Protocol):
+    """Where the usage table lives (webhook/usage/refresher.py `UsageRefresher`, filled by `kgwe serve`)."""
+
+    def workload_usage(self, request: AdmissionRequest, pod: dict[str, Any]) -> UsageRow | None:
+        """The row of the pod's workload in the current table; None without one, or when the table is missing
+        or stale."""
+        ...
+
+
 class UsageGate(Protocol):
     """What GPUs do (SPEC section 11): the usage table the background refresh keeps (webhook/usage/refresher.py).
     Memory only: the request path never reads Prometheus."""

@@ -37,6 +37,7 @@ from webhook.spend.service import SpendService
 from webhook.spend.window import WindowError
 from webhook.usage.nodes import with_utilisation
 from webhook.usage.prometheus import PrometheusUnavailable
+from webhook.usage.refresher import current_table
 
 JSON = "application/json"
 PREFIX = "/api/v1"
@@ -118,8 +119,7 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
         # Utilisation from the usage table (memory only), where a Prometheus is configured (docs/usage.md).
         if not runtime.config.usage.prometheus.url:
             return await cached_nodes(request)
-        table_of = getattr(runtime, "usage_table", None)
-        table = table_of() if callable(table_of) else None
+        table = current_table(runtime)
         return _json(orjson.dumps(with_utilisation(inventory.view("nodes", nodes_view), table)))
 
     cached_tenants = cached("tenants", tenants_view)

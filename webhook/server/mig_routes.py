@@ -21,13 +21,13 @@ from starlette.routing import Route
 from webhook.inventory.numbers import utc_stamp
 from webhook.migplan.views import plan_cluster
 from webhook.server.read_auth import refusals_answered, require_node_reader
+from webhook.usage.refresher import current_table
 
 PREFIX = "/api/v1"
 
 
 def mig_plan_document(runtime: Any) -> dict[str, Any]:
-    table_of = getattr(runtime, "usage_table", None)
-    table = table_of() if callable(table_of) and runtime.config.usage.prometheus.url else None
+    table = current_table(runtime) if runtime.config.usage.prometheus.url else None
     report = table.report if table is not None else None
     note = "recommendations from the usage table" if report is not None else \
         "no recommendations (no fresh usage table: usage.prometheus.url, rightsizing.refreshInterval)"

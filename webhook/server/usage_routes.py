@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from webhook.server.read_auth import refusals_answered, visible_namespaces
+from webhook.usage.refresher import current_table
 from webhook.usage.service import PrometheusUnavailable, UsageNotConfigured, UsageService
 from webhook.usage.views import UsageReport, idle_document, recommendations_document
 
@@ -40,8 +41,7 @@ def usage_router(runtime: Any, service: UsageService | None = None) -> APIRouter
         # Only where a Prometheus is configured now: a table left from before the URL was removed is not used.
         if not runtime.config.usage.prometheus.url:
             return None
-        table_of = getattr(runtime, "usage_table", None)
-        table = table_of() if callable(table_of) else None  # None when missing or stale (refresher.current)
+        table = current_table(runtime)  # None when missing or stale (refresher.current)
         return table.report if table is not None else None
 
     async def _report(namespace: str | None) -> UsageReport | Response:

@@ -15,14 +15,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from policies.background import Task
 from policies.vocabulary.backoff import Backoff
+from policies.vocabulary.objects import PodView
+from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
+from webhook.usage.owners import workload_of
 from webhook.usage.prometheus import PrometheusUnavailable
 from webhook.usage.service import UsageNotConfigured, UsageService
-from webhook.usage.table import UsageTable, build_table
+from webhook.usage.table import UsageTable, WorkloadUsage, build_table
 
 log = logging.getLogger("kgwe.usage")
 
@@ -63,6 +67,20 @@ class UsageRefresher:
             return None
         return table
 
+    def workload_usage(self, request: AdmissionRequest, pod: dict[str, Any]) -> WorkloadUsage | None:
+        """The row of the pod's workload (a template's: the workload the request names) in the current table;
+        admission's usage port (webhook/admission/ports.py `UsageSource`)."""
+        table = self.current()
+        if table is None:
+            return None
+        if request.template:
+            key = request.workload
+        else:
+            view = PodView(pod)
+            name = view.name or request.name
+            key = workload_of(request.namespace, name, pod).key if name or view.controller_owner else ""
+        return table.workload(key) if key else None
+
     def set_table(self, table: UsageTable | None) -> None:
         """Swap in a table made elsewhere (tests, `kgwe review` with a recorded table)."""
         self._table = table
@@ -76,3 +94,10 @@ class UsageRefresher:
             on_error=lambda exc: log.warning("usage table not refreshed (the last one is kept until "
                                              "rightsizing.staleAfter): %s", exc),
         )
+
+
+def current_table(runtime: Any) -> UsageTable | None:
+    """The usage table a runtime's refresher holds now (the read API's and the UI's nodes, usage and MIG plan);
+    None without a refresher, before its first table, or once the table is stale."""
+    usage = getattr(runtime, "usage", None)
+    return usage.current() if isinstance(usage, UsageRefresher) else None
