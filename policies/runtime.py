@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,7 +34,6 @@ from policies.engines.cel import (
     CelProgram,
     build_cel_engine,
 )
-from policies.engines.cel_batches import JoinedPrograms
 from policies.engines.health import EngineHealth, UnreachablePrepared
 from policies.engines.native_builtins import Declined, NativeBuiltins, merge_answers, native_units
 from policies.engines.projection import Projection
@@ -53,7 +52,7 @@ from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
 from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY, QUERY_KINDS, query_value
 from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError
 from policies.loading.loader import PolicySource, collect_sources
-from policies.loading.plans import CelStep, Purpose, ValueKey
+from policies.loading.plans import Purpose
 from policies.loading.policy_set import (
     CompiledUnit,
     PolicySet,
@@ -172,7 +171,6 @@ class PolicyRuntime:
         self.project_input = True
         self._widening: tuple[PolicySet, Projection, Projection | None] | None = None
         self._params: tuple[PolicySet, dict[str, Any]] | None = None
-        self._joined: tuple[PolicySet, JoinedPrograms] | None = None
         self._answers = AnswerMemo()  # evaluate's answers for pods alike in all the policies read (_memo_key)
 
     @property
@@ -355,7 +353,7 @@ class PolicyRuntime:
         try:
             activations = _CelScope(policy_set)  # the request's CEL activations and values, shared by all phases
             active = self._active(policy_set, ctx, "check", violations, activations)
-            violations.extend(self._validations(policy_set, active, ctx, activations))
+            violations.extend(v for policy in active for v in self._validate(policy, ctx, activations))
             if policy_set.has_check and policy_set.prepared is not None:
                 violations.extend(self._rego_check(policy_set, ctx, active))
         finally:
@@ -423,7 +421,7 @@ class PolicyRuntime:
             activations = _CelScope(policy_set)
             active = self._active(policy_set, ctx, "evaluate", violations, activations)
             decision_failure = list(violations)
-            violations.extend(self._validations(policy_set, active, ctx, activations))
+            violations.extend(v for policy in active for v in self._validate(policy, ctx, activations))
             failed_policies: list[_EvaluationFailed] = []
             try:
                 everything = self._query(policy_set, EVERYTHING_QUERY, ctx, active, engine_input=engine_input,
@@ -517,14 +515,7 @@ class PolicyRuntime:
         any engine runs."""
         active = []
         matched = tuple(rules.matches(ctx.request, ctx.namespace_object) for rules, _ in policy_set.match_groups)
-        step = policy_set.plans.candidates(purpose, matched)
-        self._prefetch(step, ctx, activations)
-        values = activations.values
-        for policy, own in zip(step.policies, step.keys, strict=True):
-            # Conditions the joined evaluation found true: no call per condition (the common case).
-            if all(values.get(key) is True for key in own):
-                active.append(policy)
-                continue
+        for policy in policy_set.plans.candidates(purpose, matched):
             try:
                 if all(self._cel_true(policy, program, ctx, activations) for _, program in policy.match_conditions):
                     active.append(policy)
@@ -562,55 +553,6 @@ class PolicyRuntime:
         cached = self._params
         if cached is None or cached[0] is not policy_set:
             self._params = cached = (policy_set, {p.params_slot: p.params for p in policy_set.gpu_policies})
-        return cached[1]
-
-    def _validations(self, policy_set: PolicySet, active: list[CompiledGPUPolicy], ctx: PolicyContext,
-                     activations: _CelScope) -> list[Violation]:
-        """The CEL validations of the `active` policies, in order."""
-        step = policy_set.plans.validations(active)
-        if not step.policies:
-            return []
-        self._prefetch(step, ctx, activations)
-        found: list[Violation] = []
-        for policy, own in zip(step.policies, step.keys, strict=True):
-            found.extend(self._validate(policy, own, ctx, activations))
-        return found
-
-    def _prefetch(self, step: CelStep, ctx: PolicyContext, cache: _CelScope) -> None:
-        """Fill `cache.values` for the expressions of `step` that it lacks, in one evaluation when the engine
-        joins them. Anything else (a failure, the time limit, an engine that cannot join) leaves them to
-        `_eval_cel`, one by one, exactly as without this step."""
-        if not self.cel_engine.shares_activation or len(step.distinct) < 2:
-            return
-        known = cache.values
-        if any(key in known for key, _ in step.distinct):
-            missing = tuple((key, program) for key, program in step.distinct if key not in known)
-            if len(missing) < 2:
-                return
-            programs: Sequence[CelProgram] = [program for _, program in missing]
-        else:
-            missing, programs = step.distinct, step.programs
-        joined = self._joined_for(cache.policy_set).get(programs)
-        if joined is None:
-            return
-        activation = self._activation(step.policies[0], ctx, cache)
-        if cache.clocks is None:
-            cache.clocks = (time.thread_time(), time.perf_counter())
-        wall = time.perf_counter()
-        try:
-            values = joined.evaluate(activation)
-        except CelEvaluationError:
-            return  # one of them fails: evaluated one by one, the failure is told apart
-        # Over the limit together: one by one, each is held to the limit on its own.
-        if time.perf_counter() - wall > self.cel_time_limit:
-            return
-        if isinstance(values, list) and len(values) == len(missing):
-            cache.values.update(zip((key for key, _ in missing), values, strict=True))
-
-    def _joined_for(self, policy_set: PolicySet) -> JoinedPrograms:
-        cached = self._joined
-        if cached is None or cached[0] is not policy_set:
-            self._joined = cached = (policy_set, JoinedPrograms(self.cel_engine))
         return cached[1]
 
     def _eval_cel(
@@ -658,14 +600,10 @@ class PolicyRuntime:
             raise _EvaluationFailed(self.cel_engine.name, policy.name, f"{program.source!r} did not return a bool")
         return value
 
-    def _validate(self, policy: CompiledGPUPolicy, keys: tuple[ValueKey, ...], ctx: PolicyContext,
-                  cache: _CelScope) -> list[Violation]:
-        """`policy`'s violations of its validations, whose values are remembered under `keys`."""
+    def _validate(self, policy: CompiledGPUPolicy, ctx: PolicyContext, cache: _CelScope) -> list[Violation]:
+        """`policy`'s violations of its validations."""
         found = []
-        values = cache.values
-        for validation, key in zip(policy.validations, keys, strict=True):
-            if values.get(key) is True:
-                continue  # found true by the joined evaluation
+        for validation in policy.validations:
             try:
                 if self._cel_true(policy, validation.expression, ctx, cache):
                     continue

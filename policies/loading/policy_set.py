@@ -146,7 +146,7 @@ class PolicySet:
     @functools.cached_property
     def plans(self) -> Plans:
         """What a request evaluates once it knows which match groups matched (policies/loading/plans.py)."""
-        return Plans([group for _, group in self.match_groups], self.gpu_policies, self.cel_values_keys)
+        return Plans([group for _, group in self.match_groups], self.gpu_policies)
 
     def close(self) -> None:
         if self.prepared is not None:
