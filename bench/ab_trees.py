@@ -1,10 +1,11 @@
 """A paired A/B of the request path between source trees: is a change faster or slower than its base?
 
-Two modes, each round run once in each tree, in its own process, in thread CPU time:
+Two modes, in thread CPU time, every process with the same hash seed, a fresh process per tree and round:
 
 - `placement` (the default): the placement bench's setup at 10 generated nodes (bench/bench_placement.py:
   the example configuration, no policy engines, a 1-GPU pod naming the commonest type); `build_plan`, the
-  mutate core and the validate core, the fastest of `--batches` batches of 200 calls, per call.
+  mutate core and the validate core, the fastest of `--batches` batches of 200 calls, per call. Each
+  round runs the trees one after another, in an order that turns between rounds.
 - `admission`: what `/mutate` and `/validate` cost per request with the policy engines, as the server
   runs them minus HTTP (`decode_review`, the admission service, `render_review`, the answer's JSON): the
   example cluster (examples/cluster) under the shipped configuration (examples/config.yaml, the built-in
@@ -15,16 +16,18 @@ Two modes, each round run once in each tree, in its own process, in thread CPU t
   Two workloads: `distinct`, every pod a label of its own (nothing one pod computed serves another), and
   `replicas`, one workload's replicas (the same pod, only the name and uid differ). Each request's two
   calls are timed on their own; per operation the fastest of `--batches` batches of 20 requests, per
-  request, the four workloads' batches taking turns so that each one's are spread over the whole run.
+  request. The trees' processes are set up together and then take turns batch by batch (the order
+  turning each batch), so that a busy moment of the machine falls on every tree alike.
 
-The order of the trees rotates between rounds and every process runs with the same hash seed, so what
-differs between a round's trees is the code. The answer is each tree's median and geometric mean of the
-per-round ratios (tree / base, the base measured in the same round): on a shared machine one run's
-numbers move by several percent, a pair's ratio much less.
+The answer is each tree's median and geometric mean of the per-round ratios (tree / base, the base
+measured in the same round): on a shared machine one run's numbers move by several percent, a pair's
+ratio much less. What stays is each process's own luck (its memory layout; regorus' hash seeds): more
+rounds, and the same tree measured twice (a copy of the base as one of the trees) to show the spread.
 
     git archive BASE_COMMIT | tar -x -C /tmp/base
     python bench/ab_trees.py /tmp/base . [--rounds 20] [--batches 30]
-    python bench/ab_trees.py . /tmp/without-a /tmp/without-b --mode admission --rounds 15 --batches 15
+    python bench/ab_trees.py . /tmp/without-a /tmp/without-b --mode admission --rounds 30 --raw rounds.jsonl
+    python bench/ab_trees.py rounds.jsonl --from-raw
 
 Prints JSON. In `placement` mode every tree must hold bench/bench_placement.py and
 bench/generate_cluster.py; `admission` mode needs only the trees' packages and examples.
@@ -33,14 +36,16 @@ bench/generate_cluster.py; `admission` mode needs only the trees' packages and e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 NODES = 10
 BATCH = 200
@@ -140,30 +145,28 @@ for config, runtime in runtimes.items():
 gc.collect()
 gc.freeze()
 clock = time.thread_time_ns
-best = {f"{name}/{op}": float("inf") for name, _a, _b in plans for op in ("mutate", "validate")}
-for index in range(batches + 1):
-    # A batch of each workload in turn, the order turning each time: a slow phase of the machine falls on
-    # every workload alike, and each one's fastest batch is taken from the whole run.
-    turn = index % len(plans)
+print("ready", flush=True)
+for line in sys.stdin:  # "INDEX": run batch INDEX of every workload, print its µs per request
+    index = int(line)
+    spent = dict.fromkeys((f"{name}/{op}" for name, _a, _b in plans for op in ("mutate", "validate")), 0.0)
+    turn = index % len(plans)  # the workloads' order turns each batch
     for name, admission, bodies in plans[turn:] + plans[:turn]:
-        spent = {"mutate": 0, "validate": 0}
+        mutate = validate = 0
         for number in range(index * batch, (index + 1) * batch):
             started = clock()
             outcome = answer(admission, bodies[number], True)
-            spent["mutate"] += clock() - started
+            mutate += clock() - started
             assert outcome.allowed, outcome.message
             pod = orjson.loads(orjson.dumps(outcome.object))  # the API server's own copy, named
             pod["metadata"]["name"] = f"trainer-{number}"
             body = review(pod, count + number)
             started = clock()
             outcome = answer(admission, body, False)
-            spent["validate"] += clock() - started
+            validate += clock() - started
             assert outcome.allowed, outcome.message
-        if index:  # the first batch warms up
-            for op, ns in spent.items():
-                best[f"{name}/{op}"] = min(best[f"{name}/{op}"], ns / batch / 1000)
-out = best
-print(json.dumps(out))
+        spent[f"{name}/mutate"] = mutate / batch / 1000
+        spent[f"{name}/validate"] = validate / batch / 1000
+    print(json.dumps(spent), flush=True)
 """
 
 MODES = {"placement": ROUND, "admission": ADMISSION_ROUND}
@@ -171,17 +174,62 @@ ADMISSION_BATCH = 20
 
 
 def one_round(tree: Path, batches: int, mode: str = "placement") -> dict[str, float]:
-    """µs per call (or request) of each operation in `tree`, from a fresh process."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
-    args = [str(NODES), str(BATCH), str(batches)] if mode == "placement" else [str(ADMISSION_BATCH), str(batches)]
+    """µs per call of each operation in `tree`, from a fresh process (`placement` mode)."""
     done = subprocess.run(
-        [sys.executable, "-c", MODES[mode], *args],
-        cwd=tree, env=env, capture_output=True, text=True, check=False,
+        [sys.executable, "-c", MODES[mode], str(NODES), str(BATCH), str(batches)],
+        cwd=tree, env=_env(tree), capture_output=True, text=True, check=False,
     )
     if done.returncode:
         raise RuntimeError(f"the round failed in {tree}:\n{done.stderr[-4000:]}")
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
+
+
+def lockstep_round(trees: list[Path], batches: int, index: int) -> dict[Path, dict[str, float]]:
+    """µs per request of each operation in each tree (`admission` mode): a fresh process per tree, all set
+    up first, then batch after batch, each tree's turn in a turning order, so that a slow moment of the
+    machine falls on every tree alike; per tree and operation the fastest batch after the first."""
+    best: dict[Path, dict[str, float]] = {tree: {} for tree in trees}
+    with contextlib.ExitStack() as stack:
+        # Each process's log in a file: a pipe nobody reads could fill and block it.
+        logs = {tree: stack.enter_context(tempfile.TemporaryFile("w+")) for tree in trees}
+        processes = {tree: subprocess.Popen(
+            [sys.executable, "-c", MODES["admission"], str(ADMISSION_BATCH), str(batches)],
+            cwd=tree, env=_env(tree), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[tree], text=True,
+        ) for tree in trees}
+        try:
+            for tree, process in processes.items():
+                _read(tree, process, logs[tree])  # "ready"
+            for batch in range(batches + 1):
+                for tree in _order(trees, index + batch):
+                    process = processes[tree]
+                    assert process.stdin is not None
+                    process.stdin.write(f"{batch}\n")
+                    process.stdin.flush()
+                    spent: dict[str, float] = json.loads(_read(tree, process, logs[tree]))
+                    if batch:  # the first batch warms up
+                        for op, us in spent.items():
+                            best[tree][op] = min(best[tree].get(op, us), us)
+        finally:
+            for process in processes.values():
+                if process.stdin is not None:
+                    process.stdin.close()
+                process.wait()
+    return best
+
+
+def _read(tree: Path, process: subprocess.Popen[str], log: IO[str]) -> str:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line:
+        process.wait()
+        log.seek(0)
+        raise RuntimeError(f"the round failed in {tree}:\n{log.read()[-4000:]}")
+    return line
 
 
 def _order(trees: list[Path], index: int) -> list[Path]:
@@ -200,7 +248,10 @@ def compare_many(base: Path, trees: list[Path], rounds: int, batches: int, mode:
     everyone = [base, *trees]
     results: list[dict[str, dict[str, float]]] = []
     for index in range(rounds):
-        result = {str(tree): one_round(tree, batches, mode) for tree in _order(everyone, index)}
+        if mode == "admission":
+            result = {str(tree): found for tree, found in lockstep_round(everyone, batches, index).items()}
+        else:
+            result = {str(tree): one_round(tree, batches, mode) for tree in _order(everyone, index)}
         results.append(result)
         if raw is not None:
             with raw.open("a") as out:
