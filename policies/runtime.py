@@ -50,9 +50,8 @@ from policies.engines.rego import (
 )
 from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
 from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY, QUERY_KINDS, query_value
-from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError
+from policies.loading.gpupolicy import CompiledGPUPolicy, PolicyCompileError, Purpose
 from policies.loading.loader import PolicySource, collect_sources
-from policies.loading.plans import Purpose
 from policies.loading.policy_set import (
     CompiledUnit,
     PolicySet,
@@ -514,8 +513,9 @@ class PolicyRuntime:
         """GPUPolicies running for `purpose` whose match rules and CEL match conditions hold, filtered before
         any engine runs."""
         active = []
-        matched = tuple(rules.matches(ctx.request, ctx.namespace_object) for rules, _ in policy_set.match_groups)
-        for policy in policy_set.plans.candidates(purpose, matched):
+        for policy in policy_set.gpu_policies:
+            if not policy.runs_for(purpose) or not policy.match.matches(ctx.request, ctx.namespace_object):
+                continue
             try:
                 if all(self._cel_true(policy, program, ctx, activations) for _, program in policy.match_conditions):
                     active.append(policy)

@@ -37,12 +37,10 @@ from policies.loading.aggregate import (
 from policies.loading.gpupolicy import (
     MATCH_READS,
     CompiledGPUPolicy,
-    MatchRules,
     PolicyCompileError,
     compile_gpu_policy,
 )
 from policies.loading.loader import PolicySource
-from policies.loading.plans import Plans
 
 # A pod that exercises the common paths of GPU policies during the warm-up query.
 WARMUP_POD: dict[str, Any] = {
@@ -108,15 +106,6 @@ class PolicySet:
                    for program in policy.cel_programs())
 
     @functools.cached_property
-    def match_groups(self) -> list[tuple[MatchRules, list[CompiledGPUPolicy]]]:
-        """The GPUPolicies grouped by equal match rules, in load order: a request asks each group once
-        (policies made from one template usually match alike)."""
-        groups: dict[MatchRules, list[CompiledGPUPolicy]] = {}
-        for policy in self.gpu_policies:
-            groups.setdefault(policy.match, []).append(policy)
-        return list(groups.items())
-
-    @functools.cached_property
     def cel_read_paths(self) -> frozenset[tuple[str, ...]]:
         """What the set's CEL expressions can read of the runtime's document (policies/engines/cel_reads.py)."""
         return frozenset(path for policy in self.gpu_policies for program in policy.cel_programs()
@@ -142,11 +131,6 @@ class PolicySet:
         however many policies state it."""
         return {id(program): (program.source, policy.params_key if uses_params(program.source) else b"")
                 for policy in self.gpu_policies for program in policy.cel_programs()}
-
-    @functools.cached_property
-    def plans(self) -> Plans:
-        """What a request evaluates once it knows which match groups matched (policies/loading/plans.py)."""
-        return Plans([group for _, group in self.match_groups], self.gpu_policies)
 
     def close(self) -> None:
         if self.prepared is not None:
