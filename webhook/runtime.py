@@ -18,11 +18,11 @@ from prometheus_client import Counter
 
 from policies.api import PolicyContext, Violation, WouldBlock
 from policies.gpu_demand import GpuDemand
-from policies.metrics import record_refusal as _record_refusal
+from policies.kernel.metrics import record_refusal as _record_refusal
 from policies.quota.budget import BudgetVerdict, judge
 from policies.quota.model import QuotaLimit, quota_limits
 from policies.rbac.evaluator import Authorizer, RbacEvaluator, Resource, refusal_message
-from policies.runtime import PolicyRuntime
+from policies.runtime.policy_runtime import PolicyRuntime
 from policies.vocabulary.keys import WORKLOAD
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.admission.charging import (
@@ -409,7 +409,7 @@ def build_runtime(
 
 
 def _load_policies(config: Config, store: ClusterStore) -> PolicyRuntime:
-    from policies.runtime import build_runtime as build_policy_runtime
+    from policies.runtime.policy_runtime import build_runtime as build_policy_runtime
 
     policy_runtime = build_policy_runtime(
         rego_engine=config.policies.rego_engine,

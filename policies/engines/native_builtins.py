@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.loading.aggregate import EVERYTHING_QUERY, QUERY_KINDS, query_value
+from policies.engines.aggregate import EVERYTHING_QUERY, QUERY_KINDS, query_value
 
 # The module texts the Python below mirrors, by package.
 KNOWN_MODULES: dict[str, str] = {

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from policies.loading.aggregate import AGGREGATE_MODULE, CHECK_QUERY, EVERYTHING_QUERY
+from policies.engines.aggregate import AGGREGATE_MODULE, CHECK_QUERY, EVERYTHING_QUERY
 
 RegoEngineName = Literal["regorus", "opa", "opa-go"]
 

@@ -2,7 +2,7 @@
 
 The engine is handed only those parts (`Projection.apply`): parsing the input is a large share of a
 Rego query's cost, and a pod as `/validate` sees it (affinity, annotations, env, volumes) is mostly
-what no policy reads. The same projection keys the answer memo (policies/answer_memo.py): replicas
+what no policy reads. The same projection keys the answer memo (policies/runtime/answer_memo.py): replicas
 that agree on everything the policies read share one answer.
 
 Sound by construction, not by guessing: every reference whose root stands for the input (rule bodies,
@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from policies.engines.aggregate import AGGREGATE_PACKAGE
 from policies.engines.projection import EACH, NOTHING, WHOLE, Path, Projection, overlaps, projection_of
 from policies.engines.rego_ast import (
     REFS,
@@ -58,7 +59,6 @@ from policies.engines.rego_ast import (
     var,
 )
 from policies.engines.rego_rvm import RVM_PACKAGE
-from policies.loading.aggregate import AGGREGATE_PACKAGE
 
 log = logging.getLogger("kgwe.policies")
 
@@ -68,7 +68,7 @@ IMPURE_BUILTINS = frozenset({
     "io.jwt.decode_verify", "crypto.x509.parse_and_verify_certificates",
     "crypto.x509.parse_and_verify_certificates_with_options",
 })
-# What KGWE's aggregate reads of the input (policies/loading/aggregate.py and the RVM's helpers): which
+# What KGWE's aggregate reads of the input (policies/engines/aggregate.py and the RVM's helpers): which
 # policies are active and which the built-ins answered.
 AGGREGATE_READS: frozenset[Path] = frozenset({("kgwe",)})
 _PROJECTIONS_PER_SET = 16

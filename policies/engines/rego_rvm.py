@@ -49,6 +49,15 @@ from typing import Any, Literal
 
 import orjson
 
+from policies.engines.aggregate import (
+    AGGREGATE_MODULE,
+    AGGREGATE_PACKAGE,
+    CHECK_QUERY,
+    DECISION_QUERY,
+    EVERYTHING_QUERY,
+    GatheredPolicy,
+    gathered_from_module,
+)
 from policies.engines.rego import (
     PreparedRego,
     RegoEvaluationError,
@@ -60,16 +69,7 @@ from policies.engines.rego import (
 )
 from policies.engines.rego_cycles import rule_cycle
 from policies.engines.rego_imports import expanded_imports
-from policies.loading.aggregate import (
-    AGGREGATE_MODULE,
-    AGGREGATE_PACKAGE,
-    CHECK_QUERY,
-    DECISION_QUERY,
-    EVERYTHING_QUERY,
-    GatheredPolicy,
-    gathered_from_module,
-)
-from policies.metrics import POLICY_REGO_VM_FALLBACKS
+from policies.kernel.metrics import POLICY_REGO_VM_FALLBACKS
 
 log = logging.getLogger("kgwe.policies")
 

@@ -17,8 +17,8 @@ import orjson
 from policies.api import ENFORCEMENT_ACTIONS, EnforcementAction
 from policies.engines.cel import CelCompileError, CelEngine, CelProgram
 from policies.engines.rego_source import RegoModuleInfo, RegoSourceError, inspect_module
-from policies.loading.selectors import LabelSelector, parse_selector
 from policies.vocabulary.objects import ObjectView
+from policies.vocabulary.selectors import LabelSelector, parse_selector
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 DEFAULT_OPERATIONS = frozenset({"CREATE", "UPDATE"})

@@ -13,6 +13,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.engines.aggregate import (
+    AGGREGATE_MODULE,
+    CHECK_QUERY,
+    DECISION_QUERY,
+    GatheredPolicy,
+    aggregate_module,
+    has_decisions,
+)
 from policies.engines.cel import CelEngine, reads_request_objects, uses_params
 from policies.engines.cel_reads import cel_reads
 from policies.engines.projection import Projection, projection_of
@@ -26,14 +34,6 @@ from policies.engines.rego import (
     RegoInput,
 )
 from policies.engines.rego_reads import InputReads
-from policies.loading.aggregate import (
-    AGGREGATE_MODULE,
-    CHECK_QUERY,
-    DECISION_QUERY,
-    GatheredPolicy,
-    aggregate_module,
-    has_decisions,
-)
 from policies.loading.gpupolicy import (
     MATCH_READS,
     CompiledGPUPolicy,

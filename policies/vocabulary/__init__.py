@@ -2,9 +2,10 @@
 
 Accelerator type ids and their alias table (`accelerator_types`), the `kgwe.io/topology` document the
 agent writes and the webhook reads (`topology_schema`), Kubernetes quantities (`quantities`), extended
-resource names (`resources`), every label and annotation key (`keys`), and the typed read-only views of
-pods, nodes and object metadata over the API's dicts (`objects`). Pure data and pure functions:
-nothing here does I/O or imports anything of KGWE outside this package, so every layer may import it.
+resource names (`resources`), every label and annotation key (`keys`), label selectors (`selectors`) and
+the typed read-only views of pods, nodes and object metadata over the API's dicts (`objects`). Pure data
+and pure functions: nothing here does I/O or imports anything of KGWE outside this package, so every
+layer may import it.
 It sits under `policies/` because the top-level folders are fixed and `policies` is the lowest layer
 that both the webhook and the agent may import (docs/decisions.md).
 """

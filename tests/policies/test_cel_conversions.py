@@ -16,7 +16,7 @@ from policy_fixtures import gpu_pod, gpu_policy
 from policies.api import PolicyContext
 from policies.engines.cel import CelEvaluationError, build_cel_engine
 from policies.engines.cel_conversions import strict_conversions
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
 GPUS = "int(object.metadata.annotations['kgwe.io/gpus']) <= 4"
 

@@ -14,7 +14,7 @@ import pytest
 from policy_fixtures import comparing_runtime, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext, Violation
-from policies.runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 
 ENGINES = ["cel-expr-python", "cel-python"]
 AT_MOST = "object.spec.containers.all(c, int(c.resources.limits['nvidia.com/gpu']) <= params.max)"

@@ -8,7 +8,7 @@ import pytest
 from opa_rest_stub import OpaRestStub
 
 from policies.engines.rego import OpaGoEngine, OpaServerEngine, RegoEngine, RegorusEngine, opa_go_available
-from policies.loading.testing import run, run_rego_tests
+from policies.runtime.testing import run, run_rego_tests
 from rego import LIBRARY_DIR
 
 

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from policy_fixtures import gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
-from policies.runtime import _CelScope, build_runtime
+from policies.runtime.cel_phase import CelScope
+from policies.runtime.policy_runtime import build_runtime
 
 GPU = "object.spec.containers.exists(c, 'nvidia.com/gpu' in c.?resources.?limits.orValue({}))"
 REGO = """package kgwe.test.{name}
@@ -41,7 +42,7 @@ def test_each_purpose_runs_its_matching_policies(make_context: Callable[..., Pol
     assert runtime.reload(builtin=False, gpu_policies=_policies()).ok
     policy_set = runtime._set
     ctx = make_context(gpu_pod(gpus="1"))
-    names = {purpose: [p.name for p in runtime._active(policy_set, ctx, purpose, [], _CelScope(policy_set))]
+    names = {purpose: [p.name for p in runtime._active(policy_set, ctx, purpose, [], CelScope(policy_set))]
              for purpose in ("check", "decide", "evaluate")}
     assert names == {"check": ["cel-gpu", "cel-again", "rego-deny"], "decide": ["rego-decide"],
                      "evaluate": ["cel-gpu", "cel-again", "rego-deny", "rego-decide"]}

@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from policies.background import Supervisor, Task
+from policies.kernel.background import Supervisor, Task
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest, BadReview, decode_review
 from webhook.admission.response import render_review
@@ -84,7 +84,7 @@ class ServingRuntime(Protocol):
     def admission(self) -> AdmissionCore: ...
 
 
-# What the server runs for its whole life: background tasks (policies/background.py), and serving
+# What the server runs for its whole life: background tasks (policies/kernel/background.py), and serving
 # certificates polled for renewal, which become `certificate-reload` tasks reloading on the serving loop.
 BackgroundTask = Task | ReloadableCertificate
 

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.vocabulary.backoff import Backoff
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config

@@ -134,7 +134,7 @@ def _expression_case(cel: CelEngine, case: Mapping[str, Any]) -> str:
 def _policy_case(policy: Mapping[str, Any], case: Mapping[str, Any], cel_engine: str) -> str:
     from policies.api import PolicyContext
     from policies.engines.rego import RegorusEngine
-    from policies.runtime import PolicyRuntime
+    from policies.runtime.policy_runtime import PolicyRuntime
     from policies.vocabulary.objects import ObjectView
 
     runtime = PolicyRuntime(RegorusEngine(), cel_engine=cel_engine)  # type: ignore[arg-type]
