@@ -14,7 +14,8 @@ from policies.api import (
     Violation,
 )
 from policies.engines.aggregate import CHECK_QUERY, QUERY_KINDS, query_value
-from policies.engines.native_builtins import Declined, NativeBuiltins, merge_answers, native_units
+from policies.engines.native_builtins import NativeBuiltins, merge_answers, native_units
+from policies.engines.native_rules import Declined
 from policies.engines.projection import Projection
 from policies.engines.rego import (
     UNDEFINED,

@@ -16,7 +16,8 @@ from test_native_builtins import EXAMPLE_CLUSTER, _example_pods, _normalise, clu
 
 from policies.api import PolicyContext
 from policies.engines.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
-from policies.engines.native_builtins import Declined, merge_answers
+from policies.engines.native_builtins import merge_answers
+from policies.engines.native_rules import Declined
 from policies.engines.rego_rvm import rego_evaluator
 from policies.runtime.cel_phase import CelScope
 from policies.runtime.outcomes import EvaluationFailed

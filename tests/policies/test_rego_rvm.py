@@ -23,13 +23,8 @@ from policy_fixtures import gpu_pod
 from policies.api import PolicyContext
 from policies.engines.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.engines.rego import UNDEFINED, RegoEvaluationError, RegoInput, RegorusEngine
-from policies.engines.rego_rvm import (
-    _PROBE_CLUSTER,
-    rego_evaluator,
-    rego_vm_mode,
-    request_guard,
-    same_document,
-)
+from policies.engines.rego_rvm import rego_evaluator, rego_vm_mode
+from policies.engines.rego_rvm_gates import _PROBE_CLUSTER, request_guard, same_document
 from policies.loading.policy_set import _modules, _params
 from policies.runtime.outcomes import PolicyEngineError
 from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
