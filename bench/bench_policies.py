@@ -48,7 +48,8 @@ from policies.engines.conformance import (  # noqa: E402
     served_vm_runner,
     supported_rego_runner,
 )
-from policies.engines.rego import RegoInput, opa_go_available  # noqa: E402
+from policies.engines.rego import RegoInput  # noqa: E402
+from policies.engines.rego_opa import opa_go_available  # noqa: E402
 from policies.engines.rego_rvm import rego_evaluator  # noqa: E402
 from policies.runtime.policy_runtime import PolicyRuntime, build_runtime  # noqa: E402
 from policies.vocabulary.accelerator_types import default_table  # noqa: E402

@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from policies.engines.cel import CEL_VARIABLES, CelCompileError, CelEvaluationError, build_cel_engine
-from policies.engines.rego import UNDEFINED, RegoCompileError, RegoEvaluationError, RegoInput, build_rego_engine
+from policies.engines.rego import UNDEFINED, RegoCompileError, RegoEvaluationError, RegoInput
+from policies.engines.rego_opa import build_rego_engine
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from policies.loading.policy_set import (
 )
 from policies.runtime.answer_memo import MAX_KEY_BYTES, identity_free_key
 from policies.runtime.rego_phase import RegoPhase
-from policies.vocabulary.objects import identity_of
+from policies.vocabulary.identity import identity_of
 
 
 class MemoKeys(RegoPhase):

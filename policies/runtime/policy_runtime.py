@@ -27,11 +27,8 @@ from policies.engines.cel import (
 from policies.engines.health import EngineHealth
 from policies.engines.native_builtins import NativeBuiltins
 from policies.engines.projection import Projection
-from policies.engines.rego import (
-    RegoEngine,
-    RegorusEngine,
-    build_rego_engine,
-)
+from policies.engines.rego import RegoEngine, RegorusEngine
+from policies.engines.rego_opa import build_rego_engine
 from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
 from policies.kernel.metrics import (
     POLICY_EVALUATION_SECONDS,

@@ -233,7 +233,7 @@ def run(argv: list[str]) -> int:
     if not directory.is_dir():
         print(f"kgwe policy test: {directory} is not a directory", file=sys.stderr)
         return 2
-    from policies.engines.rego import build_rego_engine
+    from policies.engines.rego_opa import build_rego_engine
 
     try:
         engine = build_rego_engine(args.engine, args.opa_url)
