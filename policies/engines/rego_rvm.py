@@ -69,12 +69,12 @@ from policies.engines.rego_cycles import rule_cycle
 from policies.engines.rego_imports import expanded_imports
 from policies.engines.rego_rvm_gates import (
     cluster_guard,
-    packages,
+    module_packages,
     probe_inputs,
     request_guard,
     risky_constructs,
     same_document,
-    shipped_packages,
+    shipped_packages_of,
 )
 from policies.kernel.metrics import POLICY_REGO_VM_FALLBACKS
 
@@ -158,7 +158,7 @@ class _PreparedRvm:
         if gathered is None:
             raise RvmRefused("no KGWE aggregate module")
         own = [name for name, source in modules.items() if name != AGGREGATE_MODULE
-               for p in packages(source) if p == RVM_PACKAGE or p.startswith(RVM_PACKAGE + ".")]
+               for p in module_packages(source) if p == RVM_PACKAGE or p.startswith(RVM_PACKAGE + ".")]
         if own:
             raise RvmRefused(f"module {own[0]} uses package {RVM_PACKAGE}")
         self._entries: dict[str, str] = {CHECK_QUERY: CHECK_QUERY, EVERYTHING_QUERY: EVERYTHING_ENTRY}
@@ -187,8 +187,8 @@ class _PreparedRvm:
                 raise
             reason = (clean_error(str(exc)).splitlines() or [type(exc).__name__])[-1]
             raise RvmRefused(f"does not compile on the RVM: {reason}") from exc
-        packages = {package for source in modules.values() for package in packages(source)}
-        risky = risky_constructs(program.generate_listing(), shipped_packages(modules), packages)
+        packages = {package for source in modules.values() for package in module_packages(source)}
+        risky = risky_constructs(program.generate_listing(), shipped_packages_of(modules), packages)
         if risky:
             more = f" and {len(risky) - 3} more" if len(risky) > 3 else ""
             raise RvmRefused(f"may fail where the RVM answers undefined: {', '.join(risky[:3])}{more}")

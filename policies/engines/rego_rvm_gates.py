@@ -63,17 +63,17 @@ def _shipped_digests() -> frozenset[str]:
 _SHIPPED: frozenset[str] | None = None
 
 
-def packages(source: str) -> list[str]:
+def module_packages(source: str) -> list[str]:
     return _PACKAGE.findall(source)
 
 
-def shipped_packages(modules: Mapping[str, str]) -> set[str]:
+def shipped_packages_of(modules: Mapping[str, str]) -> set[str]:
     global _SHIPPED
     if _SHIPPED is None:
         _SHIPPED = _shipped_digests()
     return {
         package for source in modules.values()
-        if hashlib.sha256(source.encode("utf-8")).hexdigest() in _SHIPPED for package in packages(source)
+        if hashlib.sha256(source.encode("utf-8")).hexdigest() in _SHIPPED for package in module_packages(source)
     }
 
 
