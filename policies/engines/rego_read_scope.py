@@ -10,13 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from policies.engines.projection import EACH, WHOLE, Path
-from policies.engines.rego_ast import (
-    leading,
-    references,
-    static_key,
-    unchain,
-    var,
-)
+from policies.engines.rego_ast import leading, references, static_key, unchain, var
 
 Root = tuple[str, Path]  # ("input" or "data", the path a name stands for)
 # The root of a function parameter's reads while its function is summarised (`Functions` in rego_read_walk.py): never an

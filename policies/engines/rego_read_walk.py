@@ -10,13 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from policies.engines.projection import EACH, NOTHING, Path, overlaps
-from policies.engines.rego_ast import (
-    REFS,
-    dotted,
-    leading,
-    unchain,
-    var,
-)
+from policies.engines.rego_ast import REFS, dotted, leading, unchain, var
 from policies.engines.rego_read_scope import (
     PARAM,
     Found,

@@ -45,19 +45,8 @@ from typing import Any
 
 from policies.engines.aggregate import AGGREGATE_PACKAGE, RVM_PACKAGE
 from policies.engines.projection import WHOLE, Path, Projection, overlaps, projection_of
-from policies.engines.rego_ast import (
-    document_imports,
-    head_name,
-    package_path,
-    parse_module,
-    var,
-)
-from policies.engines.rego_read_scope import (
-    Found,
-    Root,
-    Scope,
-    constant_path,
-)
+from policies.engines.rego_ast import document_imports, head_name, package_path, parse_module, var
+from policies.engines.rego_read_scope import Found, Root, Scope, constant_path
 from policies.engines.rego_read_walk import Functions, input_sources, walk_collection, walk_rule
 
 log = logging.getLogger("kgwe.policies")

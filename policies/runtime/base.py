@@ -8,35 +8,17 @@ import logging
 import threading
 from typing import Any, Literal
 
-from policies.api import (
-    EnforcementAction,
-    PolicyStatus,
-    Violation,
-)
-from policies.engines.cel import (
-    CelEngine,
-    CelEngineName,
-    build_cel_engine,
-)
+from policies.api import EnforcementAction, PolicyStatus, Violation
+from policies.engines.cel import CelEngine, CelEngineName, build_cel_engine
 from policies.engines.health import EngineHealth
 from policies.engines.native_builtins import NativeBuiltins
 from policies.engines.projection import Projection
-from policies.engines.rego import (
-    RegoEngine,
-)
-from policies.kernel.metrics import (
-    POLICY_ENGINE_ERRORS,
-)
+from policies.engines.rego import RegoEngine
+from policies.kernel.metrics import POLICY_ENGINE_ERRORS
 from policies.loading.gpupolicy import CompiledGPUPolicy
-from policies.loading.policy_set import (
-    PolicySet,
-)
+from policies.loading.policy_set import PolicySet
 from policies.runtime.answer_memo import AnswerMemo
-from policies.runtime.outcomes import (
-    ENGINE_POLICY,
-    EvaluationFailed,
-    has_rules,
-)
+from policies.runtime.outcomes import ENGINE_POLICY, EvaluationFailed, has_rules
 
 log = logging.getLogger("kgwe.policies")
 

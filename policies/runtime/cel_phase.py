@@ -11,23 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.api import (
-    PolicyContext,
-    Violation,
-)
-from policies.engines.cel import (
-    PARAMS_TABLE,
-    CelEvaluationError,
-    CelProgram,
-)
+from policies.api import PolicyContext, Violation
+from policies.engines.cel import PARAMS_TABLE, CelEvaluationError, CelProgram
 from policies.loading.gpupolicy import CompiledGPUPolicy, Purpose
-from policies.loading.policy_set import (
-    PolicySet,
-)
+from policies.loading.policy_set import PolicySet
 from policies.runtime.base import RuntimeBase
-from policies.runtime.outcomes import (
-    EvaluationFailed,
-)
+from policies.runtime.outcomes import EvaluationFailed
 
 log = logging.getLogger("kgwe.policies")
 

@@ -3,17 +3,11 @@
 
 from __future__ import annotations
 
-from policies.api import (
-    PolicyContext,
-)
+from policies.api import PolicyContext
 from policies.engines.aggregate import EVERYTHING_QUERY
 from policies.engines.projection import Projection
-from policies.engines.rego import (
-    RegoInput,
-)
-from policies.loading.policy_set import (
-    PolicySet,
-)
+from policies.engines.rego import RegoInput
+from policies.loading.policy_set import PolicySet
 from policies.runtime.answer_memo import MAX_KEY_BYTES, identity_free_key
 from policies.runtime.rego_phase import RegoPhase
 from policies.vocabulary.identity import identity_of

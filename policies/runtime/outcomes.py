@@ -7,16 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from policies.api import (
-    DECISION_FIELDS,
-    EnforcementAction,
-    PlacementDecision,
-    Violation,
-)
+from policies.api import DECISION_FIELDS, EnforcementAction, PlacementDecision, Violation
 from policies.loading.gpupolicy import CompiledGPUPolicy
-from policies.loading.policy_set import (
-    PolicySet,
-)
+from policies.loading.policy_set import PolicySet
 from policies.vocabulary import keys
 
 log = logging.getLogger("kgwe.policies")

@@ -13,30 +13,17 @@ import threading
 import time
 from typing import Any, Literal
 
-from policies.api import (
-    PlacementDecision,
-    PolicyContext,
-    PolicyStatus,
-    Violation,
-)
+from policies.api import PlacementDecision, PolicyContext, PolicyStatus, Violation
 from policies.engines.aggregate import DECISION_QUERY, EVERYTHING_QUERY
-from policies.engines.cel import (
-    CelEngine,
-    CelEngineName,
-)
+from policies.engines.cel import CelEngine, CelEngineName
 from policies.engines.health import EngineHealth
 from policies.engines.native_builtins import NativeBuiltins
 from policies.engines.projection import Projection
 from policies.engines.rego import RegoEngine, RegorusEngine
 from policies.engines.rego_opa import build_rego_engine
 from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
-from policies.kernel.metrics import (
-    POLICY_EVALUATION_SECONDS,
-    POLICY_VIOLATIONS,
-)
-from policies.loading.policy_set import (
-    PolicySet,
-)
+from policies.kernel.metrics import POLICY_EVALUATION_SECONDS, POLICY_VIOLATIONS
+from policies.loading.policy_set import PolicySet
 from policies.runtime.answer_memo import AnswerMemo
 from policies.runtime.base import FailureMode
 from policies.runtime.cel_phase import CelFailure, CelPhase, CelScope
@@ -52,6 +39,7 @@ from policies.runtime.reloading import Reloading
 from rego import LIBRARY_DIR
 
 log = logging.getLogger("kgwe.policies")
+
 
 class PolicyRuntime(Reloading, CelPhase, MemoKeys):
     """Thread-safe; holds the last good compiled policy set."""

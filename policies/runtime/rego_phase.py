@@ -8,32 +8,17 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from policies.api import (
-    EnforcementAction,
-    PolicyContext,
-    Violation,
-)
+from policies.api import EnforcementAction, PolicyContext, Violation
 from policies.engines.aggregate import CHECK_QUERY, QUERY_KINDS, query_value
 from policies.engines.native_builtins import NativeBuiltins, merge_answers, native_units
 from policies.engines.native_rules import Declined
 from policies.engines.projection import Projection
-from policies.engines.rego import (
-    UNDEFINED,
-    RegoEngineUnreachable,
-    RegoEvaluationError,
-    RegoInput,
-)
+from policies.engines.rego import UNDEFINED, RegoEngineUnreachable, RegoEvaluationError, RegoInput
 from policies.loading.gpupolicy import CompiledGPUPolicy
-from policies.loading.policy_set import (
-    PolicySet,
-)
+from policies.loading.policy_set import PolicySet
 from policies.runtime.base import RuntimeBase
 from policies.runtime.cel_phase import CelScope
-from policies.runtime.outcomes import (
-    EvaluationFailed,
-    action_of,
-    violations_from,
-)
+from policies.runtime.outcomes import EvaluationFailed, action_of, violations_from
 
 
 class RegoPhase(RuntimeBase):

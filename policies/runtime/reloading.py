@@ -8,18 +8,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies.api import (
-    PolicyStatus,
-    ReloadReport,
-)
+from policies.api import PolicyStatus, ReloadReport
 from policies.engines.health import UnreachablePrepared
-from policies.engines.rego import (
-    RegoCompileError,
-    RegoEngineUnavailable,
-)
-from policies.kernel.metrics import (
-    POLICY_LOAD_ERRORS,
-)
+from policies.engines.rego import RegoCompileError, RegoEngineUnavailable
+from policies.kernel.metrics import POLICY_LOAD_ERRORS
 from policies.loading.gpupolicy import PolicyCompileError
 from policies.loading.loader import PolicySource, collect_sources
 from policies.loading.policy_set import (
