@@ -64,7 +64,7 @@ from webhook.config import load_config
 from webhook.intent import parse_intent
 from webhook.placement.plan import build_plan
 from webhook.review import create_review
-from webhook.runtime import build_runtime
+from webhook.assembly import build_runtime
 
 nodes, batch, batches = (int(a) for a in sys.argv[1:4])
 config = load_config(CONFIG)

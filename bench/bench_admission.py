@@ -78,8 +78,8 @@ def _serve_webhook(cert_dir: str, policies: bool, offload: bool, ports: Any) -> 
     import logging
 
     from certs.reloader import ReloadingSSLContext
+    from webhook.assembly import build_runtime
     from webhook.config import load_config
-    from webhook.runtime import build_runtime
     from webhook.server.app import create_app
     from webhook.server.listener import uvicorn_server
     from webhook.server.serving import settle_heap
@@ -233,9 +233,9 @@ DISTINCT = 4096
 
 def _mutated(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod as KGWE's /mutate leaves it, on the runtime the server runs."""
+    from webhook.assembly import build_runtime
     from webhook.config import load_config
     from webhook.review import review_pod
-    from webhook.runtime import build_runtime
 
     runtime = build_runtime(load_config(CONFIG), CLUSTER)
     found: dict[str, Any] = review_pod(runtime.admission, pod, "alice", ["team-a"], 10).object or pod

@@ -59,9 +59,9 @@ def _with_uid(body: bytes) -> tuple[str, bytes]:
 
 def validate_body(pod: dict[str, Any]) -> bytes:
     """/validate's body for `pod` as /mutate left it (allowed), as the API server sends it."""
+    from webhook.assembly import build_runtime
     from webhook.config import load_config
     from webhook.review import review_pod
-    from webhook.runtime import build_runtime
 
     runtime = build_runtime(load_config(soak.CONFIG), soak.CLUSTER)
     reviewed = review_pod(runtime.admission, pod, "flood", ["team-a"], 10)

@@ -32,6 +32,7 @@ for _path in (_ROOT, _ROOT / "bench"):
 
 from generate_cluster import generate_cluster  # noqa: E402
 
+import webhook.assembly  # noqa: E402,F401  (it registers the wings in the core's seams)
 from webhook.cluster.model import ClusterStore  # noqa: E402
 from webhook.config import Config, load_config  # noqa: E402
 

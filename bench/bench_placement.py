@@ -32,12 +32,12 @@ import orjson  # noqa: E402
 from generate_cluster import generate_nodes  # noqa: E402
 
 from webhook.admission.request import decode_review  # noqa: E402
+from webhook.assembly import build_runtime  # noqa: E402
 from webhook.cluster.model import ClusterModel, ClusterStore  # noqa: E402
 from webhook.config import Config, load_config  # noqa: E402
 from webhook.intent import parse_intent  # noqa: E402
 from webhook.placement.plan import build_plan  # noqa: E402
 from webhook.review import create_review  # noqa: E402
-from webhook.runtime import build_runtime  # noqa: E402
 
 SIZES = (10, 1_000, 10_000)
 CONFIG = _ROOT / "examples" / "config.yaml"

@@ -36,13 +36,13 @@ for _path in (_ROOT, _ROOT / "bench", _ROOT / "tests" / "cluster"):
 from kube_fake_apiserver import FakeApiServer  # noqa: E402
 from kubernetes import client as k8s_client  # noqa: E402
 
+from webhook.assembly import build_runtime  # noqa: E402
 from webhook.cluster.kube_source import KubeClusterSource  # noqa: E402
 from webhook.cluster.model import ClusterStore  # noqa: E402
 from webhook.config import load_config  # noqa: E402
 from webhook.controllers.leader import LeaderElector  # noqa: E402
 from webhook.quotas.controller import QuotaController, kube_quota_writer  # noqa: E402
 from webhook.review import review_pod  # noqa: E402
-from webhook.runtime import build_runtime  # noqa: E402
 
 CONFIG = _ROOT / "examples" / "config.yaml"
 CLUSTER = _ROOT / "examples" / "cluster"

@@ -49,9 +49,9 @@ def _admitted_validate_bodies(config: Path) -> list[tuple[str, bytes]]:
     """/validate bodies (the pod as /mutate left it) of the example pods the three policies admit: those
     whose images come from the allowed registries, with an owner label added. Admitted, so that every
     request pays for the whole check (a refusal stops early)."""
+    from webhook.assembly import build_runtime
     from webhook.config import load_config
     from webhook.review import create_review, review_pod
-    from webhook.runtime import build_runtime
 
     runtime = build_runtime(load_config(config), soak.CLUSTER)
     bodies = []

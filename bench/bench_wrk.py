@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +102,11 @@ def wrk_path() -> str | None:
 
 def drive(port: int, bodies: list[tuple[str, bytes]], seconds: float, *, warmup: float = 1.0,
           threads: int = 2, check: bool = True, connections: int = CONNECTIONS,
-          cpus: set[int] | None = None) -> dict[str, Any]:
+          cpus: set[int] | None = None, after_warmup: Callable[[], None] | None = None) -> dict[str, Any]:
     """wrk against https://127.0.0.1:`port` for `seconds` (after a `warmup` run that is not counted), cycling
     through `bodies` ((path, body with soak.UID_PLACEHOLDER)); the summary wrk's `done` writes. With `check`,
-    an answer that is not an AdmissionReview for its request counts as an error. `cpus` pins wrk."""
+    an answer that is not an AdmissionReview for its request counts as an error. `cpus` pins wrk;
+    `after_warmup` is called between the warm-up run and the measured one."""
     wrk = wrk_path()
     if wrk is None:
         raise RuntimeError("wrk is not on PATH")
@@ -117,7 +119,9 @@ def drive(port: int, bodies: list[tuple[str, bytes]], seconds: float, *, warmup:
             file.write_bytes(path.encode() + b"\n" + body)
             files.append(str(file))
         result: dict[str, Any] = {}
-        for length in (warmup, seconds):
+        for measured, length in ((False, warmup), (True, seconds)):
+            if measured and after_warmup is not None:
+                after_warmup()
             command = [
                 wrk, "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(length))}s", "--timeout", "10s",
                 "-s", str(script), f"https://127.0.0.1:{port}", "--", "check" if check else "any", soak.UID_PLACEHOLDER,

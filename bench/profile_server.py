@@ -1,10 +1,12 @@
 """Where a request's time goes in the running server: py-spy samples `kgwe serve` while bench/soak.py's client
 drives it, and the samples are summed per function (self time and time including callees).
 
-    python bench/profile_server.py [--seconds 10] [--endpoint mutate|validate|both] [--top 25] [--out FILE]
+    python bench/profile_server.py [--seconds 10] [--endpoint mutate|validate|both] [--top 25] [--out FILE] [--wrk]
 
-Needs py-spy (`pip install py-spy`) and permission to read another process's memory (root, or
-ptrace_scope 0). `--out` keeps the raw collapsed stacks (flamegraph.pl and speedscope read them).
+`--wrk` profiles the server as bench/bench_percore.py measures it: one worker pinned to the first CPU, wrk
+pinned to the others (the split of docs/performance.md, "Per core"). Needs py-spy (`pip install py-spy`)
+and permission to read another process's memory (root, or ptrace_scope 0). `--out` keeps the raw collapsed
+stacks (flamegraph.pl and speedscope read them).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ _BENCH = Path(__file__).resolve().parent
 if str(_BENCH) not in sys.path:
     sys.path.insert(0, str(_BENCH))
 
+import bench_wrk  # noqa: E402
+from bench_percore import _cpu_split  # noqa: E402
 from soak import _drive, _run, kgwe_serve, request_bodies  # noqa: E402
 
 _FRAME = re.compile(r"^(?P<function>.+?) \((?P<file>.+?)(?::\d+)?\)$")
@@ -64,20 +68,31 @@ def summarize(collapsed: str, top: int) -> str:
     return "\n".join(lines)
 
 
-def profile(seconds: float, endpoint: str, connections: int = 16) -> str:
+def profile(seconds: float, endpoint: str, connections: int = 16, wrk: bool = False) -> str:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
         raise SystemExit("py-spy is not installed: pip install py-spy")
+    if wrk and bench_wrk.wrk_path() is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk")
     bodies = [b for b in request_bodies() if endpoint == "both" or b[0].startswith(f"/{endpoint}")]
-    with kgwe_serve() as server, tempfile.TemporaryDirectory() as tmp:
+    server_cpus, client_cpus = _cpu_split()
+    with kgwe_serve(cpus=server_cpus if wrk else None) as server, tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "stacks.txt"
-        _run(_drive(server, bodies, connections, 1.0, 10_000))  # warm-up, not sampled
+
+        def load(length: float) -> None:
+            if wrk:
+                bench_wrk.drive(server.port, bodies, length, warmup=1.0, threads=1, connections=connections,
+                                cpus=client_cpus)
+            else:
+                _run(_drive(server, bodies, connections, length, 10_000_000))
+
+        load(1.0)  # warm-up, not sampled
         sampler = subprocess.Popen(
             [py_spy, "record", "--pid", str(server.process.pid), "--duration", str(int(seconds)), "--rate", "250",
              "--format", "raw", "--output", str(raw), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
-        _run(_drive(server, bodies, connections, seconds + 1, 10_000_000))
+        load(seconds + 1)
         _out, err = sampler.communicate(timeout=seconds + 30)
         if sampler.returncode != 0 or not raw.exists():
             raise SystemExit(f"py-spy failed: {err.decode(errors='replace')}")
@@ -90,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint", choices=["mutate", "validate", "both"], default="both")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", type=Path, help="also write the collapsed stacks here")
+    parser.add_argument("--wrk", action="store_true", help="one worker on the first CPU, wrk on the others")
     args = parser.parse_args(argv)
-    collapsed = profile(args.seconds, args.endpoint)
+    collapsed = profile(args.seconds, args.endpoint, wrk=args.wrk)
     if args.out:
         args.out.write_text(collapsed)
     print(summarize(collapsed, args.top))

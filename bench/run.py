@@ -2,7 +2,7 @@
 raw results as JSON under bench/results/ (`<date>-<host>.json` and `latest.json`) with the machine's
 description, so that a change in speed is a diff anyone can read.
 
-    python bench/run.py [--quick] [--only NAME,...] [--no-write]
+    python bench/run.py [--quick] [--only NAME,...] [--no-write] [--scale-nodes N]
     python -m bench      (the same)
 
 Benchmarks (each module also runs alone): admission (bench_admission), policies (bench_policies),
@@ -10,7 +10,11 @@ placement and memory (bench_placement), agent (bench_agent), inventory (bench_in
 serve (bench_serve), wrk and workers (bench_wrk: issue 17's side-by-side as it was measured, with wrk),
 quota-release (bench_quota_release: create -> quota gate removed, through the fake API server),
 floods (bench_floods: a normal review while legal-size 1.4 MB pods are reviewed, issue 30),
-cli (bench_cli_startup: the CPU seconds of `kgwe --help` and `kgwe review`, issue 34).
+cli (bench_cli_startup: the CPU seconds of `kgwe --help` and `kgwe review`, issue 34),
+percore (bench_percore: req/s per server core and p99 of `kgwe serve --workers 1` against the no-op route, issue 36),
+scale (bench_scale: issue 36's goals through `kgwe serve` in cluster mode over a generated GPU fleet against the
+same at 10 nodes; 1,000 GPU nodes unless --scale-nodes says more: 10000 is the issue's size, 12.5 minutes
+on 2 CPUs).
 A benchmark that fails or is not installed (wrk: `apt-get install wrk`) is reported as such; the others
 still run.
 """
@@ -26,7 +30,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,8 @@ GOAL_VS_NOOP = 0.5
 POLICY_P99_BUDGET_MS = 1.0
 PLACEMENT_RATIO_LIMIT = 1.5
 SOAK_MEMORY_GROWTH_LIMIT = 0.10
+# Issue 36: /validate and /mutate each at least this share of the no-op route's requests per server core.
+PER_CORE_GOAL_VS_NOOP = 0.8
 
 
 @dataclass(frozen=True)
@@ -70,12 +76,17 @@ class Plan:
     inventory_rounds: int
     soak_seconds: float
     cli_runs: int
+    per_core_rounds: int
+    scale_runs: int
+    scale_nodes: int = 1000
 
 
 FULL = Plan(admission_seconds=6, policy_runs=3000, policy_slow_runs=300, placement_runs=2000, agent_runs=200,
-            inventory_seconds=1.5, inventory_rounds=2, soak_seconds=60, cli_runs=5)
+            inventory_seconds=1.5, inventory_rounds=2, soak_seconds=60, cli_runs=5, per_core_rounds=4,
+            scale_runs=200)
 QUICK = Plan(admission_seconds=3, policy_runs=500, policy_slow_runs=50, placement_runs=300, agent_runs=50,
-             inventory_seconds=0.5, inventory_rounds=1, soak_seconds=10, cli_runs=3)
+             inventory_seconds=0.5, inventory_rounds=1, soak_seconds=10, cli_runs=3, per_core_rounds=2,
+             scale_runs=50)
 
 
 def _call(module: str, function: str, **kwargs: Any) -> Any:
@@ -99,6 +110,9 @@ BENCHMARKS: dict[str, Callable[[Plan], Any]] = {
     "quota-release": lambda p: _call("bench_quota_release", "bench_quota_release", seconds=p.admission_seconds),
     "floods": lambda p: _call("bench_floods", "bench_floods", seconds=p.admission_seconds),
     "cli": lambda p: _call("bench_cli_startup", "bench_cli_startup", runs=p.cli_runs),
+    "percore": lambda p: _call("bench_percore", "bench_percore", seconds=p.admission_seconds / 2,
+                               rounds=p.per_core_rounds),
+    "scale": lambda p: _call("bench_scale", "bench_scale", nodes=p.scale_nodes, runs=p.scale_runs),
 }
 
 
@@ -424,6 +438,23 @@ def _workers_rows(result: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _percore_rows(result: dict[str, Any]) -> list[Row]:
+    noop = result.get("noop") or {}
+    base = "no-op FastAPI route, one process, same run"
+    rows = []
+    for name in ("validate", "mutate"):
+        measured = result.get(name) or {}
+        ratio = measured.get("vs_noop_per_core")
+        rows.append(Row(f"per core: kgwe serve --workers 1 /{name}, every example pod ({result.get('load_generator')})",
+                        measured.get("req_per_server_core"), noop.get("req_per_server_core"), "req/s per core", base,
+                        f">= {PER_CORE_GOAL_VS_NOOP} x no-op",
+                        None if ratio is None else ratio >= PER_CORE_GOAL_VS_NOOP))
+        p99, noop_p99 = measured.get("p99_ms"), noop.get("p99_ms")
+        rows.append(Row(f"per core: kgwe serve --workers 1 /{name} p99", p99, noop_p99, "ms", base,
+                        "<= the no-op's p99", None if p99 is None or noop_p99 is None else p99 <= noop_p99))
+    return rows
+
+
 def table_rows(results: dict[str, Any]) -> list[Row]:
     ok = {name: entry["result"] for name, entry in results.items() if entry.get("status") == "ok"}
     rows: list[Row] = []
@@ -453,6 +484,10 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         rows += _floods_rows(ok["floods"])
     if "cli" in ok:
         rows += _cli_rows(ok["cli"])
+    if "percore" in ok:
+        rows += _percore_rows(ok["percore"])
+    if "scale" in ok:
+        rows += _call("scale_table", "scale_rows", result=ok["scale"], row=Row)
     return rows
 
 
@@ -512,12 +547,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter runs (about a minute and a half)")
     parser.add_argument("--only", metavar="NAME,...", help=f"run only these: {', '.join(BENCHMARKS)}")
     parser.add_argument("--no-write", action="store_true", help="print the table, write no JSON")
+    parser.add_argument("--scale-nodes", type=int, metavar="N",
+                        help="GPU nodes of the scale benchmark's fleet (default 1000; 10000 is issue 36's size)")
     args = parser.parse_args(argv)
     only = [n.strip() for n in args.only.split(",")] if args.only else None
     unknown = [n for n in only or [] if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
     plan = QUICK if args.quick else FULL
+    if args.scale_nodes:
+        plan = replace(plan, scale_nodes=args.scale_nodes)
     machine = describe_machine()
     started = time.perf_counter()
     results = run_benchmarks(plan, only, echo=lambda line: print(line, file=sys.stderr, flush=True))

@@ -84,9 +84,9 @@ def _load_pod(path: Path) -> dict[str, Any]:
 def request_bodies() -> list[tuple[str, bytes]]:
     """(path, AdmissionReview body with the uid placeholder): every example pod to /mutate, and the pod as
     the mutating webhook left it to /validate, as the API server sends them."""
+    from webhook.assembly import build_runtime
     from webhook.config import load_config
     from webhook.review import create_review, review_pod
-    from webhook.runtime import build_runtime
 
     runtime = build_runtime(load_config(CONFIG), CLUSTER)
     bodies = []

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+import webhook.assembly  # noqa: F401  (it registers the wings' steps in the core's seams, as in the product)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", default=False,

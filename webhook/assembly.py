@@ -151,3 +151,24 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
     runtime.claim_templates = KubeTemplateWriter(KubeJson(bounded))
     runtime.claim_reader = KubeClaimReader(KubeJson(bounded))
     return Assembly(runtime, api, source.stop, list(source.tasks))
+
+
+def register_wings() -> None:
+    """Fill the core's ordered seams with the wings' steps, at their names (webhook/ordered_seam.py). Run
+    when this module is imported, before anything is built; running it again changes nothing."""
+    from webhook.cluster.fact_readers import FACT_READERS
+    from webhook.dra import facts as dra_facts
+    from webhook.dra import mutator as dra_mutator
+    from webhook.dra import plan as dra_plan
+    from webhook.gangs import plan as gang_plan
+    from webhook.mutation.steps import GPU_RESOURCE_WRITERS
+    from webhook.placement.dra_planner import DRA_PLANNER
+    from webhook.placement.plan import PLAN_STEPS
+
+    FACT_READERS.fill(dra_facts.FACT_READERS)
+    PLAN_STEPS.fill({**gang_plan.PLAN_STEPS, **dra_plan.PLAN_STEPS})
+    DRA_PLANNER.fill(dra_plan)
+    GPU_RESOURCE_WRITERS.fill(dra_mutator.GPU_RESOURCE_WRITERS)
+
+
+register_wings()

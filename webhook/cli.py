@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from webhook.command_input import CommandError, check_identity_key, load_config, read_documents
 from webhook.explain_cli import EXIT_CODE_HELP
 from webhook.output import FORMATS, render
 
@@ -140,54 +141,16 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_config(path: Path | None) -> Config:
-    from webhook.config import ConfigError, load_config
-
-    try:
-        return load_config(path)
-    except (OSError, ConfigError) as exc:
-        raise CommandError(f"configuration: {exc}") from exc
-
-
-class CommandError(Exception):
-    """A user error: printed to stderr, exit status 2."""
-
-
-STDIN = Path("-")
-
-
-def _read_documents(path: Path) -> list[dict[str, Any]]:
-    """The manifests of a (multi-document) YAML file, in order; a `kind: List` is expanded. `-` is standard
-    input (`kubectl get pod x -o yaml | kgwe review -`)."""
-    import yaml
-
-    try:
-        text = sys.stdin.read() if path == STDIN else path.read_text(encoding="utf-8")
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise CommandError(f"cannot read {'standard input' if path == STDIN else path}: {exc}") from exc
-    manifests: list[dict[str, Any]] = []
-    for document in documents:
-        items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else [document]
-        for item in items if isinstance(items, list) else []:
-            if not isinstance(item, dict) or not item.get("kind"):
-                raise CommandError(f"{path}: every document must be a Kubernetes manifest with a kind")
-            manifests.append(item)
-    if not manifests:
-        raise CommandError(f"{path}: no manifest found")
-    return manifests
-
-
 def cmd_review(args: argparse.Namespace) -> int:
     from webhook import assembly
     from webhook.review import render_text
     from webhook.workloads.review import review_document
 
-    documents = _read_documents(args.pod)
+    documents = read_documents(args.pod)
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
-    config = _load_config(args.config)
-    _check_identity_key(config)
+    config = load_config(args.config)
+    check_identity_key(config)
     try:
         runtime = assembly.from_directory(config, args.cluster).runtime
     except (OSError, ValueError) as exc:
@@ -238,10 +201,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.workers = min(len(os.sched_getaffinity(0)), 4) if args.cluster is not None else 1
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
-    config = _load_config(args.config)
+    config = load_config(args.config)
     if args.opa_url is not None:
         config = _with_opa_url(config, args.opa_url)
-    _check_identity_key(config)
+    check_identity_key(config)
     options = ServeOptions(
         config=config,
         config_file=args.config,
@@ -270,16 +233,6 @@ def _with_opa_url(config: Config, url: str) -> Config:
         raise CommandError(f"--opa-url {url!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
     policies = config.policies.model_copy(update={"rego_engine": "opa", "opa_url": url})
     return config.model_copy(update={"policies": policies})
-
-
-def _check_identity_key(config: Config) -> None:
-    """The requested-by signing key is read (or made) before serving: without it no workload is admitted."""
-    from webhook.workloads.identity import IdentityKeyError, load_key
-
-    try:
-        load_key(config.workloads.identity_key_file)
-    except IdentityKeyError as exc:
-        raise CommandError(str(exc)) from exc
 
 
 def run_delegated(command: str, argv: list[str]) -> int:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import AcceleratorTable, extra_types_from_config
 from policies.vocabulary.selectors import parse_selector
-from webhook.dra.config import DraConfig
+from webhook.wing_config import DraConfig, Gangs, Quotas, Workloads
 
 
 class _Section(BaseModel):
@@ -59,24 +59,6 @@ class Limits(_Section):
     deadline_seconds: float = Field(default=2.5, alias="deadlineSeconds")
     # On the deadline or an internal error: `allow` (fail open) or `deny` (fail closed).
     on_error: Literal["allow", "deny"] = Field(default="allow", alias="onError")
-
-
-class Quotas(_Section):
-    """How KGWE's quota controller releases gated pods (SPEC section 10, docs/quotas.md)."""
-
-    # Release order per tenant: creation order. BestEffortFIFO lets a pod that fits pass one that does not;
-    # StrictFIFO keeps every later pod waiting behind the first that does not fit.
-    order: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
-    # queue: a pod over its tenant's quota is admitted gated and waits; refuse: it is refused at admission
-    # when it does not fit the usage the controller last counted (an early answer; the gate still decides).
-    over_quota: Literal["queue", "refuse"] = Field(default="queue", alias="overQuota")
-    # kueue: namespaces picked by `deferNamespaceSelector` (every namespace when it is unset) get no quota gate;
-    # Kueue admits their workloads against its own ClusterQueues.
-    defer_to: Literal["none", "kueue"] = Field(default="none", alias="deferTo")
-    # A label selector of the namespaces `deferTo: kueue` covers (Kubernetes' matchLabels/matchExpressions).
-    defer_namespace_selector: dict[str, Any] | None = Field(default=None, alias="deferNamespaceSelector")
-    # Accepted and ignored: v1.1's reservations are gone (a configuration written for v1.1 still loads).
-    reservation_grace_seconds: float | None = Field(default=None, alias="reservationGraceSeconds")
 
 
 class Authentication(_Section):
@@ -127,17 +109,6 @@ class Server(_Section):
     max_connections: int = Field(default=1000, ge=1, le=1_000_000, alias="maxConnections")
 
 
-class Gangs(_Section):
-    # A gang waiting gated this long gets an Event on its members, a reason in `kgwe gangs`, and a metric.
-    wait_warning_seconds: float = Field(default=300.0, gt=0, alias="waitWarningSeconds")
-    # An incomplete gang (fewer members than kgwe.io/gang-size) keeps its room promise this long; a gang
-    # released to the scheduler that never binds fully drops its record after this long too.
-    timeout_seconds: float = Field(default=900.0, gt=0, alias="timeoutSeconds")
-    # auto: where API discovery finds the Workload API (scheduling.k8s.io/v1alpha2 workloads and podgroups), members
-    # join a PodGroup KGWE creates at release and kube-scheduler binds the gang all or nothing; off: never.
-    workload_api: Literal["auto", "off"] = Field(default="auto", alias="workloadAPI")
-
-
 class Audit(_Section):
     # The background audit's and `kgwe audit -o yaml`'s reports: OpenReports (openreports.io/v1alpha1 Report
     # and ClusterReport, as Kyverno writes them) or the Policy WG's wgpolicyk8s.io/v1alpha2 PolicyReports.
@@ -147,57 +118,6 @@ class Audit(_Section):
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
-
-
-class WorkloadKind(_Section):
-    """A workload kind an admin adds (or redefines): where its pod templates are (see docs/workloads.md)."""
-
-    group: str = ""
-    kind: str
-    resource: str  # the plural, as in the webhook configuration's rules
-    version: str = "v1"
-    templates: list[str] = Field(min_length=1, max_length=16)
-
-    @field_validator("templates")
-    @classmethod
-    def _paths(cls, value: list[str]) -> list[str]:
-        from webhook.workloads.kinds import TemplatePath
-
-        for path in value:
-            TemplatePath.parse(path)  # ValueError names the bad segment
-        return value
-
-
-# kube-controller-manager's controllers (per-controller credentials, the default since 1.x, and the
-# shared identity when --use-service-account-credentials=false) and the operators' service accounts
-# in the namespaces their standard installs use. Admins change the list in `workloads.controllerIdentities`.
-DEFAULT_CONTROLLER_IDENTITIES = (
-    "system:kube-controller-manager",
-    "system:serviceaccount:kube-system:replicaset-controller",
-    "system:serviceaccount:kube-system:deployment-controller",
-    "system:serviceaccount:kube-system:job-controller",
-    "system:serviceaccount:kube-system:statefulset-controller",
-    "system:serviceaccount:kube-system:daemon-set-controller",
-    "system:serviceaccount:kube-system:cronjob-controller",
-    "system:serviceaccount:jobset-system:jobset-controller-manager",
-    "system:serviceaccount:lws-system:lws-controller-manager",
-    "system:serviceaccount:kubeflow:training-operator",
-    "system:serviceaccount:ray-system:kuberay-operator",
-    "system:serviceaccount:kueue-system:kueue-controller-manager",
-)
-
-
-class Workloads(_Section):
-    # Admit the pod templates of workloads (SPEC section 7).
-    enabled: bool = True
-    kinds: list[WorkloadKind] = Field(default_factory=list)
-    max_templates: int = Field(default=64, ge=1, le=1024, alias="maxTemplates")
-    # Requesters whose pods are judged as the user who wrote the template (a verified kgwe.io/requested-by).
-    controller_identities: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_CONTROLLER_IDENTITIES), alias="controllerIdentities"
-    )
-    # The requested-by signing key (the chart's Secret, mounted); unset: made once under the state directory.
-    identity_key_file: Path | None = Field(default=None, alias="identityKeyFile")
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")

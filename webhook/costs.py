@@ -16,13 +16,14 @@ from dataclasses import replace
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
+import orjson
+
 from policies.gpu_demand import GpuDemand, dra_rendered, gpu_equivalents, pod_gpu_demand
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
-from webhook.dra.render import charged_demand, charged_share
 
 ANNOTATION_HOURLY_COST = keys.HOURLY_COST
 ANNOTATION_PROFILE = keys.PROFILE
@@ -170,3 +171,42 @@ def pod_hourly_cost(
     if price is None:
         return None
     return pod_gpu_equivalents(pod, node_facts, type_id, model) * price
+
+
+# How a pod whose GPUs the DRA wing moved into claims is charged, read from what its admission recorded
+# (`kgwe.io/decision`), so that admission, the controller and the reports charge it alike.
+def charged_demand(pod: PodView | Mapping[str, Any], demand: GpuDemand) -> GpuDemand:
+    """A DRA MIG pod's demand as it is charged: its GPUs moved into the claim are slices of the first
+    choice recorded in `kgwe.io/decision` (`"mig": "<profile>/dra"`), not whole GPUs."""
+    if not demand.whole_gpus or not dra_rendered(pod):
+        return demand
+    try:
+        decision = orjson.loads(pod_view(pod).annotation(keys.DECISION) or "{}")
+    except orjson.JSONDecodeError:
+        return demand
+    mig = decision.get("mig") if isinstance(decision, dict) else None
+    if not isinstance(mig, str) or not mig.endswith("/dra"):
+        return demand
+    profile = mig.removesuffix("/dra")
+    slices = dict(demand.mig)
+    slices[profile] = slices.get(profile, 0) + demand.whole_gpus
+    return GpuDemand(whole_gpus=0, mig=slices, other=dict(demand.other), invalid=list(demand.invalid),
+                     gpu_containers=list(demand.gpu_containers))
+
+
+def charged_share(pod: PodView | Mapping[str, Any]) -> Decimal | None:
+    """The part of a GPU a DRA share pod is charged (`kgwe.io/decision`: `"sharing": "mps"` with the
+    fraction KGWE worked out from what the share takes), None for any other pod."""
+    if not dra_rendered(pod):
+        return None
+    try:
+        decision = orjson.loads(pod_view(pod).annotation(keys.DECISION) or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(decision, dict) or decision.get("sharing") != "mps" or not decision.get("dra"):
+        return None
+    try:
+        fraction = Decimal(str(decision.get("fraction")))
+    except ArithmeticError:
+        return None
+    return fraction if fraction.is_finite() and 0 < fraction <= 1 else None

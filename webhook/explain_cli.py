@@ -60,7 +60,7 @@ def _print(explanations: list[Explanation], output: str) -> None:
 
 def explain_documents(runtime: Any, documents: list[dict[str, Any]], args: argparse.Namespace) -> int:
     """`kgwe review --explain`: each pod of the file explained as a new pod (other kinds: their review)."""
-    from webhook.cli import CommandError
+    from webhook.command_input import CommandError
     from webhook.explain import explain
 
     explanations = []
@@ -81,23 +81,23 @@ def find_pod(runtime: Any, target: str) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from webhook.cli import CommandError, _check_identity_key, _load_config, _read_documents
+    from webhook import assembly
+    from webhook.command_input import CommandError, check_identity_key, load_config, read_documents
     from webhook.explain import explain
-    from webhook.runtime import build_runtime
 
-    config = _load_config(args.config)
-    _check_identity_key(config)
+    config = load_config(args.config)
+    check_identity_key(config)
     if args.cluster is None:
         return _explain_in_cluster(args, config)
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     try:
-        runtime = build_runtime(config, args.cluster)
+        runtime = assembly.from_directory(config, args.cluster).runtime
     except (OSError, ValueError) as exc:
         raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     path = Path(args.target)
     if path.is_file() or args.target == "-":
-        return explain_documents(runtime, _read_documents(path), args)
+        return explain_documents(runtime, read_documents(path), args)
     if args.target.count("/") != 1 or not all(args.target.split("/")):
         raise CommandError(f"{args.target}: no such file, and not NAMESPACE/NAME")
     pod = find_pod(runtime, args.target)
@@ -113,12 +113,12 @@ def _explain_in_cluster(args: argparse.Namespace, config: Any) -> int:
     read whole (the model keeps pods slimmed). Nothing is written: new pods are explained as dry runs."""
     from kubernetes.config import ConfigException
 
-    from webhook.cli import CommandError, _read_documents
+    from webhook.command_input import CommandError, read_documents
     from webhook.explain import explain
     from webhook.server.serving import ServeOptions, assemble_runtime
 
     path = Path(args.target)
-    documents = _read_documents(path) if path.is_file() or args.target == "-" else None
+    documents = read_documents(path) if path.is_file() or args.target == "-" else None
     if documents is None and (args.target.count("/") != 1 or not all(args.target.split("/"))):
         raise CommandError(f"{args.target}: no such file, and not NAMESPACE/NAME")
     try:

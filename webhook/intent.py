@@ -12,7 +12,6 @@ from policies.gpu_demand import DRA_ANNOTATION
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import parse_quantity
-from webhook.gangs.spec import A_GANG_SIZE, parse_gang_size
 
 A_ACCELERATOR = keys.ACCELERATOR
 A_PROFILE = keys.PROFILE
@@ -21,6 +20,7 @@ A_SHARING = keys.SHARING
 A_GPU_FRACTION = keys.GPU_FRACTION
 A_TOPOLOGY = keys.TOPOLOGY
 A_GANG = keys.GANG
+A_GANG_SIZE = keys.GANG_SIZE
 A_WORKLOAD = keys.WORKLOAD  # `inference` lets built-in policies pick a MIG slice
 INTENT_KEYS = (A_ACCELERATOR, A_PROFILE, A_GPU_MEMORY, A_SHARING, A_GPU_FRACTION, A_TOPOLOGY, A_GANG, A_GANG_SIZE)
 
@@ -48,6 +48,29 @@ MAX_ACCELERATOR_TYPES = 16
 KNOWN_ANNOTATION_KEYS: set[str] = {*INTENT_KEYS, *OUTPUT_ANNOTATIONS, A_WORKLOAD, keys.RIGHTSIZING,
                                    keys.RIGHTSIZED_FROM}
 MAX_UNKNOWN_KEY_WARNINGS = 3
+
+
+# More pods than any NVLink system has GPUs (an NVL576 has 576): larger values are typing mistakes, and
+# the bound keeps every loop over a gang's members short.
+MAX_GANG_SIZE = 1024
+_MAX_DIGITS = 6
+
+
+def parse_gang_size(value: str) -> tuple[int | None, str | None]:
+    """(size, None) for a valid `kgwe.io/gang-size`, else (None, the problem in words)."""
+    text = value.strip()
+    if not text or len(text) > _MAX_DIGITS or not text.isascii() or not text.isdigit():
+        return None, f"{A_GANG_SIZE}: {value[:32]!r} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
+    size = int(text)
+    problem = gang_size_problem(size)
+    return (None, problem) if problem is not None else (size, None)
+
+
+def gang_size_problem(size: int) -> str | None:
+    """Why a gang of `size` pods cannot be, in the words `parse_gang_size` uses; None when it can."""
+    if not 1 <= size <= MAX_GANG_SIZE:
+        return f"{A_GANG_SIZE}: {size} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
+    return None
 
 
 @dataclass

@@ -37,7 +37,8 @@ from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
 from webhook.dra.claim_reader import ClaimReader, ModelClaimReader, read_claims
-from webhook.dra.claimed import ForeignClaims, GpuClasses, most_devices_on_a_node, own_dra_asks, requested_gpus
+from webhook.dra.claimed import ForeignClaims, most_devices_on_a_node, own_dra_asks, requested_gpus
+from webhook.dra.gpu_classes import GpuClasses
 from webhook.gangs.admission import GangAdvice
 from webhook.intent import PodIntent
 from webhook.placement.plan import Decision

@@ -14,7 +14,7 @@ import yaml
 from chart_support import NAMESPACE, Rendered, render
 
 from policies.vocabulary.resources import GPU_RESOURCE_PREFIXES
-from webhook.config import DEFAULT_CONTROLLER_IDENTITIES
+from webhook.wing_config import DEFAULT_CONTROLLER_IDENTITIES
 
 POLICY = "kgwe-pod-quota-gate"
 KUEUE = {"config": {"quotas": {"deferTo": "kueue", "deferNamespaceSelector": {"matchLabels": {"queue": "kueue"}}}}}

@@ -20,6 +20,7 @@ constraints (TopologyAwareWorkloadScheduling on); without it the group is not se
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 import select
@@ -34,6 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import fake_workload_api
+import orjson
 import pytest
 import yaml
 from kubernetes import client as k8s_client
@@ -87,9 +89,25 @@ def key_of(obj: dict[str, Any]) -> str:
 class Collection:
     kind: str
     api_version: str
+    # Stored objects are never changed in place (a change stores a new dict), so lists, pages and events
+    # share them without copies, and each one's list-item JSON is encoded once (`encoded`, by key, with the
+    # object it was encoded from): a list of 150,000 pods is then a join of cached bytes.
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     oldest_watchable: int = 0  # watches from an older resourceVersion get 410 Gone
+    encoded: dict[str, tuple[dict[str, Any], bytes]] = field(default_factory=dict)
+
+    def list_item(self, key: str, obj: dict[str, Any]) -> bytes:
+        cached = self.encoded.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        item = obj
+        # Like the real server: list items of built-in kinds carry no kind/apiVersion.
+        if not self.api_version.startswith("kgwe.io/"):
+            item = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+        data = orjson.dumps(item)
+        self.encoded[key] = (obj, data)
+        return data
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,7 @@ class Request:
     query: dict[str, str]
     body: Any = None
     authorization: str | None = None
+    at: float = field(default_factory=time.monotonic)  # when it arrived (benchmarks time start-up by it)
 
 
 class FakeApiServer:
@@ -140,7 +159,8 @@ class FakeApiServer:
         self.delays: dict[str, float] = {}  # path -> seconds to wait before answering a POST to it
         self._drop_generation = 0
         self._closing = False
-        self._pages: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+        # continue token -> (the list's resourceVersion, its (key, object) snapshot, where the next page starts)
+        self._pages: dict[str, tuple[int, list[tuple[str, dict[str, Any]]], int]] = {}
         self._open: dict[str, int] = {}
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
@@ -183,16 +203,43 @@ class FakeApiServer:
             stored["metadata"].setdefault("uid", f"uid-{kind}-{key}")
             event = "MODIFIED" if key in collection.objects else "ADDED"
             collection.objects[key] = stored
-            collection.events.append((version, event, copy.deepcopy(stored)))
+            collection.events.append((version, event, stored))
             self.cond.notify_all()
             return copy.deepcopy(stored)
+
+    def load(self, kind: str, objects: list[dict[str, Any]]) -> int:
+        """Store many objects at once, as if their creation had been compacted away: no events, and a watch
+        from a resourceVersion before the load gets 410 Gone (a reflector then lists). The server keeps the
+        dicts themselves (no copy): the caller must not change them afterwards. Returns the resourceVersion."""
+        collection = self.collections[PATH_OF_KIND[kind]]
+        with self.cond:
+            for obj in objects:
+                if kind == "Pod":
+                    obj = fake_workload_api.pod_create(obj, served=self.workload_api)
+                meta = obj.setdefault("metadata", {})
+                obj["kind"], obj["apiVersion"] = collection.kind, collection.api_version
+                meta["resourceVersion"] = str(self._next_version())
+                key = key_of(obj)
+                meta.setdefault("uid", f"uid-{kind}-{key}")
+                collection.objects[key] = obj
+            collection.oldest_watchable = self.resource_version  # a watch from the load's version is whole
+            collection.events.clear()
+            self.cond.notify_all()
+            return self.resource_version
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        """A copy of one stored object, or None."""
+        with self.cond:
+            found = self.collections[PATH_OF_KIND[kind]].objects.get(key)
+            return copy.deepcopy(found) if found is not None else None
 
     def delete(self, kind: str, key: str) -> None:
         collection = self.collections[PATH_OF_KIND[kind]]
         with self.cond:
-            obj = collection.objects.pop(key)
+            gone = collection.objects.pop(key)
+            collection.encoded.pop(key, None)
             version = self._next_version()
-            obj["metadata"]["resourceVersion"] = str(version)
+            obj = {**gone, "metadata": {**gone["metadata"], "resourceVersion": str(version)}}
             collection.events.append((version, "DELETED", obj))
             self.cond.notify_all()
 
@@ -313,7 +360,9 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         # -- plumbing ---------------------------------------------------------------------------
         def _send_json(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
+            self._send_bytes(status, json.dumps(body).encode())
+
+        def _send_bytes(self, status: int, data: bytes) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -359,7 +408,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send_json(200, found)
             if len(segments) == 4 and segments[:3] == ["api", "v1", "nodes"]:
                 # GET /api/v1/nodes/{name}: one node (what kgwe agent reads before it patches).
-                node = server.objects("Node").get(segments[3])
+                node = server.get("Node", segments[3])
                 if node is None:
                     return self._status(404, "NotFound", f'nodes "{segments[3]}" not found')
                 return self._send_json(200, node)
@@ -550,7 +599,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             resourceVersion other than the stored one is refused (409 Conflict: compare-and-swap), one without
             replaces whatever is stored; 404 when absent, 400 when the body names another object."""
             with server.cond:
-                current = server.objects("ConfigMap").get(f"{namespace}/{name}")
+                current = server.get("ConfigMap", f"{namespace}/{name}")
                 if current is None:
                     return self._status(404, "NotFound", f'configmaps "{name}" not found')
                 meta = body.setdefault("metadata", {}) if isinstance(body, dict) else None
@@ -608,7 +657,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._send_json(200, server.put(collection.kind, patched))
             # /api/v1/nodes/{name}: a merge patch (labels), refused 409 on a stale resourceVersion.
             if len(segments) == 4 and segments[:3] == ["api", "v1", "nodes"]:
-                node = server.objects("Node").get(segments[3])
+                node = server.get("Node", segments[3])
                 if node is None:
                     return self._status(404, "NotFound", f'nodes "{segments[3]}" not found')
                 if strategic or not isinstance(body, dict):
@@ -622,7 +671,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if len(segments) not in (6, 7) or segments[4] != "pods" or (len(segments) == 7 and segments[6] != "status"):
                 return self._status(404, "NotFound", path)
             key = f"{segments[3]}/{segments[5]}"
-            current = server.objects("Pod").get(key)
+            current = server.get("Pod", key)
             if current is None:
                 return self._status(404, "NotFound", f'pods "{segments[5]}" not found')
             if not isinstance(body, dict):
@@ -663,28 +712,24 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         server._pages.clear()
                     if token not in server._pages:
                         return self._status(410, "Expired", "continue token expired")
-                    version, items = server._pages.pop(token)
+                    version, keyed, start = server._pages.pop(token)
                 else:
-                    version = server.resource_version
+                    version, start = server.resource_version, 0
                     wanted = dict(p.split("=", 1) for p in (query.get("labelSelector") or "").split(",") if "=" in p)
-                    items = [copy.deepcopy(o) for _k, o in sorted(collection.objects.items())
+                    # The snapshot of this list: the stored dicts themselves, which a later change replaces.
+                    keyed = [(k, o) for k, o in sorted(collection.objects.items())
                              if all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
                 limit = int(query.get("limit") or 0)
-                rest: list[dict[str, Any]] = []
-                if limit and len(items) > limit:
-                    items, rest = items[:limit], items[limit:]
+                end = start + limit if limit else len(keyed)
                 meta: dict[str, Any] = {"resourceVersion": str(version)}
-                if rest:
-                    next_token = f"page-{version}-{len(server._pages)}-{len(rest)}"
-                    server._pages[next_token] = (version, rest)
+                if end < len(keyed):
+                    next_token = f"page-{version}-{len(server._pages)}-{len(keyed) - end}"
+                    server._pages[next_token] = (version, keyed, end)
                     meta["continue"] = next_token
-            for item in items:
-                # Like the real server: list items of built-in kinds carry no kind/apiVersion.
-                if not collection.api_version.startswith("kgwe.io/"):
-                    item.pop("kind", None)
-                    item.pop("apiVersion", None)
-            self._send_json(200, {"kind": f"{collection.kind}List", "apiVersion": collection.api_version,
-                                  "metadata": meta, "items": items})
+                items = b",".join(collection.list_item(k, o) for k, o in keyed[start:end])
+            head = orjson.dumps({"kind": f"{collection.kind}List", "apiVersion": collection.api_version,
+                                 "metadata": meta})
+            self._send_bytes(200, head[:-1] + b',"items":[' + items + b"]}")
 
         def _watch(self, path: str, query: dict[str, str]) -> None:
             collection = server.collections[path]
@@ -712,7 +757,8 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     with server.cond:
                         if server._drop_generation != generation or server._closing:
                             break
-                        pending = [e for e in collection.events if e[0] > sent]
+                        # Events are appended in resourceVersion order: the new ones are a suffix.
+                        pending = collection.events[bisect.bisect_right(collection.events, sent, key=_version):]
                         if not pending:
                             remaining = deadline - time.monotonic()
                             if remaining <= 0:
@@ -744,7 +790,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
 
         def _chunk(self, event: dict[str, Any]) -> None:
-            data = json.dumps(event).encode() + b"\n"
+            data = orjson.dumps(event) + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
@@ -788,6 +834,10 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self._send_json(200, body)
 
     return Handler
+
+
+def _version(event: tuple[int, str, dict[str, Any]]) -> int:
+    return event[0]
 
 
 def pod_update_problem(old: dict[str, Any], new: dict[str, Any]) -> str | None:

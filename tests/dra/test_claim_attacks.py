@@ -25,13 +25,14 @@ from server_support import admission_review
 
 from webhook.admission.charging import usage_charges
 from webhook.cluster.kube_json import KubeJson
-from webhook.config import DEFAULT_CONTROLLER_IDENTITIES, load_config
+from webhook.config import load_config
 from webhook.dra.claim_reader import KubeClaimReader
-from webhook.dra.claimed import GpuClasses
 from webhook.dra.compute_domain import channel_template, compute_domain
+from webhook.dra.gpu_classes import GpuClasses
 from webhook.dra.templates import KubeTemplateWriter
 from webhook.runtime import build_runtime
 from webhook.server.app import create_app
+from webhook.wing_config import DEFAULT_CONTROLLER_IDENTITIES
 from webhook.workloads.identity import Identity, Signer
 
 CLUSTER = ROOT / "examples" / "cluster"

@@ -19,12 +19,13 @@ from kubernetes import client as k8s_client
 
 from policies.vocabulary.accelerator_types import default_table
 from policies.vocabulary.quantities import GIB, MIB
+from webhook.cluster.device_classes import dra_allocatable, dra_used
+from webhook.cluster.device_model import CapacityPolicy, DeviceTaint, read_capacities, read_taints, tolerates
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.yaml_source import iter_manifests
 from webhook.config import Config
-from webhook.dra.device_model import CapacityPolicy, DeviceTaint, read_capacities, read_taints, tolerates
-from webhook.dra.facts import dra_allocatable, dra_used, read_slices
+from webhook.dra.facts import read_slices
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.nodes import nodes_view
 

@@ -25,7 +25,8 @@ from webhook.admission.charging import usage_charges
 from webhook.cluster.kube_json import KubeJson
 from webhook.config import load_config
 from webhook.dra.claim_reader import KubeClaimReader
-from webhook.dra.claimed import GpuClasses, requested_gpus
+from webhook.dra.claimed import requested_gpus
+from webhook.dra.gpu_classes import GpuClasses
 from webhook.inventory.capacity import Inventory
 from webhook.review import review_pod
 from webhook.runtime import Runtime, build_runtime

@@ -21,7 +21,8 @@ import jsonpatch
 import orjson
 
 from webhook.review import create_review
-from webhook.server.app import ServingRuntime, create_app
+from webhook.server.admission_endpoint import ServingRuntime
+from webhook.server.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster"

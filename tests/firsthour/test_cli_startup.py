@@ -18,7 +18,7 @@ from cluster_dirs import ROOT
 # What the helps may load of KGWE: the command line and the modules that build the delegated commands' parsers.
 LIGHT = {
     "webhook", "webhook.cli", "webhook.explain_cli", "webhook.output", "webhook.completion",
-    "webhook.reports", "webhook.reports.commands", "webhook.reports.tables",
+    "webhook.reports", "webhook.reports.commands", "webhook.reports.parsers", "webhook.reports.tables",
     "policies", "policies.runtime", "policies.runtime.testing", "rego",
     "agent", "agent.main", "agent.defaults", "certs", "certs.commands",
 }

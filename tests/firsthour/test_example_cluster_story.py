@@ -23,12 +23,12 @@ from fastapi.testclient import TestClient
 
 from webhook.cli import main
 from webhook.config import load_config
-from webhook.gangs.routes import gangs_router
 from webhook.quotas.view import why_waiting
 from webhook.review import review_pod
 from webhook.runtime import Runtime, build_runtime
 from webhook.server.api_routes import api_router
 from webhook.server.explain_routes import explain_router
+from webhook.server.gang_routes import gangs_router
 from webhook.server.workloads_routes import workloads_router
 
 EXAMPLES = ROOT / "examples"

@@ -16,10 +16,10 @@ from webhook.runtime import build_runtime
 
 
 def test_the_api_prefix_lists_every_read_endpoint() -> None:
-    from webhook.gangs.routes import gangs_router
     from webhook.server.api_routes import api_router
     from webhook.server.app import create_app
     from webhook.server.explain_routes import explain_router
+    from webhook.server.gang_routes import gangs_router
     from webhook.server.workloads_routes import workloads_router
 
     runtime = build_runtime(load_config(EXAMPLE_CONFIG), EXAMPLE_CLUSTER)

@@ -22,11 +22,12 @@ from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.admission.request import decode_review
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
-from webhook.config import Config, Gangs
+from webhook.config import Config
 from webhook.gangs.controller import GangController, kube_native_writer, kube_pod_writer
 from webhook.gangs.ledger import KubeGangStore
 from webhook.gangs.native import GROUP_VERSION as WORKLOAD_API
 from webhook.runtime import Runtime, build_runtime
+from webhook.wing_config import Gangs
 
 GB200 = "nvidia-gb200-186gb"
 H100 = "nvidia-h100-80gb"

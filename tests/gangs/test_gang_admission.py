@@ -23,9 +23,9 @@ from gang_support import (
 
 from webhook.admission.request import decode_review
 from webhook.cluster.model import ClusterStore
-from webhook.config import Gangs
 from webhook.gangs.ledger import Records
 from webhook.gangs.planning import plan_gangs
+from webhook.wing_config import Gangs
 
 
 class Leader:

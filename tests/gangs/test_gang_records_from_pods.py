@@ -26,10 +26,11 @@ from gang_support import (
 from kubernetes import client as k8s_client
 
 from webhook import assembly
-from webhook.config import Config, Gangs
+from webhook.config import Config
 from webhook.gangs.controller import GangController, kube_pod_writer
 from webhook.server.app import create_app
 from webhook.server.serving import gang_ledger
+from webhook.wing_config import Gangs
 
 
 def mutated(client: TestClient, pod: dict[str, Any]) -> dict[str, Any]:

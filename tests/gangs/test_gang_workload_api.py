@@ -26,9 +26,10 @@ from gang_support import (
 from kubernetes import client as k8s_client
 
 from webhook.admission.request import decode_review
-from webhook.config import Config, Gangs
+from webhook.config import Config
 from webhook.gangs.native import GROUP_VERSION, TEMPLATE, pod_group_name
 from webhook.gangs.view import gangs_view
+from webhook.wing_config import Gangs
 
 SCHEDULING = f"/apis/{GROUP_VERSION}"
 WORKLOADS = f"{SCHEDULING}/namespaces/ml/workloads"

@@ -25,25 +25,25 @@ DECIDED_IN = {
     "mps": "webhook.placement.sharing",
     "gpus-per-node": "webhook.placement.capacity",
     "nvlink": "webhook.placement.nvlink",
-    "gang": "webhook.placement.gang",
+    "gang": "webhook.gangs.plan",
     "type-selectors": "webhook.placement.selection",
     "tolerations": "webhook.placement.selection",
-    "dra-claims": "webhook.placement.dra",
+    "dra-claims": "webhook.dra.plan",
     "cost": "webhook.placement.costing",
 }
 
 
 def test_step_names_are_unique_and_each_decision_lives_in_its_named_module() -> None:
-    names = [name for name, _step in PLAN_STEPS]
+    names = [name for name, _step in PLAN_STEPS.steps]
     assert len(names) == len(set(names))
-    steps = dict(PLAN_STEPS)
+    steps = dict(PLAN_STEPS.steps)
     for name, module in DECIDED_IN.items():
         assert steps[name].__module__ == module, name
 
 
 def test_cost_is_the_last_step_so_it_prices_the_final_types() -> None:
-    assert PLAN_STEPS[-1][0] == "cost"
-    names = [name for name, _step in PLAN_STEPS]
+    assert PLAN_STEPS.steps[-1][0] == "cost"
+    names = [name for name, _step in PLAN_STEPS.steps]
     # Sharing and topology filters narrow before the types are turned into node selectors.
     assert names.index("nvlink") < names.index("gang") < names.index("type-selectors") < names.index("cost")
 

@@ -169,6 +169,21 @@ def test_certificate_from_the_ca_with_another_name_gets_401(auth_server: AuthSer
     assert auth_server.effects() == 0
 
 
+def test_each_certificate_keeps_its_own_verdict(auth_server: AuthServer, tmp_path: Path) -> None:
+    """Verdicts are remembered per certificate (callers.py): the API server's, another name's from the same CA and
+    the API server's again, each over connections of its own to one server, are each answered as themselves."""
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in (CLIENT_CA_CERT, "client-ca.key"):
+        (other / name).write_bytes((auth_server.client_dir / name).read_bytes())
+    ensure_client_files(other, ClientSettings(name="system:node:gpu-1"))
+    for cert_dir, status in ((auth_server.client_dir, 200), (other, 401), (auth_server.client_dir, 200), (other, 401)):
+        with auth_server.client(cert_dir) as client:
+            for _ in range(2):
+                assert post(client, "/validate", admission_review(GPU_POD)).status_code == status
+    assert auth_server.effects() == 4
+
+
 def test_serving_certificate_is_no_client_certificate(auth_server: AuthServer, cert_paths: CertificatePaths) -> None:
     """The webhook's own serving pair is signed by another CA: it cannot stand in for the API server."""
     context = ssl.create_default_context(cafile=str(cert_paths.ca_cert))

@@ -83,3 +83,54 @@ def test_a_head_request_gets_its_head_without_a_body_write(served: RunningServer
         assert head.startswith(b"HTTP/1.1 ") and head.endswith(b"\r\n\r\n")
         client.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
         assert client.recv(1 << 16).startswith(b"HTTP/1.1 200")
+
+
+def _read_answer(client: ssl.SSLSocket, buffered: bytes = b"") -> tuple[bytes, bytes, bytes]:
+    """(head, body, what came after it) of the next answer on `client`."""
+    data = buffered
+    while b"\r\n\r\n" not in data:
+        data += client.recv(1 << 16)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(rest) < length:
+        rest += client.recv(1 << 16)
+    return head, rest[:length], rest[length:]
+
+
+def test_pipelined_admission_requests_are_answered_in_order(served: RunningServer) -> None:
+    """Admission requests sent back to back on one connection get their answers in order, each with its own
+    uid, and the connection stays open."""
+    reviews = [admission_review(GPU_POD) for _ in range(3)]
+    for number, review in enumerate(reviews):
+        review["request"]["uid"] = f"pipelined-{number}"
+    with _connect(served) as client:
+        client.sendall(b"".join(_request(orjson.dumps(r)) + orjson.dumps(r) for r in reviews))
+        rest = b""
+        for number in range(3):
+            head, answer, rest = _read_answer(client, rest)
+            assert head.startswith(b"HTTP/1.1 200") and b"content-type: application/json" in head
+            assert orjson.loads(answer)["response"]["uid"] == f"pipelined-{number}"
+        client.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        assert _read_answer(client)[0].startswith(b"HTTP/1.1 200")
+
+
+def test_http_1_0_admission_request_is_answered_and_closed(served: RunningServer) -> None:
+    body = orjson.dumps(admission_review(GPU_POD))
+    with _connect(served) as client:
+        client.sendall(_request(body).replace(b"HTTP/1.1", b"HTTP/1.0") + body)
+        head, answer, _rest = _read_answer(client)
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" in head.lower()
+        assert orjson.loads(answer)["kind"] == "AdmissionReview"
+        assert client.recv(1 << 16) == b""  # closed by the server
+
+
+def test_admission_path_with_a_query_and_another_method(served: RunningServer) -> None:
+    """The deadline's `?timeout=` reaches the endpoint; a GET to the path is uvicorn's and FastAPI's (405)."""
+    body = orjson.dumps(admission_review(GPU_POD))
+    with _connect(served) as client:
+        client.sendall(_request(body).replace(b"POST /validate", b"POST /validate?timeout=10s") + body)
+        head, answer, _rest = _read_answer(client)
+        assert head.startswith(b"HTTP/1.1 200") and orjson.loads(answer)["response"]["uid"]
+        client.sendall(b"GET /validate HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        assert _read_answer(client)[0].startswith(b"HTTP/1.1 405")

@@ -24,10 +24,11 @@ import yaml
 from certs.authority import Settings
 from certs.files import ensure_files
 from certs.reloader import ReloadingSSLContext
-from webhook.config import DEFAULT_CONTROLLER_IDENTITIES, load_config
+from webhook.config import load_config
 from webhook.runtime import Runtime, build_runtime
 from webhook.server.app import create_app
 from webhook.server.listener import uvicorn_server
+from webhook.wing_config import DEFAULT_CONTROLLER_IDENTITIES
 from webhook.workloads.identity import Identity, Signer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,21 +27,20 @@ from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
 from webhook.costs import pod_gpu_equivalents
+from webhook.dra.claim_names import extended_claim_name, generated_claim_names
 from webhook.dra.claimed import (
-    GpuClasses,
     HeldGpu,
     allocated_gpus,
     asks_extended_devices,
     devices_by_key,
-    extended_claim_name,
     extended_requests,
     foreign_claims,
-    generated_claim_names,
     mapped_resources,
     most_devices_on_a_node,
     recorded_by_kgwe,
     requested_gpus,
 )
+from webhook.dra.gpu_classes import GpuClasses
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_TENANT
 
 

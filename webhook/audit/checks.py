@@ -24,8 +24,9 @@ from policies.quota.model import format_gpus, format_memory, quota_name, resolve
 from policies.quota.usage import UsageLine, usage_lines
 from policies.vocabulary.objects import PodView
 from webhook.admission.charging import usage_charges
-from webhook.audit.findings import Finding, Result, Severity
+from webhook.audit.findings import AUDIT_USER, Finding, Result, Severity
 from webhook.audit.pods import PodReader
+from webhook.audit.workloads import workload_findings
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.intent import OUT_TENANT, PodIntent, parse_intent
 from webhook.placement.plan import build_plan
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kgwe.audit")
 
-AUDIT_USER = "system:serviceaccount:kgwe:kgwe-audit"
 SEVERITY_OF_ACTION: dict[str, tuple[Severity, Result]] = {
     "Deny": ("high", "fail"),
     "Audit": ("medium", "fail"),
@@ -195,8 +195,6 @@ def quota_findings(runtime: Runtime, model: ClusterModel, charges: list[Any] | N
 def audit_cluster(runtime: Runtime, read_pod: PodReader | None = None) -> list[Finding]:
     """Every finding of the current snapshot: each GPU pod, each tenant's quotas, then each GPU workload
     the validating webhook would refuse now (webhook/audit/workloads.py)."""
-    from webhook.audit.workloads import workload_findings  # it imports this module
-
     model = runtime.store.snapshot()
     findings: list[Finding] = []
     for key in sorted(model.pods):

@@ -9,6 +9,8 @@ Category = Literal["policy", "quota", "placement"]
 Severity = Literal["critical", "high", "medium", "low", "info"]
 Result = Literal["fail", "warn", "error"]
 CATEGORIES: tuple[Category, ...] = ("policy", "quota", "placement")
+# Whom the audit asks as when it sends pods and workloads through the webhooks.
+AUDIT_USER = "system:serviceaccount:kgwe:kgwe-audit"
 
 
 @dataclass(frozen=True, order=True)

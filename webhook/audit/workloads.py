@@ -21,8 +21,7 @@ import jsonpatch
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.objects import ObjectView, PodView
-from webhook.audit.checks import AUDIT_USER
-from webhook.audit.findings import Finding
+from webhook.audit.findings import AUDIT_USER, Finding
 from webhook.cluster.model import ClusterModel
 from webhook.intent import A_GANG, parse_intent
 from webhook.review import answer_with_outcome, create_review, decoded_patch

@@ -38,6 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from policies.kernel.background import Task
 from policies.vocabulary.backoff import Backoff
 from policies.vocabulary.objects import ObjectView, string
+from webhook.cluster.collector_pause import collector_paused
 from webhook.cluster.kube_json import RETRYABLE, KubeJson, close_stream, describe_error, watch_events
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.slimming import slim_object, slim_pod
@@ -250,6 +251,19 @@ class KubeClusterSource:
                 self._stop.wait(delay)
 
     def _list(self, watched: WatchedKind, status: KindStatus) -> None:
+        with collector_paused():  # nothing listed makes cycles; collecting while millions survive is most of it
+            items, listed = self._read_pages(watched)
+            self.store.replace_kind(watched.kind, items)
+        status.resource_version = listed.resource_version or None
+        if status.resource_version is None:
+            raise ValueError(f"list of {watched.path} carried no resourceVersion")
+        status.lists += 1
+        if status.crd_missing:
+            log.info("%s: CRD installed, %d objects", watched.kind, len(items))
+        status.crd_missing = False
+        self._mark_listed(status)
+
+    def _read_pages(self, watched: WatchedKind) -> tuple[list[dict[str, Any]], ObjectView]:
         items: list[dict[str, Any]] = []
         continue_token = ""
         restarted = False
@@ -274,16 +288,7 @@ class KubeClusterSource:
             listed = ObjectView(page)
             continue_token = string(listed.metadata.get("continue"))
             if not continue_token:
-                break
-        self.store.replace_kind(watched.kind, items)
-        status.resource_version = listed.resource_version or None
-        if status.resource_version is None:
-            raise ValueError(f"list of {watched.path} carried no resourceVersion")
-        status.lists += 1
-        if status.crd_missing:
-            log.info("%s: CRD installed, %d objects", watched.kind, len(items))
-        status.crd_missing = False
-        self._mark_listed(status)
+                return items, listed
 
     def _watch(self, watched: WatchedKind, status: KindStatus, backoff: Backoff) -> None:
         # Spread the stream ends so all kinds do not reconnect at the same instant.

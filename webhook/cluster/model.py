@@ -21,12 +21,12 @@ from typing import Any
 from policies.kernel.background import Task
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
-from policies.vocabulary.objects import POD_TERMINAL_PHASES, ObjectView, PodView
+from policies.vocabulary.objects import ObjectView, PodView
+from webhook.cluster.fact_readers import FACT_READERS
 from webhook.cluster.metrics import export_topology_ages
 from webhook.cluster.node_facts import NodeFacts, node_facts
 from webhook.cluster.type_index import TypeSummary, build_type_index
 from webhook.cluster.workloads import WORKLOAD_KINDS, over_bound, slim_workload, workload_key
-from webhook.dra.facts import apply_dra
 
 log = logging.getLogger("kgwe.cluster")
 
@@ -51,7 +51,6 @@ KINDS = (
     # (webhook/dra/claim_reader.py), so a template replaced an instant ago is never judged stale.
     "ResourceClaimTemplate",
 )
-FINISHED_PHASES = POD_TERMINAL_PHASES  # Succeeded, Failed
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -363,7 +362,8 @@ class ClusterStore:
             fresh_cache[key] = (version, item)
         self._facts = fresh_cache
         objs = self._objects
-        facts = apply_dra(facts, objs["ResourceSlice"].values(), objs["ResourceClaim"].values(), self.table)
+        for _name, read in FACT_READERS.steps:  # the wings' facts (webhook/cluster/fact_readers.py)
+            facts = read(facts, objs, self.table)
         export_topology_ages(facts.values())
         return ClusterModel(
             nodes=facts,

@@ -17,12 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from policies.vocabulary import keys, resources
 from policies.vocabulary.accelerator_types import MIXED, UNKNOWN, AcceleratorTable
 from policies.vocabulary.nodes import NodeView
 from policies.vocabulary.topology_schema import LABEL_ACCELERATOR_TYPE, TopologyDocument
+from webhook.cluster.node_devices import DraNodeDevices
 from webhook.cluster.node_gpus import gpu_count
 from webhook.cluster.node_mig import mig
 from webhook.cluster.node_reading import NodeReading, start_reading
@@ -30,9 +31,6 @@ from webhook.cluster.node_sharing import sharing
 from webhook.cluster.node_type import accelerator_type, gfd_labels
 from webhook.cluster.nvlink_domain import nvlink_domain
 from webhook.cluster.topology_freshness import topology_freshness
-
-if TYPE_CHECKING:
-    from webhook.dra.facts import DraNodeDevices
 
 NodeStep = Callable[[NodeReading], None]
 
@@ -99,7 +97,8 @@ class NodeFacts:
     topology_age_seconds: float | None = None
     topology_stale: bool = False
     notes: list[str] = field(default_factory=list)
-    # GPUs the node publishes through DRA ResourceSlices (webhook/dra/facts.py), None without any.
+    # GPUs the node publishes through DRA ResourceSlices (webhook/cluster/node_devices.py, read by the DRA
+    # wing's fact reader), None without any.
     dra: DraNodeDevices | None = None
 
     @property

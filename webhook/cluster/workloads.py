@@ -13,12 +13,16 @@ import logging
 from typing import Any
 
 from policies.vocabulary.objects import ObjectView
-from webhook.workloads.kinds import BUILTIN_KINDS
 
 log = logging.getLogger("kgwe.cluster")
 
-# The kind names the store keeps before the configuration adds its own (webhook/workloads/kinds.py).
-WORKLOAD_KINDS: tuple[str, ...] = tuple(spec.kind for spec in BUILTIN_KINDS)
+# The kind names the store keeps before the configuration adds its own: the kinds of the workloads wing's
+# built-in table (webhook/workloads/kinds.py `BUILTIN_KINDS`), named here so that the model does not import
+# the wing (tests/cluster/test_workload_kind_names.py holds the two equal).
+WORKLOAD_KINDS: tuple[str, ...] = (
+    "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "CronJob", "JobSet", "LeaderWorkerSet",
+    "PyTorchJob", "RayJob", "RayCluster",
+)
 # A view, not admission: ten thousand Deployments are already more than a page shows.
 MAX_WORKLOADS_PER_KIND = 2000
 

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeFacts
-from webhook.dra.config import DraConfig
+from webhook.wing_config import DraConfig
 
 DEVICE_PLUGIN = "device-plugin"
 DRA = "dra"

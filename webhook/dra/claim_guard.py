@@ -29,13 +29,9 @@ from policies.vocabulary.objects import pod_view
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel, pod_is_finished
-from webhook.dra.claimed import (
-    GpuClasses,
-    generated_claim_names,
-    most_devices_on_a_node,
-    object_name,
-    requested_gpus,
-)
+from webhook.dra.claim_names import generated_claim_names, object_name
+from webhook.dra.claimed import most_devices_on_a_node, requested_gpus
+from webhook.dra.gpu_classes import GpuClasses
 
 GROUP = "resource.k8s.io"
 KINDS = ("ResourceClaim", "ResourceClaimTemplate")

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.cluster.model import ClusterModel
-from webhook.dra.claimed import ClaimRef, object_name
+from webhook.dra.claim_names import object_name
+from webhook.dra.claimed import ClaimRef
 from webhook.dra.render import API_VERSION
 
 log = logging.getLogger("kgwe.dra")

@@ -37,7 +37,7 @@ import orjson
 
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
-from webhook.gangs.spec import A_GANG, A_GANG_SIZE, LABEL_GANG, parse_gang_size
+from webhook.intent import A_GANG, A_GANG_SIZE, LABEL_GANG, parse_gang_size
 
 API_VERSION = "resource.nvidia.com/v1beta1"
 KIND = "ComputeDomain"

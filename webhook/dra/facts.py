@@ -6,7 +6,7 @@ capacities (`{"value": quantity}`). A whole GPU has `type: gpu`, `productName`, 
 `memory`; a MIG device has `type: mig`, `profile` (e.g. `1g.10gb`), `parentUUID`. Allocated devices
 are named in ResourceClaims' `status.allocation.devices.results[]` by driver, pool and device.
 
-Kubernetes 1.36 adds what decides whether a device can be allocated (webhook/dra/device_model.py):
+Kubernetes 1.36 adds what decides whether a device can be allocated (webhook/cluster/device_model.py):
 device taints, partitionable devices (NVIDIA's dynamic MIG: every possible MIG placement published, all
 consuming counters of their GPU's counter set, which may sit in a slice of its own) and consumable
 capacity (a GPU allocated to several claims, each taking a share of its `memory` or `shares`). Devices
@@ -19,29 +19,25 @@ capped), because a broken driver must not break admission.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from policies.vocabulary.accelerator_types import MIXED, AcceleratorTable
 from policies.vocabulary.quantities import MIB, parse_quantity
-from webhook.cluster.node_facts import NodeFacts
-from webhook.dra.device_model import (
-    CapacityPolicy,
+from webhook.cluster.device_model import (
     CounterKey,
     Counters,
-    DeviceTaint,
-    blocked,
     consumed_capacity,
-    copy_counters,
-    fits,
     read_capacities,
     read_consumption,
     read_counter_sets,
     read_taints,
-    take,
 )
+from webhook.cluster.fact_readers import ObjectsByKind
+from webhook.cluster.node_devices import DraDevice, DraNodeDevices
+from webhook.cluster.node_facts import NodeFacts
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 MAX_DEVICES_PER_SLICE = 128  # the API's own limit for one ResourceSlice
@@ -49,189 +45,6 @@ MAX_TEXT = 256
 # The standard attribute of a device's PCIe root complex (KEP-5316), published by NVIDIA's GPU driver and
 # by NIC drivers such as DRANET (`dra.net`): a claim's `matchAttribute` on it keeps a GPU and a NIC together.
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
-Tolerations = Sequence[Mapping[str, Any]]
-# How the node view and availability name DRA devices (by DeviceClass).
-DRA_GPUS = "gpu.nvidia.com"
-DRA_MIG_PREFIX = "mig.nvidia.com/"
-
-
-@dataclass(frozen=True)
-class DraDevice:
-    """One device of a ResourceSlice that KGWE understands (an NVIDIA GPU or MIG device)."""
-
-    driver: str
-    pool: str
-    name: str
-    node: str
-    kind: str  # gpu | mig
-    product: str
-    type_id: str
-    memory_bytes: Decimal | None
-    profile: str | None
-    uuid: str | None
-    parent_uuid: str | None
-    taints: tuple[DeviceTaint, ...] = ()
-    # Partitionable devices: what the device takes of its pool's counter sets when allocated.
-    consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...] = ()
-    # Consumable capacity: the device may be allocated to several requests, each taking a share of these.
-    capacities: tuple[tuple[str, CapacityPolicy], ...] = ()
-    pcie_root: str | None = None
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.driver, self.pool, self.name)
-
-    @property
-    def shared(self) -> bool:
-        """Whether the device allows multiple allocations (consumable capacity)."""
-        return bool(self.capacities)
-
-    def capacity_policy(self, name: str) -> CapacityPolicy | None:
-        return next((policy for key, policy in self.capacities if key in (name, f"{self.driver}/{name}")), None)
-
-    def blocked_by(self, tolerations: Tolerations = ()) -> list[DeviceTaint]:
-        """The taints that keep this device from a request with these tolerations."""
-        return blocked(self.taints, tolerations)
-
-
-@dataclass
-class DraNodeDevices:
-    """What one node publishes through DRA, and how much of it is allocated.
-
-    Counts honour the 1.36 device model: a device tainted `NoSchedule`/`NoExecute` is not free (unless the
-    tolerations given tolerate it), a partition is free only while its counters are left after the
-    allocated devices took theirs, and a shared device is free as a whole GPU only while no share of it is
-    allocated."""
-
-    gpus: list[DraDevice] = field(default_factory=list)
-    mig: list[DraDevice] = field(default_factory=list)
-    allocated: set[tuple[str, str, str]] = field(default_factory=set)
-    # Partitionable devices: (pool, counter set) -> counter -> value, from the node's slices.
-    counters: dict[CounterKey, Counters] = field(default_factory=dict)
-    # Consumable capacity: device -> capacity -> what its allocated shares consume together.
-    consumed: dict[tuple[str, str, str], dict[str, Decimal]] = field(default_factory=dict)
-    # PCIe roots of the node's devices of other drivers (NICs): driver -> root -> devices.
-    pcie_roots: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    @property
-    def products(self) -> set[str]:
-        return {d.product for d in (*self.gpus, *self.mig) if d.product}
-
-    @property
-    def physical_gpus(self) -> int:
-        """Whole GPUs plus the parents of MIG devices that are not themselves published as GPUs."""
-        uuids = {d.uuid for d in self.gpus if d.uuid}
-        parents = {d.parent_uuid for d in self.mig if d.parent_uuid and d.parent_uuid not in uuids}
-        return len(self.gpus) + len(parents)
-
-    def mig_profiles(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for device in self.mig:
-            if device.profile:
-                counts[device.profile] = counts.get(device.profile, 0) + 1
-        return counts
-
-    def allocated_gpus(self) -> int:
-        return sum(1 for d in self.gpus if d.key in self.allocated)
-
-    def allocated_mig(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for device in self.mig:
-            if device.key in self.allocated and device.profile:
-                counts[device.profile] = counts.get(device.profile, 0) + 1
-        return counts
-
-    # -- the 1.36 device model: taints, counters, shares -------------------------------------------
-    def counters_left(self) -> dict[CounterKey, Counters]:
-        """Each counter set's counters less what the allocated devices consume."""
-        left = copy_counters(self.counters)
-        for device in (*self.gpus, *self.mig):
-            if device.key in self.allocated:
-                take(device.consumes, device.pool, left)
-        return left
-
-    def _most(self, devices: Iterable[DraDevice], left: dict[CounterKey, Counters]) -> int:
-        """How many of `devices` can be allocated together within `left` (first come, in name order:
-        placements of one profile do not overlap, so this is the most of one profile)."""
-        count = 0
-        for device in sorted(devices, key=lambda d: d.key):
-            if fits(device.consumes, device.pool, left):
-                take(device.consumes, device.pool, left)
-                count += 1
-        return count
-
-    def _profiles(self) -> dict[str, list[DraDevice]]:
-        by_profile: dict[str, list[DraDevice]] = {}
-        for device in self.mig:
-            if device.profile:
-                by_profile.setdefault(device.profile, []).append(device)
-        return by_profile
-
-    def mig_capacity(self) -> dict[str, int]:
-        """The most slices of each profile the node can hold at once (each profile alone): its devices,
-        or with partitionable devices as many placements as the counters allow."""
-        return {profile: self._most(devices, copy_counters(self.counters))
-                for profile, devices in sorted(self._profiles().items())}
-
-    def usable(self, device: DraDevice, tolerations: Tolerations = ()) -> bool:
-        """Not allocated (a shared device: no share of it allocated) and not tainted against these tolerations."""
-        return device.key not in self.allocated and not device.blocked_by(tolerations)
-
-    def free_gpus(self, tolerations: Tolerations = ()) -> int:
-        """Whole GPUs that can be allocated now: usable, and with their counters left (no partition of
-        them allocated)."""
-        left = self.counters_left()
-        return self._most((d for d in self.gpus if self.usable(d, tolerations)), left)
-
-    def free_mig(self, tolerations: Tolerations = ()) -> dict[str, int]:
-        """Slices of each profile that can be allocated now (each profile alone)."""
-        left = self.counters_left()
-        return {profile: self._most((d for d in devices if self.usable(d, tolerations)), copy_counters(left))
-                for profile, devices in sorted(self._profiles().items())}
-
-    def mig_most(self) -> int:
-        """The most MIG devices the node can hold at once (smallest first where they share counters)."""
-        return self._most_at_once(self.mig)
-
-    def most_at_once(self) -> int:
-        """The most GPU and MIG devices the node can hold at once (what `allocationMode: All` can take):
-        every device, except partitions whose counters smaller devices took first."""
-        return self._most_at_once([*self.gpus, *self.mig])
-
-    def _most_at_once(self, devices: Iterable[DraDevice]) -> int:
-        def size(device: DraDevice) -> tuple[Decimal, tuple[str, str, str]]:
-            return sum((a for _s, amounts in device.consumes for _n, a in amounts), Decimal(0)), device.key
-        left = copy_counters(self.counters)
-        count = 0
-        for device in sorted(devices, key=size):
-            if fits(device.consumes, device.pool, left):
-                take(device.consumes, device.pool, left)
-                count += 1
-        return count
-
-    def tainted(self) -> list[DraDevice]:
-        """Devices with a taint that keeps them from requests that do not tolerate it."""
-        return [d for d in (*self.gpus, *self.mig) if d.blocked_by()]
-
-    def untainted_gpus(self) -> int:
-        return sum(1 for d in self.gpus if not d.blocked_by())
-
-    def untainted_mig(self) -> dict[str, int]:
-        return {profile: self._most((d for d in devices if not d.blocked_by()), copy_counters(self.counters))
-                for profile, devices in sorted(self._profiles().items())}
-
-    def shared_gpus(self) -> list[DraDevice]:
-        """GPUs that allow multiple allocations (consumable capacity)."""
-        return [d for d in self.gpus if d.shared]
-
-    def capacity_left(self, device: DraDevice, name: str) -> Decimal | None:
-        """What is left of one consumable capacity of a shared device after its allocated shares."""
-        policy = device.capacity_policy(name)
-        if policy is None:
-            return None
-        used = self.consumed.get(device.key, {})
-        taken = next((v for k, v in used.items() if k in (name, f"{device.driver}/{name}")), Decimal(0))
-        return policy.value - taken
 
 
 def _text(value: Any) -> str | None:
@@ -427,6 +240,17 @@ def apply_dra(
     return out
 
 
+def read_dra_facts(
+    facts: dict[str, NodeFacts], objects: ObjectsByKind, table: AcceleratorTable
+) -> dict[str, NodeFacts]:
+    """The DRA wing's fact reader of the cluster model (webhook/cluster/fact_readers.py)."""
+    return apply_dra(facts, objects["ResourceSlice"].values(), objects["ResourceClaim"].values(), table)
+
+
+# What the assembly registers in `webhook.cluster.fact_readers.FACT_READERS`.
+FACT_READERS = {"dra": read_dra_facts}
+
+
 def _folded(current: NodeFacts, dra: DraNodeDevices, table: AcceleratorTable) -> NodeFacts:
     if current.is_typed and current.gpu_count:
         return replace(current, dra=dra)
@@ -463,33 +287,3 @@ def _folded(current: NodeFacts, dra: DraNodeDevices, table: AcceleratorTable) ->
         dra=dra,
         notes=[*current.notes, *notes],
     )
-
-
-def dra_allocatable(facts: NodeFacts) -> dict[str, Decimal]:
-    """The node's DRA devices by DeviceClass, as the node view shows them beside extended resources:
-    `gpu.nvidia.com` (whole GPUs) and `mig.nvidia.com/<profile>` (the most slices of the profile at once),
-    tainted devices left out."""
-    if facts.dra is None:
-        return {}
-    out: dict[str, Decimal] = {}
-    if facts.dra.gpus:
-        out[DRA_GPUS] = Decimal(facts.dra.untainted_gpus())
-    for profile, count in facts.dra.untainted_mig().items():
-        out[DRA_MIG_PREFIX + profile] = Decimal(count)
-    return out
-
-
-def dra_used(facts: NodeFacts) -> dict[str, Decimal]:
-    """What of `dra_allocatable` cannot be allocated now: held by allocated ResourceClaims, a shared GPU
-    with shares allocated, or partitions whose counters allocated devices took."""
-    if facts.dra is None:
-        return {}
-    allocatable = dra_allocatable(facts)
-    free: dict[str, int] = {DRA_GPUS: facts.dra.free_gpus()} if facts.dra.gpus else {}
-    free.update({DRA_MIG_PREFIX + p: n for p, n in facts.dra.free_mig().items()})
-    out: dict[str, Decimal] = {}
-    for key, total in allocatable.items():
-        used = max(Decimal(0), total - free.get(key, 0))
-        if used:
-            out[key] = used
-    return out

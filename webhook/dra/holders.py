@@ -30,15 +30,14 @@ from typing import Any
 from policies.gpu_demand import GPU_PREFIXES
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
+from webhook.dra.claim_names import extended_claim_name, generated_claim_names
 from webhook.dra.claimed import (
     IMPLICIT_PREFIX,
     MAX_RESULTS,
     HeldGpu,
     allocated_gpus,
     devices_by_key,
-    extended_claim_name,
     foreign_claims,
-    generated_claim_names,
     mapped_resources,
     recorded_by_kgwe,
 )

@@ -24,10 +24,11 @@ from policies.gpu_demand import GPU, MIG_PREFIX, container_gpu_amounts
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
-from webhook.dra.claimed import pinned_driver
-from webhook.dra.config import DraConfig
-from webhook.dra.facts import PCIE_ROOT, DraDevice, DraNodeDevices
+from webhook.cluster.node_devices import DraDevice, DraNodeDevices
+from webhook.dra.facts import PCIE_ROOT
+from webhook.dra.gpu_classes import pinned_driver
 from webhook.dra.render import MAX_ALIGNED_GPUS
+from webhook.wing_config import DraConfig
 
 SAMPLE_NODES = 64
 PREFIX = f"{keys.TOPOLOGY} pcie"  # how refusals begin

@@ -16,7 +16,7 @@ way, for the default scheduler to allocate:
 What the containers asked for is kept in the `kgwe.io/dra-claims` output annotation (see
 policies/gpu_demand.py), so quotas, costs and a second admission pass see the same demand.
 
-With the 1.36 device model (webhook/dra/device_model.py) a request may also carry:
+With the 1.36 device model (webhook/cluster/device_model.py) a request may also carry:
 - `tolerations`: the pod's tolerations of device taints its types' devices carry (webhook/dra/tolerations.py);
 - `capacity.requests`: a share of a GPU that allows multiple allocations (`kgwe.io/sharing: mps`,
   webhook/dra/shares.py), selected with `device.allowMultipleAllocations`;
@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -42,17 +42,15 @@ from policies.gpu_demand import (
     DRA_CLAIM_PREFIX,
     GPU,
     MIG_PREFIX,
-    GpuDemand,
     container_gpu_amounts,
-    dra_rendered,
 )
-from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
-from webhook.dra.config import DraConfig
 from webhook.dra.facts import NVIDIA_DRIVER, PCIE_ROOT
 from webhook.dra.shares import SAMPLE_NODES, ShareAsk, offers, quantity_text
+from webhook.dra_rendering import DraRendering
+from webhook.wing_config import DraConfig
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_SUBREQUESTS = 8
@@ -61,7 +59,7 @@ MAX_ALIGNED_GPUS = MAX_REQUESTS // 2  # `kgwe.io/topology: pcie`: a GPU and a NI
 PRODUCT_NAME = f"{NVIDIA_DRIVER}/productName"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kgwe"}
 
-__all__ = ["DRA_ANNOTATION", "DraRendering", "apply_claims", "render"]
+__all__ = ["DRA_ANNOTATION", "apply_claims", "render"]
 
 
 @dataclass(frozen=True)
@@ -72,29 +70,6 @@ class Choice:
     device_class: str
     expression: str
     capacity: tuple[tuple[str, str], ...] = ()  # consumable capacity requests (a share of a GPU)
-
-
-@dataclass
-class DraRendering:
-    claims: dict[str, str] = field(default_factory=dict)  # container name -> pod claim name
-    templates: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod claim name -> template object
-    moved: dict[str, dict[str, str]] = field(default_factory=dict)  # container -> GPU resources moved
-    # A sized gang on multi-node NVLink: its ComputeDomain (webhook/dra/compute_domain.py), or None.
-    compute_domain: dict[str, Any] | None = None
-
-    @property
-    def creates(self) -> list[dict[str, Any]]:
-        """The objects the pod needs before it is scheduled: the ComputeDomain first (its controller then
-        makes the channel template while KGWE creates the rest), then the claim templates."""
-        head = [self.compute_domain] if self.compute_domain is not None else []
-        return [*head, *self.templates.values()]
-
-    @property
-    def annotation(self) -> str:
-        return orjson.dumps(self.moved, option=orjson.OPT_SORT_KEYS).decode()
-
-    def template_name(self, claim: str) -> str:
-        return str(self.templates[claim]["metadata"]["name"])
 
 
 def _cel_string(value: str) -> str:
@@ -335,40 +310,3 @@ def _apply_channel(spec: dict[str, Any], pod_claims: list[Any], rendering: DraRe
         claims = container["resources"]["claims"]  # apply_claims gave every GPU container its claim list
         if not any(isinstance(c, dict) and c.get("name") == CHANNEL_CLAIM for c in claims):
             claims.append({"name": CHANNEL_CLAIM})
-
-
-def charged_demand(pod: PodView | Mapping[str, Any], demand: GpuDemand) -> GpuDemand:
-    """A DRA MIG pod's demand as it is charged: its GPUs moved into the claim are slices of the first
-    choice recorded in `kgwe.io/decision` (`"mig": "<profile>/dra"`), not whole GPUs."""
-    if not demand.whole_gpus or not dra_rendered(pod):
-        return demand
-    try:
-        decision = orjson.loads(pod_view(pod).annotation(keys.DECISION) or "{}")
-    except orjson.JSONDecodeError:
-        return demand
-    mig = decision.get("mig") if isinstance(decision, dict) else None
-    if not isinstance(mig, str) or not mig.endswith("/dra"):
-        return demand
-    profile = mig.removesuffix("/dra")
-    slices = dict(demand.mig)
-    slices[profile] = slices.get(profile, 0) + demand.whole_gpus
-    return GpuDemand(whole_gpus=0, mig=slices, other=dict(demand.other), invalid=list(demand.invalid),
-                     gpu_containers=list(demand.gpu_containers))
-
-
-def charged_share(pod: PodView | Mapping[str, Any]) -> Decimal | None:
-    """The part of a GPU a DRA share pod is charged (`kgwe.io/decision`: `"sharing": "mps"` with the
-    fraction KGWE worked out from what the share takes), None for any other pod."""
-    if not dra_rendered(pod):
-        return None
-    try:
-        decision = orjson.loads(pod_view(pod).annotation(keys.DECISION) or "{}")
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(decision, dict) or decision.get("sharing") != "mps" or not decision.get("dra"):
-        return None
-    try:
-        fraction = Decimal(str(decision.get("fraction")))
-    except ArithmeticError:
-        return None
-    return fraction if fraction.is_finite() and 0 < fraction <= 1 else None

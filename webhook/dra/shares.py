@@ -28,7 +28,7 @@ from decimal import ROUND_CEILING, Decimal
 
 from policies.vocabulary.quantities import GIB, MIB
 from webhook.cluster.model import ClusterModel
-from webhook.dra.facts import DraDevice, DraNodeDevices, Tolerations
+from webhook.cluster.node_devices import DraDevice, DraNodeDevices, Tolerations
 
 MEMORY = "memory"
 SHARES = "shares"

@@ -35,7 +35,8 @@ from webhook.admission.request import AdmissionRequest
 from webhook.dra.compute_domain import API_VERSION as COMPUTE_DOMAIN_API
 from webhook.dra.compute_domain import KIND as COMPUTE_DOMAIN_KIND
 from webhook.dra.compute_domain import PLURAL as COMPUTE_DOMAIN_PLURAL
-from webhook.dra.render import API_VERSION, DraRendering
+from webhook.dra.render import API_VERSION
+from webhook.dra_rendering import DraRendering
 
 if TYPE_CHECKING:
     from webhook.config import Config

@@ -1,6 +1,6 @@
 """Device taints as a pod sees them: which of its tolerations a KGWE claim carries to the devices.
 
-A DRA device tainted `NoSchedule` or `NoExecute` (webhook/dra/device_model.py) is allocated only to a
+A DRA device tainted `NoSchedule` or `NoExecute` (webhook/cluster/device_model.py) is allocated only to a
 request whose `tolerations` tolerate the taint. KGWE writes the claim, so it decides what the claim
 tolerates, from what the pod tolerates: a toleration of the pod (or of its HardwareProfile, or one KGWE
 adds for GPU nodes) that names a key and tolerates a `NoSchedule` or `NoExecute` taint some GPU device of
@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
+from webhook.cluster.device_model import DeviceTaint, tolerates
 from webhook.cluster.model import ClusterModel
-from webhook.dra.device_model import DeviceTaint, tolerates
 
 MAX_TOLERATIONS = 16  # the API's limit per request
 _DERIVED = "dra.device_taints"

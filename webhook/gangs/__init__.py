@@ -5,10 +5,12 @@ and a `kgwe.io/gang-size` of N; a job restarted under the same name is a new run
 completed by the pods of the old one (docs/gangs.md, "Restarts").
 The pieces, in the order a gang meets them:
 
-- `spec`: names, the bounded parse of `kgwe.io/gang-size`, a pod's gang membership;
+- `spec`: names and a pod's gang membership (the bounded parse of `kgwe.io/gang-size` is the core's:
+  webhook/intent.py);
 - `rooms`: where a gang can go (a multi-node NVLink clique, or one node's NVLink domain), what is free
   there, and the best-fit choice that counts capacity promised to other unbound gangs as used;
-- `placement`: the pure part of the placement plan (label, gate, refusal of gangs no room can hold);
+- `plan`: the `gang` step of the placement plan, registered by the assembly (label, clique, gate,
+  refusal of gangs no room can hold; an unsized gang's pod affinity);
 - `admission`: the read-only warning of `/mutate` when no room has space for a member's gang now (admission
   writes no record: a request that no pod follows changes nothing);
 - `ledger`: the gang records (which room each unbound gang was promised), kept in the Kubernetes API (the

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView
 from webhook.gangs.rooms import RoomId
-from webhook.gangs.spec import MAX_GANG_SIZE
+from webhook.intent import MAX_GANG_SIZE
 
 GROUP = keys.GROUP
 VERSION = "v1alpha1"

@@ -36,7 +36,7 @@ from policies.vocabulary.keys import GANG
 from policies.vocabulary.objects import ObjectView, PodView, mapping, objects
 from webhook.cluster.kube_json import RETRYABLE, KubeJson
 from webhook.cluster.model import ClusterModel
-from webhook.config import Gangs
+from webhook.wing_config import Gangs
 
 log = logging.getLogger("kgwe.gangs.native")
 

@@ -41,7 +41,6 @@ from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
-from webhook.config import Gangs
 from webhook.gangs.accounting import (
     GangPods,
     candidate_rooms,
@@ -55,6 +54,7 @@ from webhook.gangs.ledger import MAX_RECORDS, GangRecord, Records
 from webhook.gangs.rooms import fit, free_gpus
 from webhook.gangs.spec import created, parse_timestamp
 from webhook.intent import OUT_ACCELERATOR_TYPE
+from webhook.wing_config import Gangs
 
 log = logging.getLogger("kgwe.gangs.planning")
 

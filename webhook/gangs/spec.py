@@ -1,4 +1,5 @@
-"""Gang names and the bounded reading of a pod's gang membership.
+"""Gang names and the bounded reading of a pod's gang membership (the size itself is read by the core's
+intent, webhook/intent.py `parse_gang_size`).
 
 Everything here reads what a pod creator wrote, so every value is bounded before it is used: the
 gang size is a decimal integer between 1 and `MAX_GANG_SIZE`, the gang name a label value.
@@ -12,33 +13,13 @@ from typing import Any
 
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
+from webhook.intent import parse_gang_size
 
 A_GANG = keys.GANG
 A_GANG_SIZE = keys.GANG_SIZE
 LABEL_GANG = keys.GANG
 GATE = keys.GANG
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-# More pods than any NVLink system has GPUs (an NVL576 has 576): larger values are typing mistakes, and
-# the bound keeps every loop over a gang's members short.
-MAX_GANG_SIZE = 1024
-_MAX_DIGITS = 6
-
-
-def parse_gang_size(value: str) -> tuple[int | None, str | None]:
-    """(size, None) for a valid `kgwe.io/gang-size`, else (None, the problem in words)."""
-    text = value.strip()
-    if not text or len(text) > _MAX_DIGITS or not text.isascii() or not text.isdigit():
-        return None, f"{A_GANG_SIZE}: {value[:32]!r} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
-    size = int(text)
-    problem = gang_size_problem(size)
-    return (None, problem) if problem is not None else (size, None)
-
-
-def gang_size_problem(size: int) -> str | None:
-    """Why a gang of `size` pods cannot be, in the words `parse_gang_size` uses; None when it can."""
-    if not 1 <= size <= MAX_GANG_SIZE:
-        return f"{A_GANG_SIZE}: {size} must be a whole number of pods from 1 to {MAX_GANG_SIZE}"
-    return None
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import UNKNOWN
 from policies.vocabulary.objects import PodView
 from webhook.admission.charging import claimed_charges, pod_charge
+from webhook.cluster.device_classes import DRA_GPUS, DRA_MIG_PREFIX, dra_allocatable, dra_used
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
-from webhook.dra.facts import DRA_GPUS, DRA_MIG_PREFIX, dra_allocatable, dra_used
 from webhook.dra.holders import claim_holders
 from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import ZERO

@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from policies.vocabulary.accelerator_types import MIXED, UNKNOWN
+from webhook.cluster.device_classes import dra_used
 from webhook.cluster.node_facts import NodeFacts
-from webhook.dra.facts import dra_used
 from webhook.inventory.capacity import Inventory, TypeCapacity, gpu_resources
 from webhook.inventory.node_units import node_resources
 from webhook.inventory.numbers import ZERO, number, utc_stamp

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.vocabulary.keys import ACCELERATOR, GPU_FRACTION, GPU_MEMORY, PROFILE, RIGHTSIZED_FROM, SHARING
-from webhook.gangs.placement import KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 from webhook.intent import LABEL_GANG, OUTPUT_ANNOTATIONS
 from webhook.mutation.paths import OwnerIndex, PathPattern, pointer, tokens_of, written_paths
+from webhook.placement.kueue import KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 
 Step = tuple[str, Callable[[dict[str, Any]], None]]
 # The intent rightsizing rewrites (webhook/admission/rightsizing.py keeps the same tuple).

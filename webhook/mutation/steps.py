@@ -6,7 +6,7 @@ the pipeline checks every run against those declarations.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,6 @@ import orjson
 
 from policies.vocabulary.objects import container_amounts
 from policies.vocabulary.quantities import parse_quantity
-from webhook.dra.render import apply_claims
 from webhook.mutation.mutators import (
     GANG_MUTATOR,
     GPU_RESOURCES_MUTATOR,
@@ -27,6 +26,7 @@ from webhook.mutation.mutators import (
     SCHEDULING_GROUP_MUTATOR,
 )
 from webhook.mutation.pipeline import Step
+from webhook.ordered_seam import OrderedSeam
 from webhook.placement.constraints import (
     apply_preferences,
     apply_requirements,
@@ -120,10 +120,21 @@ def placement_steps(plan: PlacementPlan, gates: Sequence[str] = ()) -> list[Step
 
 def _gpu_resources(pod: dict[str, Any], plan: PlacementPlan) -> None:
     """Device plugin: MIG resources instead of `nvidia.com/gpu`; DRA: claims instead of GPU resources."""
+    for _name, write in GPU_RESOURCE_WRITERS.steps:
+        write(pod, plan)
+
+
+def _mig_resources(pod: dict[str, Any], plan: PlacementPlan) -> None:
     if plan.resource_renames:
         _rename_resources(pod, plan.resource_renames)
-    if plan.dra is not None:
-        apply_claims(pod, plan.dra)
+
+
+# What the `gpu-resources` mutator writes, in order: the device plugin's MIG resource names, then the DRA
+# wing's claims (webhook/dra/mutator.py), which the assembly registers at its name.
+GpuResourceWriter = Callable[[dict[str, Any], PlacementPlan], None]
+GPU_RESOURCE_WRITERS: OrderedSeam[GpuResourceWriter] = OrderedSeam(
+    "gpu-resources writers", ("mig-resources", "dra-claims"), {"mig-resources": _mig_resources}
+)
 
 
 def _apply_node_constraints(pod: dict[str, Any], plan: PlacementPlan) -> None:

@@ -11,7 +11,7 @@ from policies.vocabulary.accelerator_types import UNKNOWN
 from policies.vocabulary.quantities import GIB
 from webhook.cluster.model import ClusterModel
 from webhook.placement.context import PlanContext, describe_cluster, format_bytes
-from webhook.placement.dra import choose_backend
+from webhook.placement.dra_planner import DRA_PLANNER
 from webhook.placement.suggest import with_hints
 from webhook.placement.trace import TraceStep, record, refusal_or
 from webhook.placement.vendors import restrict_to_vendor
@@ -61,7 +61,7 @@ def backend(ctx: PlanContext) -> bool:
     """One backend (device plugin or DRA) per pod, that of its most preferred type; only for a pod that
     asks KGWE for something (a bare GPU request keeps every type)."""
     if ctx.explicit_types or not ctx.intent.empty or ctx.fields:
-        ctx.candidates = choose_backend(ctx.plan, ctx.candidates, ctx.model, ctx.config)
+        ctx.candidates = DRA_PLANNER.value.choose_backend(ctx.plan, ctx.candidates, ctx.model, ctx.config)
         record(ctx.plan, "backend", ctx.candidates,
                "published another way (device plugin or DRA) than the preferred type")
     return True

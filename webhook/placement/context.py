@@ -24,7 +24,7 @@ from policies.vocabulary.quantities import GIB
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.type_index import TypeSummary
 from webhook.config import Config
-from webhook.dra.render import DraRendering
+from webhook.dra_rendering import DraRendering
 from webhook.intent import PodIntent
 from webhook.placement.constraints import Requirement
 from webhook.placement.trace import TraceStep

@@ -4,7 +4,7 @@ asked and has a slice free now, webhook/placement/mig_free.py), the strategy the
 
 On device-plugin nodes the pod's `nvidia.com/gpu` becomes `nvidia.com/mig-<profile>` (mixed) or the
 node is selected by its product label (single) or GKE partition label; on DRA nodes the claim lists every
-fitting profile, smallest first (webhook/placement/dra.py `plan_dra_mig`).
+fitting profile, smallest first (webhook/dra/plan.py `plan_dra_mig`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.intent import PodIntent
 from webhook.placement.constraints import Requirement
 from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster, format_bytes
-from webhook.placement.dra import plan_dra_mig
+from webhook.placement.dra_planner import DRA_PLANNER
 from webhook.placement.mig_free import has_free
 from webhook.placement.trace import record, refusal_or
 
@@ -36,7 +36,7 @@ def mig(ctx: PlanContext) -> bool:
     if ctx.sharing != "mig":
         return True
     plan = ctx.plan
-    planner = plan_dra_mig if plan.backend == "dra" else plan_mig
+    planner = DRA_PLANNER.value.plan_dra_mig if plan.backend == "dra" else plan_mig
     if not planner(plan, ctx.pod, ctx.demand, ctx.candidates, ctx.mig_profile, ctx.intent, ctx.model):
         record(plan, "mig", [], refusal_or(plan, "no MIG slice fits"))
         return False

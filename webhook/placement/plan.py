@@ -8,7 +8,9 @@ arrives, and a pod that already carries an earlier pass's output yields the same
 
 Planning is the ordered pipeline `PLAN_STEPS`: small named steps over one `PlanContext`
 (webhook/placement/context.py), each in the module whose name says what it decides. A step that
-returns False ends planning (a refusal, usually); the plan is whatever the steps wrote by then.
+returns False ends planning (a refusal, usually); the plan is whatever the steps wrote by then. The core
+names every step in order; the wings' steps (`gang`: webhook/gangs/plan.py, `dra-claims`:
+webhook/dra/plan.py) are registered at their names by the assembly (webhook/ordered_seam.py).
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ from policies.gpu_demand import GpuDemand, pod_gpu_demand
 from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.gangs.placement import KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 from webhook.intent import PodIntent
+from webhook.ordered_seam import OrderedSeam
 from webhook.placement import (
     asked,
     candidates,
     capacity,
     costing,
-    gang,
     mig,
     nvlink,
     profile_resources,
@@ -35,11 +36,8 @@ from webhook.placement import (
     sharing,
 )
 from webhook.placement.context import Decision, PlacementPlan, PlanContext, PlanStep, describe_cluster
-from webhook.placement.dra import dra_claims
 
 __all__ = [
-    "KUEUE_QUEUE_LABEL",
-    "KUEUE_REQUIRED_TOPOLOGY",
     "PLAN_STEPS",
     "Decision",
     "PlacementPlan",
@@ -50,8 +48,9 @@ __all__ = [
 ]
 
 # The planning pipeline, in order. Names are stable (tests and docs use them); a step acts only when
-# the pod asks for what it decides and otherwise passes the context on unchanged.
-PLAN_STEPS: tuple[tuple[str, PlanStep], ...] = (
+# the pod asks for what it decides and otherwise passes the context on unchanged. A name without a step
+# here is a wing's, registered by the assembly.
+_ORDER: tuple[tuple[str, PlanStep | None], ...] = (
     ("profile", asked.resolve_profile),  # the named HardwareProfile exists
     ("profile-resources", profile_resources.within_bounds),  # the profile's min..max per resource
     ("asked-types", asked.asked_types),  # types from intent, profile, policy decision
@@ -67,13 +66,16 @@ PLAN_STEPS: tuple[tuple[str, PlanStep], ...] = (
     ("exclusive", sharing.exclusive),  # unshared nodes
     ("gpus-per-node", capacity.gpus_per_node),  # a node with every whole GPU of the pod
     ("nvlink", nvlink.nvlink),  # every GPU in one NVLink domain
-    ("gang", gang.gang),  # a clique or room for the gang
+    ("gang", None),  # a clique or room for the gang (webhook/gangs/plan.py)
     ("type-selectors", selection.type_selectors),  # node labels selecting the types, preferences
     ("tolerations", selection.tolerations),  # GPU taints, the profile's tolerations
     ("profile-node-selector", selection.profile_node_selector),  # the profile's extra node labels
     ("merge-requirements", selection.merged_requirements),  # one consistent set, contradictions refused
-    ("dra-claims", dra_claims),  # DRA claims and templates
+    ("dra-claims", None),  # DRA claims and templates (webhook/dra/plan.py)
     ("cost", costing.cost),  # GPU-equivalents, charge type, price
+)
+PLAN_STEPS: OrderedSeam[PlanStep] = OrderedSeam(
+    "placement steps", [name for name, _step in _ORDER], {name: step for name, step in _ORDER if step is not None}
 )
 
 
@@ -97,7 +99,7 @@ def build_plan(
     if decision:
         plan.decided_by = {k: v for k, v in decision.decided_by.items() if k in fields}
     context = PlanContext(view, intent, model, config, demand, plan, fields)
-    for _name, step in PLAN_STEPS:
+    for _name, step in PLAN_STEPS.steps:
         if not step(context):
             break
     return plan

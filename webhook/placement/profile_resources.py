@@ -25,8 +25,8 @@ from policies.gpu_demand import GpuDemand, pod_gpu_demand
 from policies.vocabulary import resources
 from policies.vocabulary.objects import PodView, container_amounts, mapping, pod_view
 from policies.vocabulary.quantities import parse_quantity
-from webhook.gangs.placement import KUEUE_QUEUE_LABEL
 from webhook.placement.context import PlanContext
+from webhook.placement.kueue import KUEUE_QUEUE_LABEL
 
 GPU_RESOURCES = resources.WHOLE_DEVICE_RESOURCES
 MAX_RESOURCES = 16  # the CRD's bound: a profile from the YAML directory is held to it too

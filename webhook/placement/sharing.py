@@ -17,7 +17,7 @@ from policies.vocabulary.quantities import MIB
 from webhook.cluster.model import ClusterModel
 from webhook.placement.constraints import Requirement
 from webhook.placement.context import PlanContext, describe_cluster
-from webhook.placement.dra import plan_dra_share
+from webhook.placement.dra_planner import DRA_PLANNER
 from webhook.placement.trace import record
 
 L_SHARING = keys.NVIDIA_GPU_SHARING_STRATEGY
@@ -58,11 +58,11 @@ def _max_container_gpus(pod: PodView) -> int:
 def mps(ctx: PlanContext) -> bool:
     """MPS: nodes shared with MPS, one GPU share per container, the fraction as the active-thread
     percentage and `kgwe.io/gpu-memory` as the pinned memory limit. On DRA nodes: a share through
-    consumable capacity (webhook/placement/dra.py `plan_dra_share`)."""
+    consumable capacity (webhook/dra/plan.py `plan_dra_share`)."""
     if ctx.sharing != "mps":
         return True
     if ctx.plan.backend == "dra":  # a share of a GPU through DRA's consumable capacity
-        return plan_dra_share(ctx)
+        return DRA_PLANNER.value.plan_dra_share(ctx)
     plan, model = ctx.plan, ctx.model
     mps_types = _shared_types(ctx, "mps", "MPS sharing", "shared with MPS", lambda t: bool(model.types[t].mps_nodes))
     if not mps_types:

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from webhook.placement.context import PlacementPlan
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,15 @@ class TraceStep:
 Why = str | Callable[[str], str]
 
 
-def record(plan: PlacementPlan, step: str, kept: Iterable[str], why: Why = "", note: str = "") -> None:
+class Traced(Protocol):
+    """What a trace is written into: the placement plan (webhook/placement/context.py), named by shape so
+    that the plan can hold `TraceStep`s without the two modules importing each other."""
+
+    trace: list[TraceStep]
+    refusals: list[str]
+
+
+def record(plan: Traced, step: str, kept: Iterable[str], why: Why = "", note: str = "") -> None:
     """Append `step` to `plan.trace`: `kept` are the candidates left after it; those the previous step
     kept and this one did not are dropped, each with `why(type_id)` (or the string `why`)."""
     kept_tuple = tuple(kept)
@@ -52,6 +57,6 @@ def record(plan: PlacementPlan, step: str, kept: Iterable[str], why: Why = "", n
     plan.trace.append(TraceStep(step, kept_tuple, dropped, note))
 
 
-def refusal_or(plan: PlacementPlan, fallback: str) -> Why:
+def refusal_or(plan: Traced, fallback: str) -> Why:
     """The plan's last refusal (what a failed step said) when it has one, else `fallback`."""
     return plan.refusals[-1] if plan.refusals else fallback

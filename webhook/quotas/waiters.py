@@ -216,7 +216,9 @@ def _group(gated: list[GatedPod], tenants: dict[str, TenantPicture], model: Clus
             picture.waiters.append(Waiter(f"pod {item.ask.pod}", (item.ask,), _order(item.pod)))
         else:
             gangs.setdefault(member.key, []).append(item)
-    live = _live_gang_members(model)
+    # Every pod is read to count a gang's live members: only when some gang member waits (a pass of a large
+    # cluster with no gated gang would otherwise read all its pods for nothing).
+    live = _live_gang_members(model) if gangs else {}
     for key, items in gangs.items():
         items.sort(key=lambda i: _order(i.pod))
         picture = tenants[str(items[0].tenant)]

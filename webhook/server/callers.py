@@ -61,12 +61,33 @@ def _for_client_auth(certificate: x509.Certificate) -> bool:
     return ExtendedKeyUsageOID.CLIENT_AUTH in usages or ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE in usages
 
 
+# Verdicts kept per distinct client certificate; past this many, the cache starts again (a caller
+# presenting ever new certificates makes it parse each once, as it would without the cache).
+VERDICTS_KEPT = 256
+
+_ALLOWED = CallerCheck(True, False)
+
+
 class CallerAuthenticator:
     """Decides, per request, whether the caller is the API server. Built once, from the config at start."""
 
     def __init__(self, settings: Authentication) -> None:
         self.mode: Literal["off", "permissive", "required"] = settings.effective_mode
         self.allowed_names = frozenset(name for name in settings.allowed_names if name)
+        # The verdict on a certificate depends on its bytes and on allowedNames, fixed for the process's life;
+        # the handshake verified the chain already. Parsing it (x509, extensions, names) cost 57-82 us per
+        # request, 5-7 % of a /validate answer (docs/performance.md, "Per core"); the API server sends every
+        # request of a connection with the same certificate, which the connection's `tls` extension holds as
+        # one string, so a lookup hashes it once per connection.
+        self._verdicts: dict[str, tuple[bool, str]] = {}
+        # Counter children per (endpoint, result): `labels()` takes a lock and builds a key on every call.
+        self._counters: dict[tuple[str, str], Counter] = {}
+
+    def _count(self, endpoint: str, result: str) -> None:
+        counter = self._counters.get((endpoint, result))
+        if counter is None:
+            counter = self._counters[(endpoint, result)] = CALLERS.labels(endpoint, result)
+        counter.inc()
 
     def identify(self, scope: Mapping[str, Any]) -> tuple[bool, str]:
         """(authenticated, why not) from the request's verified client certificate."""
@@ -76,8 +97,17 @@ class CallerAuthenticator:
         chain = tls.get("client_cert_chain") or []
         if not chain:
             return False, "no client certificate"
+        pem = str(chain[0])
+        verdict = self._verdicts.get(pem)
+        if verdict is None:
+            if len(self._verdicts) >= VERDICTS_KEPT:
+                self._verdicts.clear()
+            verdict = self._verdicts[pem] = self._judge(pem)
+        return verdict
+
+    def _judge(self, pem: str) -> tuple[bool, str]:
         try:
-            certificate = x509.load_pem_x509_certificate(str(chain[0]).encode("ascii"))
+            certificate = x509.load_pem_x509_certificate(pem.encode("ascii"))
         except ValueError:
             return False, "unreadable client certificate"
         if not _for_client_auth(certificate):
@@ -89,19 +119,19 @@ class CallerAuthenticator:
 
     def check(self, scope: Mapping[str, Any], endpoint: str) -> CallerCheck:
         if self.mode == "off":
-            CALLERS.labels(endpoint, "unchecked").inc()
-            return CallerCheck(True, False)
+            self._count(endpoint, "unchecked")
+            return _ALLOWED
         authenticated, reason = self.identify(scope)
         if authenticated:
-            CALLERS.labels(endpoint, "authenticated").inc()
-            return CallerCheck(True, False)
+            self._count(endpoint, "authenticated")
+            return _ALLOWED
         client = scope.get("client")
         where = f"{client[0]}:{client[1]}" if isinstance(client, list | tuple) and len(client) == 2 else "?"
         if self.mode == "required":
-            CALLERS.labels(endpoint, "refused").inc()
+            self._count(endpoint, "refused")
             log.debug("%s from %s refused: %s", endpoint, where, reason)
             return CallerCheck(False, True, reason)
-        CALLERS.labels(endpoint, "dry_run").inc()
+        self._count(endpoint, "dry_run")
         log.debug("%s from %s not authenticated (%s): answered as dryRun (authentication.mode permissive)",
                  endpoint, where, reason)
         return CallerCheck(False, False, reason)

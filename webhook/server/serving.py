@@ -127,10 +127,10 @@ def run_worker(
     from webhook.audit.pods import ApiPodReader
     from webhook.audit.writers import KubeReportWriter, MemoryReportWriter, ReportWriter
     from webhook.controllers.runner import build_controllers
-    from webhook.gangs.routes import gangs_router
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
     from webhook.server.explain_routes import explain_router
+    from webhook.server.gang_routes import gangs_router
     from webhook.server.mig_routes import mig_router
     from webhook.server.usage_routes import usage_router
     from webhook.server.workloads_routes import workloads_router

@@ -34,9 +34,16 @@ from webhook.admission.validate import PendingVerdict
 from webhook.costs import pod_gpu_equivalents
 from webhook.dra.claim_guard import is_claim_create, judge_claim_create
 from webhook.dra.claimed import asks_extended_devices, mapped_resources
-from webhook.gangs.placement import plan_sized_gang
-from webhook.gangs.spec import gang_size_problem, parse_gang_size
-from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, OUT_ACCELERATOR_TYPE, annotations_of
+from webhook.gangs.plan import plan_sized_gang
+from webhook.intent import (
+    A_GANG,
+    INTENT_KEYS,
+    LABEL_GANG,
+    OUT_ACCELERATOR_TYPE,
+    annotations_of,
+    gang_size_problem,
+    parse_gang_size,
+)
 from webhook.mutation.patch import diff
 from webhook.mutation.pipeline import copy_json
 from webhook.placement.context import PlacementPlan

@@ -10,43 +10,18 @@ message naming the path, never guessed at.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.template_path import TemplatePath
+
 # Templates one workload may carry: JobSet and PyTorchJob have a handful, nothing real has dozens.
 MAX_TEMPLATES = 64
-_SEGMENT = re.compile(r"^(?P<key>[A-Za-z0-9_-]+|\*)(?P<list>\[\*\])?$")
 
 
 class WorkloadShapeError(ValueError):
     """The workload is not shaped as its kind's template paths say: refused, naming the path."""
-
-
-@dataclass(frozen=True)
-class Segment:
-    key: str  # a field name, or "*" for every value of a map
-    each_item: bool  # followed by [*]: the value is a list, every item is visited
-
-
-@dataclass(frozen=True)
-class TemplatePath:
-    text: str
-    segments: tuple[Segment, ...]
-
-    @classmethod
-    def parse(cls, text: str) -> TemplatePath:
-        parts = text.split(".")
-        segments = []
-        for part in parts:
-            match = _SEGMENT.match(part)
-            if match is None:
-                raise ValueError(f"template path {text!r}: bad segment {part!r} (keys, `*` or `key[*]`)")
-            segments.append(Segment(match["key"], bool(match["list"])))
-        if segments[0].key == "*":
-            raise ValueError(f"template path {text!r} must start with a field name")
-        return cls(text, tuple(segments))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import yaml
 
 from policies.vocabulary import resources
 from webhook.cluster.model import ClusterModel
-from webhook.dra.config import DraConfig
+from webhook.wing_config import DraConfig
 from webhook.workloads.kueue_dra import device_class_mappings, dra_capacity, kueue_configuration
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.cluster.model import ClusterModel
-from webhook.dra.config import DraConfig
+from webhook.wing_config import DraConfig
 
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 KUEUE_DRA_GPUS = "kgwe.io/dra-gpu"

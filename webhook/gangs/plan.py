@@ -1,6 +1,9 @@
-"""The pure part of a sized gang's placement plan (SPEC section 8), called from `build_plan`.
+"""The gang step of the placement plan (`gang` in webhook/placement/plan.py `PLAN_STEPS`): the pods of
+`kgwe.io/gang` are co-located in one NVLink clique (SPEC section 8).
 
-A member of a gang with `kgwe.io/gang-size` gets, at admission:
+A gang without a size gets the gang label, a required clique label and pod affinity on it, so its pods
+share whichever clique the first one lands in. A member of a gang with `kgwe.io/gang-size` gets, at
+admission:
 - the label `kgwe.io/gang` (how the controller finds the gang's pods);
 - its types narrowed to those with a room that could ever hold the whole gang, and, where only
   multi-node cliques can, a required `Exists` on the clique label (never a specific clique: see
@@ -20,14 +23,16 @@ from typing import Any, Protocol
 
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
+from policies.vocabulary.topology_schema import LABEL_NVLINK_CLIQUE
 from webhook.cluster.model import ClusterModel
-from webhook.gangs.native import pod_group_name
+from webhook.gangs.native import native_gangs, pod_group_name
 from webhook.gangs.rooms import KIND_CLIQUE, KIND_NODE, Room, rooms_for
 from webhook.gangs.spec import GATE, HOSTNAME_LABEL, LABEL_GANG
 from webhook.placement.constraints import Requirement
+from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster
+from webhook.placement.kueue import KUEUE_REQUIRED_TOPOLOGY, queued_by_kueue
+from webhook.placement.trace import record, refusal_or
 
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_CLIQUE_KEY = keys.NVLINK_CLIQUE
 
 
@@ -42,12 +47,6 @@ class GangPlan(Protocol):
     scheduling_group: str | None
     refusals: list[str]
     steps: list[str]
-
-
-def queued_by_kueue(pod: PodView | Mapping[str, Any]) -> bool:
-    """Whether Kueue queues the pod (its queue-name label, or the annotation older Kueue read)."""
-    view = pod_view(pod)
-    return view.label(KUEUE_QUEUE_LABEL) is not None or view.annotation(KUEUE_QUEUE_LABEL) is not None
 
 
 def holding_rooms(model: ClusterModel, types: list[str], size: int, gpus_per_pod: int) -> list[Room]:
@@ -126,3 +125,54 @@ def _too_big(gang: str, size: int, gpus_per_pod: int, rooms: list[Room]) -> str:
         largest = max(nodes, key=lambda r: (r.capacity, r.id.value))
         parts.append(f"the largest single-node NVLink domain ({largest.id.value}) has {largest.capacity} GPUs")
     return f"kgwe.io/gang {gang}: {asked} in one NVLink fabric; no room could ever hold them: {'; '.join(parts)}"
+
+
+def gang(ctx: PlanContext) -> bool:
+    """The gang step: keep the types with a clique (or room) that can hold the pod's gang."""
+    name = ctx.gang
+    if not name:
+        return True
+    plan = ctx.plan
+    if ctx.intent.gang_size is not None:
+        if not plan_sized_gang(
+            plan, ctx.pod, ctx.candidates, name, ctx.intent.gang_size, ctx.demand.whole_gpus, ctx.model,
+            native=native_gangs(ctx.model, ctx.config.gangs),
+        ):
+            record(plan, "gang", [], refusal_or(plan, "no NVLink clique has room for the gang"))
+            return False
+    elif not plan_unsized_gang(plan, ctx.pod, ctx.candidates, name, ctx.model):
+        record(plan, "gang", [], refusal_or(plan, "no node of this type is in a multi-node NVLink clique"))
+        return False
+    ctx.candidates = plan.types
+    record(plan, "gang", ctx.candidates, "no node of this type is in an NVLink clique with room for the gang")
+    return True
+
+
+def plan_unsized_gang(
+    plan: PlacementPlan, pod: PodView | Mapping[str, Any], candidates: list[str], name: str, model: ClusterModel
+) -> bool:
+    """A gang without a size: one multi-node NVLink clique by pod affinity; False (with a refusal) when no
+    candidate type has one."""
+    with_cliques = [t for t in candidates if model.types[t].cliques]
+    if not with_cliques:
+        plan.refusals.append(
+            f"kgwe.io/gang {name}: gangs are kept in one multi-node NVLink clique, and no "
+            f"{'/'.join(candidates) or 'GPU'} node is in one; this cluster has {describe_cluster(model)}"
+        )
+        return False
+    label_keys = set().union(*(model.types[t].clique_labels for t in with_cliques))
+    clique_key = LABEL_NVLINK_CLIQUE if LABEL_NVLINK_CLIQUE in label_keys else keys.NVIDIA_GPU_CLIQUE
+    plan.types = with_cliques
+    plan.labels["kgwe.io/gang"] = name
+    plan.requirements.append(Requirement(clique_key, "Exists"))
+    plan.pod_affinity_terms.append(
+        {"labelSelector": {"matchLabels": {"kgwe.io/gang": name}}, "topologyKey": clique_key}
+    )
+    if queued_by_kueue(pod):
+        plan.annotations[KUEUE_REQUIRED_TOPOLOGY] = clique_key
+    plan.steps.append("gang")
+    return True
+
+
+# What the assembly registers in `webhook.placement.plan.PLAN_STEPS`.
+PLAN_STEPS = {"gang": gang}

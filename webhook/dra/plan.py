@@ -1,8 +1,9 @@
 """The placement plan's DRA branch: which backend renders the pod, MIG choices, and the rendering.
 
-The pipeline (webhook/placement/plan.py) calls `choose_backend` from its backend step, `plan_dra_mig`
-from the MIG step on DRA nodes, `plan_dra_share` from the MPS step on DRA nodes (a share of a GPU through
-consumable capacity), and runs `dra_claims` as the step that renders the claims (with the pod's device
+This module is the DRA planner of the placement (webhook/placement/dra_planner.py): the pipeline
+(webhook/placement/plan.py) calls `choose_backend` from its backend step, `plan_dra_mig` from the MIG step
+on DRA nodes, `plan_dra_share` from the MPS step on DRA nodes (a share of a GPU through consumable
+capacity), and runs `dra_claims` (registered at its name) as the step that renders the claims (with the pod's device
 tolerations, and `kgwe.io/topology: pcie` as GPUs beside NICs). A sized gang on multi-node NVLink also
 gets its ComputeDomain here (`attach_compute_domain`).
 """
@@ -22,9 +23,10 @@ from webhook.config import Config
 from webhook.dra.backend import DRA, split_by_backend
 from webhook.dra.compute_domain import compute_domain, gang_of, multi_node_nvlink, node_count
 from webhook.dra.pcie import aligned_types
-from webhook.dra.render import DraRendering, RequestShape, render
+from webhook.dra.render import RequestShape, render
 from webhook.dra.shares import ShareAsk, offers, percent, shared_types
 from webhook.dra.tolerations import device_tolerations
+from webhook.dra_rendering import DraRendering
 from webhook.intent import PodIntent
 from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster, format_bytes
 from webhook.placement.trace import record
@@ -265,3 +267,8 @@ def attach_compute_domain(
     namespace = pod_view(pod).namespace or "default"
     rendering.compute_domain = compute_domain(namespace, gang, node_count(model, plan.types, size, gpus_per_pod))
     plan.notes.append(f"gang {gang}: IMEX channel of ComputeDomain {rendering.compute_domain['metadata']['name']}")
+
+
+# What the assembly registers in `webhook.placement.plan.PLAN_STEPS` (this module itself fills
+# `webhook.placement.dra_planner.DRA_PLANNER`).
+PLAN_STEPS = {"dra-claims": dra_claims}
