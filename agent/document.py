@@ -10,7 +10,8 @@ from agent.fabric import node_clique
 from agent.nvlink import largest_all_to_all, peer_matrix
 from agent.nvml_discovery import GpuInfo, NodeScan
 from agent.sharing import sharing_state
-from policies.vocabulary.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, default_table, sanitise_product
+from policies.vocabulary.accelerator_types import MIXED, UNKNOWN, AcceleratorTable, default_table
+from policies.vocabulary.product_names import sanitise_product
 from policies.vocabulary.topology_schema import Gpu, MigInstance, NvLink, TopologyDocument
 
 

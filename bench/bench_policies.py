@@ -37,6 +37,7 @@ for _path in (_ROOT, _ROOT / "tests" / "policies"):
         sys.path.insert(0, str(_path))
 
 from policies.api import PolicyContext  # noqa: E402
+from policies.engines.aggregate import CHECK_QUERY  # noqa: E402
 from policies.engines.cel import build_cel_engine  # noqa: E402
 from policies.engines.conformance import (  # noqa: E402
     hobofan_regorus_runner,
@@ -47,10 +48,10 @@ from policies.engines.conformance import (  # noqa: E402
     served_vm_runner,
     supported_rego_runner,
 )
-from policies.engines.rego import RegoInput, opa_go_available  # noqa: E402
+from policies.engines.rego import RegoInput  # noqa: E402
+from policies.engines.rego_opa import opa_go_available  # noqa: E402
 from policies.engines.rego_rvm import rego_evaluator  # noqa: E402
-from policies.loading.aggregate import CHECK_QUERY  # noqa: E402
-from policies.runtime import PolicyRuntime, build_runtime  # noqa: E402
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime  # noqa: E402
 from policies.vocabulary.accelerator_types import default_table  # noqa: E402
 from webhook.cluster.model import ClusterStore  # noqa: E402
 from webhook.cluster.yaml_source import YamlDirectorySource  # noqa: E402
@@ -246,14 +247,15 @@ def _rego_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
 
 def _cel_only(runtime: PolicyRuntime, ctx: PolicyContext) -> Callable[[], Any]:
     """The CEL half of a check as the runtime runs it: match conditions, then validations, one scope."""
-    from policies.runtime import _CelScope
+    from policies.runtime.cel_phase import CelScope
 
     policy_set = runtime._set
 
     def run() -> None:
-        scope = _CelScope(policy_set)
+        scope = CelScope(policy_set)
         failures: list[Any] = []
-        runtime._validations(policy_set, runtime._active(policy_set, ctx, "check", failures, scope), ctx, scope)
+        for policy in runtime._active(policy_set, ctx, "check", failures, scope):
+            runtime._validate(policy, ctx, scope)
 
     return run
 
@@ -320,7 +322,7 @@ def bench_policies(runs: int = 3000, slow_runs: int = 300) -> dict[str, Any]:
         "rego_evaluator": rego_evaluator(twenty._set.prepared),  # "rvm" unless a gate kept the interpreter
         # What /validate calls, for a pod of its own: every policy evaluated.
         "evaluate_new_pod": _time(lambda: twenty.evaluate(next(new_pods)), runs, 200),
-        # For a replica: answered from the memo, keyed by what the policies read (policies/answer_memo.py).
+        # For a replica: answered from the memo, keyed by what the policies read (policies/runtime/answer_memo.py).
         "evaluate": _time(lambda: twenty.evaluate(ctx), runs, 200),
         "decide": _time(lambda: twenty.decide_placement(ctx), runs, 200),  # what /mutate calls
         # New pods with `policies.regoVm: off`, in the same run.
@@ -331,7 +333,7 @@ def bench_policies(runs: int = 3000, slow_runs: int = 300) -> dict[str, Any]:
     results["three_admin_policies"] = _three_admin_policies(ctx, runs)
     builtin_only = build_runtime()
     builtin_only.reload(builtin=True)
-    # A replica: the built-ins' answer is remembered for pods alike but for identity (policies/answer_memo.py).
+    # A replica: the built-ins' answer is remembered for pods alike but for identity (policies/runtime/answer_memo.py).
     results["builtin_only_evaluate"] = _time(lambda: builtin_only.evaluate(ctx), runs, 200)
     # A new pod every time: a label of its own, so the answer is computed (prepared before timing).
     pods = iter(_new_pods(ctx, runs + 200))

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.rbac.evaluator import Authorizer
-from policies.runtime import PolicyRuntime
+from policies.runtime.policy_runtime import PolicyRuntime
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.workloads import WORKLOAD_KINDS
 from webhook.config import Config
@@ -59,7 +59,7 @@ class Assembly:
     runtime: Runtime
     api_client: Any | None  # kubernetes ApiClient when the cluster is read from the API; else None
     stop_source: Callable[[], None]  # stops the directory watch or the API watch (a no-op when none runs)
-    # The running source's background tasks (policies/background.py), for a supervisor to report and stop.
+    # The running source's background tasks (policies/kernel/background.py), for a supervisor to report and stop.
     source_tasks: list[Task] = field(default_factory=list)
 
 
@@ -120,7 +120,7 @@ def build_runtime(
 
 
 def _load_policies(config: Config, store: ClusterStore) -> PolicyRuntime:
-    from policies.runtime import build_runtime as build_policy_runtime
+    from policies.runtime.policy_runtime import build_runtime as build_policy_runtime
 
     policy_runtime = build_policy_runtime(
         rego_engine=config.policies.rego_engine,
@@ -198,7 +198,7 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
 
     from kubernetes import client as k8s
 
-    from policies.kube_client import deadline_api_client
+    from policies.kernel.kube_client import deadline_api_client
     from policies.rbac.review import SubjectAccessReviewer
     from webhook.cluster.kube_json import KubeJson
     from webhook.dra.claim_reader import KubeClaimReader

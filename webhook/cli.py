@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # Commands that belong to other packages: (module, how its `run` is called, one-line help).
 DELEGATED: dict[str, tuple[str, str, str]] = {
     "policy": (
-        "policies.loading.testing", "args", "policy tools: `kgwe policy test [DIR]` runs Rego tests and CEL cases"
+        "policies.runtime.testing", "args", "policy tools: `kgwe policy test [DIR]` runs Rego tests and CEL cases"
     ),
     "agent": ("agent.main", "args", "the node agent (NVML discovery, topology publishing)"),
     "certs": ("certs.commands", "args", "make, renew and rotate certificates; patch caBundle"),

@@ -12,9 +12,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from policies.loading.selectors import parse_selector
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import AcceleratorTable, extra_types_from_config
+from policies.vocabulary.selectors import parse_selector
 from webhook.wing_config import DraConfig, Gangs, Quotas, Workloads
 
 

@@ -1,7 +1,7 @@
 """Label selectors written the way kubectl takes them: `key=value,key2 in (a,b),!key3`.
 
 The text is turned into the structured form (`matchExpressions`) and compiled by
-`policies.loading.selectors.parse_selector`, so both spellings match labels by one rule.
+`policies.vocabulary.selectors.parse_selector`, so both spellings match labels by one rule.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from policies.loading.selectors import LabelSelector, parse_selector
+from policies.vocabulary.selectors import LabelSelector, parse_selector
 
 _KEY = r"[A-Za-z0-9][-A-Za-z0-9_./]*"
 _VALUE = r"[-A-Za-z0-9_.]*"

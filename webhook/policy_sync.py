@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.vocabulary.objects import ObjectView
 from webhook.runtime import Runtime
 

@@ -17,9 +17,9 @@ from prometheus_client import Counter
 
 from policies.api import Violation
 from policies.gpu_demand import GpuDemand
-from policies.metrics import record_refusal as _record_refusal
+from policies.kernel.metrics import record_refusal as _record_refusal
 from policies.rbac.evaluator import Authorizer
-from policies.runtime import PolicyRuntime
+from policies.runtime.policy_runtime import PolicyRuntime
 from webhook.admission.access import Access
 from webhook.admission.core import AdmissionService
 from webhook.admission.facts import UsageRow

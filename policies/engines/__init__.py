@@ -1,3 +1,4 @@
 """Policy engines behind one small interface: Rego embedded (regorus) or through an OPA server, CEL, the
-Rego source checks, the conformance suite against OPA's own engine, and the engines' health.
+aggregate module that gathers every policy's answers into one query, the Rego source checks, the
+conformance suite against OPA's own engine, and the engines' health.
 """

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from policies.engines import cel_k8s_library as lib
 from policies.engines.cel_binds import without_lazy_binds
 from policies.engines.cel_conversions import strict_conversions
-from policies.engines.cel_hoisting import hoist
 from policies.engines.cel_optionals import optional_maps_refusal, without_lazy_optional_maps
 from policies.engines.cel_text import bound, fresh_name, lex, opens_root_name
 from policies.engines.cel_values import may_hold_optional, read
@@ -64,11 +63,6 @@ class CelEngine(Protocol):
     def activation(self, variables: Mapping[str, Any]) -> Any:
         """Converts the variables once so several programs can share them."""
 
-    def batch(self, programs: Sequence[CelProgram]) -> CelProgram | None:
-        """One program whose value is the list of `programs`' values, in order, over one shared activation;
-        None when this engine cannot join them. It fails when any of them fails: the caller then
-        evaluates them one by one to tell which."""
-
 
 def _check_length(expression: str) -> None:
     if not expression.strip():
@@ -96,12 +90,8 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _CppProgram:
-    def __init__(self, source: str, expression: Any, error_type: Any, runnable: str, text: str = "",
-                 slot: str | None = None) -> None:
+    def __init__(self, source: str, expression: Any, error_type: Any) -> None:
         self.source = source
-        self.runnable = runnable  # the text compiled to run (binds rewritten, params bound)
-        self.text = text or runnable  # the same before the rewrites
-        self.slot = slot  # the policy's entry in PARAMS_TABLE, for an expression that reads params
         self._expression = expression
         self._error_type = error_type
         self.walk = may_hold_optional(expression.return_type())  # see policies/engines/cel_values.py
@@ -224,33 +214,12 @@ class CelExprPythonEngine:
         except Exception as exc:
             raise CelCompileError(str(exc).strip()) from exc
 
-    def _program(self, source: str, text: str, slot: str | None = None) -> _CppProgram:
+    def _program(self, source: str, text: str) -> _CppProgram:
         runnable = strict_conversions(without_lazy_optional_maps(without_lazy_binds(text)))
         try:
-            return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR, runnable, text, slot)
+            return _CppProgram(source, self._run_env.compile(runnable), self._cel.Type.ERROR)
         except Exception as exc:
             raise CelCompileError(str(exc).strip()) from exc
-
-    def batch(self, programs: Sequence[CelProgram]) -> CelProgram | None:
-        ours = [p for p in programs if isinstance(p, _CppProgram)]
-        if len(ours) != len(programs):
-            return None
-        # Operands that several policies of one template share are bound once (cel_hoisting.py).
-        bindings, rewritten = hoist([p.source if p.slot is not None else None for p in ours])
-        texts = [p.text if new is None else _with_params(new, p.slot or "")
-                 for p, new in zip(ours, rewritten, strict=True)]
-        # `dyn` keeps the list's elements of mixed types (the checker unifies a literal's elements).
-        # Newlines close any comment an expression ends with.
-        joined = "[" + ", ".join(f"dyn({text}\n)" for text in texts) + "]"
-        for name, operand in reversed(bindings):
-            # A one-element `map`, not `cel.bind`: see policies/engines/cel_binds.py.
-            joined = bound(name, operand, joined)
-        try:
-            program = self._program(f"<{len(ours)} expressions>", joined)
-            program.walk = any(p.walk for p in ours)  # its type is a list of dyn whatever theirs are
-            return program
-        except CelCompileError:
-            return None  # beyond the compiler's limits together: they still run one by one
 
     def compile(self, expression: str) -> CelProgram:
         self._checked(expression)
@@ -263,7 +232,7 @@ class CelExprPythonEngine:
         # `params` becomes a local of the expression, bound to this policy's entry of the table: the
         # expression means what it says, and one activation serves every policy. (As a one-element `map`,
         # not `cel.bind`: see policies/engines/cel_binds.py.)
-        return self._program(expression, _with_params(expression, params_slot), params_slot)
+        return self._program(expression, _with_params(expression, params_slot))
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         full = dict.fromkeys((*CEL_VARIABLES, PARAMS_TABLE))
@@ -359,9 +328,6 @@ class CelPythonEngine:
 
     def compile_for_policy(self, expression: str, params_slot: str) -> CelProgram:
         return self.compile(expression)
-
-    def batch(self, programs: Sequence[CelProgram]) -> CelProgram | None:
-        return None  # celpy gains nothing from one program: it interprets in Python either way
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         full: dict[str, Any] = dict.fromkeys(CEL_VARIABLES)

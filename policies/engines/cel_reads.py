@@ -1,6 +1,6 @@
 """Which parts of the admission request a CEL expression can read, from its tokens.
 
-The answer memo (policies/answer_memo.py) keys a GPUPolicy set's answers by what its policies read: a
+The answer memo (policies/runtime/answer_memo.py) keys a GPUPolicy set's answers by what its policies read: a
 CEL expression that reads `object.metadata.name` must see every replica, one that reads only
 `object.spec.containers` need not.
 

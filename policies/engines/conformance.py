@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from policies.engines.cel import CEL_VARIABLES, CelCompileError, CelEvaluationError, build_cel_engine
-from policies.engines.rego import UNDEFINED, RegoCompileError, RegoEvaluationError, RegoInput, build_rego_engine
+from policies.engines.rego import UNDEFINED, RegoCompileError, RegoEvaluationError, RegoInput
+from policies.engines.rego_opa import build_rego_engine
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,8 @@ def served_vm_runner(served: list[str] | None = None) -> RegoRunner:
     interpreter). Each case's `x` becomes a warning of a one-policy set, so it travels through the aggregate
     query the runtime asks, with the case's input under an admission request. `served` collects the
     modules the RVM served."""
+    from policies.engines.aggregate import AGGREGATE_MODULE, CHECK_QUERY, GatheredPolicy, aggregate_module
     from policies.engines.rego_rvm import RegorusVmEngine, rego_evaluator
-    from policies.loading.aggregate import AGGREGATE_MODULE, CHECK_QUERY, GatheredPolicy, aggregate_module
 
     engine = RegorusVmEngine("auto")
     wrapper = "package kgwe_conformance_w\nimport rego.v1\nwarn contains v if { v := data.c.x }\n"

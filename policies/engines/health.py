@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from policies.background import Task
 from policies.engines.rego import RegoCompileError, RegoEngineUnavailable, RegoEngineUnreachable, RegoInput
-from policies.metrics import POLICY_ENGINE_UP
+from policies.kernel.background import Task
+from policies.kernel.metrics import POLICY_ENGINE_UP
 from policies.vocabulary.backoff import Backoff
 
 log = logging.getLogger("kgwe.policies")

@@ -15,8 +15,7 @@ their keys (a count of them).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,72 +115,6 @@ def _apply(document: Mapping[str, Any], tree: Tree) -> dict[str, Any]:
     return kept
 
 
-# A tree with more nodes than this is cut by `_apply` itself: its program would cost more to build than
-# it saves (the sets KGWE meets have tens of nodes).
-MAX_COMPILED_NODES = 2000
-
-Cutter = Callable[[Mapping[str, Any]], dict[str, Any]]
-
-
-def _compiled(tree: Tree) -> Cutter:
-    """`_apply(document, tree)` as a Python program written for `tree`, a function per object node: the
-    keys become constants, the walk of the tree is gone (about twice as fast, on every request). The keys
-    enter it only as `repr` literals of `str`s. A tree that will not compile is cut by `_apply`."""
-    lines: list[str] = []
-    names: list[int] = [0]
-
-    def fresh(prefix: str) -> str:
-        names[0] += 1
-        if names[0] > MAX_COMPILED_NODES:
-            raise OverflowError("projection too large to compile")
-        return f"{prefix}{names[0]}"
-
-    def member(below: Tree | Each, value: str) -> str:
-        """An expression cutting `value` as `_cut(value, below)` does."""
-        if isinstance(below, Each):
-            return f"{each(below)}({value})"
-        return f"({obj(below)}({value}) if isinstance({value}, dict) else {value})"
-
-    def each(node: Each) -> str:
-        name = fresh("each")
-        inner = member(node.below, "m")
-        lines.extend([
-            f"def {name}(v):",
-            "    if type(v) is list:",
-            f"        return [{inner} for m in v]",
-            "    if type(v) is dict:",
-            f"        return {{k: {inner} for k, m in v.items()}}",
-            "    return v",
-        ])
-        return name
-
-    def obj(node: Tree) -> str:
-        name = fresh("node")
-        body = [f"def {name}(d):", "    kept = {}"]
-        for key, below in node.items():
-            if type(key) is not str:
-                raise TypeError("only string keys are written as literals")
-            literal = repr(key)
-            body.append(f"    if {literal} in d:")
-            if below is None:
-                body.append(f"        kept[{literal}] = d[{literal}]")
-            else:
-                body.append(f"        v = d[{literal}]")
-                body.append(f"        kept[{literal}] = {member(below, 'v')}")
-        body.append("    return kept")
-        lines.extend(body)  # after the nodes below it: the program reads from the leaves up
-        return name
-
-    try:
-        root = obj(tree)
-        namespace: dict[str, Any] = {}
-        exec(compile("\n".join(lines), "<projection>", "exec"), namespace)
-        cutter: Cutter = namespace[root]
-    except (OverflowError, RecursionError, SyntaxError, MemoryError, ValueError, TypeError):
-        return functools.partial(_apply, tree=tree)
-    return cutter
-
-
 @dataclass(frozen=True)
 class Projection:
     """The part of a document its readers can read."""
@@ -190,12 +123,8 @@ class Projection:
     deterministic: bool  # no reader reads the clock, randomness or the network: an answer may be remembered
     paths: frozenset[Path] = frozenset()
 
-    @functools.cached_property
-    def _cutter(self) -> Cutter:
-        return _compiled(self.tree)
-
     def apply(self, document: Mapping[str, Any]) -> dict[str, Any]:
-        return self._cutter(document)
+        return _apply(document, self.tree)
 
     def widened(self, paths: Iterable[Path]) -> Projection | None:
         """This projection with `paths` read too (None when they reach the whole document)."""

@@ -1,3 +1,3 @@
-"""GPUPolicy loading: the custom resource, the policy set compiled from it and the built-in policies,
-selectors, the aggregate queries, and `kgwe policy test`.
+"""GPUPolicy loading: the custom resource, the sources of a policy set (the built-in policies, directories,
+GPUPolicies) and the policy set compiled from them.
 """

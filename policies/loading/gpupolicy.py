@@ -10,18 +10,27 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from policies.api import ENFORCEMENT_ACTIONS, EnforcementAction
 from policies.engines.cel import CelCompileError, CelEngine, CelProgram
 from policies.engines.rego_source import RegoModuleInfo, RegoSourceError, inspect_module
-from policies.loading.selectors import LabelSelector, parse_selector
 from policies.vocabulary.objects import ObjectView
+from policies.vocabulary.selectors import LabelSelector, parse_selector
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 DEFAULT_OPERATIONS = frozenset({"CREATE", "UPDATE"})
+
+# What the runtime evaluates policies for: `/validate`'s checks, `/mutate`'s placement decision, or both.
+Purpose = Literal["check", "decide", "evaluate"]
+# The Rego rule kinds each purpose runs; a GPUPolicy with validations runs for `check` and `evaluate` too.
+PURPOSE_KINDS: dict[Purpose, frozenset[str]] = {
+    "check": frozenset({"deny", "warn"}),
+    "decide": frozenset({"decision"}),
+    "evaluate": frozenset({"deny", "warn", "decision"}),
+}
 
 
 class PolicyCompileError(ValueError):
@@ -77,6 +86,12 @@ class CompiledGPUPolicy:
     fingerprint: str  # changes whenever the spec changes; reload compares it
     params_key: bytes = field(default=b"")  # canonical JSON of params: the same params, the same CEL values
     params_slot: str = ""  # this policy's params in the request's shared CEL activation (params_slot())
+
+    def runs_for(self, purpose: Purpose) -> bool:
+        """Whether the policy has anything to say for `purpose`."""
+        if purpose != "decide" and self.validations:
+            return True
+        return self.rego_info is not None and bool(self.rego_info.rules & PURPOSE_KINDS[purpose])
 
     def cel_programs(self) -> list[CelProgram]:
         """Every CEL program of the policy: match conditions, validations and their message expressions."""

@@ -13,6 +13,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.engines.aggregate import (
+    AGGREGATE_MODULE,
+    CHECK_QUERY,
+    DECISION_QUERY,
+    GatheredPolicy,
+    aggregate_module,
+    has_decisions,
+)
 from policies.engines.cel import CelEngine, reads_request_objects, uses_params
 from policies.engines.cel_reads import cel_reads
 from policies.engines.projection import Projection, projection_of
@@ -26,23 +34,13 @@ from policies.engines.rego import (
     RegoInput,
 )
 from policies.engines.rego_reads import InputReads
-from policies.loading.aggregate import (
-    AGGREGATE_MODULE,
-    CHECK_QUERY,
-    DECISION_QUERY,
-    GatheredPolicy,
-    aggregate_module,
-    has_decisions,
-)
 from policies.loading.gpupolicy import (
     MATCH_READS,
     CompiledGPUPolicy,
-    MatchRules,
     PolicyCompileError,
     compile_gpu_policy,
 )
 from policies.loading.loader import PolicySource
-from policies.loading.plans import Plans
 
 # A pod that exercises the common paths of GPU policies during the warm-up query.
 WARMUP_POD: dict[str, Any] = {
@@ -108,15 +106,6 @@ class PolicySet:
                    for program in policy.cel_programs())
 
     @functools.cached_property
-    def match_groups(self) -> list[tuple[MatchRules, list[CompiledGPUPolicy]]]:
-        """The GPUPolicies grouped by equal match rules, in load order: a request asks each group once
-        (policies made from one template usually match alike)."""
-        groups: dict[MatchRules, list[CompiledGPUPolicy]] = {}
-        for policy in self.gpu_policies:
-            groups.setdefault(policy.match, []).append(policy)
-        return list(groups.items())
-
-    @functools.cached_property
     def cel_read_paths(self) -> frozenset[tuple[str, ...]]:
         """What the set's CEL expressions can read of the runtime's document (policies/engines/cel_reads.py)."""
         return frozenset(path for policy in self.gpu_policies for program in policy.cel_programs()
@@ -142,11 +131,6 @@ class PolicySet:
         however many policies state it."""
         return {id(program): (program.source, policy.params_key if uses_params(program.source) else b"")
                 for policy in self.gpu_policies for program in policy.cel_programs()}
-
-    @functools.cached_property
-    def plans(self) -> Plans:
-        """What a request evaluates once it knows which match groups matched (policies/loading/plans.py)."""
-        return Plans([group for _, group in self.match_groups], self.gpu_policies, self.cel_values_keys)
 
     def close(self) -> None:
         if self.prepared is not None:

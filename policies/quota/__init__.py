@@ -1,4 +1,5 @@
-"""Tenant quotas per accelerator type and hardware profile: the model and tenant resolution (`model`), the
-compare-and-swap store contract and the in-memory store (`store`), the file and API-server stores
-(`file_store`, `kube_store`), the admission check (`check`) and the status reconciler (`reconciler`).
+"""Tenant quotas per accelerator type and hardware profile, as pure arithmetic: tenants, their limits and
+what one pod counts against them (`model`), which gated pods may start now (`queue`), what each limit
+counts now (`usage`) and budgets judged on projected spend (`budget`). The admission gate and the
+controller that keep quota state in a cluster live in webhook/quotas.
 """

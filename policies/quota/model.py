@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from kubernetes.utils.quantity import parse_quantity
 
-from policies.loading.selectors import parse_selector
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView
+from policies.vocabulary.selectors import parse_selector
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from policies.metrics import QUOTA_LIMIT, QUOTA_USED, add_series, replace_series
+from policies.kernel.metrics import QUOTA_LIMIT, QUOTA_USED, add_series, replace_series
 from policies.quota.model import LimitKey, PodCharge, PriceOf, charge_belongs_to, quota_limits
 from policies.quota.queue import Ledger
 

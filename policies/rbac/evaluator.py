@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from policies.loading.selectors import parse_selector
-from policies.metrics import record_refusal
+from policies.kernel.metrics import record_refusal
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView
+from policies.vocabulary.selectors import parse_selector
 
 API_GROUP = keys.GROUP
 USE = "use"

@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes.client import AuthorizationV1Api, V1ResourceAttributes, V1SubjectAccessReview, V1SubjectAccessReviewSpec
 
 from policies.api import WouldBlock
-from policies.kube_client import deadline_api_client
+from policies.kernel.kube_client import deadline_api_client
 from policies.rbac.evaluator import API_GROUP, USE, AuthorizationUnavailable, Resource
 
 _CacheKey = tuple[str, str, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], str, str, str]
@@ -38,7 +38,7 @@ class SubjectAccessReviewer:
         cache_seconds: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # `api` should be built on policies.kube_client.deadline_api_client so that the deadline holds.
+        # `api` should be built on policies.kernel.kube_client.deadline_api_client so that the deadline holds.
         self.api = api if api is not None else AuthorizationV1Api(deadline_api_client())
         self.cache_seconds = cache_seconds
         self.clock = clock

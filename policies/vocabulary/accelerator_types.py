@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from policies.vocabulary.product_names import normal_device_id, sanitise_product, slug, split_product
+
 UNKNOWN = "unknown"
 MIXED = "mixed"
 
@@ -244,32 +246,6 @@ BUILTIN_TYPES: tuple[AcceleratorType, ...] = (
 )
 
 
-def sanitise_product(name: str) -> str:
-    """GFD's sanitising of a product name: drop odd characters, turn whitespace runs into `-`."""
-    kept = re.sub(r"[^A-Za-z0-9\-_. ]", "", name.strip())
-    return re.sub(r"\s+", "-", kept)
-
-
-def split_product(product: str) -> tuple[str, str | None, bool]:
-    """Split a GFD product label into (base model, MIG profile or None, shared?)."""
-    value = sanitise_product(product)
-    shared = False
-    if value.upper().endswith("-SHARED"):
-        value, shared = value[: -len("-SHARED")], True
-    profile: str | None = None
-    if "-MIG-" in value:
-        value, profile = value.split("-MIG-", 1)
-    return value, profile, shared
-
-
-def _device_id(value: str) -> str:
-    return value.strip().lower().removeprefix("0x")
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]+", "-", text.lower())).strip("-")
-
-
 @dataclass
 class AcceleratorTable:
     """The alias table: every vendor spelling maps to one type id. Admins extend it via configuration."""
@@ -299,7 +275,7 @@ class AcceleratorTable:
         for pattern in accel.azure_instance_patterns:
             self._azure.append((re.compile(pattern, re.IGNORECASE), accel.type_id))
         for device_id in accel.device_ids:
-            self._by_device_id[_device_id(device_id)] = accel.type_id
+            self._by_device_id[normal_device_id(device_id)] = accel.type_id
 
     def get(self, type_id: str) -> AcceleratorType | None:
         return self.types.get(type_id)
@@ -317,7 +293,7 @@ class AcceleratorTable:
         if memory_mib is None or memory_mib <= 0:
             return UNKNOWN
         vendor = "amd" if base.lower().startswith("amd") else "nvidia"
-        model = _slug(re.sub(r"^(nvidia[-_ ]|tesla[-_ ]|amd[-_ ](instinct[-_ ])?)", "", base, flags=re.IGNORECASE))
+        model = slug(re.sub(r"^(nvidia[-_ ]|tesla[-_ ]|amd[-_ ](instinct[-_ ])?)", "", base, flags=re.IGNORECASE))
         model = re.sub(r"-(oam|sxm\d?|pcie)$", "", model) or model
         model = re.sub(r"-?\d+gb$", "", model) or model
         return f"{vendor}-{model}-{round(memory_mib / 1024)}gb"
@@ -330,7 +306,7 @@ class AcceleratorTable:
             if type_id != UNKNOWN:
                 return type_id
         if device_id:
-            known = self._by_device_id.get(_device_id(device_id))
+            known = self._by_device_id.get(normal_device_id(device_id))
             if known:
                 return known
         if product and vram_gb:
@@ -351,7 +327,7 @@ class AcceleratorTable:
             for type_id in candidates:
                 if abs(self.types[type_id].memory_gb - gb) <= 2:
                     return type_id
-            return f"nvidia-{_slug(gpu_name)}-{gb}gb"
+            return f"nvidia-{slug(gpu_name)}-{gb}gb"
         return UNKNOWN
 
     def from_azure_instance(self, instance_type: str) -> str:

@@ -26,28 +26,6 @@ from typing import Any
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 POD_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-# What tells the replicas of one workload apart: metadata no placement and no built-in policy reads
-# (tests/placement/test_plan_memo.py, tests/policies/test_answer_memo.py).
-IDENTITY_FIELDS = frozenset(
-    {"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink"}
-)
-
-
-def without_identity(obj: Any) -> Any:
-    """`obj` without its metadata's IDENTITY_FIELDS: a shallow copy when it has any (every other part is
-    the object's own), else `obj` itself."""
-    metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(metadata, dict) or IDENTITY_FIELDS.isdisjoint(metadata):
-        return obj
-    return {**obj, "metadata": {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}}
-
-
-def identity_of(obj: Any) -> dict[str, Any]:
-    """What `without_identity` leaves out of `obj`: `{"metadata": {...its IDENTITY_FIELDS...}}`, or `{}`
-    when it leaves nothing out. The two together hold all of `obj`."""
-    metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    identity = {k: v for k, v in metadata.items() if k in IDENTITY_FIELDS} if isinstance(metadata, dict) else {}
-    return {"metadata": identity} if identity else {}
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -78,7 +56,7 @@ def string_map(value: Any) -> Mapping[str, str]:
     return value
 
 
-def _get(raw: Mapping[str, Any], part: str, key: str) -> Any:
+def value_at(raw: Mapping[str, Any], part: str, key: str) -> Any:
     """`raw[part][key]`, or None where `raw[part]` is not an object (one call: properties are hot)."""
     container = raw.get(part)
     return container.get(key) if isinstance(container, dict) else None
@@ -90,7 +68,7 @@ def _str_at(raw: Mapping[str, Any], part: str, key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _map_at(raw: Mapping[str, Any], part: str, key: str) -> Mapping[str, Any]:
+def map_at(raw: Mapping[str, Any], part: str, key: str) -> Mapping[str, Any]:
     container = raw.get(part)
     value = container.get(key) if isinstance(container, dict) else None
     return value if isinstance(value, dict) else EMPTY
@@ -149,7 +127,7 @@ class ObjectView:
 
     @property
     def generation(self) -> int | None:
-        value = _get(self.raw, "metadata", "generation")
+        value = value_at(self.raw, "metadata", "generation")
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
@@ -159,16 +137,16 @@ class ObjectView:
     @property
     def deletion_timestamp(self) -> str | None:
         """When deletion was asked (RFC 3339), None while the object is not being deleted."""
-        value = _get(self.raw, "metadata", "deletionTimestamp")
+        value = value_at(self.raw, "metadata", "deletionTimestamp")
         return value if isinstance(value, str) and value else None
 
     @property
     def labels(self) -> Mapping[str, str]:
-        return string_map(_get(self.raw, "metadata", "labels"))
+        return string_map(value_at(self.raw, "metadata", "labels"))
 
     @property
     def annotations(self) -> Mapping[str, str]:
-        return string_map(_get(self.raw, "metadata", "annotations"))
+        return string_map(value_at(self.raw, "metadata", "annotations"))
 
     def label(self, key: str) -> str | None:
         """One label's value; None when absent or not a string. Constant time (no map is checked)."""
@@ -196,7 +174,7 @@ class ObjectView:
 
     @property
     def owner_references(self) -> tuple[Mapping[str, Any], ...]:
-        return objects(_get(self.raw, "metadata", "ownerReferences"))
+        return objects(value_at(self.raw, "metadata", "ownerReferences"))
 
     @property
     def controller_owner(self) -> Mapping[str, Any] | None:
@@ -208,7 +186,7 @@ class ObjectView:
 
     @property
     def finalizers(self) -> tuple[str, ...]:
-        value = _get(self.raw, "metadata", "finalizers")
+        value = value_at(self.raw, "metadata", "finalizers")
         return tuple(f for f in value if isinstance(f, str)) if isinstance(value, list) else ()
 
     # -- spec and status --------------------------------------------------------------------------
@@ -247,12 +225,12 @@ class ContainerView:
     @property
     def requests(self) -> Mapping[str, Any]:
         """Resource name -> quantity as written (a string or a number; parse with `quantities`)."""
-        return _map_at(self.raw, "resources", "requests")
+        return map_at(self.raw, "resources", "requests")
 
     @property
     def limits(self) -> Mapping[str, Any]:
         """Resource name -> quantity as written (a string or a number; parse with `quantities`)."""
-        return _map_at(self.raw, "resources", "limits")
+        return map_at(self.raw, "resources", "limits")
 
     def amounts(self) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
         """(limits, requests) in one read."""
@@ -261,7 +239,7 @@ class ContainerView:
     @property
     def claims(self) -> tuple[Mapping[str, Any], ...]:
         """The DRA resource claims the container uses (`resources.claims`, each `{name: ...}`)."""
-        return objects(_get(self.raw, "resources", "claims"))
+        return objects(value_at(self.raw, "resources", "claims"))
 
     @property
     def env(self) -> tuple[Mapping[str, Any], ...]:
@@ -315,32 +293,32 @@ class PodView(ObjectView):
 
     @property
     def node_selector(self) -> Mapping[str, str]:
-        return string_map(_get(self.raw, "spec", "nodeSelector"))
+        return string_map(value_at(self.raw, "spec", "nodeSelector"))
 
     @property
     def scheduling_gates(self) -> tuple[str, ...]:
         """The names of the pod's scheduling gates, in order (gates without a string name left out)."""
-        gates = objects(_get(self.raw, "spec", "schedulingGates"))
+        gates = objects(value_at(self.raw, "spec", "schedulingGates"))
         return tuple([gate["name"] for gate in gates if isinstance(gate.get("name"), str)])
 
     @property
     def pod_group_name(self) -> str:
         """`spec.schedulingGroup.podGroupName`: the PodGroup (native gang scheduling, Kubernetes 1.36) the pod
         joins; "" when it names none."""
-        return string(mapping(_get(self.raw, "spec", "schedulingGroup")).get("podGroupName"))
+        return string(mapping(value_at(self.raw, "spec", "schedulingGroup")).get("podGroupName"))
 
     @property
     def tolerations(self) -> tuple[Mapping[str, Any], ...]:
-        return objects(_get(self.raw, "spec", "tolerations"))
+        return objects(value_at(self.raw, "spec", "tolerations"))
 
     @property
     def affinity(self) -> Mapping[str, Any]:
-        return _map_at(self.raw, "spec", "affinity")
+        return map_at(self.raw, "spec", "affinity")
 
     @property
     def resource_claims(self) -> tuple[Mapping[str, Any], ...]:
         """The pod's DRA claims (`spec.resourceClaims`, each `{name, resourceClaimName | ...TemplateName}`)."""
-        return objects(_get(self.raw, "spec", "resourceClaims"))
+        return objects(value_at(self.raw, "spec", "resourceClaims"))
 
     @property
     def service_account_name(self) -> str:
@@ -368,7 +346,7 @@ class PodView(ObjectView):
 
     @property
     def ephemeral_containers(self) -> tuple[ContainerView, ...]:
-        value = _get(self.raw, "spec", "ephemeralContainers")
+        value = value_at(self.raw, "spec", "ephemeralContainers")
         return _containers(value) if isinstance(value, list) else ()
 
     @property
@@ -388,41 +366,6 @@ class PodView(ObjectView):
     @property
     def deleting(self) -> bool:
         return self.deletion_timestamp is not None
-
-
-class NodeView(ObjectView):
-    """A node as the API sends it, before `webhook/cluster/node_facts.py` turns it into NodeFacts."""
-
-    __slots__ = ()
-
-    @property
-    def unschedulable(self) -> bool:
-        """Cordoned. Any true value counts (a YAML file's `yes` too): in doubt, the node takes no pods."""
-        return bool(_get(self.raw, "spec", "unschedulable"))
-
-    @property
-    def taints(self) -> tuple[Mapping[str, Any], ...]:
-        return objects(_get(self.raw, "spec", "taints"))
-
-    @property
-    def capacity(self) -> Mapping[str, Any]:
-        return _map_at(self.raw, "status", "capacity")
-
-    @property
-    def allocatable(self) -> Mapping[str, Any]:
-        """Resource name -> quantity as written; the capacity when allocatable is missing or empty."""
-        return _map_at(self.raw, "status", "allocatable") or self.capacity
-
-    @property
-    def conditions(self) -> tuple[Mapping[str, Any], ...]:
-        return objects(_get(self.raw, "status", "conditions"))
-
-    def condition(self, kind: str) -> str | None:
-        """The status (`True`, `False`, `Unknown`) of the condition of type `kind`; None when absent."""
-        for condition in self.conditions:
-            if condition.get("type") == kind:
-                return string(condition.get("status")) or None
-        return None
 
 
 def pod_view(pod: PodView | Mapping[str, Any] | None) -> PodView:

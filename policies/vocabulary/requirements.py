@@ -1,6 +1,6 @@
 """One Kubernetes selector requirement, `{key, operator, values}`, for label selectors and node selectors alike.
 
-GPUPolicy selectors (`policies/loading/selectors.py`) match it against a pod's or a namespace's labels;
+GPUPolicy selectors (`policies/vocabulary/selectors.py`) match it against a pod's or a namespace's labels;
 the placement plan (`webhook/placement/constraints.py`) writes it into a pod's node affinity. Values are
 a tuple: node constraints keep the order in which they were chosen, and label selectors store them
 sorted and without duplicates, so two selectors that say the same thing compare equal.

@@ -1,4 +1,4 @@
-"""The background task abstraction (policies/background.py) on real threads: leader gating, error backoff,
+"""The background task abstraction (policies/kernel/background.py) on real threads: leader gating, error backoff,
 bounded stops, isolation of a failing task, watches, on-demand tasks and the supervisor's order."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import pytest
 from waiting import eventually
 
-from policies.background import Supervisor, Task
+from policies.kernel.background import Supervisor, Task
 from policies.vocabulary.backoff import Backoff
 
 

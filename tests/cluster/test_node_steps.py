@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
-from policies.vocabulary.objects import NodeView
+from policies.vocabulary.nodes import NodeView
 from webhook.cluster.node_facts import NODE_STEPS, node_facts
 
 TABLE = AcceleratorTable.build()

@@ -11,7 +11,7 @@ import pytest
 from fault_support import CLUSTER, ReviewServer, Webhook
 from kubernetes import client as k8s_client
 
-from policies.kube_client import deadline_api_client
+from policies.kernel.kube_client import deadline_api_client
 from policies.rbac.review import SubjectAccessReviewer
 from webhook.assembly import build_runtime
 from webhook.config import Config

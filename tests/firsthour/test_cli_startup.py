@@ -19,7 +19,7 @@ from cluster_dirs import ROOT
 LIGHT = {
     "webhook", "webhook.cli", "webhook.explain_cli", "webhook.command_input", "webhook.output", "webhook.completion",
     "webhook.reports", "webhook.reports.commands", "webhook.reports.parsers", "webhook.reports.tables",
-    "policies", "policies.loading", "policies.loading.testing", "rego",
+    "policies", "policies.runtime", "policies.runtime.testing", "rego",
     "agent", "agent.main", "agent.defaults", "certs", "certs.commands",
 }
 KGWE = ("webhook", "policies", "agent", "certs", "rego")

@@ -13,7 +13,7 @@ from fault_support import ReviewServer
 from guarantees_support import CLUSTER, CONFIG, gpu_pod, review, serve
 from kubernetes import client as k8s_client
 
-from policies.kube_client import deadline_api_client
+from policies.kernel.kube_client import deadline_api_client
 from policies.rbac.review import SubjectAccessReviewer
 from webhook.assembly import build_runtime
 from webhook.config import load_config

@@ -1,4 +1,4 @@
-"""kubectl-style label selector text, compiled by policies.loading.selectors."""
+"""kubectl-style label selector text, compiled by policies.vocabulary.selectors."""
 
 from __future__ import annotations
 

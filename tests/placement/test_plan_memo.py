@@ -20,7 +20,8 @@ from placement_support import EXAMPLES
 from review_strategies import pods
 
 from policies.gpu_demand import pod_gpu_demand
-from policies.vocabulary.objects import IDENTITY_FIELDS, PodView
+from policies.vocabulary.identity import IDENTITY_FIELDS
+from policies.vocabulary.objects import PodView
 from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config, load_config

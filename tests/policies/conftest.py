@@ -15,7 +15,7 @@ import pytest
 from policy_fixtures import ROOT
 
 from policies.api import PolicyContext
-from policies.runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 from policies.vocabulary.accelerator_types import default_table
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.yaml_source import YamlDirectorySource

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from policies.runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Answers remembered for pods alike but for their identity (policies/answer_memo.py).
+"""Answers remembered for pods alike but for their identity (policies/runtime/answer_memo.py).
 
 A remembered answer must be the answer: every replica gets what a runtime that never saw the first one
 gives it, a pod that differs in anything but identity gets its own, a GPUPolicy set is never answered
@@ -20,7 +20,7 @@ from cel_generator import CUT_ATTACKS, ODD_POD, PODS
 from policy_fixtures import ROOT, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
-from policies.runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 
 
 def _example_pods() -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from policy_fixtures import gpu_pod, gpu_policy
 from policies.api import PolicyContext
 from policies.engines.cel import build_cel_engine
 from policies.engines.cel_binds import without_lazy_binds
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
 # Each is true of _two_containers() ("main" and "side", namespace team-a).
 TRUE_AFTER_AN_EARLY_STOP = [

@@ -16,7 +16,7 @@ from policy_fixtures import gpu_pod, gpu_policy
 from policies.api import PolicyContext
 from policies.engines.cel import CelEvaluationError, build_cel_engine
 from policies.engines.cel_conversions import strict_conversions
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
 GPUS = "int(object.metadata.annotations['kgwe.io/gpus']) <= 4"
 
@@ -77,15 +77,3 @@ def test_what_go_refuses_fails(expression: str) -> None:
 def test_expressions_without_conversions_run_as_written() -> None:
     for expression in ("object.int(1)", "type(1) == int", "'int(x)'", "x.double"):
         assert strict_conversions(expression) == expression
-
-
-def test_a_batch_of_rewritten_programs_is_not_rewritten_again() -> None:
-    # The runtime joins programs' texts, already rewritten, into one (policies/engines/cel_batches.py),
-    # and that text is compiled the same way: the guards' own calls are left alone.
-    engine = build_cel_engine("cel-expr-python")
-    programs = [engine.compile("double(int('4')) + double('1.5') > 1.0"), engine.compile("cel.bind(q, uint('3'), q)")]
-    joined = engine.batch(programs)
-    assert joined is not None
-    assert joined.evaluate(engine.activation({})) == [True, 3]
-    once = strict_conversions("int(x) + double(y) + uint(z) > timestamp(t)")
-    assert strict_conversions(once) == once

@@ -11,8 +11,7 @@ Three oracles, all through KGWE's engine interface (`build_cel_engine`, `compile
   that stopped early ran before it, which is how `cel.bind` and `optMap` went wrong (cel_binds.py,
   cel_optionals.py);
 - cel-expr-python against the laws of CEL's logic (commutative `&&` and `||` with errors, De Morgan,
-  negated conditionals);
-- a batch of programs (how the runtime evaluates a request's expressions) against its members.
+  negated conditionals).
 
 A disagreement fails the test unless it is one of celpy's known gaps, each named with its reason in
 CELPY_GAPS and shown by an example in test_celpy_gaps_still_diverge; cel-expr-python's own faults are
@@ -38,7 +37,6 @@ from policies.engines.projection import EACH, Path, projection_of
 CROSS_EXPRESSIONS = tries(300, 1200)
 EXTENDED_EXPRESSIONS = tries(250, 1000)
 LAW_TRIPLES = tries(80, 250)
-BATCHES = tries(40, 150)
 PROJECTED_EXPRESSIONS = tries(400, 1500)
 CUT_ATTACK_EXPRESSIONS = tries(400, 1500)
 
@@ -173,7 +171,7 @@ def test_extended_constructs_mean_their_plain_forms(cpp: _Runner) -> None:
 
 
 def test_a_value_does_not_depend_on_the_comprehensions_before_it(cpp: _Runner) -> None:
-    # Each expression after two of the early stops, in turn; joined as the runtime's batches join them.
+    # Each expression after two of the early stops, in turn, in one program.
     disagreements: list[str] = []
     for seed in range(EXTENDED_EXPRESSIONS):
         text = CelGenerator(seed, extended=True).expression().text
@@ -184,34 +182,6 @@ def test_a_value_does_not_depend_on_the_comprehensions_before_it(cpp: _Runner) -
             if after is None or not _same(alone, after):
                 disagreements.append(f"#{seed} after {before}: {text}\n    {alone} != {after}")
     assert disagreements == []
-
-
-def test_a_batch_answers_as_its_members(cpp: _Runner) -> None:
-    # The runtime evaluates a request's expressions joined into one program (CelEngine.batch): its value
-    # is their values in order, and it fails exactly when one of them fails.
-    engine = cpp.engine
-    wrong: list[str] = []
-    for group in range(BATCHES):
-        texts = [CelGenerator(10_000 + 4 * group + i, extended=True).expression().text for i in range(4)]
-        programs = [engine.compile(text) for text in texts]
-        joined = engine.batch(programs)
-        assert joined is not None
-        for pod, activation in enumerate(cpp.activations):
-            alone: list[Outcome] = []
-            for program in programs:
-                try:
-                    alone.append(("value", _comparable(program.evaluate(activation))))
-                except CelEvaluationError:
-                    alone.append(("error", ""))
-            try:
-                together: Outcome = ("value", _comparable(joined.evaluate(activation)))
-            except CelEvaluationError:
-                together = ("error", "")
-            expected = (("error", "") if any(o[0] == "error" for o in alone)
-                        else ("value", ("list", tuple(o[1] for o in alone))))
-            if together != expected:
-                wrong.append(f"group {group}, pod {pod}: {texts}\n    {together} != {expected}")
-    assert wrong == []
 
 
 def _whole_and_cut(cpp: _Runner, program: Any, paths: frozenset[Path], pod: dict[str, Any]) -> list[Outcome]:

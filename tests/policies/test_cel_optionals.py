@@ -17,7 +17,7 @@ from policy_fixtures import gpu_pod, gpu_policy
 from policies.api import PolicyContext
 from policies.engines.cel import CelEvaluationError, build_cel_engine
 from policies.engines.cel_optionals import MAX_OPTIONAL_MAPS, without_lazy_optional_maps
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
 # Each is true of _two_containers() ("main" and "side", namespace team-a, one GPU).
 TRUE_AFTER_AN_EARLY_STOP = [

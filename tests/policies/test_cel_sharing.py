@@ -14,7 +14,7 @@ import pytest
 from policy_fixtures import comparing_runtime, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext, Violation
-from policies.runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 
 ENGINES = ["cel-expr-python", "cel-python"]
 AT_MOST = "object.spec.containers.all(c, int(c.resources.limits['nvidia.com/gpu']) <= params.max)"
@@ -60,7 +60,7 @@ def test_params_as_a_local_name_and_comments_keep_their_meaning(
 @pytest.mark.parametrize("expression", [
     # `in .params.x`: the dot opens the root name (not a field of `in`), so it reads the policy's entry too.
     "'main' in .params.allowed",
-    # ... and marks the operand as reading params: it is not hoisted out of the policy's binding and shared.
+    # ... also where the operand is one side of a `&&`.
     "object.spec.containers.size() > 0 && object.spec.containers.exists(c, c.name in .params.allowed)",
     # The root-scope `.params` is the policy's params even where a comprehension variable is named `params`
     # (cel-cpp's answer; celpy lets the local capture it).

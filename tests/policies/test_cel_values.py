@@ -17,9 +17,9 @@ import pytest
 from policy_fixtures import ROOT, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
-# Beside each, a policy that denies every pod named "p", so the request's joined evaluation has two members.
+# Beside each, a policy that denies every pod named "p": the failing policy must not silence it.
 OTHER = gpu_policy("named-p", validations=[{"expression": "object.metadata.name != 'p'", "message": "named p"}])
 
 UNREADABLE_SPECS: list[dict[str, Any]] = [

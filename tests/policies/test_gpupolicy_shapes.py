@@ -20,7 +20,7 @@ import yaml
 from policy_fixtures import gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
 REFUSE_ALL = {"expression": "false", "message": "no GPU pods here"}
 TEAM_A = {"matchLabels": {"team": "a"}}

@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from review_strategies import EXAMPLES, TYPES, pods, text
 
 from policies.api import PolicyContext
-from policies.engines.native_builtins import KNOWN_MODULES, Declined, NativeBuiltins, module_digest, native_units
+from policies.engines.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+from policies.engines.native_builtins import KNOWN_MODULES, NativeBuiltins, module_digest, native_units
+from policies.engines.native_rules import Declined
 from policies.engines.rego import RegoInput, RegorusEngine
-from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.loading.loader import collect_sources
 from policies.loading.policy_set import CompiledUnit, prepare_rego
-from policies.runtime import PolicyRuntime
+from policies.runtime.policy_runtime import PolicyRuntime
 from rego import LIBRARY_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,10 +15,13 @@ from review_strategies import EXAMPLES, pods
 from test_native_builtins import EXAMPLE_CLUSTER, _example_pods, _normalise, clusters, intents, namespaces
 
 from policies.api import PolicyContext
-from policies.engines.native_builtins import Declined, merge_answers
+from policies.engines.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+from policies.engines.native_builtins import merge_answers
+from policies.engines.native_rules import Declined
 from policies.engines.rego_rvm import rego_evaluator
-from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
-from policies.runtime import PolicyRuntime, _CelScope, _EvaluationFailed, build_runtime
+from policies.runtime.cel_phase import CelScope
+from policies.runtime.outcomes import EvaluationFailed
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 
 # Reads the built-ins' own documents: they must still be computed when the aggregate skips them.
 ECHO_PRIVILEGED = """package team.echo
@@ -81,13 +84,13 @@ def _document(runtime: PolicyRuntime, query: str, ctx: PolicyContext, active: li
     """The aggregate document, or that the engine failed the query (an input the interpreter refuses)."""
     try:
         return _normalise(runtime._query(runtime._set, query, copy.deepcopy(ctx), active))
-    except _EvaluationFailed:
+    except EvaluationFailed:
         return "failed"
 
 
 def _same(pair: tuple[PolicyRuntime, PolicyRuntime], ctx: PolicyContext) -> None:
     split, whole = pair
-    active = split._active(split._set, ctx, "evaluate", [], _CelScope(split._set))
+    active = split._active(split._set, ctx, "evaluate", [], CelScope(split._set))
     assert [p.name for p in active] == ["echo", "flat"]
     for query in (EVERYTHING_QUERY, CHECK_QUERY, DECISION_QUERY):
         assert _document(split, query, ctx, active) == _document(whole, query, ctx, active), query

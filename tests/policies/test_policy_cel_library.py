@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from policies.loading.testing import run_cel_tests
+from policies.runtime.testing import run_cel_tests
 
 SUITE = Path(__file__).parent / "cel"
 LIBRARY_FUNCTIONS = (

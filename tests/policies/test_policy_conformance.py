@@ -15,7 +15,7 @@ from policies.engines.conformance import (
     served_vm_runner,
     supported_rego_runner,
 )
-from policies.engines.rego import opa_go_available
+from policies.engines.rego_opa import opa_go_available
 
 CASES = Path(__file__).parent / "conformance"
 REGO_CASES = load_cases(CASES / "rego_cases.yaml")

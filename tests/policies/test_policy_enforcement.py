@@ -9,7 +9,7 @@ from policy_fixtures import gpu_pod, gpu_policy
 from prometheus_client import REGISTRY
 
 from policies.api import PolicyContext, Violation
-from policies.runtime import PolicyRuntime
+from policies.runtime.policy_runtime import PolicyRuntime
 
 MAX_GPUS = gpu_policy(
     "max-gpus", "Deny",

@@ -10,7 +10,7 @@ from policy_fixtures import gpu_pod, gpu_policy
 from prometheus_client import REGISTRY
 
 from policies.api import PolicyContext
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
 REGO_BOOM = gpu_policy("rego-boom", rego={"module": (
     "package kgwe.policy.boom\nimport rego.v1\n"
@@ -88,19 +88,19 @@ def test_cel_time_limit_reads_the_cpu_clock_once_and_stays_exact() -> None:
     minus the wall time before it began from below: within the bounds the answer is exact; between them
     the evaluation is timed again on its own."""
     from policies.engines.cel import build_cel_engine
-    from policies.runtime import _cpu_over
+    from policies.runtime.cel_phase import cpu_over
 
     engine = build_cel_engine()
     program = engine.compile("[1, 2, 3].all(x, x > 0)")
     activation = engine.activation({})
     cpu, wall = time.thread_time(), time.perf_counter()
     # Little CPU since the clocks were read: under any limit above it.
-    assert not _cpu_over(1.0, (cpu, wall), wall, program, activation)
+    assert not cpu_over(1.0, (cpu, wall), wall, program, activation)
     # Ten seconds of CPU since the clocks, none of it before this evaluation began: over the limit.
-    assert _cpu_over(1.0, (cpu - 10.0, wall), wall, program, activation)
+    assert cpu_over(1.0, (cpu - 10.0, wall), wall, program, activation)
     # Ten seconds of CPU, but twenty of wall time before the evaluation began: it may have used none of
     # them, so it is timed alone, and a cheap expression is well under a second.
-    assert not _cpu_over(1.0, (cpu - 10.0, wall - 20.0), wall, program, activation)
+    assert not cpu_over(1.0, (cpu - 10.0, wall - 20.0), wall, program, activation)
 
 
 def test_a_value_python_cannot_hold_is_a_policy_failure_not_a_crash(

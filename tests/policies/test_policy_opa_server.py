@@ -10,7 +10,7 @@ from opa_rest_stub import OpaRestStub
 from policy_fixtures import ROOT, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
-from policies.runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from policy_fixtures import gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
-from policies.runtime import PolicyRuntime
+from policies.runtime.policy_runtime import PolicyRuntime
 
 GIB = 1024**3
 
@@ -78,7 +78,8 @@ def test_invalid_decision_fields_are_ignored(runtime: PolicyRuntime, make_contex
 
 @pytest.mark.parametrize("failure_mode", ["open", "closed"])
 def test_decision_engine_failure(failure_mode: str, make_context: Callable[..., PolicyContext]) -> None:
-    from policies.runtime import PolicyEngineError, build_runtime
+    from policies.runtime.outcomes import PolicyEngineError
+    from policies.runtime.policy_runtime import build_runtime
 
     runtime = build_runtime(failure_mode=failure_mode)  # type: ignore[arg-type]
     module = ('package kgwe.policy.boom\nimport rego.v1\n'

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from opa_rest_stub import OpaRestStub
 
-from policies.engines.rego import OpaGoEngine, OpaServerEngine, RegoEngine, RegorusEngine, opa_go_available
-from policies.loading.testing import run, run_rego_tests
+from policies.engines.rego import RegoEngine, RegorusEngine
+from policies.engines.rego_opa import OpaGoEngine, OpaServerEngine, opa_go_available
+from policies.runtime.testing import run, run_rego_tests
 from rego import LIBRARY_DIR
 
 

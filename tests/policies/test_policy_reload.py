@@ -10,7 +10,7 @@ from policy_fixtures import gpu_pod, gpu_policy
 from prometheus_client import REGISTRY
 
 from policies.api import PolicyContext, Violation
-from policies.runtime import PolicyRuntime
+from policies.runtime.policy_runtime import PolicyRuntime
 
 GOOD_MODULE = """package kgwe.policy.limit
 import rego.v1

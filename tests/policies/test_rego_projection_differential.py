@@ -33,13 +33,13 @@ from effort import tries
 from rego_generator import GeneratedSet, RegoGenerator
 
 from policies.api import PolicyContext
+from policies.engines.aggregate import AGGREGATE_MODULE, EVERYTHING_QUERY, GatheredPolicy, aggregate_module
 from policies.engines.projection import EACH, Each, Projection
 from policies.engines.rego_cycles import rule_cycle
 from policies.engines.rego_reads import InputReads
 from policies.engines.rego_rvm import EVERYTHING_ENTRY, rvm_aggregate_modules
 from policies.engines.rego_source import inspect_module
-from policies.loading.aggregate import AGGREGATE_MODULE, EVERYTHING_QUERY, GatheredPolicy, aggregate_module
-from policies.runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 
 SETS = tries(150, 600)
 # What the generator's member flows must reach (tests/policies/rego_generator.py names them).

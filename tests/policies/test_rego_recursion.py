@@ -101,7 +101,7 @@ _CHILD = """
 import json, sys
 from policies.api import PolicyContext
 from policies.engines.rego_rvm import rego_evaluator
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
 runtime = build_runtime(rego_vm="auto")
 assert runtime.reload(builtin=True, directories=[sys.argv[1]]).ok

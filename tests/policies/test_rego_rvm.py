@@ -21,17 +21,13 @@ from hypothesis import strategies as st
 from policy_fixtures import gpu_pod
 
 from policies.api import PolicyContext
+from policies.engines.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
 from policies.engines.rego import UNDEFINED, RegoEvaluationError, RegoInput, RegorusEngine
-from policies.engines.rego_rvm import (
-    _PROBE_CLUSTER,
-    rego_evaluator,
-    rego_vm_mode,
-    request_guard,
-    same_document,
-)
-from policies.loading.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
+from policies.engines.rego_rvm import rego_evaluator, rego_vm_mode
+from policies.engines.rego_rvm_gates import _PROBE_CLUSTER, request_guard, same_document
 from policies.loading.policy_set import _modules, _params
-from policies.runtime import PolicyEngineError, PolicyRuntime, build_runtime
+from policies.runtime.outcomes import PolicyEngineError
+from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "policies"
@@ -50,7 +46,7 @@ def _pair(runtime: PolicyRuntime) -> tuple[Any, Any, list[str]]:
     """The runtime's prepared set (RVM) and the same modules on the interpreter."""
     policy_set = runtime._set
     modules = {**_modules(policy_set.units)}
-    from policies.loading.aggregate import AGGREGATE_MODULE, aggregate_module
+    from policies.engines.aggregate import AGGREGATE_MODULE, aggregate_module
 
     modules[AGGREGATE_MODULE] = aggregate_module(policy_set.gathered)
     interpreter = RegorusEngine().prepare(modules, {"kgwe": {"params": _params(policy_set.units), "cluster": {}}})

@@ -14,7 +14,7 @@ from policy_fixtures import gpu_pod
 
 from policies.api import PolicyContext
 from policies.engines.rego_source import inspect_module
-from policies.runtime import build_runtime
+from policies.runtime.policy_runtime import build_runtime
 
 
 @pytest.mark.parametrize(("rule", "kind"), [

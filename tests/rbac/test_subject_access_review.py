@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from policies.kube_client import deadline_api_client
+from policies.kernel.kube_client import deadline_api_client
 from policies.rbac.evaluator import AuthorizationUnavailable, RbacEvaluator
 from policies.rbac.review import SubjectAccessReviewer
 

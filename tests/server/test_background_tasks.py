@@ -11,7 +11,7 @@ from waiting import eventually
 
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext
-from policies.background import Supervisor, Task
+from policies.kernel.background import Supervisor, Task
 from webhook.server.app import create_app
 
 

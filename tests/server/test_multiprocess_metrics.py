@@ -97,7 +97,7 @@ import warnings
 warnings.simplefilter("error")  # the library's 'not implemented in multi-process mode' warning fails this
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
-from policies.metrics import QUOTA_LIMIT, replace_series
+from policies.kernel.metrics import QUOTA_LIMIT, replace_series
 from webhook.gangs.controller import WAITING_TOO_LONG
 replace_series(QUOTA_LIMIT, {("team-a", "h100"): 8.0, ("team-b", "h100"): 4.0})
 replace_series(QUOTA_LIMIT, {("team-a", "h100"): 6.0})  # team-b's quota was deleted

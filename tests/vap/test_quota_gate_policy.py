@@ -146,7 +146,7 @@ SELECTORS = [
     ({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}, {"gpu": ""}, True),
     ({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}, {"gpu": "x"}, False),
     ({"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "gpu", "operator": "Exists"}]}, {"team": "a"}, False),
-    # What KGWE cannot read claims nothing (policies/loading/selectors.py), however the labels look.
+    # What KGWE cannot read claims nothing (policies/vocabulary/selectors.py), however the labels look.
     ({"matchExpressions": [{"key": "team", "operator": "In", "values": []}]}, {"team": "a"}, False),
     ({"matchExpressions": [{"key": "team", "operator": "NotIn"}]}, {}, False),
     ({"matchExpressions": [{"key": "gpu", "operator": "Exists", "values": ["x"]}]}, {"gpu": "x"}, False),

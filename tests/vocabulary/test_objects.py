@@ -7,7 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
-from policies.vocabulary.objects import EMPTY, NodeView, ObjectView, PodView, object_view, pod_view, string_map
+from policies.vocabulary.nodes import NodeView
+from policies.vocabulary.objects import EMPTY, ObjectView, PodView, object_view, pod_view, string_map
 
 
 def _pod() -> dict[str, Any]:

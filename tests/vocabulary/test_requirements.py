@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from policies.loading.selectors import parse_selector
 from policies.vocabulary.requirements import Requirement
+from policies.vocabulary.selectors import parse_selector
 
 
 def test_label_selectors_that_say_the_same_thing_are_equal() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from policies.api import Violation
 from policies.gpu_demand import pod_gpu_demand
-from policies.runtime import PolicyEngineError
+from policies.runtime.outcomes import PolicyEngineError
 from policies.vocabulary.objects import PodView
 from webhook.admission.facts import Facts
 from webhook.admission.outcome import Outcome

@@ -19,7 +19,7 @@ from prometheus_client import Counter
 
 from policies.api import Violation, WouldBlock
 from policies.gpu_demand import pod_gpu_demand
-from policies.runtime import PolicyEngineError
+from policies.runtime.outcomes import PolicyEngineError
 from policies.vocabulary import keys
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.gather import FactGathering, check_deadline

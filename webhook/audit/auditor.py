@@ -23,8 +23,8 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from policies.background import Task
-from policies.metrics import replace_series
+from policies.kernel.background import Task
+from policies.kernel.metrics import replace_series
 from webhook.audit.checks import audit_pod, quota_findings
 from webhook.audit.findings import Finding
 from webhook.audit.formats import report_format

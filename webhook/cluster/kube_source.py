@@ -35,7 +35,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.vocabulary.backoff import Backoff
 from policies.vocabulary.objects import ObjectView, string
 from webhook.cluster.collector_pause import collector_paused

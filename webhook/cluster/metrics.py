@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge
 
-from policies.metrics import replace_series
+from policies.kernel.metrics import replace_series
 from webhook.cluster.node_facts import NodeFacts
 
 TOPOLOGY_AGE = Gauge(

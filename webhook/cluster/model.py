@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
 from policies.vocabulary.objects import ObjectView, PodView

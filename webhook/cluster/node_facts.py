@@ -21,7 +21,7 @@ from typing import Any
 
 from policies.vocabulary import keys, resources
 from policies.vocabulary.accelerator_types import MIXED, UNKNOWN, AcceleratorTable
-from policies.vocabulary.objects import NodeView
+from policies.vocabulary.nodes import NodeView
 from policies.vocabulary.topology_schema import LABEL_ACCELERATOR_TYPE, TopologyDocument
 from webhook.cluster.node_devices import DraNodeDevices
 from webhook.cluster.node_gpus import gpu_count

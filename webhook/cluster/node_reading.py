@@ -14,7 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
-from policies.vocabulary.objects import NodeView, mapping
+from policies.vocabulary.nodes import NodeView
+from policies.vocabulary.objects import mapping
 from policies.vocabulary.quantities import parse_quantity
 from policies.vocabulary.topology_schema import TopologyDocument
 

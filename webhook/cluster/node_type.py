@@ -9,7 +9,7 @@ GPUs but none of these is `unknown` (webhook/cluster/node_gpus.py).
 from __future__ import annotations
 
 from policies.vocabulary import keys, resources
-from policies.vocabulary.accelerator_types import split_product
+from policies.vocabulary.product_names import split_product
 from policies.vocabulary.topology_schema import LABEL_ACCELERATOR_TYPE
 from webhook.cluster.amd import amd_labels
 from webhook.cluster.node_reading import NodeReading, int_label

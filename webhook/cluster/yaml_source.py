@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from policies.background import Task
+from policies.kernel.background import Task
 from webhook.cluster.metrics import CLUSTER_DIRECTORY_ERRORS, CLUSTER_DIRECTORY_REFUSED
 from webhook.cluster.model import ClusterStore
 

@@ -27,8 +27,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from policies.background import Task
 from policies.gpu_demand import pod_gpu_demand
+from policies.kernel.background import Task
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.kube_json import KubeJson

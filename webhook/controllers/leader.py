@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.vocabulary.objects import ObjectView
 from webhook.cluster.kube_json import RETRYABLE, KubeJson
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from policies.background import Task
+from policies.kernel.background import Task
 from webhook.cluster.kube_json import RETRYABLE, KubeJson
 
 log = logging.getLogger("kgwe.controllers.permissions")

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.dra.compute_domain import API_VERSION as COMPUTE_DOMAIN_API

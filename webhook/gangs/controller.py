@@ -31,8 +31,8 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
-from policies.background import Task
-from policies.metrics import replace_series
+from policies.kernel.background import Task
+from policies.kernel.metrics import replace_series
 from policies.vocabulary.objects import PodView, objects
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config

@@ -1,5 +1,5 @@
 """One `Inventory` and its rendered views per snapshot generation and configuration, rebuilt on demand
-by the `inventory-rebuild` task (policies/background.py) so that no request waits for a rebuild."""
+by the `inventory-rebuild` task (policies/kernel/background.py) so that no request waits for a rebuild."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from policies.background import Task
+from policies.kernel.background import Task
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.inventory.capacity import Inventory

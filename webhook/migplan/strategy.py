@@ -12,8 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from policies.loading.selectors import LabelSelector, parse_selector
 from policies.vocabulary.objects import ObjectView
+from policies.vocabulary.selectors import LabelSelector, parse_selector
 
 DEFAULT_REBALANCE_SECONDS = 600.0
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")

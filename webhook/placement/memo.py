@@ -33,7 +33,8 @@ from typing import Any
 import orjson
 
 from policies.gpu_demand import GpuDemand
-from policies.vocabulary.objects import PodView, without_identity
+from policies.vocabulary.identity import without_identity
+from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.intent import PodIntent

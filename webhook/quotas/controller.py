@@ -32,9 +32,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
-from policies.background import Backoff, Task
 from policies.gpu_demand import pod_gpu_demand
-from policies.metrics import replace_series
+from policies.kernel.background import Backoff, Task
+from policies.kernel.metrics import replace_series
 from policies.quota.budget import BudgetState, judge
 from policies.quota.model import format_gpus, format_memory
 from policies.quota.queue import Release, TenantQueue, Wait, Waiter, wait_message

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies.loading.selectors import parse_selector
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
+from policies.vocabulary.selectors import parse_selector
 from webhook.config import Config
 
 QUOTA_GATE = keys.QUOTA_GATE

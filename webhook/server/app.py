@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from policies.background import Supervisor, Task
+from policies.kernel.background import Supervisor, Task
 from webhook.server import multiproc_metrics
 from webhook.server.admission_endpoint import AdmissionEndpoint, LoadState, ServingRuntime
 from webhook.server.api_index import api_index
@@ -42,7 +42,7 @@ OFFLOAD_DEFAULT = False
 OFFLOAD_THREADS = 8
 
 
-# What the server runs for its whole life: background tasks (policies/background.py), and serving
+# What the server runs for its whole life: background tasks (policies/kernel/background.py), and serving
 # certificates polled for renewal, which become `certificate-reload` tasks reloading on the serving loop.
 BackgroundTask = Task | ReloadableCertificate
 

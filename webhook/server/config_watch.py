@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from policies.background import Task
+from policies.kernel.background import Task
 from webhook.config import Config, ConfigError, parse_config
 
 log = logging.getLogger(__name__)

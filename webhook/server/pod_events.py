@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.vocabulary.backoff import Backoff
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest

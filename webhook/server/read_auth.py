@@ -144,7 +144,7 @@ class ReadAuth:
         """Reviews through `api_client`'s API server, one attempt per call, each within TIMEOUT_SECONDS."""
         from kubernetes import client as k8s
 
-        from policies.kube_client import deadline_api_client
+        from policies.kernel.kube_client import deadline_api_client
 
         bounded = deadline_api_client(api_client.configuration)
         return cls(TokenReviewer(k8s.AuthenticationV1Api(bounded)), AccessReviewer(k8s.AuthorizationV1Api(bounded)))

@@ -1,4 +1,4 @@
-"""The server's side of the background tasks (policies/background.py): the one body that must run on the
+"""The server's side of the background tasks (policies/kernel/background.py): the one body that must run on the
 serving event loop, and the handle through which a task's thread reaches that loop.
 
 Every background task of `kgwe serve` runs on its own thread, except one step: swapping the serving
@@ -15,7 +15,7 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from policies.background import Task
+from policies.kernel.background import Task
 
 T = TypeVar("T")
 

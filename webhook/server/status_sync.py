@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from policies.background import Task
+from policies.kernel.background import Task
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.profiles import hardware_profiles_view
 from webhook.runtime import Runtime

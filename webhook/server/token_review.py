@@ -76,7 +76,7 @@ class TokenReviewer:
         timeout: float = TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # `api` should sit on policies.kube_client.deadline_api_client: no retry past `timeout`.
+        # `api` should sit on policies.kernel.kube_client.deadline_api_client: no retry past `timeout`.
         self.api = api
         self.authenticated_ttl = authenticated_ttl
         self.rejected_ttl = rejected_ttl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Gauge
 
-from policies.metrics import replace_series
+from policies.kernel.metrics import replace_series
 from policies.quota.budget import BudgetState
 
 BUDGET_MONTHLY = Gauge("kgwe_budget_monthly", "A tenant's monthly budget (pricing currency)", ["tenant"],

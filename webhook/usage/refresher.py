@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from policies.background import Task
+from policies.kernel.background import Task
 from policies.vocabulary.backoff import Backoff
 from policies.vocabulary.objects import PodView
 from webhook.admission.request import AdmissionRequest

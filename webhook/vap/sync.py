@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 from kubernetes.client.exceptions import ApiException
 
-from policies.background import Task
+from policies.kernel.background import Task
 from webhook.cluster.model import ClusterStore
 from webhook.vap.translate import (
     API_VERSION,

@@ -134,7 +134,7 @@ def _expression_case(cel: CelEngine, case: Mapping[str, Any]) -> str:
 def _policy_case(policy: Mapping[str, Any], case: Mapping[str, Any], cel_engine: str) -> str:
     from policies.api import PolicyContext
     from policies.engines.rego import RegorusEngine
-    from policies.runtime import PolicyRuntime
+    from policies.runtime.policy_runtime import PolicyRuntime
     from policies.vocabulary.objects import ObjectView
 
     runtime = PolicyRuntime(RegorusEngine(), cel_engine=cel_engine)  # type: ignore[arg-type]
@@ -233,7 +233,7 @@ def run(argv: list[str]) -> int:
     if not directory.is_dir():
         print(f"kgwe policy test: {directory} is not a directory", file=sys.stderr)
         return 2
-    from policies.engines.rego import build_rego_engine
+    from policies.engines.rego_opa import build_rego_engine
 
     try:
         engine = build_rego_engine(args.engine, args.opa_url)

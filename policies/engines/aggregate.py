@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 AGGREGATE_PACKAGE = "kgwe.aggregate"
+# The package of the aggregate served on regorus' compiled VM (policies/engines/rego_rvm.py).
+RVM_PACKAGE = "kgwe.aggregate_rvm"
 AGGREGATE_MODULE = "kgwe-aggregate.rego"
 CHECK_QUERY = f"data.{AGGREGATE_PACKAGE}.check"
 DECISION_QUERY = f"data.{AGGREGATE_PACKAGE}.decision"

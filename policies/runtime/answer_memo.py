@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from policies.api import PlacementDecision, PolicyContext, Violation
-from policies.vocabulary.objects import without_identity
+from policies.vocabulary.identity import without_identity
 
 MEMO_SIZE = 256
 MAX_KEY_BYTES = 32 * 1024  # with MEMO_SIZE: at most 8 MiB of keys
