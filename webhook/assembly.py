@@ -33,6 +33,7 @@ from webhook.dra.gate import ClaimGate
 from webhook.dra.kind import ClaimKind
 from webhook.dra.templates import ClaimTemplateHook
 from webhook.gangs.admission import GangGate, GangHook
+from webhook.gangs.plan import plan_sized_gang
 from webhook.quotas.gate import QuotaGate
 from webhook.rbac.gate import RbacGate
 from webhook.runtime import Runtime
@@ -87,7 +88,7 @@ def register_wings(runtime: Runtime) -> None:
     """The wings' kinds, gates and hooks on the runtime's admission (webhook/admission/seams.py), in the order
     they run. A new gate or workload kind is one file in its wing and one line here (docs/architecture.md)."""
     seams = runtime.admission.seams
-    workloads = WorkloadKind(runtime)
+    workloads = WorkloadKind(runtime, plan_sized_gang)
     quota = QuotaGate(runtime)
     seams.kinds.extend([workloads, ClaimKind(runtime)])
     seams.before.append(RequesterHook(workloads))
@@ -223,7 +224,9 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
 def register_model_wings() -> None:
     """Fill the core's ordered seams with the wings' steps, at their names (webhook/ordered_seam.py). Run
     when this module is imported, before anything is built; running it again changes nothing."""
+    from webhook.cluster.claim_charging import CLAIM_CHARGING
     from webhook.cluster.fact_readers import FACT_READERS
+    from webhook.dra import charges as dra_charges
     from webhook.dra import facts as dra_facts
     from webhook.dra import mutator as dra_mutator
     from webhook.dra import plan as dra_plan
@@ -236,6 +239,7 @@ def register_model_wings() -> None:
     PLAN_STEPS.fill({**gang_plan.PLAN_STEPS, **dra_plan.PLAN_STEPS})
     DRA_PLANNER.fill(dra_plan)
     GPU_RESOURCE_WRITERS.fill(dra_mutator.GPU_RESOURCE_WRITERS)
+    CLAIM_CHARGING.fill(dra_charges)
 
 
 register_model_wings()

@@ -23,7 +23,7 @@ from gang_support import (
 from kubernetes import client as k8s_client
 
 from webhook.gangs.controller import GangController, kube_pod_writer
-from webhook.gangs.rooms import RoomId
+from webhook.placement.rooms import RoomId
 
 
 def started(cluster: Cluster, controller: GangController, gang: str, size: int, nodes: list[str]) -> None:

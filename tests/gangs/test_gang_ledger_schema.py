@@ -10,7 +10,7 @@ import jsonschema
 import yaml
 
 from webhook.gangs.ledger import GangRecord, records_from_json, records_to_json
-from webhook.gangs.rooms import KIND_CLIQUE, RoomId
+from webhook.placement.rooms import KIND_CLIQUE, RoomId
 
 CRD = Path(__file__).resolve().parents[2] / "charts" / "kgwe" / "crds" / "gangledgers.kgwe.io.yaml"
 

@@ -8,8 +8,8 @@ from webhook.config import ConfigError, parse_config, parse_duration
 from webhook.usage.decay import decayed, percentile
 from webhook.usage.history import PodHistory
 from webhook.usage.idle import idle_pod
-from webhook.usage.owners import workload_of
 from webhook.usage.promql import Grid, memory_peak
+from webhook.workload_owners import workload_of
 
 
 @pytest.mark.parametrize(("name", "kind", "owner", "part"), [

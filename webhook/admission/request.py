@@ -73,7 +73,7 @@ class AdmissionRequest:
     requested_by: str | None = None
     via: str = ""
     # Set by workload admission: the key of the workload a template's pods pool their usage under
-    # (webhook/usage/owners.py `template_workload`); "" when it cannot be known.
+    # (webhook/workload_owners.py `template_workload`); "" when it cannot be known.
     workload: str = ""
     # A pod CREATE whose controller owner is of a kind whose templates KGWE admits: its template was
     # judged (and rightsized) at the owner's admission, so the pod passes as it was made (SPEC section 7).

@@ -1,10 +1,16 @@
-"""A node's DRA devices by DeviceClass, as the node view and availability show them beside extended
-resources: `gpu.nvidia.com` (whole GPUs) and `mig.nvidia.com/<profile>`."""
+"""DeviceClasses as the core reads them: a node's DRA devices by class, as the node view and availability show
+them beside extended resources (`gpu.nvidia.com` whole GPUs, `mig.nvidia.com/<profile>`), and the extended
+resource names a DeviceClass serves (a pod may ask DRA devices as `deviceclass.resource.kubernetes.io/<class>`
+or a class's `extendedResourceName`): what quotas, workloads and the DRA wing all read of a pod's asks."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
+from policies.gpu_demand import GPU_PREFIXES
+from policies.vocabulary.objects import PodView, pod_view
 from webhook.cluster.node_facts import NodeFacts
 
 DRA_GPUS = "gpu.nvidia.com"
@@ -39,3 +45,30 @@ def dra_used(facts: NodeFacts) -> dict[str, Decimal]:
         if used:
             out[key] = used
     return out
+
+
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+def mapped_resources(device_classes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Extended resource name -> the DeviceClass that serves it (`spec.extendedResourceName`), except the
+    names KGWE counts as GPU resources itself (`nvidia.com/gpu` served by DRA is still `nvidia.com/gpu`)."""
+    mapped: dict[str, str] = {}
+    for name, device_class in sorted(device_classes.items()):
+        spec = device_class.get("spec")
+        resource = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+        if isinstance(resource, str) and resource and not resource.startswith(GPU_PREFIXES):
+            mapped[resource] = name
+    return mapped
+
+
+def asks_extended_devices(pod: PodView | Mapping[str, Any], mapped: Mapping[str, str] | None = None) -> bool:
+    """Whether a container or init container asks for `deviceclass.resource.kubernetes.io/...` or a name
+    of `mapped` (`mapped_resources`). Without `mapped`, needs no snapshot: for deciding that an error
+    must refuse the pod."""
+    return any(
+        isinstance(name, str) and (name.startswith(IMPLICIT_PREFIX) or (mapped is not None and name in mapped))
+        for container in pod_view(pod).all_containers
+        for amounts in container.amounts()
+        for name in amounts
+    )

@@ -16,21 +16,22 @@ from policies.vocabulary.accelerator_types import MIXED
 from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB
+from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.dra.claim_names import extended_claim_name, generated_claim_names
 from webhook.dra.claimed import (
     HeldGpu,
     allocated_gpus,
-    asks_extended_devices,
     devices_by_key,
     extended_requests,
     foreign_claims,
-    mapped_resources,
     most_devices_on_a_node,
+    own_dra_asks,
     recorded_by_kgwe,
     requested_gpus,
 )
 from webhook.dra.gpu_classes import GpuClasses
+from webhook.dra_rendering import DraRendering
 from webhook.intent import OUT_TENANT
 
 
@@ -155,3 +156,15 @@ def claimed_charges(model: ClusterModel) -> Iterator[tuple[dict[str, Any], list[
             continue
         claims = claims or ClaimUsage(model, mapped)
         yield pod, claims.charges(pod)
+
+
+def claim_charges(model: ClusterModel, mapped: Mapping[str, str]) -> ClaimUsage:
+    """The snapshot's claims ready to charge pods: the quota wing's seam (webhook/cluster/claim_charging.py)."""
+    return ClaimUsage(model, mapped)
+
+
+def asks_own_devices(
+    pod: Mapping[str, Any], rendering: DraRendering | None, device_classes: Mapping[str, Mapping[str, Any]]
+) -> bool:
+    """At admission: whether the pod asks DRA for devices of its own, past what KGWE rendered for it."""
+    return bool(own_dra_asks(pod, rendering, device_classes))

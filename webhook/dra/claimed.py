@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from policies.gpu_demand import DRA_CLAIM_PREFIX, GPU_PREFIXES, SEVEN, dra_rendered, mig_compute_slices
+from policies.gpu_demand import DRA_CLAIM_PREFIX, SEVEN, dra_rendered, mig_compute_slices
 from policies.vocabulary.objects import PodView, pod_view
+from webhook.cluster.device_classes import IMPLICIT_PREFIX, mapped_resources
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_devices import DraDevice
 from webhook.dra.claim_names import MAX_NAME, MAX_POD_CLAIMS, object_name
@@ -122,32 +123,7 @@ def recorded_by_kgwe(pod: PodView | Mapping[str, Any]) -> Callable[[str, str], b
 # Every DeviceClass is also the extended resource `deviceclass.resource.kubernetes.io/<class name>`, and a
 # class may name one of its own (`spec.extendedResourceName`, KEP-5004): a pod asking for it gets that many
 # devices of the class through a claim the scheduler makes (`status.extendedResourceClaimStatus`).
-IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 _WHOLE = re.compile(r"[0-9]{1,18}")
-
-
-def mapped_resources(device_classes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """Extended resource name -> the DeviceClass that serves it (`spec.extendedResourceName`), except the
-    names KGWE counts as GPU resources itself (`nvidia.com/gpu` served by DRA is still `nvidia.com/gpu`)."""
-    mapped: dict[str, str] = {}
-    for name, device_class in sorted(device_classes.items()):
-        spec = device_class.get("spec")
-        resource = spec.get("extendedResourceName") if isinstance(spec, dict) else None
-        if isinstance(resource, str) and resource and not resource.startswith(GPU_PREFIXES):
-            mapped[resource] = name
-    return mapped
-
-
-def asks_extended_devices(pod: PodView | Mapping[str, Any], mapped: Mapping[str, str] | None = None) -> bool:
-    """Whether a container or init container asks for `deviceclass.resource.kubernetes.io/...` or a name
-    of `mapped` (`mapped_resources`). Without `mapped`, needs no snapshot: for deciding that an error
-    must refuse the pod."""
-    return any(
-        isinstance(name, str) and (name.startswith(IMPLICIT_PREFIX) or (mapped is not None and name in mapped))
-        for container in pod_view(pod).all_containers
-        for amounts in container.amounts()
-        for name in amounts
-    )
 
 
 def extended_requests(

@@ -14,16 +14,10 @@ from webhook.admission.facts import Facts, Problem
 from webhook.admission.ports import QuotaCheck
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionGate, Gate
+from webhook.cluster.device_classes import asks_extended_devices
 from webhook.dra.charges import claim_candidate_types, claimed_charge
 from webhook.dra.claim_reader import ClaimReader, ModelClaimReader, read_claims
-from webhook.dra.claimed import (
-    ForeignClaims,
-    GpuClasses,
-    asks_extended_devices,
-    most_devices_on_a_node,
-    own_dra_asks,
-    requested_gpus,
-)
+from webhook.dra.claimed import ForeignClaims, GpuClasses, most_devices_on_a_node, own_dra_asks, requested_gpus
 from webhook.runtime import Runtime
 
 _OFFLINE = ModelClaimReader()

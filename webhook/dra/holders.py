@@ -29,18 +29,10 @@ from typing import Any
 
 from policies.gpu_demand import GPU_PREFIXES
 from policies.vocabulary.objects import PodView, pod_view
+from webhook.cluster.device_classes import IMPLICIT_PREFIX, mapped_resources
 from webhook.cluster.model import ClusterModel
 from webhook.dra.claim_names import extended_claim_name, generated_claim_names
-from webhook.dra.claimed import (
-    IMPLICIT_PREFIX,
-    MAX_RESULTS,
-    HeldGpu,
-    allocated_gpus,
-    devices_by_key,
-    foreign_claims,
-    mapped_resources,
-    recorded_by_kgwe,
-)
+from webhook.dra.claimed import MAX_RESULTS, HeldGpu, allocated_gpus, devices_by_key, foreign_claims, recorded_by_kgwe
 
 PodKey = tuple[str, str]  # namespace, name
 _LAST = "~"  # sorts after every RFC 3339 stamp: a pod with no stamp is the last candidate

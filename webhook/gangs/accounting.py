@@ -14,10 +14,10 @@ import orjson
 
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel, pod_is_finished
+from webhook.gang_spec import is_bound, is_gated, is_terminating, membership
 from webhook.gangs.ledger import GangRecord, Records
 from webhook.gangs.plan import holding_rooms
-from webhook.gangs.rooms import Fit, Room, RoomId, best_fit, fit, free_gpus, per_snapshot
-from webhook.gangs.spec import is_bound, is_gated, is_terminating, membership
+from webhook.placement.rooms import Fit, Room, RoomId, best_fit, fit, free_gpus, per_snapshot
 from webhook.scheduling.predicates import node_affinity_matches, node_selector_matches
 
 # A clique of thousands of nodes is checked on a sample: its nodes share the labels a gang selects on.

@@ -16,12 +16,12 @@ from webhook.admission.facts import Facts, Problem
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionGate
+from webhook.gang_spec import GATE
 from webhook.gangs.accounting import candidate_rooms, gang_pods
 from webhook.gangs.ledger import GangRecord
 from webhook.gangs.native import is_kgwe_name, pod_group_name
-from webhook.gangs.rooms import best_fit, free_gpus
-from webhook.gangs.spec import GATE
 from webhook.intent import LABEL_GANG
+from webhook.placement.rooms import best_fit, free_gpus
 from webhook.runtime import Runtime
 
 

@@ -36,12 +36,12 @@ from policies.kernel.metrics import replace_series
 from policies.vocabulary.objects import PodView, objects
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
+from webhook.gang_spec import GATE, membership
 from webhook.gangs.accounting import gang_pods
 from webhook.gangs.ledger import GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
 from webhook.gangs.native import NativeGangWriter, pod_group_name, served
 from webhook.gangs.planning import Action, plan_gangs
-from webhook.gangs.rooms import RoomId
-from webhook.gangs.spec import GATE, membership
+from webhook.placement.rooms import RoomId
 
 log = logging.getLogger("kgwe.gangs.controller")
 

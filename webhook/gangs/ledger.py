@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView
-from webhook.gangs.rooms import RoomId
 from webhook.intent import MAX_GANG_SIZE
+from webhook.placement.rooms import RoomId
 
 GROUP = keys.GROUP
 VERSION = "v1alpha1"

@@ -25,12 +25,12 @@ from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.topology_schema import LABEL_NVLINK_CLIQUE
 from webhook.cluster.model import ClusterModel
+from webhook.gang_spec import GATE, HOSTNAME_LABEL, LABEL_GANG
 from webhook.gangs.native import native_gangs, pod_group_name
-from webhook.gangs.rooms import KIND_CLIQUE, KIND_NODE, Room, rooms_for
-from webhook.gangs.spec import GATE, HOSTNAME_LABEL, LABEL_GANG
 from webhook.placement.constraints import Requirement
 from webhook.placement.context import PlacementPlan, PlanContext, describe_cluster
 from webhook.placement.kueue import KUEUE_REQUIRED_TOPOLOGY, queued_by_kueue
+from webhook.placement.rooms import KIND_CLIQUE, KIND_NODE, Room, rooms_for
 from webhook.placement.trace import record, refusal_or
 
 PREFERRED_CLIQUE_KEY = keys.NVLINK_CLIQUE

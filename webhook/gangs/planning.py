@@ -41,6 +41,7 @@ from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
+from webhook.gang_spec import created, parse_timestamp
 from webhook.gangs.accounting import (
     GangPods,
     candidate_rooms,
@@ -51,9 +52,8 @@ from webhook.gangs.accounting import (
     room_of_bound,
 )
 from webhook.gangs.ledger import MAX_RECORDS, GangRecord, Records
-from webhook.gangs.rooms import fit, free_gpus
-from webhook.gangs.spec import created, parse_timestamp
 from webhook.intent import OUT_ACCELERATOR_TYPE
+from webhook.placement.rooms import fit, free_gpus
 from webhook.wing_config import Gangs
 
 log = logging.getLogger("kgwe.gangs.planning")

@@ -14,10 +14,10 @@ from typing import Any
 
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
+from webhook.gang_spec import membership
 from webhook.gangs.accounting import gang_pods
 from webhook.gangs.ledger import Records
 from webhook.gangs.planning import planned_records
-from webhook.gangs.spec import membership
 from webhook.wing_config import Gangs
 
 

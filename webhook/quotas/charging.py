@@ -4,7 +4,7 @@ is bound to), its GPU-equivalents (SPEC section 6) and its GPU memory.
 The one rule, used by admission's quota gate (the pod being admitted, from its `Facts`), by the usage every
 quota check compares against (every unfinished GPU pod of the cluster snapshot), by the inventory and by the
 audit. Whose the pod is comes from webhook/admission/tenancy.py; what pods hold through DRA claims of their
-own, from webhook/dra/charges.py.
+own, from the DRA wing through its seam (webhook/cluster/claim_charging.py).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB, parse_quantity
 from webhook.admission.facts import Facts
+from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
 from webhook.costs import pod_gpu_equivalents
-from webhook.dra.charges import claimed_charges
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_TENANT
 
 
@@ -106,6 +106,6 @@ def usage_charges(model: ClusterModel) -> list[PodCharge]:
         charge = pod_charge(pod, model, None)
         if charge is not None:
             charges.append(charge)
-    for _pod, claimed in claimed_charges(model):
+    for _pod, claimed in CLAIM_CHARGING.value.claimed_charges(model):
         charges.extend(claimed)
     return charges

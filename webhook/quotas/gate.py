@@ -14,8 +14,8 @@ from webhook.admission.facts import Facts, Problem
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionGate, Gate
 from webhook.admission.tenancy import Tenancy
+from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.model import ClusterModel
-from webhook.dra.claimed import own_dra_asks
 from webhook.quotas.admission import queue_answer, quota_problems
 from webhook.quotas.charging import pod_charge
 from webhook.quotas.scheduling_gate import QUOTA_GATE, deferred_to_kueue
@@ -39,7 +39,8 @@ class QuotaGate(AdmissionGate):
         return tenancy
 
     def scheduling_gates(self, request: AdmissionRequest, facts: Facts) -> list[str]:
-        asks_gpu = facts.plan.gpu_pod or bool(own_dra_asks(facts.pod, facts.plan.dra, facts.model.device_classes))
+        asks_gpu = facts.plan.gpu_pod or CLAIM_CHARGING.value.asks_own_devices(
+            facts.pod, facts.plan.dra, facts.model.device_classes)
         # A workload's templates carry the gate too, so that their pods pass /mutate unchanged (SPEC section 7).
         gated = self._applies(request, facts.model, templates=True) is not None
         return [QUOTA_GATE] if asks_gpu and (request.operation == "CREATE" or request.template) and gated else []

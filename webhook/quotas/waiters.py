@@ -18,13 +18,13 @@ from typing import Any
 from policies.quota.model import PodCharge, QuotaLimit, charge_belongs_to, quota_limits, tenant_of_quota
 from policies.quota.queue import Ask, TenantQueue, Waiter, plan_queue
 from policies.vocabulary.objects import PodView
+from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimCharges
+from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.dra.charges import ClaimUsage
-from webhook.dra.claimed import mapped_resources
-from webhook.gangs.rooms import free_gpus, per_snapshot
-from webhook.gangs.spec import membership
+from webhook.gang_spec import membership
 from webhook.intent import OUT_TENANT
+from webhook.placement.rooms import free_gpus, per_snapshot
 from webhook.quotas.charging import pod_charge
 from webhook.quotas.scheduling_gate import is_quota_gated
 from webhook.scheduling.predicates import first_feasible
@@ -115,11 +115,11 @@ def quota_picture(
         for tenant, quotas in by_tenant.items()
     }
     mapped = mapped_resources(model.device_classes)
-    made: list[ClaimUsage] = []
+    made: list[ClaimCharges] = []
 
-    def claim_usage() -> ClaimUsage:  # made once, and only when some pod names claims of its own
+    def claim_usage() -> ClaimCharges:  # made once, and only when some pod names claims of its own
         if not made:
-            made.append(ClaimUsage(model, mapped))
+            made.append(CLAIM_CHARGING.value.claim_charges(model, mapped))
         return made[0]
 
     gated: list[GatedPod] = []
@@ -165,14 +165,14 @@ def quota_picture(
 def pod_charges(pod: dict[str, Any], model: ClusterModel) -> PodCharge | None:
     """What one pod asks of its quota, as a waiter: its GPU resources, else its own claims (merged)."""
     mapped = mapped_resources(model.device_classes)
-    found = _charges(pod, model, mapped, lambda: ClaimUsage(model, mapped))
+    found = _charges(pod, model, mapped, lambda: CLAIM_CHARGING.value.claim_charges(model, mapped))
     if not found:
         return None
     return found[0] if len(found) == 1 else _merged(found)
 
 
 def _charges(
-    pod: dict[str, Any], model: ClusterModel, mapped: Mapping[str, str], claim_usage: Callable[[], ClaimUsage]
+    pod: dict[str, Any], model: ClusterModel, mapped: Mapping[str, str], claim_usage: Callable[[], ClaimCharges]
 ) -> list[PodCharge]:
     """The pod's charges: its GPU resources, else what its own ResourceClaims hold or ask."""
     charge = pod_charge(pod, model, None)

@@ -32,7 +32,7 @@ from webhook.costs import parse_hourly_cost, pod_gpu_equivalents, pod_hourly_cos
 from webhook.dra.claimed import HeldGpu
 from webhook.dra.holders import ClaimHold, claim_holders
 from webhook.spend.window import parse_stamp
-from webhook.usage.owners import workload_of
+from webhook.workload_owners import workload_of
 
 ZERO = Decimal(0)
 # The kinds whose pods make one finished run (SPEC section 12); a CronJob's runs are its Jobs.
@@ -220,7 +220,7 @@ def container_parts(raw: dict[str, Any], held: Sequence[ClaimHold] = ()) -> tupl
 
 
 def workload(view: PodView) -> Owner:
-    """The workload the pod's cost is summed under: its run, else its owner (usage/owners.py), template
+    """The workload the pod's cost is summed under: its run, else its owner (webhook/workload_owners.py), template
     parts pooled."""
     run = run_of(view)
     if run is not None and run.kind != "Job":

@@ -20,8 +20,8 @@ from operator import attrgetter
 from webhook.config import Rightsizing
 from webhook.usage.decay import Decay, Series, weighted_percentile
 from webhook.usage.history import PodHistory, PodKey
-from webhook.usage.owners import WorkloadRef
 from webhook.usage.shapes import Need, Shape, fitting, smallest
+from webhook.workload_owners import WorkloadRef
 
 HIGH_CONFIDENCE = 0.67
 MEDIUM_CONFIDENCE = 0.34

@@ -23,10 +23,10 @@ from policies.vocabulary.objects import PodView
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.usage.owners import workload_of
 from webhook.usage.prometheus import PrometheusUnavailable
 from webhook.usage.service import UsageNotConfigured, UsageService
 from webhook.usage.table import UsageTable, WorkloadUsage, build_table
+from webhook.workload_owners import workload_of
 
 log = logging.getLogger("kgwe.usage")
 

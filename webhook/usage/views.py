@@ -28,9 +28,9 @@ from webhook.inventory.numbers import money_text, number
 from webhook.usage.decay import Decay
 from webhook.usage.history import PodHistory, PodKey, UsageHistory
 from webhook.usage.idle import idle_pod
-from webhook.usage.owners import WorkloadRef, workload_of
 from webhook.usage.recommend import Ask, Recommendation, group, recommend
 from webhook.usage.shapes import MIB_PER_GB, Shape, cluster_shapes
+from webhook.workload_owners import WorkloadRef, workload_of
 
 
 class _Doc(BaseModel):

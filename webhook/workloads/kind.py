@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.objects import ObjectView
@@ -28,15 +28,15 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import PendingVerdict, PodFlow
 from webhook.admission.tenancy import tenant_and_quotas
+from webhook.cluster.device_classes import mapped_resources
+from webhook.cluster.model import ClusterModel
 from webhook.costs import pod_gpu_equivalents
-from webhook.dra.claimed import mapped_resources
-from webhook.gangs.plan import plan_sized_gang
 from webhook.intent import A_GANG, OUT_ACCELERATOR_TYPE, annotations_of, gang_size_problem
 from webhook.mutation.patch import diff
 from webhook.mutation.pipeline import copy_json
 from webhook.placement.context import PlacementPlan
 from webhook.runtime import Runtime
-from webhook.usage.owners import template_workload
+from webhook.workload_owners import template_workload
 from webhook.workloads.identity import Identity, Requester, Signer, load_key, with_requester
 from webhook.workloads.kinds import KindSpec, KindTable, Template, TemplatePath, WorkloadShapeError, extract_templates
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
@@ -57,11 +57,23 @@ POD_GVK = {"group": "", "version": "v1", "kind": "Pod"}
 POD_GVR = {"group": "", "version": "v1", "resource": "pods"}
 
 
+class SizedGangPlanner(Protocol):
+    """Whether a gang of `size` pods of `gpus_per_pod` GPUs could ever find a room, written into `plan` with a
+    refusal when not: the gang wing's planner (webhook/gangs/plan.py `plan_sized_gang`), handed in by the
+    assembly, so this wing imports no other."""
+
+    def __call__(
+        self, plan: PlacementPlan, pod: dict[str, Any], candidates: list[str], gang: str, size: int,
+        gpus_per_pod: int, model: ClusterModel,
+    ) -> bool: ...
+
+
 class WorkloadKind:
     """The handler of every kind of the kind table, and the requester model its pods are judged by."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, plan_gang: SizedGangPlanner) -> None:
         self.runtime = runtime
+        self.plan_gang = plan_gang
         self._identity: tuple[tuple[Path | None, tuple[str, ...]], Identity] | None = None
         self._kinds: tuple[int, KindTable] | None = None
 
@@ -249,7 +261,7 @@ class WorkloadKind:
         if not types:
             return None  # not placed by KGWE's mutating webhook: the template's own verdict refuses it
         scratch = PlacementPlan(gpu_pod=True)
-        if plan_sized_gang(scratch, pod, types, gang.name, gang.size, demand.whole_gpus, model):
+        if self.plan_gang(scratch, pod, types, gang.name, gang.size, demand.whole_gpus, model):
             return None
         return "; ".join(scratch.refusals)
 

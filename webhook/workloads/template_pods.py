@@ -14,7 +14,7 @@ from typing import Any
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView, PodView
-from webhook.dra.claimed import asks_extended_devices
+from webhook.cluster.device_classes import asks_extended_devices
 from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, annotations_of, parse_gang_size
 from webhook.mutation.pipeline import copy_json
 from webhook.workloads.kinds import Template, WorkloadShapeError

@@ -22,7 +22,7 @@ from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts
-from webhook.gangs.spec import HOSTNAME_LABEL
+from webhook.gang_spec import HOSTNAME_LABEL
 
 KIND_CLIQUE = "clique"
 KIND_NODE = "node"
