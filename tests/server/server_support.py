@@ -35,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster"
 CONFIG = ROOT / "examples" / "config.yaml"
 PODS = sorted((ROOT / "examples" / "pods").glob("*.yaml"))
+# httpx gives up after 5 s by default, which a TLS handshake on a busy machine can take: a bound on how long
+# a test waits for a hung server, not on how fast KGWE answers (tests that bound an answer say so themselves).
+CLIENT_TIMEOUT_SECONDS = 60.0
 
 
 def load_pod(path: Path) -> dict[str, Any]:
@@ -164,6 +167,7 @@ class RunningServer:
     tls: ReloadingSSLContext
 
     def client(self, **kwargs: Any) -> httpx.Client:
+        kwargs.setdefault("timeout", CLIENT_TIMEOUT_SECONDS)
         return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.ca_file)), **kwargs)
 
 
