@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 import yaml
 from fastapi import FastAPI
+from patience import WAIT_SECONDS
 
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
@@ -205,7 +206,7 @@ def start_server(
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT_SECONDS
     while not (servers and servers[0].started):
         if errors:
             raise errors[0]
