@@ -32,6 +32,7 @@ from fake_nvml import FakeProcess, installed
 from kube_fake_apiserver import ACCESS_REVIEWS, TOKEN_REVIEWS, FakeApiServer, write_kubeconfig
 from kubelet_podresources import Container, Kubelet, Pod
 from kubernetes import client as k8s
+from patience import WAIT_SECONDS
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -479,7 +480,7 @@ def test_kgwe_agent_beyond_loopback_serves_https_to_tokens_only(
         try:
             url = f"https://127.0.0.1:{port}/metrics"
             with httpx.Client(verify=False, timeout=10) as client:  # insecure_skip_verify, as the chart scrapes
-                deadline = time.monotonic() + 15
+                deadline = time.monotonic() + WAIT_SECONDS
                 while True:
                     try:
                         refused = client.get(url)

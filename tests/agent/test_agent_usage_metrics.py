@@ -20,6 +20,7 @@ import pytest
 from agent_node_api import NodeApi
 from fake_nvml import FakeProcess, FakeSystem, installed
 from kubelet_podresources import Claim, Container, Kubelet, Pod, serving, short_dir
+from patience import WAIT_SECONDS
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -360,7 +361,7 @@ def test_kgwe_agent_serves_metrics_while_it_publishes(kubeconfig: Path, node_api
         agent = threading.Thread(target=lambda: status.append(run(argv, stop)), daemon=True)
         agent.start()
         try:
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + WAIT_SECONDS
             while True:
                 try:
                     samples = Exporter(f"http://127.0.0.1:{port}/metrics", system, None).scrape()  # type: ignore[arg-type]

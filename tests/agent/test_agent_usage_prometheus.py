@@ -22,6 +22,7 @@ from fake_nvml import FakeProcess, installed
 from kube_fake_apiserver import TOKEN_REVIEWS, FakeApiServer
 from kubelet_podresources import Container, Kubelet, Pod
 from kubernetes import client
+from patience import WAIT_SECONDS
 from usage_traces import PrometheusMissing, ensure_prometheus, free_port
 
 from agent.metrics_auth import MetricsAuth
@@ -88,7 +89,7 @@ def prometheus_scraping(target: str, token: str) -> Iterator[str]:
 def _history(url: str, wanted: int) -> UsageHistory:
     usage = Usage(interval="2s", lookback="30s", chunk="1h")
     client = PrometheusClient(url, timeout_seconds=10)
-    deadline = time.monotonic() + 40
+    deadline = time.monotonic() + WAIT_SECONDS
     while True:
         history = read_history(client, usage, end=time.time())
         complete = [p for p in history.pods.values() if p.devices.count and len(p.memory) >= 2]

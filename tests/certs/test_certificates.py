@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from cryptography import x509
+from patience import WAIT_SECONDS
 from server_support import GPU_POD, RunningServer, admission_review
 
 from certs.authority import Settings, reconcile
@@ -143,7 +144,7 @@ def test_rotated_certificate_is_served_to_new_connections_without_failing_reques
         write_material(cert_paths.directory, renewed)
         new_serial = x509.load_pem_x509_certificate(renewed.tls_cert).serial_number
         assert new_serial != old_serial
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT_SECONDS
         while True:
             fresh = http.client.HTTPSConnection(host, port, context=trust, timeout=10)
             assert _request(fresh) == 200

@@ -16,7 +16,7 @@ import orjson
 from fastapi import FastAPI
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
-from server_support import admission_review, start_server
+from server_support import CLIENT_TIMEOUT_SECONDS, admission_review, start_server
 
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
@@ -61,7 +61,7 @@ class Webhook:
 
     def ask(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         context = ssl.create_default_context(cafile=str(self.ca_file))
-        with httpx.Client(base_url=self.url, verify=context) as client:
+        with httpx.Client(base_url=self.url, verify=context, timeout=CLIENT_TIMEOUT_SECONDS) as client:
             response = client.post(f"{path}?timeout=10s", content=orjson.dumps(body))
         assert response.status_code == 200, response.text
         answer: dict[str, Any] = response.json()["response"]

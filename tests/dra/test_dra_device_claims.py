@@ -17,6 +17,7 @@ import pytest
 from dra_support import DRA_CLUSTER, ROOT, gpu_pod
 from kube_fake_apiserver import FakeApiServer, serving_cluster
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 
 from webhook.assembly import Assembly, build_runtime, from_api
 from webhook.config import Config
@@ -72,7 +73,7 @@ def devices(api: FakeApiServer, result: ReviewResult) -> dict[str, Any]:
 
 
 def wait_for(cluster: Assembly, check: Any) -> None:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + WAIT_SECONDS
     while not check(cluster.runtime.store.snapshot()):
         assert time.monotonic() < deadline, "the API's change never reached the model"
         time.sleep(0.02)

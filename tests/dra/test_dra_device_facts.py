@@ -16,6 +16,7 @@ import pytest
 from dra_support import DRA_CLUSTER
 from kube_fake_apiserver import FakeApiServer, serving_cluster
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 
 from policies.vocabulary.accelerator_types import default_table
 from policies.vocabulary.quantities import GIB, MIB
@@ -69,7 +70,7 @@ def store(api: FakeApiServer) -> Iterator[ClusterStore]:
 
 
 def until(store: ClusterStore, check: Callable[[ClusterModel], bool]) -> ClusterModel:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + WAIT_SECONDS
     while True:
         model = store.snapshot()
         if check(model):

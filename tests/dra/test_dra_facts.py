@@ -13,6 +13,7 @@ import orjson
 from dra_support import DRA_CLUSTER, gpu_pod, review
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 
 from policies.vocabulary.accelerator_types import default_table
 from webhook.admission.request import decode_review
@@ -118,7 +119,7 @@ def test_dra_objects_come_from_the_api_and_follow_allocation(fake_api: FakeApiSe
             claim["status"]["allocation"]["devices"]["results"].append(
                 {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "dra-h100-01", "device": "gpu-2"})
             fake_api.put("ResourceClaim", claim)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + WAIT_SECONDS
             while store.snapshot().nodes["dra-h100-01"].dra.allocated_gpus() != 3:  # type: ignore[union-attr]
                 assert time.monotonic() < deadline, "the claim's allocation never reached the model"
                 time.sleep(0.02)

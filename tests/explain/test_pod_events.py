@@ -18,6 +18,7 @@ import orjson
 import pytest
 import yaml
 from kube_fake_apiserver import FakeApiServer, serving_cluster, write_kubeconfig
+from patience import WAIT_SECONDS
 
 from webhook.review import create_review
 
@@ -81,7 +82,7 @@ def _ask(client: httpx.Client, path: str, review: dict[str, Any]) -> dict[str, A
 
 
 def _events_for(api: FakeApiServer, name: str, wanted: int) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 30  # written by another thread, after the answer
+    deadline = time.monotonic() + WAIT_SECONDS  # written by another thread, after the answer
     while True:
         with api.cond:
             found = [e for e in api.posted_events if e["involvedObject"]["name"] == name]

@@ -18,6 +18,7 @@ import uvicorn
 import yaml
 from cryptography import x509
 from fault_support import CLUSTER, CONFIG, ROOT
+from patience import WAIT_SECONDS
 
 from certs.authority import Settings, reconcile
 from certs.files import CertificatePaths, ensure_files, read_material, write_material
@@ -135,7 +136,7 @@ def test_no_request_fails_while_the_certificate_is_renewed(port: int, cert_paths
             time.sleep(0.3)
             new_serial = renew(cert_paths)
             assert new_serial not in served
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + WAIT_SECONDS
             while serial_of_a_new_connection() != new_serial:
                 assert time.monotonic() < deadline, "the renewed certificate was never served"
                 time.sleep(0.05)

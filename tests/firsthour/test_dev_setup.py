@@ -74,8 +74,16 @@ def test_an_optional_step_that_fails_is_one_line(fresh: Path, monkeypatch: pytes
 
 def test_dev_py_test_runs_the_checks_then_pytest_as_ci_calls_it(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
+    environments: list[dict[str, str]] = []
+
+    def call(args: list[str], **kwargs: Any) -> int:
+        calls.append(list(args))
+        environments.append(kwargs["env"])
+        return 0
+
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
-    monkeypatch.setattr(dev.subprocess, "call", lambda args, **_kw: calls.append(list(args)) or 0)
+    monkeypatch.setattr(dev.subprocess, "call", call)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.chdir(dev.ROOT)
     assert dev.main(["test", "--long", "tests/quotas"]) == 0
     assert [Path(c[0]).name for c in calls[:3]] == ["ruff", "mypy", "lint-imports"]
@@ -83,3 +91,5 @@ def test_dev_py_test_runs_the_checks_then_pytest_as_ci_calls_it(monkeypatch: pyt
     workers = str(dev.test_workers())
     assert calls[3][1:] == ["-m", "pytest", "-q", "-x", "-n", workers, "--dist", "loadfile", "--long", "tests/quotas"]
     assert 1 <= int(workers) <= dev.MAX_TEST_WORKERS
+    # Bytecode caches allowed: otherwise every worker and every `kgwe` a test starts compiles KGWE again.
+    assert all("PYTHONDONTWRITEBYTECODE" not in env and "PATH" in env for env in environments)

@@ -18,6 +18,7 @@ import orjson
 import pytest
 import yaml
 from gang_support import clique_of, cliques, member, review
+from patience import WAIT_SECONDS
 from ui_harness import KgweServer, kgwe_serve
 
 from webhook.cli import main
@@ -82,7 +83,7 @@ def test_admission_writes_nothing_and_the_views_plan_gangs_from_the_directorys_p
 
     # The member lands in the cluster directory: the views plan its gang from it, as the controller would.
     (cluster_dir / "pods.yaml").write_text(yaml.safe_dump(pod))
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + WAIT_SECONDS
     while not (gangs := served.get_json("/api/v1/gangs")["gangs"]):
         assert time.monotonic() < deadline, "the directory's pod never showed"
         time.sleep(0.1)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kube_fake_apiserver import FakeApiServer, serving_cluster
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 
 from webhook.assembly import build_runtime
 from webhook.cluster.kube_source import KubeClusterSource
@@ -104,7 +105,7 @@ def settle(server: FakeApiServer, controller: QuotaController, names: list[str])
     """Wait until the controller's store has seen the pods `names` of team-a."""
     import time
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
         model = controller.store.snapshot(force=True)
         if all(f"team-a/{n}" in model.pods for n in names):

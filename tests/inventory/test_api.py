@@ -11,6 +11,7 @@ import yaml
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, edit_manifests, gpu_pod, plant
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from patience import WAIT_SECONDS
 
 from webhook.assembly import build_runtime
 from webhook.config import load_config
@@ -269,7 +270,7 @@ def test_background_refresh_serves_the_previous_answer_until_the_new_one_is_read
     assert premium() == 8
     runtime.store.upsert(gpu_pod("late", "team-a", gpus=3, node="dgx-h100-02"))
     seen = [premium()]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT_SECONDS
     while seen[-1] != 5 and time.monotonic() < deadline:
         time.sleep(0.01)
         seen.append(premium())

@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 import yaml
 from fastapi import FastAPI
+from patience import WAIT_SECONDS
 
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
@@ -36,6 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster"
 CONFIG = ROOT / "examples" / "config.yaml"
 PODS = sorted((ROOT / "examples" / "pods").glob("*.yaml"))
+# httpx gives up after 5 s by default, which a TLS handshake on a busy machine can take: a bound on how long
+# a test waits for a hung server, not on how fast KGWE answers (tests that bound an answer say so themselves).
+CLIENT_TIMEOUT_SECONDS = 60.0
 
 
 def load_pod(path: Path) -> dict[str, Any]:
@@ -168,6 +172,7 @@ class RunningServer:
     tls: ReloadingSSLContext
 
     def client(self, **kwargs: Any) -> httpx.Client:
+        kwargs.setdefault("timeout", CLIENT_TIMEOUT_SECONDS)
         return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.ca_file)), **kwargs)
 
 
@@ -205,7 +210,7 @@ def start_server(
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT_SECONDS
     while not (servers and servers[0].started):
         if errors:
             raise errors[0]

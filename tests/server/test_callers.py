@@ -27,6 +27,7 @@ import orjson
 import pytest
 import yaml
 from fastapi import FastAPI
+from patience import WAIT_SECONDS
 from server_support import CLUSTER, CONFIG, GPU_POD, ROOT, admission_review, free_port, start_server
 
 from certs.client import CLIENT_CA_CERT, CLIENT_CERT, CLIENT_KEY, ClientSettings, ensure_client_files
@@ -260,7 +261,7 @@ def test_kgwe_serve_wires_authentication_and_says_when_it_is_off(tmp_path: Path,
         assert process.stdout is not None
         ca_file = Path(process.stdout.readline().rsplit("CA: ", 1)[1].strip())
         server = AuthServer(f"https://127.0.0.1:{port}", ca_file, client_dir, HandedOn())
-        give_up = time.monotonic() + 30
+        give_up = time.monotonic() + WAIT_SECONDS
         while True:
             try:
                 with server.client() as client:

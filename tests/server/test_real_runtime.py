@@ -18,6 +18,7 @@ import orjson
 import pytest
 import yaml
 from fastapi import FastAPI
+from patience import WAIT_SECONDS
 from server_support import CLUSTER, CONFIG, PODS, ROOT, RunningServer, ask, free_port, load_pod, start_server
 
 from certs.files import CertificatePaths
@@ -90,7 +91,7 @@ def test_config_change_switches_to_audit_mode_without_restart(real_server: Runni
     time.sleep(0.2)
     assert "patch" in ask(real_server, "/mutate", create_review(pod, "alice", [])), "a bad file must be ignored"
     config_file.write_text(yaml.safe_dump({**config, "mode": "audit"}))
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT_SECONDS
     while "patch" in ask(real_server, "/mutate", create_review(pod, "alice", [])):
         assert time.monotonic() < deadline, "audit mode never took effect"
         time.sleep(0.05)
@@ -101,7 +102,7 @@ def test_config_change_switches_to_audit_mode_without_restart(real_server: Runni
 def kgwe(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=60)
+                          cwd=ROOT, timeout=WAIT_SECONDS)
 
 
 def test_review_cli_json_matches_the_spec_shape() -> None:
@@ -159,7 +160,7 @@ def test_kgwe_serve_makes_its_certificate_says_where_and_serves(tmp_path: Path, 
         ca_file = Path(line.rsplit("CA: ", 1)[1].strip())
         assert ca_file == tmp_path / "certs" / "ca.crt"
         server = RunningServer(f"https://127.0.0.1:{port}", ca_file, ca_file.parent, None)  # type: ignore[arg-type]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT_SECONDS
         while True:
             try:
                 with server.client() as client:

@@ -110,7 +110,7 @@ class KgweServer:
     log_file: Path
 
     def api(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.ca_file)), timeout=10)
+        return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.ca_file)), timeout=60)
 
     def get_json(self, path: str, **params: str) -> Any:
         with self.api() as client:

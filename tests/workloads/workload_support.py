@@ -20,6 +20,7 @@ import jsonpatch
 import orjson
 import uvicorn
 import yaml
+from server_support import CLIENT_TIMEOUT_SECONDS
 
 from certs.authority import Settings
 from certs.files import ensure_files
@@ -122,7 +123,7 @@ class Server:
 
     def ask(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         context = ssl.create_default_context(cafile=str(self.ca_file))
-        with httpx.Client(base_url=self.url, verify=context) as client:
+        with httpx.Client(base_url=self.url, verify=context, timeout=CLIENT_TIMEOUT_SECONDS) as client:
             response = client.post(f"{path}?timeout=10s", content=orjson.dumps(body))
         assert response.status_code == 200, response.text
         answer: dict[str, Any] = response.json()["response"]
