@@ -107,7 +107,10 @@ import orjson, yaml
 from webhook.admission.request import decode_review
 from webhook.admission.response import render_review
 from webhook.config import parse_config
-from webhook.runtime import build_runtime
+try:
+    from webhook.assembly import build_runtime
+except ImportError:  # a tree from before the assembly built the runtime (issue 34)
+    from webhook.runtime import build_runtime
 
 batch, batches = (int(a) for a in sys.argv[1:3])
 shipped = yaml.safe_load((root / "examples" / "config.yaml").read_text())
