@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 from kube_fake_apiserver import FakeApiServer
-from kubernetes.client.exceptions import ApiException
 
+from policies.kernel.records import Unavailable
 from webhook.controllers.leader import LeaderElector, micro_time
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kgwe-system/leases/kgwe-controllers"
@@ -89,8 +89,9 @@ def test_a_leader_that_cannot_renew_steps_down(apiserver, api_client, clock):
     assert a.try_acquire_or_renew()
     apiserver.fail_next(LEASE, 500, times=10)
     clock.advance(5)
-    with pytest.raises(ApiException):
+    with pytest.raises(Unavailable) as failed:
         a.try_acquire_or_renew()
+    assert failed.value.status == 500
     assert a.is_leader()  # still within the renew deadline
     clock.advance(6)
     assert not a.is_leader()
@@ -103,7 +104,7 @@ def test_lost_write_race_is_not_leadership(apiserver, api_client, clock):
     lease = apiserver.leases["kgwe-system/kgwe-controllers"]
     stale = {**lease, "metadata": dict(lease["metadata"])}
     assert a.try_acquire_or_renew()
-    assert not b._write(stale, b._spec(None, prior=stale["spec"]), clock())
+    assert not b._write(stale["metadata"]["resourceVersion"], b._spec(None, prior=stale["spec"]), clock())
     assert holder(apiserver)["holderIdentity"] == "a"
 
 

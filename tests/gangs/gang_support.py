@@ -21,6 +21,7 @@ from kubernetes import client as k8s_client
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.admission.request import decode_review
 from webhook.assembly import build_runtime
+from webhook.cluster.kube_json import KubeJson
 from webhook.cluster.kube_source import KubeClusterSource
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
@@ -331,7 +332,7 @@ class Cluster:
 
     def controller(self, *, writer: bool = True) -> GangController:
         return GangController(
-            self.store, KubeGangStore(k8s_client.CustomObjectsApi(self.api)), self.config,
+            self.store, KubeGangStore(KubeJson(self.api)), self.config,
             kube_pod_writer(self.api) if writer else None, clock=self.clock,
             native=kube_native_writer(self.api) if writer else None,
         )

@@ -24,6 +24,7 @@ from prometheus_client import REGISTRY
 
 import webhook.gangs.ledger
 import webhook.gangs.planning
+from webhook.cluster.kube_json import KubeJson
 from webhook.gangs.controller import GangController, kube_pod_writer
 from webhook.gangs.ledger import KubeGangStore, Versioned
 
@@ -151,8 +152,8 @@ class _WrittenInBetween(KubeGangStore):
     handover) writes the ledger right after each of the controller's first `races` reads."""
 
     def __init__(self, client: k8s_client.ApiClient, races: int) -> None:
-        super().__init__(k8s_client.CustomObjectsApi(client))
-        self.other = KubeGangStore(k8s_client.CustomObjectsApi(client))
+        super().__init__(KubeJson(client))
+        self.other = KubeGangStore(KubeJson(client))
         self.races = races
 
     def read(self, *, timeout: float | None = None) -> Versioned:

@@ -26,6 +26,7 @@ from gang_support import (
 from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY
 
+from webhook.cluster.kube_json import KubeJson
 from webhook.gangs.controller import GangController, kube_pod_writer
 from webhook.gangs.ledger import GangStoreUnavailable, KubeGangStore, Versioned
 
@@ -212,7 +213,7 @@ def test_two_replicas_that_both_believe_they_lead_never_promise_the_same_room(
     for one in replicas:
         one.sync()
     controllers = [
-        GangController(one.store, RacingStore(k8s_client.CustomObjectsApi(api), barrier), one.config,
+        GangController(one.store, RacingStore(KubeJson(api), barrier), one.config,
                        kube_pod_writer(api), clock=one.clock)
         for one in replicas
     ]

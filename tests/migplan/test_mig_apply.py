@@ -274,3 +274,31 @@ def test_the_configmap_is_the_one_the_configuration_names(apiserver: FakeApiServ
     labelled = {d.node for d in done if d.outcome == "labelled"}
     written = yaml.safe_load(apiserver.objects("ConfigMap")["nvidia/kgwe-mig"]["data"]["mig.yaml"])["mig-configs"]
     assert labelled == {"a100-idle-1", "h100-single"} and {_labels(apiserver)[n] for n in labelled} == set(written)
+
+
+class _DeletedBeforeTheWrite:
+    """The API, with the MIG manager's ConfigMap deleted between KGWE's first read and its write."""
+
+    def __init__(self, api: KubeJson, apiserver: FakeApiServer) -> None:
+        self.api, self.apiserver, self.deleted = api, apiserver, False
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        if method == "PUT" and not self.deleted:
+            self.deleted = True
+            self.apiserver.delete("ConfigMap", "gpu-operator/default-mig-parted-config")
+        return self.api.request(method, path, **kwargs)
+
+
+def test_a_configmap_deleted_meanwhile_is_read_again_and_stops_the_node(
+    apiserver: FakeApiServer, api_client: Any
+) -> None:
+    store = _load(apiserver)
+    before = _labels(apiserver)
+    deleting = _DeletedBeforeTheWrite(KubeJson(api_client), apiserver)
+    done = MigApplier(store, deleting, lambda: True, clock=lambda: 1_800_000_000.0).run_pass()
+    # The replace answered 404: a lost race like a 409, read again, and a ConfigMap that is gone is never created.
+    assert deleting.deleted and not [d for d in done if d.outcome == "labelled"]
+    assert all("does not exist" in d.reason for d in done)
+    assert _labels(apiserver) == before and "gpu-operator/default-mig-parted-config" not in apiserver.objects(
+        "ConfigMap")
+    assert not [r for r in apiserver.requests if r.method == "POST"]

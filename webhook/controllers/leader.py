@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 
 from policies.kernel.background import Task
-from policies.vocabulary.objects import ObjectView
-from webhook.cluster.kube_json import RETRYABLE, KubeJson
+from policies.kernel.records import Codec, Conflict, ObjectPlace, RecordStore, Unavailable
+from webhook.cluster.kube_json import KubeJson
 
 log = logging.getLogger("kgwe.controllers.leader")
 
@@ -55,6 +54,19 @@ def micro_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _lease_spec(obj: dict[str, Any] | None) -> dict[str, Any]:
+    spec = (obj or {}).get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _with_spec(spec: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    obj["spec"] = spec
+    return obj
+
+
+LEASE_CODEC: Codec[dict[str, Any]] = Codec(_lease_spec, _with_spec)
+
+
 class LeaderElector:
     def __init__(
         self,
@@ -71,9 +83,12 @@ class LeaderElector:
     ) -> None:
         if not 0 < renew_deadline_seconds < lease_seconds:
             raise ValueError("renew_deadline_seconds must be positive and shorter than lease_seconds")
-        self.api = KubeJson(api_client) if api_client is not None else None
         self.namespace = namespace
         self.name = name
+        # The Lease is a record of the kernel's store: every write carries the resourceVersion read.
+        place = ObjectPlace(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", name,
+                            "coordination.k8s.io/v1", "Lease", namespace)
+        self.lease = RecordStore(KubeJson(api_client), place, LEASE_CODEC) if api_client is not None else None
         self.identity = identity or default_identity()
         self.lease_seconds = lease_seconds
         self.renew_deadline_seconds = renew_deadline_seconds
@@ -85,7 +100,7 @@ class LeaderElector:
         self._was_leader = False
         # One round every retry_seconds, the first at start; stopping releases the lease. Without an API
         # server there is nothing to renew: one round at start announces the lead this replica always has.
-        self.task = Task("leader-election", self.run_round, interval=retry_seconds if self.api is not None else None,
+        self.task = Task("leader-election", self.run_round, interval=retry_seconds if self.lease is not None else None,
                          run_at_start=True, on_stop=self.release)
         self.retry_seconds = retry_seconds
 
@@ -97,35 +112,25 @@ class LeaderElector:
     @retry_seconds.setter
     def retry_seconds(self, seconds: float) -> None:
         self._retry_seconds = seconds
-        if self.api is not None:
+        if self.lease is not None:
             self.task.interval = seconds
 
-    @property
-    def path(self) -> str:
-        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
-
     def is_leader(self) -> bool:
-        if self.api is None:
+        if self.lease is None:
             return True
         return self.clock() < self._leader_until
 
     # -- one round ------------------------------------------------------------------------------
     def try_acquire_or_renew(self) -> bool:
         """Acquire the lease, or renew it if ours; True when this replica holds it afterwards."""
-        if self.api is None:
+        if self.lease is None:
             return True
         now = self.clock()
-        try:
-            lease: dict[str, Any] | None = self.api.request("GET", f"{self.path}/{self.name}", timeout=(5.0, 10.0))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            lease = None
-        if lease is None:
-            return self._write(None, self._spec(None), now)
-        spec = lease.get("spec") or {}
-        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"),
-                  ObjectView(lease).resource_version)
+        lease = self.lease.read()
+        if not lease.version:
+            return self._write("", self._spec(None), now)
+        spec = lease.value
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"), lease.version)
         if record != self._observed:
             self._observed, self._observed_at = record, now
         holder = spec.get("holderIdentity") or ""
@@ -133,7 +138,7 @@ class LeaderElector:
         if holder and holder != self.identity and now < self._observed_at + duration:
             self._leader_until = 0.0
             return False
-        return self._write(lease, self._spec(spec if holder == self.identity else None, prior=spec), now)
+        return self._write(lease.version, self._spec(spec if holder == self.identity else None, prior=spec), now)
 
     def _spec(self, own: dict[str, Any] | None, prior: dict[str, Any] | None = None) -> dict[str, Any]:
         stamp = micro_time(datetime.now(UTC))
@@ -146,41 +151,30 @@ class LeaderElector:
             "leaseTransitions": transitions if own is not None or prior is None else transitions + 1,
         }
 
-    def _write(self, lease: dict[str, Any] | None, spec: dict[str, Any], started: float) -> bool:
-        assert self.api is not None
-        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+    def _write(self, version: str, spec: dict[str, Any], started: float) -> bool:
+        """Write the Lease at `version` ("": create it); True when this replica holds it afterwards."""
+        assert self.lease is not None
         try:
-            if lease is None:
-                self.api.request("POST", self.path, body=body, timeout=(5.0, 10.0))
-            else:
-                metadata["resourceVersion"] = ObjectView(lease).resource_version or None
-                self.api.request("PUT", f"{self.path}/{self.name}", body=body, timeout=(5.0, 10.0))
-        except ApiException as exc:
-            if exc.status in (409, 404):  # another replica wrote first (or deleted it): not ours this round
-                self._leader_until = 0.0
-                return False
-            raise
+            self.lease.write(spec, version)
+        except Conflict:  # another replica wrote first (or deleted it): not ours this round
+            self._leader_until = 0.0
+            return False
         self._leader_until = started + self.renew_deadline_seconds
         return True
 
     def release(self) -> None:
         """Give the lease up now (only if we hold it) so a successor need not wait for it to expire."""
-        if self.api is None or not self.is_leader():
+        if self.lease is None or not self.is_leader():
             return
         self._leader_until = 0.0
         try:
-            lease = self.api.request("GET", f"{self.path}/{self.name}", timeout=(5.0, 10.0))
-            spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") != self.identity:
+            lease = self.lease.read()
+            if not lease.version or lease.value.get("holderIdentity") != self.identity:
                 return
-            spec = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,
+            spec = {**lease.value, "holderIdentity": "", "leaseDurationSeconds": 1,
                     "renewTime": micro_time(datetime.now(UTC))}
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {
-                "name": self.name, "namespace": self.namespace,
-                "resourceVersion": ObjectView(lease).resource_version or None}, "spec": spec}
-            self.api.request("PUT", f"{self.path}/{self.name}", body=body, timeout=(5.0, 10.0))
-        except RETRYABLE as exc:
+            self.lease.write(spec, lease.version)
+        except (Conflict, Unavailable) as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
         finally:
             self._notify()
@@ -198,7 +192,7 @@ class LeaderElector:
         """One round of the `leader-election` task: acquire or renew, then tell `on_change` of a change."""
         try:
             self.try_acquire_or_renew()
-        except RETRYABLE as exc:
+        except Unavailable as exc:
             log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
         self._notify()
 
@@ -208,7 +202,7 @@ class LeaderElector:
             self._was_leader = leader
             # Without an API server there is no Lease and nobody to compete with: every process leads, which
             # is not news worth a line per worker.
-            log.log(logging.INFO if self.api is not None else logging.DEBUG, "%s %s leader (lease %s/%s)",
+            log.log(logging.INFO if self.lease is not None else logging.DEBUG, "%s %s leader (lease %s/%s)",
                     self.identity, "is now" if leader else "is no longer", self.namespace, self.name)
             if self.on_change is not None:
                 self.on_change(leader)

@@ -9,19 +9,19 @@ two gangs never get the same room.
 The store contract: `read()` returns the records and an opaque version; `write(records, version)` stores
 them only if the version is still the one read and returns True, else writes nothing and returns False.
 Failures to reach the store raise `GangStoreUnavailable`. The product's one store is `KubeGangStore`: the
-cluster-scoped `GangLedger` object named `kgwe-gangs`, written with its `resourceVersion`, so the API
-server answers 409 to the loser of a race. Tests run it against a fake API server
-(tests/gangs/gang_support.py). A YAML cluster directory keeps no records: its views plan them from the
-directory's pods on every call (webhook/gangs/planning.py, `planned_records`).
+cluster-scoped `GangLedger` object named `kgwe-gangs`, kept by the kernel's record store
+(policies/kernel/records.py): written with its `resourceVersion`, so the API server answers 409 to the loser
+of a race. Tests run it against a fake API server (tests/gangs/gang_support.py). A YAML cluster directory
+keeps no records: its views plan them from the directory's pods on every call (webhook/gangs/planning.py,
+`planned_records`).
 """
 
 from __future__ import annotations
 
-import copy
-import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from policies.kernel.records import Codec, Conflict, JsonApi, ObjectPlace, RecordStore, Unavailable
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView
 from webhook.intent import MAX_GANG_SIZE
@@ -153,68 +153,35 @@ class GangStore(Protocol):
 
 
 class KubeGangStore:
-    """Records in the cluster-scoped `GangLedger` object `kgwe-gangs` (`spec.gangs`)."""
+    """Records in the cluster-scoped `GangLedger` object `kgwe-gangs` (`spec.gangs`): the kernel's record
+    store (policies/kernel/records.py), whose `Conflict` is this contract's False."""
 
-    def __init__(self, api: Any, name: str = LEDGER_NAME) -> None:
-        """`api`: a kubernetes CustomObjectsApi."""
-        self.api = api
-        self.name = name
-        self._last: dict[str, Any] | None = None
-        self._lock = threading.Lock()
+    def __init__(self, api: JsonApi, name: str = LEDGER_NAME) -> None:
+        """`api`: the raw JSON client (webhook/cluster/kube_json.py `KubeJson`)."""
+        place = ObjectPlace(f"/apis/{GROUP}/{VERSION}/{PLURAL}", name, f"{GROUP}/{VERSION}", KIND)
+        self.records = RecordStore(api, place, Codec(_decode, _encode))
 
     def read(self, *, timeout: float | None = None) -> Versioned:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            obj = self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, self.name, _request_timeout=timeout)
-        except ApiException as exc:
-            if exc.status == 404:
-                with self._lock:
-                    self._last = None
-                return Versioned({}, "")
-            raise GangStoreUnavailable(f"{KIND} {self.name}: reading failed: HTTP {exc.status}") from exc
-        except Exception as exc:  # connection errors and timeouts come in many kinds
-            raise GangStoreUnavailable(f"{KIND} {self.name}: reading failed: {exc}") from exc
-        if not isinstance(obj, dict):
-            raise GangStoreUnavailable(f"{KIND} {self.name}: the API server answered with {type(obj).__name__}")
-        with self._lock:
-            self._last = obj
-        view = ObjectView(obj)
-        return Versioned(records_from_json(view.spec.get("gangs")), view.resource_version)
+            found = self.records.read(timeout=timeout)
+        except Unavailable as exc:
+            raise GangStoreUnavailable(str(exc)) from exc
+        return Versioned(found.value, found.version)
 
     def write(self, records: Records, version: str, *, timeout: float | None = None) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
-        body = self._body(records, version)
         try:
-            if version == "":
-                self.api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body, _request_timeout=timeout)
-            else:
-                self.api.replace_cluster_custom_object(
-                    GROUP, VERSION, PLURAL, self.name, body, _request_timeout=timeout
-                )
-        except ApiException as exc:
-            if exc.status == 409:  # AlreadyExists on create, Conflict on replace: someone wrote first
-                return False
-            if exc.status == 404 and version:
-                return False  # deleted since it was read: read again (and create it)
-            raise GangStoreUnavailable(f"{KIND} {self.name}: writing failed: HTTP {exc.status}") from exc
-        except Exception as exc:
-            raise GangStoreUnavailable(f"{KIND} {self.name}: writing failed: {exc}") from exc
+            self.records.write(records, version, timeout=timeout)
+        except Conflict:
+            return False
+        except Unavailable as exc:
+            raise GangStoreUnavailable(str(exc)) from exc
         return True
 
-    def _body(self, records: Records, version: str) -> dict[str, Any]:
-        with self._lock:
-            last = copy.deepcopy(self._last) if self._last is not None else None
-        if last is not None and version and ObjectView(last).resource_version == version:
-            body = last
-        else:
-            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": self.name}}
-        meta = body.setdefault("metadata", {})
-        meta.pop("managedFields", None)
-        if version:
-            meta["resourceVersion"] = version
-        else:
-            meta.pop("resourceVersion", None)
-        body["spec"] = {"gangs": records_to_json(records)}
-        return body
+
+def _decode(obj: dict[str, Any] | None) -> Records:
+    return records_from_json(ObjectView(obj).spec.get("gangs"))
+
+
+def _encode(records: Records, obj: dict[str, Any]) -> dict[str, Any]:
+    obj["spec"] = {"gangs": records_to_json(records)}
+    return obj

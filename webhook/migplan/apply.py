@@ -6,21 +6,23 @@ before the write, no pod that holds GPUs is bound to it (a pod scheduled since t
 node), and the patch carries the node's resourceVersion as planned (a node changed meanwhile answers 409 and
 is planned again next pass). A node is changed at most once per `rebalanceInterval` (the strategy's status
 keeps when). The MIG manager must know the config the label names: before the label, the config is added to
-the MIG manager's ConfigMap (`migManager` in the configuration) unless it is there, by a replace that carries
-the resourceVersion read (a ConfigMap changed meanwhile answers 409 and is read again); no other config is
-removed or changed, and a config of that name that says something else stops the node.
+the MIG manager's ConfigMap (`migManager` in the configuration) unless it is there, through the kernel's record
+store (policies/kernel/records.py): a replace that carries the resourceVersion read (a ConfigMap changed
+meanwhile answers 409 and is read again); no other config is removed or changed, and a config of that name that
+says something else stops the node.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from policies.gpu_demand import pod_gpu_demand
+from policies.kernel.records import Codec, Conflict, JsonApi, ObjectPlace, RecordStore, Unavailable
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterStore
 from webhook.config import MigManager
@@ -31,14 +33,6 @@ from webhook.migplan.views import MIG_CONFIG_LABEL, NodePlanDoc, plan_cluster
 log = logging.getLogger("kgwe.migplan.apply")
 FIELD_MANAGER = "kgwe-mig-plan"
 CONFIG_ATTEMPTS = 3  # reads and replaces of the MIG manager's ConfigMap per node and pass
-
-
-class Api(Protocol):
-    """What of webhook/cluster/kube_json.py's `KubeJson` the applier uses."""
-
-    def request(self, method: str, path: str, *, query: Iterable[tuple[str, str]] = (),
-                body: dict[str, Any] | None = None, content_type: str = "application/json",
-                timeout: float | tuple[float, float] | None = None) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +55,7 @@ def _seconds(stamp: Any) -> float | None:
 
 
 class MigApplier:
-    def __init__(self, store: ClusterStore, api: Api | None, is_leader: Callable[[], bool],
+    def __init__(self, store: ClusterStore, api: JsonApi | None, is_leader: Callable[[], bool],
                  clock: Callable[[], float] = time.time, manager: MigManager | None = None) -> None:
         self.store = store
         self.api = api
@@ -79,36 +73,47 @@ class MigApplier:
                 found.append(f"{pod.namespace}/{pod.name}")
         return found
 
-    def _ensure_config(self, name: str, entries: list[dict[str, Any]]) -> str | None:
-        """Config `name` in the MIG manager's ConfigMap, added when missing; None when it is there, else why not."""
-        from kubernetes.client.exceptions import ApiException
-
+    def _config_map(self) -> RecordStore[str | None]:
+        """The MIG manager's ConfigMap as a record: the text of its configs' key (None: the key is not there)."""
         assert self.api is not None
         manager = self.manager
+
+        def decode(obj: dict[str, Any] | None) -> str | None:
+            return ((obj or {}).get("data") or {}).get(manager.key)
+
+        def encode(text: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+            # Into the object read: every other key, label and config is kept.
+            obj["data"] = {**(obj.get("data") or {}), manager.key: text}
+            return obj
+
+        place = ObjectPlace(f"/api/v1/namespaces/{manager.namespace}/configmaps", manager.config_map, "v1",
+                            "ConfigMap", manager.namespace)
+        return RecordStore(self.api, place, Codec(decode, encode), query=[("fieldManager", FIELD_MANAGER)])
+
+    def _ensure_config(self, name: str, entries: list[dict[str, Any]]) -> str | None:
+        """Config `name` in the MIG manager's ConfigMap, added when missing; None when it is there, else why not."""
+        manager = self.manager
         where = f"{manager.namespace}/{manager.config_map}"
-        path = f"/api/v1/namespaces/{manager.namespace}/configmaps/{manager.config_map}"
+        config_map = self._config_map()
         for _attempt in range(CONFIG_ATTEMPTS):
             try:
-                found = self.api.request("GET", path) or {}
-            except ApiException as exc:
-                if exc.status == 404:
-                    return f"the MIG manager's ConfigMap {where} does not exist (migManager in the configuration)"
+                found = config_map.read()
+            except Unavailable as exc:
                 if exc.status == 403:
                     return f"KGWE may not read the ConfigMap {where}: enable webhook.migApply in the chart"
                 raise
-            data = found.get("data") or {}
-            text, problem = with_config(data.get(manager.key), name, entries)
+            if not found.version:
+                return f"the MIG manager's ConfigMap {where} does not exist (migManager in the configuration)"
+            text, problem = with_config(found.value, name, entries)
             if problem is not None:
                 return f"{where}: {problem}"
             if text is None:
                 return None  # already there
-            # A replace with the resourceVersion read: compare-and-swap, every other key and config kept.
-            body = {**found, "data": {**data, manager.key: text}}
             try:
-                self.api.request("PUT", path, body=body, query=[("fieldManager", FIELD_MANAGER)])
-            except ApiException as exc:
-                if exc.status == 409:
-                    continue  # changed since it was read: read it again
+                config_map.write(text, found.version)
+            except Conflict:
+                continue  # changed (or deleted) since it was read: read it again
+            except Unavailable as exc:
                 if exc.status == 403:
                     return f"KGWE may not update the ConfigMap {where}: enable webhook.migApply in the chart"
                 raise

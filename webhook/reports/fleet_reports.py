@@ -51,10 +51,10 @@ def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
     if cluster.api_client is None:  # a directory keeps no records: planned from its pods, as the controller would
         view = gangs_view(model, planned_records(model, cluster.runtime.config.gangs, time.time()), recorded=False)
     else:
-        from kubernetes import client as k8s
+        from webhook.cluster.kube_json import KubeJson
 
         try:
-            records = KubeGangStore(k8s.CustomObjectsApi(cluster.api_client)).read(timeout=30).records
+            records = KubeGangStore(KubeJson(cluster.api_client)).read(timeout=30).records
         except GangStoreUnavailable as exc:
             raise CommandError(str(exc)) from exc
         view = gangs_view(model, records)

@@ -234,11 +234,10 @@ def run_worker(
 
 def gang_ledger(api_client: Any) -> GangStore:
     """The store of gang records: the GangLedger object `kgwe-gangs` (webhook/gangs/ledger.py)."""
-    from kubernetes import client as k8s
-
+    from webhook.cluster.kube_json import KubeJson
     from webhook.gangs.ledger import KubeGangStore
 
-    return KubeGangStore(k8s.CustomObjectsApi(api_client))
+    return KubeGangStore(KubeJson(api_client))
 
 
 def admission_policy_sync(runtime: Runtime, api_client: Any, is_leader: Callable[[], bool]) -> AdmissionPolicySync:
