@@ -18,7 +18,7 @@ from policies.quota.queue import Ask, Waiter, never_fits, wait_message
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.intent import OUT_TENANT, parse_intent
+from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_TENANT, parse_intent
 from webhook.quotas.scheduling_gate import QUOTA_GATE
 from webhook.quotas.waiters import picture_of, plan_tenant, pod_charges, runnable_types
 
@@ -113,3 +113,16 @@ def queue_answer(model: ClusterModel, config: Config, pod: dict[str, Any]) -> st
     if why is None:
         return f"released (tenant {tenant}: its quota holds this pod now)"
     return f"would wait for quota ({why})"
+
+
+def answer_ignores_identity(pod: dict[str, Any], asks_gpu: bool, model: ClusterModel) -> bool:
+    """Whether `queue_answer` of `pod` is that of the pod without its identity fields (name, uid...), so that
+    the replicas of a workload may share it: its charge comes from its GPU resources (`asks_gpu`: its GPU
+    demand asks some) and the types KGWE wrote on it, not from DRA claims (which may name the pod), and no
+    gated pod of its tenant has its name (the queue looks its pods up by name). Everything else the answer
+    reads of the pod is its spec, namespace, labels and annotations."""
+    view = PodView(pod)
+    if not asks_gpu or not any((view.annotation(OUT_ACCELERATOR_TYPE) or "").split(",")):
+        return False
+    picture = picture_of(model).tenants.get(view.annotation(OUT_TENANT) or "")
+    return picture is None or f"{view.namespace}/{view.name or view.generate_name}" not in picture.pods

@@ -8,18 +8,27 @@ pods it holds (webhook/quotas/controller.py). It also answers the claims gate's 
 
 from __future__ import annotations
 
+from typing import Any
+
 from policies.quota.budget import BudgetVerdict, judge
-from policies.quota.model import PodCharge
+from policies.quota.model import PodCharge, QuotaLimit
+from policies.vocabulary.objects import PodView
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionGate, Gate
 from webhook.admission.tenancy import Tenancy
 from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.model import ClusterModel
-from webhook.quotas.admission import queue_answer, quota_problems
+from webhook.placement.memo import PlanMemoEntry
+from webhook.quotas.admission import answer_ignores_identity, queue_answer, quota_problems
 from webhook.quotas.charging import pod_charge
 from webhook.quotas.scheduling_gate import QUOTA_GATE, deferred_to_kueue
 from webhook.runtime import Runtime
+
+# Their keys in a plan memo entry's `derived` (webhook/placement/memo.py).
+_QUEUE_ANSWER = "quota.queue_answer"
+_QUOTA_PROBLEMS = "quota.problems"  # by tenant and limits: the same pod may be sent by several tenants
+_TENANCIES_PER_ENTRY = 8
 
 
 class QuotaGate(AdmissionGate):
@@ -66,13 +75,40 @@ class QuotaGate(AdmissionGate):
         tenancy = self._applies(request, facts.model)
         if tenancy is None or request.object is None:
             return []
-        charge = pod_charge(facts.request.pod, facts.model, facts)
+        entry = self._replica_entry(request.object, facts)
+        # With `overQuota: refuse` the answer is the queue's, which looks the pod up by its name: not memoised.
+        if entry is None or self.runtime.config.quotas.over_quota == "refuse":
+            return self._quota_problems(request.object, facts.request.pod, tenancy, facts)
+        # Computed once per remembered plan and tenancy on the pod without its identity: what the refusals
+        # read of a pod is its spec, namespace and annotations, of the plan its types and GPU-equivalents.
+        memo: dict[tuple[str, tuple[QuotaLimit, ...]], tuple[Problem, ...]] = entry.derived.setdefault(
+            _QUOTA_PROBLEMS, {})
+        key = (tenancy.tenant, tuple(tenancy.limits))
+        found = memo.get(key)
+        if found is None:
+            if len(memo) >= _TENANCIES_PER_ENTRY:
+                memo.clear()
+            own = entry.pod.raw
+            assert isinstance(own, dict)
+            found = memo[key] = tuple(self._quota_problems(own, entry.pod, tenancy, facts))
+        return list(found)
+
+    def _quota_problems(self, pod: dict[str, Any], view: PodView, tenancy: Tenancy, facts: Facts) -> list[Problem]:
+        charge = pod_charge(view, facts.model, facts)
         intent = facts.intent
         gang_size = intent.gang_size if intent.gang and intent.gang_size else None
         return quota_problems(
-            request.object, charge, tenancy.tenant, tenancy.limits, facts.model, self.runtime.config,
-            gang_size=gang_size,
+            pod, charge, tenancy.tenant, tenancy.limits, facts.model, self.runtime.config, gang_size=gang_size,
         )
+
+    def _replica_entry(self, pod: dict[str, Any], facts: Facts) -> PlanMemoEntry | None:
+        """The plan memo entry of this pod (webhook/placement/memo.py: one snapshot, one configuration, one pod
+        without its identity, its intent, demand and decision) when answers for the replicas of a workload may
+        be kept in it; None when the plan was not remembered for this very pod."""
+        entry = facts.plan_memo
+        if entry is None or entry.config is not self.runtime.config or facts.pod is not pod:
+            return None
+        return entry if isinstance(entry.pod.raw, dict) else None
 
     def _warnings(self, request: AdmissionRequest, facts: Facts) -> list[str]:
         """Why an admitted pod will wait for its tenant's quota (shown to whoever creates it), if it will."""
@@ -81,10 +117,24 @@ class QuotaGate(AdmissionGate):
             return []
         if self._applies(request, facts.model) is None:
             return []
-        answer = queue_answer(facts.model, config, request.object)
+        answer = self._queue_answer(request.object, facts)
         if answer is None or not answer.startswith("would wait"):
             return []
         return [f"KGWE: this pod {answer}; it starts by itself when quota frees (docs/quotas.md)"]
+
+    def _queue_answer(self, pod: dict[str, Any], facts: Facts) -> str | None:
+        """`queue_answer` of the pod, computed once per plan memo entry for the replicas of a workload, on the
+        pod without its identity, where that is the pod's own answer (`answer_ignores_identity`)."""
+        config = self.runtime.config
+        entry = self._replica_entry(pod, facts)
+        if entry is None or not answer_ignores_identity(pod, facts.demand.asks_gpu, facts.model):
+            return queue_answer(facts.model, config, pod)
+        if _QUEUE_ANSWER not in entry.derived:
+            own = entry.pod.raw
+            assert isinstance(own, dict)
+            entry.derived[_QUEUE_ANSWER] = queue_answer(facts.model, config, own)
+        found: str | None = entry.derived[_QUEUE_ANSWER]
+        return found
 
     def _budget(self, request: AdmissionRequest, facts: Facts) -> BudgetVerdict:
         """What the tenant's budget says of a new GPU pod (policies/quota/budget.py): `Queue` holds it behind
