@@ -198,6 +198,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.workers = min(len(os.sched_getaffinity(0)), 4) if args.cluster is not None else 1
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
+    if args.workers == 1:
+        return _serve_checked(args)
+    # Several workers: prometheus-client's multiprocess mode re-executes this process (multiproc_metrics.py),
+    # before the configuration and the engines load, so that they load once; the parent removes the metrics
+    # directory it made when it stops, also when it cannot start.
+    from webhook.server import multiproc_metrics
+
+    multiproc_metrics.ensure_multiprocess_mode()
+    try:
+        return _serve_checked(args)
+    except CommandError:
+        multiproc_metrics.cleanup()
+        raise
+
+
+def _serve_checked(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.opa_url is not None:
         config = _with_opa_url(config, args.opa_url)

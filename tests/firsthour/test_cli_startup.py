@@ -10,8 +10,11 @@ the same way to what a review of files needs: no API client, no HTTP server, no 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from cluster_dirs import ROOT
 
@@ -130,3 +133,18 @@ def test_a_mistake_in_the_arguments_is_told_before_the_engines_load() -> None:
         if heavy or ours:
             problems.append(f"kgwe {command} imports {', '.join(heavy + ours)} before saying {error.strip()!r}")
     assert not problems, "\n".join(problems)
+
+
+def test_several_workers_refused_on_a_busy_port_leave_no_metrics_directory(tmp_path: Path) -> None:
+    """The parent re-executes itself for prometheus-client's multiprocess mode before it reads the configuration
+    (so that it imports the engines once), and removes the directory it made when it cannot start."""
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        env = {**os.environ, "TMPDIR": str(tmp_path), "KGWE_STATE_DIR": str(tmp_path / "state")}
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        done = subprocess.run(
+            [sys.executable, "-m", "webhook.cli", "serve", "--cluster", "examples/cluster", "--host", "127.0.0.1",
+             "--port", str(held.getsockname()[1]), "--workers", "2"],
+            capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+        )
+    assert done.returncode == 2 and "already in use" in done.stderr, done.stderr
+    assert not list(tmp_path.glob("kgwe-metrics-*"))
