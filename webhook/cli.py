@@ -142,14 +142,15 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
-    from webhook import assembly
-    from webhook.review import render_text, review_document
-
     documents = read_documents(args.pod)
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     config = load_config(args.config)
     check_identity_key(config)
+    # The engines, after the input is checked: a mistake is told in a fraction of the second they cost.
+    from webhook import assembly
+    from webhook.review import render_text, review_document
+
     try:
         runtime = assembly.from_directory(config, args.cluster).runtime
     except (OSError, ValueError) as exc:
@@ -187,9 +188,6 @@ def _add_claim_objects(store: Any, documents: list[Any]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from webhook.server.listener import ServeError
-    from webhook.server.serving import ServeOptions, serve
-
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         raise CommandError("give both --tls-cert-file and --tls-private-key-file, or neither")
     if args.cluster is not None and not args.cluster.is_dir():
@@ -200,10 +198,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.workers = min(len(os.sched_getaffinity(0)), 4) if args.cluster is not None else 1
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
+    if args.workers == 1:
+        return _serve_checked(args)
+    # Several workers: prometheus-client's multiprocess mode re-executes this process (multiproc_metrics.py),
+    # before the configuration and the engines load, so that they load once; the parent removes the metrics
+    # directory it made when it stops, also when it cannot start.
+    from webhook.server import multiproc_metrics
+
+    multiproc_metrics.ensure_multiprocess_mode()
+    try:
+        return _serve_checked(args)
+    except CommandError:
+        multiproc_metrics.cleanup()
+        raise
+
+
+def _serve_checked(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.opa_url is not None:
         config = _with_opa_url(config, args.opa_url)
     check_identity_key(config)
+    # The server and its engines, after the arguments are checked (as in cmd_review).
+    from webhook.server.listener import ServeError
+    from webhook.server.serving import ServeOptions, serve
+
     options = ServeOptions(
         config=config,
         config_file=args.config,

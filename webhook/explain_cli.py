@@ -81,9 +81,7 @@ def find_pod(runtime: Any, target: str) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from webhook import assembly
     from webhook.command_input import CommandError, check_identity_key, load_config, read_documents
-    from webhook.explain import explain
 
     config = load_config(args.config)
     check_identity_key(config)
@@ -91,6 +89,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return _explain_in_cluster(args, config)
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
+    from webhook import assembly  # the engines, once the arguments are checked
+    from webhook.explain import explain
+
     try:
         runtime = assembly.from_directory(config, args.cluster).runtime
     except (OSError, ValueError) as exc:

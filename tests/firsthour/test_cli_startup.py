@@ -10,8 +10,11 @@ the same way to what a review of files needs: no API client, no HTTP server, no 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from cluster_dirs import ROOT
 
@@ -97,3 +100,51 @@ def test_review_imports_no_server_or_other_engine() -> None:
     status, answered, modules = json.loads(done.stdout)
     assert status == 0 and answered
     assert not NOT_FOR_REVIEW & set(modules), f"kgwe review imports {sorted(NOT_FOR_REVIEW & set(modules))}"
+
+
+# A mistake in the arguments is told before the engines load: the input is checked first, then the
+# configuration, then the engines are imported (the configuration's model is the one thing allowed after the
+# file and the directory are read).
+MISTAKES = r"""
+import contextlib, io, json, sys
+
+from webhook.cli import main
+
+found = {}
+for argv in (["review", "missing.yaml", "--cluster", "examples/cluster"],
+             ["review", "examples/pods/01-single-type.yaml", "--cluster", "nowhere"],
+             ["serve", "--tls-cert-file", "x.crt"]):
+    seen = set(sys.modules)
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        status = main(argv)
+    found[" ".join(argv)] = [status, err.getvalue(), sorted(set(sys.modules) - seen)]
+print(json.dumps(found))
+"""
+
+
+def test_a_mistake_in_the_arguments_is_told_before_the_engines_load() -> None:
+    done = subprocess.run([sys.executable, "-c", MISTAKES], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          check=True)
+    problems = []
+    for command, (status, error, modules) in json.loads(done.stdout).items():
+        assert status == 2 and error.startswith("kgwe "), f"kgwe {command}: status {status}, {error!r}"
+        heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY - {"yaml"} and "." not in m)
+        ours = sorted(m for m in modules if m.split(".")[0] in KGWE and m not in LIGHT)
+        if heavy or ours:
+            problems.append(f"kgwe {command} imports {', '.join(heavy + ours)} before saying {error.strip()!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_several_workers_refused_on_a_busy_port_leave_no_metrics_directory(tmp_path: Path) -> None:
+    """The parent re-executes itself for prometheus-client's multiprocess mode before it reads the configuration
+    (so that it imports the engines once), and removes the directory it made when it cannot start."""
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        env = {**os.environ, "TMPDIR": str(tmp_path), "KGWE_STATE_DIR": str(tmp_path / "state")}
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        done = subprocess.run(
+            [sys.executable, "-m", "webhook.cli", "serve", "--cluster", "examples/cluster", "--host", "127.0.0.1",
+             "--port", str(held.getsockname()[1]), "--workers", "2"],
+            capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+        )
+    assert done.returncode == 2 and "already in use" in done.stderr, done.stderr
+    assert not list(tmp_path.glob("kgwe-metrics-*"))

@@ -9,6 +9,7 @@ SSLContext, so certificate renewals reach every worker.
 from __future__ import annotations
 
 import gc
+import importlib
 import ipaddress
 import logging
 import os
@@ -21,28 +22,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography import x509
-
-from certs.authority import Settings
-from certs.files import ensure_files
-from certs.reloader import ReloadingSSLContext
-from webhook import assembly
-from webhook.assembly import Assembly
-from webhook.config import Config
-from webhook.gangs.ledger import GangStore
-from webhook.runtime import Runtime
-from webhook.server import metrics, multiproc_metrics
-from webhook.server.app import BackgroundTask, create_app
-from webhook.server.callers import CallerAuthenticator
-from webhook.server.config_watch import ConfigWatcher
 from webhook.server.listener import ServeError, connection_limits, listening_sockets, uvicorn_server
-from webhook.server.read_auth import ReadAuth
-from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
-from webhook.server.worker_logs import quiet_secondary_worker, worker_started
-from webhook.state import state_dir
-from webhook.vap.sync import AdmissionPolicySync
+
+# The app, the engines and the certificate tools are imported by the functions that use them: the parent of
+# several workers re-executes itself before it binds (multiproc_metrics.py), and a busy port is told before
+# any of them loads.
+if TYPE_CHECKING:
+    from cryptography import x509
+
+    from webhook.assembly import Assembly
+    from webhook.config import Config
+    from webhook.gangs.ledger import GangStore
+    from webhook.runtime import Runtime
+    from webhook.vap.sync import AdmissionPolicySync
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +65,10 @@ class ServeOptions:
 
 def self_signed_pair(host: str, extra_dns_names: list[str], directory: Path | None = None) -> tuple[Path, Path, Path]:
     """(certificate, key, CA) of a serving certificate made and renewed under the state directory."""
+    from certs.authority import Settings
+    from certs.files import ensure_files
+    from webhook.state import state_dir
+
     ips = ["127.0.0.1", "::1"]
     dns = list(extra_dns_names)
     try:
@@ -102,11 +100,15 @@ def trust_notice(ca_file: Path, host: str, port: int) -> str:
 
 
 def _record_expiry(certificate: x509.Certificate) -> None:
+    from webhook.server import metrics
+
     metrics.CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
 
 
 def assemble_runtime(options: ServeOptions) -> Assembly:
     """The runtime fed by its cluster source: a watched YAML directory, or the API (webhook/assembly.py)."""
+    from webhook import assembly
+
     config = options.config
     if options.cluster_dir is not None:
         return assembly.from_directory(config, options.cluster_dir, watch=True)
@@ -123,16 +125,23 @@ def run_worker(
 
     Everything is built on the thread that serves: native policy engines are bound to their thread.
     """
+    from certs.reloader import ReloadingSSLContext
     from webhook.audit.auditor import Auditor
     from webhook.audit.pods import ApiPodReader
     from webhook.audit.writers import KubeReportWriter, MemoryReportWriter, ReportWriter
     from webhook.controllers.runner import build_controllers
     from webhook.policy_sync import PolicySync
     from webhook.server.api_routes import api_router
+    from webhook.server.app import BackgroundTask, create_app
+    from webhook.server.callers import CallerAuthenticator
+    from webhook.server.config_watch import ConfigWatcher
     from webhook.server.explain_routes import explain_router
     from webhook.server.gang_routes import gangs_router
     from webhook.server.mig_routes import mig_router
+    from webhook.server.read_auth import ReadAuth
+    from webhook.server.status_sync import ProfileStatusSync, custom_status_patcher, gpu_policy_condition_writer
     from webhook.server.usage_routes import usage_router
+    from webhook.server.worker_logs import worker_started
     from webhook.server.workloads_routes import workloads_router
     from webhook.usage.refresher import UsageRefresher
     from webhook.usage.service import UsageService
@@ -245,6 +254,7 @@ def admission_policy_sync(runtime: Runtime, api_client: Any, is_leader: Callable
     namespaces KGWE never judges, nor for a policy that does not compile now."""
     from webhook.cluster.kube_json import KubeJson
     from webhook.controllers.leader import pod_namespace
+    from webhook.vap.sync import AdmissionPolicySync
 
     def refused() -> set[str]:
         statuses = runtime.policies.status() if runtime.policies is not None else []
@@ -275,6 +285,9 @@ def settle_heap() -> None:
 
 
 def serve(options: ServeOptions) -> int:
+    from webhook.server import multiproc_metrics
+    from webhook.server.callers import CallerAuthenticator
+
     if options.workers > 1:
         multiproc_metrics.ensure_multiprocess_mode()  # may re-execute this process (multiproc_metrics.py)
     sockets = listening_sockets(options.host, options.port, options.workers)
@@ -295,7 +308,18 @@ def serve(options: ServeOptions) -> int:
     return _serve_workers(options, cert_file, key_file, sockets)
 
 
+# The heaviest of run_worker's imports (the app, the engines, the controllers).
+WORKER_MODULES = ("webhook.assembly", "webhook.server.app", "webhook.server.api_routes", "webhook.controllers.runner",
+                  "webhook.audit.auditor", "webhook.usage.service", "certs.reloader")
+
+
 def _serve_workers(options: ServeOptions, cert_file: Path, key_file: Path, sockets: list[socket.socket]) -> int:
+    from webhook.server import multiproc_metrics
+    from webhook.server.worker_logs import quiet_secondary_worker
+
+    # What every worker imports, imported once before the forks: the workers share it, not import it each.
+    for module in WORKER_MODULES:
+        importlib.import_module(module)
     children: dict[int, tuple[int, float]] = {}
     stopping = False
     failed = False
