@@ -18,6 +18,7 @@ from webhook.quotas.charging import usage_charges
 
 NAMESPACES = ("ml-research", "team-a", "inference")
 NODES = ("dgx-h100-01", "dgx-h100-02", "l4-mps-01", "l4-mps-02", "gone-node")
+DEVICE_RESOURCE = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
 KINDS = {"nvidia-h100-80gb": "dgx-h100-01", "nvidia-l4": "l4-mps-01"}
 
 
@@ -39,8 +40,12 @@ def _random_pod(rng: random.Random, n: int) -> dict[str, Any]:
     if rng.random() < 0.3:
         annotations["kgwe.io/gpu-memory"] = rng.choice(("1Mi", "20Gi", "bad"))
     node = rng.choice((*NODES, None))
-    return gpu_pod(f"p{n}", rng.choice(NAMESPACES), gpus=rng.randint(1, 4), node=node,
-                   phase="Running" if node else "Pending", annotations=annotations)
+    made = gpu_pod(f"p{n}", rng.choice(NAMESPACES), gpus=rng.randint(1, 4), node=node,
+                   phase="Running" if node else "Pending", annotations=annotations,
+                   resource=rng.choice(("nvidia.com/gpu",) * 4 + (DEVICE_RESOURCE,)))
+    if rng.random() < 0.15:  # asks devices through a claim of its own
+        made["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared-gpus"}]
+    return made
 
 
 def _step(rng: random.Random, store: Any, model: Any, n: int) -> None:

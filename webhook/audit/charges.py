@@ -5,7 +5,9 @@ The store never changes an object in place (a changed pod, node or namespace is 
 rebuilt only when their node changes), so a charge stays right while the objects it was read from are the
 same objects: the pod; the node facts of the node it is bound to, or, for a pod on no known node, every
 node's facts (the types' sharing modes decide its equivalents before binding); and, for every pod, the
-accelerator table, the HardwareProfiles, the Namespaces (their labels) and the DeviceClasses. An entry
+accelerator table, the HardwareProfiles, the Namespaces (their labels) and the DeviceClasses. Whether a pod
+asks DRA devices of its own is remembered the same way; what its claims hold is read again each pass, for
+those pods only (the DRA wing's `claimed_charges` looks at every pod). An entry
 holds its pod, so the identity it is keyed by cannot be reused by another object while it is remembered.
 """
 
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.quota.model import PodCharge
-from webhook.cluster.claim_charging import CLAIM_CHARGING
+from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimCharges
+from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
 from webhook.quotas.charging import pod_charge
@@ -27,6 +30,7 @@ class _Entry:
     node: NodeFacts | None  # the facts of the node the pod is bound to, when the snapshot knows it
     nodes_epoch: int  # for a pod on no known node: which set of node facts its charge was read against
     charge: PodCharge | None
+    own_devices: bool  # it names claims or asks DRA devices as extended resources: charged through its claims
 
 
 def _identities(values: Any) -> tuple[int, ...]:
@@ -57,6 +61,9 @@ class ChargeMemo:
             self._nodes_epoch += 1
         previous, entries = self._entries, {}
         charges: list[PodCharge] = []
+        claimed: list[PodCharge] = []
+        mapped = mapped_resources(model.device_classes)
+        usage: list[ClaimCharges] = []  # the claims made ready once, and only when a pod asks devices its own way
         computed = 0
         for pod in model.pods.values():
             if pod_is_finished(pod):
@@ -67,13 +74,17 @@ class ChargeMemo:
             entry = previous.get(id(pod))
             if entry is None or entry.pod is not pod or entry.node is not node or (
                     node is None and entry.nodes_epoch != self._nodes_epoch):
-                entry = _Entry(pod, node, self._nodes_epoch, pod_charge(pod, model, None))
+                own = bool(isinstance(spec, dict) and spec.get("resourceClaims")) or asks_extended_devices(pod, mapped)
+                entry = _Entry(pod, node, self._nodes_epoch, pod_charge(pod, model, None), own)
                 computed += 1
             entries[id(pod)] = entry
             if entry.charge is not None:
                 charges.append(entry.charge)
+            if entry.own_devices:
+                # What its claims hold changes with the claims, not the pod: read again each pass.
+                if not usage:
+                    usage.append(CLAIM_CHARGING.value.claim_charges(model, mapped))
+                claimed.extend(usage[0].charges(pod))
         self._entries = entries
         self.computed = computed
-        for _pod, claimed in CLAIM_CHARGING.value.claimed_charges(model):
-            charges.extend(claimed)
-        return charges
+        return charges + claimed
