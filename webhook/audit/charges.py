@@ -24,7 +24,7 @@ from webhook.cluster.node_facts import NodeFacts
 from webhook.quotas.charging import pod_charge
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     pod: dict[str, Any]
     node: NodeFacts | None  # the facts of the node the pod is bound to, when the snapshot knows it

@@ -92,13 +92,12 @@ def _order(pod: dict[str, Any]) -> tuple[str, str]:
     return (view.creation_timestamp or "", f"{view.namespace}/{view.name}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodRead:
     """What a pass reads of one pod object, kept while the snapshot holds the same object (the store never
     changes one in place): a pass over 150,000 pods of which ten changed reads ten (issue 36)."""
 
     pod: dict[str, Any]  # held, so the identity it is remembered by is not reused by another object
-    view: PodView
     terminal: bool
     node_name: str
     uid: str
@@ -123,7 +122,7 @@ def read_pod(pod: dict[str, Any], previous: Mapping[int, PodRead]) -> PodRead:
     if known is not None and known.pod is pod:
         return known
     view = PodView(pod)
-    return PodRead(pod, view, view.terminal, view.node_name, view.uid, is_quota_gated(view), view.deleting,
+    return PodRead(pod, view.terminal, view.node_name, view.uid, is_quota_gated(view), view.deleting,
                    bool(view.spec.get("resourceClaims")))
 
 
@@ -187,7 +186,6 @@ def quota_picture(
         read = read_pod(pod, previous)
         if read.terminal:
             continue
-        view = read.view
         node = model.nodes.get(read.node_name) if read.node_name else None
         epoch = (-1 if node is not None else nodes_epoch, context_epoch)
         charges = read.charges
@@ -196,7 +194,7 @@ def quota_picture(
         if charges is not read.charges or read.owners_for != quotas_read:
             owners = tuple((i, picture.tenant) for i, charge in enumerate(charges) for picture in tenants.values()
                            if charge_belongs_to(charge, picture.tenant, picture.quotas))
-            read = PodRead(pod, view, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
+            read = PodRead(pod, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
                            node, epoch, charges, owners, quotas_read)
         if cache is not None:
             cache[id(pod)] = read
@@ -210,6 +208,7 @@ def quota_picture(
             for index, owner in read.owners:  # a pinned in-flight charge belongs where its unpinned one does
                 tenants[owner].released.append(found[index])
             continue
+        view = PodView(pod)  # a waiting pod: a few of all
         tenant = view.annotation(OUT_TENANT)
         if tenant not in tenants or not found:
             unlimited.append(pod)
