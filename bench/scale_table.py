@@ -34,8 +34,9 @@ def scale_rows(result: dict[str, Any], row: Callable[..., Any]) -> list[Any]:
     def line(label: str, keys: tuple[str, ...], unit: str, goal: str = "",
              judge: Callable[[float, float | None], bool] | None = None, scale: float = 1.0) -> Any:
         measured, baseline = _at(big, *keys), _at(base, *keys)
-        measured = None if measured is None else measured * scale
-        baseline = None if baseline is None else baseline * scale
+        # A figure the bench could not take is recorded as {"error": ...}: shown as missing, not a crash.
+        measured = measured * scale if isinstance(measured, (int, float)) else None
+        baseline = baseline * scale if isinstance(baseline, (int, float)) else None
         ok = None if judge is None or measured is None else judge(measured, baseline)
         return row(f"scale {at}: {label}", measured, baseline, unit, same, goal, ok)
 

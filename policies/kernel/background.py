@@ -15,6 +15,13 @@ A task has one of three shapes:
   then ends, so an idle task holds no thread; a failure is retried after `backoff`'s next delay when a
   backoff is given, else it waits for the next wake.
 
+A periodic task is held to a duty cycle: after a run that took C seconds of its thread's CPU, the next
+run waits at least C x (1 / `duty` - 1) too, however soon its interval ends or a wake comes (a wake in
+that rest runs the body when the rest is over). So no periodic task takes more than `duty` of a CPU
+(default a quarter) whatever the cluster's size: its threads share the GIL with the event loop that
+answers admission, and a pass that grows with the cluster slows down instead of starving admission
+(issue 36). CPU, not wall time: a run that waited on the GIL or on the API did not use what it waited for.
+
 A `leader_only` task runs its body only while `is_leader()` says this replica leads; on its ticks as a
 follower it runs `standby` instead (a follower drops what only the leader exports). Each task keeps its
 state (runs, failures, last success, last error) for `/readyz` and exports it as metrics.
@@ -39,6 +46,10 @@ from prometheus_client import Counter, Gauge
 from policies.vocabulary.backoff import Backoff
 
 log = logging.getLogger("kgwe.background")
+
+# The share of a CPU a periodic task may take (its runs' thread CPU against the time from one run's start to
+# the next's): 0.25 rests three times each run's CPU time.
+DUTY = 0.25
 
 Body = Callable[[], object]
 
@@ -80,6 +91,7 @@ class Task:
     run (so `log.exception` there logs the traceback); the default logs one line with the traceback.
     `on_stop` runs once after the thread has ended (or the stop bound ran out), on the stopping thread.
     `delay_first` (on demand, with a backoff) waits one backoff delay before the first run of a wake.
+    `duty` (periodic tasks): the share of a CPU its runs may take (see the module doc); None lifts the bound.
     """
 
     def __init__(
@@ -98,6 +110,7 @@ class Task:
         on_stop: Callable[[], None] | None = None,
         is_leader: Callable[[], bool] | None = None,
         thread_name: str | None = None,
+        duty: float | None = DUTY,
     ) -> None:
         if interval is not None and interval < 0:
             raise ValueError(f"task {name}: interval must not be negative")
@@ -105,6 +118,8 @@ class Task:
             raise ValueError(f"task {name}: delay_first needs an on-demand task with a backoff")
         if interval == 0 and backoff is None:
             raise ValueError(f"task {name}: a watch (interval 0) needs a backoff, or a failing body would spin")
+        if duty is not None and not 0 < duty <= 1:
+            raise ValueError(f"task {name}: duty must be in (0, 1]")
         self.name = name
         self.body = body
         self.interval = interval
@@ -120,6 +135,8 @@ class Task:
         self.is_leader: Callable[[], bool] = is_leader or (lambda: True)
         self.own_leadership = is_leader is not None
         self.thread_name = thread_name or f"kgwe-{name}"
+        self.duty = duty
+        self.last_cpu = 0.0  # thread CPU seconds of the last run (body or standby)
         self._stopping = threading.Event()
         self._woken = threading.Event()
         self._guard = threading.Lock()  # thread start and end against wake()
@@ -229,7 +246,25 @@ class Task:
         while True:
             if self._wait(delay):
                 return
-            delay = self.interval if self._run_once() else self._failure_delay()
+            started = time.thread_time()
+            ok = self._run_once()
+            self.last_cpu = time.thread_time() - started
+            delay = self.interval if ok else self._failure_delay()
+            if self._rest(self.rest_after(self.last_cpu)):
+                return
+            delay = max(0.0, delay - self.rest_after(self.last_cpu))
+
+    def rest_after(self, cpu_seconds: float) -> float:
+        """The least wait after a run that took `cpu_seconds` of CPU, so runs take at most `duty` of a CPU."""
+        if self.duty is None or self.interval is None or self.interval == 0:
+            return 0.0
+        return cpu_seconds * (1.0 / self.duty - 1.0)
+
+    def _rest(self, seconds: float) -> bool:
+        """Sleep `seconds` that no wake shortens (a wake meanwhile stays pending); True when stopped."""
+        if seconds > 0:
+            self._stopping.wait(seconds)
+        return self._stopping.is_set()
 
     def _on_demand(self) -> None:
         if self.delay_first and self.backoff is not None and self._wait(self.backoff.next_delay()):

@@ -225,3 +225,43 @@ def test_bad_shapes_are_refused() -> None:
         Task("early", Count(), interval=1.0, backoff=Backoff(), delay_first=True)
     with pytest.raises(ValueError, match="negative"):
         Task("back", Count(), interval=-1)
+
+
+def _burn(cpu_seconds: float) -> None:
+    start = time.thread_time()
+    while time.thread_time() - start < cpu_seconds:
+        pass
+
+
+def test_a_periodic_task_takes_at_most_its_duty_of_a_cpu_however_often_it_is_woken() -> None:
+    """Runs of 20 ms of CPU on a 1 ms interval, woken all the time: the rest after each run (three times its
+    CPU at the default quarter) holds the task's CPU to a quarter of the wall time it ran for. A bound, not a
+    speed: each rest sleeps at least what it is asked, so the share cannot pass it on any machine."""
+    runs: list[float] = []
+
+    def body() -> None:
+        started = time.thread_time()
+        _burn(0.02)
+        runs.append(time.thread_time() - started)
+
+    task = Task("busy", body, interval=0.001, run_at_start=True)
+    began = time.monotonic()
+    task.start()
+    try:
+        eventually(lambda: len(runs) >= 8)
+        for _ in range(50):
+            task.wake()
+            time.sleep(0.001)
+    finally:
+        task.stop(timeout=2.0)
+    elapsed = time.monotonic() - began
+    assert sum(runs) <= task.duty * elapsed  # type: ignore[operator]
+    assert task.rest_after(0.02) == pytest.approx(0.06)
+
+
+def test_the_duty_bound_can_be_lifted_and_spares_watches_and_on_demand_tasks() -> None:
+    assert Task("free", lambda: None, interval=1.0, duty=None).rest_after(5.0) == 0.0
+    assert Task("watch", lambda: None, interval=0, backoff=Backoff(base=0.1, cap=1.0)).rest_after(5.0) == 0.0
+    assert Task("woken", lambda: None, interval=None).rest_after(5.0) == 0.0
+    with pytest.raises(ValueError, match="duty"):
+        Task("bad", lambda: None, interval=1.0, duty=0.0)

@@ -25,6 +25,7 @@ from prometheus_client import Gauge
 
 from policies.kernel.background import Task
 from policies.kernel.metrics import replace_series
+from webhook.audit.charges import ChargeMemo
 from webhook.audit.checks import audit_pod, quota_findings
 from webhook.audit.findings import Finding
 from webhook.audit.formats import report_format
@@ -33,7 +34,6 @@ from webhook.audit.reports import is_cluster_report, render_reports, report_key
 from webhook.audit.workloads import audit_workload
 from webhook.audit.writers import ReportWriter
 from webhook.cluster.model import ClusterModel
-from webhook.quotas.charging import usage_charges
 from webhook.runtime import Runtime
 from webhook.workloads.kind import workloads_of
 
@@ -85,6 +85,7 @@ class Auditor:
         self._workload_findings: dict[str, list[Finding]] = {}
         self._cluster_findings: list[Finding] = []
         self._quota_key: tuple[int, int] | None = None
+        self._charges = ChargeMemo()
         self._first_seen: dict[Finding, float] = {}
         self._written: dict[tuple[str, str, str], dict[str, Any]] = {}
         # One tick at start, then every interval, on the task's one thread: policy engines keep one native
@@ -148,10 +149,11 @@ class Auditor:
         if chosen:
             self._cursor = chosen[-1]
         judged_workloads = self._judge_workloads(model)
-        # Quota use sums every pod: recomputed once per snapshot (and configuration), not per tick.
+        # Quota use sums every pod: recomputed once per snapshot (and configuration), not per tick, each pod's
+        # charge only when the pod or what it is charged by changed (webhook/audit/charges.py).
         quota_key = (model.generation, id(runtime.config))
         if quota_key != self._quota_key:
-            self._cluster_findings = quota_findings(runtime, model, usage_charges(model))
+            self._cluster_findings = quota_findings(runtime, model, self._charges.usage_charges(model))
             self._quota_key = quota_key
         findings = self.findings
         now = self.clock()

@@ -45,7 +45,7 @@ from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
 from webhook.placement.constraints import and_into_required_terms, apply_requirements
 from webhook.quotas.scheduling_gate import QUOTA_CONDITION, QUOTA_GATE
-from webhook.quotas.waiters import ChargeCache, TenantPicture, plan_tenant, quota_picture
+from webhook.quotas.waiters import ChargeCache, PodRead, TenantPicture, plan_tenant, quota_picture, read_pod
 from webhook.quotas.writer import QuotaWriter
 
 log = logging.getLogger("kgwe.quotas.controller")
@@ -132,7 +132,7 @@ class QuotaController:
         self._in_flight: dict[str, tuple[str | None, float]] = {}  # uid -> (type pinned, when released)
         self._told: dict[str, tuple[str, float]] = {}  # uid -> the waiting message last written, and when
         self._statuses: dict[str, dict[str, Any]] = {}  # TenantQuota name -> the status last written
-        self._charges: ChargeCache = {}  # what each pod counts, from the last pass (webhook/quotas/waiters.py)
+        self._charges = ChargeCache()  # what each pod counts, from the last pass (webhook/quotas/waiters.py)
         self.last: PassResult | None = None
         self._timer: threading.Timer | None = None
         self._timer_lock = threading.Lock()
@@ -205,10 +205,14 @@ class QuotaController:
     def _forget_seen(self, model: ClusterModel) -> None:
         """Released pods the snapshot shows ungated (or gone) need no in-flight entry any more."""
         now = self.clock()
-        live = {PodView(p).uid: p for p in model.pods.values()}
+        # The last pass's reads: only the pods that changed since are read again (webhook/quotas/waiters.py).
+        live: dict[str, PodRead] = {}
+        for pod in model.pods.values():
+            read = self._charges[id(pod)] = read_pod(pod, self._charges)
+            live[read.uid] = read
         for uid, (_pinned, at) in list(self._in_flight.items()):
-            pod = live.get(uid)
-            if pod is None or QUOTA_GATE not in PodView(pod).scheduling_gates or now - at > IN_FLIGHT_SECONDS:
+            seen = live.get(uid)
+            if seen is None or not seen.gated or now - at > IN_FLIGHT_SECONDS:
                 del self._in_flight[uid]
         for uid in [u for u in self._told if u not in live]:
             del self._told[uid]

@@ -92,7 +92,62 @@ def _order(pod: dict[str, Any]) -> tuple[str, str]:
     return (view.creation_timestamp or "", f"{view.namespace}/{view.name}")
 
 
-ChargeCache = dict[tuple[int, str, str], list[PodCharge]]
+@dataclass(frozen=True, slots=True)
+class PodRead:
+    """What a pass reads of one pod object, kept while the snapshot holds the same object (the store never
+    changes one in place): a pass over 150,000 pods of which ten changed reads ten (issue 36)."""
+
+    pod: dict[str, Any]  # held, so the identity it is remembered by is not reused by another object
+    terminal: bool
+    node_name: str
+    uid: str
+    gated: bool
+    deleting: bool
+    claims: bool  # names ResourceClaims of its own: its charges follow the claims, read every pass
+    # What `charges` were read against: the facts of the node it is bound to (the same object while the node
+    # did not change), or for a pod on no known node the epoch of every node's facts (the types' sharing modes
+    # price it before binding); and the epoch of the rest a charge reads (ChargeCache.context).
+    node: object = None
+    epoch: tuple[int, int] = (-1, -1)
+    charges: tuple[PodCharge, ...] | None = None
+    # Which tenants' pictures each of `charges` counts in (pairs of charge index and tenant), read against the
+    # TenantQuota objects `owners_for` names.
+    owners: tuple[tuple[int, str], ...] = ()
+    owners_for: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+
+
+def read_pod(pod: dict[str, Any], previous: Mapping[int, PodRead]) -> PodRead:
+    """The pod's read from `previous` when it is the same object, else read now (charges left to the pass)."""
+    known = previous.get(id(pod))
+    if known is not None and known.pod is pod:
+        return known
+    view = PodView(pod)
+    return PodRead(pod, view.terminal, view.node_name, view.uid, is_quota_gated(view), view.deleting,
+                   bool(view.spec.get("resourceClaims")))
+
+
+class ChargeCache(dict[int, PodRead]):
+    """What each pod object read and counted in the last pass, by identity (the controller keeps one between
+    passes), with the epochs its charges were read in: one moves when a node's facts change, the other when the
+    accelerator table, a HardwareProfile, a Namespace (its labels) or a DeviceClass does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._nodes: tuple[int, ...] = ()
+        self._context: tuple[object, ...] | None = None
+        self.epochs = (0, 0)  # (nodes, context)
+
+    def advance(self, model: ClusterModel) -> tuple[int, int]:
+        nodes = tuple(id(facts) for facts in model.nodes.values())
+        context = (id(model.table), tuple(map(id, model.hardware_profiles.values())),
+                   tuple(map(id, model.namespaces.values())), tuple(map(id, model.device_classes.values())))
+        nodes_epoch, context_epoch = self.epochs
+        if nodes != self._nodes:
+            self._nodes, nodes_epoch = nodes, nodes_epoch + 1
+        if context != self._context:
+            self._context, context_epoch = context, context_epoch + 1
+        self.epochs = (nodes_epoch, context_epoch)
+        return self.epochs
 
 
 def quota_picture(
@@ -101,10 +156,12 @@ def quota_picture(
     """Every tenant with a TenantQuota: its released pods' charges and its waiters in order.
 
     `in_flight`: uid -> the type pinned, for pods the controller released that the snapshot may show gated.
-    `cache`: the charges of the previous picture, by pod object, resourceVersion and node type: a pod that did
-    not change is not read again (the controller passes one between its passes; it is refilled here)."""
+    `cache`: the reads of the previous picture, by pod object, with their charges while what they read did not
+    change: a pod that did not change is not read again (the controller passes one between its passes; it is
+    refilled here)."""
     in_flight = in_flight or {}
     previous = dict(cache) if cache is not None else {}
+    nodes_epoch, context_epoch = cache.advance(model) if cache is not None else (-1, -1)
     if cache is not None:
         cache.clear()
     by_tenant: dict[str, list[dict[str, Any]]] = {}
@@ -122,29 +179,36 @@ def quota_picture(
             made.append(CLAIM_CHARGING.value.claim_charges(model, mapped))
         return made[0]
 
+    quotas_read = tuple((tenant, tuple(id(q) for q in picture.quotas)) for tenant, picture in tenants.items())
     gated: list[GatedPod] = []
     unlimited: list[dict[str, Any]] = []
     for pod in model.pods.values():
-        view = PodView(pod)
-        if view.terminal:
+        read = read_pod(pod, previous)
+        if read.terminal:
             continue
-        node = model.nodes.get(view.node_name) if view.node_name else None
-        key = (id(pod), view.resource_version, node.accelerator_type if node is not None else "")
-        cached = previous.get(key)
-        found = cached if cached is not None and not view.spec.get("resourceClaims") else _charges(
-            pod, model, mapped, claim_usage)
+        node = model.nodes.get(read.node_name) if read.node_name else None
+        epoch = (-1 if node is not None else nodes_epoch, context_epoch)
+        charges = read.charges
+        if charges is None or read.node is not node or read.epoch != epoch or read.claims or epoch[1] < 0:
+            charges = tuple(_charges(pod, model, mapped, claim_usage))
+        if charges is not read.charges or read.owners_for != quotas_read:
+            owners = tuple((i, picture.tenant) for i, charge in enumerate(charges) for picture in tenants.values()
+                           if charge_belongs_to(charge, picture.tenant, picture.quotas))
+            read = PodRead(pod, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
+                           node, epoch, charges, owners, quotas_read)
         if cache is not None:
-            cache[key] = found
-        waiting = is_quota_gated(pod) and view.uid not in in_flight and not view.deleting
-        if view.uid in in_flight and is_quota_gated(pod):
-            pinned = in_flight[view.uid]
+            cache[id(pod)] = read
+        assert read.charges is not None
+        found = list(read.charges)
+        waiting = read.gated and read.uid not in in_flight and not read.deleting
+        if read.uid in in_flight and read.gated:
+            pinned = in_flight[read.uid]
             found = [replace(c, candidate_types=(pinned,)) if pinned and not c.every_candidate else c for c in found]
         if not waiting:
-            for charge in found:
-                for picture in tenants.values():
-                    if charge_belongs_to(charge, picture.tenant, picture.quotas):
-                        picture.released.append(charge)
+            for index, owner in read.owners:  # a pinned in-flight charge belongs where its unpinned one does
+                tenants[owner].released.append(found[index])
             continue
+        view = PodView(pod)  # a waiting pod: a few of all
         tenant = view.annotation(OUT_TENANT)
         if tenant not in tenants or not found:
             unlimited.append(pod)
