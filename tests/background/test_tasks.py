@@ -11,7 +11,8 @@ import time
 import pytest
 from waiting import eventually
 
-from policies.kernel.background import Supervisor, Task
+from policies.kernel.background import Task
+from policies.kernel.supervisor import Supervisor
 from policies.vocabulary.backoff import Backoff
 
 

@@ -11,7 +11,8 @@ from waiting import eventually
 
 from certs.files import CertificatePaths
 from certs.reloader import ReloadingSSLContext
-from policies.kernel.background import Supervisor, Task
+from policies.kernel.background import Task
+from policies.kernel.supervisor import Supervisor
 from webhook.server.app import create_app
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from policies.kernel.background import Supervisor, Task
+from policies.kernel.background import Task
+from policies.kernel.supervisor import Supervisor
 from policies.quota.budget import BudgetState
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config

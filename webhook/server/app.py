@@ -20,7 +20,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from policies.kernel.background import Supervisor, Task
+from policies.kernel.background import Task
+from policies.kernel.supervisor import Supervisor
 from webhook.server import multiproc_metrics
 from webhook.server.admission_endpoint import AdmissionEndpoint, LoadState, ServingRuntime
 from webhook.server.api_index import api_index
