@@ -37,7 +37,6 @@ class RuntimeBase:
     rego_time_limit: float
     cel_time_limit: float
     _set: PolicySet
-    _generation: int
     _statuses: dict[tuple[str, str], PolicyStatus]
     _failed: dict[tuple[str, str], tuple[str, str]]
     _reload_lock: threading.Lock

@@ -68,7 +68,6 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         self.rego_time_limit = rego_time_limit
         self.cel_time_limit = cel_time_limit
         self._set = PolicySet(units=[], prepared=None)
-        self._generation = 0
         self._statuses: dict[tuple[str, str], PolicyStatus] = {}
         self._failed: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (fingerprint, error) of refused versions
         self._reload_lock = threading.Lock()

@@ -124,9 +124,6 @@ class Reloading(RuntimeBase):
             has_decision=any("decision" in g.rules for g in gathered),
             reads=input_reads(chosen),
         )
-        # After the swap: a decision computed with the old set is never cached under the new generation
-        # (the cache reads the generation before it evaluates).
-        self._generation += 1
         report.loaded = [u.name for u in chosen]
         self._record(report, errors, sources, served=self._set, repeated=repeated)
         return report
@@ -141,7 +138,6 @@ class Reloading(RuntimeBase):
                 units=current.units, prepared=prepared, gathered=gathered,
                 has_check=current.has_check, has_decision=current.has_decision, reads=current.reads,
             )
-            self._generation += 1  # cached placement decisions made while the engine was down are stale
 
     def engine_problems(self) -> list[str]:
         """For `/readyz`: the Rego engine's current problem, if any."""
@@ -181,11 +177,6 @@ class Reloading(RuntimeBase):
 
     def status(self) -> list[PolicyStatus]:
         return list(self._statuses.values())
-
-    @property
-    def generation(self) -> int:
-        """Changes whenever a new policy set starts serving (callers key caches of decisions on it)."""
-        return self._generation
 
     def policy_names(self) -> list[str]:
         return [u.name for u in self._set.units if u.source.is_policy]

@@ -1,17 +1,16 @@
 """The policy gate: turns one pod's facts into the plain input the policy layer takes, and its answer back.
 
 Policies never import the webhook: the request, the namespace, the cluster summary, the intent and the
-tenant are handed over as JSON-like data (`policies.api.PolicyContext`). Placement decisions are cached for
-byte-identical pods (the replicas of one workload), by policy set and cluster snapshot.
+tenant are handed over as JSON-like data (`policies.api.PolicyContext`). A placement decision is asked of
+the engine every time: a cache of decisions for byte-identical pods bought 0-3 % for replicas (the engine's
+own answer memo serves them) and cost 6 % for distinct pods (docs/performance.md, issue 34).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from policies.api import PolicyContext, Violation
 from policies.gpu_demand import GpuDemand
@@ -23,9 +22,6 @@ from webhook.cluster.model import ClusterModel
 from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
 
-DECISION_CACHE_SIZE = 2048
-_MISSING = object()
-
 
 @dataclass
 class PolicyGlue:
@@ -33,7 +29,6 @@ class PolicyGlue:
     every call, as the runtime's policies are replaced when they are reloaded."""
 
     engine: Callable[[], PolicyEngine | None]
-    _decisions: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @property
     def policies(self) -> PolicyEngine | None:
@@ -72,46 +67,14 @@ class PolicyGlue:
         if decide and check:
             placement, violations = engine.evaluate(context)
         elif decide:
-            return self._cached_decision(engine, context, model), []
+            # Placement policies see `input.request.uid` as "": a replica's decision cannot depend on it.
+            context = PolicyContext({**context.request, "uid": ""}, context.namespace_object, context.cluster,
+                                    context.intent, context.tenant, context.usage)
+            placement = engine.decide_placement(context)
         else:
             return None, list(engine.check(context))
         decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
         return decision, violations
-
-    def _cached_decision(self, engine: PolicyEngine, context: PolicyContext, model: ClusterModel) -> Decision | None:
-        """The placement decision, reused for byte-identical pods (the replicas of one workload).
-
-        A ReplicaSet, Job or StatefulSet creates many pods that reach the mutating webhook identical
-        except for the request uid: at mutation time a generated name is not yet set. The decision is a
-        pure function of the policy input, so it is cached by that input (with the uid left out of it:
-        placement policies see `input.request.uid` as ""), the policy set and the cluster snapshot.
-        """
-        request = dict(context.request)
-        request["uid"] = ""
-        context = PolicyContext(request, context.namespace_object, context.cluster, context.intent, context.tenant,
-                                context.usage)
-        key = (
-            engine.generation,
-            model.generation,  # the cluster summary is per snapshot
-            orjson.dumps(
-                [request, context.namespace_object, context.intent, context.tenant, context.usage],
-                option=orjson.OPT_SORT_KEYS,
-            ),
-        )
-        cache = self._decisions
-        if cache.get("key") != key[:2]:
-            cache.clear()
-            cache["key"] = key[:2]
-        found = cache.get(key[2], _MISSING)
-        if found is not _MISSING:
-            return found  # type: ignore[no-any-return]
-        placement = engine.decide_placement(context)
-        decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
-        if len(cache) > DECISION_CACHE_SIZE:
-            cache.clear()
-            cache["key"] = key[:2]
-        cache[key[2]] = decision
-        return decision
 
 
 def _policy_request(request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:

@@ -37,12 +37,6 @@ from webhook.placement.plan import Decision
 class PolicyEngine(Protocol):
     """The policy layer as admission calls it (`policies.runtime.PolicyRuntime` implements it)."""
 
-    @property
-    def generation(self) -> int:
-        """Changes whenever the policy set (or the engine's health) changes: decisions cached under an
-        older generation are stale."""
-        ...
-
     def check(self, ctx: PolicyContext) -> list[Violation]: ...
 
     def decide_placement(self, ctx: PolicyContext) -> PlacementDecision: ...
