@@ -16,7 +16,7 @@ from policies.rbac.review import SubjectAccessReviewer
 from webhook.assembly import build_runtime
 from webhook.config import Config
 
-SAR_DELAY_SECONDS = 5.0
+SAR_DELAY_SECONDS = 20.0  # fifty deadlines: a busy machine cannot make the cut look like an answer
 DEADLINE_SECONDS = 0.4
 PROFILE_POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -46,7 +46,7 @@ def test_deadline_holds_and_the_failure_behaviour_applies(slow_reviews: ReviewSe
 
     assert slow_reviews.received == 1, "the SubjectAccessReview was asked"
     # Not a speed assertion: the review would have taken SAR_DELAY_SECONDS; the deadline cut it short.
-    assert elapsed < SAR_DELAY_SECONDS / 2
+    assert elapsed < SAR_DELAY_SECONDS / 2  # the deadline (0.4 s), with a wide margin for a busy machine
     # An RBAC check that cannot answer never admits a GPU pod, whatever onError says (it is for /mutate).
     assert not validated["allowed"]
     message = validated["status"]["message"]

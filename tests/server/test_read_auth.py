@@ -210,8 +210,11 @@ def test_an_unanswered_access_review_fails_closed(serving: Serving) -> None:
 
 
 def test_a_slow_token_review_is_bounded_and_admission_keeps_answering(serving: Serving) -> None:
+    # The TokenReview takes 20 s, four times the read's bound (read_auth.TIMEOUT_SECONDS, 5 s): the read is
+    # refused at its bound, and /mutate, sent while the read waits, is answered before the read is (had it
+    # queued behind the review, it would come after). Orders and a wide margin, no tight clock.
     serving.api.add_user("slow-token", "frank", ["team-a"])
-    serving.api.delays[TOKEN_REVIEWS] = 8.0
+    serving.api.delays[TOKEN_REVIEWS] = 20.0
     found: dict[str, Any] = {}
 
     def read() -> None:
@@ -223,17 +226,16 @@ def test_a_slow_token_review_is_bounded_and_admission_keeps_answering(serving: S
     try:
         reader.start()
         time.sleep(0.5)  # the read is now waiting on the TokenReview
-        with serving.server.client(timeout=10) as client:
-            started = time.monotonic()
+        with serving.server.client(timeout=30) as client:
             review = client.post("/mutate", json=admission_review(GPU_POD))
-            admitted_in = time.monotonic() - started
+        read_done_first = "status" in found
         assert review.status_code == 200 and review.json()["response"]["allowed"] is True
-        assert admitted_in < 2.0, f"/mutate waited {admitted_in:.1f}s behind a slow TokenReview"
-        reader.join(20)
+        assert not read_done_first, "/mutate was answered only after the slow TokenReview's read"
+        reader.join(60)
     finally:
         serving.api.delays.pop(TOKEN_REVIEWS, None)
     assert found["status"] == 503
-    assert found["seconds"] < 7.5, "the read waited for the API server past its bound"
+    assert found["seconds"] < 15, "the read waited for the API server past its bound"
 
 
 def test_the_fake_api_server_refuses_what_the_real_one_refuses(serving: Serving) -> None:
