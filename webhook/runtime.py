@@ -15,8 +15,6 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from policies.api import Violation
-from policies.gpu_demand import GpuDemand
 from policies.kernel.metrics import record_refusal as _record_refusal
 from policies.rbac.evaluator import Authorizer
 from policies.runtime.policy_runtime import PolicyRuntime
@@ -29,8 +27,6 @@ from webhook.admission.request import AdmissionRequest
 from webhook.admission.tenancy import Tenancy, TenancyMemo
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
-from webhook.intent import PodIntent
-from webhook.placement.plan import Decision
 
 WOULD_MUTATE = Counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
 
@@ -70,25 +66,6 @@ class Runtime:
 
     def tenant_of(self, request: AdmissionRequest, model: ClusterModel) -> str:
         return self.tenancy.of(request, model).tenant
-
-    # -- policies (webhook/admission/policy_glue.py) ----------------------------------------------
-    def evaluate_policies(
-        self,
-        request: AdmissionRequest,
-        pod: dict[str, Any],
-        intent: PodIntent,
-        demand: GpuDemand,
-        namespace_object: dict[str, Any] | None,
-        model: ClusterModel,
-        tenant: str,
-        *,
-        decide: bool,
-        check: bool,
-        usage: dict[str, Any] | None = None,
-    ) -> tuple[Decision | None, list[Violation]]:
-        return self.policy_glue.evaluate_policies(
-            request, pod, intent, demand, namespace_object, model, tenant, decide=decide, check=check, usage=usage
-        )
 
     # -- usage (webhook/usage) ------------------------------------------------------------------
     def workload_usage(self, request: AdmissionRequest, pod: dict[str, Any]) -> UsageRow | None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from policies.api import EnforcementAction, PolicyContext, Violation
+from policies.api import PolicyContext, Violation
 from policies.engines.aggregate import CHECK_QUERY, QUERY_KINDS, query_value
 from policies.engines.native_builtins import NativeBuiltins, merge_answers, native_units
 from policies.engines.native_rules import Declined
@@ -18,7 +18,7 @@ from policies.loading.gpupolicy import CompiledGPUPolicy
 from policies.loading.policy_set import PolicySet
 from policies.runtime.base import RuntimeBase
 from policies.runtime.cel_phase import CelScope
-from policies.runtime.outcomes import EvaluationFailed, action_of, violations_from
+from policies.runtime.outcomes import EvaluationFailed, violations_from
 
 
 class RegoPhase(RuntimeBase):
@@ -176,21 +176,4 @@ class RegoPhase(RuntimeBase):
                 return self._unavailable_violations(policy_set, active, failed, with_decision=False)
             return self._failure_violations(failed)
         return [*violations_from(result, active), *(v for f in failures for v in self._failure_violations(f))]
-
-    @staticmethod
-    def _violations_from(result: Any, active: list[CompiledGPUPolicy]) -> list[Violation]:
-        if not isinstance(result, dict):
-            return []
-        actions: dict[str, EnforcementAction] | None = None
-        found = []
-        for kind in ("deny", "warn"):
-            for policy, messages in (result.get(kind) or {}).items():
-                if not messages:
-                    continue  # most policies, on most requests
-                if actions is None:
-                    actions = {p.name: p.action for p in active}
-                action = action_of(kind, actions.get(policy))
-                for message in sorted(str(m) for m in messages):
-                    found.append(Violation(policy, action, message))
-        return found
 

@@ -65,7 +65,7 @@ class FactGathering:
         wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
         if runtime.policies is not None and (wants_decision or with_checks):
             try:
-                decision, violations = runtime.evaluate_policies(
+                decision, violations = runtime.policy_glue.evaluate_policies(
                     request, pod, intent, demand, namespace_object, model, tenant,
                     decide=wants_decision, check=with_checks,
                     usage=usage.policy_document() if usage is not None else None,

@@ -10,23 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from policies.api import PolicyContext, Violation
+from policies.api import PlacementDecision, PolicyContext, Violation
 from policies.gpu_demand import GpuDemand
 from policies.vocabulary.keys import WORKLOAD
 from policies.vocabulary.objects import PodView, pod_view
-from webhook.admission.ports import PolicyEngine
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
 from webhook.intent import PodIntent
 from webhook.placement.plan import Decision
 
 
+class PolicyEngine(Protocol):
+    """The policy layer as admission calls it (`policies.runtime.PolicyRuntime` implements it)."""
+
+    def check(self, ctx: PolicyContext) -> list[Violation]: ...
+
+    def decide_placement(self, ctx: PolicyContext) -> PlacementDecision: ...
+
+    def evaluate(self, ctx: PolicyContext) -> tuple[PlacementDecision, list[Violation]]: ...
+
+
 @dataclass
 class PolicyGlue:
-    """`PolicyGate.evaluate_policies` over the engine `engine()` returns (None: nothing is decided); asked on
-    every call, as the runtime's policies are replaced when they are reloaded."""
+    """The policy gate (webhook/admission/ports.py `PolicyGate.policy_glue`) over the engine `engine()` returns
+    (None: nothing is decided); asked on every call, as the runtime's policies are replaced when reloaded."""
 
     engine: Callable[[], PolicyEngine | None]
 

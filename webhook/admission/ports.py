@@ -21,27 +21,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from policies.api import PlacementDecision, PolicyContext, Violation
-from policies.gpu_demand import GpuDemand
 from policies.quota.model import PodCharge
 from webhook.admission.access import Access
 from webhook.admission.facts import Problem, UsageRow
+from webhook.admission.policy_glue import PolicyEngine, PolicyGlue
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.tenancy import Tenancy
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
-from webhook.intent import PodIntent
-from webhook.placement.plan import Decision
-
-
-class PolicyEngine(Protocol):
-    """The policy layer as admission calls it (`policies.runtime.PolicyRuntime` implements it)."""
-
-    def check(self, ctx: PolicyContext) -> list[Violation]: ...
-
-    def decide_placement(self, ctx: PolicyContext) -> PlacementDecision: ...
-
-    def evaluate(self, ctx: PolicyContext) -> tuple[PlacementDecision, list[Violation]]: ...
 
 
 class PolicyGate(Protocol):
@@ -52,23 +39,11 @@ class PolicyGate(Protocol):
         """None when no policies are loaded (`kgwe review --no-policies`, some tests): nothing is decided."""
         ...
 
-    def evaluate_policies(
-        self,
-        request: AdmissionRequest,
-        pod: dict[str, Any],
-        intent: PodIntent,
-        demand: GpuDemand,
-        namespace_object: dict[str, Any] | None,
-        model: ClusterModel,
-        tenant: str,
-        *,
-        decide: bool,
-        check: bool,
-        usage: dict[str, Any] | None = None,
-    ) -> tuple[Decision | None, list[Violation]]:
-        """The decision (when `decide`) and the violations (when `check`), in one engine call when both;
-        `usage` is the pod's workload usage (policies' `input.kgwe.usage` and CEL `usage`).
-        Raises `policies.runtime.PolicyEngineError` when the engine fails and fails closed."""
+    @property
+    def policy_glue(self) -> PolicyGlue:
+        """`evaluate_policies`: the decision (when `decide`) and the violations (when `check`) of one pod, in one
+        engine call when both; raises `policies.runtime.PolicyEngineError` when the engine fails and fails
+        closed."""
         ...
 
 

@@ -194,7 +194,7 @@ class Validation(FactGathering):
         model = runtime.store.snapshot()
         intent = parse_intent(request.pod)
         try:
-            _decision, violations = runtime.evaluate_policies(
+            _decision, violations = runtime.policy_glue.evaluate_policies(
                 request, pod, intent, pod_gpu_demand(request.pod), model.namespaces.get(request.namespace), model,
                 runtime.tenant_of(request, model), decide=False, check=True,
             )
