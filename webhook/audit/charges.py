@@ -21,7 +21,7 @@ from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimCharges
 from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
-from webhook.quotas.charging import pod_charge
+from webhook.quotas.charging import ChargeEpochs, pod_charge
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +33,6 @@ class _Entry:
     own_devices: bool  # it names claims or asks DRA devices as extended resources: charged through its claims
 
 
-def _identities(values: Any) -> tuple[int, ...]:
-    return tuple(id(v) for v in values)
-
-
 class ChargeMemo:
     """`usage_charges` of webhook/quotas/charging.py over successive snapshots, each pod's charge computed
     only when the pod or what its charge reads changed (tests/audit/test_charge_memo.py compares it with a
@@ -44,21 +40,15 @@ class ChargeMemo:
 
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
-        self._context: tuple[object, ...] | None = None
-        self._nodes: tuple[int, ...] = ()
-        self._nodes_epoch = 0
+        self._epochs = ChargeEpochs()
+        self._context_epoch = 0
         self.computed = 0  # charges computed by the last call (the rest were looked up)
 
     def usage_charges(self, model: ClusterModel) -> list[PodCharge]:
-        context = (id(model.table), _identities(model.hardware_profiles.values()),
-                   _identities(model.namespaces.values()), _identities(model.device_classes.values()))
-        if context != self._context:
+        nodes_epoch, context_epoch = self._epochs.advance(model)
+        if context_epoch != self._context_epoch:
             self._entries.clear()
-            self._context = context
-        nodes = _identities(model.nodes.values())
-        if nodes != self._nodes:
-            self._nodes = nodes
-            self._nodes_epoch += 1
+            self._context_epoch = context_epoch
         previous, entries = self._entries, {}
         charges: list[PodCharge] = []
         claimed: list[PodCharge] = []
@@ -73,9 +63,9 @@ class ChargeMemo:
             node = model.nodes.get(node_name) if isinstance(node_name, str) and node_name else None
             entry = previous.get(id(pod))
             if entry is None or entry.pod is not pod or entry.node is not node or (
-                    node is None and entry.nodes_epoch != self._nodes_epoch):
+                    node is None and entry.nodes_epoch != nodes_epoch):
                 own = bool(isinstance(spec, dict) and spec.get("resourceClaims")) or asks_extended_devices(pod, mapped)
-                entry = _Entry(pod, node, self._nodes_epoch, pod_charge(pod, model, None), own)
+                entry = _Entry(pod, node, nodes_epoch, pod_charge(pod, model, None), own)
                 computed += 1
             entries[id(pod)] = entry
             if entry.charge is not None:

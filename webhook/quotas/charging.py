@@ -109,3 +109,29 @@ def usage_charges(model: ClusterModel) -> list[PodCharge]:
     for _pod, claimed in CLAIM_CHARGING.value.claimed_charges(model):
         charges.extend(claimed)
     return charges
+
+
+class ChargeEpochs:
+    """Which snapshot a remembered charge was read against, as two epochs: one moves when any node's facts
+    change (a pod on no known node is priced by every type's sharing mode), the other when the accelerator
+    table, a HardwareProfile, a Namespace (its labels) or a DeviceClass does. The store never changes an object
+    in place, so the same objects mean the same inputs. The quota pass's and the audit's per-pod memos key
+    their charges on these (webhook/quotas/waiters.py ChargeCache, webhook/audit/charges.py ChargeMemo)."""
+
+    def __init__(self) -> None:
+        self._nodes: tuple[int, ...] = ()
+        self._context: tuple[object, ...] | None = None
+        self.epochs = (0, 0)  # (nodes, context)
+
+    def advance(self, model: ClusterModel) -> tuple[int, int]:
+        """The epochs of `model`'s inputs, moved on from the last call's where they changed."""
+        nodes = tuple(id(facts) for facts in model.nodes.values())
+        context = (id(model.table), tuple(map(id, model.hardware_profiles.values())),
+                   tuple(map(id, model.namespaces.values())), tuple(map(id, model.device_classes.values())))
+        nodes_epoch, context_epoch = self.epochs
+        if nodes != self._nodes:
+            self._nodes, nodes_epoch = nodes, nodes_epoch + 1
+        if context != self._context:
+            self._context, context_epoch = context, context_epoch + 1
+        self.epochs = (nodes_epoch, context_epoch)
+        return self.epochs

@@ -25,7 +25,7 @@ from webhook.config import Config
 from webhook.gang_spec import membership
 from webhook.intent import OUT_TENANT
 from webhook.placement.rooms import free_gpus, per_snapshot
-from webhook.quotas.charging import pod_charge
+from webhook.quotas.charging import ChargeEpochs, pod_charge
 from webhook.quotas.scheduling_gate import is_quota_gated
 from webhook.scheduling.predicates import first_feasible
 
@@ -128,26 +128,11 @@ def read_pod(pod: dict[str, Any], previous: Mapping[int, PodRead]) -> PodRead:
 
 class ChargeCache(dict[int, PodRead]):
     """What each pod object read and counted in the last pass, by identity (the controller keeps one between
-    passes), with the epochs its charges were read in: one moves when a node's facts change, the other when the
-    accelerator table, a HardwareProfile, a Namespace (its labels) or a DeviceClass does."""
+    passes), with the epochs its charges were read in (`ChargeEpochs`)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._nodes: tuple[int, ...] = ()
-        self._context: tuple[object, ...] | None = None
-        self.epochs = (0, 0)  # (nodes, context)
-
-    def advance(self, model: ClusterModel) -> tuple[int, int]:
-        nodes = tuple(id(facts) for facts in model.nodes.values())
-        context = (id(model.table), tuple(map(id, model.hardware_profiles.values())),
-                   tuple(map(id, model.namespaces.values())), tuple(map(id, model.device_classes.values())))
-        nodes_epoch, context_epoch = self.epochs
-        if nodes != self._nodes:
-            self._nodes, nodes_epoch = nodes, nodes_epoch + 1
-        if context != self._context:
-            self._context, context_epoch = context, context_epoch + 1
-        self.epochs = (nodes_epoch, context_epoch)
-        return self.epochs
+        self.epochs = ChargeEpochs()
 
 
 def quota_picture(
@@ -161,7 +146,7 @@ def quota_picture(
     refilled here)."""
     in_flight = in_flight or {}
     previous = dict(cache) if cache is not None else {}
-    nodes_epoch, context_epoch = cache.advance(model) if cache is not None else (-1, -1)
+    nodes_epoch, context_epoch = cache.epochs.advance(model) if cache is not None else (-1, -1)
     if cache is not None:
         cache.clear()
     by_tenant: dict[str, list[dict[str, Any]]] = {}
