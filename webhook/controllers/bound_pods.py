@@ -33,6 +33,7 @@ from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.kube_json import KubeJson
 from webhook.cluster.model import ClusterModel, ClusterStore
+from webhook.cluster.settled import Settled
 from webhook.config import Config
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
 from webhook.spend.rates import pod_rate, tenant_resolver
@@ -203,10 +204,7 @@ class BoundPodController:
             registry.register(self.collector)
         # pod -> version we patched: until the watch shows our change, do not send it twice.
         self._patched: dict[str, str] = {}
-        # (snapshot generation, configuration) of the last pass that left nothing to retry: a pass is a pure
-        # function of the two, so while neither changes the next would redo the same work over every pod (at
-        # 150,000 pods, seconds of CPU every interval that admission's event loop waits on: issue 36).
-        self._done_for: tuple[int, int] | None = None
+        self._settled = Settled()  # a pass is a function of the snapshot and the configuration
         # Leader-only: a follower neither patches nor exports (standby empties the gauge it exported as leader).
         self.task = Task(
             "bound-pods", self._reconcile_and_log, interval=interval_seconds, leader_only=True,
@@ -217,7 +215,7 @@ class BoundPodController:
 
     def _standby(self) -> None:
         self.collector.update({})
-        self._done_for = None
+        self._settled.forget()
 
     def reconcile_once(self) -> list[PodPatch]:
         """One pass over the current snapshot; returns the patches applied. Nothing to do (and nothing done)
@@ -226,8 +224,8 @@ class BoundPodController:
             self._standby()
             return []
         model = self.store.snapshot()
-        done_for = (model.generation, id(self.config))
-        if done_for == self._done_for:
+        config = self.config
+        if self._settled.holds(model, config):
             return []
         failed = False
         applied: list[PodPatch] = []
@@ -236,7 +234,7 @@ class BoundPodController:
         for key, pod in model.pods.items():
             identity = patch_identity(key, pod)
             live_pods.add(identity[0])
-            patch = desired_patch(pod, model, self.config)
+            patch = desired_patch(pod, model, config)
             if patch is None:
                 continue
             if self.patch_pod is None:
@@ -260,8 +258,8 @@ class BoundPodController:
             applied.append(patch)
         self._patched = {uid: rv for uid, rv in self._patched.items() if uid in live_pods}
         pods = ({**model.pods, **overlay}).values()
-        self.collector.update(cost_series(pods, model, self.config))
-        self._done_for = None if failed else done_for
+        self.collector.update(cost_series(pods, model, config))
+        self._settled.record(model, config, complete=not failed)
         return applied
 
     def start(self) -> None:

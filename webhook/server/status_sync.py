@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from policies.kernel.background import Task
+from webhook.cluster.settled import Settled
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.profiles import hardware_profiles_view
 from webhook.runtime import Runtime
@@ -43,9 +44,7 @@ class ProfileStatusSync:
         self.patch_status = patch_status
         self.is_leader = is_leader
         self.interval = interval
-        # (snapshot generation, configuration) of the last sync that wrote everything it meant to: the statuses
-        # are a function of the two, and working them out walks every pod (issue 36: seconds at 150,000 pods).
-        self._done_for: tuple[int, int] | None = None
+        self._settled = Settled()  # the statuses are a function of the snapshot and the configuration
         self.task = Task(
             "profile-status", self.sync_once, interval=interval, leader_only=True, is_leader=lambda: self.is_leader(),
             on_error=lambda _exc: log.exception("HardwareProfile status sync failed; the next run retries"),
@@ -53,8 +52,8 @@ class ProfileStatusSync:
 
     def sync_once(self) -> list[str]:
         model = self.runtime.store.snapshot()
-        done_for = (model.generation, id(self.runtime.config))
-        if done_for == self._done_for:
+        config = self.runtime.config
+        if self._settled.holds(model, config):
             return []
         failed = False
         written = []
@@ -69,7 +68,7 @@ class ProfileStatusSync:
             except Exception as exc:  # one profile's failure must not stop the others
                 log.warning("HardwareProfile %s: status not written: %s", name, exc)
                 failed = True
-        self._done_for = None if failed else done_for
+        self._settled.record(model, config, complete=not failed)
         return written
 
 
