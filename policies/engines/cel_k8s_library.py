@@ -24,7 +24,7 @@ from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from policies.vocabulary.kube_quantity import parse_quantity
 
 QUANTITY_KEY = "kgwe.io/quantity"
 MAX_QUANTITY_TEXT = 64

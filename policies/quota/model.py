@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from kubernetes.utils.quantity import parse_quantity
-
 from policies.vocabulary import keys
+from policies.vocabulary.kube_quantity import parse_quantity
 from policies.vocabulary.objects import ObjectView
 from policies.vocabulary.selectors import parse_selector
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from kubernetes.utils.quantity import parse_quantity as _k8s_parse_quantity
+from policies.vocabulary.kube_quantity import parse_quantity as _k8s_parse_quantity
 
 # Kubernetes reads quantities into int64; anything larger (or `inf`) is not a real amount, and turning
 # `1e999999` into an int would hold the event loop for tens of seconds (docs/performance.md).
