@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 from cel_generator import CUT_ATTACKS, ODD_POD, PODS
-from policy_fixtures import ROOT, gpu_pod, gpu_policy
+from policy_fixtures import ROOT, comparing_runtime, gpu_pod, gpu_policy
 
 from policies.api import PolicyContext
-from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime
 
 
 def _example_pods() -> list[dict[str, Any]]:
@@ -39,7 +39,7 @@ def _replica(pod: dict[str, Any], number: int) -> dict[str, Any]:
 
 
 def _builtins() -> PolicyRuntime:
-    runtime = build_runtime()
+    runtime = comparing_runtime()
     assert runtime.reload(builtin=True).ok
     return runtime
 
@@ -55,7 +55,7 @@ def test_every_replica_gets_the_answer_of_a_runtime_that_never_saw_the_others(
 ) -> None:
     remembering = _builtins()
     # The same set answered by the engine: the memo serves only the built-ins' Python answer.
-    reference = build_runtime()
+    reference = comparing_runtime()
     reference.native_builtins = False
     assert reference.reload(builtin=True).ok
     pods = _example_pods()
@@ -95,7 +95,7 @@ def test_answers_are_copies(make_context: Callable[..., PolicyContext]) -> None:
 
 
 def test_a_gpupolicy_that_reads_the_name_sees_every_replica(make_context: Callable[..., PolicyContext]) -> None:
-    runtime = build_runtime()
+    runtime = comparing_runtime()
     named = gpu_policy("named", "Deny", validations=[{"expression": "object.metadata.name.startsWith('ok-')",
                                                       "message": "names start with ok-"}])
     assert runtime.reload(builtin=True, gpu_policies=[named]).ok
@@ -122,7 +122,7 @@ def test_an_admin_policy_that_reads_the_identity_sees_every_replica(
     make_context: Callable[..., PolicyContext], tmp_path: Path, module: str, refusal: tuple[str, str, str]
 ) -> None:
     (tmp_path / "policy.rego").write_text(module)
-    runtime = build_runtime()
+    runtime = comparing_runtime()
     assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
     assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
     assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [refusal]
@@ -132,7 +132,7 @@ THREE_POLICIES = ROOT / "bench" / "data" / "three_policies"
 
 
 def _with_directory(directory: Path, *, native: bool = True) -> PolicyRuntime:
-    runtime = build_runtime()
+    runtime = comparing_runtime()
     runtime.native_builtins = runtime.project_input = native
     assert runtime.reload(builtin=True, directories=[str(directory)]).ok
     return runtime
@@ -201,7 +201,7 @@ def test_gpupolicy_replicas_get_the_answer_of_the_engine_on_the_whole_input(
     make_context: Callable[..., PolicyContext]
 ) -> None:
     policies = _twenty()
-    remembering, reference = build_runtime(), build_runtime()
+    remembering, reference = comparing_runtime(), comparing_runtime()
     reference.native_builtins = reference.project_input = False
     for runtime in (remembering, reference):
         assert runtime.reload(builtin=True, gpu_policies=policies).ok
@@ -235,7 +235,7 @@ def test_gpupolicy_replicas_get_the_answer_of_the_engine_on_the_whole_input(
 def test_a_gpupolicy_reading_what_tells_requests_apart_sees_every_request(
     make_context: Callable[..., PolicyContext], validation: str, tell_apart: Callable[[PolicyContext], None]
 ) -> None:
-    runtime = build_runtime()
+    runtime = comparing_runtime()
     policy = gpu_policy("apart", "Deny", match={"operations": ["CREATE", "UPDATE"]},
                         validations=[{"expression": validation, "message": "told apart"}])
     assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
@@ -250,14 +250,14 @@ def test_a_gpupolicy_rego_module_reading_the_name_sees_every_replica(
 ) -> None:
     module = ("package kgwe.test.named\nimport rego.v1\nimport input.request.object as pod\n"
               'deny contains "odd name" if endswith(pod.metadata.name, "1")\n')
-    runtime = build_runtime()
+    runtime = comparing_runtime()
     assert runtime.reload(builtin=True, gpu_policies=[gpu_policy("named", "Deny", rego={"module": module})]).ok
     assert _answer(runtime, make_context(_replica(gpu_pod(), 2)))[1] == []
     assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("named", "Deny", "odd name")]
 
 
 def test_a_cel_failure_is_not_remembered(make_context: Callable[..., PolicyContext]) -> None:
-    runtime = build_runtime()  # failing open: a failed policy only warns
+    runtime = comparing_runtime()  # failing open: a failed policy only warns
     policy = gpu_policy("sizes", "Deny", validations=[{"expression": "object.spec.containers.size() > 5",
                                                        "message": "too few containers"}])
     assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
@@ -277,7 +277,7 @@ def test_a_cel_failure_is_not_remembered(make_context: Callable[..., PolicyConte
 def test_requests_told_apart_only_by_the_match_rules_get_their_own_answer(
     make_context: Callable[..., PolicyContext], match: dict[str, Any], tell_apart: Callable[[PolicyContext], None]
 ) -> None:
-    runtime = build_runtime()
+    runtime = comparing_runtime()
     policy = gpu_policy("matched", "Deny", match=match, validations=[{"expression": "false", "message": "matched"}])
     assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
     assert _answer(runtime, make_context(_replica(gpu_pod(), 1)))[1] == [("matched", "Deny", "matched")]
@@ -305,7 +305,7 @@ def test_cel_sees_what_it_reads_of_every_example_pod(make_context: Callable[...,
     policy = gpu_policy("shapes", "Deny", validations=[
         {"expression": expression, "messageExpression": f"'{n}: ' + object.metadata.name"}
         for n, expression in enumerate(PROJECTED_CEL)])
-    projected, whole = build_runtime(), build_runtime()
+    projected, whole = comparing_runtime(), comparing_runtime()
     whole.project_input = False
     for runtime in (projected, whole):
         assert runtime.reload(builtin=True, gpu_policies=[policy]).ok
@@ -337,7 +337,7 @@ def test_a_deny_policy_refuses_the_cut_pod_it_refuses_whole(
     pod = gpu_pod(labels={"kgwe.io/unrestricted": "yes"}, privileged=True)
     pod["metadata"]["annotations"] = {"kgwe.io/exempt": "no"}
     policy = gpu_policy("cut", "Deny", validations=[{"expression": expression, "message": "refused"}])
-    projected, whole = build_runtime(), build_runtime()
+    projected, whole = comparing_runtime(), comparing_runtime()
     whole.project_input = False
     for runtime in (projected, whole):
         assert runtime.reload(builtin=False, gpu_policies=[policy]).ok
@@ -354,7 +354,7 @@ def test_a_cut_attack_answers_on_the_projected_runtime_as_on_the_whole_one(
     other policies' reads cannot cover its own), failures refusing: the runtime that cuts the pod answers
     every pod as the one converting it whole."""
     policy = gpu_policy("attack", "Deny", validations=[{"expression": expression, "message": "refused"}])
-    projected, whole = build_runtime(failure_mode="closed"), build_runtime(failure_mode="closed")
+    projected, whole = comparing_runtime(failure_mode="closed"), comparing_runtime(failure_mode="closed")
     whole.project_input = False
     for runtime in (projected, whole):
         assert runtime.reload(builtin=False, gpu_policies=[policy]).ok

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_fixtures import comparing_runtime
 from review_strategies import EXAMPLES, pods
 from test_native_builtins import EXAMPLE_CLUSTER, _example_pods, _normalise, clusters, intents, namespaces
 
@@ -21,7 +22,7 @@ from policies.engines.native_rules import Declined
 from policies.engines.rego_rvm import rego_evaluator
 from policies.runtime.cel_phase import CelScope
 from policies.runtime.outcomes import EvaluationFailed
-from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime
 
 # Reads the built-ins' own documents: they must still be computed when the aggregate skips them.
 ECHO_PRIVILEGED = """package team.echo
@@ -57,7 +58,7 @@ POLICIES = [_policy("echo", ECHO_PRIVILEGED, {"most": 1}), _policy("flat", NO_TO
 
 
 def _runtime(rego_vm: str, native: bool) -> PolicyRuntime:
-    runtime = build_runtime(rego_vm=rego_vm)
+    runtime = comparing_runtime(rego_vm=rego_vm)
     runtime.native_builtins = native
     report = runtime.reload(builtin=True, gpu_policies=copy.deepcopy(POLICIES))
     assert report.ok, report.errors
@@ -160,7 +161,7 @@ def test_an_admin_policy_runs_on_the_engine_and_the_builtins_natively(tmp_path: 
     (tmp_path / "ban.rego").write_text(ADMIN_BAN)
     runtimes = []
     for native in (True, False):
-        runtime = build_runtime(rego_vm=rego_vm)
+        runtime = comparing_runtime(rego_vm=rego_vm)
         runtime.native_builtins = native
         assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
         runtimes.append(runtime)
@@ -191,7 +192,7 @@ def test_an_admin_policy_that_decides_keeps_the_engine_for_decisions(tmp_path: P
     (tmp_path / "decides.rego").write_text(ADMIN_DECIDES)
     runtimes = []
     for native in (True, False):
-        runtime = build_runtime()
+        runtime = comparing_runtime()
         runtime.native_builtins = native
         assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
         runtimes.append(runtime)

@@ -30,6 +30,7 @@ import orjson
 import pytest
 import regorus
 from effort import tries
+from policy_fixtures import comparing_runtime
 from rego_generator import GeneratedSet, RegoGenerator
 
 from policies.api import PolicyContext
@@ -39,7 +40,7 @@ from policies.engines.rego_cycles import rule_cycle
 from policies.engines.rego_reads import InputReads
 from policies.engines.rego_rvm import EVERYTHING_ENTRY, rvm_aggregate_modules
 from policies.engines.rego_source import inspect_module
-from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime
 
 SETS = tries(150, 600)
 # What the generator's member flows must reach (tests/policies/rego_generator.py names them).
@@ -924,8 +925,8 @@ def test_the_runtime_answers_as_with_the_whole_input(tmp_path: Path, cluster_sum
         policy_set = generator.policy_set()
         directory = tmp_path / str(seed)
         _write(policy_set, directory)
-        projecting = build_runtime(rego_vm="off")
-        whole = build_runtime(rego_vm="off")
+        projecting = comparing_runtime(rego_vm="off")
+        whole = comparing_runtime(rego_vm="off")
         whole.native_builtins = False
         assert projecting.reload(builtin=True, directories=[str(directory)]).ok == \
             whole.reload(builtin=True, directories=[str(directory)]).ok
@@ -947,7 +948,7 @@ def test_an_answer_with_a_random_number_is_never_remembered(tmp_path: Path, clus
     (tmp_path / "coin.rego").write_text(
         "package admin.coin\n\nimport rego.v1\n\n"
         'deny contains sprintf("%d", [rand.intn("coin", 1000000000)]) if input.request.operation == "CREATE"\n')
-    runtime = build_runtime()
+    runtime = comparing_runtime()
     assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
     # A well-formed pod: on a hostile one (a container name that is no string) a built-in's `%q` fails
     # the engine's query, and no policy's answer comes back at all.

@@ -18,7 +18,7 @@ from bench_policies import twenty_policies
 from effort import tries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from policy_fixtures import gpu_pod
+from policy_fixtures import comparing_runtime, gpu_pod
 
 from policies.api import PolicyContext
 from policies.engines.aggregate import CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY
@@ -27,7 +27,7 @@ from policies.engines.rego_rvm import rego_evaluator, rego_vm_mode
 from policies.engines.rego_rvm_gates import _PROBE_CLUSTER, request_guard, same_document
 from policies.loading.policy_set import _modules, _params
 from policies.runtime.outcomes import PolicyEngineError
-from policies.runtime.policy_runtime import PolicyRuntime, build_runtime
+from policies.runtime.policy_runtime import PolicyRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "policies"
@@ -36,7 +36,7 @@ QUERIES = (CHECK_QUERY, DECISION_QUERY, EVERYTHING_QUERY)
 
 def _runtime(rego_vm: str, *, directories: tuple[str, ...] = (), gpu_policies: list[dict[str, Any]] | None = None,
              failure_mode: str = "open") -> PolicyRuntime:
-    runtime = build_runtime(rego_vm=rego_vm, failure_mode=failure_mode)  # type: ignore[arg-type]
+    runtime = comparing_runtime(rego_vm=rego_vm, failure_mode=failure_mode)  # type: ignore[arg-type]
     report = runtime.reload(builtin=True, directories=list(directories), gpu_policies=gpu_policies or [])
     assert report.ok, report.errors
     return runtime
@@ -435,7 +435,7 @@ def test_a_part_the_engine_was_not_handed_keeps_the_request_on_the_rvm(
         'deny contains "stop" if input.request.object.metadata.labels.stop == "1"\n')
     answers = []
     for vm in ("auto", "off"):
-        runtime = build_runtime(rego_vm=vm)  # type: ignore[arg-type]
+        runtime = comparing_runtime(rego_vm=vm)  # type: ignore[arg-type]
         assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
         answers.append([runtime.evaluate(make_context(gpu_pod(labels=labels)))[1] for labels in ({"stop": "1"}, {})])
         if vm == "auto":
