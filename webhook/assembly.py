@@ -104,9 +104,12 @@ def build_runtime(
     store: ClusterStore | None = None,
     authorizer: Authorizer | None = None,
     load_policies: bool = True,
+    one_shot: bool = False,
 ) -> Runtime:
     """Assemble a runtime with every wing registered. With `cluster_dir` the YAML directory is loaded now;
-    otherwise the caller attaches an API source to `runtime.store` (see `kgwe serve`)."""
+    otherwise the caller attaches an API source to `runtime.store` (see `kgwe serve`). `one_shot`: the runtime
+    answers a handful of requests and exits (`kgwe review`, `explain`, reports), so its Rego is served by
+    regorus' interpreter: compiling the policy set for the VM costs more CPU than a few answers save."""
     store = store or new_store(config)
     if cluster_dir is not None:
         from webhook.cluster.yaml_source import YamlDirectorySource
@@ -116,19 +119,20 @@ def build_runtime(
     runtime.budgets = BudgetBook(SpendService(lambda: runtime.config, store.snapshot), lambda: runtime.config)
     register_wings(runtime)
     if load_policies:
-        runtime.policies = _load_policies(config, store)
+        runtime.policies = _load_policies(config, store, one_shot=one_shot)
     return runtime
 
 
-def _load_policies(config: Config, store: ClusterStore) -> PolicyRuntime:
+def _load_policies(config: Config, store: ClusterStore, *, one_shot: bool) -> PolicyRuntime:
     from policies.runtime.policy_runtime import build_runtime as build_policy_runtime
 
     policy_runtime = build_policy_runtime(
         rego_engine=config.policies.rego_engine,
         opa_url=config.policies.opa_url,
         failure_mode=config.policies.failure_mode,
-        # `off` in the configuration or in KGWE_REGO_VM turns the compiled VM off.
-        rego_vm="off" if config.policies.rego_vm == "off" else None,
+        # `off` in the configuration or in KGWE_REGO_VM turns the compiled VM off; it answers as the
+        # interpreter does (tests/policies/test_rego_rvm.py), so a one-shot runtime skips its compile.
+        rego_vm="off" if one_shot or config.policies.rego_vm == "off" else None,
     )
     report = policy_runtime.reload(
         builtin=config.policies.builtin,
@@ -166,7 +170,8 @@ def from_directory(
         source.start()
     else:
         source.load()
-    runtime = build_runtime(config, None, store=store)
+    # Read once (not watched): a command that answers and exits.
+    runtime = build_runtime(config, None, store=store, one_shot=not watch)
     return Assembly(runtime, None, source.stop if watch else _nothing, [source.task] if watch else [])
 
 
