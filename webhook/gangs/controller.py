@@ -12,7 +12,7 @@ bound or gone), stores the records with compare-and-swap, then acts:
 - a warning: an Event on the gated members of a gang waiting longer than `gangs.waitWarningSeconds`.
 
 Where members name the gang's PodGroup (native gang scheduling: the Workload API is served, webhook/gangs/
-native.py), a release first makes the gang's Workload and PodGroup exist (`NativeGangWriter.ensure`,
+native.py), a release first makes the gang's Workload and PodGroup exist (native_writer.py `NativeGangWriter.ensure`,
 idempotent); only then are members pinned and ungated, and kube-scheduler binds them all or none.
 
 Members are never pinned before the release, so a waiting gang can move to any room: KEP-3838 lets a
@@ -39,7 +39,8 @@ from webhook.config import Config
 from webhook.gang_spec import GATE, membership
 from webhook.gangs.accounting import gang_pods
 from webhook.gangs.ledger import GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
-from webhook.gangs.native import NativeGangWriter, pod_group_name, served
+from webhook.gangs.native import pod_group_name, served
+from webhook.gangs.native_writer import NativeGangWriter
 from webhook.gangs.planning import Action, plan_gangs
 from webhook.placement.rooms import RoomId
 

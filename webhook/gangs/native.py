@@ -14,11 +14,11 @@ classic path (gate, record, room, pin):
   removes them with the gang. Then the pins and the gate removal follow as before, and kube-scheduler binds the
   whole gang or none of it.
 
-Creating is idempotent (`NativeGangWriter.ensure`: 409 AlreadyExists is read back and kept when it suits the
-gang), so a release finished by a new leader creates nothing twice. A PodGroup of the same name that does not
-suit (a new run of the gang with another size) is deleted, with its uid as precondition, and created again.
-A member that names a PodGroup of its own (its controller's, e.g. the Job controller's with WorkloadWithJob) is
-left to it: KGWE creates only the PodGroup it named itself.
+Creating is idempotent (native_writer.py `NativeGangWriter.ensure`: 409 AlreadyExists is read back and kept
+when it suits the gang), so a release finished by a new leader creates nothing twice. A PodGroup of the same
+name that does not suit (a new run of the gang with another size) is deleted, with its uid as precondition,
+and created again. A member that names a PodGroup of its own (its controller's, e.g. the Job controller's with
+WorkloadWithJob) is left to it: KGWE creates only the PodGroup it named itself.
 """
 
 from __future__ import annotations
@@ -26,15 +26,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-from kubernetes.client.exceptions import ApiException
-from prometheus_client import Counter
 
 from policies.vocabulary.keys import GANG
 from policies.vocabulary.objects import ObjectView, PodView, mapping, objects
-from webhook.cluster.kube_json import RETRYABLE, KubeJson
 from webhook.cluster.model import ClusterModel
 from webhook.wing_config import Gangs
 
@@ -52,10 +48,6 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 # Owner references of one object: the distinct owners of a gang's members are few (a JobSet's Jobs); bare pods
 # own it themselves, and garbage collection removes it once every owner is gone.
 MAX_OWNERS = 64
-TIMEOUT = (10.0, 30.0)
-
-CREATED = Counter("kgwe_gang_workload_objects_created_total",
-                  "Workloads and PodGroups KGWE created for gangs (native gang scheduling)", ["kind"])
 
 
 def native_gangs(model: ClusterModel, settings: Gangs) -> bool:
@@ -173,67 +165,3 @@ def pod_group_suits(current: Mapping[str, Any], min_count: int, room_key: str) -
     ref = mapping(mapping(spec.get("podGroupTemplateRef")).get("workload"))
     return (_min_count(spec.get("schedulingPolicy")) == min_count and _keeps_topology(spec, room_key)
             and ref.get("workloadName") == ObjectView(current).name and ref.get("podGroupTemplateName") == TEMPLATE)
-
-
-# -- the writer -----------------------------------------------------------------------------------------
-class NativeGangWriter:
-    """Creates a gang's Workload and PodGroup, idempotently, over the API (the leader's gang controller)."""
-
-    def __init__(self, api: KubeJson) -> None:
-        self.api = api
-
-    def ensure(self, namespace: str, gang: str, min_count: int, room_key: str,
-               members: Sequence[Mapping[str, Any]]) -> bool:
-        """The gang's Workload, then its PodGroup, exist and suit it (`min_count`, the room's key); owner
-        references follow the live members. False (logged) when the API server did not let it be so: the release
-        waits for the next pass, gated, rather than start pods that wait on a PodGroup that is not there."""
-        try:
-            self._ensure(WORKLOADS, workload_object(namespace, gang, min_count, room_key, members),
-                         lambda current: workload_suits(current, min_count, room_key))
-            self._ensure(PODGROUPS, pod_group_object(namespace, gang, min_count, room_key, members),
-                         lambda current: pod_group_suits(current, min_count, room_key))
-        except RETRYABLE as exc:
-            status = getattr(exc, "status", None)
-            log.warning("gang %s/%s: its Workload and PodGroup could not be made ready (%s); it stays gated",
-                        namespace, gang, f"HTTP {status}" if status else exc)
-            return False
-        return True
-
-    def _ensure(self, plural: str, body: dict[str, Any], suits: Callable[[Mapping[str, Any]], bool]) -> None:
-        meta = body["metadata"]
-        collection = f"/apis/{GROUP_VERSION}/namespaces/{meta['namespace']}/{plural}"
-        path = f"{collection}/{meta['name']}"
-        for _attempt in range(2):
-            try:
-                self.api.request("POST", collection, body=body, timeout=TIMEOUT)
-                CREATED.labels(kind=KINDS[plural]).inc()
-                log.info("%s %s/%s created", KINDS[plural], meta["namespace"], meta["name"])
-                return
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            current = self.api.request("GET", path, timeout=TIMEOUT)
-            if suits(current):
-                self._follow_owners(path, current, meta.get("ownerReferences") or [])
-                return
-            # Another run of the gang left it (another size, another room kind): the spec is immutable, so it is
-            # replaced; "a group object with the same name may be recreated with different policies" (core/v1).
-            log.info("%s %s/%s does not suit the gang now: replaced", KINDS[plural], meta["namespace"], meta["name"])
-            try:
-                self.api.request("DELETE", path, body={"apiVersion": "v1", "kind": "DeleteOptions",
-                                                       "preconditions": {"uid": ObjectView(current).uid}},
-                                 timeout=TIMEOUT)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        raise ApiException(status=409, reason=f"{KINDS[plural]} {meta['name']} is still being replaced")
-
-    def _follow_owners(self, path: str, current: Mapping[str, Any], owners: list[dict[str, Any]]) -> None:
-        """Owner references to the live members' owners: a new run (new Jobs) keeps the object alive, and it goes
-        with the last of them."""
-        view = ObjectView(current)
-        if not owners or {str(o.get("uid")) for o in view.owner_references} == {o["uid"] for o in owners}:
-            return
-        self.api.request("PATCH", path, body={"metadata": {"resourceVersion": view.resource_version,
-                                                           "ownerReferences": owners}},
-                         content_type="application/merge-patch+json", timeout=TIMEOUT)
