@@ -38,9 +38,9 @@ from webhook.quotas.gate import QuotaGate
 from webhook.rbac.gate import RbacGate
 from webhook.runtime import Runtime
 from webhook.spend.service import BudgetBook, SpendService
+from webhook.workload_kinds import BUILTIN_KINDS
 from webhook.workloads.hook import RequesterHook
 from webhook.workloads.kind import WorkloadKind
-from webhook.workloads.kinds import BUILTIN_KINDS
 
 log = logging.getLogger("kgwe.assembly")
 
@@ -222,8 +222,9 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
 
 
 def register_model_wings() -> None:
-    """Fill the core's ordered seams with the wings' steps, at their names (webhook/ordered_seam.py). Run
-    when this module is imported, before anything is built; running it again changes nothing."""
+    """Fill the core's ordered seams with the wings' steps, at their names (webhook/ordered_seam.py), and
+    the read side's slots (`register_read_wings`). Run when this module is imported, before anything is
+    built; running it again changes nothing."""
     from webhook.cluster.claim_charging import CLAIM_CHARGING
     from webhook.cluster.fact_readers import FACT_READERS
     from webhook.dra import charges as dra_charges
@@ -240,6 +241,21 @@ def register_model_wings() -> None:
     DRA_PLANNER.fill(dra_plan)
     GPU_RESOURCE_WRITERS.fill(dra_mutator.GPU_RESOURCE_WRITERS)
     CLAIM_CHARGING.fill(dra_charges)
+    register_read_wings()
+
+
+def register_read_wings() -> None:
+    """Fill the read side's slots (webhook/read_seams.py) with the wings' reads: why a pod waits for quota or
+    for its gang, the kind table and pod counts of workloads, the gangs and Kueue documents. `kgwe explain`,
+    `kgwe review`, the audit, the inventory and the reports ask these instead of importing a wing."""
+    from webhook.gangs import reads as gang_reads
+    from webhook.quotas import reads as quota_reads
+    from webhook.read_seams import GANG_READS, QUOTA_READS, WORKLOAD_READS
+    from webhook.workloads import reads as workload_reads
+
+    QUOTA_READS.fill(quota_reads)
+    GANG_READS.fill(gang_reads)
+    WORKLOAD_READS.fill(workload_reads)
 
 
 register_model_wings()
