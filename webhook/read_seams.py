@@ -55,6 +55,11 @@ class GangReads(Protocol):
         ...
 
 
+    def native_gangs(self, model: ClusterModel, settings: Gangs) -> bool:
+        """Whether new gang members join a PodGroup (the controllers then need the Workload API's verbs)."""
+        ...
+
+
 class WorkloadReads(Protocol):
     """The workloads wing's kind table and pod counts, for `kgwe review`, `kgwe explain` and the audit."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from webhook.cluster.model import ClusterModel
 from webhook.gangs.ledger import GangStoreUnavailable, KubeGangStore
+from webhook.gangs.native import native_gangs as native_gangs
 from webhook.gangs.planning import planned_records
 from webhook.gangs.view import gangs_view
 from webhook.gangs.view import why_gang_waits as view_why_gang_waits
