@@ -18,12 +18,14 @@ the cluster's GPUPolicy objects are compiled with the built-in policies.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from policies.kernel.background import Task
+from policies.quota.budget import BudgetState
 from policies.rbac.evaluator import Authorizer
 from policies.runtime.policy_runtime import PolicyRuntime
 from webhook.cluster.model import ClusterStore
@@ -33,14 +35,15 @@ from webhook.dra.gate import ClaimGate
 from webhook.dra.kind import ClaimKind
 from webhook.dra.templates import ClaimTemplateHook
 from webhook.gangs.admission import GangGate, GangHook
+from webhook.gangs.ledger import GangStore as GangStore  # the gang records `kgwe serve` hands the controllers
 from webhook.gangs.plan import plan_sized_gang
 from webhook.quotas.gate import QuotaGate
 from webhook.rbac.gate import RbacGate
 from webhook.runtime import Runtime
 from webhook.spend.service import BudgetBook, SpendService
+from webhook.workload_kinds import BUILTIN_KINDS
 from webhook.workloads.hook import RequesterHook
 from webhook.workloads.kind import WorkloadKind
-from webhook.workloads.kinds import BUILTIN_KINDS
 
 log = logging.getLogger("kgwe.assembly")
 
@@ -82,6 +85,63 @@ def workload_kinds(config: Config) -> list[tuple[str, str, str]]:
 
 def _nothing() -> None:
     return None
+
+
+def _ignore(_config: Config) -> None:
+    return None
+
+
+@dataclass
+class WingController:
+    """A wing's background controller as the controllers' runner drives it (webhook/controllers/runner.py):
+    its task (leader-only), what follows a reloaded configuration, what a replica that becomes leader wakes."""
+
+    name: str  # gangs | quotas | dra-garbage
+    task: Task
+    controller: Any  # the wing's controller itself (GangController, QuotaController, ClaimGarbageCollector)
+    follow_config: Callable[[Config], None] = _ignore
+    on_leading: Callable[[], None] = _nothing
+
+
+def wing_controllers(
+    store: ClusterStore,
+    config: Config,
+    api_client: Any | None,
+    is_leader: Callable[[], bool],
+    *,
+    interval_seconds: float = 5.0,
+    gang_store: GangStore | None = None,
+    budgets: Callable[[], Mapping[str, BudgetState]] | None = None,
+) -> list[WingController]:
+    """The wings' controllers over `store`, in the order they start: the gang controller (with a gang store:
+    the records live in the API), the quota controller, the DRA claim-template collector (in a cluster, unless
+    `dra.removeUnused` is off). With no API client nothing is written."""
+    from webhook.gangs.controller import GangController, kube_native_writer, kube_pod_writer
+    from webhook.quotas.controller import QuotaController
+    from webhook.quotas.writer import kube_quota_writer
+
+    found: list[WingController] = []
+    if gang_store is not None:
+        gangs = GangController(
+            store, gang_store, config, kube_pod_writer(api_client) if api_client is not None else None,
+            interval_seconds=interval_seconds, is_leader=is_leader,
+            native=kube_native_writer(api_client) if api_client is not None else None,
+        )
+        store.add_listener(gangs.woken_by)
+        found.append(WingController("gangs", gangs.task, gangs, follow_config=partial(setattr, gangs, "config")))
+    quotas = QuotaController(store, config, kube_quota_writer(api_client) if api_client is not None else None,
+                             is_leader=is_leader, budgets=budgets)
+    # A replica that becomes leader releases what waits at once, from the API's state (no event may come).
+    found.append(WingController("quotas", quotas.task, quotas, follow_config=partial(setattr, quotas, "config"),
+                                on_leading=quotas.wake))
+    if api_client is not None and config.dra.remove_unused:
+        from webhook.cluster.kube_json import KubeJson
+        from webhook.dra.garbage import ClaimGarbageCollector
+
+        garbage = ClaimGarbageCollector(store, KubeJson(api_client), grace_seconds=config.dra.unused_grace_seconds,
+                                        is_leader=is_leader)
+        found.append(WingController("dra-garbage", garbage.task, garbage))
+    return found
 
 
 def register_wings(runtime: Runtime) -> None:
@@ -227,8 +287,9 @@ def from_api(config: Config, api: Any, *, serving: bool) -> Assembly:
 
 
 def register_model_wings() -> None:
-    """Fill the core's ordered seams with the wings' steps, at their names (webhook/ordered_seam.py). Run
-    when this module is imported, before anything is built; running it again changes nothing."""
+    """Fill the core's ordered seams with the wings' steps, at their names (webhook/ordered_seam.py), and
+    the read side's slots (`register_read_wings`). Run when this module is imported, before anything is
+    built; running it again changes nothing."""
     from webhook.cluster.claim_charging import CLAIM_CHARGING
     from webhook.cluster.fact_readers import FACT_READERS
     from webhook.dra import charges as dra_charges
@@ -245,6 +306,21 @@ def register_model_wings() -> None:
     DRA_PLANNER.fill(dra_plan)
     GPU_RESOURCE_WRITERS.fill(dra_mutator.GPU_RESOURCE_WRITERS)
     CLAIM_CHARGING.fill(dra_charges)
+    register_read_wings()
+
+
+def register_read_wings() -> None:
+    """Fill the read side's slots (webhook/read_seams.py) with the wings' reads: why a pod waits for quota or
+    for its gang, the kind table and pod counts of workloads, the gangs and Kueue documents. `kgwe explain`,
+    `kgwe review`, the audit, the inventory and the reports ask these instead of importing a wing."""
+    from webhook.gangs import reads as gang_reads
+    from webhook.quotas import reads as quota_reads
+    from webhook.read_seams import GANG_READS, QUOTA_READS, WORKLOAD_READS
+    from webhook.workloads import reads as workload_reads
+
+    QUOTA_READS.fill(quota_reads)
+    GANG_READS.fill(gang_reads)
+    WORKLOAD_READS.fill(workload_reads)
 
 
 register_model_wings()

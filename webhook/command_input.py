@@ -53,7 +53,7 @@ def read_documents(path: Path) -> list[dict[str, Any]]:
 
 def check_identity_key(config: Config) -> None:
     """The requested-by signing key is read (or made) before serving: without it no workload is admitted."""
-    from webhook.workloads.identity import IdentityKeyError, load_key
+    from webhook.identity_key import IdentityKeyError, load_key
 
     try:
         load_key(config.workloads.identity_key_file)

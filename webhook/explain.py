@@ -42,12 +42,10 @@ from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
 from webhook.explain_waiting import scheduler_reason, unallocated_claims
-from webhook.gangs.view import why_gang_waits
 from webhook.placement.trace import TraceStep
-from webhook.quotas.view import why_waiting
+from webhook.read_seams import GANG_READS, QUOTA_READS, WORKLOAD_READS
 from webhook.review import create_review
 from webhook.scheduling.predicates import explain_infeasible, feasible_nodes
-from webhook.workloads.kind import workloads_of
 
 MAX_LINES = 64  # per list in an explanation: a cluster of 10,000 types cannot make it unbounded
 MAX_NODES = 10_000  # nodes examined for "blocks it now"
@@ -116,7 +114,7 @@ class Explanation:
 
 def _request(pod: dict[str, Any], user: str, groups: list[str], admission: AdmissionService) -> AdmissionRequest:
     """A dry-run CREATE of `pod`, exactly as the API server would send it: checks reserve nothing."""
-    review = create_review(pod, user, groups, workloads_of(admission).kinds)
+    review = create_review(pod, user, groups, WORKLOAD_READS.value.kind_table(admission.seams))
     review["request"]["dryRun"] = True
     return decode_review(orjson.dumps(review))
 
@@ -200,12 +198,12 @@ def blocking_now(pod: dict[str, Any], facts: Facts, config: Config, refused: lis
     view = PodView(pod)
     gates = view.scheduling_gates
     if QUOTA_GATE in gates:
-        why = why_waiting(model, config, f"{view.namespace}/{view.name}")
+        why = QUOTA_READS.value.why_waiting(model, config, f"{view.namespace}/{view.name}")
         reasons.append(f"waits for its tenant's quota (gate {QUOTA_GATE}): {why}" if why else
                        f"gate {QUOTA_GATE}: its tenant's quota holds it now; KGWE's quota controller removes the "
                        "gate on its next pass (docs/quotas.md)")
     if GANG_GATE in gates:
-        gang = why_gang_waits(model, config.gangs, pod)
+        gang = GANG_READS.value.why_gang_waits(model, config.gangs, pod)
         reasons.append(f"waits with its gang (gate {GANG_GATE}): {gang}" if gang else
                        f"held by scheduling gate {GANG_GATE}: a gang starts whole, in one NVLink room (docs/gangs.md)")
     others = [g for g in gates if g not in (QUOTA_GATE, GANG_GATE)]

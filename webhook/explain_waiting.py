@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from policies.vocabulary.objects import pod_view
+from webhook.claim_names import MAX_POD_CLAIMS, generated_claim_names, object_name
 from webhook.cluster.model import ClusterModel
-from webhook.dra.claim_names import MAX_POD_CLAIMS, generated_claim_names, object_name
 
 # The reason Kubernetes gives a pod created with scheduling gates (KEP-3521); the gates themselves say more.
 GATED = "SchedulingGated"

@@ -24,9 +24,8 @@ from webhook.admission.core import AdmissionService
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import API_VERSION, KIND, AdmissionRequest, decode_review
 from webhook.admission.response import render_review
-from webhook.quotas.admission import queue_answer
-from webhook.workloads.kind import workloads_of
-from webhook.workloads.kinds import KindTable
+from webhook.read_seams import QUOTA_READS, WORKLOAD_READS
+from webhook.workload_kinds import KindTable
 
 AUTHENTICATED = "system:authenticated"
 DEFAULT_USER = "kgwe-review"
@@ -170,7 +169,7 @@ def review_pod(
     )
     runtime = getattr(admission, "runtime", None)
     if allowed and runtime is not None and patched.get("kind", "Pod") == "Pod":
-        result.quota = queue_answer(runtime.store.snapshot(), runtime.config, patched)
+        result.quota = QUOTA_READS.value.queue_answer(runtime.store.snapshot(), runtime.config, patched)
     return result
 
 
@@ -184,7 +183,7 @@ def review_document(
     """`kgwe review` of any document: what the webhooks answer for a CREATE of `document`; a kind KGWE does
     not admit passes unchanged (the webhook configurations do not even send it), so every document of a file
     gets an answer."""
-    kinds = workloads_of(admission).kinds
+    kinds = WORKLOAD_READS.value.kind_table(admission.seams)
     try:
         group_version_resource(document, kinds)
     except ValueError as exc:

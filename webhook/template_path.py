@@ -1,5 +1,5 @@
 """A workload kind's template path, as the configuration writes it (`workloads.kinds[].templates`) and the
-workloads wing walks it (webhook/workloads/kinds.py): dot-separated keys, `[*]` for every item of a list
+kind table walks it (webhook/workload_kinds.py): dot-separated keys, `[*]` for every item of a list
 and a `*` segment for every value of a map, e.g. `spec.replicatedJobs[*].template.spec.template`. Parsed
 here, below both, so that the configuration checks a path when it is loaded without importing the wing."""
 

@@ -20,7 +20,7 @@ from webhook.quotas.gate import QuotaGate
 from webhook.rbac.gate import RbacGate
 from webhook.review import review_pod
 from webhook.runtime import Runtime
-from webhook.workloads.kinds import KindSpec, KindTable, TemplatePath
+from webhook.workload_kinds import KindSpec, KindTable, TemplatePath
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDGET = KindSpec("example.com", "Widget", "widgets", ("v1",), (TemplatePath.parse("spec.template"),))

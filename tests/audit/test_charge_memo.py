@@ -12,7 +12,7 @@ from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod
 from webhook.assembly import build_runtime
 from webhook.audit.charges import ChargeMemo
 from webhook.config import load_config
-from webhook.quotas.charging import usage_charges
+from webhook.quota_charges import usage_charges
 
 
 def test_remembered_charges_equal_a_fresh_computation_over_a_changing_cluster(tmp_path: Path) -> None:

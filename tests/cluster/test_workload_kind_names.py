@@ -4,7 +4,7 @@ stay those of the wing's table, in its order (the store keeps exactly these befo
 from __future__ import annotations
 
 from webhook.cluster.workloads import WORKLOAD_KINDS
-from webhook.workloads.kinds import BUILTIN_KINDS
+from webhook.workload_kinds import BUILTIN_KINDS
 
 
 def test_the_model_keeps_the_kinds_of_the_built_in_table() -> None:

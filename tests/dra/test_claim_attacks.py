@@ -30,7 +30,7 @@ from webhook.dra.claim_reader import KubeClaimReader
 from webhook.dra.compute_domain import channel_template, compute_domain
 from webhook.dra.gpu_classes import GpuClasses
 from webhook.dra.templates import KubeTemplateWriter
-from webhook.quotas.charging import usage_charges
+from webhook.quota_charges import usage_charges
 from webhook.server.app import create_app
 from webhook.wing_config import DEFAULT_CONTROLLER_IDENTITIES
 from webhook.workloads.identity import Identity, Signer

@@ -217,10 +217,11 @@ def test_the_leader_runs_the_sweep_unless_configured_off() -> None:
     store = ClusterStore(AcceleratorTable.build(), min_rebuild_interval=0)
     with k8s_client.ApiClient(configuration) as client:
         on = build_controllers(store, Config(), client, namespace="kgwe", registry=None)
-        assert on.garbage is not None and on.garbage.task.leader_only
-        assert on.garbage.task in on.tasks()
+        garbage = on.wing("dra-garbage")
+        assert garbage is not None and isinstance(garbage.controller, ClaimGarbageCollector)
+        assert garbage.task.leader_only and garbage.task in on.tasks()
         off = build_controllers(store, Config.model_validate({"dra": {"removeUnused": False}}), client,
                                 namespace="kgwe", registry=None)
-        assert off.garbage is None
+        assert off.wing("dra-garbage") is None
     with pytest.raises(ValueError):
         Config.model_validate({"dra": {"unusedGraceSeconds": 60}})

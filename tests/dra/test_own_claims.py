@@ -28,7 +28,7 @@ from webhook.dra.claim_reader import KubeClaimReader
 from webhook.dra.claimed import requested_gpus
 from webhook.dra.gpu_classes import GpuClasses
 from webhook.inventory.capacity import Inventory
-from webhook.quotas.charging import usage_charges
+from webhook.quota_charges import usage_charges
 from webhook.review import review_pod
 from webhook.runtime import Runtime
 from webhook.server.app import create_app

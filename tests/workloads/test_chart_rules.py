@@ -10,7 +10,7 @@ import chart_support as chart  # tests/chart, on pytest's pythonpath
 import pytest
 from workload_support import WORKLOADS, load
 
-from webhook.workloads.kinds import BUILTIN_KINDS
+from webhook.workload_kinds import BUILTIN_KINDS
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,11 @@ from workload_support import KEY, real_runtime
 
 from webhook.admission.request import UserInfo
 from webhook.config import ConfigError, parse_config
+from webhook.identity_key import IdentityKeyError, load_key
 from webhook.review import review_pod
-from webhook.workloads.identity import IdentityKeyError, Signer, load_key
+from webhook.workload_kinds import KindTable, TemplatePath, WorkloadShapeError, extract_templates
+from webhook.workloads.identity import Signer
 from webhook.workloads.kind import workloads_of
-from webhook.workloads.kinds import KindTable, TemplatePath, WorkloadShapeError, extract_templates
 
 TFJOB = {
     "apiVersion": "kubeflow.org/v1",

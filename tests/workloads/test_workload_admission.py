@@ -19,7 +19,7 @@ from workload_support import (
     review,
 )
 
-from webhook.workloads.kinds import KindTable, extract_templates
+from webhook.workload_kinds import KindTable, extract_templates
 
 H100_SELECTOR = {"kgwe.io/accelerator-type": "nvidia-h100-80gb"}
 

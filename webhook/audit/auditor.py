@@ -34,8 +34,8 @@ from webhook.audit.reports import is_cluster_report, render_reports, report_key
 from webhook.audit.workloads import audit_workload
 from webhook.audit.writers import ReportWriter
 from webhook.cluster.model import ClusterModel
+from webhook.read_seams import WORKLOAD_READS
 from webhook.runtime import Runtime
-from webhook.workloads.kind import workloads_of
 
 log = logging.getLogger("kgwe.audit")
 
@@ -170,7 +170,7 @@ class Auditor:
             del self._workload_findings[gone]
         chosen, _wrapped = self._next_slice(self._workload_keys_of(model.generation, workloads),
                                             self._workload_cursor)
-        kinds = workloads_of(self.runtime.admission).kinds
+        kinds = WORKLOAD_READS.value.kind_table(self.runtime.admission.seams)
         for key in chosen:
             found = audit_workload(self.runtime, workloads[key], kinds)
             if found:

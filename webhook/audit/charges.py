@@ -21,7 +21,7 @@ from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimCharges
 from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
-from webhook.quotas.charging import ChargeEpochs, pod_charge
+from webhook.quota_charges import ChargeEpochs, pod_charge
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class _Entry:
 
 
 class ChargeMemo:
-    """`usage_charges` of webhook/quotas/charging.py over successive snapshots, each pod's charge computed
+    """`usage_charges` of webhook/quota_charges.py over successive snapshots, each pod's charge computed
     only when the pod or what its charge reads changed (tests/audit/test_charge_memo.py compares it with a
     fresh computation over a changing cluster)."""
 

@@ -29,7 +29,7 @@ from webhook.audit.workloads import workload_findings
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.intent import OUT_TENANT, PodIntent, parse_intent
 from webhook.placement.plan import build_plan
-from webhook.quotas.charging import usage_charges
+from webhook.quota_charges import usage_charges
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime

@@ -24,10 +24,9 @@ from policies.vocabulary.objects import ObjectView, PodView
 from webhook.audit.findings import AUDIT_USER, Finding
 from webhook.cluster.model import ClusterModel
 from webhook.intent import A_GANG, parse_intent
+from webhook.read_seams import WORKLOAD_READS
 from webhook.review import answer_with_outcome, create_review, decoded_patch
-from webhook.workloads.kind import workloads_of
-from webhook.workloads.kinds import KindSpec, KindTable, WorkloadShapeError, extract_templates
-from webhook.workloads.replicas import CountError, pods_per_template
+from webhook.workload_kinds import KindSpec, KindTable, WorkloadShapeError, extract_templates
 
 if TYPE_CHECKING:
     from webhook.runtime import Runtime
@@ -87,9 +86,10 @@ class WorkloadVerdict:
 
 
 def _gpu_templates(workload: dict[str, Any], spec: KindSpec) -> list[GpuTemplate]:
-    """The templates asking for GPUs or carrying intent; WorkloadShapeError/CountError for bad shapes."""
+    """The templates asking for GPUs or carrying intent; WorkloadShapeError for bad shapes (a count out of
+    range included)."""
     templates = extract_templates(workload, spec)
-    counts = pods_per_template(workload, spec, templates)
+    counts = WORKLOAD_READS.value.pods_per_template(workload, spec, templates)
     found: list[GpuTemplate] = []
     for template, count in zip(templates, counts, strict=True):
         value = template.value
@@ -116,7 +116,7 @@ def judge_workload(runtime: Runtime, workload: dict[str, Any], kinds: KindTable)
     gang = view.annotation(A_GANG)
     try:
         templates = _gpu_templates(workload, spec)
-    except (WorkloadShapeError, CountError) as exc:
+    except WorkloadShapeError as exc:
         return WorkloadVerdict(kind, api_version, namespace, name, [], gang, False, str(exc))
     if not templates and gang is None:
         return None
@@ -149,7 +149,7 @@ def _admit(runtime: Runtime, workload: dict[str, Any], kinds: KindTable) -> tupl
 def workload_verdicts(runtime: Runtime, model: ClusterModel | None = None) -> list[WorkloadVerdict]:
     """Every GPU workload of the snapshot, judged, in (namespace, kind, name) order."""
     model = model or runtime.store.snapshot()
-    kinds = workloads_of(runtime.admission).kinds
+    kinds = WORKLOAD_READS.value.kind_table(runtime.admission.seams)
     excluded = set(runtime.config.excluded_namespaces)
     verdicts: list[WorkloadVerdict] = []
     for workload in model.workloads.values():

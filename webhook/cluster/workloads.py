@@ -16,9 +16,9 @@ from policies.vocabulary.objects import ObjectView
 
 log = logging.getLogger("kgwe.cluster")
 
-# The kind names the store keeps before the configuration adds its own: the kinds of the workloads wing's
-# built-in table (webhook/workloads/kinds.py `BUILTIN_KINDS`), named here so that the model does not import
-# the wing (tests/cluster/test_workload_kind_names.py holds the two equal).
+# The kind names the store keeps before the configuration adds its own: the kinds of the built-in kind table
+# (webhook/workload_kinds.py `BUILTIN_KINDS`, which the workloads wing admits by), named here for the model
+# (tests/cluster/test_workload_kind_names.py holds the two equal).
 WORKLOAD_KINDS: tuple[str, ...] = (
     "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "CronJob", "JobSet", "LeaderWorkerSet",
     "PyTorchJob", "RayJob", "RayCluster",

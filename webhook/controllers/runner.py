@@ -1,4 +1,8 @@
-"""The controllers `kgwe serve` runs beside the webhooks, behind one leader election, as background tasks."""
+"""The controllers `kgwe serve` runs beside the webhooks, behind one leader election, as background tasks.
+
+The runner drives them without knowing the wings: the wings' controllers (gangs, quotas, the DRA collector)
+come from the assembly (webhook/assembly.py `wing_controllers`), each a task, what follows the configuration
+and what wakes when this replica becomes leader."""
 
 from __future__ import annotations
 
@@ -11,17 +15,13 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from policies.kernel.background import Task
 from policies.kernel.supervisor import Supervisor
 from policies.quota.budget import BudgetState
+from webhook.assembly import GangStore, WingController, wing_controllers
 from webhook.cluster.model import ClusterStore
 from webhook.config import Config
 from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
 from webhook.controllers.leader import LeaderElector, pod_namespace
 from webhook.controllers.permissions import NATIVE_GANG_NEEDS, ControllerReadiness, Need
-from webhook.dra.garbage import ClaimGarbageCollector
-from webhook.gangs.controller import GangController, kube_native_writer, kube_pod_writer
-from webhook.gangs.ledger import GangStore
-from webhook.gangs.native import native_gangs
-from webhook.quotas.controller import QuotaController
-from webhook.quotas.writer import kube_quota_writer
+from webhook.read_seams import GANG_READS
 
 MIG_APPLY_SECONDS = 60.0
 
@@ -36,12 +36,11 @@ class Controllers:
 
     elector: LeaderElector
     bound_pods: BoundPodController
-    gangs: GangController | None = None  # webhook.gangs: ungates complete gangs
-    quotas: QuotaController | None = None  # webhook.quotas: releases pods their tenant's quota holds
     # Every replica: the CRDs and RBAC the controllers need (reasons /readyz fails with).
     readiness: ControllerReadiness | None = None
-    # webhook.dra.garbage: deletes KGWE's templates and ComputeDomains no pod uses any more.
-    garbage: ClaimGarbageCollector | None = None
+    # The wings' controllers, from the assembly: gangs (ungates complete gangs), quotas (releases pods their
+    # tenant's quota holds), dra-garbage (deletes KGWE's templates and ComputeDomains no pod uses any more).
+    wings: list[WingController] = field(default_factory=list)
     # webhook.migplan: MIGStrategies in mode apply get their nodes' nvidia.com/mig.config set (idle nodes only).
     mig: Task | None = None
     supervisor: Supervisor = field(init=False)
@@ -54,15 +53,20 @@ class Controllers:
         tasks = [self.elector.task, self.bound_pods.task]
         if self.readiness is not None:
             tasks.append(self.readiness.task)
-        if self.gangs is not None:
-            tasks.append(self.gangs.task)
-        if self.quotas is not None:
-            tasks.append(self.quotas.task)
-        if self.garbage is not None:
-            tasks.append(self.garbage.task)
+        tasks.extend(wing.task for wing in self.wings)
         if self.mig is not None:
             tasks.append(self.mig)
         return tasks
+
+    def wing(self, name: str) -> WingController | None:
+        """The wing controller of that name (gangs, quotas, dra-garbage); None when it does not run here."""
+        return next((wing for wing in self.wings if wing.name == name), None)
+
+    def follow_config(self, config: Config) -> None:
+        """A reloaded configuration, for the controllers that read one."""
+        self.bound_pods.config = config
+        for wing in self.wings:
+            wing.follow_config(config)
 
     def start(self) -> None:
         self.supervisor.start()
@@ -98,29 +102,15 @@ def build_controllers(
     bound = BoundPodController(
         store, config, patcher, interval_seconds=interval_seconds, is_leader=elector.is_leader, registry=registry
     )
-    gangs = None
-    if gang_store is not None:
-        writer = kube_pod_writer(api_client) if api_client is not None else None
-        gangs = GangController(
-            store, gang_store, config, writer, interval_seconds=interval_seconds, is_leader=elector.is_leader,
-            native=kube_native_writer(api_client) if api_client is not None else None,
-        )
-        store.add_listener(gangs.woken_by)
-    quota_writer = kube_quota_writer(api_client) if api_client is not None else None
-    quotas = QuotaController(store, config, quota_writer, is_leader=elector.is_leader, budgets=budgets)
-    woken.append(quotas.wake)
+    wings = wing_controllers(store, config, api_client, elector.is_leader, interval_seconds=interval_seconds,
+                             gang_store=gang_store, budgets=budgets)
+    woken.extend(wing.on_leading for wing in wings)
     readiness = None
     if api_client is not None:
         def native_needs() -> tuple[Need, ...]:
-            return NATIVE_GANG_NEEDS if native_gangs(store.snapshot(), config.gangs) else ()
+            return NATIVE_GANG_NEEDS if GANG_READS.value.native_gangs(store.snapshot(), config.gangs) else ()
 
         readiness = ControllerReadiness(api_client, namespace, extra_needs=native_needs)
-    garbage = None
-    if api_client is not None and config.dra.remove_unused:
-        from webhook.cluster.kube_json import KubeJson
-
-        garbage = ClaimGarbageCollector(store, KubeJson(api_client), grace_seconds=config.dra.unused_grace_seconds,
-                                        is_leader=elector.is_leader)
     mig = None
     if api_client is not None:
         from webhook.cluster.kube_json import KubeJson
@@ -130,4 +120,4 @@ def build_controllers(
         # A minute is far below any sensible rebalanceInterval; each strategy's interval gates its own changes.
         mig = Task("mig-apply", applier.run_pass, interval=MIG_APPLY_SECONDS, leader_only=True,
                    is_leader=elector.is_leader)
-    return Controllers(elector, bound, gangs, quotas, readiness, garbage, mig)
+    return Controllers(elector, bound, readiness, wings, mig)

@@ -2,7 +2,7 @@
 
 Allocated claims charge the devices they hold, by type; claims not yet allocated (and DRA devices asked as
 extended resources) charge each device as one whole GPU of every type a claim may get. Read by the claims
-gate at admission (webhook/dra/gate.py) and by the quota usage (webhook/quotas/charging.py).
+gate at admission (webhook/dra/gate.py) and by the quota usage (webhook/quota_charges.py).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from policies.vocabulary.accelerator_types import MIXED
 from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB
+from webhook.claim_names import extended_claim_name, generated_claim_names
+from webhook.cluster.claim_charging import HeldGpu
 from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
 from webhook.cluster.model import ClusterModel, pod_is_finished
-from webhook.dra.claim_names import extended_claim_name, generated_claim_names
 from webhook.dra.claimed import (
-    HeldGpu,
     allocated_gpus,
     devices_by_key,
     extended_requests,
@@ -31,6 +31,7 @@ from webhook.dra.claimed import (
     requested_gpus,
 )
 from webhook.dra.gpu_classes import GpuClasses
+from webhook.dra.holders import claim_holders as claim_holders  # the seam's part (cluster/claim_charging.py)
 from webhook.dra_rendering import DraRendering
 from webhook.intent import OUT_TENANT
 

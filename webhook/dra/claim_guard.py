@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from policies.vocabulary.objects import pod_view
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
+from webhook.claim_names import generated_claim_names, object_name
 from webhook.cluster.model import ClusterModel, pod_is_finished
-from webhook.dra.claim_names import generated_claim_names, object_name
 from webhook.dra.claimed import most_devices_on_a_node, requested_gpus
 from webhook.dra.gpu_classes import GpuClasses
 

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from webhook.claim_names import object_name
 from webhook.cluster.model import ClusterModel
-from webhook.dra.claim_names import object_name
 from webhook.dra.claimed import ClaimRef
 from webhook.dra.render import API_VERSION
 

@@ -28,10 +28,11 @@ from typing import Any, Literal
 
 from policies.gpu_demand import DRA_CLAIM_PREFIX, SEVEN, dra_rendered, mig_compute_slices
 from policies.vocabulary.objects import PodView, pod_view
+from webhook.claim_names import MAX_NAME, MAX_POD_CLAIMS, object_name
+from webhook.cluster.claim_charging import HeldGpu
 from webhook.cluster.device_classes import IMPLICIT_PREFIX, mapped_resources
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_devices import DraDevice
-from webhook.dra.claim_names import MAX_NAME, MAX_POD_CLAIMS, object_name
 from webhook.dra.compute_domain import CHANNEL_CLAIM, channel_template
 from webhook.dra.gpu_classes import GPU_DRIVERS, GpuClasses
 from webhook.dra.render import claim_name
@@ -76,16 +77,6 @@ class RequestedGpus:
     devices: int = 0
     classes: set[str] = field(default_factory=set)  # the GPU DeviceClasses named
     problems: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class HeldGpu:
-    """One GPU device an allocated claim holds."""
-
-    type_id: str
-    equivalents: Decimal  # 1 for a whole GPU, compute slices / 7 for a MIG device
-    memory_bytes: Decimal | None
-    mig: bool = False  # a MIG device (a slice of a GPU), not a whole GPU
 
 
 def rendered_by(rendering: DraRendering | None) -> Callable[[str, str], bool]:

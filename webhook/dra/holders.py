@@ -29,10 +29,11 @@ from typing import Any
 
 from policies.gpu_demand import GPU_PREFIXES
 from policies.vocabulary.objects import PodView, pod_view
+from webhook.claim_names import extended_claim_name, generated_claim_names
+from webhook.cluster.claim_charging import ClaimHold
 from webhook.cluster.device_classes import IMPLICIT_PREFIX, mapped_resources
 from webhook.cluster.model import ClusterModel
-from webhook.dra.claim_names import extended_claim_name, generated_claim_names
-from webhook.dra.claimed import MAX_RESULTS, HeldGpu, allocated_gpus, devices_by_key, foreign_claims, recorded_by_kgwe
+from webhook.dra.claimed import MAX_RESULTS, allocated_gpus, devices_by_key, foreign_claims, recorded_by_kgwe
 
 PodKey = tuple[str, str]  # namespace, name
 _LAST = "~"  # sorts after every RFC 3339 stamp: a pod with no stamp is the last candidate
@@ -46,15 +47,6 @@ class ClaimUse:
     containers: tuple[str, ...]  # the containers that use it (none named: the pod as a whole)
     skip_requests: frozenset[str] = frozenset()  # requests whose devices the pod's demand prices
     skip_all: bool = False  # the scheduler's claim of a pod that asks GPU resources, with no mappings
-
-
-@dataclass(frozen=True)
-class ClaimHold:
-    """What one allocated claim a pod pays for holds."""
-
-    claim: str  # namespace/name
-    containers: tuple[str, ...]
-    gpus: tuple[HeldGpu, ...]
 
 
 def claim_uses(pod: PodView | Mapping[str, Any], mapped: Mapping[str, str]) -> list[ClaimUse]:

@@ -22,16 +22,15 @@ from policies.quota.model import PodCharge, resolve_tenant
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import UNKNOWN
 from policies.vocabulary.objects import PodView
+from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.device_classes import DRA_GPUS, DRA_MIG_PREFIX, dra_allocatable, dra_used
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
-from webhook.dra.charges import claimed_charges
-from webhook.dra.holders import claim_holders
 from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import ZERO
-from webhook.quotas.charging import pod_charge
+from webhook.quota_charges import pod_charge
 
 SHARED_MODES = ("mps", "time-slicing")
 
@@ -184,9 +183,10 @@ class Inventory:
         """Pods holding GPUs through DRA of their own (webhook/dra/claimed.py): their quota use, and once
         allocated on a node, their cost (each device its worth times its type's price; a claim several pods
         name is charged once, to its payer: webhook/dra/holders.py, as the cost history charges it)."""
-        holders = claim_holders(self.model)
+        claims = CLAIM_CHARGING.value  # the DRA wing's part (webhook/cluster/claim_charging.py)
+        holders = claims.claim_holders(self.model)
         rows = {(c.namespace, c.name, c.type_id): i for i, c in enumerate(self.pod_costs)}
-        for raw, charges in claimed_charges(self.model):
+        for raw, charges in claims.claimed_charges(self.model):
             self.charges.extend(charges)
             pod = PodView(raw)
             if not pod.node_name:

@@ -12,7 +12,7 @@ from policies.quota.usage import UsageLine, usage_lines
 from policies.vocabulary.objects import ObjectView
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.numbers import ZERO, money_text, number, utc_stamp
-from webhook.quotas.view import waiting_rows
+from webhook.read_seams import QUOTA_READS
 
 
 def _limit_row(line: UsageLine) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def tenants_view(inventory: Inventory, visible: Callable[[str], bool] | None = N
     refusal tells any of its members)."""
     model = inventory.model
     usage = tenant_usage(inventory)
-    waiting = waiting_rows(model, inventory.config)
+    waiting = QUOTA_READS.value.waiting_rows(model, inventory.config)
     records: dict[str, dict[str, Any]] = {}
 
     def record(tenant: str) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from webhook.admission.tenancy import Tenancy
 from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.model import ClusterModel
 from webhook.placement.memo import PlanMemoEntry
+from webhook.quota_charges import pod_charge
 from webhook.quotas.admission import answer_ignores_identity, queue_answer, quota_problems
-from webhook.quotas.charging import pod_charge
 from webhook.quotas.scheduling_gate import QUOTA_GATE, deferred_to_kueue
 from webhook.runtime import Runtime
 

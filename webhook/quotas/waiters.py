@@ -25,7 +25,7 @@ from webhook.config import Config
 from webhook.gang_spec import membership
 from webhook.intent import OUT_TENANT
 from webhook.placement.rooms import free_gpus, per_snapshot
-from webhook.quotas.charging import ChargeEpochs, pod_charge
+from webhook.quota_charges import ChargeEpochs, pod_charge
 from webhook.quotas.scheduling_gate import is_quota_gated
 from webhook.scheduling.predicates import first_feasible
 

@@ -43,21 +43,13 @@ def cmd_audit(args: argparse.Namespace, cluster: Cluster) -> tuple[str, int]:
 
 
 def cmd_gangs(args: argparse.Namespace, cluster: Cluster) -> str:
-    from webhook.gangs.ledger import GangStoreUnavailable, KubeGangStore
-    from webhook.gangs.planning import planned_records
-    from webhook.gangs.view import gangs_view
+    from webhook.read_seams import GANG_READS, WingUnavailable
 
     model = cluster.runtime.store.snapshot()
-    if cluster.api_client is None:  # a directory keeps no records: planned from its pods, as the controller would
-        view = gangs_view(model, planned_records(model, cluster.runtime.config.gangs, time.time()), recorded=False)
-    else:
-        from webhook.cluster.kube_json import KubeJson
-
-        try:
-            records = KubeGangStore(KubeJson(cluster.api_client)).read(timeout=30).records
-        except GangStoreUnavailable as exc:
-            raise CommandError(str(exc)) from exc
-        view = gangs_view(model, records)
+    try:  # a directory keeps no records: the gang wing plans them from its pods, as the controller would
+        view = GANG_READS.value.gangs_document(model, cluster.runtime.config.gangs, cluster.api_client)
+    except WingUnavailable as exc:
+        raise CommandError(str(exc)) from exc
     if args.output in FORMATS:
         return render(view, args.output)
     if not view["gangs"]:

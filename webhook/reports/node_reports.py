@@ -96,14 +96,14 @@ def cmd_profiles(args: argparse.Namespace, cluster: Cluster) -> str:
     if args.from_nodes or args.type_id:
         return _proposal(args, runtime)
     if args.kueue:
-        from webhook.workloads.kueue import kueue_manifests, render_kueue
+        from webhook.read_seams import WORKLOAD_READS
 
         snapshot = runtime.store.snapshot()
         cohort, dra = args.cohort, runtime.config.dra
         # The manifests are YAML already (with comments that say what to change); JSON is asked for.
         if args.output == "json":
-            return as_json(kueue_manifests(snapshot, cohort=cohort, dra=dra))
-        return render_kueue(snapshot, cohort=cohort, dra=dra)
+            return as_json(WORKLOAD_READS.value.kueue_manifests(snapshot, cohort=cohort, dra=dra))
+        return WORKLOAD_READS.value.render_kueue(snapshot, cohort=cohort, dra=dra)
     view = hardware_profiles_view(Inventory(runtime.store.snapshot(), runtime.config))
     if args.output in FORMATS:
         return render(view, args.output)

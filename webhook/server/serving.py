@@ -169,15 +169,11 @@ def run_worker(
         controllers.supervisor.add(task)
 
     def follow_config(config: Config) -> None:
-        controllers.bound_pods.config = config
+        controllers.follow_config(config)
         if config.authentication != options.config.authentication or config.server != options.config.server:
             # Both are fixed when the listener and its TLS context are built.
             log.warning("configuration sections authentication and server changed: they take effect at the next "
                         "restart; serving with the ones read at start")
-        if controllers.gangs is not None:
-            controllers.gangs.config = config
-        if controllers.quotas is not None:
-            controllers.quotas.config = config
 
     runtime.on_config_change.append(follow_config)
     writer: ReportWriter

@@ -25,12 +25,11 @@ from policies.gpu_demand import container_gpu_amounts, pod_gpu_demand
 from policies.quota.model import resolve_tenant
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
+from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimHold, HeldGpu
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_gpu_equivalents, pod_hourly_cost, pod_share, price_per_gpu_hour
-from webhook.dra.claimed import HeldGpu
-from webhook.dra.holders import ClaimHold, claim_holders
 from webhook.spend.window import parse_stamp
 from webhook.workload_owners import workload_of
 
@@ -109,7 +108,7 @@ def pod_rate(raw: dict[str, Any], model: ClusterModel, config: Config,
     if not view.node_name or view.namespace in config.excluded_namespaces:
         return None
     demand = pod_gpu_demand(view)
-    held = claim_holders(model).held(view)
+    held = CLAIM_CHARGING.value.claim_holders(model).held(view)  # the DRA wing's part
     if not demand.asks_gpu and not held:
         return None
     notes = view.annotations

@@ -19,33 +19,21 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
-import os
-import secrets
-import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from policies.vocabulary.objects import pod_view
 from webhook.admission.request import AdmissionRequest, UserInfo
+from webhook.identity_key import IdentityKeyError
 from webhook.intent import OUT_REQUESTED_BY
-from webhook.state import state_dir
-
-log = logging.getLogger("kgwe.identity")
 
 REQUESTED_BY = OUT_REQUESTED_BY
 VIA_TEMPLATE = "template"
-KEY_BYTES = 32
 # The annotation is bounded like any input: a real one is a few hundred bytes.
 MAX_ANNOTATION_CHARS = 8192
 MAX_GROUPS = 64
-
-class IdentityKeyError(RuntimeError):
-    """The signing key cannot be read or made: `kgwe serve` does not start without it."""
-
 
 @dataclass(frozen=True)
 class Requester:
@@ -179,42 +167,3 @@ def with_requester(request: AdmissionRequest, requester: Requester) -> Admission
     ):
         return request  # a pod asked for by its caller: nothing changes (the usual case)
     return replace(request, user=requester.user, requested_by=requester.annotation, via=requester.via)
-
-
-def load_key(path: Path | None) -> bytes:
-    """The signing key. With a path (the chart's Secret, mounted) it must exist; without one it is made
-    once under the state directory and shared by every worker and `kgwe review` on this machine."""
-    if path is not None:
-        try:
-            key = path.read_bytes().strip()
-        except OSError as exc:
-            raise IdentityKeyError(f"requested-by signing key {path}: {exc}") from exc
-        if len(key) < 16:
-            raise IdentityKeyError(f"requested-by signing key {path}: fewer than 16 bytes")
-        return key
-    file = state_dir() / "identity.key"
-    try:
-        return file.read_bytes().strip()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise IdentityKeyError(f"requested-by signing key {file}: {exc}") from exc
-    file.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # O_EXCL: of several workers starting together exactly one writes the key; the others read it.
-        descriptor = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _read_when_written(file)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(secrets.token_hex(KEY_BYTES).encode())
-    log.info("requested-by signing key made in %s", file)
-    return file.read_bytes().strip()
-
-
-def _read_when_written(file: Path) -> bytes:
-    for _ in range(100):
-        key = file.read_bytes().strip()
-        if len(key) >= 16:
-            return key
-        time.sleep(0.01)
-    raise IdentityKeyError(f"requested-by signing key {file} stays empty")

@@ -26,19 +26,20 @@ from policies.vocabulary.objects import ObjectView
 from webhook.admission.core import AdmissionService
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
-from webhook.admission.seams import PendingVerdict, PodFlow
+from webhook.admission.seams import AdmissionSeams, PendingVerdict, PodFlow
 from webhook.admission.tenancy import tenant_and_quotas
 from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel
 from webhook.costs import pod_gpu_equivalents
+from webhook.identity_key import load_key
 from webhook.intent import A_GANG, OUT_ACCELERATOR_TYPE, annotations_of, gang_size_problem
 from webhook.mutation.patch import diff
 from webhook.mutation.pipeline import copy_json
 from webhook.placement.context import PlacementPlan
 from webhook.runtime import Runtime
+from webhook.workload_kinds import KindSpec, KindTable, Template, TemplatePath, WorkloadShapeError, extract_templates
 from webhook.workload_owners import template_workload
-from webhook.workloads.identity import Identity, Requester, Signer, load_key, with_requester
-from webhook.workloads.kinds import KindSpec, KindTable, Template, TemplatePath, WorkloadShapeError, extract_templates
+from webhook.workloads.identity import Identity, Requester, Signer, with_requester
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
 from webhook.workloads.template_pods import (
     as_template,
@@ -383,7 +384,12 @@ class WorkloadPlan:
 
 def workloads_of(admission: AdmissionService) -> WorkloadKind:
     """The workload handler the assembly registered on `admission` (its kind table and requester model)."""
-    found = next((h for h in admission.seams.kinds if isinstance(h, WorkloadKind)), None)
+    return registered_handler(admission.seams)
+
+
+def registered_handler(seams: AdmissionSeams) -> WorkloadKind:
+    """The workload handler among the kinds of `seams` (webhook/assembly.py register_wings put it there)."""
+    found = next((h for h in seams.kinds if isinstance(h, WorkloadKind)), None)
     if found is None:
         raise LookupError("no workload kind handler is registered (webhook/assembly.py register_wings)")
     return found

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.workloads.kinds import KindSpec, Template
+from webhook.workload_kinds import KindSpec, Template
 
 # More pods than any real workload has; beyond it a count is a typo or an attack.
 MAX_COUNT = 1_000_000

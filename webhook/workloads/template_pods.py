@@ -17,7 +17,7 @@ from policies.vocabulary.objects import ObjectView, PodView
 from webhook.cluster.device_classes import asks_extended_devices
 from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, annotations_of, parse_gang_size
 from webhook.mutation.pipeline import copy_json
-from webhook.workloads.kinds import Template, WorkloadShapeError
+from webhook.workload_kinds import Template, WorkloadShapeError
 from webhook.workloads.replicas import WorkloadGang
 
 A_GANG_SIZE = keys.GANG_SIZE

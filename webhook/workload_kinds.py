@@ -6,6 +6,9 @@ A template path is written as in the SPEC: dot-separated keys, `[*]` for every i
 creator controls entirely: every list and map a wildcard expands is capped, and a shape that is not
 what the path says (a list where a map belongs, a template that is not an object) is refused with a
 message naming the path, never guessed at.
+
+The table is vocabulary below the wings (issue 34): the workloads wing admits by it, `kgwe review` and the
+audit name a workload's kind and templates by it without importing the wing.
 """
 
 from __future__ import annotations
