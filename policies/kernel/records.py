@@ -27,8 +27,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-import urllib3
-
 if TYPE_CHECKING:
     from kubernetes.client.exceptions import ApiException
 
@@ -37,7 +35,6 @@ Timeout = float | tuple[float, float]
 # (connect, read) seconds: an API server that stops answering costs a writer a round, not its thread.
 DEFAULT_TIMEOUT: Timeout = (5.0, 10.0)
 # What a call to the API server fails with besides a status (ValueError: a body that is not JSON).
-_TRANSPORT = (urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class JsonApi(Protocol):
@@ -116,14 +113,14 @@ class RecordStore(Generic[T]):
         self._lock = threading.Lock()
 
     def read(self, *, timeout: Timeout | None = None) -> Versioned[T]:
-        api_error = _api_exception()
+        api_error, transport = _api_errors()
         try:
             obj: dict[str, Any] | None = self.api.request("GET", self.place.path, timeout=timeout or self.timeout)
         except api_error as exc:
             if exc.status != 404:
                 raise self._unavailable("reading", exc) from exc
             obj = None
-        except _TRANSPORT as exc:
+        except transport as exc:
             raise self._unavailable("reading", exc) from exc
         with self._lock:
             self._last = obj
@@ -138,7 +135,7 @@ class RecordStore(Generic[T]):
             meta["resourceVersion"] = version
         else:
             meta.pop("resourceVersion", None)
-        api_error = _api_exception()
+        api_error, transport = _api_errors()
         try:
             if version:
                 stored = self.api.request("PUT", self.place.path, body=body, query=self.query,
@@ -150,7 +147,7 @@ class RecordStore(Generic[T]):
             if exc.status == 409 or (exc.status == 404 and version):
                 raise Conflict(f"{self.place.describe()}: written or deleted since version {version!r}") from exc
             raise self._unavailable("writing", exc) from exc
-        except _TRANSPORT as exc:
+        except transport as exc:
             raise self._unavailable("writing", exc) from exc
         return _version(stored)
 
@@ -164,17 +161,21 @@ class RecordStore(Generic[T]):
         return self.place.skeleton()
 
     def _unavailable(self, doing: str, exc: Exception) -> Unavailable:
-        if isinstance(exc, _api_exception()):
+        if isinstance(exc, _api_errors()[0]):
             return Unavailable(f"{self.place.describe()}: {doing} failed: HTTP {exc.status}", exc.status)
         return Unavailable(f"{self.place.describe()}: {doing} failed: {exc}")
 
 
-def _api_exception() -> type[ApiException]:
-    # Imported where a store first talks to the API server, not with this module: the client's package costs
-    # half a CPU-second, and `kgwe review` and `kgwe explain` import the stores' owners without ever writing.
+def _api_errors() -> tuple[type[ApiException], tuple[type[Exception], ...]]:
+    """The API server's error answer, and the transport's errors (the connection, a body that is not JSON).
+
+    Imported where a store first talks to the API server, not with this module: the client's package costs
+    half a CPU-second and urllib3 a tenth, and `kgwe review` and `kgwe explain` import the stores' owners
+    without ever writing."""
+    import urllib3
     from kubernetes.client import exceptions
 
-    return exceptions.ApiException
+    return exceptions.ApiException, (urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 def _version(obj: dict[str, Any] | None) -> str:
