@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -22,10 +21,9 @@ from policies.kernel.background import Task
 from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
 from policies.vocabulary.objects import ObjectView, PodView
-from webhook.cluster.fact_readers import FACT_READERS
-from webhook.cluster.metrics import export_topology_ages
-from webhook.cluster.node_facts import NodeFacts, node_facts
-from webhook.cluster.type_index import TypeSummary, build_type_index
+from webhook.cluster.node_facts import NodeFacts
+from webhook.cluster.node_side import NodeSide, read_node_side
+from webhook.cluster.type_index import TypeSummary
 from webhook.cluster.workloads import WORKLOAD_KINDS, over_bound, slim_workload, workload_key
 
 log = logging.getLogger("kgwe.cluster")
@@ -192,6 +190,11 @@ class ClusterStore:
         self._facts: dict[str, tuple[str, NodeFacts]] = {}
         self._lock = threading.RLock()
         self._generation = 0
+        # Moves with every change but a pod's: while it stands, the last build's node side (facts, node objects,
+        # type index) is still right, and a pod's change (the kubelet's status, every few seconds per pod)
+        # rebuilds only the pod side (issue 36: 0.17 s of every rebuild at 10,000 nodes was the node side).
+        self._node_side_generation = 0
+        self._node_side: NodeSide | None = None
         self._snapshot: ClusterModel | None = None
         self._snapshot_generation = -1
         self._loaded = False
@@ -232,6 +235,8 @@ class ClusterStore:
                 obj = slim_workload(obj)
             held[key] = obj
             self._generation += 1
+            if kind != "Pod":
+                self._node_side_generation += 1
         self._changed(kind, obj)
 
     def delete(self, obj: dict[str, Any]) -> None:
@@ -241,6 +246,8 @@ class ClusterStore:
         with self._lock:
             self._objects[kind].pop(object_key(obj), None)
             self._generation += 1
+            if kind != "Pod":
+                self._node_side_generation += 1
         self._changed(kind, obj)
 
     def replace_kind(self, kind: str, objects: Iterable[dict[str, Any]]) -> None:
@@ -248,6 +255,8 @@ class ClusterStore:
         with self._lock:
             self._objects[kind] = self._kept(kind, objects)
             self._generation += 1
+            if kind != "Pod":
+                self._node_side_generation += 1
         self._changed(kind)
 
     def _kept(self, kind: str, objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -271,6 +280,7 @@ class ClusterStore:
         with self._lock:
             self._objects = grouped
             self._generation += 1
+            self._node_side_generation += 1
         self._changed(None)
 
     def set_api_resources(self, group_version: str, resources: Iterable[str] | None) -> None:
@@ -285,6 +295,7 @@ class ClusterStore:
             else:
                 self._api_resources[group_version] = served
             self._generation += 1
+            self._node_side_generation += 1
         self._changed(None)
 
     def mark_loaded(self) -> None:
@@ -313,7 +324,7 @@ class ClusterStore:
     def snapshot(self, force: bool = False) -> ClusterModel:
         """The latest snapshot. After a change it is rebuilt on a background thread (at most every
         `min_rebuild_interval` seconds) while requests keep reading the previous one, so no request
-        waits for a rebuild (about 50 ms at 10,000 nodes). The first build, `force`, and
+        waits for a rebuild (a pod's change rebuilds only the pod side, node_side.py). The first build, `force`, and
         `min_rebuild_interval <= 0` rebuild at once."""
         current = self._snapshot
         if current is not None and self._snapshot_generation == self._generation:
@@ -347,27 +358,14 @@ class ClusterStore:
             self._rebuild()
 
     def _build(self) -> ClusterModel:
-        now = datetime.now(UTC)
-        facts: dict[str, NodeFacts] = {}
-        fresh_cache: dict[str, tuple[str, NodeFacts]] = {}
-        for key, node in self._objects["Node"].items():
-            version = _version(node)
-            cached = self._facts.get(key)
-            # Topology staleness depends on time, so nodes with a topology document are recomputed.
-            if cached is not None and cached[0] == version and cached[1].topology is None:
-                item = cached[1]
-            else:
-                item = node_facts(node, self.table, self.staleness_seconds, now)
-            facts[item.name] = item
-            fresh_cache[key] = (version, item)
-        self._facts = fresh_cache
+        side = self._node_side
+        if side is None or side.generation != self._node_side_generation or side.timed:
+            side = self._node_side = self._build_node_side()
         objs = self._objects
-        for _name, read in FACT_READERS.steps:  # the wings' facts (webhook/cluster/fact_readers.py)
-            facts = read(facts, objs, self.table)
-        export_topology_ages(facts.values())
+        facts = side.facts
         return ClusterModel(
             nodes=facts,
-            node_objects={object_key(n): n for n in objs["Node"].values()},
+            node_objects=side.node_objects,
             pods=dict(objs["Pod"]),
             namespaces={object_key(n): n for n in objs["Namespace"].values()},
             hardware_profiles={object_key(o): o for o in objs["HardwareProfile"].values()},
@@ -376,7 +374,7 @@ class ClusterStore:
             rbac={
                 kind: list(objs[kind].values()) for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
             },
-            types=build_type_index(facts.values(), self.gpu_taint_keys),
+            types=side.types,
             generation=self._generation,
             built_at=time.monotonic(),
             table=self.table,
@@ -390,11 +388,9 @@ class ClusterStore:
             api_resources=dict(self._api_resources),
         )
 
-
-def _version(obj: dict[str, Any]) -> str:
-    version = ObjectView(obj).resource_version
-    if version:
-        return version
-    # YAML objects carry no resourceVersion: identity of the dict is enough (they are replaced, not edited).
-    return f"id:{id(obj)}"
-
+    def _build_node_side(self) -> NodeSide:
+        side, self._facts = read_node_side(
+            self._node_side_generation, self._objects, self._facts, self.table, self.staleness_seconds,
+            self.gpu_taint_keys,
+        )
+        return side
