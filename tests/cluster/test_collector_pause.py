@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from webhook.cluster.collector_pause import collector_paused
+from webhook.cluster.collector_pause import collector_paused, freeze_what_was_loaded
 
 
 def test_paused_while_any_list_is_read_and_resumed_after_the_last() -> None:
@@ -34,3 +34,16 @@ def test_resumed_when_the_list_fails() -> None:
     except ConnectionError:
         pass
     assert gc.isenabled()
+
+
+def test_what_was_loaded_is_frozen_and_a_collector_turned_off_stays_off() -> None:
+    loaded = [{"metadata": {"name": f"pod-{i}"}} for i in range(100)]
+    frozen = gc.get_freeze_count()
+    freeze_what_was_loaded()
+    assert gc.get_freeze_count() >= frozen + len(loaded)
+    gc.disable()
+    try:
+        freeze_what_was_loaded()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

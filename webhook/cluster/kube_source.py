@@ -38,7 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from policies.kernel.background import Task
 from policies.vocabulary.backoff import Backoff
 from policies.vocabulary.objects import ObjectView, string
-from webhook.cluster.collector_pause import collector_paused
+from webhook.cluster.collector_pause import collector_paused, freeze_what_was_loaded
 from webhook.cluster.kube_json import RETRYABLE, KubeJson, close_stream, describe_error, watch_events
 from webhook.cluster.model import ClusterStore
 from webhook.cluster.slimming import slim_object, slim_pod
@@ -380,6 +380,7 @@ class KubeClusterSource:
             if self._loaded.is_set():
                 return
             self.store.mark_loaded()
+            freeze_what_was_loaded()
             self._loaded.set()
             log.info("cluster model loaded from the API: %s", ", ".join(k.kind for k in self.kinds))
 
