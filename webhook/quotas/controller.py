@@ -45,7 +45,7 @@ from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
 from webhook.placement.constraints import and_into_required_terms, apply_requirements
 from webhook.quotas.scheduling_gate import QUOTA_CONDITION, QUOTA_GATE
-from webhook.quotas.waiters import ChargeCache, PodRead, TenantPicture, plan_tenant, quota_picture, read_pod
+from webhook.quotas.waiters import ChargeCache, PodRead, TenantPicture, plan_tenant, quota_picture
 from webhook.quotas.writer import QuotaWriter
 
 log = logging.getLogger("kgwe.quotas.controller")
@@ -160,8 +160,11 @@ class QuotaController:
             return PassResult()
         started = self.clock()
         model = self.store.snapshot(force=True)
-        self._forget_seen(model)
+        self._forget_expired()
         picture = quota_picture(model, {uid: pinned for uid, (pinned, _t) in self._in_flight.items()}, self._charges)
+        # After the picture, from its reads (one walk over the pods, not two): a released pod seen ungated or
+        # gone counts as released either way, so forgetting it before or after the picture is the same.
+        self._forget_seen(picture.read)
         result = PassResult()
         for pod in picture.unlimited:
             self._release(model, pod, None, False, result)
@@ -202,17 +205,19 @@ class QuotaController:
         self._refresh_later(max(1.0, self.config.costs.cache_seconds))
         return verdict.reason
 
-    def _forget_seen(self, model: ClusterModel) -> None:
-        """Released pods the snapshot shows ungated (or gone) need no in-flight entry any more."""
+    def _forget_expired(self) -> None:
+        """A release the snapshot has not shown within IN_FLIGHT_SECONDS is not counted released any longer."""
         now = self.clock()
-        # The last pass's reads: only the pods that changed since are read again (webhook/quotas/waiters.py).
-        live: dict[str, PodRead] = {}
-        for pod in model.pods.values():
-            read = self._charges[id(pod)] = read_pod(pod, self._charges)
-            live[read.uid] = read
         for uid, (_pinned, at) in list(self._in_flight.items()):
+            if now - at > IN_FLIGHT_SECONDS:
+                del self._in_flight[uid]
+
+    def _forget_seen(self, live: Mapping[str, PodRead]) -> None:
+        """Released pods the snapshot shows ungated (or gone) need no in-flight entry any more, and pods that are
+        gone no record of what they were told."""
+        for uid in list(self._in_flight):
             seen = live.get(uid)
-            if seen is None or not seen.gated or now - at > IN_FLIGHT_SECONDS:
+            if seen is None or not seen.gated:
                 del self._in_flight[uid]
         for uid in [u for u in self._told if u not in live]:
             del self._told[uid]

@@ -54,6 +54,9 @@ class TenantPicture:
 class QuotaPicture:
     tenants: dict[str, TenantPicture]
     unlimited: list[dict[str, Any]]  # gated pods of tenants without a TenantQuota: nothing holds them
+    # Every pod of the snapshot as read, by uid, terminal ones too (the controller forgets what it released
+    # and told pods that are gone or no longer gated from these, without reading every pod again).
+    read: dict[str, PodRead] = field(default_factory=dict, compare=False, repr=False)
 
 
 def runnable_types(pod: dict[str, Any], types: tuple[str, ...], model: ClusterModel) -> tuple[str, ...]:
@@ -167,9 +170,13 @@ def quota_picture(
     quotas_read = tuple((tenant, tuple(id(q) for q in picture.quotas)) for tenant, picture in tenants.items())
     gated: list[GatedPod] = []
     unlimited: list[dict[str, Any]] = []
+    every: dict[str, PodRead] = {}
     for pod in model.pods.values():
         read = read_pod(pod, previous)
+        every[read.uid] = read
         if read.terminal:
+            if cache is not None:
+                cache[id(pod)] = read
             continue
         node = model.nodes.get(read.node_name) if read.node_name else None
         epoch = (-1 if node is not None else nodes_epoch, context_epoch)
@@ -181,6 +188,7 @@ def quota_picture(
                            if charge_belongs_to(charge, picture.tenant, picture.quotas))
             read = PodRead(pod, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
                            node, epoch, charges, owners, quotas_read)
+            every[read.uid] = read
         if cache is not None:
             cache[id(pod)] = read
         assert read.charges is not None
@@ -208,7 +216,7 @@ def quota_picture(
             )
             gated.append(GatedPod(pod, ask, tenant))
     _group(gated, tenants, model)
-    return QuotaPicture(tenants, unlimited)
+    return QuotaPicture(tenants, unlimited, every)
 
 
 def pod_charges(pod: dict[str, Any], model: ClusterModel) -> PodCharge | None:
