@@ -1,37 +1,100 @@
-"""One `Inventory` and its rendered views per snapshot generation and configuration, rebuilt on demand
-by the `inventory-rebuild` task (policies/kernel/background.py) so that no request waits for a rebuild."""
+"""One `Inventory` and its rendered views per snapshot generation and configuration, kept warm by the
+`inventory-warm` task (built once the cluster model is loaded, rebuilt on change) so that no request waits
+for a build, and rebuilt from what each pod object added the last time (`InventoryMemo`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
+
 from policies.kernel.background import Task
+from policies.quota.model import PodCharge
+from webhook.cluster.claim_charging import CLAIM_CHARGING
+from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.inventory.capacity import Inventory
+from webhook.quota_charges import ChargeEpochs
 
 log = logging.getLogger("kgwe.inventory")
 
 View = Callable[[Inventory], dict[str, Any]]
+Render = Callable[[dict[str, Any]], Any]
+
+# How long a request that comes before the first build waits for it (the build of 150,000 pods takes tens
+# of seconds on a busy machine); past it, the request is answered 503 with a Retry-After, never an empty view.
+FIRST_BUILD_WAIT_SECONDS = 120.0
+
+
+class InventoryNotReady(Exception):
+    """The first inventory is not built yet (the cluster model is still loading, or the build runs)."""
+
+
+class InventoryMemo:
+    """What each pod object added to the last `Inventory` (capacity.py `_PodFacts`), by identity: the next
+    build computes only the pods that changed. The store never changes an object in place, so an entry stays
+    right while its pod, the node facts of its node (for a pod on no known node, every node's facts: the
+    types it may land on) and the context are the same objects; the context is the accelerator table, the
+    HardwareProfiles, the Namespaces and the DeviceClasses (`ChargeEpochs`, as the quota pass's and the audit's
+    memos read them) and the configuration (prices). Tenants are resolved again each build."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, Any] = {}
+        self.nodes_epoch = 0
+        self.computed = 0  # pods computed by the last build (the rest were looked up)
+        self._epochs = ChargeEpochs()
+        self._context: tuple[int, int] | None = None
+        self._mapped: dict[str, str] = {}
+
+    def advance(self, model: ClusterModel, config: Config) -> None:
+        """Move on to `model` and `config`: forget every entry when the context changed."""
+        self.nodes_epoch, context_epoch = self._epochs.advance(model)
+        context = (context_epoch, id(config))
+        if context != self._context:
+            self.entries = {}
+            self._context = context
+            self._mapped = mapped_resources(model.device_classes)
+
+    def own_devices(self, pod: dict[str, Any]) -> bool:
+        """Whether an unfinished pod asks DRA devices of its own (ResourceClaims, or devices as extended
+        resources): as webhook/dra/charges.py `claimed_charges` picks the pods it charges."""
+        spec = pod.get("spec")
+        return isinstance(spec, dict) and bool(spec.get("resourceClaims") or asks_extended_devices(pod, self._mapped))
+
+    def claimed(
+        self, model: ClusterModel, pods: list[dict[str, Any]]
+    ) -> Iterator[tuple[dict[str, Any], list[PodCharge]]]:
+        """The DRA wing's `claimed_charges` of `model` for `pods` (those `own_devices` picked): what their
+        claims hold is read again each build, for those pods only."""
+        if pods:
+            usage = CLAIM_CHARGING.value.claim_charges(model, self._mapped)  # the DRA wing's part
+            for pod in pods:
+                yield pod, usage.charges(pod)
 
 
 class InventoryCache:
     """One `Inventory` and its rendered views per (snapshot generation, configuration).
 
-    A changed snapshot is picked up `refresh_seconds` after the last build, or `build_share` times the
-    last build's duration when that is longer (so rebuilds of a large, busy cluster take at most about
-    1 / (1 + build_share) of a CPU), never later than `max_age_seconds`: a busy watch stream does not
-    make every request pay the O(nodes + pods) precompute. An unchanged snapshot is rebuilt
-    after `max_age_seconds` so `generatedAt` and topology ages stay fresh. With `background` (the
-    server's setting) the rebuild runs on a thread and callers keep getting the previous answer until
-    the new one, with every view asked for so far rendered, replaces it: no request waits for a
-    rebuild except the very first and the first after the cache sat unused for `max_age_seconds`,
-    which is built at once from `fresh_model_source` (a snapshot rebuilt now when the cluster changed):
-    a person opening the page after a pause sees the cluster as it is, not as it was minutes ago.
+    Warm (`start()`, the server's setting: api_routes.py starts it with the application): the
+    `inventory-warm` task builds the first inventory as soon as `loaded()` says the cluster model is loaded,
+    with every view registered so far rendered, and then checks every `refresh_seconds` for a changed
+    snapshot; requests get the last built answer and never wait for a build (one that comes before the first
+    build waits for it, off the event loop, at most `first_wait_seconds`). A changed snapshot is picked up
+    `refresh_seconds` after the last build, or `build_share` times the last build's duration when that is
+    longer (so builds of a large, busy cluster take at most about 1 / (1 + build_share) of a CPU; the task's
+    duty cycle bounds it too), never later than `max_age_seconds`; an unchanged one is rebuilt after
+    `max_age_seconds` from `fresh_model_source` (a snapshot rebuilt now) so `generatedAt` and topology ages
+    stay fresh. Each build reuses what unchanged pods added to the previous one (`InventoryMemo`).
+
+    Not warm (a cache nobody started: Python callers, tests): built on demand. With `background` a read that
+    finds the answer stale wakes a rebuild on a thread and keeps the previous answer; the very first read,
+    and the first after the cache sat unused for `max_age_seconds`, build at once from
+    `fresh_model_source`: a person opening the page after a pause sees the cluster as it is.
     """
 
     def __init__(
@@ -44,25 +107,55 @@ class InventoryCache:
         build_share: float = 4.0,
         background: bool = True,
         fresh_model_source: Callable[[], ClusterModel] | None = None,
+        loaded: Callable[[], bool] | None = None,
+        first_wait_seconds: float = FIRST_BUILD_WAIT_SECONDS,
     ) -> None:
         self._model_source = model_source
         self._fresh_model_source = fresh_model_source or model_source
         self._config_source = config_source
+        self._loaded = loaded or (lambda: True)
         self.refresh_seconds = refresh_seconds
         self.max_age_seconds = max_age_seconds
         self.build_share = build_share
         self.background = background
+        self.first_wait_seconds = first_wait_seconds
         self.last_build_seconds = 0.0
-        self._lock = threading.Lock()
+        self.builds = 0
+        self.memo = InventoryMemo()
+        self._lock = threading.Lock()  # installs and renders
+        self._building = threading.Lock()  # one build at a time (the memo is the last build's)
         self._state: tuple[Inventory, dict[str, Any]] | None = None
         self._key: tuple[int, int] | None = None
         self._built = 0.0
-        self._views: dict[str, tuple[View, Callable[[dict[str, Any]], Any]]] = {}
-        # On demand (with `background`): a read that finds the answer stale wakes it and keeps the previous
+        self._views: dict[str, tuple[View, Render]] = {}
+        # Not warm, with `background`: a read that finds the answer stale wakes it and keeps the previous
         # answer; a failed rebuild waits for the next read's wake.
         self._rebuilder = Task("inventory-rebuild", self._rebuild_wanted, interval=None,
                                on_error=lambda _exc: log.exception("rebuilding the inventory failed"))
+        # Warm: checks every refresh_seconds (at once at start) and builds what changed.
+        self._warm = Task("inventory-warm", self._warm_pass, interval=max(0.05, refresh_seconds), run_at_start=True,
+                          on_error=lambda _exc: log.exception("building the inventory failed"))
+        self._warming = False
 
+    # -- warm -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Keep the inventory warm from now on (the first build as soon as the cluster model is loaded)."""
+        self._warming = True
+        self._warm.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._warming = False
+        self._warm.stop(timeout)
+
+    @property
+    def warm(self) -> bool:
+        return self._warming and not self._warm.stopping
+
+    def _warm_pass(self) -> None:
+        if self._loaded():
+            self._rebuild_wanted(fresh_when_unchanged=True)
+
+    # -- building ---------------------------------------------------------------------------------
     def _wanted_key(self) -> tuple[tuple[int, int], ClusterModel, Config] | None:
         """The snapshot and configuration to build from, or None while the current build is good."""
         age = time.monotonic() - self._built
@@ -77,38 +170,74 @@ class InventoryCache:
         return key, model, config
 
     def _build(self, model: ClusterModel, config: Config) -> tuple[Inventory, dict[str, Any]]:
+        """The inventory of `model` with every view registered so far rendered (each view function run once:
+        a document and its bytes share it). The caller holds `_building`."""
         started = time.perf_counter()
-        inventory = Inventory(model, config)
-        rendered = {name: render(build(inventory)) for name, (build, render) in list(self._views.items())}
+        self.memo.advance(model, config)
+        inventory = Inventory(model, config, memo=self.memo)
+        documents: dict[int, dict[str, Any]] = {}
+        rendered = {}
+        for name, (build, render) in list(self._views.items()):
+            document = documents.get(id(build))
+            if document is None:
+                document = documents[id(build)] = build(inventory)
+            rendered[name] = render(document)
         self.last_build_seconds = time.perf_counter() - started
+        self.builds += 1
         return inventory, rendered
 
     def _install(self, key: tuple[int, int], state: tuple[Inventory, dict[str, Any]]) -> None:
-        self._state = state
-        self._key = key
-        self._built = time.monotonic()
-
-    def _rebuild_wanted(self) -> None:
-        """The `inventory-rebuild` task's body: build from the snapshot and configuration wanted now, if any
-        (a wake that came while the previous build ran finds nothing left to do)."""
-        wanted = self._wanted_key()
-        if wanted is None:
-            return
-        key, model, config = wanted
-        state = self._build(model, config)
         with self._lock:
-            self._install(key, state)
+            self._state = state
+            self._key = key
+            self._built = time.monotonic()
+
+    def _rebuild_wanted(self, fresh_when_unchanged: bool = False) -> None:
+        """Build from the snapshot and configuration wanted now, if any (a wake that came while the previous
+        build ran finds nothing left to do). `fresh_when_unchanged`: an unchanged snapshot past
+        `max_age_seconds` is rebuilt from `fresh_model_source`."""
+        with self._building:
+            wanted = self._wanted_key()
+            if wanted is None:
+                return
+            key, model, config = wanted
+            if fresh_when_unchanged and key == self._key:
+                model = self._fresh_model_source()
+                key = (model.generation, key[1])
+            self._install(key, self._build(model, config))
+
+    def _first_build(self) -> tuple[Inventory, dict[str, Any]]:
+        """Warm, nothing built yet: wait (on this thread) for the cluster model and the first build, bounded."""
+        deadline = time.monotonic() + self.first_wait_seconds
+        while not self._loaded():
+            if time.monotonic() >= deadline:
+                raise InventoryNotReady("the cluster model is still loading")
+            time.sleep(0.05)
+        if not self._building.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise InventoryNotReady("the inventory is still being built")
+        try:
+            if self._state is None:  # the warm task had not begun it: build it here, once
+                wanted = self._wanted_key()
+                assert wanted is not None
+                key, model, config = wanted
+                self._install(key, self._build(model, config))
+        finally:
+            self._building.release()
+        assert self._state is not None
+        return self._state
 
     def _current(self) -> tuple[Inventory, dict[str, Any]]:
-        wanted = self._wanted_key()
         state = self._state
+        if self.warm:
+            return state if state is not None else self._first_build()
+        wanted = self._wanted_key()
         if wanted is None and state is not None:
             return state
         idle = time.monotonic() - self._built >= self.max_age_seconds
         if state is not None and self.background and wanted is not None and not idle:
             self._rebuilder.wake()
             return state
-        with self._lock:
+        with self._building:
             wanted = self._wanted_key()
             if wanted is not None:
                 key, model, config = wanted
@@ -119,17 +248,55 @@ class InventoryCache:
             assert self._state is not None
             return self._state
 
+    # -- reading ----------------------------------------------------------------------------------
+    def register(self, name: str, build: View, render: Render = lambda doc: doc) -> None:
+        """Render `name` with every build from now on (before the first build: with the first)."""
+        self._views.setdefault(name, (build, render))
+
     def inventory(self) -> Inventory:
         return self._current()[0]
 
-    def view(self, name: str, build: View, render: Callable[[dict[str, Any]], Any] = lambda doc: doc) -> Any:
+    def view(self, name: str, build: View, render: Render = lambda doc: doc) -> Any:
         """`render(build(inventory))`, computed once per inventory and shared by every caller."""
-        self._views.setdefault(name, (build, render))
+        self.register(name, build, render)
         inventory, rendered = self._current()
+        return self._rendered(name, inventory, rendered)
+
+    def _rendered(self, name: str, inventory: Inventory, rendered: dict[str, Any]) -> Any:
         cached = rendered.get(name)
         if cached is None:
+            build, render = self._views[name]
             with self._lock:
                 cached = rendered.get(name)
                 if cached is None:
                     cached = rendered[name] = render(build(inventory))
         return cached
+
+    def ready_state(self) -> tuple[Inventory, dict[str, Any]] | None:
+        """The state a request can use without waiting for a build, or None."""
+        state = self._state
+        if state is None:
+            return None
+        if self.warm:
+            return state
+        if self._wanted_key() is None:
+            return state
+        idle = time.monotonic() - self._built >= self.max_age_seconds
+        if self.background and not idle:
+            self._rebuilder.wake()
+            return state
+        return None
+
+    async def aview(self, name: str, build: View, render: Render = lambda doc: doc) -> Any:
+        """`view` for the event loop: a build, or a view first asked for after the build, runs on a thread.
+        Raises InventoryNotReady when the first build did not come within `first_wait_seconds`."""
+        self.register(name, build, render)
+        state = self.ready_state()
+        if state is not None and name in state[1]:
+            return state[1][name]
+        return await run_in_threadpool(self.view, name, build, render)
+
+    async def ainventory(self) -> Inventory:
+        """`inventory()` for the event loop (the first build, if any, on a thread)."""
+        state = self.ready_state()
+        return state[0] if state is not None else await run_in_threadpool(self.inventory)

@@ -90,6 +90,26 @@ class PodCost:
     hourly: Decimal | None  # None: no price known for the pod's type
     source: str  # annotation | computed | unpriced
 
+
+@dataclass(frozen=True, slots=True)
+class _PodFacts:
+    """What one pod object adds to an `Inventory`, remembered between builds while the pod object and what
+    they were read from are the same (InventoryMemo in webhook/inventory/cache.py): the tenant is resolved
+    again each build (it follows the Namespaces and TenantQuotas), the rest is the pod's own."""
+
+    pod: dict[str, Any]
+    node: NodeFacts | None  # the facts of the node it is bound to, when the snapshot knows it
+    nodes_epoch: int  # for a pod on no known node: which set of node facts it was read against
+    counted: bool  # an unfinished pod that asks GPUs
+    node_name: str
+    used: Mapping[str, Decimal]  # bound: what it takes from its node
+    pending: PendingPod | None  # unbound: its pending row (the tenant as it was when read)
+    charge: PodCharge | None
+    cost: PodCost | None  # bound: its cost row (the tenant as it was when read)
+    named_tenant: bool  # its kgwe.io/tenant annotation names the tenant (else its namespace's)
+    own_devices: bool  # unfinished, with ResourceClaims or DRA devices of its own (charged through its claims)
+
+
 def gpu_resources(facts: NodeFacts) -> dict[str, Decimal]:
     """The node's GPU resources: its allocatable GPU extended resources and its DRA devices."""
     found = {k: v for k, v in facts.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES)}
@@ -117,8 +137,11 @@ def demand_resources(demand: GpuDemand, facts: NodeFacts | None) -> dict[str, De
 class Inventory:
     """The per-snapshot precompute behind every view."""
 
-    def __init__(self, model: ClusterModel, config: Config, now: datetime | None = None) -> None:
+    def __init__(self, model: ClusterModel, config: Config, now: datetime | None = None, memo: Any = None) -> None:
+        """`memo` (webhook/inventory/cache.py InventoryMemo): what each pod object added to the previous
+        build, reused while the pod and its inputs are the same objects; None computes every pod."""
         self.model = model
+        self._memo = memo
         self.config = config
         self.generated_at = now or datetime.now(UTC)
         self.node_used: dict[str, dict[str, Decimal]] = {}
@@ -145,48 +168,98 @@ class Inventory:
         model = self.model
         for namespace in model.namespaces:
             self._tenant_of_namespace(namespace)
+        memo = self._memo
+        previous: dict[int, _PodFacts] = memo.entries if memo is not None else {}
+        entries: dict[int, _PodFacts] = {}
+        nodes_epoch: int = memo.nodes_epoch if memo is not None else -1
+        computed = 0
+        own: list[dict[str, Any]] = []
         for raw in model.pods.values():
-            pod = PodView(raw)
-            if pod.terminal:
+            spec = raw.get("spec")
+            node_name = spec.get("nodeName") if isinstance(spec, dict) else None
+            node = model.nodes.get(node_name) if isinstance(node_name, str) and node_name else None
+            facts = previous.get(id(raw))
+            if facts is None or facts.pod is not raw or facts.node is not node or (
+                    node is None and facts.nodes_epoch != nodes_epoch):
+                facts = self._pod_facts(raw, nodes_epoch)
+                computed += 1
+            if memo is not None:
+                entries[id(raw)] = facts
+                if facts.own_devices:
+                    own.append(raw)
+            if not facts.counted:
                 continue
-            demand = pod_gpu_demand(pod)
-            if not demand.asks_gpu:
-                continue
-            notes = pod.annotations
-            node_name = pod.node_name
-            facts = model.nodes.get(node_name) if node_name else None
-            if node_name:
-                self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
-                used = self.node_used.setdefault(node_name, {})
-                for key, amount in demand_resources(demand, facts).items():
-                    used[key] = used.get(key, ZERO) + amount
-            else:
-                types = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t in model.types)
-                for type_id in types:
-                    capacity = self._capacity(type_id)
-                    capacity.pending_whole += demand.whole_gpus
-                    for profile, count in demand.mig.items():
-                        capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
-                self.pending.append(PendingPod(
-                    pod.namespace, pod.name, notes.get(OUT_TENANT) or self._tenant_of_namespace(pod.namespace),
-                    types, notes.get(A_PROFILE, "").strip() or None, notes.get(A_SHARING, "").strip() or None,
-                    demand.whole_gpus, dict(demand.mig),
-                ))
-            charge = pod_charge(pod, model, None)
-            if charge is not None:
-                self.charges.append(charge)
-            if node_name:
-                self.pod_costs.append(self._pod_cost(pod, notes, facts, charge))
-        self._collect_claimed_pods()
+            self._add_pod(facts)
+        if memo is not None:
+            memo.entries = entries
+            memo.computed = computed
+        # With the memo, only the pods it found asking devices of their own have their claims read.
+        self._collect_claimed_pods(
+            memo.claimed(model, own) if memo is not None else CLAIM_CHARGING.value.claimed_charges(model))
 
-    def _collect_claimed_pods(self) -> None:
+    def _add_pod(self, facts: _PodFacts) -> None:
+        """What one counted pod adds: its node's use and GPU pods, or its pending row; its charge; its cost."""
+        node_name = facts.node_name
+        if node_name:
+            self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
+            used = self.node_used.setdefault(node_name, {})
+            for key, amount in facts.used.items():
+                used[key] = used.get(key, ZERO) + amount
+        elif facts.pending is not None:
+            pending = facts.pending
+            for type_id in pending.types:
+                capacity = self._capacity(type_id)
+                capacity.pending_whole += pending.whole_gpus
+                for profile, count in pending.mig.items():
+                    capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
+            if not facts.named_tenant and (tenant := self._tenant_of_namespace(pending.namespace)) != pending.tenant:
+                pending = replace(pending, tenant=tenant)
+            self.pending.append(pending)
+        if facts.charge is not None:
+            self.charges.append(facts.charge)
+        if facts.cost is not None:
+            cost = facts.cost
+            if not facts.named_tenant and (tenant := self._tenant_of_namespace(cost.namespace)) != cost.tenant:
+                cost = replace(cost, tenant=tenant)
+            self.pod_costs.append(cost)
+
+    def _pod_facts(self, raw: dict[str, Any], nodes_epoch: int) -> _PodFacts:
+        """What the pod object adds to the inventory, the tenant left to the build (see `_PodFacts`)."""
+        model = self.model
+        pod = PodView(raw)
+        node_name = pod.node_name
+        facts = model.nodes.get(node_name) if node_name else None
+        if pod.terminal:
+            return _PodFacts(raw, facts, nodes_epoch, False, node_name, {}, None, None, None, False, False)
+        own = self._memo is not None and self._memo.own_devices(raw)
+        demand = pod_gpu_demand(pod)
+        if not demand.asks_gpu:
+            return _PodFacts(raw, facts, nodes_epoch, False, node_name, {}, None, None, None, False, own)
+        notes = pod.annotations
+        named = notes.get(OUT_TENANT) or ""
+        tenant = named or self._tenant_of_namespace(pod.namespace)
+        used: Mapping[str, Decimal] = {}
+        pending: PendingPod | None = None
+        if node_name:
+            used = demand_resources(demand, facts)
+        else:
+            types = tuple(t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t in model.types)
+            pending = PendingPod(
+                pod.namespace, pod.name, tenant, types, notes.get(A_PROFILE, "").strip() or None,
+                notes.get(A_SHARING, "").strip() or None, demand.whole_gpus, dict(demand.mig),
+            )
+        charge = pod_charge(pod, model, None)
+        cost = self._pod_cost(pod, notes, facts, charge, tenant) if node_name else None
+        return _PodFacts(raw, facts, nodes_epoch, True, node_name, used, pending, charge, cost, bool(named), own)
+
+    def _collect_claimed_pods(self, claimed: Any) -> None:
         """Pods holding GPUs through DRA of their own (webhook/dra/claimed.py): their quota use, and once
         allocated on a node, their cost (each device its worth times its type's price; a claim several pods
-        name is charged once, to its payer: webhook/dra/holders.py, as the cost history charges it)."""
-        claims = CLAIM_CHARGING.value  # the DRA wing's part (webhook/cluster/claim_charging.py)
-        holders = claims.claim_holders(self.model)
+        name is charged once, to its payer: webhook/dra/holders.py, as the cost history charges it). `claimed`:
+        (pod, its claims' charges) for each such pod, as the DRA wing's `claimed_charges` yields them."""
+        holders = CLAIM_CHARGING.value.claim_holders(self.model)  # the DRA wing's part (cluster/claim_charging.py)
         rows = {(c.namespace, c.name, c.type_id): i for i, c in enumerate(self.pod_costs)}
-        for raw, charges in claims.claimed_charges(self.model):
+        for raw, charges in claimed:
             self.charges.extend(charges)
             pod = PodView(raw)
             if not pod.node_name:
@@ -216,10 +289,10 @@ class Inventory:
                                                   source=known.source if total is not None else "unpriced")
 
     def _pod_cost(
-        self, pod: PodView, notes: Mapping[str, str], facts: NodeFacts | None, charge: PodCharge | None
+        self, pod: PodView, notes: Mapping[str, str], facts: NodeFacts | None, charge: PodCharge | None,
+        tenant: str,
     ) -> PodCost:
         namespace = pod.namespace
-        tenant = notes.get(OUT_TENANT) or self._tenant_of_namespace(namespace)
         candidates = [t for t in notes.get(OUT_ACCELERATOR_TYPE, "").split(",") if t]
         if facts is not None and facts.is_typed:
             type_id = facts.accelerator_type

@@ -2,7 +2,12 @@
 
 Every answer comes from the in-memory cluster model through one `InventoryCache`: the body is rendered
 once per snapshot generation and the same bytes go to every caller, so 100 concurrent callers cost one
-rendering. Only the proposal endpoint, whose answer depends on the query, is computed per request.
+rendering. The cache the router makes is kept warm from the application's start (built once the cluster
+model is loaded, rebuilt in the background on change: webhook/inventory/cache.py), so a request is answered
+from what is built; one that comes before the first build waits for it off the event loop, and a 503 with
+Retry-After answers it if that takes longer than the cache's bound. Only the proposal endpoint, whose
+answer depends on the query, and the documents of a caller who may not see every namespace are computed per
+request (on a thread).
 
 In a cluster every caller has passed the read gate (webhook/server/read_auth.py): profiles go to any
 authenticated user, nodes and proposals to those who may list nodes, and a caller who may not list pods
@@ -12,7 +17,8 @@ from the same cached inventory).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import orjson
@@ -25,7 +31,7 @@ from starlette.routing import Route
 from policies.quota.budget import BudgetState
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.inventory.cache import InventoryCache, View
+from webhook.inventory.cache import InventoryCache, InventoryNotReady, View
 from webhook.inventory.chargeback import costs_view
 from webhook.inventory.nodes import nodes_view
 from webhook.inventory.profiles import hardware_profiles_view
@@ -63,21 +69,48 @@ def _error(status: int, message: str) -> Response:
     return _json(orjson.dumps({"error": message}), status)
 
 
+def _not_ready(exc: InventoryNotReady) -> Response:
+    response = _error(503, f"{exc}: try again shortly")
+    response.headers["Retry-After"] = "5"
+    return response
+
+
+def not_ready_answered(
+    endpoint: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """A route whose InventoryNotReady (no first build within the cache's bound) is a 503 with Retry-After."""
+
+    async def answered(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except InventoryNotReady as exc:
+            return _not_ready(exc)
+
+    return answered
+
+
 def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_service: SpendService | None = None,
                budgets: Callable[[], Mapping[str, BudgetState]] | None = None) -> APIRouter:
     """Routes of the read-only API over `runtime`'s cluster store and configuration.
 
     Plain Starlette routes inside the router, as for the admission endpoints: FastAPI's per-request
     parameter handling would cost more than serving the cached bytes (bench/bench_inventory.py).
+
+    Without `cache`, the router makes one and keeps it warm while the application runs (its lifespan);
+    a `cache` given is the caller's to start or not.
     """
     inventory = cache or InventoryCache(
         lambda: runtime.store.snapshot(), lambda: runtime.config,
         fresh_model_source=lambda: runtime.store.snapshot(force=True),
+        loaded=lambda: bool(getattr(runtime.store, "loaded", True)),
     )
+    # Every view the UI's pages and the API serve, rendered with each build (the first one included).
+    for name, view, render in _VIEWS:
+        inventory.register(name, view, render)
 
     def cached(name: str, view: View) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(_request: Request) -> Response:
-            return _json(inventory.view(name, view, orjson.dumps))
+            return _json(await inventory.aview(name, view, orjson.dumps))
 
         return endpoint
 
@@ -89,13 +122,16 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
 
         return guarded
 
-    async def scoped(request: Request, name: str, view: Callable[..., dict[str, Any]],
-                     namespaces: Callable[[dict[str, Any]], set[str]]) -> dict[str, Any] | None:
+    async def scoped(request: Request, view: Callable[..., dict[str, Any]], namespaces: str
+                     ) -> dict[str, Any] | None:
         """The document rendered for the caller's namespaces, or None when it may see every namespace
-        (then the shared cached answer is its answer)."""
-        everything = inventory.view(name, view)
-        visible = await visible_namespaces(request, namespaces(everything))
-        return None if visible is None else view(inventory.inventory(), visible)
+        (then the shared cached answer is its answer). `namespaces`: the cached view of the namespaces
+        the document names."""
+        visible = await visible_namespaces(request, await inventory.aview(namespaces, *_NAMESPACES[namespaces]))
+        if visible is None:
+            return None
+        built = await inventory.ainventory()
+        return await run_in_threadpool(view, built, visible)
 
     async def proposal(request: Request) -> Response:
         nodes = request.query_params.get("nodes")
@@ -120,18 +156,18 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
         if not runtime.config.usage.prometheus.url:
             return await cached_nodes(request)
         table = current_table(runtime)
-        return _json(orjson.dumps(with_utilisation(inventory.view("nodes", nodes_view), table)))
+        return _json(orjson.dumps(with_utilisation(await inventory.aview("nodes-document", nodes_view), table)))
 
     cached_tenants = cached("tenants", tenants_view)
     cached_costs = cached("costs", costs_view)
 
     @refusals_answered
     async def tenants(request: Request) -> Response:
-        doc = await scoped(request, "tenants-document", tenants_view, _tenant_namespaces)
+        doc = await scoped(request, tenants_view, "tenants-namespaces")
         states = budgets() if budgets is not None else {}
         if doc is None and not states:
             return await cached_tenants(request)
-        doc = doc if doc is not None else inventory.view("tenants-document", tenants_view)
+        doc = doc if doc is not None else await inventory.aview("tenants-document", tenants_view)
         return _json(orjson.dumps(with_budgets(doc, states)))
 
     book = getattr(runtime, "budgets", None)  # webhook.runtime.Runtime's BudgetBook: one spend service and cache
@@ -145,36 +181,49 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
         window = request.query_params.get("window")
         if window:
             return await window_costs(request, window)
-        doc = await scoped(request, "costs-document", costs_view, _cost_namespaces)
+        doc = await scoped(request, costs_view, "costs-namespaces")
         return _json(orjson.dumps(doc)) if doc is not None else await cached_costs(request)
 
     async def window_costs(request: Request, window: str) -> Response:
         """The current document's fields plus the window's (webhook/spend/report.py), for the caller's
         namespaces. Prometheus is read off the event loop; a failure is a 503 saying why."""
-        now = inventory.view("costs-document", costs_view)
+        now = await inventory.aview("costs-document", costs_view)
         try:
             doc = await run_in_threadpool(spend.window_costs, window)
         except WindowError as exc:
             return _error(400, str(exc))
         except PrometheusUnavailable as exc:
             return _error(503, str(exc))
-        namespaces = _cost_namespaces(now) | {row.namespace or "" for row in doc.namespaces}
+        namespaces = await inventory.aview("costs-namespaces", *_NAMESPACES["costs-namespaces"])
+        namespaces = namespaces | {row.namespace or "" for row in doc.namespaces}
         visible = await visible_namespaces(request, namespaces)
         if visible is not None:
-            now = costs_view(inventory.inventory(), visible)
+            now = await run_in_threadpool(costs_view, await inventory.ainventory(), visible)
             try:
                 doc = await run_in_threadpool(spend.window_costs, window, visible)
             except PrometheusUnavailable as exc:
                 return _error(503, str(exc))
         return _json(orjson.dumps({**now, **doc.model_dump(mode="json")}))
 
-    router = APIRouter()
+    @asynccontextmanager
+    async def warm(_app: Any) -> AsyncIterator[None]:
+        # The router's own cache is built from the start and kept warm while the application serves.
+        if cache is None:
+            inventory.start()
+        try:
+            yield
+        finally:
+            if cache is None:
+                await run_in_threadpool(inventory.stop)
+
+    router = APIRouter(lifespan=warm)
     router.routes.extend([
-        Route(f"{PREFIX}/hardware-profiles", cached("hardware-profiles", hardware_profiles_view), methods=["GET"]),
+        Route(f"{PREFIX}/hardware-profiles", not_ready_answered(cached("hardware-profiles", hardware_profiles_view)),
+              methods=["GET"]),
         Route(f"{PREFIX}/hardware-profiles/proposal", node_facts(proposal), methods=["GET"]),
-        Route(f"{PREFIX}/nodes", node_facts(nodes), methods=["GET"]),
-        Route(f"{PREFIX}/tenants", tenants, methods=["GET"]),
-        Route(f"{PREFIX}/costs", costs, methods=["GET"]),
+        Route(f"{PREFIX}/nodes", not_ready_answered(node_facts(nodes)), methods=["GET"]),
+        Route(f"{PREFIX}/tenants", not_ready_answered(tenants), methods=["GET"]),
+        Route(f"{PREFIX}/costs", not_ready_answered(costs), methods=["GET"]),
     ])
     return router
 
@@ -194,9 +243,34 @@ def with_budgets(doc: dict[str, Any], states: Mapping[str, BudgetState]) -> dict
     return {**doc, "tenants": tenants}
 
 
-def _tenant_namespaces(doc: dict[str, Any]) -> set[str]:
-    return {str(n) for tenant in doc.get("tenants", []) for n in tenant.get("namespaces", [])}
+def _tenant_namespaces(doc: dict[str, Any]) -> frozenset[str]:
+    """The namespaces the tenants document names (what a reader's access is asked about)."""
+    return frozenset(str(n) for tenant in doc.get("tenants", []) for n in tenant.get("namespaces", []))
 
 
-def _cost_namespaces(doc: dict[str, Any]) -> set[str]:
-    return {str(pod.get("namespace")) for pod in doc.get("pods", [])}
+def _cost_namespaces(doc: dict[str, Any]) -> frozenset[str]:
+    """The namespaces of the pods the costs document lists."""
+    return frozenset(str(pod.get("namespace")) for pod in doc.get("pods", []))
+
+
+def _same(doc: Any) -> Any:
+    return doc
+
+
+# The namespaces each per-reader document names, rendered from the shared document with each build.
+_NAMESPACES: dict[str, tuple[View, Callable[[dict[str, Any]], Any]]] = {
+    "tenants-namespaces": (tenants_view, _tenant_namespaces),
+    "costs-namespaces": (costs_view, _cost_namespaces),
+}
+
+# (name, view, render) of every cached answer: bodies (bytes), the documents the per-request answers start
+# from and the namespaces they name, rendered with each build (each view function run once per build).
+_VIEWS: tuple[tuple[str, View, Callable[[Any], Any]], ...] = (
+    ("hardware-profiles", hardware_profiles_view, orjson.dumps),
+    ("nodes", nodes_view, orjson.dumps),
+    ("tenants", tenants_view, orjson.dumps),
+    ("tenants-document", tenants_view, _same),
+    ("costs", costs_view, orjson.dumps),
+    ("costs-document", costs_view, _same),
+    *((name, view, render) for name, (view, render) in _NAMESPACES.items()),
+)
