@@ -9,7 +9,8 @@ over HTTPS with real AdmissionReviews, the patch applied, the pod stored) agains
 KGWE; a node change reaching a decision (an H100 node appears: a pod asking H100s, refused while there
 is none, is admitted) and a pod change reaching one (a running pod of the full `team-q` quota is deleted:
 the quota controller releases the gated pod waiting behind it), with the quota pass's own duration
-(`kgwe_quota_pass_seconds`); the read API and the UI's first page (/ui/ and /api/v1/nodes it loads).
+(`kgwe_quota_pass_seconds`); the read API and the UI's first page (/ui/ and /api/v1/nodes it loads), and
+/api/v1/nodes read once right after ready (it waits for the inventory's first build, if that is not done).
 
     python bench/bench_scale.py [--nodes 1000] [--baseline 10]      # prints JSON
 """
@@ -315,6 +316,17 @@ def _reads(client: Client, repeat_under_s: float = 10.0) -> dict[str, Any]:
     return out
 
 
+def _read_at_ready(client: Client) -> dict[str, Any]:
+    """/api/v1/nodes once, right after /readyz: the answer waits for the inventory's first build when that is
+    not done yet (bounded: a 503 with Retry-After past the bound)."""
+    started = time.perf_counter()
+    try:
+        status, data = client.call("GET", "/api/v1/nodes", token=TOKEN)
+    except OSError as exc:
+        return {"error": f"{type(exc).__name__} after {client.timeout:.0f} s"}
+    return {"status": status, "ms": round((time.perf_counter() - started) * 1000, 1), "bytes": len(data)}
+
+
 def measure(gpu_nodes: int, runs: int = 200) -> dict[str, Any]:
     """Every figure at one size (see the module docstring)."""
     fleet = generate_fleet(gpu_nodes)
@@ -337,9 +349,11 @@ def measure(gpu_nodes: int, runs: int = 200) -> dict[str, Any]:
                 ready = _wait_ready(process, port, ca_file, Path(tmp) / "serve.log")
                 memory_ready = _status_kib(process.pid)
                 client = Client(port, ca_file, timeout=60.0)
+                at_ready = _read_at_ready(client)
                 result: dict[str, Any] = {
                     "fleet": fleet.counts(), "load_into_fake_server_s": round(load_s, 2),
-                    "startup": _startup(server, spawned, ready), "memory_at_ready_kib": memory_ready}
+                    "startup": _startup(server, spawned, ready), "memory_at_ready_kib": memory_ready,
+                    "nodes_read_at_ready": at_ready}
                 print(f"[scale] {gpu_nodes} nodes: ready in {result['startup']['ready_s']} s", file=sys.stderr)
                 result["settled_after_ready_s"] = _settle(process.pid)
                 _guarded(result, "admission", lambda: _admission(client, server, runs))

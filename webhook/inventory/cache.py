@@ -85,9 +85,10 @@ class InventoryCache:
     with every view registered so far rendered, and then checks every `refresh_seconds` for a changed
     snapshot; requests get the last built answer and never wait for a build (one that comes before the first
     build waits for it, off the event loop, at most `first_wait_seconds`). A changed snapshot is picked up
-    `refresh_seconds` after the last build, or `build_share` times the last build's duration when that is
-    longer (so builds of a large, busy cluster take at most about 1 / (1 + build_share) of a CPU; the task's
-    duty cycle bounds it too), never later than `max_age_seconds`; an unchanged one is rebuilt after
+    `refresh_seconds` after the last build, or `build_share` times the last build's CPU time when that is
+    longer (so builds of a large, busy cluster take at most about 1 / (1 + build_share) of a CPU, and a build
+    that waited for the GIL beside admission does not delay the next one by its wait; the task's duty cycle
+    bounds it too), never later than `max_age_seconds`; an unchanged one is rebuilt after
     `max_age_seconds` from `fresh_model_source` (a snapshot rebuilt now) so `generatedAt` and topology ages
     stay fresh. Each build reuses what unchanged pods added to the previous one (`InventoryMemo`).
 
@@ -120,6 +121,7 @@ class InventoryCache:
         self.background = background
         self.first_wait_seconds = first_wait_seconds
         self.last_build_seconds = 0.0
+        self.last_build_cpu_seconds = 0.0  # its thread's CPU: time spent waiting for the GIL is not the build's
         self.builds = 0
         self.memo = InventoryMemo()
         self._lock = threading.Lock()  # installs and renders
@@ -159,7 +161,7 @@ class InventoryCache:
     def _wanted_key(self) -> tuple[tuple[int, int], ClusterModel, Config] | None:
         """The snapshot and configuration to build from, or None while the current build is good."""
         age = time.monotonic() - self._built
-        interval = min(self.max_age_seconds, max(self.refresh_seconds, self.build_share * self.last_build_seconds))
+        interval = min(self.max_age_seconds, max(self.refresh_seconds, self.build_share * self.last_build_cpu_seconds))
         if self._state is not None and age < interval:
             return None
         model = self._model_source()
@@ -172,7 +174,7 @@ class InventoryCache:
     def _build(self, model: ClusterModel, config: Config) -> tuple[Inventory, dict[str, Any]]:
         """The inventory of `model` with every view registered so far rendered (each view function run once:
         a document and its bytes share it). The caller holds `_building`."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         self.memo.advance(model, config)
         inventory = Inventory(model, config, memo=self.memo)
         documents: dict[int, dict[str, Any]] = {}
@@ -183,6 +185,7 @@ class InventoryCache:
                 document = documents[id(build)] = build(inventory)
             rendered[name] = render(document)
         self.last_build_seconds = time.perf_counter() - started
+        self.last_build_cpu_seconds = time.thread_time() - cpu
         self.builds += 1
         return inventory, rendered
 
