@@ -20,6 +20,7 @@ from webhook.inventory.chargeback import costs_view
 from webhook.inventory.nodes import nodes_view
 from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
+from webhook.server.api_routes import remembered_waiting_rows
 
 VIEWS = (nodes_view, tenants_view, costs_view, hardware_profiles_view)
 
@@ -46,7 +47,7 @@ def test_remembered_pods_give_the_views_of_a_fresh_inventory_over_a_changing_clu
     store = runtime.store
     store.min_rebuild_interval = 0
     config = runtime.config
-    memo = InventoryMemo()
+    memo = InventoryMemo(remembered_waiting_rows())
     rng = random.Random(3636)
     for n in range(40):
         store.upsert((random_pod if n % 2 else _unnamed_pod)(rng, 1000 + n))

@@ -25,6 +25,7 @@ log = logging.getLogger("kgwe.inventory")
 
 View = Callable[[Inventory], dict[str, Any]]
 Render = Callable[[dict[str, Any]], Any]
+WaitingRows = Callable[[ClusterModel, Config], dict[str, dict[str, Any]]]
 
 # How long a request that comes before the first build waits for it (the build of 150,000 pods takes tens
 # of seconds on a busy machine); past it, the request is answered 503 with a Retry-After, never an empty view.
@@ -43,7 +44,8 @@ class InventoryMemo:
     HardwareProfiles, the Namespaces and the DeviceClasses (`ChargeEpochs`, as the quota pass's and the audit's
     memos read them) and the configuration (prices). Tenants are resolved again each build."""
 
-    def __init__(self) -> None:
+    def __init__(self, waiting: WaitingRows | None = None) -> None:
+        self._waiting = waiting
         self.entries: dict[int, Any] = {}
         self.nodes_epoch = 0
         self.computed = 0  # pods computed by the last build (the rest were looked up)
@@ -65,6 +67,12 @@ class InventoryMemo:
         resources): as webhook/dra/charges.py `claimed_charges` picks the pods it charges."""
         spec = pod.get("spec")
         return isinstance(spec, dict) and bool(spec.get("resourceClaims") or asks_extended_devices(pod, self._mapped))
+
+    def waiting_rows(self, model: ClusterModel, config: Config) -> dict[str, dict[str, Any]] | None:
+        """Per tenant, the pods that wait for quota (the tenants view's `waiting`), from `waiting` given at
+        construction (the API router's reads the quota wing's picture keeping what it read of each pod object
+        between builds); None: the view asks the quota wing's seam for the snapshot's own."""
+        return self._waiting(model, config) if self._waiting is not None else None
 
     def claimed(
         self, model: ClusterModel, pods: list[dict[str, Any]]
@@ -110,6 +118,7 @@ class InventoryCache:
         fresh_model_source: Callable[[], ClusterModel] | None = None,
         loaded: Callable[[], bool] | None = None,
         first_wait_seconds: float = FIRST_BUILD_WAIT_SECONDS,
+        waiting: WaitingRows | None = None,
     ) -> None:
         self._model_source = model_source
         self._fresh_model_source = fresh_model_source or model_source
@@ -123,7 +132,7 @@ class InventoryCache:
         self.last_build_seconds = 0.0
         self.last_build_cpu_seconds = 0.0  # its thread's CPU: time spent waiting for the GIL is not the build's
         self.builds = 0
-        self.memo = InventoryMemo()
+        self.memo = InventoryMemo(waiting)
         self._lock = threading.Lock()  # installs and renders
         self._building = threading.Lock()  # one build at a time (the memo is the last build's)
         self._state: tuple[Inventory, dict[str, Any]] | None = None

@@ -151,6 +151,9 @@ class Inventory:
         self.pod_costs: list[PodCost] = []
         self.pending: list[PendingPod] = []
         self.namespace_tenants: dict[str, str] = {}
+        # Per tenant with a TenantQuota, the pods that wait for quota (the tenants view's `waiting`), when the
+        # memo keeps the quota picture between builds; None: the view reads the snapshot's own picture.
+        self.waiting: dict[str, dict[str, Any]] | None = memo.waiting_rows(model, config) if memo is not None else None
         self._collect_pods()
         self._collect_nodes()
 

@@ -45,7 +45,9 @@ def tenants_view(inventory: Inventory, visible: Callable[[str], bool] | None = N
     refusal tells any of its members)."""
     model = inventory.model
     usage = tenant_usage(inventory)
-    waiting = QUOTA_READS.value.waiting_rows(model, inventory.config)
+    waiting = inventory.waiting
+    if waiting is None:
+        waiting = QUOTA_READS.value.waiting_rows(model, inventory.config)
     records: dict[str, dict[str, Any]] = {}
 
     def record(tenant: str) -> dict[str, Any]:
