@@ -91,9 +91,9 @@ class InventoryCache:
 
     Warm (`start()`, the server's setting: api_routes.py starts it with the application): the
     `inventory-warm` task builds the first inventory as soon as `loaded()` says the cluster model is loaded,
-    with every view registered so far rendered, and then checks every `refresh_seconds` for a changed
-    snapshot; requests get the last built answer and never wait for a build (one that comes before the first
-    build waits for it, off the event loop, at most `first_wait_seconds`). A changed snapshot is picked up
+    with every view registered so far rendered, and then looks four times a second for a changed snapshot;
+    requests get the last built answer and never wait for a build (one that comes before the first build
+    waits for it, off the event loop, at most `first_wait_seconds`). A changed snapshot is picked up
     `refresh_seconds` after the last build, or `build_share` times the last build's CPU time when that is
     longer (so builds of a large, busy cluster take at most about 1 / (1 + build_share) of a CPU, and a build
     that waited for the GIL beside admission does not delay the next one by its wait; the task's duty cycle
@@ -144,9 +144,11 @@ class InventoryCache:
         # answer; a failed rebuild waits for the next read's wake.
         self._rebuilder = Task("inventory-rebuild", self._rebuild_wanted, interval=None,
                                on_error=lambda _exc: log.exception("rebuilding the inventory failed"))
-        # Warm: checks every refresh_seconds (at once at start) and builds what changed.
-        self._warm = Task("inventory-warm", self._warm_pass, interval=max(0.05, refresh_seconds), run_at_start=True,
-                          on_error=lambda _exc: log.exception("building the inventory failed"))
+        # Warm: looks every quarter of a second (at once at start) and builds what changed, at most every
+        # refresh_seconds: the store rebuilds its snapshot when a read finds it behind, so a change is seen one
+        # look after the first that asks for it.
+        self._warm = Task("inventory-warm", self._warm_pass, interval=max(0.05, min(refresh_seconds, 0.25)),
+                          run_at_start=True, on_error=lambda _exc: log.exception("building the inventory failed"))
         self._warming = False
 
     # -- warm -------------------------------------------------------------------------------------
