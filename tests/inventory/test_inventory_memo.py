@@ -20,7 +20,7 @@ from webhook.inventory.chargeback import costs_view
 from webhook.inventory.nodes import nodes_view
 from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
-from webhook.server.api_routes import remembered_waiting_rows
+from webhook.quotas.view import remembered_waiting_rows
 
 VIEWS = (nodes_view, tenants_view, costs_view, hardware_profiles_view)
 

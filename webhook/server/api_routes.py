@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from decimal import Decimal
 from typing import Any, Protocol
 
 import orjson
@@ -30,8 +29,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from policies.quota.budget import BudgetState
-from policies.quota.model import format_gpus
-from policies.quota.queue import wait_message
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.inventory.cache import InventoryCache, InventoryNotReady, View
@@ -40,8 +37,7 @@ from webhook.inventory.nodes import nodes_view
 from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
-from webhook.quotas.view import MAX_LISTED
-from webhook.quotas.waiters import ChargeCache, plan_tenant, quota_picture
+from webhook.quotas.view import remembered_waiting_rows
 from webhook.server.read_auth import refusals_answered, require_node_reader, visible_namespaces
 from webhook.spend.report import amount, budget_fields
 from webhook.spend.service import SpendService
@@ -232,39 +228,6 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
         Route(f"{PREFIX}/costs", not_ready_answered(costs), methods=["GET"]),
     ])
     return router
-
-
-def remembered_waiting_rows() -> Callable[[ClusterModel, Config], dict[str, dict[str, Any]]]:
-    """webhook/quotas/view.py `waiting_rows` (per tenant, the pods that wait for quota and why) over successive
-    snapshots, from a quota picture that reads again only the pods that changed (the quota controller's
-    ChargeCache kept between calls): the snapshot's own picture walks and charges every pod, 11 s of the tenants
-    view at 150,000 pods. For the router's inventory (webhook/inventory/cache.py InventoryMemo), whose builds
-    run one at a time."""
-    reads = ChargeCache()
-
-    def waiting_rows(model: ClusterModel, config: Config) -> dict[str, dict[str, Any]]:
-        rows: dict[str, dict[str, Any]] = {}
-        for tenant, picture in quota_picture(model, cache=reads).tenants.items():
-            listed: list[dict[str, Any]] = []
-            pods = 0
-            gpus = Decimal(0)
-            for wait in plan_tenant(model, config, picture).waits:
-                for ask in wait.waiter.asks:
-                    pods += 1
-                    gpus += ask.gpus
-                    if len(listed) < MAX_LISTED:
-                        listed.append({"pod": ask.pod, "gpus": format_gpus(ask.gpus),
-                                       "why": wait_message(tenant, wait)})
-            for waiter, why in picture.incomplete:
-                for ask in waiter.asks:
-                    pods += 1
-                    gpus += ask.gpus
-                    if len(listed) < MAX_LISTED:
-                        listed.append({"pod": ask.pod, "gpus": format_gpus(ask.gpus), "why": f"{tenant}: {why}"})
-            rows[tenant] = {"pods": pods, "gpus": format_gpus(gpus), "pending": listed}
-        return rows
-
-    return waiting_rows
 
 
 def with_budgets(doc: dict[str, Any], states: Mapping[str, BudgetState]) -> dict[str, Any]:
