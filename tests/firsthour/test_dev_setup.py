@@ -164,6 +164,7 @@ def test_dev_py_test_runs_the_checks_then_pytest_as_ci_calls_it(monkeypatch: pyt
         return _FakeCheck({}, checks, args, **kwargs)
 
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "_caches_cold", lambda: False)
     monkeypatch.setattr(dev.subprocess, "call", call)
     monkeypatch.setattr(dev.subprocess, "Popen", popen)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
@@ -188,6 +189,7 @@ def test_a_failed_check_shows_its_output_and_no_test_runs(monkeypatch: pytest.Mo
     checks: list[list[str]] = []
     calls: list[list[str]] = []
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "_caches_cold", lambda: False)
     monkeypatch.setattr(dev.subprocess, "call", lambda args, **_: calls.append(args) or 0)
     monkeypatch.setattr(dev.subprocess, "Popen", lambda args, **kw: _FakeCheck({"mypy": 1}, checks, args, **kw))
     monkeypatch.chdir(dev.ROOT)
@@ -196,3 +198,41 @@ def test_a_failed_check_shows_its_output_and_no_test_runs(monkeypatch: pytest.Mo
     assert len(checks) == 3 and calls == []  # all three ran; pytest did not
     assert "dev.py test: mypy failed (exit 1):\nmypy says a line\nmypy: broken\n" in out
     assert "dev.py test: ruff: ruff: all good" in out and out.rstrip().endswith("before the tests run")
+
+
+def test_a_fresh_clone_collects_once_beside_the_checks_before_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+
+    class Warming:
+        def __init__(self, args: list[str], **kwargs: Any) -> None:
+            assert args[1:] == ["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+            assert "PYTHONDONTWRITEBYTECODE" not in kwargs["env"]  # its point is the bytecode it writes
+            events.append("warming started")
+
+        def wait(self) -> int:
+            events.append("warming waited")
+            return 0
+
+        def kill(self) -> None:
+            events.append("warming killed")
+
+    def run_checks() -> int:
+        events.append("checks")
+        return 0
+
+    monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "_caches_cold", lambda: True)
+    monkeypatch.setattr(dev, "run_checks", run_checks)
+    monkeypatch.setattr(dev.subprocess, "Popen", Warming)
+    monkeypatch.setattr(dev.subprocess, "call", lambda args, **_: events.append("pytest") or 0)
+    monkeypatch.chdir(dev.ROOT)
+    assert dev.main(["test"]) == 0
+    assert events == ["warming started", "checks", "warming waited", "pytest"]
+    events.clear()
+    monkeypatch.setattr(dev, "run_checks", lambda: events.append("checks") or 1)
+    assert dev.main(["test"]) == 1  # a check failed: the warming is stopped, no test runs
+    assert events == ["warming started", "checks", "warming killed", "warming waited"]
+    monkeypatch.setattr(dev, "_caches_cold", lambda: False)
+    events.clear()
+    monkeypatch.setattr(dev, "run_checks", run_checks)
+    assert dev.main(["test"]) == 0 and events == ["checks", "pytest"]  # warm caches: nothing to warm
