@@ -236,3 +236,11 @@ def test_a_fresh_clone_collects_once_beside_the_checks_before_the_workers(monkey
     events.clear()
     monkeypatch.setattr(dev, "run_checks", run_checks)
     assert dev.main(["test"]) == 0 and events == ["checks", "pytest"]  # warm caches: nothing to warm
+
+
+def test_the_files_run_first_are_there() -> None:
+    """tests/conftest.py's LONGEST_FIRST names files that exist: a file renamed would silently run late."""
+    text = (dev.ROOT / "tests" / "conftest.py").read_text()
+    start = text.index("LONGEST_FIRST = (")
+    names = [part.split('"')[1] for part in text[start:text.index(")\n", start)].split(",") if '"' in part]
+    assert len(names) >= 10 and all((dev.ROOT / name).is_file() for name in names), names
