@@ -33,7 +33,16 @@ LONGEST_FIRST = (
     "tests/firsthour/test_kubectl_habits.py", "tests/chart/test_chart_scoping.py", "tests/ui/test_why_page.py",
     "tests/vap/test_quota_gate_policy.py", "tests/policies/test_gpupolicy_shapes.py",
     "tests/chart/test_chart_monitoring.py", "tests/quotas/test_admission_quotas.py",
-    "tests/firsthour/test_serve_first_run.py",
+    "tests/firsthour/test_serve_first_run.py", "tests/firsthour/test_example_cluster_story.py",
+    "tests/ui/test_busy_cluster.py", "tests/ui/test_usage_columns.py", "tests/gangs/test_gang_serve_workload_api.py",
+    "tests/workloads/test_kueue_profiles.py", "tests/policies/test_rego_projection_differential.py",
+    "tests/costs/test_window_costs_prometheus.py", "tests/firsthour/test_wide_completion_exit_code.py",
+    "tests/ui/test_mig_plan_page.py", "tests/dra/test_dra_offline.py", "tests/policies/test_native_split.py",
+    "tests/load/test_wrk_driver.py", "tests/gangs/test_gang_serve.py", "tests/reports/test_cli_in_cluster.py",
+    "tests/usage/test_usage_prometheus.py", "tests/reports/test_cli.py", "tests/reference/test_reference.py",
+    "tests/server/test_serve_in_cluster.py", "tests/workloads/test_review_cli.py",
+    "tests/faults/test_opa_unreachable_at_load.py", "tests/server/test_read_auth.py",
+    "tests/quotas/test_quota_controller.py", "tests/faults/test_legal_size_floods.py", "tests/ui/test_costs_page.py",
 )
 
 
