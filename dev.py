@@ -12,10 +12,13 @@ Each creates `.venv` (if missing), installs KGWE and what it needs into it, then
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import venv
 from pathlib import Path
@@ -25,10 +28,17 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".kgwe-installed"
-# pip's whole output: a hundred lines of warnings on some machines, none of which a first run needs to read.
+# The installers' whole output: a hundred lines of warnings on some machines, none of which a first run needs
+# to read.
 PIP_LOG = VENV / "pip.log"
-# Lines of that log shown when pip fails: its error is at the end.
+# uv, the installer dev.py uses (pip where uv cannot be had), lives here, outside the virtualenv's own packages.
+UV_HOME = VENV / "uv"
+# Lines of that log shown when an install fails: its error is at the end.
 FAILURE_TAIL = 25
+# OPA's own engine, the reference of the Rego conformance suite. Every release declares Python >= 3.14 but
+# works on 3.11; the tests skip the reference cases when it is missing.
+# uv has no --ignore-requires-python: it resolves for 3.14 instead (the wheel is py3-none, so it installs alike).
+OPA_REFERENCE = "opa-golib-python-bindings==0.4.4"
 
 
 class SetupError(Exception):
@@ -43,31 +53,67 @@ def _requirements_digest() -> str:
     return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
 
 
-def _pip(step: str, args: list[str], *, required: bool = True) -> bool:
-    """Run `pip install ARGS` with its output appended to PIP_LOG; say the step in one line. A required step
-    that fails raises SetupError with the log's last lines; an optional one returns False."""
+def _install(step: str, command: list[str], *, required: bool = True) -> bool:
+    """Run an installer's COMMAND with its output appended to PIP_LOG; say the step in one line. A required
+    step that fails raises SetupError with the log's last lines; an optional one returns False."""
     say(step)
+    tool = "uv" if Path(command[0]).name == "uv" else "pip"
     with PIP_LOG.open("a", encoding="utf-8") as log:
-        log.write(f"\n=== {step}: pip install {' '.join(args)}\n")
+        log.write(f"\n=== {step}: {' '.join(command)}\n")
         log.flush()
-        command = [str(PY), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *args]
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
     if code == 0:
         return True
     if not required:
         return False
     tail = PIP_LOG.read_text(encoding="utf-8", errors="replace").splitlines()[-FAILURE_TAIL:]
-    raise SetupError("\n".join([f"{step} failed (pip exit {code}); the end of its log:", *tail,
+    raise SetupError("\n".join([f"{step} failed ({tool} exit {code}); the end of its log:", *tail,
                                 f"dev.py: the whole log: {PIP_LOG}"]))
+
+
+def _pip(args: list[str]) -> list[str]:
+    return [str(PY), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *args]
+
+
+def _uv(uv: Path, args: list[str]) -> list[str]:
+    return [str(uv), "pip", "install", "--python", str(PY), *args]
+
+
+def _installed_uv() -> Path | None:
+    for path in (UV_HOME / "bin" / "uv", UV_HOME / "bin" / "uv.exe", UV_HOME / "Scripts" / "uv.exe"):
+        if path.exists():
+            return path
+    return None
+
+
+def _runner_has_pip() -> bool:
+    """Whether the Python running dev.py has pip (Debian's python3 has none without python3-pip)."""
+    return importlib.util.find_spec("pip") is not None
+
+
+def _bootstrap_uv() -> Path | None:
+    """uv, installed beside the virtualenv by the pip of the Python that runs dev.py (a few seconds: no pip
+    is made inside .venv for it); None where that pip is missing or cannot install it."""
+    uv = _installed_uv()
+    if uv is None and _runner_has_pip():
+        command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+                   "--upgrade", "--target", str(UV_HOME), "uv"]
+        if _install("installing uv", command, required=False):
+            uv = _installed_uv()
+    return uv
 
 
 def ensure_venv() -> None:
     """`.venv` with KGWE installed in it, made or brought up to date with pyproject.toml: a few lines
-    saying what happens, pip's own output in PIP_LOG."""
+    saying what happens, the installers' own output in PIP_LOG.
+
+    uv installs (about 10 s; pip took a minute with its cache warm, and making pip inside the virtualenv
+    9 CPU-seconds more); pip is the fallback where uv cannot be had or fails (a machine that reaches packages
+    only through pip's own configuration, or whose Python has no pip of its own)."""
     if not PY.exists():
         say(f"creating the virtualenv {VENV}")
         try:
-            venv.EnvBuilder(with_pip=True).create(VENV)
+            venv.EnvBuilder(with_pip=False).create(VENV)
         except (OSError, subprocess.CalledProcessError) as exc:
             raise SetupError(f"cannot create {VENV}: {exc} (Debian and Ubuntu: apt-get install python3-venv)") from exc
     digest = _requirements_digest()
@@ -75,20 +121,29 @@ def ensure_venv() -> None:
         return
     started = time.monotonic()
     PIP_LOG.write_text("", encoding="utf-8")
-    say(f"installing KGWE and its dependencies into .venv (minutes the first time; pip's log: {PIP_LOG})")
-    _pip("upgrading pip", ["--upgrade", "pip"])
-    _pip("installing KGWE with its test tools", ["-e", f"{ROOT}[test]"])
-    # OPA's own engine, the reference of the Rego conformance suite. Every release declares
-    # Python >= 3.14 but works on 3.11; the tests skip the reference cases when it is missing.
-    reference = ["--no-deps", "--ignore-requires-python", "opa-golib-python-bindings==0.4.4"]
-    if not _pip("installing OPA's reference engine (optional)", reference, required=False):
+    say(f"installing KGWE and its dependencies into .venv (the installers' log: {PIP_LOG})")
+    kgwe = ["-e", f"{ROOT}[test]"]
+    uv = _bootstrap_uv()
+    if uv is not None and _install("installing KGWE with its test tools (uv)", _uv(uv, kgwe), required=False):
+        reference = _uv(uv, ["--no-deps", "--python-version", "3.14", OPA_REFERENCE])
+    else:
+        say("uv could not install it (the log says why): installing with pip instead, a minute or more")
+        try:
+            _install("making pip in .venv", [str(PY), "-m", "ensurepip", "--upgrade"])
+        except SetupError as exc:
+            raise SetupError(f"{exc}\ndev.py: (Debian and Ubuntu: apt-get install python3-venv)") from exc
+        _install("upgrading pip", _pip(["--upgrade", "pip"]))
+        _install("installing KGWE with its test tools (pip)", _pip(kgwe))
+        reference = _pip(["--no-deps", "--ignore-requires-python", OPA_REFERENCE])
+    if not _install("installing OPA's reference engine (optional)", reference, required=False):
         say("opa-golib-python-bindings not installed: Rego reference cases will be skipped")
     STAMP.write_text(digest)
     say(f"installed in {time.monotonic() - started:.0f} s")
 
 
-# The checks `dev.py test` runs before pytest, in order; the first that fails stops the run, so CI
-# (.ci/run) enforces lint, types and the import contracts of pyproject.toml, not only the tests.
+# The checks `dev.py test` runs before pytest, all at once (mypy, the longest, takes about half a minute
+# with an empty cache, as in CI; lint-imports most of the rest); any that fails stops the run before pytest,
+# so CI (.ci/run) enforces lint, types and the import contracts of pyproject.toml, not only the tests.
 CHECKS: tuple[tuple[str, list[str]], ...] = (
     ("ruff", ["ruff", "check", "."]),
     ("mypy", ["mypy", "webhook", "policies", "agent", "certs"]),
@@ -106,14 +161,46 @@ def test_environment() -> dict[str, str]:
 
 
 def run_checks() -> int:
-    """Run CHECKS from the repository root; the exit status of the first that fails, else 0."""
-    for name, command in CHECKS:
-        print(f"dev.py test: {name}", flush=True)
-        code = subprocess.call([str(BIN / command[0]), *command[1:]], cwd=ROOT, env=test_environment())
-        if code != 0:
-            print(f"dev.py test: {name} failed (exit {code}); fix it before the tests run", flush=True)
-            return code
-    return 0
+    """Run CHECKS at once from the repository root: a line each (its last) when it passes, its whole output
+    when it fails, in CHECKS' order; the exit status of the first (in that order) that failed, else 0."""
+    print(f"dev.py test: {', '.join(name for name, _ in CHECKS)} (at once)", flush=True)
+    failed = 0
+    with contextlib.ExitStack() as stack:
+        running = []
+        for name, command in CHECKS:
+            output = stack.enter_context(tempfile.TemporaryFile())
+            process = subprocess.Popen([str(BIN / command[0]), *command[1:]], cwd=ROOT, env=test_environment(),
+                                       stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            running.append((name, process, output))
+        for name, process, output in running:
+            code = process.wait()
+            output.seek(0)
+            lines = output.read().decode("utf-8", errors="replace").rstrip().splitlines()
+            if code == 0:
+                print(f"dev.py test: {name}: {lines[-1].strip() if lines else 'passed'}", flush=True)
+                continue
+            print(f"dev.py test: {name} failed (exit {code}):", *lines, sep="\n", flush=True)
+            failed = failed or code
+    if failed:
+        print("dev.py test: fix the failed checks before the tests run", flush=True)
+    return failed
+
+
+def _caches_cold() -> bool:
+    """Whether pytest has not yet written its bytecode of the test modules here (a fresh clone, as in CI)."""
+    return not any((ROOT / "tests" / "__pycache__").glob("conftest.*-pytest-*.pyc"))
+
+
+def warm_caches() -> subprocess.Popen[bytes] | None:
+    """In a fresh clone, start collecting the tests once (`pytest --collect-only`, output dropped), beside the
+    checks: it writes the bytecode of KGWE, of the packages the tests import (uv installs them uncompiled)
+    and pytest's of the test modules, which every pytest worker would otherwise compile at once, each for
+    itself (a cold collection took 38 CPU-s, a warm one 11). None where the caches are already there."""
+    if not _caches_cold():
+        return None
+    return subprocess.Popen([str(PY), "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"], cwd=ROOT,
+                            env=test_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
 
 
 # Test processes: one per CPU, at most this many (the suite starts servers and browsers; more workers than
@@ -147,7 +234,12 @@ def main(argv: list[str]) -> int:
                 "--config", str(ROOT / "examples" / "config.yaml"), *host, *rest]
     else:
         os.chdir(ROOT)
+        warming = warm_caches()
         code = run_checks()
+        if warming is not None:
+            if code != 0:
+                warming.kill()
+            warming.wait()  # its failures, if any, are pytest's to report next
         if code != 0:
             return code
         workers = test_workers()

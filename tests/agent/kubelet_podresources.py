@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -122,13 +121,15 @@ class Kubelet:
     fail: grpc.StatusCode | None = None
     stall: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set when the kubelet stops serving: a stalled answer ends then, not `stall` seconds later.
+    stopped: threading.Event = field(default_factory=threading.Event)
 
     def list(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self.lock:
             self.calls += 1
             pods, fail, stall = list(self.pods), self.fail, self.stall
         if stall:
-            time.sleep(stall)
+            self.stopped.wait(stall)
         if fail is not None:
             context.abort(fail, "injected")
         return response(pods)
@@ -158,5 +159,6 @@ def serving(kubelet: Kubelet) -> Iterator[Kubelet]:
     try:
         yield kubelet
     finally:
+        kubelet.stopped.set()
         server.stop(grace=None).wait(5)
         kubelet.socket.unlink(missing_ok=True)

@@ -265,12 +265,13 @@ def test_a_slow_api_server_is_503_within_the_bound_and_not_remembered(
     kubelet: Kubelet, api: FakeApiServer, api_client: k8s.ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     with agent_metrics(kubelet, _auth(api_client, timeout=0.5)) as agent:
-        api.delays[TOKEN_REVIEWS] = 3.0
+        api.delays[TOKEN_REVIEWS] = 60.0  # the fake server's handler threads are daemons: nothing waits for it
         started = time.monotonic()
         answer = agent.get("prometheus-token")
         took = time.monotonic() - started
         assert answer.status_code == 503 and FB_USED not in answer.text
-        assert "cannot check the caller" in answer.json()["message"] and took < 2.5
+        # The bound (0.5 s), not the API server (60 s): wide for a busy machine.
+        assert "cannot check the caller" in answer.json()["message"] and took < 30
         api.delays.clear()
         api.fail_next(ACCESS_REVIEWS, 500)  # the SubjectAccessReview fails: closed too
         assert agent.get("prometheus-token").status_code == 503
@@ -308,10 +309,23 @@ def _closed_within(raw: socket.socket, seconds: float) -> float:
     return time.monotonic() - started
 
 
+def _still_open(raw: socket.socket) -> bool:
+    """Whether the server has not closed `raw` yet (it has sent nothing on it)."""
+    raw.setblocking(False)
+    try:
+        return raw.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        raw.setblocking(True)
+
+
 def test_a_client_that_never_says_hello_is_dropped(kubelet: Kubelet, api_client: k8s.ApiClient) -> None:
     with agent_metrics(kubelet, _auth(api_client), header_seconds=0.5) as agent, \
             socket.create_connection(("127.0.0.1", agent.server.port)) as raw:
-        assert _closed_within(raw, 0.5) < 3
+        assert _closed_within(raw, 60) < 30  # the header deadline (0.5 s), wide for a busy machine
 
 
 def test_a_client_trickling_its_headers_is_dropped_at_the_header_deadline(
@@ -324,10 +338,10 @@ def test_a_client_trickling_its_headers_is_dropped_at_the_header_deadline(
             raw.sendall(b"GET /metrics HTTP/1.0\r\n")
             started = time.monotonic()
             with pytest.raises((BrokenPipeError, ConnectionResetError, ssl.SSLError)):
-                while time.monotonic() - started < 10:
+                while time.monotonic() - started < 60:
                     raw.sendall(b"X-Slow: a\r\n")  # a line every 0.1 s: always within IO_SECONDS
                     time.sleep(0.1)
-            assert time.monotonic() - started < 4
+            assert time.monotonic() - started < 30  # the header deadline (1 s), wide for a busy machine
 
 
 def test_oversized_headers_are_431(guarded: Agent) -> None:
@@ -338,15 +352,18 @@ def test_oversized_headers_are_431(guarded: Agent) -> None:
 def test_connections_past_the_cap_are_closed_at_once_and_the_server_recovers(
     kubelet: Kubelet, api_client: k8s.ApiClient
 ) -> None:
-    with agent_metrics(kubelet, _auth(api_client), max_connections=2, header_seconds=1.0) as agent:
+    with agent_metrics(kubelet, _auth(api_client), max_connections=2, header_seconds=6.0) as agent:
         idle = [socket.create_connection(("127.0.0.1", agent.server.port)) for _ in range(2)]
         try:
             time.sleep(0.2)  # both accepted and waiting in their threads
             with socket.create_connection(("127.0.0.1", agent.server.port)) as third:
-                assert _closed_within(third, 0.5) < 0.5
+                _closed_within(third, 60)
+            # Closed at once, judged by order, not by a clock: before the header deadline of the two
+            # connections opened before it, which are still open.
+            assert all(_still_open(raw) for raw in idle)
             assert _requests(agent).get("busy") == 1
             for raw in idle:
-                assert _closed_within(raw, 1.0) < 3  # dropped at the header deadline
+                assert _closed_within(raw, 60) < 30  # dropped at the header deadline (6 s)
         finally:
             for raw in idle:
                 raw.close()

@@ -106,12 +106,12 @@ def test_an_error_status_is_unavailable(kubelet: Kubelet) -> None:
 
 
 def test_a_stalled_kubelet_hits_the_deadline(kubelet: Kubelet) -> None:
-    kubelet.stall = 2.0
+    kubelet.stall = 60.0  # ends when the kubelet stops serving (the end of the test)
     client = _client(kubelet, timeout=0.3)
     start = time.monotonic()
     with pytest.raises(PodResourcesUnavailable, match="DEADLINE_EXCEEDED"):
         client.read()
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 30  # the deadline (0.3 s), not the stall: wide for a busy machine
 
 
 def test_a_socket_that_is_no_server_is_unavailable() -> None:
@@ -129,12 +129,14 @@ def test_a_restarted_kubelet_is_read_again_at_once() -> None:
         client = PodResourcesClient(str(socket), min_interval=0.0, timeout=2.0)
         with serving(Kubelet(socket, pods)):
             assert len(client.read()) == 1
+            first = client._channel
         with pytest.raises(PodResourcesUnavailable):
             client.read()
         with serving(Kubelet(socket, pods)):
-            start = time.monotonic()
+            # Read at the first try, on a new channel: the old one's reconnect backoff (a channel in it fails
+            # a call at once with UNAVAILABLE) is not left over. Judged by the channel, not by a clock.
             assert len(client.read()) == 1
-            assert time.monotonic() - start < 1.0  # no reconnect backoff left over from the old channel
+            assert client._channel is not None and client._channel is not first
         client.close()
 
 

@@ -1,9 +1,11 @@
-"""`python3 dev.py`'s set-up says what it does in a few lines of its own and keeps pip's output in a file;
-`dev.py test` still runs the checks, then pytest, as CI (.ci/run) calls it."""
+"""`python3 dev.py`'s set-up says what it does in a few lines of its own and keeps the installers' output in a
+file; uv installs, pip where uv cannot; `dev.py test` still runs the checks (at once), then pytest, as CI
+(.ci/run) calls it."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,29 +26,51 @@ def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(dev, "PY", venv / "bin" / "python")
     monkeypatch.setattr(dev, "STAMP", venv / ".kgwe-installed")
     monkeypatch.setattr(dev, "PIP_LOG", venv / "pip.log")
+    monkeypatch.setattr(dev, "UV_HOME", venv / "uv")
+    monkeypatch.setattr(dev, "_runner_has_pip", lambda: True)
     return venv
 
 
-def _fake_pip(fail_on: str | None = None) -> Any:
+def _fake_pip(fail_on: str | None = None, commands: list[list[str]] | None = None) -> Any:
+    """subprocess.run for the installers: noise in the log, exit 1 for a command with an argument that is
+    `fail_on` or contains it (a path's last part must be it: `uv` fails uv, not every command)."""
     def run(command: list[str], *, stdout: Any, **_kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if commands is not None:
+            commands.append(list(command))
         stdout.write("\n".join(NOISE) + "\n")
-        if fail_on and any(fail_on in part for part in command):
+        if fail_on and any(Path(part).name == fail_on or (len(fail_on) > 2 and fail_on in part) for part in command):
             stdout.write("ERROR: No matching distribution found for something\n")
             return subprocess.CompletedProcess(command, 1)
+        if "--target" in command:  # pip installing uv beside the virtualenv
+            uv = Path(command[command.index("--target") + 1]) / "bin" / "uv"
+            uv.parent.mkdir(parents=True, exist_ok=True)
+            uv.write_text("")
         return subprocess.CompletedProcess(command, 0)
 
     return run
 
 
+def _tool(command: list[str]) -> str:
+    """Which installer a command runs: `uv` (uv pip install) or `pip` (python -m pip install)."""
+    return "uv" if Path(command[0]).name == "uv" else "pip"
+
+
 def test_a_fresh_setup_says_a_few_lines_and_logs_pip(fresh: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(dev.subprocess, "run", _fake_pip())
+    commands: list[list[str]] = []
+    monkeypatch.setattr(dev.subprocess, "run", _fake_pip(commands=commands))
     dev.ensure_venv()
     lines = capsys.readouterr().out.splitlines()
     assert 3 <= len(lines) <= 6 and all(line.startswith("dev.py: ") for line in lines), lines
-    assert str(fresh / "pip.log") in lines[0]  # where pip's output goes, said before it runs
+    assert str(fresh / "pip.log") in lines[0]  # where the installers' output goes, said before they run
     log = (fresh / "pip.log").read_text()
-    assert log.count(NOISE[-1]) == 3  # pip itself, KGWE, the optional reference engine
+    assert log.count(NOISE[-1]) == 3  # uv itself, KGWE, the optional reference engine
+    # The pip running dev.py installs uv beside .venv (no pip made inside it), uv installs KGWE into this
+    # .venv's Python, then the reference engine without its deps.
+    assert [_tool(c) for c in commands] == ["pip", "uv", "uv"] and commands[0][-1] == "uv"
+    assert commands[0][0] == sys.executable and str(fresh / "uv") in commands[0]
+    assert commands[1][-2:] == ["-e", f"{dev.ROOT}[test]"] and str(fresh / "bin" / "python") in commands[1]
+    assert "--no-deps" in commands[2] and "opa-golib-python-bindings==0.4.4" in commands[2]
     assert (fresh / ".kgwe-installed").read_text() == dev._requirements_digest()
     dev.ensure_venv()  # installed and unchanged: silent
     assert capsys.readouterr().out == ""
@@ -54,13 +78,51 @@ def test_a_fresh_setup_says_a_few_lines_and_logs_pip(fresh: Path, monkeypatch: p
 
 def test_a_failed_install_shows_the_end_of_the_log_and_where_it_is(
         fresh: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(dev.subprocess, "run", _fake_pip(fail_on="[test]"))
+    commands: list[list[str]] = []
+    monkeypatch.setattr(dev.subprocess, "run", _fake_pip(fail_on="[test]", commands=commands))
     assert dev.main(["serve"]) == 1
     out = capsys.readouterr().out
-    assert "installing KGWE with its test tools failed (pip exit 1)" in out
+    # uv failed: pip made in .venv, upgraded, failed.
+    assert [_tool(c) for c in commands] == ["pip", "uv", "pip", "pip", "pip"]
+    assert commands[2][1:] == ["-m", "ensurepip", "--upgrade"]
+    assert "uv could not install it" in out
+    assert "installing KGWE with its test tools (pip) failed (pip exit 1)" in out
     assert "ERROR: No matching distribution found for something" in out
     assert out.rstrip().endswith(f"dev.py: the whole log: {fresh / 'pip.log'}")
     assert len(out.splitlines()) < 40 and not (fresh / ".kgwe-installed").exists()
+
+
+def test_without_uv_pip_installs_everything(fresh: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    commands: list[list[str]] = []
+    monkeypatch.setattr(dev.subprocess, "run", _fake_pip(fail_on="uv", commands=commands))
+    dev.ensure_venv()
+    out = capsys.readouterr().out
+    assert [_tool(c) for c in commands] == ["pip", "pip", "pip", "pip", "pip"], commands
+    assert commands[1][1:] == ["-m", "ensurepip", "--upgrade"] and commands[2][-2:] == ["--upgrade", "pip"]
+    assert commands[3][-2:] == ["-e", f"{dev.ROOT}[test]"]
+    assert "--ignore-requires-python" in commands[4]  # pip's way past the engine's Python >= 3.14
+    assert "uv could not install it" in out and len(out.splitlines()) <= 8 and "ERROR" not in out
+    assert (fresh / ".kgwe-installed").read_text() == dev._requirements_digest()
+
+
+def test_a_python_without_pip_makes_pip_in_the_virtualenv(fresh: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    commands: list[list[str]] = []
+    monkeypatch.setattr(dev.subprocess, "run", _fake_pip(commands=commands))
+    monkeypatch.setattr(dev, "_runner_has_pip", lambda: False)
+    dev.ensure_venv()
+    assert commands[0][1:] == ["-m", "ensurepip", "--upgrade"] and commands[0][0] == str(fresh / "bin" / "python")
+    assert commands[2][-2:] == ["-e", f"{dev.ROOT}[test]"] and "uv could not install it" in capsys.readouterr().out
+
+
+def test_uv_installed_before_is_used_again(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    commands: list[list[str]] = []
+    monkeypatch.setattr(dev.subprocess, "run", _fake_pip(commands=commands))
+    (fresh / "uv" / "bin").mkdir(parents=True)
+    (fresh / "uv" / "bin" / "uv").write_text("")
+    dev.ensure_venv()
+    assert [_tool(c) for c in commands] == ["uv", "uv"]
 
 
 def test_an_optional_step_that_fails_is_one_line(fresh: Path, monkeypatch: pytest.MonkeyPatch,
@@ -72,7 +134,23 @@ def test_an_optional_step_that_fails_is_one_line(fresh: Path, monkeypatch: pytes
     assert (fresh / ".kgwe-installed").exists()
 
 
-def test_dev_py_test_runs_the_checks_then_pytest_as_ci_calls_it(monkeypatch: pytest.MonkeyPatch) -> None:
+class _FakeCheck:
+    """subprocess.Popen for a check: writes `output` to its stdout and exits with `code`."""
+
+    def __init__(self, codes: dict[str, int], started: list[list[str]], args: list[str], **kwargs: Any) -> None:
+        self.args, self.env = list(args), kwargs["env"]
+        name = Path(args[0]).name
+        self.code = codes.get(name, 0)
+        kwargs["stdout"].write(f"{name} says a line\n{name}: {'broken' if self.code else 'all good'}\n".encode())
+        started.append(self.args)
+
+    def wait(self) -> int:
+        return self.code
+
+
+def test_dev_py_test_runs_the_checks_then_pytest_as_ci_calls_it(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    checks: list[list[str]] = []
     calls: list[list[str]] = []
     environments: list[dict[str, str]] = []
 
@@ -81,15 +159,88 @@ def test_dev_py_test_runs_the_checks_then_pytest_as_ci_calls_it(monkeypatch: pyt
         environments.append(kwargs["env"])
         return 0
 
+    def popen(args: list[str], **kwargs: Any) -> _FakeCheck:
+        environments.append(kwargs["env"])
+        return _FakeCheck({}, checks, args, **kwargs)
+
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "_caches_cold", lambda: False)
     monkeypatch.setattr(dev.subprocess, "call", call)
+    monkeypatch.setattr(dev.subprocess, "Popen", popen)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.chdir(dev.ROOT)
     assert dev.main(["test", "--long", "tests/quotas"]) == 0
-    assert [Path(c[0]).name for c in calls[:3]] == ["ruff", "mypy", "lint-imports"]
+    assert [Path(c[0]).name for c in checks] == ["ruff", "mypy", "lint-imports"]
+    # A line per check that passed: its last.
+    assert capsys.readouterr().out.splitlines()[1:4] == [
+        "dev.py test: ruff: ruff: all good", "dev.py test: mypy: mypy: all good",
+        "dev.py test: lint-imports: lint-imports: all good"]
     # Every CPU (a file per worker), the first failure stops it, and what follows `test` goes to pytest.
     workers = str(dev.test_workers())
-    assert calls[3][1:] == ["-m", "pytest", "-q", "-x", "-n", workers, "--dist", "loadfile", "--long", "tests/quotas"]
+    assert len(calls) == 1
+    assert calls[0][1:] == ["-m", "pytest", "-q", "-x", "-n", workers, "--dist", "loadfile", "--long", "tests/quotas"]
     assert 1 <= int(workers) <= dev.MAX_TEST_WORKERS
     # Bytecode caches allowed: otherwise every worker and every `kgwe` a test starts compiles KGWE again.
     assert all("PYTHONDONTWRITEBYTECODE" not in env and "PATH" in env for env in environments)
+
+
+def test_a_failed_check_shows_its_output_and_no_test_runs(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    checks: list[list[str]] = []
+    calls: list[list[str]] = []
+    monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "_caches_cold", lambda: False)
+    monkeypatch.setattr(dev.subprocess, "call", lambda args, **_: calls.append(args) or 0)
+    monkeypatch.setattr(dev.subprocess, "Popen", lambda args, **kw: _FakeCheck({"mypy": 1}, checks, args, **kw))
+    monkeypatch.chdir(dev.ROOT)
+    assert dev.main(["test"]) == 1
+    out = capsys.readouterr().out
+    assert len(checks) == 3 and calls == []  # all three ran; pytest did not
+    assert "dev.py test: mypy failed (exit 1):\nmypy says a line\nmypy: broken\n" in out
+    assert "dev.py test: ruff: ruff: all good" in out and out.rstrip().endswith("before the tests run")
+
+
+def test_a_fresh_clone_collects_once_beside_the_checks_before_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+
+    class Warming:
+        def __init__(self, args: list[str], **kwargs: Any) -> None:
+            assert args[1:] == ["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+            assert "PYTHONDONTWRITEBYTECODE" not in kwargs["env"]  # its point is the bytecode it writes
+            events.append("warming started")
+
+        def wait(self) -> int:
+            events.append("warming waited")
+            return 0
+
+        def kill(self) -> None:
+            events.append("warming killed")
+
+    def run_checks() -> int:
+        events.append("checks")
+        return 0
+
+    monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "_caches_cold", lambda: True)
+    monkeypatch.setattr(dev, "run_checks", run_checks)
+    monkeypatch.setattr(dev.subprocess, "Popen", Warming)
+    monkeypatch.setattr(dev.subprocess, "call", lambda args, **_: events.append("pytest") or 0)
+    monkeypatch.chdir(dev.ROOT)
+    assert dev.main(["test"]) == 0
+    assert events == ["warming started", "checks", "warming waited", "pytest"]
+    events.clear()
+    monkeypatch.setattr(dev, "run_checks", lambda: events.append("checks") or 1)
+    assert dev.main(["test"]) == 1  # a check failed: the warming is stopped, no test runs
+    assert events == ["warming started", "checks", "warming killed", "warming waited"]
+    monkeypatch.setattr(dev, "_caches_cold", lambda: False)
+    events.clear()
+    monkeypatch.setattr(dev, "run_checks", run_checks)
+    assert dev.main(["test"]) == 0 and events == ["checks", "pytest"]  # warm caches: nothing to warm
+
+
+def test_the_files_run_first_are_there() -> None:
+    """tests/conftest.py's LONGEST_FIRST names files that exist: a file renamed would silently run late."""
+    text = (dev.ROOT / "tests" / "conftest.py").read_text()
+    start = text.index("LONGEST_FIRST = (")
+    names = [part.split('"')[1] for part in text[start:text.index(")\n", start)].split(",") if '"' in part]
+    assert len(names) >= 10 and all((dev.ROOT / name).is_file() for name in names), names

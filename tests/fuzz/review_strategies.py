@@ -10,7 +10,7 @@ from effort import tries
 from hypothesis import strategies as st
 
 # Examples per fuzz test; `KGWE_FUZZ_EXAMPLES=2000` for a longer hunt.
-EXAMPLES = int(os.environ.get("KGWE_FUZZ_EXAMPLES", tries(60, 150)))
+EXAMPLES = int(os.environ.get("KGWE_FUZZ_EXAMPLES", tries(30, 150)))
 
 NAMESPACES = ("team-a", "team-b", "ml-research", "default", "kube-system", "")
 TYPES = ("nvidia-h100-80gb", "nvidia-h200-141gb", "nvidia-a100-80gb", "nvidia-a100-40gb", "nvidia-l4-24gb",

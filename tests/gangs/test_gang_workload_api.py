@@ -187,6 +187,7 @@ def test_without_topology_aware_scheduling_the_server_drops_the_constraint_and_i
     server.fail_next("/api/v1/namespaces/ml/pods/w-1", 500)  # a second pass must read the objects back
     _gang_of_two(cluster)
     cluster.controller().reconcile_once()
+    cluster.sync()  # the second pass judges the pods as the first left them (the watch lags on a busy machine)
     cluster.controller().reconcile_once()
     assert cluster.gated() == set()
     (workload,) = server.objects("Workload").values()

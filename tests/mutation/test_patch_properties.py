@@ -78,7 +78,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-@settings(max_examples=tries(50, 150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=tries(25, 150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pod=pods())
 def test_patches_apply_and_converge_and_refusals_explain(admit: Admit, pod: dict[str, Any]) -> None:
     original = copy.deepcopy(pod)

@@ -86,7 +86,7 @@ def _answer(function: Any, pod: dict[str, Any], nodes: list[NodeFacts]) -> tuple
         return "raised", type(exc).__name__
 
 
-@settings(max_examples=tries(100, 400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=tries(50, 400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=specs, order=st.permutations(range(len(NODES))), count=st.integers(0, len(NODES)))
 def test_first_feasible_answers_as_node_can_run_node_by_node(
     spec: dict[str, Any], order: list[int], count: int

@@ -102,7 +102,7 @@ def _honours(runtime: Runtime, pod: dict[str, Any], final: dict[str, Any], gpus:
             assert node.clique, name
 
 
-@settings(max_examples=tries(40, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=tries(20, 120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=intents())
 def test_admitted_pods_land_only_where_their_intent_says(runtime: Runtime, case: tuple[dict[str, str], int]) -> None:
     notes, gpus = case

@@ -71,7 +71,7 @@ def test_every_example_pod_is_planned_as_build_plan_plans_it(model_name: str, in
         _assert_same_plans(EXAMPLE_PODS[index], decision, MODELS[model_name])
 
 
-@settings(max_examples=tries(80, 300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=tries(40, 300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=pods(), decision=st.sampled_from(DECISIONS), model_name=st.sampled_from(sorted(MODELS)))
 def test_generated_pods_are_planned_as_build_plan_plans_them(
     pod: dict[str, Any], decision: Decision | None, model_name: str

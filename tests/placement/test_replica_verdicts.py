@@ -66,7 +66,7 @@ def test_every_example_pod(cluster: str, index: int) -> None:
     _assert_remembered_as_computed(RUNTIMES[cluster], EXAMPLE_PODS[index])
 
 
-@settings(max_examples=tries(60, 200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=tries(30, 200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=pods(), cluster=st.sampled_from(sorted(RUNTIMES)))
 def test_generated_pods(pod: dict[str, Any], cluster: str) -> None:
     _assert_remembered_as_computed(RUNTIMES[cluster], pod)

@@ -42,7 +42,7 @@ from policies.engines.rego_rvm import EVERYTHING_ENTRY, rvm_aggregate_modules
 from policies.engines.rego_source import inspect_module
 from policies.runtime.policy_runtime import PolicyRuntime
 
-SETS = tries(150, 600)
+SETS = tries(80, 600)
 # What the generator's member flows must reach (tests/policies/rego_generator.py names them).
 MEMBER_FEATURES = frozenset({
     # iterating an input collection or a collection rule
@@ -891,7 +891,7 @@ def test_answers_are_remembered_only_without_impure_builtins(name: str) -> None:
 
 # -- through the runtime ----------------------------------------------------------------------------
 
-RUNTIME_SETS = tries(4, 12)
+RUNTIME_SETS = tries(2, 12)
 
 
 def _write(policy_set: GeneratedSet, directory: Path) -> None:

@@ -152,7 +152,7 @@ def test_the_shipped_sets_are_served_by_the_rvm(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
-@settings(max_examples=tries(40, 120), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=tries(20, 120), deadline=None, suppress_health_check=list(HealthCheck))
 @given(pod=_pod, namespace=_namespace, intent=_hostile_intent, cluster=_cluster, all_active=st.booleans(),
        data=st.data())
 def test_rvm_answers_as_the_interpreter(name: str, pod: dict[str, Any], namespace: Any, intent: dict[str, Any],
@@ -191,7 +191,7 @@ _plain_namespace = st.one_of(st.none(), st.fixed_dictionaries({"metadata": st.fi
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
-@settings(max_examples=tries(25, 80), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=tries(12, 80), deadline=None, suppress_health_check=list(HealthCheck))
 @given(pod=_plain_pod, namespace=_plain_namespace, intent=_intent, cluster=_cluster, all_active=st.booleans())
 def test_the_rvm_itself_answers_plain_requests_as_the_interpreter(
     name: str, pod: dict[str, Any], namespace: Any, intent: dict[str, Any], cluster: dict[str, Any], all_active: bool,

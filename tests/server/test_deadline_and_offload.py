@@ -69,14 +69,16 @@ def test_a_core_that_hangs_is_answered_at_the_deadline(
     offloaded: RunningServer, runtime: FakeRuntime, endpoint: str, pod: dict, on_error: str, allowed: bool
 ) -> None:
     runtime.config = Config(limits=Limits.model_validate({"deadlineSeconds": 0.2, "onError": on_error}))
-    runtime.admission.delay = 2.0
+    runtime.admission.delay = 60.0  # the core hangs until woken below
     started = time.monotonic()
     with offloaded.client() as client:
         response = client.post(f"/{endpoint}?timeout=10s", content=orjson.dumps(admission_review(pod)))
         waited = time.monotonic() - started
         runtime.admission.delay = 0.0
+        runtime.admission.wake.set()
         metrics = client.get("/metrics").text
-    assert response.status_code == 200 and waited < 2.0
+    # The deadline (0.2 s), not the hung core (60 s) nor the API server's 10 s: wide for a busy machine.
+    assert response.status_code == 200 and waited < 8
     answer = response.json()["response"]
     assert answer["allowed"] is allowed
     if not allowed:

@@ -27,7 +27,7 @@ KINDS = [("JobSet", "jobset.x-k8s.io/v1alpha2"), ("PyTorchJob", "kubeflow.org/v1
          ("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1"), ("Job", "batch/v1"), ("CronJob", "batch/v1")]
 
 
-@settings(max_examples=tries(50, 150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=tries(25, 150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(KINDS), json_values, st.dictionaries(st.sampled_from(["kgwe.io/gang", "kgwe.io/accelerator"]),
                                                             st.text(max_size=10), max_size=2))
 def test_any_workload_gets_an_answer(kind: tuple[str, str], spec: Any, annotations: dict[str, str]) -> None:
