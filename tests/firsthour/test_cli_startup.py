@@ -151,3 +151,24 @@ def test_several_workers_refused_on_a_busy_port_leave_no_metrics_directory(tmp_p
         )
     assert done.returncode == 2 and "already in use" in done.stderr, done.stderr
     assert not list(tmp_path.glob("kgwe-metrics-*"))
+
+
+# `kgwe serve` over a YAML directory talks to no API server: its modules name the kubernetes client's classes
+# only where a cluster is read or asked (policies/kernel/api_errors.py), so a directory server does not pay
+# the client's import (a quarter to half a CPU-second of each start; the suite starts about fifty).
+SERVE_MODULES = r"""
+import json, sys
+
+import webhook.assembly, webhook.controllers.runner, webhook.server.app, webhook.server.api_routes
+import webhook.server.serving, webhook.server.read_auth, webhook.server.token_review, webhook.server.read_access
+webhook.assembly.wing_controllers  # the wings' controllers, as serve builds them
+import webhook.gangs.controller, webhook.quotas.controller, webhook.dra.garbage
+
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & {"kubernetes", "kubernetes_validate", "urllib3"})))
+"""
+
+
+def test_a_directory_server_imports_no_kubernetes_client() -> None:
+    done = subprocess.run([sys.executable, "-c", SERVE_MODULES], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, check=True)
+    assert json.loads(done.stdout) == [], done.stdout

@@ -19,24 +19,25 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from policies.gpu_demand import pod_gpu_demand
+from policies.kernel.api_errors import api_exception
 from policies.kernel.background import Task
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
-from webhook.cluster.kube_json import KubeJson
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.settled import Settled
 from webhook.config import Config
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
 from webhook.spend.rates import pod_rate, tenant_resolver
+
+if TYPE_CHECKING:  # the client is imported where a cluster is read, not for a directory
+    from kubernetes import client as k8s_client
 
 log = logging.getLogger("kgwe.controllers.bound_pods")
 
@@ -63,6 +64,8 @@ class PodPatch:
 
 def kube_pod_patcher(api_client: k8s_client.ApiClient) -> PatchPod:
     """Patch pods through the API as field manager `kgwe-controller`."""
+    from webhook.cluster.kube_json import KubeJson  # a cluster: its client is loaded already
+
     api = KubeJson(api_client)
 
     def patch(namespace: str, name: str, body: dict[str, Any]) -> None:
@@ -244,7 +247,7 @@ class BoundPodController:
                 continue
             try:
                 self.patch_pod(patch.namespace, patch.name, patch.body)
-            except ApiException as exc:
+            except api_exception() as exc:
                 if exc.status != 404:  # a pod deleted meanwhile needs nothing
                     log.warning("patching pod %s/%s failed: %s %s", patch.namespace, patch.name, exc.status, exc.reason)
                     failed = True

@@ -20,13 +20,13 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from kubernetes import client as k8s_client
+from typing import TYPE_CHECKING, Any
 
 from policies.kernel.background import Task
 from policies.kernel.records import Codec, Conflict, ObjectPlace, RecordStore, Unavailable
-from webhook.cluster.kube_json import KubeJson
+
+if TYPE_CHECKING:  # the client is imported where a cluster is read, not for a directory
+    from kubernetes import client as k8s_client
 
 log = logging.getLogger("kgwe.controllers.leader")
 
@@ -88,7 +88,11 @@ class LeaderElector:
         # The Lease is a record of the kernel's store: every write carries the resourceVersion read.
         place = ObjectPlace(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", name,
                             "coordination.k8s.io/v1", "Lease", namespace)
-        self.lease = RecordStore(KubeJson(api_client), place, LEASE_CODEC) if api_client is not None else None
+        self.lease = None
+        if api_client is not None:
+            from webhook.cluster.kube_json import KubeJson  # a cluster: its client is loaded already
+
+            self.lease = RecordStore(KubeJson(api_client), place, LEASE_CODEC)
         self.identity = identity or default_identity()
         self.lease_seconds = lease_seconds
         self.renew_deadline_seconds = renew_deadline_seconds

@@ -12,10 +12,12 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from policies.kernel.background import Task
-from webhook.cluster.kube_json import RETRYABLE, KubeJson
+
+if TYPE_CHECKING:  # the client is imported where a cluster is asked, not for a directory
+    from webhook.cluster.kube_json import KubeJson
 
 log = logging.getLogger("kgwe.controllers.permissions")
 
@@ -69,7 +71,11 @@ class ControllerReadiness:
     ) -> None:
         """`extra_needs`: verbs needed only while the cluster has what uses them (NATIVE_GANG_NEEDS while the
         Workload API is served), asked anew at every check."""
-        self.api = KubeJson(api_client) if api_client is not None else None
+        self.api: KubeJson | None = None
+        if api_client is not None:
+            from webhook.cluster.kube_json import KubeJson  # a cluster: its client is loaded already
+
+            self.api = KubeJson(api_client)
         self.namespace = namespace
         self.extra_needs = extra_needs
         self._problems: tuple[str, ...] = ()
@@ -83,6 +89,8 @@ class ControllerReadiness:
     def check(self) -> list[str]:
         if self.api is None:
             return []
+        from webhook.cluster.kube_json import RETRYABLE
+
         found: list[str] = []
         for group_version, plural, kind in CRDS:
             try:

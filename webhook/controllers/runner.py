@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from policies.kernel.background import Task
@@ -22,6 +22,9 @@ from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
 from webhook.controllers.leader import LeaderElector, pod_namespace
 from webhook.controllers.permissions import NATIVE_GANG_NEEDS, ControllerReadiness, Need
 from webhook.read_seams import GANG_READS
+
+if TYPE_CHECKING:  # the client is imported where a cluster is read, not for a directory
+    from kubernetes import client as k8s_client
 
 MIG_APPLY_SECONDS = 60.0
 

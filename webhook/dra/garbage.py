@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubernetes.client.exceptions import ApiException
-
+from policies.kernel.api_errors import api_exception
 from policies.kernel.background import Task
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel, ClusterStore
@@ -158,7 +157,7 @@ class ClaimGarbageCollector:
     def _list(self, kind: str) -> list[dict[str, Any]]:
         try:
             listed = self.api.request("GET", _path(kind), query=[("labelSelector", SELECTOR)])
-        except ApiException as exc:
+        except api_exception() as exc:
             if exc.status in (403, 404):  # not served here (no such CRD) or not granted: nothing to sweep
                 return []
             raise
@@ -171,7 +170,7 @@ class ClaimGarbageCollector:
                    "preconditions": {"uid": entry.uid, "resourceVersion": entry.resource_version}}
         try:
             self.api.request("DELETE", _path(kind, namespace, name), body=options)
-        except ApiException as exc:
+        except api_exception() as exc:
             if exc.status not in (404, 409):
                 raise
             # Gone already, or changed or recreated since it was listed: judged again from scratch.
@@ -197,7 +196,7 @@ class ClaimGarbageCollector:
         body.pop("status", None)
         try:
             self.api.request("POST", _path(kind, namespace), body=body)
-        except ApiException as exc:
+        except api_exception() as exc:
             if exc.status != 409:  # 409: created again meanwhile, by an admission that needed it
                 raise
         log.warning("created %s %s/%s again: a pod admitted as it was deleted names it", kind, namespace, name)

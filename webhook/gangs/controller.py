@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
+from policies.kernel.api_errors import api_exception
 from policies.kernel.background import Task
 from policies.kernel.metrics import replace_series
 from policies.vocabulary.objects import PodView, objects
@@ -40,9 +40,11 @@ from webhook.gang_spec import GATE, membership
 from webhook.gangs.accounting import gang_pods
 from webhook.gangs.ledger import GangRecord, GangStore, GangStoreUnavailable, Records, records_to_json
 from webhook.gangs.native import pod_group_name, served
-from webhook.gangs.native_writer import NativeGangWriter
 from webhook.gangs.planning import Action, plan_gangs
 from webhook.placement.rooms import RoomId
+
+if TYPE_CHECKING:  # the writer talks to an API server: imported where one is given
+    from webhook.gangs.native_writer import NativeGangWriter
 
 log = logging.getLogger("kgwe.gangs.controller")
 
@@ -82,6 +84,7 @@ def kube_pod_writer(api_client: Any) -> PodWriter:
 
 def kube_native_writer(api_client: Any) -> NativeGangWriter:
     from webhook.cluster.kube_json import KubeJson
+    from webhook.gangs.native_writer import NativeGangWriter
 
     return NativeGangWriter(KubeJson(api_client))
 
@@ -270,7 +273,7 @@ class GangController:
         name = f"{view.namespace}/{view.name}"
         try:
             answer = call(pod)
-        except ApiException as exc:
+        except api_exception() as exc:
             if exc.status not in (404, 409):
                 log.warning("gang %s: pod %s: %s %s", record.key, name, exc.status, exc.reason)
             return None

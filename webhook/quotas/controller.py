@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
 from policies.gpu_demand import pod_gpu_demand
+from policies.kernel.api_errors import api_exception
 from policies.kernel.background import Backoff, Task
 from policies.kernel.metrics import replace_series
 from policies.quota.budget import BudgetState, judge
@@ -233,7 +233,7 @@ class QuotaController:
         equivalents = _equivalents(pod, model, type_id)
         try:
             self.writer.release(pod, release_patch(pod, model, type_id, pin, price, equivalents))
-        except ApiException as exc:
+        except api_exception() as exc:
             if exc.status == 404:
                 return  # deleted meanwhile
             if exc.status == 409:
@@ -272,7 +272,7 @@ class QuotaController:
             return
         try:
             self.writer.waiting(pod, message, event=not same_reason)
-        except ApiException as exc:
+        except api_exception() as exc:
             if exc.status not in (404, 409):
                 log.warning("pod %s/%s: waiting condition not written: %s", view.namespace, view.name, exc.reason)
             return
@@ -301,7 +301,7 @@ class QuotaController:
                 continue
             try:
                 self.writer.status(name, status)
-            except ApiException as exc:
+            except api_exception() as exc:
                 log.warning("TenantQuota %s: status not written: %s", name, exc.reason)
                 continue
             self._statuses[name] = status

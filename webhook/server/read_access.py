@@ -15,16 +15,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from kubernetes.client import (
-    AuthorizationV1Api,
-    V1NonResourceAttributes,
-    V1ResourceAttributes,
-    V1SubjectAccessReview,
-    V1SubjectAccessReviewSpec,
-)
+from typing import TYPE_CHECKING
 
 from webhook.server.token_review import Identity, ReviewUnavailable
+
+if TYPE_CHECKING:  # the client is imported where a cluster is asked, not for a directory
+    from kubernetes.client import AuthorizationV1Api
 
 # The API server's own delegated authorizer caches allowed and denied answers 10 s by default.
 TTL_SECONDS = 10.0
@@ -108,6 +104,13 @@ class AccessReviewer:
         return answer
 
     def _review(self, identity: Identity, question: Question) -> bool:
+        from kubernetes.client import (
+            V1NonResourceAttributes,
+            V1ResourceAttributes,
+            V1SubjectAccessReview,
+            V1SubjectAccessReviewSpec,
+        )
+
         spec = V1SubjectAccessReviewSpec(
             user=identity.username,
             uid=identity.uid or None,

@@ -17,9 +17,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes.client import AuthenticationV1Api, V1TokenReview, V1TokenReviewSpec
+if TYPE_CHECKING:  # the client is imported where a cluster is asked, not for a directory
+    from kubernetes.client import AuthenticationV1Api
+
 
 # Seconds an answer is reused. A revoked token keeps working this long at most; a rejected one is
 # remembered a little less, so that a token made just after a failed try is taken soon.
@@ -112,6 +114,8 @@ class TokenReviewer:
         return identity
 
     def _review(self, token: str) -> Identity | None:
+        from kubernetes.client import V1TokenReview, V1TokenReviewSpec
+
         review = V1TokenReview(api_version="authentication.k8s.io/v1", kind="TokenReview",
                                spec=V1TokenReviewSpec(token=token))
         try:
