@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -135,3 +135,31 @@ class ChargeEpochs:
             self._context, context_epoch = context, context_epoch + 1
         self.epochs = (nodes_epoch, context_epoch)
         return self.epochs
+
+
+class ReadOfPod(Protocol):
+    """A per-pod memo entry: the pod object it was read from, the facts of the node it was bound to (None: on no
+    known node) and, for such a pod, the epoch of every node's facts it was read against (ChargeEpochs)."""
+
+    @property
+    def pod(self) -> dict[str, Any]: ...
+
+    @property
+    def node(self) -> NodeFacts | None: ...
+
+    @property
+    def nodes_epoch(self) -> int: ...
+
+
+def bound_node(pod: dict[str, Any], model: ClusterModel) -> NodeFacts | None:
+    """The facts of the node `pod` is bound to, where the snapshot knows it."""
+    spec = pod.get("spec")
+    node_name = spec.get("nodeName") if isinstance(spec, dict) else None
+    return model.nodes.get(node_name) if isinstance(node_name, str) and node_name else None
+
+
+def still_read(entry: ReadOfPod | None, pod: dict[str, Any], node: NodeFacts | None, nodes_epoch: int) -> bool:
+    """Whether `entry` was read from this very pod object against the same node facts: the store never changes
+    an object in place, so the same objects mean the same inputs (the audit's ChargeMemo, the inventory's memo)."""
+    return entry is not None and entry.pod is pod and entry.node is node and (
+        node is not None or entry.nodes_epoch == nodes_epoch)

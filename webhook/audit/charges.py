@@ -21,7 +21,7 @@ from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimCharges
 from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
-from webhook.quota_charges import ChargeEpochs, pod_charge
+from webhook.quota_charges import ChargeEpochs, bound_node, pod_charge, still_read
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +59,9 @@ class ChargeMemo:
             if pod_is_finished(pod):
                 continue
             spec = pod.get("spec")
-            node_name = spec.get("nodeName") if isinstance(spec, dict) else None
-            node = model.nodes.get(node_name) if isinstance(node_name, str) and node_name else None
+            node = bound_node(pod, model)
             entry = previous.get(id(pod))
-            if entry is None or entry.pod is not pod or entry.node is not node or (
-                    node is None and entry.nodes_epoch != nodes_epoch):
+            if entry is None or not still_read(entry, pod, node, nodes_epoch):
                 own = bool(isinstance(spec, dict) and spec.get("resourceClaims")) or asks_extended_devices(pod, mapped)
                 entry = _Entry(pod, node, nodes_epoch, pod_charge(pod, model, None), own)
                 computed += 1

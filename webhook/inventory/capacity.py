@@ -30,7 +30,7 @@ from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import ZERO
-from webhook.quota_charges import pod_charge
+from webhook.quota_charges import bound_node, pod_charge, still_read
 
 SHARED_MODES = ("mps", "time-slicing")
 
@@ -178,12 +178,9 @@ class Inventory:
         computed = 0
         own: list[dict[str, Any]] = []
         for raw in model.pods.values():
-            spec = raw.get("spec")
-            node_name = spec.get("nodeName") if isinstance(spec, dict) else None
-            node = model.nodes.get(node_name) if isinstance(node_name, str) and node_name else None
+            node = bound_node(raw, model)
             facts = previous.get(id(raw))
-            if facts is None or facts.pod is not raw or facts.node is not node or (
-                    node is None and facts.nodes_epoch != nodes_epoch):
+            if facts is None or not still_read(facts, raw, node, nodes_epoch):
                 facts = self._pod_facts(raw, nodes_epoch)
                 computed += 1
             if memo is not None:
