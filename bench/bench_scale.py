@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.client import HTTPSConnection
+from http.client import HTTPSConnection, RemoteDisconnected
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +100,20 @@ class Client:
         headers = {"Content-Type": "application/json"} if body is not None else {}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        try:
-            self.connection.request(method, path, body=body, headers=headers)
-            response = self.connection.getresponse()
-        except (OSError, ConnectionError):
-            self.connection.close()
-            self.connection = HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=self.timeout)
-            raise
-        return response.status, response.read()
+        for attempt in (1, 2):
+            try:
+                self.connection.request(method, path, body=body, headers=headers)
+                response = self.connection.getresponse()
+            except (OSError, ConnectionError, RemoteDisconnected) as exc:
+                self.connection.close()
+                self.connection = HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=self.timeout)
+                # The server closed the kept-alive connection while it sat idle (its keep-alive timeout, during
+                # the bench's long waits): sent again once on a new one, as the API server's client does.
+                if attempt == 1 and isinstance(exc, RemoteDisconnected | BrokenPipeError | ConnectionResetError):
+                    continue
+                raise
+            return response.status, response.read()
+        raise AssertionError("unreachable")
 
     def review(self, endpoint: str, obj: dict[str, Any]) -> dict[str, Any]:
         status, data = self.call("POST", f"/{endpoint}?timeout=10s", orjson.dumps(create_review(obj, "bench", [])))
