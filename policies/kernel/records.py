@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from policies.kernel.api_errors import api_exception
+
 if TYPE_CHECKING:
     from kubernetes.client.exceptions import ApiException
 
@@ -161,21 +163,18 @@ class RecordStore(Generic[T]):
         return self.place.skeleton()
 
     def _unavailable(self, doing: str, exc: Exception) -> Unavailable:
-        if isinstance(exc, _api_errors()[0]):
+        if isinstance(exc, api_exception()):
             return Unavailable(f"{self.place.describe()}: {doing} failed: HTTP {exc.status}", exc.status)
         return Unavailable(f"{self.place.describe()}: {doing} failed: {exc}")
 
 
 def _api_errors() -> tuple[type[ApiException], tuple[type[Exception], ...]]:
-    """The API server's error answer, and the transport's errors (the connection, a body that is not JSON).
-
-    Imported where a store first talks to the API server, not with this module: the client's package costs
-    half a CPU-second and urllib3 a tenth, and `kgwe review` and `kgwe explain` import the stores' owners
-    without ever writing."""
+    """The API server's error answer, and the transport's errors (the connection, a body that is not JSON),
+    imported where a store first talks to the API server (api_errors.py: `kgwe review` imports the stores'
+    owners without ever writing, and urllib3 is a tenth of a CPU-second more)."""
     import urllib3
-    from kubernetes.client import exceptions
 
-    return exceptions.ApiException, (urllib3.exceptions.HTTPError, OSError, ValueError)
+    return api_exception(), (urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 def _version(obj: dict[str, Any] | None) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -11,26 +10,15 @@ import yaml
 from webhook.admission.request import decode_review
 from webhook.assembly import build_runtime
 from webhook.config import load_config
+from webhook.review import create_review
 from webhook.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mutate(runtime: Runtime, pod: dict[str, Any]) -> Any:
-    body = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "operation": "CREATE",
-            "namespace": pod["metadata"]["namespace"],
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-            "object": pod,
-        },
-    }
-    return runtime.admission.mutate(decode_review(body))
+    review = create_review(pod, "system:serviceaccount:kube-system:replicaset-controller", [])
+    return runtime.admission.mutate(decode_review(review))
 
 
 def _replica() -> dict[str, Any]:
