@@ -18,7 +18,7 @@ from typing import Any
 
 from policies.quota.model import PodCharge
 from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimCharges
-from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
+from webhook.cluster.device_classes import charged_through_claims, mapped_resources
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
 from webhook.quota_charges import ChargeEpochs, bound_node, pod_charge, still_read
@@ -58,12 +58,11 @@ class ChargeMemo:
         for pod in model.pods.values():
             if pod_is_finished(pod):
                 continue
-            spec = pod.get("spec")
             node = bound_node(pod, model)
             entry = previous.get(id(pod))
             if entry is None or not still_read(entry, pod, node, nodes_epoch):
-                own = bool(isinstance(spec, dict) and spec.get("resourceClaims")) or asks_extended_devices(pod, mapped)
-                entry = _Entry(pod, node, nodes_epoch, pod_charge(pod, model, None), own)
+                entry = _Entry(pod, node, nodes_epoch, pod_charge(pod, model, None),
+                               charged_through_claims(pod, mapped))
                 computed += 1
             entries[id(pod)] = entry
             if entry.charge is not None:

@@ -62,6 +62,13 @@ def mapped_resources(device_classes: Mapping[str, Mapping[str, Any]]) -> dict[st
     return mapped
 
 
+def charged_through_claims(pod: dict[str, Any], mapped: Mapping[str, str]) -> bool:
+    """Whether a pod asks DRA devices of its own: ResourceClaims, or devices as extended resources (what the
+    DRA wing's claim charges charge it for, webhook/dra/charges.py)."""
+    spec = pod.get("spec")
+    return isinstance(spec, dict) and bool(spec.get("resourceClaims") or asks_extended_devices(pod, mapped))
+
+
 def asks_extended_devices(pod: PodView | Mapping[str, Any], mapped: Mapping[str, str] | None = None) -> bool:
     """Whether a container or init container asks for `deviceclass.resource.kubernetes.io/...` or a name
     of `mapped` (`mapped_resources`). Without `mapped`, needs no snapshot: for deciding that an error

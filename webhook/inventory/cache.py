@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from policies.kernel.background import Task
 from policies.quota.model import PodCharge
 from webhook.cluster.claim_charging import CLAIM_CHARGING
-from webhook.cluster.device_classes import asks_extended_devices, mapped_resources
+from webhook.cluster.device_classes import charged_through_claims, mapped_resources
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.inventory.capacity import Inventory
@@ -66,8 +66,7 @@ class InventoryMemo:
     def own_devices(self, pod: dict[str, Any]) -> bool:
         """Whether an unfinished pod asks DRA devices of its own (ResourceClaims, or devices as extended
         resources): as webhook/dra/charges.py `claimed_charges` picks the pods it charges."""
-        spec = pod.get("spec")
-        return isinstance(spec, dict) and bool(spec.get("resourceClaims") or asks_extended_devices(pod, self._mapped))
+        return charged_through_claims(pod, self._mapped)
 
     def waiting_rows(self, model: ClusterModel, config: Config) -> dict[str, dict[str, Any]] | None:
         """Per tenant, the pods that wait for quota (the tenants view's `waiting`), from `waiting` given at
