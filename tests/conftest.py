@@ -4,6 +4,7 @@ run leaves out so that nothing in it depends on how busy the machine is (`python
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -46,9 +47,42 @@ LONGEST_FIRST = (
 )
 
 
+# Files that share one worker, one after another, under `--dist loadfile`: the UI's tests share one browser
+# (tests/ui/conftest.py), which costs about two CPU-seconds to start.
+SHARED_SCOPES = ("tests/ui/",)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _FilesAndSharedFolders(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((folder for folder in SHARED_SCOPES if path.startswith(folder)), path)
+
+    return _FilesAndSharedFolders(config, log)
+
+
+def _browser_files_together(items: list[pytest.Item]) -> None:
+    """The files whose tests use a browser, one after another from where the first of them stands, so that the
+    shared browser is started once."""
+    files = {item.nodeid.split("::", 1)[0] for item in items if "browser" in getattr(item, "fixturenames", ())}
+    using = [item for item in items if item.nodeid.split("::", 1)[0] in files]
+    if not using:
+        return
+    for item in using:
+        item.add_marker(pytest.mark.browser_file)
+    others = [item for item in items if item.nodeid.split("::", 1)[0] not in files]
+    first = items.index(using[0])
+    items[:] = others[:first] + using + others[first:]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST)))  # stable
+    _browser_files_together(items)
     if config.getoption("--long"):
         return
     skip = pytest.mark.skip(reason="slow: runs with --long (python3 dev.py test --long)")

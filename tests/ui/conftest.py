@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,41 @@ def chromium() -> Path:
         pytest.skip(f"no headless browser: {exc}")
 
 
-# One browser per module, not per session: Playwright's sync API keeps an asyncio loop running in this thread
-# while it is open, and a test of another folder that a worker runs afterwards (pytest-xdist) could not
-# start an event loop of its own (`asyncio.run() cannot be called from a running event loop`).
-@pytest.fixture(scope="module")
-def browser(chromium: Path) -> Iterator[Any]:
-    with chromium_browser(chromium) as launched:
-        yield launched
+class _SharedBrowser:
+    """One browser for the files that use one, which tests/conftest.py runs one after another (and on one
+    pytest-xdist worker). It is closed as soon as the next test is not of such a file:
+    Playwright's sync API keeps an asyncio loop running in this thread while it is open, and a test that needs a
+    loop of its own (`asyncio.run()`) could not start one."""
+
+    def __init__(self) -> None:
+        self._opened: ExitStack | None = None
+        self._browser: Any = None
+
+    def get(self, executable: Path) -> Any:
+        if self._opened is None:
+            opened = ExitStack()
+            self._browser = opened.enter_context(chromium_browser(executable))
+            self._opened = opened
+        return self._browser
+
+    def close(self) -> None:
+        opened, self._opened, self._browser = self._opened, None, None
+        if opened is not None:
+            opened.close()
+
+
+_SHARED = _SharedBrowser()
+
+
+@pytest.fixture
+def browser(chromium: Path) -> Any:
+    return _SHARED.get(chromium)
+
+
+@pytest.hookimpl(trylast=True)  # after the page's context is closed
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None or nextitem.get_closest_marker("browser_file") is None:
+        _SHARED.close()
 
 
 @pytest.fixture(scope="session")
