@@ -20,6 +20,20 @@ def pytest_configure(config: pytest.Config) -> None:
     # Read by tests/fixtures/effort.py when test modules are imported (after this hook, in every xdist worker).
     if config.getoption("--long"):
         os.environ["KGWE_LONG"] = "1"
+    _schemas_read_once()
+
+
+def _schemas_read_once() -> None:
+    """kubernetes-validate reads and parses its schema files, the multi-megabyte definitions among them, at every
+    `validate()`: the suite validates a few hundred objects, so each file is read once per worker instead. The
+    library does not change what it reads, so sharing the parsed documents changes no answer."""
+    import functools
+
+    import kubernetes_validate.utils
+
+    if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):
+        kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
+            kubernetes_validate.utils.schema_contents)
 
 
 # The files that take longest on a worker, longest first (a full run on 2 CPUs, 2026-11-29): they run
