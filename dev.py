@@ -2,7 +2,7 @@
 """Set-up entry points for a fresh machine that has only Python.
 
     python3 dev.py serve   # webhook on https://127.0.0.1:8443 against examples/cluster (--host 0.0.0.0 to share)
-    python3 dev.py test    # ruff, mypy, lint-imports, then the test suite on every CPU (stops at the first failure)
+    python3 dev.py test    # ruff, mypy, lint-imports beside the test suite on every CPU (stops at the first failure)
     python3 dev.py test --long   # the same, with the long fuzz hunts and soaks (tests marked slow)
 
 Arguments after `test` go to pytest: `python3 dev.py test tests/quotas -n 0` runs one folder in one process.
@@ -16,12 +16,14 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import venv
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
@@ -141,8 +143,8 @@ def ensure_venv() -> None:
     say(f"installed in {time.monotonic() - started:.0f} s")
 
 
-# The checks `dev.py test` runs before pytest, all at once (mypy, the longest, takes about half a minute
-# with an empty cache, as in CI; lint-imports most of the rest); any that fails stops the run before pytest,
+# The checks `dev.py test` runs beside pytest, all at once (mypy, the longest, takes about half a minute
+# with an empty cache, as in CI; lint-imports most of the rest); any that fails stops the run and fails it,
 # so CI (.ci/run) enforces lint, types and the import contracts of pyproject.toml, not only the tests.
 CHECKS: tuple[tuple[str, list[str]], ...] = (
     ("ruff", ["ruff", "check", "."]),
@@ -160,19 +162,27 @@ def test_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run_checks() -> int:
-    """Run CHECKS at once from the repository root: a line each (its last) when it passes, its whole output
-    when it fails, in CHECKS' order; the exit status of the first (in that order) that failed, else 0."""
-    print(f"dev.py test: {', '.join(name for name, _ in CHECKS)} (at once)", flush=True)
-    failed = 0
-    with contextlib.ExitStack() as stack:
-        running = []
+class Checks:
+    """CHECKS running at once from the repository root, each with its output kept in a temporary file."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        print(f"dev.py test: {', '.join(name for name, _ in CHECKS)} (at once, beside the tests)", flush=True)
+        self.running: list[tuple[str, subprocess.Popen[bytes], Any]] = []
         for name, command in CHECKS:
-            output = stack.enter_context(tempfile.TemporaryFile())
+            output = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (the caller's stack closes it)
             process = subprocess.Popen([str(BIN / command[0]), *command[1:]], cwd=ROOT, env=test_environment(),
                                        stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            running.append((name, process, output))
-        for name, process, output in running:
+            self.running.append((name, process, output))
+
+    def failed(self) -> bool:
+        """Whether a check has finished and failed (without waiting for the others)."""
+        return any(process.poll() not in (None, 0) for _, process, _ in self.running)
+
+    def report(self) -> int:
+        """Wait for every check; a line each (its last) when it passed, its whole output when it failed, in
+        CHECKS' order; the exit status of the first (in that order) that failed, else 0."""
+        failed = 0
+        for name, process, output in self.running:
             code = process.wait()
             output.seek(0)
             lines = output.read().decode("utf-8", errors="replace").rstrip().splitlines()
@@ -181,9 +191,59 @@ def run_checks() -> int:
                 continue
             print(f"dev.py test: {name} failed (exit {code}):", *lines, sep="\n", flush=True)
             failed = failed or code
-    if failed:
-        print("dev.py test: fix the failed checks before the tests run", flush=True)
-    return failed
+        return failed
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process started in a session of its own, and everything it started (pytest's workers)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def run_tests(pytest_args: list[str]) -> int:
+    """The checks and pytest at once: pytest's workers wait on servers, browsers and deadlines for about a quarter
+    of the run, and the checks (mypy's half minute above all) use that time. A failed check stops pytest at once,
+    as a failed test stops the run (-x); the checks' lines follow pytest's output."""
+    with contextlib.ExitStack() as stack:
+        checks = Checks(stack)
+        warming = warm_caches()
+        while warming is not None and warming.poll() is None:
+            if checks.failed():
+                warming.kill()
+                warming.wait()
+                break
+            time.sleep(0.2)
+        tests: subprocess.Popen[bytes] | None = None
+        if not checks.failed():
+            workers = test_workers()
+            print(f"dev.py test: pytest ({workers} workers)", flush=True)
+            # -x: the first failure stops the run (every worker), so a broken change is reported in seconds.
+            # loadfile: a file's tests share one worker, so a module's server or browser starts once, not per worker.
+            tests = subprocess.Popen([str(PY), "-m", "pytest", "-q", "-x", "-n", str(workers), "--dist", "loadfile",
+                                      *pytest_args], env=test_environment(), start_new_session=True)
+        try:
+            while tests is not None and tests.poll() is None:
+                if checks.failed():
+                    _stop(tests)
+                    print("dev.py test: a check failed, so the tests were stopped", flush=True)
+                    break
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            if tests is not None:
+                _stop(tests)
+            raise
+        failed = checks.report()
+        if failed:
+            print("dev.py test: fix the failed checks", flush=True)
+            return failed
+        assert tests is not None
+        return tests.wait()
 
 
 def _caches_cold() -> bool:
@@ -236,20 +296,7 @@ def main(argv: list[str]) -> int:
                 "--config", str(ROOT / "examples" / "config.yaml"), *host, *rest]
     else:
         os.chdir(ROOT)
-        warming = warm_caches()
-        code = run_checks()
-        if warming is not None:
-            if code != 0:
-                warming.kill()
-            warming.wait()  # its failures, if any, are pytest's to report next
-        if code != 0:
-            return code
-        workers = test_workers()
-        print(f"dev.py test: pytest ({workers} workers)", flush=True)
-        # -x: the first failure stops the run (every worker), so a broken change is reported in seconds.
-        # loadfile: a file's tests share one worker, so a module's server or browser starts once, not per worker.
-        args = [str(PY), "-m", "pytest", "-q", "-x", "-n", str(workers), "--dist", "loadfile", *rest]
-        return subprocess.call(args, env=test_environment())
+        return run_tests(rest)
     os.chdir(ROOT)
     return subprocess.call(args)
 
