@@ -116,12 +116,16 @@ class FakeAdmission:
 
     def __init__(self) -> None:
         self.budgets: list[float] = []
+        # The deadlines themselves: a test bounds them by clock readings taken around its request, which holds
+        # however long a busy machine takes to reach the core (the budget left when it does is not fixed).
+        self.deadlines: list[float] = []
         self.delay = 0.0
         # Set to end a delay early (a hung core's thread is not left sleeping past its test).
         self.wake = threading.Event()
 
     def _pod(self, request: AdmissionRequest, deadline: float | None) -> dict[str, Any] | None:
         if deadline is not None:
+            self.deadlines.append(deadline)
             self.budgets.append(deadline - time.monotonic())
         if self.delay:
             self.wake.wait(self.delay)
@@ -172,6 +176,9 @@ class RunningServer:
     ca_file: Path
     cert_dir: Path
     tls: ReloadingSSLContext
+    # The server itself where it runs in this process: its open connections and request tasks, for a test
+    # to wait until the server has finished with a connection (start_server sets it).
+    uvicorn: uvicorn.Server | None = None
 
     def client(self, **kwargs: Any) -> httpx.Client:
         kwargs.setdefault("timeout", CLIENT_TIMEOUT_SECONDS)
@@ -220,7 +227,7 @@ def start_server(
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.01)
     try:
-        yield RunningServer(f"https://127.0.0.1:{port}", paths.ca_cert, paths.directory, tls)
+        yield RunningServer(f"https://127.0.0.1:{port}", paths.ca_cert, paths.directory, tls, servers[0])
     finally:
         servers[0].should_exit = True
         thread.join(10)
