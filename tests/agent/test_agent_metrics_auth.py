@@ -261,7 +261,7 @@ def test_a_flood_of_made_up_tokens_cannot_grow_the_table(api: FakeApiServer, api
     assert len(api.reviews(TOKEN_REVIEWS)) == 202
 
 
-def test_a_slow_api_server_is_503_within_the_bound_and_not_remembered(
+def test_a_slow_api_server_is_503_within_the_bound(
     kubelet: Kubelet, api: FakeApiServer, api_client: k8s.ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     with agent_metrics(kubelet, _auth(api_client, timeout=0.5)) as agent:
@@ -272,12 +272,21 @@ def test_a_slow_api_server_is_503_within_the_bound_and_not_remembered(
         assert answer.status_code == 503 and FB_USED not in answer.text
         # The bound (0.5 s), not the API server (60 s): wide for a busy machine.
         assert "cannot check the caller" in answer.json()["message"] and took < 30
-        api.delays.clear()
+        assert _requests(agent) == {"unavailable": 1}
+    assert "the API server does not answer the reviews" in caplog.text
+    assert "prometheus-token" not in caplog.text
+
+
+def test_a_failed_review_is_503_and_not_remembered(
+    kubelet: Kubelet, api: FakeApiServer, api_client: k8s.ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reviews that are answered get the test's patience, not the short bound above: the allowed scrape after
+    # the failure must not turn into a 503 because a busy machine ran the fake API server late.
+    with agent_metrics(kubelet, _auth(api_client, timeout=WAIT_SECONDS)) as agent:
         api.fail_next(ACCESS_REVIEWS, 500)  # the SubjectAccessReview fails: closed too
         assert agent.get("prometheus-token").status_code == 503
         assert agent.get("prometheus-token").status_code == 200  # a failure is never cached
-        assert _requests(agent) == {"unavailable": 2, "allowed": 1}
-    assert "the API server does not answer the reviews" in caplog.text
+        assert _requests(agent) == {"unavailable": 1, "allowed": 1}
     assert "prometheus-token" not in caplog.text
 
 
@@ -367,8 +376,21 @@ def test_connections_past_the_cap_are_closed_at_once_and_the_server_recovers(
         finally:
             for raw in idle:
                 raw.close()
-        time.sleep(0.2)
-        assert agent.get("prometheus-token").status_code == 200
+        # The dropped connections' threads give their slots back only after the client saw the close, which a
+        # busy machine may run late (a fixed 0.2 s sleep was not always enough): until then a scrape is refused
+        # as busy, and counted so. The server has recovered once one gets through, and that one is allowed.
+        refused = 0
+        give_up = time.monotonic() + WAIT_SECONDS
+        while True:
+            try:
+                answer = agent.get("prometheus-token")
+                break
+            except httpx.TransportError:
+                refused += 1
+                assert time.monotonic() < give_up, "the server never had a free slot again"
+                time.sleep(0.05)
+        assert answer.status_code == 200
+        assert _requests(agent).get("busy") == 1 + refused
 
 
 # -- the serving certificate ---------------------------------------------------------------------------------
