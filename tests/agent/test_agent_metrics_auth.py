@@ -33,6 +33,7 @@ from kube_fake_apiserver import ACCESS_REVIEWS, TOKEN_REVIEWS, FakeApiServer, wr
 from kubelet_podresources import Container, Kubelet, Pod
 from kubernetes import client as k8s
 from patience import WAIT_SECONDS
+from ports import free_port
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -493,12 +494,6 @@ def test_a_collector_that_raises_is_a_500_not_a_dropped_connection(caplog: pytes
     assert answer.status_code == 500 and "rendering the series failed" in caplog.text
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_kgwe_agent_beyond_loopback_serves_https_to_tokens_only(
     api: FakeApiServer, kubelet: Kubelet, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -507,7 +502,7 @@ def test_kgwe_agent_beyond_loopback_serves_https_to_tokens_only(
     system = machines.l4_mps()
     system.gpus[0].processes = [FakeProcess(10, 1_000)]
     kubelet.pods = [Pod("team-a", "p", [Container("c", {"nvidia.com/gpu": [system.gpus[0].uuid]})])]
-    port = _free_port()
+    port = free_port()
     stop = threading.Event()
     status: list[int] = []
     argv = ["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--metrics-port", str(port),
@@ -545,7 +540,7 @@ def test_kgwe_agent_refuses_a_certificate_without_its_key(
     api.put("Node", {"metadata": {"name": NODE}})
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
     with installed(machines.l4_mps()):
-        status = run(["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--metrics-port", str(_free_port()),
+        status = run(["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--metrics-port", str(free_port()),
                       "--metrics-cert-file", str(tmp_path / "tls.crt"), "--pod-resources-socket", ""],
                      threading.Event())
     assert status == 1

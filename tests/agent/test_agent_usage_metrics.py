@@ -21,6 +21,7 @@ from agent_node_api import NodeApi
 from fake_nvml import FakeProcess, FakeSystem, installed
 from kubelet_podresources import Claim, Container, Kubelet, Pod, serving, short_dir
 from patience import WAIT_SECONDS
+from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -342,17 +343,11 @@ def test_a_lost_gpu_drops_out_and_nvml_gone_leaves_the_agents_own_series(kubelet
     assert FB_USED not in samples and _value(samples, NVML_UP) == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_kgwe_agent_serves_metrics_while_it_publishes(kubeconfig: Path, node_api: NodeApi, kubelet: Kubelet) -> None:
     system = machines.l4_mps()
     system.gpus[1].processes = [FakeProcess(10, 2_000)]
     kubelet.pods = [Pod("ns", "p", [Container("c", {"nvidia.com/gpu": [system.gpus[1].uuid]})])]
-    port = _free_port()
+    port = free_port()
     stop = threading.Event()
     status: list[int] = []
     argv = ["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--metrics-port", str(port),

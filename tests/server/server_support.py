@@ -20,6 +20,7 @@ import uvicorn
 import yaml
 from fastapi import FastAPI
 from patience import WAIT_SECONDS
+from ports import free_port as free_port
 
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
@@ -44,12 +45,6 @@ CLIENT_TIMEOUT_SECONDS = 60.0
 
 def load_pod(path: Path) -> dict[str, Any]:
     return next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "Pod")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 GPU_POD: dict[str, Any] = {
