@@ -36,6 +36,7 @@ from patience import WAIT_SECONDS
 from ports import free_port
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import eventually
 
 from agent import metrics_tls
 from agent.main import run
@@ -106,7 +107,7 @@ def agent_metrics(kubelet: Kubelet, auth: MetricsAuth | None, tls: ServingTls | 
         reader = UsageReader()
         reader.open()
         stack.callback(reader.close)
-        pods = PodResourcesClient(str(kubelet.socket), min_interval=0.0, timeout=2.0)
+        pods = PodResourcesClient(str(kubelet.socket), min_interval=0.0, timeout=WAIT_SECONDS)
         stack.callback(pods.close)
         if auth is not None and tls is None:
             tls = ServingTls(names=[NODE])
@@ -524,9 +525,12 @@ def test_kgwe_agent_beyond_loopback_serves_https_to_tokens_only(
                         time.sleep(0.05)
                 allowed = client.get(url, headers={"Authorization": "Bearer prometheus-token"})
                 forbidden = client.get(url, headers={"Authorization": "Bearer nobody-token"})
+            # /metrics serves before the first publish cycle begins: a stop set before that cycle ran (a busy
+            # machine may run the agent's thread late) would end the agent without publishing at all.
+            eventually(lambda: bool(api.objects("Node")[NODE]["metadata"]["labels"]), what="the topology published")
         finally:
             stop.set()
-            agent.join(timeout=10)
+            agent.join(timeout=WAIT_SECONDS)
     assert status == [0]
     assert (refused.status_code, forbidden.status_code, allowed.status_code) == (401, 403, 200)
     assert [s.labels["pod"] for s in _families(allowed)[FB_USED].samples if "pod" in s.labels] == ["p"]

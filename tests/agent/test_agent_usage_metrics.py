@@ -24,6 +24,7 @@ from patience import WAIT_SECONDS
 from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from waiting import eventually
 
 from agent.dra_devices import DraDevices, slices_from_api
 from agent.main import run
@@ -74,7 +75,7 @@ def exporting(system: FakeSystem, socket_path: Path | None, dra: DraDevices | No
         stack.callback(reader.close)
         pods = None
         if socket_path is not None:
-            pods = PodResourcesClient(str(socket_path), min_interval=0.0, timeout=2.0)
+            pods = PodResourcesClient(str(socket_path), min_interval=0.0, timeout=WAIT_SECONDS)
             stack.callback(pods.close)
         collector = UsageCollector(reader, pods, dra, hostname=NODE)
         server = MetricsServer(registry_for(collector), 0, "127.0.0.1")
@@ -364,9 +365,12 @@ def test_kgwe_agent_serves_metrics_while_it_publishes(kubeconfig: Path, node_api
                 except OSError:
                     assert time.monotonic() < deadline, "the agent never served /metrics"
                     time.sleep(0.05)
+            # /metrics serves before the first publish cycle begins: a stop set before that cycle ran (a busy
+            # machine may run the agent's thread late) would end the agent without publishing at all.
+            eventually(lambda: bool(node_api.patches), what="the topology published")
         finally:
             stop.set()
-            agent.join(timeout=10)
+            agent.join(timeout=WAIT_SECONDS)
     assert status == [0]
     assert _one(samples, FB_USED, pod="p").value == 2_000
     assert node_api.patches, "it published the topology too"
