@@ -33,8 +33,10 @@ from kube_fake_apiserver import ACCESS_REVIEWS, TOKEN_REVIEWS, FakeApiServer, wr
 from kubelet_podresources import Container, Kubelet, Pod
 from kubernetes import client as k8s
 from patience import WAIT_SECONDS
+from ports import free_port
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import eventually
 
 from agent import metrics_tls
 from agent.main import run
@@ -105,7 +107,7 @@ def agent_metrics(kubelet: Kubelet, auth: MetricsAuth | None, tls: ServingTls | 
         reader = UsageReader()
         reader.open()
         stack.callback(reader.close)
-        pods = PodResourcesClient(str(kubelet.socket), min_interval=0.0, timeout=2.0)
+        pods = PodResourcesClient(str(kubelet.socket), min_interval=0.0, timeout=WAIT_SECONDS)
         stack.callback(pods.close)
         if auth is not None and tls is None:
             tls = ServingTls(names=[NODE])
@@ -261,7 +263,7 @@ def test_a_flood_of_made_up_tokens_cannot_grow_the_table(api: FakeApiServer, api
     assert len(api.reviews(TOKEN_REVIEWS)) == 202
 
 
-def test_a_slow_api_server_is_503_within_the_bound_and_not_remembered(
+def test_a_slow_api_server_is_503_within_the_bound(
     kubelet: Kubelet, api: FakeApiServer, api_client: k8s.ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     with agent_metrics(kubelet, _auth(api_client, timeout=0.5)) as agent:
@@ -272,12 +274,21 @@ def test_a_slow_api_server_is_503_within_the_bound_and_not_remembered(
         assert answer.status_code == 503 and FB_USED not in answer.text
         # The bound (0.5 s), not the API server (60 s): wide for a busy machine.
         assert "cannot check the caller" in answer.json()["message"] and took < 30
-        api.delays.clear()
+        assert _requests(agent) == {"unavailable": 1}
+    assert "the API server does not answer the reviews" in caplog.text
+    assert "prometheus-token" not in caplog.text
+
+
+def test_a_failed_review_is_503_and_not_remembered(
+    kubelet: Kubelet, api: FakeApiServer, api_client: k8s.ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reviews that are answered get the test's patience, not the short bound above: the allowed scrape after
+    # the failure must not turn into a 503 because a busy machine ran the fake API server late.
+    with agent_metrics(kubelet, _auth(api_client, timeout=WAIT_SECONDS)) as agent:
         api.fail_next(ACCESS_REVIEWS, 500)  # the SubjectAccessReview fails: closed too
         assert agent.get("prometheus-token").status_code == 503
         assert agent.get("prometheus-token").status_code == 200  # a failure is never cached
-        assert _requests(agent) == {"unavailable": 2, "allowed": 1}
-    assert "the API server does not answer the reviews" in caplog.text
+        assert _requests(agent) == {"unavailable": 1, "allowed": 1}
     assert "prometheus-token" not in caplog.text
 
 
@@ -367,8 +378,21 @@ def test_connections_past_the_cap_are_closed_at_once_and_the_server_recovers(
         finally:
             for raw in idle:
                 raw.close()
-        time.sleep(0.2)
-        assert agent.get("prometheus-token").status_code == 200
+        # The dropped connections' threads give their slots back only after the client saw the close, which a
+        # busy machine may run late (a fixed 0.2 s sleep was not always enough): until then a scrape is refused
+        # as busy, and counted so. The server has recovered once one gets through, and that one is allowed.
+        refused = 0
+        give_up = time.monotonic() + WAIT_SECONDS
+        while True:
+            try:
+                answer = agent.get("prometheus-token")
+                break
+            except httpx.TransportError:
+                refused += 1
+                assert time.monotonic() < give_up, "the server never had a free slot again"
+                time.sleep(0.05)
+        assert answer.status_code == 200
+        assert _requests(agent).get("busy") == 1 + refused
 
 
 # -- the serving certificate ---------------------------------------------------------------------------------
@@ -471,12 +495,6 @@ def test_a_collector_that_raises_is_a_500_not_a_dropped_connection(caplog: pytes
     assert answer.status_code == 500 and "rendering the series failed" in caplog.text
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_kgwe_agent_beyond_loopback_serves_https_to_tokens_only(
     api: FakeApiServer, kubelet: Kubelet, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -485,7 +503,7 @@ def test_kgwe_agent_beyond_loopback_serves_https_to_tokens_only(
     system = machines.l4_mps()
     system.gpus[0].processes = [FakeProcess(10, 1_000)]
     kubelet.pods = [Pod("team-a", "p", [Container("c", {"nvidia.com/gpu": [system.gpus[0].uuid]})])]
-    port = _free_port()
+    port = free_port()
     stop = threading.Event()
     status: list[int] = []
     argv = ["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--metrics-port", str(port),
@@ -507,9 +525,12 @@ def test_kgwe_agent_beyond_loopback_serves_https_to_tokens_only(
                         time.sleep(0.05)
                 allowed = client.get(url, headers={"Authorization": "Bearer prometheus-token"})
                 forbidden = client.get(url, headers={"Authorization": "Bearer nobody-token"})
+            # /metrics serves before the first publish cycle begins: a stop set before that cycle ran (a busy
+            # machine may run the agent's thread late) would end the agent without publishing at all.
+            eventually(lambda: bool(api.objects("Node")[NODE]["metadata"]["labels"]), what="the topology published")
         finally:
             stop.set()
-            agent.join(timeout=10)
+            agent.join(timeout=WAIT_SECONDS)
     assert status == [0]
     assert (refused.status_code, forbidden.status_code, allowed.status_code) == (401, 403, 200)
     assert [s.labels["pod"] for s in _families(allowed)[FB_USED].samples if "pod" in s.labels] == ["p"]
@@ -523,7 +544,7 @@ def test_kgwe_agent_refuses_a_certificate_without_its_key(
     api.put("Node", {"metadata": {"name": NODE}})
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
     with installed(machines.l4_mps()):
-        status = run(["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--metrics-port", str(_free_port()),
+        status = run(["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--metrics-port", str(free_port()),
                       "--metrics-cert-file", str(tmp_path / "tls.crt"), "--pod-resources-socket", ""],
                      threading.Event())
     assert status == 1

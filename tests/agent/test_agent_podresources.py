@@ -8,6 +8,7 @@ import time
 import grpc
 import pytest
 from kubelet_podresources import WIRE, Claim, Container, Kubelet, Pod, response, serving, short_dir
+from patience import WAIT_SECONDS
 
 from agent import podresources
 from agent.podresources import ClaimDevice, PodResourcesClient, PodResourcesUnavailable, allocations
@@ -119,14 +120,14 @@ def test_a_socket_that_is_no_server_is_unavailable() -> None:
         path = folder / "kubelet.sock"
         path.write_text("")  # a stale file where the socket was
         with pytest.raises(PodResourcesUnavailable, match="UNAVAILABLE"):
-            PodResourcesClient(str(path), min_interval=0.0, timeout=2.0).read()
+            PodResourcesClient(str(path), min_interval=0.0, timeout=WAIT_SECONDS).read()
 
 
 def test_a_restarted_kubelet_is_read_again_at_once() -> None:
     with short_dir() as folder:
         socket = folder / "kubelet.sock"
         pods = [Pod("ns", "p", [Container("c", {"nvidia.com/gpu": [GPU_A]})])]
-        client = PodResourcesClient(str(socket), min_interval=0.0, timeout=2.0)
+        client = PodResourcesClient(str(socket), min_interval=0.0, timeout=WAIT_SECONDS)
         with serving(Kubelet(socket, pods)):
             assert len(client.read()) == 1
             first = client._channel

@@ -21,8 +21,10 @@ from agent_node_api import NodeApi
 from fake_nvml import FakeProcess, FakeSystem, installed
 from kubelet_podresources import Claim, Container, Kubelet, Pod, serving, short_dir
 from patience import WAIT_SECONDS
+from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from waiting import eventually
 
 from agent.dra_devices import DraDevices, slices_from_api
 from agent.main import run
@@ -73,7 +75,7 @@ def exporting(system: FakeSystem, socket_path: Path | None, dra: DraDevices | No
         stack.callback(reader.close)
         pods = None
         if socket_path is not None:
-            pods = PodResourcesClient(str(socket_path), min_interval=0.0, timeout=2.0)
+            pods = PodResourcesClient(str(socket_path), min_interval=0.0, timeout=WAIT_SECONDS)
             stack.callback(pods.close)
         collector = UsageCollector(reader, pods, dra, hostname=NODE)
         server = MetricsServer(registry_for(collector), 0, "127.0.0.1")
@@ -342,17 +344,11 @@ def test_a_lost_gpu_drops_out_and_nvml_gone_leaves_the_agents_own_series(kubelet
     assert FB_USED not in samples and _value(samples, NVML_UP) == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_kgwe_agent_serves_metrics_while_it_publishes(kubeconfig: Path, node_api: NodeApi, kubelet: Kubelet) -> None:
     system = machines.l4_mps()
     system.gpus[1].processes = [FakeProcess(10, 2_000)]
     kubelet.pods = [Pod("ns", "p", [Container("c", {"nvidia.com/gpu": [system.gpus[1].uuid]})])]
-    port = _free_port()
+    port = free_port()
     stop = threading.Event()
     status: list[int] = []
     argv = ["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--metrics-port", str(port),
@@ -369,9 +365,12 @@ def test_kgwe_agent_serves_metrics_while_it_publishes(kubeconfig: Path, node_api
                 except OSError:
                     assert time.monotonic() < deadline, "the agent never served /metrics"
                     time.sleep(0.05)
+            # /metrics serves before the first publish cycle begins: a stop set before that cycle ran (a busy
+            # machine may run the agent's thread late) would end the agent without publishing at all.
+            eventually(lambda: bool(node_api.patches), what="the topology published")
         finally:
             stop.set()
-            agent.join(timeout=10)
+            agent.join(timeout=WAIT_SECONDS)
     assert status == [0]
     assert _one(samples, FB_USED, pod="p").value == 2_000
     assert node_api.patches, "it published the topology too"

@@ -4,7 +4,6 @@ wgpolicyk8s PolicyReports with audit.reportFormat)."""
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import yaml
 from cluster_dirs import EXAMPLE_CONFIG, ROOT, copy_example_cluster, gpu_pod, plant, set_quota_limit
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
+from waiting import eventually
 
 from webhook.assembly import build_runtime
 from webhook.audit import Auditor, Finding, KubeReportWriter, MemoryReportWriter, audit_cluster
@@ -247,18 +247,18 @@ def test_auditor_runs_as_a_background_task_with_rego_and_cel_policies(tmp_path: 
         pods = {(f.pod, f.policy) for f in auditor.findings}
         return {("root-trainer", "kgwe.admission.privileged"), ("train-llm-0", "max-gpus-per-pod")} <= pods
 
+    # A tick keeps its findings before it writes its reports: waiting for the report itself (not for any write,
+    # which an earlier tick may have made) leaves nothing to a stop that a busy machine may not finish in time.
+    team_a = ("Report", "team-a", "kgwe-audit")
     auditor.task.start()
     try:
-        for _ in range(3000):
-            if done() and writer.writes:
-                break
-            time.sleep(0.01)
+        eventually(lambda: done() and team_a in writer.reports, what="both findings and team-a's report")
     finally:
         auditor.task.stop()
     assert done()
     capped = next(f for f in auditor.findings if f.policy == "max-gpus-per-pod")
     assert (capped.severity, capped.message) == ("high", "the pod asks for 4 GPUs; at most 2 are allowed per pod")
-    assert ("Report", "team-a", "kgwe-audit") in writer.reports
+    assert team_a in writer.reports
 
 
 def test_the_wgpolicyk8s_format_is_kept_as_an_option(planted: Runtime) -> None:

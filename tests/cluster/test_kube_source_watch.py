@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kube_fake_apiserver import KGWE, FakeApiServer
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 from waiting import eventually
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
@@ -104,7 +105,7 @@ def test_initial_list_loads_every_kind_in_api_shape(apiserver, store, make_sourc
     seed(apiserver)
     frozen = gc.get_freeze_count()
     source = make_source(list_page_size=2)
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     assert store.loaded
     # What was listed left the cyclic collector's view (collector_pause.freeze_what_was_loaded): at 150,000 pods
     # a full collection held the GIL for seconds.
@@ -123,7 +124,7 @@ def test_expired_continue_token_restarts_the_list(apiserver, store, make_source)
     seed(apiserver)
     apiserver.expire_next_continue = True
     source = make_source(kinds=["Pod"], list_page_size=2)
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     assert stored(store, "Pod") == expected(apiserver, "Pod")
     # First page, expired continue, then the three pages of a fresh list.
     assert [r.query.get("continue", "") != "" for r in apiserver.requests_to("Pod", watch=False)] == [
@@ -133,7 +134,7 @@ def test_expired_continue_token_restarts_the_list(apiserver, store, make_source)
 
 def test_pods_are_slimmed_to_what_kgwe_reads(apiserver, store, make_source):
     apiserver.put("Pod", pod("p0"))
-    make_source(kinds=["Pod"]).wait_loaded(10)
+    assert make_source(kinds=["Pod"]).wait_loaded(WAIT_SECONDS)
     kept = stored(store, "Pod")["team-a/p0"]
     assert kept["spec"]["containers"] == [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
     # A sidecar init container keeps its restartPolicy: it changes the pod's effective GPU request.
@@ -151,7 +152,7 @@ def test_nodes_lose_only_managed_fields_and_image_lists(apiserver, store, make_s
     big["status"]["images"] = [{"names": [f"registry/image-{i}:latest"], "sizeBytes": 1 << 30} for i in range(50)]
     big["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     apiserver.put("Node", big)
-    make_source(kinds=["Node"]).wait_loaded(10)
+    assert make_source(kinds=["Node"]).wait_loaded(WAIT_SECONDS)
     kept = stored(store, "Node")["h100-a"]
     assert "managedFields" not in kept["metadata"] and "images" not in kept["status"]
     assert kept["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
@@ -162,7 +163,7 @@ def test_nodes_lose_only_managed_fields_and_image_lists(apiserver, store, make_s
 def test_watch_events_update_the_store(apiserver, store, make_source):
     seed(apiserver)
     source = make_source()
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     eventually(lambda: apiserver.open_watches("Node") == 1 and apiserver.open_watches("Pod") == 1)
 
     apiserver.put("Node", node("h200-a", "NVIDIA-H200", 8))
@@ -184,7 +185,7 @@ def test_watch_events_update_the_store(apiserver, store, make_source):
 def test_dropped_stream_resumes_from_last_resource_version_without_losing_updates(apiserver, store, make_source):
     seed(apiserver)
     source = make_source()
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     eventually(lambda: apiserver.open_watches("Node") == 1)
     seen = apiserver.put("Node", node("h100-c"))
     eventually(lambda: "h100-c" in stored(store, "Node"))
@@ -210,7 +211,7 @@ def test_dropped_stream_resumes_from_last_resource_version_without_losing_update
 def test_bookmark_moves_the_resume_point(apiserver, store, make_source):
     seed(apiserver)
     source = make_source(kinds=["Node"])
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     eventually(lambda: apiserver.open_watches("Node") == 1)
     version = apiserver.bookmark("Node")
     eventually(lambda: source.status["Node"].resource_version == str(version))
@@ -224,7 +225,7 @@ def test_gone_relists_and_the_store_equals_the_server(apiserver, store, make_sou
     seed(apiserver)
     apiserver.expired_as_http_status = as_http_status
     source = make_source()
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     eventually(lambda: apiserver.open_watches("Pod") == 1)
 
     with apiserver.cond:
@@ -250,7 +251,7 @@ def test_server_errors_back_off_and_recover(apiserver, store, make_source):
     seed(apiserver)
     apiserver.fail_next("Node", 500, times=3)
     source = make_source(kinds=["Node", "Namespace"])
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     assert len(apiserver.requests_to("Node", watch=False)) == 4
     assert source.status["Node"].errors == 3
     assert "500" in source.status["Node"].last_error
@@ -282,7 +283,7 @@ def test_missing_crd_counts_as_empty_and_is_retried(apiserver, store, make_sourc
     seed(apiserver)
     apiserver.missing.add(f"{KGWE}/gpupolicies")
     source = make_source(missing_crd_retry_seconds=0.05)
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     assert source.status["GPUPolicy"].crd_missing
     assert stored(store, "GPUPolicy") == {}
     assert stored(store, "HardwareProfile") == expected(apiserver, "HardwareProfile")
@@ -295,7 +296,7 @@ def test_missing_crd_counts_as_empty_and_is_retried(apiserver, store, make_sourc
 def test_namespace_filter_keeps_only_chosen_namespaces(apiserver, store, make_source):
     seed(apiserver)
     source = make_source(namespace_filter=lambda ns: ns != "kube-system")
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     assert "kube-system/dns" not in stored(store, "Pod")
     assert len(stored(store, "Pod")) == 5
     apiserver.put("Pod", pod("dns2", namespace="kube-system"))
@@ -310,7 +311,7 @@ def test_stop_ends_open_watches(apiserver, store, api_client):
     seed(apiserver)
     source = KubeClusterSource(store, api_client, kinds=["Node", "Pod"], watch_timeout_seconds=60)
     source.start()
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     eventually(lambda: apiserver.open_watches("Node") == 1)
     source.stop()
     assert not any(t.state().running for t in source.tasks)
@@ -361,7 +362,7 @@ current-context: fake
     source = KubeClusterSource(store, from_env, kinds=["Namespace"])
     source.start()
     try:
-        assert source.wait_loaded(10)
+        assert source.wait_loaded(WAIT_SECONDS)
         assert set(stored(store, "Namespace")) == {"team-a", "kube-system"}
         assert {r.authorization for r in apiserver.requests} == {"Bearer secret-token"}
     finally:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from kube_fake_apiserver import FakeApiServer
+from patience import WAIT_SECONDS
 from prometheus_client import CollectorRegistry
 from waiting import eventually
 
@@ -237,7 +238,7 @@ def test_against_an_api_server_patches_land_and_are_not_repeated(apiserver: Fake
                                watch_timeout_seconds=30)
     source.start()
     try:
-        assert source.wait_loaded(10)
+        assert source.wait_loaded(WAIT_SECONDS)
         ctl = BoundPodController(store, config, kube_pod_patcher(api_client), registry=CollectorRegistry())
         assert {p.name for p in ctl.reconcile_once()} == {"trainer", "notebook-1"}
         annotations = apiserver.objects("Pod")["team-a/trainer"]["metadata"]["annotations"]
@@ -283,7 +284,7 @@ def test_in_cluster_the_leader_patches_in_the_background(apiserver: FakeApiServe
                                     interval_seconds=0.02)
     controllers.elector.retry_seconds = 0.02
     try:
-        assert source.wait_loaded(10)
+        assert source.wait_loaded(WAIT_SECONDS)
         controllers.start()
         eventually(lambda: apiserver.objects("Pod")["team-a/trainer"]["metadata"]["annotations"].get(
             "kgwe.io/hourly-cost") == "9")

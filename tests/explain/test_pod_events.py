@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 import yaml
 from kube_fake_apiserver import FakeApiServer, serving_cluster, write_kubeconfig
 from patience import WAIT_SECONDS
+from ports import free_port
 
 from webhook.review import create_review
 
@@ -30,12 +30,6 @@ PODS = ROOT / "examples" / "pods"
 pytestmark = pytest.mark.timeout(120)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _pod(name: str) -> dict[str, Any]:
     return next(d for d in yaml.safe_load_all((PODS / name).read_text()) if d and d.get("kind") == "Pod")
 
@@ -44,7 +38,7 @@ def _pod(name: str) -> dict[str, Any]:
 def served(tmp_path: Path) -> Iterator[tuple[FakeApiServer, httpx.Client]]:
     api = serving_cluster(CLUSTER)
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state"),
            "KGWE_TEST_KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": "kgwe"}
     process = subprocess.Popen(

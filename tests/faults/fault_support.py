@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 import jsonpatch
 import orjson
+from ports import free_port
 
 from webhook.review import create_review
 from webhook.server.admission_endpoint import ServingRuntime
@@ -69,12 +69,6 @@ class Webhook:
         response = self.ask("mutate", pod, **kwargs)
         patch = orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else []
         return response, jsonpatch.apply_patch(create_review(pod, "x", [])["request"]["object"], patch)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Served:

@@ -2,8 +2,9 @@
 variables, under etcd's limit) are reviewed at once, a normal review by another tenant is answered before
 its deadline, and correctly: `kgwe serve` (one worker, the one every connection lands on) over HTTPS.
 
-No speed is asserted beyond the deadline itself (2.5 s, limits.deadlineSeconds' default), far above what the
-lane gives here (tens of ms); bench/bench_floods.py measures the latencies."""
+No speed is asserted beyond the deadline itself, set to 10 s here, far above what the lane gives (tens of ms;
+under 0.7 s on a 2-CPU machine at load 10). The default 2.5 s left under four times that: a busy machine could
+fail the test by time. bench/bench_floods.py measures the latencies."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from fault_support import CLUSTER, Served, gpu_pod
 
 from webhook.review import create_review
 
-DEADLINE_SECONDS = 2.5
+DEADLINE_SECONDS = 10.0
 FLOODERS = 4
 
 
@@ -34,7 +35,9 @@ def legal_size_pod(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
-    server = Served(CLUSTER, tmp_path / "state")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"limits:\n  deadlineSeconds: {DEADLINE_SECONDS}\n")
+    server = Served(CLUSTER, tmp_path / "state", "--config", str(config))
     deadline = time.monotonic() + 60
     while not server.up():
         assert time.monotonic() < deadline, "kgwe serve did not start"

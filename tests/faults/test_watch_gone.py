@@ -10,6 +10,7 @@ import pytest
 from fault_support import Webhook, gpu_pod
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 from waiting import eventually
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
@@ -47,7 +48,7 @@ def store(apiserver: FakeApiServer) -> Iterator[ClusterStore]:
         apiserver.put("Node", gpu_node("h100-a", "NVIDIA-H100-80GB-HBM3"))
         source.start()
         try:
-            assert source.wait_loaded(10)
+            assert source.wait_loaded(WAIT_SECONDS)
             yield store
         finally:
             source.stop()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from ports import free_port
 
 from webhook.server.ui_routes import ui_router
 
@@ -63,14 +64,9 @@ def test_dev_py_serves_on_loopback_unless_told_otherwise(tmp_path: Path, monkeyp
     assert calls[1].count("--host") == 1 and calls[1][calls[1].index("--host") + 1] == "0.0.0.0"
 
 
-def _free_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        return int(probe.getsockname()[1])
-
-
 def test_a_second_server_on_the_port_of_a_running_one_is_refused(tmp_path: Path) -> None:
     """Both with several workers (SO_REUSEPORT): the second must not join the first one's group."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
     first = subprocess.Popen(
         [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main(sys.argv[1:]))", "serve",
@@ -101,7 +97,7 @@ def test_a_second_server_on_the_port_of_a_running_one_is_refused(tmp_path: Path)
 
 
 def test_the_first_line_says_how_to_trust_the_ca_and_trusting_it_works(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KGWE_STATE_DIR": str(tmp_path / "state")}
     server = subprocess.Popen(
         [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main(sys.argv[1:]))", "serve",

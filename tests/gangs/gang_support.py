@@ -17,6 +17,7 @@ import jsonpatch
 import pytest
 from kube_fake_apiserver import FakeApiServer, Request
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.admission.request import decode_review
@@ -195,7 +196,7 @@ class GangApiServer(FakeApiServer):
     def pod(self, key: str) -> dict[str, Any]:
         return self.objects("Pod")[key]
 
-    def wait_for(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
+    def wait_for(self, check: Callable[[], bool], timeout: float = WAIT_SECONDS) -> None:
         deadline = time.monotonic() + timeout
         while not check():
             if time.monotonic() > deadline:
@@ -395,7 +396,7 @@ def replica(server: GangApiServer, api: k8s_client.ApiClient, config: Config | N
     store = ClusterStore(AcceleratorTable.build(), min_rebuild_interval=0)
     source = KubeClusterSource(store, api, kinds=("Node", "Pod", "Namespace"), discover=(WORKLOAD_API,))
     source.start()
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     _sources.append(source)
     if config is None:
         return Cluster(server, api, store, make_runtime(store))

@@ -93,7 +93,7 @@ def api() -> Iterator[tuple[FakeApiServer, QuotaController]]:
     store = ClusterStore(config.accelerator_table(), min_rebuild_interval=0.0)
     source = KubeClusterSource(store, client)
     source.start()
-    assert source.wait_loaded(10)
+    assert source.wait_loaded(WAIT_SECONDS)
     controller = QuotaController(store, config, kube_quota_writer(client))
     yield server, controller
     source.stop()

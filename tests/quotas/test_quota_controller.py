@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kube_fake_apiserver import FakeApiServer, pod_update_problem, serving_cluster
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 from waiting import eventually
 
 from webhook.assembly import build_runtime
@@ -42,7 +43,7 @@ class Replica:
 
     def start(self) -> None:
         self.source.start()
-        assert self.source.wait_loaded(10)
+        assert self.source.wait_loaded(WAIT_SECONDS)
         self.elector.start()
         self.controller.task.start()
 
@@ -60,14 +61,23 @@ class Replica:
         self.client.close()
 
 
-def replica(server: FakeApiServer, config: Config, name: str) -> Replica:
+# (lease_seconds, renew_deadline_seconds). Steady: the elector's own defaults, so a leader a busy machine runs
+# late for a second or two keeps its lease; with 2 s and 1.5 s it could step down and the other replica take
+# over mid-test, which the tests that count the leader's writes cannot tell from a double write.
+STEADY_LEASE = (15.0, 10.0)
+# Short, for the test of a takeover: it waits for the dead leader's lease to run out.
+FAILOVER_LEASE = (2.0, 1.5)
+
+
+def replica(server: FakeApiServer, config: Config, name: str, lease: tuple[float, float] = STEADY_LEASE
+            ) -> Replica:
     configuration = k8s_client.Configuration()
     configuration.host = server.url
     client = k8s_client.ApiClient(configuration)
     store = ClusterStore(config.accelerator_table(), min_rebuild_interval=0.0)
     source = KubeClusterSource(store, client)
-    elector = LeaderElector(client, namespace="kgwe-system", identity=name, lease_seconds=2.0,
-                            renew_deadline_seconds=1.5, retry_seconds=0.1)
+    elector = LeaderElector(client, namespace="kgwe-system", identity=name, lease_seconds=lease[0],
+                            renew_deadline_seconds=lease[1], retry_seconds=0.1)
     controller = QuotaController(store, config, kube_quota_writer(client), is_leader=elector.is_leader,
                                  position_refresh_seconds=0.2)
     elector.on_change = lambda leader: controller.wake() if leader else None
@@ -79,16 +89,25 @@ def config() -> Config:
     return load_config(ROOT / "examples" / "config.yaml")
 
 
-@pytest.fixture
-def cluster(config: Config) -> Iterator[tuple[FakeApiServer, list[Replica]]]:
+def two_replicas(config: Config, lease: tuple[float, float]) -> Iterator[tuple[FakeApiServer, list[Replica]]]:
     server = serving_cluster(ROOT / "examples" / "cluster")
-    replicas = [replica(server, config, "a"), replica(server, config, "b")]
+    replicas = [replica(server, config, "a", lease), replica(server, config, "b", lease)]
     for r in replicas:
         r.start()
     yield server, replicas
     for r in replicas:
         r.stop()
     server.close()
+
+
+@pytest.fixture
+def cluster(config: Config) -> Iterator[tuple[FakeApiServer, list[Replica]]]:
+    yield from two_replicas(config, STEADY_LEASE)
+
+
+@pytest.fixture
+def failing_over(config: Config) -> Iterator[tuple[FakeApiServer, list[Replica]]]:
+    yield from two_replicas(config, FAILOVER_LEASE)
 
 
 def admitted(config: Config, pod: dict[str, Any], created: str) -> dict[str, Any]:
@@ -174,11 +193,18 @@ def test_a_pod_of_several_types_is_pinned_to_the_type_with_quota_left(
 
 
 def test_the_leader_dies_and_the_other_replica_releases_from_the_apis_state(
-    cluster: tuple[FakeApiServer, list[Replica]], config: Config
+    failing_over: tuple[FakeApiServer, list[Replica]], config: Config
 ) -> None:
-    server, replicas = cluster
-    eventually(lambda: any(r.elector.is_leader() for r in replicas), what="a leader")
-    leader = next(r for r in replicas if r.elector.is_leader())
+    server, replicas = failing_over
+    leaders: list[Replica] = []
+
+    def found_leader() -> bool:
+        # Read once per look: with the short lease, who leads may change between two looks on a busy machine.
+        leaders[:] = [r for r in replicas if r.elector.is_leader()]
+        return bool(leaders)
+
+    eventually(found_leader, what="a leader")
+    leader = leaders[0]
     other = next(r for r in replicas if r is not leader)
     leader.crash()
     for i in range(6):

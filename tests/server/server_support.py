@@ -20,6 +20,7 @@ import uvicorn
 import yaml
 from fastapi import FastAPI
 from patience import WAIT_SECONDS
+from ports import free_port as free_port
 
 from certs.authority import Settings
 from certs.files import CertificatePaths, ensure_files
@@ -44,12 +45,6 @@ CLIENT_TIMEOUT_SECONDS = 60.0
 
 def load_pod(path: Path) -> dict[str, Any]:
     return next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "Pod")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 GPU_POD: dict[str, Any] = {
@@ -116,12 +111,16 @@ class FakeAdmission:
 
     def __init__(self) -> None:
         self.budgets: list[float] = []
+        # The deadlines themselves: a test bounds them by clock readings taken around its request, which holds
+        # however long a busy machine takes to reach the core (the budget left when it does is not fixed).
+        self.deadlines: list[float] = []
         self.delay = 0.0
         # Set to end a delay early (a hung core's thread is not left sleeping past its test).
         self.wake = threading.Event()
 
     def _pod(self, request: AdmissionRequest, deadline: float | None) -> dict[str, Any] | None:
         if deadline is not None:
+            self.deadlines.append(deadline)
             self.budgets.append(deadline - time.monotonic())
         if self.delay:
             self.wake.wait(self.delay)
@@ -172,6 +171,9 @@ class RunningServer:
     ca_file: Path
     cert_dir: Path
     tls: ReloadingSSLContext
+    # The server itself where it runs in this process: its open connections and request tasks, for a test
+    # to wait until the server has finished with a connection (start_server sets it).
+    uvicorn: uvicorn.Server | None = None
 
     def client(self, **kwargs: Any) -> httpx.Client:
         kwargs.setdefault("timeout", CLIENT_TIMEOUT_SECONDS)
@@ -220,7 +222,7 @@ def start_server(
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.01)
     try:
-        yield RunningServer(f"https://127.0.0.1:{port}", paths.ca_cert, paths.directory, tls)
+        yield RunningServer(f"https://127.0.0.1:{port}", paths.ca_cert, paths.directory, tls, servers[0])
     finally:
         servers[0].should_exit = True
         thread.join(10)

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from kube_fake_apiserver import ACCESS_REVIEWS, TOKEN_REVIEWS, FakeApiServer, serving_cluster, write_kubeconfig
 from server_support import CLUSTER, CONFIG, GPU_POD, ROOT, RunningServer, admission_review, free_port
+from waiting import eventually
 
 READ_PATHS = ["/api/v1/hardware-profiles", "/api/v1/nodes", "/api/v1/tenants", "/api/v1/costs", "/api/v1/gangs",
               "/api/v1/workloads", "/api/v1/explain", "/api/v1/hardware-profiles/proposal?type=nvidia-h100-80gb",
@@ -222,10 +223,16 @@ def test_a_slow_token_review_is_bounded_and_admission_keeps_answering(serving: S
         found["status"] = serving.get("/api/v1/tenants", "slow-token").status_code
         found["seconds"] = time.monotonic() - started
 
+    def slow_reviews_asked() -> int:
+        return sum(1 for r in serving.api.reviews(TOKEN_REVIEWS) if (r.body or {}).get("spec", {}).get("token")
+                   == "slow-token")
+
     reader = threading.Thread(target=read)
     try:
         reader.start()
-        time.sleep(0.5)  # the read is now waiting on the TokenReview
+        # The read is waiting on the TokenReview once the API server has it: a fixed sleep sent /mutate before
+        # the read had asked whenever a busy machine ran the reader late, and the order proved nothing.
+        eventually(lambda: slow_reviews_asked() >= 1, what="the read's TokenReview asked")
         with serving.server.client(timeout=30) as client:
             review = client.post("/mutate", json=admission_review(GPU_POD))
         read_done_first = "status" in found

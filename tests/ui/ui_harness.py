@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from ports import free_port
 
 from certs.authority import Settings
 from certs.files import ensure_files
@@ -83,12 +83,6 @@ def ensure_chromium() -> Path:
     return found
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _kgwe_command() -> list[str]:
     # Never the `kgwe` console script: it imports `webhook` from wherever the package was installed (an
     # editable install of another checkout), not from this tree. The interpreter with this tree first on
@@ -96,10 +90,12 @@ def _kgwe_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())"]
 
 
-def _serve_env() -> dict[str, str]:
-    """The environment of `kgwe serve`: this tree's code ahead of any installed copy."""
+def _serve_env(workdir: Path) -> dict[str, str]:
+    """The environment of `kgwe serve`: this tree's code ahead of any installed copy, and a state directory of
+    the test's own (not the user's, which every xdist worker's server would share)."""
     inherited = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *([inherited] if inherited else [])])}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *([inherited] if inherited else [])]),
+            "KGWE_STATE_DIR": str(workdir / "state")}
 
 
 @dataclass
@@ -139,7 +135,7 @@ def kgwe_serve(workdir: Path, cluster: Path = EXAMPLE_CLUSTER, *extra_args: str,
         *(() if "--workers" in extra_args else ("--workers", "1")), *extra_args,
     ]
     with log_file.open("wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=_serve_env(), stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=ROOT, env=_serve_env(workdir), stdout=log, stderr=subprocess.STDOUT)
     server = KgweServer(f"https://127.0.0.1:{port}", paths.ca_cert, process, log_file)
     try:
         _wait_ready(server)

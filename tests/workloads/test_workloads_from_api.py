@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kube_fake_apiserver import FakeApiServer
 from kubernetes import client as k8s_client
+from patience import WAIT_SECONDS
 
 from policies.vocabulary.accelerator_types import AcceleratorTable
 from webhook.assembly import workload_kinds
@@ -31,7 +32,7 @@ def fake_api() -> Iterator[FakeApiServer]:
     server.close()
 
 
-def _wait(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
+def _wait(predicate: Callable[[], bool], timeout: float = WAIT_SECONDS) -> bool:
     """Poll until the watch delivered (a wait for an event, not a timing assertion)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
