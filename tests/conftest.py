@@ -4,6 +4,7 @@ run leaves out so that nothing in it depends on how busy the machine is (`python
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 import pytest
@@ -20,6 +21,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Read by tests/fixtures/effort.py when test modules are imported (after this hook, in every xdist worker).
     if config.getoption("--long"):
         os.environ["KGWE_LONG"] = "1"
+    # KGWE's state (certificates, the signing key) of the tests' own, never the user's `~/.local/state/kgwe`;
+    # tests that start `kgwe serve` give it a directory of their own.
+    if "KGWE_STATE_DIR" not in os.environ:
+        os.environ["KGWE_STATE_DIR"] = tempfile.mkdtemp(prefix="kgwe-test-state-")
     _schemas_read_once()
 
 

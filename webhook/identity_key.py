@@ -5,10 +5,11 @@ the configured file, or made once under the state directory. Core, not the wing'
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
-import time
+import tempfile
 from pathlib import Path
 
 from webhook.state import state_dir
@@ -35,27 +36,35 @@ def load_key(path: Path | None) -> bytes:
         return key
     file = state_dir() / "identity.key"
     try:
-        return file.read_bytes().strip()
+        return _whole(file, file.read_bytes().strip())
     except FileNotFoundError:
         pass
     except OSError as exc:
         raise IdentityKeyError(f"requested-by signing key {file}: {exc}") from exc
     file.parent.mkdir(parents=True, exist_ok=True)
+    # Written whole under a name of its own, then linked into place: of several workers starting together
+    # exactly one link succeeds, and no worker ever reads a key half written (however long the writer waits
+    # for a CPU between its open and its write).
+    descriptor, written = tempfile.mkstemp(prefix=".identity.key.", dir=file.parent)
     try:
-        # O_EXCL: of several workers starting together exactly one writes the key; the others read it.
-        descriptor = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _read_when_written(file)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(secrets.token_hex(KEY_BYTES).encode())
-    log.info("requested-by signing key made in %s", file)
-    return file.read_bytes().strip()
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(secrets.token_hex(KEY_BYTES).encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(written, file)
+            log.info("requested-by signing key made in %s", file)
+        except FileExistsError:
+            pass  # another worker's key is in place: every worker signs with that one
+    except OSError as exc:
+        raise IdentityKeyError(f"requested-by signing key {file}: {exc}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(written)
+    return _whole(file, file.read_bytes().strip())
 
 
-def _read_when_written(file: Path) -> bytes:
-    for _ in range(100):
-        key = file.read_bytes().strip()
-        if len(key) >= 16:
-            return key
-        time.sleep(0.01)
-    raise IdentityKeyError(f"requested-by signing key {file} stays empty")
+def _whole(file: Path, key: bytes) -> bytes:
+    if len(key) < 16:
+        raise IdentityKeyError(f"requested-by signing key {file}: fewer than 16 bytes (remove it: a new one is made)")
+    return key

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,20 @@ def test_the_local_key_is_made_once_and_shared(tmp_path: Path, monkeypatch: pyte
     assert os.stat(tmp_path / "identity.key").st_mode & 0o777 == 0o600
     with pytest.raises(IdentityKeyError, match="missing"):
         load_key(tmp_path / "missing")
+
+
+def test_workers_starting_together_share_one_whole_key(tmp_path: Path) -> None:
+    # Separate processes, as `kgwe serve --workers N` starts them: each makes the key if it finds none.
+    script = "import sys; from webhook.identity_key import load_key; sys.stdout.write(load_key(None).decode())"
+    env = {**os.environ, "KGWE_STATE_DIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    started = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE) for _ in range(6)]
+    keys = {process.communicate(timeout=120)[0] for process in started}
+    assert len(keys) == 1 and len(keys.pop()) >= 32
+    assert [p.name for p in tmp_path.iterdir()] == ["identity.key"], "no half-made key is left behind"
+
+
+def test_a_key_file_left_empty_is_refused_with_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KGWE_STATE_DIR", str(tmp_path))
+    (tmp_path / "identity.key").write_bytes(b"")
+    with pytest.raises(IdentityKeyError, match="fewer than 16 bytes"):
+        load_key(None)
