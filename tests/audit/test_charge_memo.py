@@ -8,6 +8,7 @@ from pathlib import Path
 
 from changing_cluster import random_pod, step
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster, gpu_pod
+from effort import tries
 
 from webhook.assembly import build_runtime
 from webhook.audit.charges import ChargeMemo
@@ -24,7 +25,7 @@ def test_remembered_charges_equal_a_fresh_computation_over_a_changing_cluster(tm
     for n in range(40):
         store.upsert(random_pod(rng, 1000 + n))
     looked_up = 0
-    for n in range(300):
+    for n in range(tries(80, 300)):
         model = store.snapshot(force=True)
         assert memo.usage_charges(model) == usage_charges(model), f"step {n}"
         looked_up += sum(1 for _ in model.pods) - memo.computed

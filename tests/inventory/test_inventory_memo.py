@@ -11,6 +11,7 @@ from typing import Any
 
 from changing_cluster import NAMESPACES, changed, random_pod, step
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster
+from effort import tries
 
 from webhook.assembly import build_runtime
 from webhook.config import load_config
@@ -52,7 +53,7 @@ def test_remembered_pods_give_the_views_of_a_fresh_inventory_over_a_changing_clu
     for n in range(40):
         store.upsert((random_pod if n % 2 else _unnamed_pod)(rng, 1000 + n))
     looked_up = 0
-    for n in range(250):
+    for n in range(tries(70, 250)):
         model = store.snapshot(force=True)
         memo.advance(model, config)
         remembered = Inventory(model, config, now=model_time(), memo=memo)
