@@ -37,6 +37,7 @@ never remembered.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -215,6 +216,14 @@ def reads_of_modules(modules: Mapping[str, str]) -> dict[str, ModuleReads | None
     """The reads of each module (file name -> source), with the aliases, collection rules and functions
     of their packages resolved across them; None for a module the parser cannot read on its own (then:
     it reads everything)."""
+    return dict(_reads_of_modules(tuple(modules.items())))
+
+
+# A reload after a GPUPolicy or configuration change reads the unchanged Rego set again: the walk of its
+# rules is a fifth of a reload's time, and its result (frozen ModuleReads) is the same each time.
+@functools.lru_cache(maxsize=16)
+def _reads_of_modules(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, ModuleReads | None], ...]:
+    modules = dict(items)
     parsed = {name: _parse_or_none(name, source) for name, source in modules.items()}
     packages: dict[Path, list[_Parsed]] = {}
     for module in parsed.values():
@@ -233,8 +242,8 @@ def reads_of_modules(modules: Mapping[str, str]) -> dict[str, ModuleReads | None
             name = head_name(rule)
             if isinstance(head, dict) and "Func" in head and name is not None:
                 definitions.setdefault((*module.package, name), []).append((rule, scope))
-    return {name: None if module is None else _reads(module, scopes[id(module)])
-            for name, module in parsed.items()}
+    return tuple((name, None if module is None else _reads(module, scopes[id(module)]))
+                 for name, module in parsed.items())
 
 
 def module_reads(name: str, source: str) -> ModuleReads | None:

@@ -39,8 +39,11 @@ pods). The interpreter would fail the query there, the RVM treats the call as un
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -145,6 +148,37 @@ class RvmRefused(Exception):
     """This set is not served on the RVM (the message says why); the interpreter serves it."""
 
 
+class _VerifiedSets:
+    """What preparing a set on the RVM concluded (its entries and compiled program, or why it is refused), by
+    the set's modules and data: a reload after a GPUPolicy or configuration change prepares the unchanged Rego
+    set again, and its compilation and self-check (most of a reload's time) give the same answer each time."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._known: OrderedDict[bytes, tuple[dict[str, str], bytes] | str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> tuple[dict[str, str], bytes] | str | None:
+        with self._lock:
+            known = self._known.get(key)
+            if known is not None:
+                self._known.move_to_end(key)
+            return known
+
+    def put(self, key: bytes, known: tuple[dict[str, str], bytes] | str) -> None:
+        with self._lock:
+            self._known[key] = known
+            while len(self._known) > self._size:
+                self._known.popitem(last=False)
+
+
+_VERIFIED = _VerifiedSets(16)
+
+
+def _set_key(modules: Mapping[str, str], data_json: str) -> bytes:
+    return hashlib.sha256(orjson.dumps([sorted(modules.items()), data_json])).digest()
+
+
 class _PreparedRvm:
     """The RVM for the aggregate queries; everything else, and every input the guards refuse, goes to the
     interpreter prepared for the same set. Both see the same `set_cluster`."""
@@ -154,6 +188,30 @@ class _PreparedRvm:
 
     def __init__(self, modules: Mapping[str, str], data: Mapping[str, Any], interpreter: _PreparedRegorus) -> None:
         self._interpreter = interpreter
+        self._data = dict(data)
+        self._data_json = orjson.dumps(self._data, default=_json_default).decode()
+        self._cluster: Mapping[str, Any] | None = None
+        self._cluster_ok: tuple[Mapping[str, Any] | None, bool] = (None, True)
+        self._vms = ThreadBound("vms", self._build_vm, self._load_data, _VMS_PER_THREAD)
+        self.fallbacks = 0  # requests the interpreter answered (guards); read by tests and the bench
+        self._entries: dict[str, str] = {}
+        self._binary = b""
+        key = _set_key(modules, self._data_json)
+        known = _VERIFIED.get(key)
+        if isinstance(known, str):
+            raise RvmRefused(known)
+        if known is not None:
+            self._entries, self._binary = dict(known[0]), known[1]
+            self.set_cluster((self._data.get("kgwe") or {}).get("cluster") or {})  # as after the self-check
+            return
+        try:
+            self._compile_and_check(modules)
+        except RvmRefused as refused:
+            _VERIFIED.put(key, str(refused))
+            raise
+        _VERIFIED.put(key, (dict(self._entries), self._binary))
+
+    def _compile_and_check(self, modules: Mapping[str, str]) -> None:
         gathered = gathered_from_module(modules.get(AGGREGATE_MODULE, ""))
         if gathered is None:
             raise RvmRefused("no KGWE aggregate module")
@@ -161,7 +219,7 @@ class _PreparedRvm:
                for p in module_packages(source) if p == RVM_PACKAGE or p.startswith(RVM_PACKAGE + ".")]
         if own:
             raise RvmRefused(f"module {own[0]} uses package {RVM_PACKAGE}")
-        self._entries: dict[str, str] = {CHECK_QUERY: CHECK_QUERY, EVERYTHING_QUERY: EVERYTHING_ENTRY}
+        self._entries = {CHECK_QUERY: CHECK_QUERY, EVERYTHING_QUERY: EVERYTHING_ENTRY}
         if any("decision" in g.rules for g in gathered):
             self._entries[DECISION_QUERY] = DECISION_QUERY
         # Imported names written out (rego_imports.py): the RVM reads a whole package through an import.
@@ -173,8 +231,6 @@ class _PreparedRvm:
         if cycle:
             raise RvmRefused(f"recursive rules (the RVM crashes where a request reaches them): "
                              f"{' -> '.join(cycle[:5])}")
-        self._data = dict(data)
-        self._data_json = orjson.dumps(self._data, default=_json_default).decode()
         try:
             import regorus
 
@@ -193,10 +249,6 @@ class _PreparedRvm:
             more = f" and {len(risky) - 3} more" if len(risky) > 3 else ""
             raise RvmRefused(f"may fail where the RVM answers undefined: {', '.join(risky[:3])}{more}")
         self._binary = bytes(program.serialize_binary())
-        self._cluster: Mapping[str, Any] | None = None
-        self._cluster_ok: tuple[Mapping[str, Any] | None, bool] = (None, True)
-        self._vms = ThreadBound("vms", self._build_vm, self._load_data, _VMS_PER_THREAD)
-        self.fallbacks = 0  # requests the interpreter answered (guards); read by tests and the bench
         self._self_check([g.name for g in gathered if g.gated], [g.name for g in gathered if not g.gated])
 
     # The load-time self-check runs in the loading thread, on the same objects requests use.

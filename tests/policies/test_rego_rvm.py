@@ -430,6 +430,27 @@ def test_a_set_the_rvm_compiler_panics_on_is_served_by_the_interpreter(
     assert [(v.policy, v.action, v.message) for v in violations] == [("kgwe.admin.images", "Deny", "cuda")]
 
 
+def test_a_set_prepared_again_is_served_as_the_first_time(tmp_path: Path, make_context: Any) -> None:
+    """A reload prepares an unchanged set from what the first preparation concluded (rego_rvm.py
+    `_VerifiedSets`): the same evaluator, the same answers; a set refused the first time is refused again."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "labels.rego").write_text(
+        "package admin.labels\nimport rego.v1\n"
+        'deny contains "stop" if input.request.object.metadata.labels.stop == "1"\n')
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "images.rego").write_text(
+        "package kgwe.admin.images\nimport rego.v1\n\n"
+        "deny contains input.request.object.spec.containers[_].image if input.request.operation == \"CREATE\"\n")
+    stopped = gpu_pod()
+    stopped["metadata"]["labels"] = {"stop": "1"}
+    for directory, evaluator in ((tmp_path / "one", "rvm"), (tmp_path / "other", "interpreter")):
+        first, again = (_runtime("auto", directories=(str(directory),)) for _ in range(2))
+        assert rego_evaluator(first._set.prepared) == rego_evaluator(again._set.prepared) == evaluator
+        for pod in (gpu_pod(), stopped):
+            assert again.evaluate(make_context(pod)) == first.evaluate(make_context(pod))
+            assert again.check(make_context(pod)) == first.check(make_context(pod))
+
+
 def test_a_part_the_engine_was_not_handed_keeps_the_request_on_the_rvm(
     make_context: Callable[..., PolicyContext], tmp_path: Path
 ) -> None:
