@@ -14,7 +14,7 @@ from typing import Any
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary import keys
 from policies.vocabulary.objects import ObjectView, PodView
-from webhook.cluster.device_classes import asks_extended_devices
+from webhook.cluster.device_classes import charged_through_claims
 from webhook.intent import A_GANG, INTENT_KEYS, LABEL_GANG, annotations_of, parse_gang_size
 from webhook.mutation.pipeline import copy_json
 from webhook.workload_kinds import Template, WorkloadShapeError
@@ -30,7 +30,7 @@ def num(value: Decimal) -> str:
 def in_kgwe_scope(pod: dict[str, Any], template: dict[str, Any], mapped: Mapping[str, str]) -> bool:
     if pod_gpu_demand(pod).asks_gpu:
         return True
-    if PodView(pod).spec.get("resourceClaims") or asks_extended_devices(pod, mapped):
+    if charged_through_claims(pod, mapped):
         # Claims of its own, or DRA devices asked as extended resources, may be GPUs (docs/dra.md): its pods,
         # made by a controller, must be judged as the template's author, which only a signed
         # kgwe.io/requested-by tells.
