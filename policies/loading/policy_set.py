@@ -9,7 +9,7 @@ once on the serving engine, with a warm-up query so that no request pays for laz
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,14 +184,16 @@ def prepare_rego(engine: RegoEngine, units: list[CompiledUnit]) -> tuple[Prepare
 
 
 def compile_unit(
-    source: PolicySource, cel: CelEngine, validator: RegoEngine, libraries: list[CompiledUnit]
+    source: PolicySource, cel: Callable[[], CelEngine], validator: RegoEngine, libraries: list[CompiledUnit]
 ) -> CompiledUnit:
-    """Compile one unit on its own; raises PolicyCompileError naming what is wrong."""
+    """Compile one unit on its own; raises PolicyCompileError naming what is wrong. `cel` is called only for
+    a GPUPolicy: building the CEL engine loads protobuf and CEL's environment, which a set of Rego alone (the
+    built-ins of a one-shot `kgwe review`) never uses."""
     if source.error:
         raise PolicyCompileError(source.error)
     gpu = None
     if source.gpu_policy is not None:
-        gpu = compile_gpu_policy(source.gpu_policy, cel)
+        gpu = compile_gpu_policy(source.gpu_policy, cel())
     unit = CompiledUnit(source, gpu)
     if source.modules:
         try:

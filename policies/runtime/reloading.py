@@ -72,7 +72,7 @@ class Reloading(RuntimeBase):
                 report.kept_previous.append(source.name)
             else:
                 try:
-                    unit = compile_unit(source, self.cel_engine, self._validator, libraries)
+                    unit = compile_unit(source, lambda: self.cel_engine, self._validator, libraries)
                 except PolicyCompileError as exc:
                     errors[key] = str(exc)
                     self._failed[key] = (source.fingerprint, str(exc))

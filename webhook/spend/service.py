@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from policies.quota.budget import BudgetState, budget_of
 from policies.quota.model import tenant_of_quota
@@ -28,9 +29,11 @@ from webhook.spend.history import idle_usage, prometheus_buckets, prometheus_spe
 from webhook.spend.ledger import PodSpend, bucket_spend, by_tenant, directory_spend
 from webhook.spend.metrics import export
 from webhook.spend.rates import PodRate, current_hourly, pod_rates
-from webhook.spend.report import WindowCosts, build_window_costs
 from webhook.spend.window import Window, month_of, parse_window, stamp
 from webhook.usage.prometheus import PrometheusClient, PrometheusClients, PrometheusUnavailable
+
+if TYPE_CHECKING:  # the report's pydantic models are built by window_costs; budgets (admission) need none of them
+    from webhook.spend.report import WindowCosts
 
 log = logging.getLogger("kgwe.spend")
 ZERO = Decimal(0)
@@ -83,6 +86,8 @@ class SpendService:
     # -- the views -------------------------------------------------------------------------------
     def window_costs(self, window_text: str, visible: Visible | None = None, at: float | None = None) -> WindowCosts:
         """Costs over `window_text` (`30d`) ending at `at` (now). Raises WindowError, PrometheusUnavailable."""
+        from webhook.spend.report import build_window_costs  # the server's API routes import it at start
+
         seconds = parse_window(window_text)
         config = self._config()
         now = self._clock() if at is None else at
