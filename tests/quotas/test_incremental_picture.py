@@ -30,6 +30,8 @@ POOLS = ("a", "b")
 def _pod(rng: random.Random, n: int) -> dict[str, Any]:
     pod = random_pod(rng, n)
     pod["metadata"]["uid"] = f"uid-{n}"
+    if not pod["spec"].get("nodeName") and rng.random() < 0.5:  # priced by its types' nodes before binding
+        pod["metadata"]["annotations"]["kgwe.io/sharing"] = rng.choice(("mps", "time-slicing"))
     if rng.random() < 0.25:  # a gang member, most of them gated
         pod["metadata"].setdefault("labels", {})[LABEL_GANG] = rng.choice(GANGS)
         pod["metadata"]["annotations"][A_GANG_SIZE] = str(rng.randint(1, 3))

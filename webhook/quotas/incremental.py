@@ -6,8 +6,8 @@ read (its charges and the tenants they count for) is kept between passes, with i
 
 - a pod event (the store's listener) marks that pod: the next pass reads it again from its snapshot, and
   only its own tenants' sets move;
-- a node whose facts changed: the pods bound to it are read again, and the pods on no known node (the types'
-  sharing modes price them before binding);
+- a node whose facts changed: the pods bound to it (or naming it) are read again, and the pods on no known
+  node that ask MPS or time-slicing (the replicas of their types' nodes price them before binding);
 - a Namespace that changed: its pods (their charges carry its labels);
 - pods with ResourceClaims or DRA extended resources of their own: every pass, as the full computation does
   (their charges follow the claims, and a claim several pods name is paid for once);
@@ -36,6 +36,7 @@ from policies.vocabulary.objects import PodView
 from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel, object_key
 from webhook.gang_spec import membership
+from webhook.quota_charges import priced_by_type_sharing
 from webhook.quotas.waiters import (
     GatedPod,
     PodRead,
@@ -90,7 +91,7 @@ class QuotaIndex:
         self._reads: dict[str, PodRead] = {}  # every pod by namespace/name, finished ones too
         self._by_node: dict[str, set[str]] = {}  # unfinished pods by the node they name
         self._by_namespace: dict[str, set[str]] = {}  # unfinished pods by namespace
-        self._unbound: set[str] = set()  # unfinished pods on no known node
+        self._unbound: set[str] = set()  # unfinished pods on no known node priced by their types' nodes
         self._always: set[str] = set()  # unfinished pods charged through claims: read every pass
         self._members: dict[str, set[str]] = {}  # tenant -> unfinished pods with a charge it counts
         self._gated: set[str] = set()  # unfinished pods behind the quota gate, not being deleted
@@ -165,7 +166,7 @@ class QuotaIndex:
             for key, read in list(self._reads.items()):
                 if not read.terminal and read.charges:
                     self._unindex(key, read)
-                    self._store(key, _with_owners(read, owners_of(read.charges, tenants)), mapped)
+                    self._store(key, _with_owners(read, owners_of(read.charges, tenants)), model, mapped)
         self._nodes, self._namespaces = model.nodes, model.namespaces
         self._context, self._owners_for = context, ownership
 
@@ -182,9 +183,9 @@ class QuotaIndex:
             charges = tuple(charges_of(pod, model, mapped, claim_usage))
             read = PodRead(pod, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
                            node, (-1, -1), charges, owners_of(charges, tenants), None)
-        self._store(key, read, mapped)
+        self._store(key, read, model, mapped)
 
-    def _store(self, key: str, read: PodRead, mapped: Mapping[str, str]) -> None:
+    def _store(self, key: str, read: PodRead, model: ClusterModel, mapped: Mapping[str, str]) -> None:
         self._reads[key] = read
         if read.terminal:
             return
@@ -192,7 +193,7 @@ class QuotaIndex:
         self._by_namespace.setdefault(PodView(pod).namespace, set()).add(key)
         if read.node_name:
             self._by_node.setdefault(read.node_name, set()).add(key)
-        if read.node is None:
+        if read.node is None and read.charges and priced_by_type_sharing(pod, model):
             self._unbound.add(key)
         spec = pod.get("spec")
         if read.claims or (isinstance(spec, dict) and asks_mapped(spec, mapped)):
