@@ -25,13 +25,21 @@ from webhook.quotas.waiters import quota_picture
 
 GANGS = ("llm", "vision")
 POOLS = ("a", "b")
+# A profile that prices its pods by their type's time-sliced nodes before binding.
+SLICED = {"apiVersion": "kgwe.io/v1alpha1", "kind": "HardwareProfile", "metadata": {"name": "sliced"},
+          "spec": {"acceleratorTypes": ["nvidia-h100-80gb", "nvidia-l4"], "sharing": {"mode": "time-slicing"}}}
 
 
 def _pod(rng: random.Random, n: int) -> dict[str, Any]:
     pod = random_pod(rng, n)
     pod["metadata"]["uid"] = f"uid-{n}"
-    if not pod["spec"].get("nodeName") and rng.random() < 0.5:  # priced by its types' nodes before binding
-        pod["metadata"]["annotations"]["kgwe.io/sharing"] = rng.choice(("mps", "time-slicing"))
+    if not pod["spec"].get("nodeName") and rng.random() < 0.6:  # priced by its types' nodes before binding
+        notes = pod["metadata"]["annotations"]
+        if rng.random() < 0.5:
+            notes["kgwe.io/sharing"] = rng.choice(("mps", "time-slicing"))
+        else:
+            notes.pop("kgwe.io/sharing", None)
+            notes["kgwe.io/profile"] = SLICED["metadata"]["name"]
     if rng.random() < 0.25:  # a gang member, most of them gated
         pod["metadata"].setdefault("labels", {})[LABEL_GANG] = rng.choice(GANGS)
         pod["metadata"]["annotations"][A_GANG_SIZE] = str(rng.randint(1, 3))
@@ -118,6 +126,7 @@ def test_the_picture_kept_from_events_equals_a_fresh_full_one_after_every_event(
     store = runtime.store
     store.min_rebuild_interval = 0
     rng = random.Random(seed)
+    store.upsert(SLICED)
     for n in range(30):
         store.upsert(_pod(rng, 1000 + n))
     index = QuotaIndex()
