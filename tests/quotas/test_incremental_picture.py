@@ -171,3 +171,25 @@ def test_a_pod_event_reads_only_that_pod_again(tmp_path: Path) -> None:
     assert index.picture(model, pending, {}) == quota_picture(model, {})
     moved = [key for key, read in index._reads.items() if before.get(key) is not read]
     assert moved == [object_key(victim)]
+
+
+def test_no_marks_are_kept_while_every_pod_is_to_be_read(tmp_path: Path) -> None:
+    """A replica that does not lead (no pass takes the marks) and a fresh index keep no per-pod marks: their
+    next pass reads every pod anyway; after it, a pass takes exactly the pods changed since."""
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
+    store = runtime.store
+    store.min_rebuild_interval = 0
+    index = QuotaIndex()
+    store.add_listener(index.changed)
+    rng = random.Random(3)
+    store.upsert(_pod(rng, 1))
+    pending = index.take()
+    assert pending.everything and not pending.pods
+    index.picture(store.snapshot(force=True), pending, {})
+    store.upsert(_pod(rng, 2))
+    index.forget()
+    store.upsert(_pod(rng, 3))
+    pending = index.take()
+    assert pending.everything and not pending.pods
+    model = store.snapshot(force=True)
+    assert index.picture(model, pending, {}) == quota_picture(model, {})

@@ -1,7 +1,8 @@
 """The quota controller: removes the `kgwe.io/quota` gate of pods whose tenant's quota holds them (leader only).
 
 Woken by the cluster watch (a pod, TenantQuota or node changed), never on a fixed period. One pass, from a
-current snapshot (`webhook/quotas/waiters.py` reads the picture, `policies/quota/queue.py` decides):
+current snapshot (`webhook/quotas/incremental.py` keeps the picture from the watch's events, reading again only
+what changed, equal to what `webhook/quotas/waiters.py` computes from every pod; `policies/quota/queue.py` decides):
 
 - per tenant, in creation order, a waiting pod (or a sized gang, whole) that fits every limit on a type it
   can run on is released: pinned to that type when it may run on several (added to its node constraints,
@@ -163,6 +164,7 @@ class QuotaController:
     # -- one pass ------------------------------------------------------------------------------
     def reconcile_once(self) -> PassResult:
         if not self.is_leader():
+            self._index.forget()  # a replica that does not lead keeps no reads; a new leader starts from the API's
             return PassResult()
         started = self.clock()
         pending = self._index.take()  # before the snapshot: every change it holds is marked by then

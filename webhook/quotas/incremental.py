@@ -110,7 +110,8 @@ class QuotaIndex:
         elif kind == "Pod" and obj is not None:
             key = object_key(obj)
             with self._lock:
-                self._marked.add(key)
+                if not self._everything:  # every pod is read next anyway (and a replica not leading keeps no marks)
+                    self._marked.add(key)
 
     def take(self) -> Pending:
         """The marks so far, taken before the pass's snapshot (a later mark is the next pass's)."""
@@ -119,6 +120,13 @@ class QuotaIndex:
             self._marked = set()
             self._everything = False
         return pending
+
+    def forget(self) -> None:
+        """Drop every read (the replica stopped leading): the next pass, if any, reads every pod."""
+        with self._lock:
+            self._everything = True
+            self._marked = set()
+        self._clear()
 
     # -- a pass ------------------------------------------------------------------------------------
     def picture(self, model: ClusterModel, pending: Pending, in_flight: Mapping[str, str | None]) -> QuotaPicture:
