@@ -1,7 +1,8 @@
 """The quota controller: removes the `kgwe.io/quota` gate of pods whose tenant's quota holds them (leader only).
 
 Woken by the cluster watch (a pod, TenantQuota or node changed), never on a fixed period. One pass, from a
-current snapshot (`webhook/quotas/waiters.py` reads the picture, `policies/quota/queue.py` decides):
+current snapshot (`webhook/quotas/incremental.py` keeps the picture from the watch's events, reading again only
+what changed, equal to what `webhook/quotas/waiters.py` computes from every pod; `policies/quota/queue.py` decides):
 
 - per tenant, in creation order, a waiting pod (or a sized gang, whole) that fits every limit on a type it
   can run on is released: pinned to that type when it may run on several (added to its node constraints,
@@ -39,13 +40,14 @@ from policies.quota.budget import BudgetState, judge
 from policies.quota.model import format_gpus, format_memory
 from policies.quota.queue import Release, TenantQueue, Wait, Waiter, wait_message
 from policies.vocabulary.objects import PodView, objects
-from webhook.cluster.model import ClusterModel, ClusterStore
+from webhook.cluster.model import ClusterModel, ClusterStore, object_key
 from webhook.config import Config
 from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
 from webhook.placement.constraints import and_into_required_terms, apply_requirements
+from webhook.quotas.incremental import QuotaIndex
 from webhook.quotas.scheduling_gate import QUOTA_CONDITION, QUOTA_GATE
-from webhook.quotas.waiters import ChargeCache, PodRead, TenantPicture, plan_tenant, quota_picture
+from webhook.quotas.waiters import PodRead, TenantPicture, plan_tenant
 from webhook.quotas.writer import QuotaWriter
 
 log = logging.getLogger("kgwe.quotas.controller")
@@ -129,10 +131,14 @@ class QuotaController:
         self.writer = writer
         self.is_leader = is_leader
         self.clock = clock
-        self._in_flight: dict[str, tuple[str | None, float]] = {}  # uid -> (type pinned, when released)
-        self._told: dict[str, tuple[str, float]] = {}  # uid -> the waiting message last written, and when
+        # uid -> (type pinned, when released, namespace/name)
+        self._in_flight: dict[str, tuple[str | None, float, str]] = {}
+        # uid -> the waiting message last written, when, and the pod's namespace/name
+        self._told: dict[str, tuple[str, float, str]] = {}
         self._statuses: dict[str, dict[str, Any]] = {}  # TenantQuota name -> the status last written
-        self._charges = ChargeCache()  # what each pod counts, from the last pass (webhook/quotas/waiters.py)
+        # Every pod's charges, kept from the watch's events (webhook/quotas/incremental.py): a pass reads again
+        # only the pods that changed, not every pod of the cluster.
+        self._index = QuotaIndex()
         self.last: PassResult | None = None
         self._timer: threading.Timer | None = None
         self._timer_lock = threading.Lock()
@@ -141,6 +147,7 @@ class QuotaController:
             run_at_start=True, backoff=Backoff(base=0.2, cap=10.0),
             on_error=lambda _exc: log.exception("quota release pass failed; retrying"),
         )
+        store.add_listener(self._index.changed)
         store.add_listener(self._changed)
 
     def wake(self, kind: str | None = None) -> None:
@@ -157,11 +164,14 @@ class QuotaController:
     # -- one pass ------------------------------------------------------------------------------
     def reconcile_once(self) -> PassResult:
         if not self.is_leader():
+            self._index.forget()  # a replica that does not lead keeps no reads; a new leader starts from the API's
             return PassResult()
         started = self.clock()
+        pending = self._index.take()  # before the snapshot: every change it holds is marked by then
         model = self.store.snapshot(force=True)
         self._forget_expired()
-        picture = quota_picture(model, {uid: pinned for uid, (pinned, _t) in self._in_flight.items()}, self._charges)
+        in_flight = {uid: pinned for uid, (pinned, _t, _k) in self._in_flight.items()}
+        picture = self._index.picture(model, pending, in_flight)
         # After the picture, from its reads (one walk over the pods, not two): a released pod seen ungated or
         # gone counts as released either way, so forgetting it before or after the picture is the same.
         self._forget_seen(picture.read)
@@ -208,19 +218,22 @@ class QuotaController:
     def _forget_expired(self) -> None:
         """A release the snapshot has not shown within IN_FLIGHT_SECONDS is not counted released any longer."""
         now = self.clock()
-        for uid, (_pinned, at) in list(self._in_flight.items()):
+        for uid, (_pinned, at, _key) in list(self._in_flight.items()):
             if now - at > IN_FLIGHT_SECONDS:
                 del self._in_flight[uid]
 
     def _forget_seen(self, live: Mapping[str, PodRead]) -> None:
         """Released pods the snapshot shows ungated (or gone) need no in-flight entry any more, and pods that are
-        gone no record of what they were told."""
-        for uid in list(self._in_flight):
-            seen = live.get(uid)
-            if seen is None or not seen.gated:
+        gone no record of what they were told (`live`: every pod by namespace/name; a pod of the same name with
+        another uid is another pod)."""
+        for uid, (_pinned, _at, key) in list(self._in_flight.items()):
+            seen = live.get(key)
+            if seen is None or seen.uid != uid or not seen.gated:
                 del self._in_flight[uid]
-        for uid in [u for u in self._told if u not in live]:
-            del self._told[uid]
+        for uid, (_message, _at, key) in list(self._told.items()):
+            seen = live.get(key)
+            if seen is None or seen.uid != uid:
+                del self._told[uid]
 
     # -- effects ---------------------------------------------------------------------------------
     def _release(self, model: ClusterModel, pod: dict[str, Any], type_id: str | None, pin: bool,
@@ -248,7 +261,7 @@ class QuotaController:
                 result.refused.append(f"{view.namespace}/{view.name}")
                 return
             raise
-        self._in_flight[view.uid] = (type_id, self.clock())
+        self._in_flight[view.uid] = (type_id, self.clock(), object_key(pod))
         self._told.pop(view.uid, None)
         tenant = view.annotation("kgwe.io/tenant") or ""
         RELEASED.labels(tenant=tenant).inc()
@@ -276,7 +289,7 @@ class QuotaController:
             if exc.status not in (404, 409):
                 log.warning("pod %s/%s: waiting condition not written: %s", view.namespace, view.name, exc.reason)
             return
-        self._told[view.uid] = (message, now)
+        self._told[view.uid] = (message, now, object_key(pod))
 
     def _refresh_later(self, delay: float | None = None) -> None:
         """One wake after the refresh interval, so a deferred place in line is written even if nothing else

@@ -54,9 +54,9 @@ class TenantPicture:
 class QuotaPicture:
     tenants: dict[str, TenantPicture]
     unlimited: list[dict[str, Any]]  # gated pods of tenants without a TenantQuota: nothing holds them
-    # Every pod of the snapshot as read, by uid, terminal ones too (the controller forgets what it released
-    # and told pods that are gone or no longer gated from these, without reading every pod again).
-    read: dict[str, PodRead] = field(default_factory=dict, compare=False, repr=False)
+    # Every pod of the snapshot as read, by namespace/name, terminal ones too (the controller forgets what it
+    # released and told pods that are gone or no longer gated from these, without reading every pod again).
+    read: Mapping[str, PodRead] = field(default_factory=dict, compare=False, repr=False)
 
 
 def runnable_types(pod: dict[str, Any], types: tuple[str, ...], model: ClusterModel) -> tuple[str, ...]:
@@ -145,35 +145,26 @@ def quota_picture(
 
     `in_flight`: uid -> the type pinned, for pods the controller released that the snapshot may show gated.
     `cache`: the reads of the previous picture, by pod object, with their charges while what they read did not
-    change: a pod that did not change is not read again (the controller passes one between its passes; it is
-    refilled here)."""
+    change: a pod that did not change is not read again (the views pass one between their calls; it is
+    refilled here). Every list of the answer is in pod-key order, whatever order the snapshot holds its pods
+    in, so this full computation and the quota controller's incremental one (webhook/quotas/incremental.py)
+    give equal pictures and sum the same charges in the same order."""
     in_flight = in_flight or {}
     previous = dict(cache) if cache is not None else {}
     nodes_epoch, context_epoch = cache.epochs.advance(model) if cache is not None else (-1, -1)
     if cache is not None:
         cache.clear()
-    by_tenant: dict[str, list[dict[str, Any]]] = {}
-    for quota in sorted(model.tenant_quotas.values(), key=lambda q: PodView(q).name):
-        by_tenant.setdefault(tenant_of_quota(quota), []).append(quota)
-    tenants = {
-        tenant: TenantPicture(tenant, quotas, [limit for q in quotas for limit in quota_limits(q)])
-        for tenant, quotas in by_tenant.items()
-    }
+    tenants = tenant_pictures(model)
     mapped = mapped_resources(model.device_classes)
-    made: list[ClaimCharges] = []
-
-    def claim_usage() -> ClaimCharges:  # made once, and only when some pod names claims of its own
-        if not made:
-            made.append(CLAIM_CHARGING.value.claim_charges(model, mapped))
-        return made[0]
-
+    claim_usage = claim_usage_of(model, mapped)
     quotas_read = tuple((tenant, tuple(id(q) for q in picture.quotas)) for tenant, picture in tenants.items())
-    gated: list[GatedPod] = []
-    unlimited: list[dict[str, Any]] = []
+    released: dict[str, list[tuple[str, int, PodCharge]]] = {}
+    gated: list[tuple[str, GatedPod]] = []
+    unlimited: list[tuple[str, dict[str, Any]]] = []
     every: dict[str, PodRead] = {}
-    for pod in model.pods.values():
+    for key, pod in model.pods.items():
         read = read_pod(pod, previous)
-        every[read.uid] = read
+        every[key] = read
         if read.terminal:
             if cache is not None:
                 cache[id(pod)] = read
@@ -182,53 +173,107 @@ def quota_picture(
         epoch = (-1 if node is not None else nodes_epoch, context_epoch)
         charges = read.charges
         if charges is None or read.node is not node or read.epoch != epoch or read.claims or epoch[1] < 0:
-            charges = tuple(_charges(pod, model, mapped, claim_usage))
+            charges = tuple(charges_of(pod, model, mapped, claim_usage))
         if charges is not read.charges or read.owners_for != quotas_read:
-            owners = tuple((i, picture.tenant) for i, charge in enumerate(charges) for picture in tenants.values()
-                           if charge_belongs_to(charge, picture.tenant, picture.quotas))
             read = PodRead(pod, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
-                           node, epoch, charges, owners, quotas_read)
-            every[read.uid] = read
+                           node, epoch, charges, owners_of(charges, tenants), quotas_read)
+            every[key] = read
         if cache is not None:
             cache[id(pod)] = read
-        assert read.charges is not None
-        found = list(read.charges)
-        waiting = read.gated and read.uid not in in_flight and not read.deleting
-        if read.uid in in_flight and read.gated:
-            pinned = in_flight[read.uid]
-            found = [replace(c, candidate_types=(pinned,)) if pinned and not c.every_candidate else c for c in found]
-        if not waiting:
-            for index, owner in read.owners:  # a pinned in-flight charge belongs where its unpinned one does
-                tenants[owner].released.append(found[index])
-            continue
-        view = PodView(pod)  # a waiting pod: a few of all
-        tenant = view.annotation(OUT_TENANT)
-        if tenant not in tenants or not found:
-            unlimited.append(pod)
-            continue
-        for charge in found[:1] if len(found) == 1 else [_merged(found)]:
-            types = charge.candidate_types if charge.every_candidate else runnable_types(
-                pod, charge.candidate_types, model)
-            ask = Ask(
-                pod=f"{view.namespace}/{view.name}", uid=view.uid or None, types=types, profile=charge.profile,
-                gpus=charge.gpu_equivalents, memory=charge.gpu_memory_bytes or ZERO, every_type=charge.every_candidate,
-                may_run_on=charge.candidate_types,
-            )
-            gated.append(GatedPod(pod, ask, tenant))
-    _group(gated, tenants, model)
-    return QuotaPicture(tenants, unlimited, every)
+        place(key, read, tenants, in_flight, released, gated, unlimited, model)
+    return assemble(tenants, released, gated, unlimited, model, _live_gang_members, every)
+
+
+def tenant_pictures(model: ClusterModel) -> dict[str, TenantPicture]:
+    """An empty picture for every tenant with a TenantQuota, its quotas in name order."""
+    by_tenant: dict[str, list[dict[str, Any]]] = {}
+    for quota in sorted(model.tenant_quotas.values(), key=lambda q: PodView(q).name):
+        by_tenant.setdefault(tenant_of_quota(quota), []).append(quota)
+    return {
+        tenant: TenantPicture(tenant, quotas, [limit for q in quotas for limit in quota_limits(q)])
+        for tenant, quotas in by_tenant.items()
+    }
+
+
+def claim_usage_of(model: ClusterModel, mapped: Mapping[str, str]) -> Callable[[], ClaimCharges]:
+    """The snapshot's claim charges, made once, and only when some pod names claims of its own."""
+    made: list[ClaimCharges] = []
+
+    def claim_usage() -> ClaimCharges:
+        if not made:
+            made.append(CLAIM_CHARGING.value.claim_charges(model, mapped))
+        return made[0]
+
+    return claim_usage
+
+
+def owners_of(charges: tuple[PodCharge, ...], tenants: Mapping[str, TenantPicture]) -> tuple[tuple[int, str], ...]:
+    """Which tenants' pictures each charge counts in, as pairs of charge index and tenant."""
+    return tuple((i, picture.tenant) for i, charge in enumerate(charges) for picture in tenants.values()
+                 if charge_belongs_to(charge, picture.tenant, picture.quotas))
+
+
+def place(
+    key: str, read: PodRead, tenants: Mapping[str, TenantPicture], in_flight: Mapping[str, str | None],
+    released: dict[str, list[tuple[str, int, PodCharge]]], gated: list[tuple[str, GatedPod]],
+    unlimited: list[tuple[str, dict[str, Any]]], model: ClusterModel,
+) -> None:
+    """Where one unfinished pod, read with its charges and owners, goes in the picture: its charges to the
+    tenants it counts for when it holds quota (or was released moments ago), else it waits, for its tenant's
+    quota or, without one, for nothing."""
+    assert read.charges is not None
+    found = list(read.charges)
+    waiting = read.gated and read.uid not in in_flight and not read.deleting
+    if read.uid in in_flight and read.gated:
+        pinned = in_flight[read.uid]
+        found = [replace(c, candidate_types=(pinned,)) if pinned and not c.every_candidate else c for c in found]
+    if not waiting:
+        for index, owner in read.owners:  # a pinned in-flight charge belongs where its unpinned one does
+            released.setdefault(owner, []).append((key, index, found[index]))
+        return
+    pod = read.pod
+    view = PodView(pod)  # a waiting pod: a few of all
+    tenant = view.annotation(OUT_TENANT)
+    if tenant not in tenants or not found:
+        unlimited.append((key, pod))
+        return
+    for charge in found[:1] if len(found) == 1 else [_merged(found)]:
+        types = charge.candidate_types if charge.every_candidate else runnable_types(
+            pod, charge.candidate_types, model)
+        ask = Ask(
+            pod=f"{view.namespace}/{view.name}", uid=view.uid or None, types=types, profile=charge.profile,
+            gpus=charge.gpu_equivalents, memory=charge.gpu_memory_bytes or ZERO, every_type=charge.every_candidate,
+            may_run_on=charge.candidate_types,
+        )
+        gated.append((key, GatedPod(pod, ask, tenant)))
+
+
+def assemble(
+    tenants: dict[str, TenantPicture], released: Mapping[str, list[tuple[str, int, PodCharge]]],
+    gated: list[tuple[str, GatedPod]], unlimited: list[tuple[str, dict[str, Any]]], model: ClusterModel,
+    live_gang_members: Callable[[ClusterModel], Mapping[str, int]], read: Mapping[str, PodRead],
+) -> QuotaPicture:
+    """The picture from what `place` sorted out, every list in pod-key order."""
+    for tenant, charges in released.items():
+        if tenant in tenants:
+            charges.sort(key=lambda entry: (entry[0], entry[1]))
+            tenants[tenant].released.extend(charge for _key, _index, charge in charges)
+    gated.sort(key=lambda entry: entry[0])
+    unlimited.sort(key=lambda entry: entry[0])
+    _group([item for _key, item in gated], tenants, model, live_gang_members)
+    return QuotaPicture(tenants, [pod for _key, pod in unlimited], read)
 
 
 def pod_charges(pod: dict[str, Any], model: ClusterModel) -> PodCharge | None:
     """What one pod asks of its quota, as a waiter: its GPU resources, else its own claims (merged)."""
     mapped = mapped_resources(model.device_classes)
-    found = _charges(pod, model, mapped, lambda: CLAIM_CHARGING.value.claim_charges(model, mapped))
+    found = charges_of(pod, model, mapped, lambda: CLAIM_CHARGING.value.claim_charges(model, mapped))
     if not found:
         return None
     return found[0] if len(found) == 1 else _merged(found)
 
 
-def _charges(
+def charges_of(
     pod: dict[str, Any], model: ClusterModel, mapped: Mapping[str, str], claim_usage: Callable[[], ClaimCharges]
 ) -> list[PodCharge]:
     """The pod's charges: its GPU resources, else what its own ResourceClaims hold or ask."""
@@ -236,12 +281,12 @@ def _charges(
     if charge is not None:
         return [charge]
     spec = pod.get("spec")
-    if not isinstance(spec, dict) or not (spec.get("resourceClaims") or _asks_mapped(spec, mapped)):
+    if not isinstance(spec, dict) or not (spec.get("resourceClaims") or asks_mapped(spec, mapped)):
         return []
     return list(claim_usage().charges(pod))
 
 
-def _asks_mapped(spec: Mapping[str, Any], mapped: Mapping[str, str]) -> bool:
+def asks_mapped(spec: Mapping[str, Any], mapped: Mapping[str, str]) -> bool:
     if not mapped:
         return False
     for container in spec.get("containers") or []:
@@ -263,7 +308,8 @@ def _merged(charges: list[PodCharge]) -> PodCharge:
                    gpu_memory_bytes=memory, every_candidate=True)
 
 
-def _group(gated: list[GatedPod], tenants: dict[str, TenantPicture], model: ClusterModel) -> None:
+def _group(gated: list[GatedPod], tenants: dict[str, TenantPicture], model: ClusterModel,
+           live_gang_members: Callable[[ClusterModel], Mapping[str, int]]) -> None:
     """Gated pods into waiters: a pod alone, a sized gang's gated members together once the gang is whole."""
     gangs: dict[str, list[GatedPod]] = {}
     for item in gated:
@@ -276,7 +322,7 @@ def _group(gated: list[GatedPod], tenants: dict[str, TenantPicture], model: Clus
             gangs.setdefault(member.key, []).append(item)
     # Every pod is read to count a gang's live members: only when some gang member waits (a pass of a large
     # cluster with no gated gang would otherwise read all its pods for nothing).
-    live = _live_gang_members(model) if gangs else {}
+    live = live_gang_members(model) if gangs else {}
     for key, items in gangs.items():
         items.sort(key=lambda i: _order(i.pod))
         picture = tenants[str(items[0].tenant)]

@@ -1,0 +1,80 @@
+"""The quota controller's pass in process, over the scale fleet (bench/scale_fleet.py): its CPU time after one
+pod's change, after team-q's running pod is deleted (what bench_scale.py's pod change does), after one node's
+change, and the first pass (every pod read). The snapshot is rebuilt before each timed pass, so the figure is
+the pass's own; the cyclic collector is off while timing, as after start-up's freeze.
+
+Run: `.venv/bin/python bench/bench_quota_pass.py --nodes 3000` (prints JSON). Issue 36: a pass after one
+change must not be proportional to all pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
+
+from scale_fleet import QUOTA_NAMESPACE, generate_fleet  # noqa: E402
+
+from webhook import assembly  # noqa: E402
+from webhook.config import load_config  # noqa: E402
+from webhook.quotas.controller import QuotaController  # noqa: E402
+
+
+def _timed(controller: QuotaController) -> float:
+    started = time.process_time()
+    controller.reconcile_once()
+    return round((time.process_time() - started) * 1000, 2)
+
+
+def bench_quota_pass(nodes: int, changes: int = 8) -> dict[str, Any]:
+    config = load_config(str(ROOT / "examples" / "config.yaml"))
+    gc.disable()
+    fleet = generate_fleet(nodes)
+    store = assembly.new_store(config)
+    store.replace_all([*fleet.nodes, *fleet.pods, *fleet.namespaces, *fleet.quotas])
+    assembly.build_runtime(config, None, store=store)
+    store.snapshot(force=True)
+    gc.enable()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    controller = QuotaController(store, config, None)
+    first = _timed(controller)
+    pod_changes = []
+    for i in range(changes):
+        changed = copy.deepcopy(fleet.pods[100 + i])
+        changed["metadata"]["resourceVersion"] = f"bench-{i}"
+        store.upsert(changed)
+        store.snapshot(force=True)
+        pod_changes.append(_timed(controller))
+    store.delete(next(p for p in fleet.pods if p["metadata"]["namespace"] == QUOTA_NAMESPACE))
+    store.snapshot(force=True)
+    deleted = _timed(controller)
+    node = copy.deepcopy(fleet.nodes[5])
+    node["metadata"]["labels"]["kgwe.io/bench"] = "1"
+    node["metadata"]["resourceVersion"] = "bench-node"
+    store.upsert(node)
+    store.snapshot(force=True)
+    node_change = _timed(controller)
+    return {"nodes": nodes, "pods": len(fleet.pods), "cpu_ms": {
+        "first_pass": first, "pod_change": pod_changes, "pod_change_median": sorted(pod_changes)[len(pod_changes) // 2],
+        "quota_pod_deleted": deleted, "node_change": node_change}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    args = parser.parse_args()
+    print(json.dumps(bench_quota_pass(args.nodes), indent=2))
+
+
+if __name__ == "__main__":
+    main()

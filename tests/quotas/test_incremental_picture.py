@@ -1,0 +1,195 @@
+"""The quota controller's picture kept from watch events (webhook/quotas/incremental.py) against a fresh full
+computation (`quota_picture`) of the same snapshot, after every one of a seeded random sequence of events through
+the real store: pods created, changed, bound, gated and ungated, finished, being deleted and deleted, gang
+members among them; nodes relabelled, added and removed; ResourceClaims; Namespaces relabelled; TenantQuotas
+created, deleted, given other namespaces, groups and limits, and their status written; HardwareProfiles changed;
+relists. The security of quotas rests on the two being equal: what the controller releases is planned on it."""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from changing_cluster import NAMESPACES, changed, random_pod, step
+from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster
+
+from webhook.assembly import build_runtime
+from webhook.cluster.model import ClusterModel, ClusterStore, object_key
+from webhook.config import load_config
+from webhook.gang_spec import A_GANG_SIZE, LABEL_GANG
+from webhook.quotas.incremental import QuotaIndex
+from webhook.quotas.waiters import quota_picture
+
+GANGS = ("llm", "vision")
+POOLS = ("a", "b")
+# A profile that prices its pods by their type's time-sliced nodes before binding.
+SLICED = {"apiVersion": "kgwe.io/v1alpha1", "kind": "HardwareProfile", "metadata": {"name": "sliced"},
+          "spec": {"acceleratorTypes": ["nvidia-h100-80gb", "nvidia-l4"], "sharing": {"mode": "time-slicing"}}}
+
+
+def _pod(rng: random.Random, n: int) -> dict[str, Any]:
+    pod = random_pod(rng, n)
+    pod["metadata"]["uid"] = f"uid-{n}"
+    if not pod["spec"].get("nodeName") and rng.random() < 0.6:  # priced by its types' nodes before binding
+        notes = pod["metadata"]["annotations"]
+        if rng.random() < 0.5:
+            notes["kgwe.io/sharing"] = rng.choice(("mps", "time-slicing"))
+        else:
+            notes.pop("kgwe.io/sharing", None)
+            notes["kgwe.io/profile"] = SLICED["metadata"]["name"]
+    if rng.random() < 0.25:  # a gang member, most of them gated
+        pod["metadata"].setdefault("labels", {})[LABEL_GANG] = rng.choice(GANGS)
+        pod["metadata"]["annotations"][A_GANG_SIZE] = str(rng.randint(1, 3))
+        pod["spec"].pop("nodeName", None)
+        if rng.random() < 0.8:
+            pod["spec"]["schedulingGates"] = [{"name": "kgwe.io/quota"}]
+    return pod
+
+
+def _claim(rng: random.Random, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "shared-gpus", "namespace": namespace, "resourceVersion": str(rng.randint(1, 99))},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                           "count": rng.randint(1, 4)}}]}}}
+
+
+def _quota(rng: random.Random, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "tenant": rng.choice((name, *NAMESPACES)),
+        "namespaces": rng.sample(NAMESPACES, rng.randint(0, 2)),
+        "limits": [{"acceleratorType": "nvidia-h100-80gb", "gpus": rng.randint(1, 12)},
+                   {"acceleratorType": "nvidia-l4", "gpus": rng.randint(1, 6), "gpuMemory": "96Gi"}],
+    }
+    if rng.random() < 0.3:
+        spec["groups"] = ["ml-researchers"]
+    if rng.random() < 0.4:
+        spec["namespaceSelector"] = {"matchLabels": {"kgwe.io/pool": rng.choice(POOLS)}}
+    return {"apiVersion": "kgwe.io/v1alpha1", "kind": "TenantQuota", "metadata": {"name": name}, "spec": spec}
+
+
+def _event(rng: random.Random, store: ClusterStore, model: ClusterModel, n: int) -> None:
+    """One change as the watch delivers it: the shared random steps, and those they lack."""
+    pods = list(model.pods.values())
+    choice = rng.random()
+    if choice < 0.3:
+        step(rng, store, model, n)
+        return
+    if choice < 0.35:
+        namespace = rng.choice(list(model.namespaces.values()))
+        store.upsert(changed(namespace, lambda o: o["metadata"].setdefault("labels", {}).__setitem__(
+            "kgwe.io/pool", rng.choice(POOLS))))
+    elif choice < 0.4:  # the sharing a type's pods are priced by before binding
+        node = rng.choice([o for name, o in model.node_objects.items() if name.startswith(("l4", "dgx-h100"))])
+        labels = {"nvidia.com/gpu.sharing-strategy": rng.choice(("mps", "time-slicing", "none")),
+                  "nvidia.com/gpu.replicas": str(rng.randint(1, 8))}
+        store.upsert(changed(node, lambda o: o["metadata"].setdefault("labels", {}).update(labels)))
+    elif choice < 0.5 or not pods:
+        store.upsert(_pod(rng, n))
+    elif choice < 0.58:
+        store.upsert(changed(rng.choice(pods), lambda p: p["spec"].pop("schedulingGates", None)))
+    elif choice < 0.63:
+        store.upsert(changed(rng.choice(pods), lambda p: p["metadata"].__setitem__(
+            "deletionTimestamp", "2026-11-29T00:00:00Z")))
+    elif choice < 0.68:
+        pod = rng.choice(pods)
+        store.upsert(changed(pod, lambda p: p["metadata"]["annotations"].__setitem__(
+            "kgwe.io/tenant", rng.choice((*NAMESPACES, "nobody")))))
+    elif choice < 0.73:
+        claim = _claim(rng, rng.choice(NAMESPACES))
+        (store.upsert if rng.random() < 0.7 else store.delete)(claim)
+    elif choice < 0.8:
+        name = rng.choice(("q-one", "q-two", "team-a"))
+        (store.upsert if rng.random() < 0.75 else store.delete)(_quota(rng, name))
+    elif choice < 0.85 and model.tenant_quotas:
+        quota = rng.choice(list(model.tenant_quotas.values()))
+        store.upsert(changed(quota, lambda o: o.__setitem__("status", {"used": [{"gpus": str(n)}]})))
+    elif choice < 0.9:
+        node = rng.choice(list(model.node_objects.values()))
+        if rng.random() < 0.5:
+            store.delete(node)
+        else:
+            twin = copy.deepcopy(node)
+            twin["metadata"]["name"] = "gone-node"  # a node pods named before it existed
+            store.upsert(twin)
+    elif choice < 0.95:
+        store.replace_kind("Pod", [p for p in pods if rng.random() < 0.9])
+    else:
+        store.replace_kind("Node", list(model.node_objects.values()))
+
+
+@pytest.mark.parametrize("seed", [36, 37, 38])
+def test_the_picture_kept_from_events_equals_a_fresh_full_one_after_every_event(tmp_path: Path, seed: int) -> None:
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
+    store = runtime.store
+    store.min_rebuild_interval = 0
+    rng = random.Random(seed)
+    store.upsert(SLICED)
+    for n in range(30):
+        store.upsert(_pod(rng, 1000 + n))
+    index = QuotaIndex()
+    store.add_listener(index.changed)
+    seen_released = seen_waiting = seen_incomplete = 0
+    for n in range(250):
+        pending = index.take()
+        model = store.snapshot(force=True)
+        uids = [str(p["metadata"].get("uid") or "") for p in model.pods.values()]
+        pins = (None, "nvidia-h100-80gb", "nvidia-l4")
+        in_flight = {uid: rng.choice(pins) for uid in rng.sample(uids, min(2, len(uids)))}
+        kept = index.picture(model, pending, in_flight)
+        fresh = quota_picture(model, in_flight)
+        assert kept == fresh, f"seed {seed}, event {n}"
+        assert set(kept.read) == set(model.pods) and all(kept.read[k].pod is p for k, p in model.pods.items())
+        seen_released += sum(len(t.released) for t in fresh.tenants.values())
+        seen_waiting += sum(len(t.waiters) for t in fresh.tenants.values())
+        seen_incomplete += sum(len(t.incomplete) for t in fresh.tenants.values())
+        _event(rng, store, model, n)
+    # The sequence went through the cases it is for.
+    assert seen_released and seen_waiting and seen_incomplete
+
+
+def test_a_pod_event_reads_only_that_pod_again(tmp_path: Path) -> None:
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
+    store = runtime.store
+    store.min_rebuild_interval = 0
+    rng = random.Random(7)
+    for n in range(40):
+        pod = _pod(rng, n)
+        pod["spec"].pop("resourceClaims", None)  # read every pass: not what this test counts
+        store.upsert(pod)
+    index = QuotaIndex()
+    store.add_listener(index.changed)
+    index.picture(store.snapshot(force=True), index.take(), {})
+    before = dict(index._reads)
+    victim = next(p for p in store.snapshot().pods.values() if p["spec"].get("nodeName"))
+    store.upsert(changed(victim, lambda p: p["metadata"]["annotations"].__setitem__("kgwe.io/step", "1")))
+    pending = index.take()
+    assert pending.pods == {object_key(victim)} and not pending.everything
+    model = store.snapshot(force=True)
+    assert index.picture(model, pending, {}) == quota_picture(model, {})
+    moved = [key for key, read in index._reads.items() if before.get(key) is not read]
+    assert moved == [object_key(victim)]
+
+
+def test_no_marks_are_kept_while_every_pod_is_to_be_read(tmp_path: Path) -> None:
+    """A replica that does not lead (no pass takes the marks) and a fresh index keep no per-pod marks: their
+    next pass reads every pod anyway; after it, a pass takes exactly the pods changed since."""
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
+    store = runtime.store
+    store.min_rebuild_interval = 0
+    index = QuotaIndex()
+    store.add_listener(index.changed)
+    rng = random.Random(3)
+    store.upsert(_pod(rng, 1))
+    pending = index.take()
+    assert pending.everything and not pending.pods
+    index.picture(store.snapshot(force=True), pending, {})
+    store.upsert(_pod(rng, 2))
+    index.forget()
+    store.upsert(_pod(rng, 3))
+    pending = index.take()
+    assert pending.everything and not pending.pods
+    model = store.snapshot(force=True)
+    assert index.picture(model, pending, {}) == quota_picture(model, {})
