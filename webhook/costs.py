@@ -79,6 +79,14 @@ def price_per_gpu_hour(
     return config.price_per_gpu_hour(type_id)
 
 
+def requested_sharing(pod: PodView, profile: dict[str, Any] | None) -> str:
+    """The sharing mode a pod asks before it is bound: its own annotation, else its HardwareProfile's."""
+    mode = pod.annotation(ANNOTATION_SHARING) or ""
+    if not mode and profile is not None:
+        mode = str(((profile.get("spec") or {}).get("sharing") or {}).get("mode") or "")
+    return mode
+
+
 def _sharing_before_binding(
     pod: PodView, profile: dict[str, Any] | None, type_id: str, model: ClusterModel
 ) -> tuple[str, int]:
@@ -87,9 +95,7 @@ def _sharing_before_binding(
     Replicas come from the type's nodes with that mode; where they differ the smallest count wins, so
     the cost shown before binding is never lower than the cost after it.
     """
-    mode = pod.annotation(ANNOTATION_SHARING) or ""
-    if not mode and profile is not None:
-        mode = str(((profile.get("spec") or {}).get("sharing") or {}).get("mode") or "")
+    mode = requested_sharing(pod, profile)
     if mode not in ("mps", "time-slicing"):
         return "exclusive", 1
     summary = model.types.get(type_id)

@@ -17,14 +17,14 @@ import orjson
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.quota.model import PodCharge
-from policies.vocabulary.keys import QUOTA_GATE, SHARING
+from policies.vocabulary.keys import QUOTA_GATE
 from policies.vocabulary.objects import PodView, pod_view
 from policies.vocabulary.quantities import GIB, parse_quantity
 from webhook.admission.facts import Facts
 from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
-from webhook.costs import pod_gpu_equivalents, pod_profile
+from webhook.costs import pod_gpu_equivalents, pod_profile, requested_sharing
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_TENANT
 
 
@@ -80,16 +80,12 @@ def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Fac
 
 def priced_by_type_sharing(pod: PodView | Mapping[str, Any], model: ClusterModel) -> bool:
     """Whether the pod's charge on no known node reads the nodes of its types: only its price before binding
-    does (webhook/costs.py `_sharing_before_binding`), and only when it asks MPS or time-slicing, itself or
+    does (webhook/costs.py `_sharing_before_binding`, `requested_sharing`), and only when it asks MPS or time-slicing, itself or
     through its HardwareProfile (the replicas of the type's nodes with that mode). Any other pod on no node is
     charged alike whatever the nodes are, so a node's change need not read it again (the quota controller's
     kept picture, webhook/quotas/incremental.py; tests/quotas/test_incremental_picture.py checks the two)."""
     view = pod_view(pod)
-    mode = view.annotation(SHARING) or ""
-    if not mode:
-        profile = pod_profile(view, model)
-        mode = str((((profile or {}).get("spec") or {}).get("sharing") or {}).get("mode") or "")
-    return mode in ("mps", "time-slicing")
+    return requested_sharing(view, pod_profile(view, model)) in ("mps", "time-slicing")
 
 
 def _whole_gpus_held(view: PodView, whole_gpus: int, node: NodeFacts | None, facts: Facts | None) -> int:
