@@ -269,9 +269,9 @@ GC_YOUNG_THRESHOLD = 10_000
 
 # How long a thread that holds the GIL keeps it while another waits (CPython's default is 5 ms). The event
 # loop gives the GIL up at every socket read and write, and each time takes it back only after a background
-# thread (a watch decoding a list, the inventory's or the quota controller's pass) has had its interval: at
-# 3,000 nodes an admission waited behind them for a p99 of 336 ms (/mutate) and 432 ms (/validate) at 5 ms,
-# 23 and 21 ms at 0.5 ms (bench/bench_scale.py, docs/performance.md).
+# thread (a watch decoding a list, the inventory's or the quota controller's pass) has had its interval. At
+# 3,000 nodes, the same tree one run after the other (bench/bench_scale.py): p99 /mutate 49 -> 19 ms,
+# /validate 42 -> 20 ms, create -> stored 91 -> 31 ms; at 10 nodes 16 -> 13, 21 -> 12 and 37 -> 27 ms.
 SWITCH_INTERVAL_SECONDS = 0.0005
 
 
