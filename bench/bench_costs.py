@@ -3,7 +3,8 @@ bench/scale_fleet.py (directory mode: every pod's lifetime), as `/api/v1/costs?w
 
 Per size: the first window (every pod's rate computed), the same window again after the service's answer
 cache lapsed (the pods unchanged: what a refresh costs), again after one pod changed, and the serialised
-answer's size. CPU time of this thread, so a busy machine's waits are not counted.
+answer's size. CPU time of this thread, so a busy machine's waits are not counted. The loaded cluster leaves
+the cyclic collector's view, as in the server.
 
 Run: `.venv/bin/python bench/bench_costs.py [--nodes 1000] [--window 30d] [--profile]` (prints JSON).
 """
@@ -29,6 +30,7 @@ import orjson  # noqa: E402
 from scale_fleet import generate_fleet  # noqa: E402
 
 import webhook.assembly  # noqa: E402,F401  (it registers the wings in the core's seams)
+from webhook.cluster.collector_pause import freeze_what_was_loaded  # noqa: E402
 from webhook.cluster.model import ClusterStore  # noqa: E402
 from webhook.config import load_config  # noqa: E402
 from webhook.spend.service import SpendService  # noqa: E402
@@ -51,6 +53,7 @@ def measure(nodes: int, window: str, profile: bool) -> dict[str, Any]:
     clock = [time.time()]
     service = SpendService(lambda: config, store.snapshot, clock=lambda: clock[0])
     store.snapshot()
+    freeze_what_was_loaded()  # as the server does once the cluster is loaded
     out: dict[str, Any] = {"nodes": nodes, "pods": len(fleet.pods), "window": window}
     out["first_ms"], doc = _cpu(lambda: service.window_costs(window))
     clock[0] += config.costs.cache_seconds + 1

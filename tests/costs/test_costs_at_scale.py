@@ -29,6 +29,7 @@ from webhook.spend.memo import RateMemo
 from webhook.spend.rates import Owner, PodRate, pod_rates
 from webhook.spend.report import money
 from webhook.spend.service import SpendService
+from webhook.spend.warm import WarmWindows
 from webhook.spend.window import DAY, Window, parse_stamp
 
 NOW = pick_now()
@@ -236,3 +237,39 @@ def test_a_pod_whose_life_spans_the_window_costs_every_bucket_once() -> None:
     late = PodRate(**{**rate.__dict__, "pod": "q", "start": window.end - 30 * MINUTE})
     assert _cents(bucket_spend([rate, late], window.buckets(), NOW)) == {
         "t": ["60.00", "60.00", "61.25"]}
+
+
+def test_warm_windows_are_computed_once_and_again_only_when_read_stale(tmp_path: Path) -> None:
+    directory, config_file = write_cluster(tmp_path, NOW)
+    runtime = build_runtime(load_config(config_file), directory)
+    config = runtime.config
+    cache_seconds = config.costs.cache_seconds
+    service = SpendService(lambda: config, runtime.store.snapshot, clock=lambda: NOW)
+    moment = [0.0]
+    warm = WarmWindows(service, lambda: config, windows=("7d", "30d"), clock=lambda: moment[0])
+    warm._pass()  # not started: its passes run here. The 30-day window, before anyone asks
+    assert warm.builds == 1
+    thirty = warm.answer("30d")
+    assert orjson.loads(thirty.body) == service.window_costs("30d").model_dump(mode="json")
+    assert thirty.namespaces == {"team-a", "team-b", "inference"}
+    seven = warm.answer("7d")  # asked first: computed for the request
+    assert warm.builds == 2 and warm.answer("48h").body != seven.body and warm.builds == 2  # 48h: not kept
+    moment[0] += cache_seconds
+    assert warm.answer("7d") is seven  # stale: still the answer, while the task computes the next
+    warm._pass()
+    warm._pass()
+    assert warm.builds == 4  # 30d and 7d: each read since it was computed, one a pass
+    assert warm.answer("7d") is not seven
+    warm._pass()
+    assert warm.builds == 4  # 7d read just now, not stale yet; 30d not read since
+    moment[0] += cache_seconds
+    warm._pass()
+    assert warm.builds == 5  # 7d was read since it was computed, and is stale now
+    warm._pass()
+    assert warm.builds == 5  # nothing read since: nothing computed
+    moment[0] += warm.idle_seconds + 1
+    warm._pass()
+    warm._pass()
+    assert warm.builds == 5  # nobody asked for a while: let go, not computed
+    warm.answer("30d")
+    assert warm.builds == 6  # computed for the request that came after
