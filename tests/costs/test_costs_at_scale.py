@@ -31,6 +31,7 @@ from webhook.spend.report import money
 from webhook.spend.service import SpendService
 from webhook.spend.warm import WarmWindows
 from webhook.spend.window import DAY, Window, parse_stamp
+from webhook.usage.prometheus import PrometheusUnavailable
 
 NOW = pick_now()
 ZERO = Decimal(0)
@@ -273,3 +274,23 @@ def test_warm_windows_are_computed_once_and_again_only_when_read_stale(tmp_path:
     assert warm.builds == 5  # nobody asked for a while: let go, not computed
     warm.answer("30d")
     assert warm.builds == 6  # computed for the request that came after
+
+
+def test_a_window_that_failed_is_tried_again_only_once_asked(tmp_path: Path) -> None:
+    directory, config_file = write_cluster(tmp_path, NOW)
+    runtime = build_runtime(load_config(config_file), directory)
+    raw = runtime.config.model_dump(by_alias=True)
+    raw["usage"]["prometheus"]["url"] = "http://127.0.0.1:1"  # nothing listens: Prometheus is away
+    config = type(runtime.config).model_validate(raw)
+    service = SpendService(lambda: config, runtime.store.snapshot, clock=lambda: NOW)
+    moment = [0.0]
+    warm = WarmWindows(service, lambda: config, windows=("30d",), clock=lambda: moment[0])
+    with pytest.raises(PrometheusUnavailable):
+        warm._pass()
+    moment[0] += 1
+    warm._pass()  # not tried again on its own (it would be every second, while Prometheus is away)
+    with pytest.raises(PrometheusUnavailable):
+        warm.answer("30d")  # a request computes it (nothing kept) and is told why it failed
+    with pytest.raises(PrometheusUnavailable):
+        warm._pass()  # asked after the failure: tried again
+    assert warm.builds == 0

@@ -64,6 +64,7 @@ class WarmWindows:
         self.idle_seconds = idle_seconds
         self._answers: dict[str, WindowAnswer] = {}
         self._asked: dict[str, float] = {}  # when each window was last asked by a request
+        self._failed: dict[str, float] = {}  # when the task's last computation of a window failed
         self._started = self._clock()
         # One computation of a window at a time: a request that finds none kept waits for the task's.
         self._building = {window: threading.Lock() for window in windows}
@@ -116,6 +117,9 @@ class WarmWindows:
             if last is None or now - last > self.idle_seconds:
                 self._answers.pop(window, None)
                 continue
+            failed = self._failed.get(window)
+            if failed is not None and (asked is None or asked < failed):
+                continue  # failed (Prometheus away): tried again once a request asks after the failure
             kept = self._answers.get(window)
             if kept is None:
                 due.append((0.0, window))
@@ -126,4 +130,9 @@ class WarmWindows:
             with self._building[window]:
                 kept = self._answers.get(window)
                 if kept is None or kept.built < now:  # not computed by a request meanwhile
-                    self._build(window)
+                    try:
+                        self._build(window)
+                    except Exception:
+                        self._failed[window] = now
+                        raise
+                    self._failed.pop(window, None)
