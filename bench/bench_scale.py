@@ -109,7 +109,9 @@ class Client:
                 self.connection = HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=self.timeout)
                 # The server closed the kept-alive connection while it sat idle (its keep-alive timeout, during
                 # the bench's long waits): sent again once on a new one, as the API server's client does.
-                if attempt == 1 and isinstance(exc, RemoteDisconnected | BrokenPipeError | ConnectionResetError):
+                # Over TLS the close may read as an EOF in violation of the protocol.
+                if attempt == 1 and isinstance(exc, RemoteDisconnected | BrokenPipeError | ConnectionResetError
+                                               | ssl.SSLEOFError):
                     continue
                 raise
             return response.status, response.read()

@@ -11,6 +11,7 @@ fills the same records from KGWE's own cost series.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -76,16 +77,38 @@ def directory_spend(rates: Iterable[PodRate], start: float, end: float, now: flo
 
 
 def bucket_spend(rates: Iterable[PodRate], buckets: list[tuple[float, float]], now: float) -> dict[str, list[Decimal]]:
-    """Per tenant, money x seconds in each bucket (the spend-over-time chart)."""
+    """Per tenant, money x seconds in each bucket (the spend-over-time chart), from each pod's lifetime
+    interval: the two buckets at its ends get what it ran in them; the whole buckets between get its rate,
+    summed per tenant and stretch of buckets first, times the bucket's seconds (a pod that runs all window
+    long costs two buckets' work, not one per bucket: 30 for 30 days)."""
     out: dict[str, list[Decimal]] = {}
+    starts = [start for start, _end in buckets]
+    ends = [end for _start, end in buckets]
+    spans: dict[str, dict[tuple[int, int], Decimal]] = {}  # per tenant, (first, last) whole bucket -> rates
     for rate in rates:
         if rate.hourly is None:
             continue
         row = out.setdefault(rate.tenant, [ZERO] * len(buckets))
-        for index, (start, end) in enumerate(buckets):
-            ran = rate.seconds_in(start, end, now)
+        if rate.start is None:
+            continue
+        stop = rate.end if rate.end is not None else now
+        first = bisect_right(ends, rate.start)  # the first bucket ending after it started
+        last = bisect_left(starts, stop) - 1  # the last bucket starting before it stopped
+        if first > last:
+            continue
+        for index in (first, last) if last > first else (first,):
+            ran = rate.seconds_in(starts[index], ends[index], now)
             if ran > 0:
                 row[index] += rate.hourly * _seconds(ran)
+        if last - first >= 2:  # the buckets between lie wholly within its lifetime
+            tenant = spans.setdefault(rate.tenant, {})
+            span = (first + 1, last - 1)
+            tenant[span] = tenant.get(span, ZERO) + rate.hourly
+    for name, tenant_spans in spans.items():
+        row = out[name]
+        for (first, last), hourly in tenant_spans.items():
+            for index in range(first, last + 1):
+                row[index] += hourly * _seconds(ends[index] - starts[index])
     return out
 
 

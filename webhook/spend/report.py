@@ -8,7 +8,7 @@ rows of a level can differ from its total by at most half a cent per row, never 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -163,15 +163,19 @@ class _Sum:
         }
 
 
-def _group(spends: Iterable[PodSpend], key: Callable[[PodSpend], tuple[str, ...]]) -> dict[tuple[str, ...], _Sum]:
-    out: dict[tuple[str, ...], _Sum] = {}
-    for spend in spends:
-        out.setdefault(key(spend), _Sum()).add(spend)
-    return out
+def _sum_of(sums: dict[tuple[str, ...], _Sum], key: tuple[str, ...]) -> _Sum:
+    found = sums.get(key)
+    if found is None:
+        found = sums[key] = _Sum()
+    return found
 
 
 def _by_cost(rows: dict[tuple[str, ...], _Sum]) -> list[tuple[tuple[str, ...], _Sum]]:
-    return sorted(rows.items(), key=lambda item: (-item[1].cost, item[0]))
+    """Costliest first, then by key: sorted by key, then (stably) by cost (one key tuple and no negated
+    Decimal per row to compare)."""
+    ordered = sorted(rows.items(), key=lambda item: item[0])
+    ordered.sort(key=lambda item: item[1].cost, reverse=True)
+    return ordered
 
 
 def build_window_costs(
@@ -185,19 +189,34 @@ def build_window_costs(
 ) -> WindowCosts:
     """The document. `month`: (month start, month end, this month's spends so far, the hourly rate now per
     tenant, now)."""
+    # One pass over the spends, each added to its level's sums in the order given (as each level summed
+    # them on its own before: the same exact sums).
     total = _Sum()
+    by_tenant: dict[tuple[str, ...], _Sum] = {}
+    by_namespace: dict[tuple[str, ...], _Sum] = {}
+    by_workload: dict[tuple[str, ...], _Sum] = {}
+    by_run: dict[tuple[str, str, str, str], list[PodSpend]] = {}
+    by_pod: dict[tuple[str, ...], _Sum] = {}
+    pod_members: dict[tuple[str, ...], list[PodSpend]] = {}
     for spend in spends:
         total.add(spend)
+        namespace, tenant, owner = spend.namespace, spend.tenant, spend.workload
+        _sum_of(by_tenant, (tenant,)).add(spend)
+        _sum_of(by_namespace, (namespace, tenant)).add(spend)
+        _sum_of(by_workload, (namespace, owner.kind, owner.name, tenant)).add(spend)
+        pod_key = (namespace, spend.pod, tenant)
+        _sum_of(by_pod, pod_key).add(spend)
+        pod_members.setdefault(pod_key, []).append(spend)
+        if spend.run is not None:
+            by_run.setdefault((namespace, spend.run.kind, spend.run.name, tenant), []).append(spend)
     known_cost = total.cost - total.unknown_cost
-    tenants = [CostRow.model_validate({"tenant": k[0], **s.fields()})
-               for k, s in _by_cost(_group(spends, lambda p: (p.tenant,)))]
+    tenants = [CostRow.model_validate({"tenant": k[0], **s.fields()}) for k, s in _by_cost(by_tenant)]
     namespaces = [CostRow.model_validate({"tenant": k[1], "namespace": k[0], **s.fields()})
-                  for k, s in _by_cost(_group(spends, lambda p: (p.namespace, p.tenant)))]
+                  for k, s in _by_cost(by_namespace)]
     workloads = [CostRow.model_validate({"tenant": k[3], "namespace": k[0], "kind": k[1], "name": k[2], **s.fields()})
-                 for k, s in _by_cost(_group(spends, lambda p: (p.namespace, p.workload.kind, p.workload.name,
-                                                                  p.tenant)))]
+                 for k, s in _by_cost(by_workload)]
     runs: list[RunRow] = []
-    for key, members in _runs(spends).items():
+    for key, members in by_run.items():
         summed = _Sum()
         for member in members:
             summed.add(member)
@@ -212,18 +231,15 @@ def build_window_costs(
             "complete": first is not None and first >= window.start and finished is not None,
         }))
     runs.sort(key=lambda r: (-Decimal(r.cost), r.namespace or "", r.kind or "", r.name or ""))
-    by_pod: dict[tuple[str, str, str], list[PodSpend]] = {}
-    for spend in spends:
-        by_pod.setdefault((spend.namespace, spend.pod, spend.tenant), []).append(spend)
     pod_rows = []
-    for pod_key, summed in _by_cost(_group(spends, lambda p: (p.namespace, p.pod, p.tenant))):
-        members = by_pod[(pod_key[0], pod_key[1], pod_key[2])]
+    for row_key, summed in _by_cost(by_pod):
+        members = pod_members[row_key]
         head = members[0]
         pod_starts = [m.start for m in members if m.start is not None]
         pod_ends = [m.end for m in members]
         end = None if any(e is None for e in pod_ends) else max(e for e in pod_ends if e is not None)
         pod_rows.append(PodRow.model_validate({
-            "tenant": pod_key[2], "namespace": pod_key[0], "pod": pod_key[1], "kind": head.workload.kind,
+            "tenant": row_key[2], "namespace": row_key[0], "pod": row_key[1], "kind": head.workload.kind,
             "name": head.workload.name, "share": head.share, "acceleratorType": head.type_id, **summed.fields(),
             "started": stamp(min(pod_starts)) if pod_starts else None,
             "finished": stamp(end) if end is not None else None,
@@ -279,14 +295,6 @@ def budget_fields(state: BudgetState) -> dict[str, object]:
         "actionAt": f"{spec.action_at:f}", "ratio": f"{state.ratio.quantize(Decimal('0.0001'), ROUND_HALF_UP):f}",
         "state": state.level,
     }
-
-
-def _runs(spends: Iterable[PodSpend]) -> dict[tuple[str, str, str, str], list[PodSpend]]:
-    out: dict[tuple[str, str, str, str], list[PodSpend]] = {}
-    for spend in spends:
-        if spend.run is not None:
-            out.setdefault((spend.namespace, spend.run.kind, spend.run.name, spend.tenant), []).append(spend)
-    return out
 
 
 def _month_spent(spends: Iterable[PodSpend]) -> dict[str, Decimal]:

@@ -27,8 +27,9 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.spend.history import idle_usage, prometheus_buckets, prometheus_spend
 from webhook.spend.ledger import PodSpend, bucket_spend, by_tenant, directory_spend
+from webhook.spend.memo import RateMemo
 from webhook.spend.metrics import export
-from webhook.spend.rates import PodRate, current_hourly, pod_rates
+from webhook.spend.rates import PodRate, current_hourly
 from webhook.spend.window import Window, month_of, parse_window, stamp
 from webhook.usage.prometheus import PrometheusClient, PrometheusClients, PrometheusUnavailable
 
@@ -59,6 +60,7 @@ class SpendService:
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, float | None], tuple[float, WindowCosts]] = {}
         self._clients = PrometheusClients(prometheus_url)
+        self.rates = RateMemo()
 
     # -- sources ---------------------------------------------------------------------------------
     def client(self, config: Config) -> PrometheusClient | None:
@@ -84,15 +86,18 @@ class SpendService:
         return spends
 
     # -- the views -------------------------------------------------------------------------------
-    def window_costs(self, window_text: str, visible: Visible | None = None, at: float | None = None) -> WindowCosts:
-        """Costs over `window_text` (`30d`) ending at `at` (now). Raises WindowError, PrometheusUnavailable."""
+    def window_costs(self, window_text: str, visible: Visible | None = None, at: float | None = None,
+                     remember: bool = True) -> WindowCosts:
+        """Costs over `window_text` (`30d`) ending at `at` (now); `remember`: a reader of every namespace's
+        answer read from and kept in the cache (warm.py keeps its own, as JSON). Raises WindowError,
+        PrometheusUnavailable."""
         from webhook.spend.report import build_window_costs  # the server's API routes import it at start
 
         seconds = parse_window(window_text)
         config = self._config()
         now = self._clock() if at is None else at
         key = (window_text, at)
-        if visible is None:
+        if visible is None and remember:
             with self._lock:
                 cached = self._cache.get(key)
             if cached is not None and self._clock() - cached[0] < config.costs.cache_seconds:
@@ -119,14 +124,14 @@ class SpendService:
             window, self.source(config), step if self.source(config) == "prometheus" else None, spends, buckets,
             (month.start, month.end, month.spends, month.rates, month.now), month.states,
         )
-        if visible is None:
+        if visible is None and remember:
             with self._lock:
                 self._cache[key] = (self._clock(), doc)
         return doc
 
     def _rates(self, config: Config) -> list[PodRate]:
         model = self._model()
-        return list(pod_rates(model, config)) if model is not None else []
+        return self.rates.rates(model, config) if model is not None else []
 
     def month(self, now: float | None = None, rates: list[PodRate] | None = None) -> MonthFigures:
         """This month so far, the rate now, and each budgeted tenant's state."""
