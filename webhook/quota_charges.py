@@ -79,10 +79,10 @@ def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Fac
 
 
 def priced_by_type_sharing(pod: PodView | Mapping[str, Any], model: ClusterModel) -> bool:
-    """Whether the pod's charge on no known node reads the nodes of its types: only its price before binding
-    does (webhook/costs.py `_sharing_before_binding`, `requested_sharing`), and only when it asks MPS or
-    time-slicing, itself or through its HardwareProfile (the replicas of the type's nodes with that mode). Any
-    other pod on no node is charged alike whatever the nodes are, so a node's change need not read it again (the quota controller's
+    """Whether the pod's charge on no known node reads the nodes of its types: only its price before binding does
+    (webhook/costs.py `_sharing_before_binding`, `requested_sharing`), and only when it asks MPS or time-slicing,
+    itself or through its HardwareProfile (the replicas of the type's nodes with that mode). Any other pod on no
+    node is charged alike whatever the nodes are, so a node's change need not read it again (the quota controller's
     kept picture, webhook/quotas/incremental.py; tests/quotas/test_incremental_picture.py checks the two)."""
     view = pod_view(pod)
     return requested_sharing(view, pod_profile(view, model)) in ("mps", "time-slicing")
