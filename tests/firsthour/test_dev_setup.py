@@ -134,108 +134,123 @@ def test_an_optional_step_that_fails_is_one_line(fresh: Path, monkeypatch: pytes
     assert (fresh / ".kgwe-installed").exists()
 
 
-class _FakeCheck:
-    """subprocess.Popen for a check: writes `output` to its stdout and exits with `code`."""
+_REAL_POPEN = subprocess.Popen
 
-    def __init__(self, codes: dict[str, int], started: list[list[str]], args: list[str], **kwargs: Any) -> None:
-        self.args, self.env = list(args), kwargs["env"]
+
+class _Children:
+    """subprocess.Popen for dev.py's children. A check writes two lines and exits with its code (from `codes`)
+    once it has been polled `after` times (at once by default); pytest and the warm-up collection are real
+    processes standing in for them (`pytest_runs`: Python code), so that dev.py waits for and stops real ones."""
+
+    def __init__(self, codes: dict[str, int] | None = None, after: int = 0, pytest_runs: str = "pass") -> None:
+        self.codes, self.after, self.pytest_runs = codes or {}, after, pytest_runs
+        self.started: list[list[str]] = []
+        self.environments: list[dict[str, str]] = []
+        self.pytest: Any = None
+
+    def __call__(self, args: list[str], **kwargs: Any) -> Any:
+        self.started.append(list(args))
+        self.environments.append(kwargs["env"])
+        if args[1:3] == ["-m", "pytest"]:
+            stand_in = _REAL_POPEN([sys.executable, "-c", "pass" if "--collect-only" in args else self.pytest_runs],
+                                   **kwargs)
+            if "--collect-only" not in args:
+                self.pytest = stand_in
+            return stand_in
+        return _FakeCheck(self, args, **kwargs)
+
+    def names(self) -> list[str]:
+        return ["collect" if "--collect-only" in a else "pytest" if a[1:3] == ["-m", "pytest"] else Path(a[0]).name
+                for a in self.started]
+
+
+class _FakeCheck:
+    def __init__(self, children: _Children, args: list[str], **kwargs: Any) -> None:
         name = Path(args[0]).name
-        self.code = codes.get(name, 0)
+        self.code = children.codes.get(name, 0)
+        self.polls_left = children.after
         kwargs["stdout"].write(f"{name} says a line\n{name}: {'broken' if self.code else 'all good'}\n".encode())
-        started.append(self.args)
+
+    def poll(self) -> int | None:
+        if self.polls_left > 0:
+            self.polls_left -= 1
+            return None
+        return self.code
 
     def wait(self) -> int:
         return self.code
 
 
-def test_dev_py_test_runs_the_checks_then_pytest_as_ci_calls_it(monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    checks: list[list[str]] = []
-    calls: list[list[str]] = []
-    environments: list[dict[str, str]] = []
-
-    def call(args: list[str], **kwargs: Any) -> int:
-        calls.append(list(args))
-        environments.append(kwargs["env"])
-        return 0
-
-    def popen(args: list[str], **kwargs: Any) -> _FakeCheck:
-        environments.append(kwargs["env"])
-        return _FakeCheck({}, checks, args, **kwargs)
-
+def test_dev_py_test_runs_the_checks_beside_pytest_as_ci_calls_it(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    children = _Children()
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
     monkeypatch.setattr(dev, "_caches_cold", lambda: False)
-    monkeypatch.setattr(dev.subprocess, "call", call)
-    monkeypatch.setattr(dev.subprocess, "Popen", popen)
+    monkeypatch.setattr(dev.subprocess, "Popen", children)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.chdir(dev.ROOT)
     assert dev.main(["test", "--long", "tests/quotas"]) == 0
-    assert [Path(c[0]).name for c in checks] == ["ruff", "mypy", "lint-imports"]
-    # A line per check that passed: its last.
-    assert capsys.readouterr().out.splitlines()[1:4] == [
+    assert children.names() == ["ruff", "mypy", "lint-imports", "pytest"]
+    # A line per check that passed (its last), after pytest's output.
+    assert capsys.readouterr().out.splitlines()[-3:] == [
         "dev.py test: ruff: ruff: all good", "dev.py test: mypy: mypy: all good",
         "dev.py test: lint-imports: lint-imports: all good"]
     # Every CPU (a file per worker), the first failure stops it, and what follows `test` goes to pytest.
     workers = str(dev.test_workers())
-    assert len(calls) == 1
-    assert calls[0][1:] == ["-m", "pytest", "-q", "-x", "-n", workers, "--dist", "loadfile", "--long", "tests/quotas"]
+    assert children.started[3][1:] == ["-m", "pytest", "-q", "-x", "-n", workers, "--dist", "loadfile", "--long",
+                                       "tests/quotas"]
     assert 1 <= int(workers) <= dev.MAX_TEST_WORKERS
     # Bytecode caches allowed: otherwise every worker and every `kgwe` a test starts compiles KGWE again.
-    assert all("PYTHONDONTWRITEBYTECODE" not in env and "PATH" in env for env in environments)
+    assert all("PYTHONDONTWRITEBYTECODE" not in env and "PATH" in env for env in children.environments)
 
 
-def test_a_failed_check_shows_its_output_and_no_test_runs(monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    checks: list[list[str]] = []
-    calls: list[list[str]] = []
+def test_a_check_failed_before_the_tests_start_shows_its_output_and_no_test_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    children = _Children({"mypy": 1})
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
     monkeypatch.setattr(dev, "_caches_cold", lambda: False)
-    monkeypatch.setattr(dev.subprocess, "call", lambda args, **_: calls.append(args) or 0)
-    monkeypatch.setattr(dev.subprocess, "Popen", lambda args, **kw: _FakeCheck({"mypy": 1}, checks, args, **kw))
+    monkeypatch.setattr(dev.subprocess, "Popen", children)
     monkeypatch.chdir(dev.ROOT)
     assert dev.main(["test"]) == 1
     out = capsys.readouterr().out
-    assert len(checks) == 3 and calls == []  # all three ran; pytest did not
+    assert children.names() == ["ruff", "mypy", "lint-imports"]  # all three ran; pytest did not
     assert "dev.py test: mypy failed (exit 1):\nmypy says a line\nmypy: broken\n" in out
-    assert "dev.py test: ruff: ruff: all good" in out and out.rstrip().endswith("before the tests run")
+    assert "dev.py test: ruff: ruff: all good" in out and out.rstrip().endswith("fix the failed checks")
+
+
+def test_a_check_that_fails_while_the_tests_run_stops_them(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    children = _Children({"lint-imports": 3}, after=5, pytest_runs="import time; time.sleep(120)")
+    monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "_caches_cold", lambda: False)
+    monkeypatch.setattr(dev.subprocess, "Popen", children)
+    monkeypatch.chdir(dev.ROOT)
+    assert dev.main(["test"]) == 3
+    assert children.names() == ["ruff", "mypy", "lint-imports", "pytest"]
+    assert children.pytest.poll() is not None, "pytest was stopped, not left running"
+    out = capsys.readouterr().out
+    assert "a check failed, so the tests were stopped" in out and "lint-imports failed (exit 3)" in out
 
 
 def test_a_fresh_clone_collects_once_beside_the_checks_before_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    events: list[str] = []
-
-    class Warming:
-        def __init__(self, args: list[str], **kwargs: Any) -> None:
-            assert args[1:] == ["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-            assert "PYTHONDONTWRITEBYTECODE" not in kwargs["env"]  # its point is the bytecode it writes
-            events.append("warming started")
-
-        def wait(self) -> int:
-            events.append("warming waited")
-            return 0
-
-        def kill(self) -> None:
-            events.append("warming killed")
-
-    def run_checks() -> int:
-        events.append("checks")
-        return 0
-
+    children = _Children()
     monkeypatch.setattr(dev, "ensure_venv", lambda: None)
     monkeypatch.setattr(dev, "_caches_cold", lambda: True)
-    monkeypatch.setattr(dev, "run_checks", run_checks)
-    monkeypatch.setattr(dev.subprocess, "Popen", Warming)
-    monkeypatch.setattr(dev.subprocess, "call", lambda args, **_: events.append("pytest") or 0)
+    monkeypatch.setattr(dev.subprocess, "Popen", children)
     monkeypatch.chdir(dev.ROOT)
     assert dev.main(["test"]) == 0
-    assert events == ["warming started", "checks", "warming waited", "pytest"]
-    events.clear()
-    monkeypatch.setattr(dev, "run_checks", lambda: events.append("checks") or 1)
-    assert dev.main(["test"]) == 1  # a check failed: the warming is stopped, no test runs
-    assert events == ["warming started", "checks", "warming killed", "warming waited"]
+    assert children.names() == ["ruff", "mypy", "lint-imports", "collect", "pytest"]
+    assert children.started[3][1:] == ["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    assert "PYTHONDONTWRITEBYTECODE" not in children.environments[3]  # its point is the bytecode it writes
+    failing = _Children({"ruff": 1})
+    monkeypatch.setattr(dev.subprocess, "Popen", failing)
+    assert dev.main(["test"]) == 1  # a check failed: no test runs
+    assert "pytest" not in failing.names()
     monkeypatch.setattr(dev, "_caches_cold", lambda: False)
-    events.clear()
-    monkeypatch.setattr(dev, "run_checks", run_checks)
-    assert dev.main(["test"]) == 0 and events == ["checks", "pytest"]  # warm caches: nothing to warm
+    warm = _Children()
+    monkeypatch.setattr(dev.subprocess, "Popen", warm)
+    assert dev.main(["test"]) == 0 and warm.names() == ["ruff", "mypy", "lint-imports", "pytest"]  # nothing to warm
 
 
 def test_the_files_run_first_are_there() -> None:
