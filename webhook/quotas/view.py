@@ -10,7 +10,8 @@ from policies.quota.model import format_gpus
 from policies.quota.queue import TenantQueue, wait_message
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.quotas.waiters import ChargeCache, QuotaPicture, picture_of, plan_tenant, quota_picture
+from webhook.quotas.snapshot_picture import picture_of
+from webhook.quotas.waiters import ChargeCache, QuotaPicture, plan_tenant, quota_picture
 
 MAX_LISTED = 50  # waiting pods listed per tenant in a view (the count is always whole)
 

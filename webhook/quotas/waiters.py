@@ -24,7 +24,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.gang_spec import membership
 from webhook.intent import OUT_TENANT
-from webhook.placement.rooms import free_gpus, per_snapshot
+from webhook.placement.rooms import free_gpus
 from webhook.quota_charges import ChargeEpochs, pod_charge
 from webhook.quotas.scheduling_gate import is_quota_gated
 from webhook.scheduling.predicates import first_feasible
@@ -347,13 +347,6 @@ def _live_gang_members(model: ClusterModel) -> dict[str, int]:
         if member is not None:
             counts[member.key] = counts.get(member.key, 0) + 1
     return counts
-
-
-@per_snapshot
-def picture_of(model: ClusterModel) -> QuotaPicture:
-    """`quota_picture` with nothing in flight, once per snapshot: admissions of one snapshot share it (callers
-    must not change the answer)."""
-    return quota_picture(model)
 
 
 def plan_tenant(
