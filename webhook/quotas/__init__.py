@@ -3,7 +3,7 @@
 - `gate.py`: which pods carry the `kgwe.io/quota` scheduling gate (added at `/mutate`);
 - `waiters.py`: what a gated pod asks, read from the cluster model (its types narrowed by its own constraints);
 - `incremental.py`: the controller's picture of every tenant, kept from the watch's events;
-- `snapshot_picture.py`: admission's and the views' picture of a snapshot, read again only where it differs from the last;
+- `snapshot_picture.py`: admission's picture of a snapshot, read again only where it differs from the last;
 - `admission.py`: what `/validate` refuses without holding any state, and what `kgwe review` says;
 - `controller.py`: the leader's controller that releases gated pods in order, pins, and reports why others wait.
 
