@@ -100,8 +100,9 @@ class SnapshotPictures:
                               before is None)
             kept = self._index.picture(model, pending, {})
             self._pods = now
-            # The reads are the index's own and move with its next picture: the answer keeps a copy.
-            return QuotaPicture(kept.tenants, kept.unlimited, dict(kept.read))
+            # Without the reads: they are the index's own, and move with its next picture (a copy of every pod's
+            # costs a third of the picture; no reader of a snapshot's picture asks them).
+            return QuotaPicture(kept.tenants, kept.unlimited)
 
 
 _PICTURES = SnapshotPictures()

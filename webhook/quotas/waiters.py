@@ -55,7 +55,8 @@ class QuotaPicture:
     tenants: dict[str, TenantPicture]
     unlimited: list[dict[str, Any]]  # gated pods of tenants without a TenantQuota: nothing holds them
     # Every pod of the snapshot as read, by namespace/name, terminal ones too (the controller forgets what it
-    # released and told pods that are gone or no longer gated from these, without reading every pod again).
+    # released and told pods that are gone or no longer gated from these, without reading every pod again);
+    # empty in admission's picture of a snapshot (webhook/quotas/snapshot_picture.py `picture_of`).
     read: Mapping[str, PodRead] = field(default_factory=dict, compare=False, repr=False)
 
 
