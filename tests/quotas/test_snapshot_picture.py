@@ -14,7 +14,8 @@ from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster
 
 from webhook.assembly import build_runtime
 from webhook.config import load_config
-from webhook.quotas.snapshot_picture import PodList, SnapshotPictures, changed_pods
+from webhook.quotas.pod_changes import PodList, changed_pods
+from webhook.quotas.snapshot_picture import SnapshotPictures
 from webhook.quotas.waiters import quota_picture
 
 
