@@ -1,7 +1,9 @@
 """The quota controller's pass in process, over the scale fleet (bench/scale_fleet.py): its CPU time after one
 pod's change, after team-q's running pod is deleted (what bench_scale.py's pod change does), after one node's
-change, and the first pass (every pod read). The snapshot is rebuilt before each timed pass, so the figure is
-the pass's own; the cyclic collector is off while timing, as after start-up's freeze.
+change, and the first pass (every pod read); then admission's picture of a new snapshot (`picture_of`) after one
+pod's change, against the full computation of the same snapshot, and a team-q pod's `/validate` after one pod's
+change (whether to warn that it will wait asks that picture). The snapshot is rebuilt before each timed
+pass, so the figure is the pass's own; the cyclic collector is off while timing, as after start-up's freeze.
 
 Run: `.venv/bin/python bench/bench_quota_pass.py --nodes 3000` (prints JSON). Issue 36: a pass after one
 change must not be proportional to all pods.
@@ -15,17 +17,23 @@ import gc
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 
-from scale_fleet import QUOTA_NAMESPACE, generate_fleet  # noqa: E402
+import jsonpatch  # noqa: E402
+from scale_fleet import QUOTA_NAMESPACE, generate_fleet, pod  # noqa: E402
 
 from webhook import assembly  # noqa: E402
+from webhook.cluster.model import ClusterModel  # noqa: E402
 from webhook.config import load_config  # noqa: E402
 from webhook.quotas.controller import QuotaController  # noqa: E402
+from webhook.quotas.snapshot_picture import picture_of  # noqa: E402
+from webhook.quotas.waiters import quota_picture  # noqa: E402
+from webhook.review import answer, create_review, decoded_patch  # noqa: E402
 
 
 def _timed(controller: QuotaController) -> float:
@@ -34,13 +42,54 @@ def _timed(controller: QuotaController) -> float:
     return round((time.process_time() - started) * 1000, 2)
 
 
+def _timed_call(call: Callable[[ClusterModel], object], model: ClusterModel) -> float:
+    started = time.process_time()
+    call(model)
+    return round((time.process_time() - started) * 1000, 2)
+
+
+def _admission_picture(store: Any, fleet: Any, changes: int) -> dict[str, Any]:
+    """Admission's picture (`picture_of`) of a new snapshot after one pod's change, against the full
+    computation (`quota_picture`) of the same snapshot, which it equals."""
+    first = _timed_call(picture_of, store.snapshot(force=True))
+    kept, full = [], []
+    for i in range(changes):
+        changed = copy.deepcopy(fleet.pods[200 + i])
+        changed["metadata"]["resourceVersion"] = f"bench-admission-{i}"
+        store.upsert(changed)
+        model = store.snapshot(force=True)
+        kept.append(_timed_call(picture_of, model))
+        full.append(_timed_call(quota_picture, model))
+    return {"first": first, "pod_change": kept, "pod_change_median": sorted(kept)[len(kept) // 2],
+            "full_computation_median": sorted(full)[len(full) // 2]}
+
+
+def _quota_validate(admission: Any, fleet: Any, changes: int) -> dict[str, Any]:
+    """A team-q pod's `/validate` after one pod's change (a new snapshot): whether to warn that the pod will
+    wait asks admission's picture of that snapshot."""
+    new = pod("q-bench", QUOTA_NAMESPACE, None, 8)
+    mutated = answer(admission, create_review(new, "bench", []), True, 30.0)
+    gated = jsonpatch.apply_patch(create_review(new, "bench", [])["request"]["object"], decoded_patch(mutated))
+    validate = []
+    for i in range(changes):
+        changed = copy.deepcopy(fleet.pods[300 + i])
+        changed["metadata"]["resourceVersion"] = f"bench-validate-{i}"
+        admission.runtime.store.upsert(changed)
+        admission.runtime.store.snapshot(force=True)
+        started = time.process_time()
+        answered = answer(admission, create_review(gated, "bench", []), False, 30.0)
+        validate.append(round((time.process_time() - started) * 1000, 2))
+        assert answered["allowed"], answered
+    return {"pod_change": validate, "pod_change_median": sorted(validate)[len(validate) // 2]}
+
+
 def bench_quota_pass(nodes: int, changes: int = 8) -> dict[str, Any]:
     config = load_config(str(ROOT / "examples" / "config.yaml"))
     gc.disable()
     fleet = generate_fleet(nodes)
     store = assembly.new_store(config)
     store.replace_all([*fleet.nodes, *fleet.pods, *fleet.namespaces, *fleet.quotas])
-    assembly.build_runtime(config, None, store=store)
+    runtime = assembly.build_runtime(config, None, store=store)
     store.snapshot(force=True)
     gc.enable()
     gc.collect()
@@ -64,9 +113,12 @@ def bench_quota_pass(nodes: int, changes: int = 8) -> dict[str, Any]:
     store.upsert(node)
     store.snapshot(force=True)
     node_change = _timed(controller)
+    admission = _admission_picture(store, fleet, changes)
+    validate = _quota_validate(runtime.admission, fleet, changes)
     return {"nodes": nodes, "pods": len(fleet.pods), "cpu_ms": {
         "first_pass": first, "pod_change": pod_changes, "pod_change_median": sorted(pod_changes)[len(pod_changes) // 2],
-        "quota_pod_deleted": deleted, "node_change": node_change}}
+        "quota_pod_deleted": deleted, "node_change": node_change, "admission_picture": admission,
+        "quota_validate": validate}}
 
 
 def main() -> None:

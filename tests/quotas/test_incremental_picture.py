@@ -3,7 +3,10 @@ computation (`quota_picture`) of the same snapshot, after every one of a seeded 
 the real store: pods created, changed, bound, gated and ungated, finished, being deleted and deleted, gang
 members among them; nodes relabelled, added and removed; ResourceClaims; Namespaces relabelled; TenantQuotas
 created, deleted, given other namespaces, groups and limits, and their status written; HardwareProfiles changed;
-relists. The security of quotas rests on the two being equal: what the controller releases is planned on it."""
+relists. The security of quotas rests on the two being equal: what the controller releases is planned on it.
+Admission's picture (webhook/quotas/snapshot_picture.py, kept from the last snapshot it was asked) and the free
+GPUs the queue asks (webhook/quotas/free_gpus.py) are compared too, on the newest snapshot and on older ones, as
+requests that hold an older snapshot ask them."""
 
 from __future__ import annotations
 
@@ -20,7 +23,10 @@ from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterModel, ClusterStore, object_key
 from webhook.config import load_config
 from webhook.gang_spec import A_GANG_SIZE, LABEL_GANG
+from webhook.placement.rooms import free_gpus
+from webhook.quotas.free_gpus import KeptFreeGpus
 from webhook.quotas.incremental import QuotaIndex
+from webhook.quotas.snapshot_picture import SnapshotPictures
 from webhook.quotas.waiters import quota_picture
 
 GANGS = ("llm", "vision")
@@ -131,6 +137,10 @@ def test_the_picture_kept_from_events_equals_a_fresh_full_one_after_every_event(
         store.upsert(_pod(rng, 1000 + n))
     index = QuotaIndex()
     store.add_listener(index.changed)
+    admission = SnapshotPictures()
+    free = KeptFreeGpus()
+    models: list[ClusterModel] = []
+    older_rng = random.Random(seed + 1000)  # its own: the events stay those of `rng`
     seen_released = seen_waiting = seen_incomplete = 0
     for n in range(250):
         pending = index.take()
@@ -142,6 +152,15 @@ def test_the_picture_kept_from_events_equals_a_fresh_full_one_after_every_event(
         fresh = quota_picture(model, in_flight)
         assert kept == fresh, f"seed {seed}, event {n}"
         assert set(kept.read) == set(model.pods) and all(kept.read[k].pod is p for k, p in model.pods.items())
+        assert admission.picture(model) == quota_picture(model), f"admission, seed {seed}, event {n}"
+        assert free.free(model) == free_gpus(model), f"free GPUs, seed {seed}, event {n}"
+        models.append(model)
+        if older_rng.random() < 0.2:  # a request still holding an older snapshot, then the newest again
+            older = older_rng.choice(models[-6:])
+            assert admission.picture(older) == quota_picture(older), f"admission, older, seed {seed}, event {n}"
+            assert admission.picture(model) == quota_picture(model), f"admission, back, seed {seed}, event {n}"
+            assert free.free(older) == free_gpus(older), f"free GPUs, older, seed {seed}, event {n}"
+            assert free.free(model) == free_gpus(model), f"free GPUs, back, seed {seed}, event {n}"
         seen_released += sum(len(t.released) for t in fresh.tenants.values())
         seen_waiting += sum(len(t.waiters) for t in fresh.tenants.values())
         seen_incomplete += sum(len(t.incomplete) for t in fresh.tenants.values())

@@ -20,7 +20,8 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_TENANT, parse_intent
 from webhook.quotas.scheduling_gate import QUOTA_GATE
-from webhook.quotas.waiters import picture_of, plan_tenant, pod_charges, runnable_types
+from webhook.quotas.snapshot_picture import picture_of
+from webhook.quotas.waiters import plan_tenant, pod_charges, runnable_types
 
 Problem = tuple[str, str]
 ZERO = Decimal(0)

@@ -24,8 +24,8 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.gang_spec import membership
 from webhook.intent import OUT_TENANT
-from webhook.placement.rooms import free_gpus, per_snapshot
 from webhook.quota_charges import ChargeEpochs, pod_charge
+from webhook.quotas.free_gpus import free_gpus
 from webhook.quotas.scheduling_gate import is_quota_gated
 from webhook.scheduling.predicates import first_feasible
 
@@ -55,7 +55,8 @@ class QuotaPicture:
     tenants: dict[str, TenantPicture]
     unlimited: list[dict[str, Any]]  # gated pods of tenants without a TenantQuota: nothing holds them
     # Every pod of the snapshot as read, by namespace/name, terminal ones too (the controller forgets what it
-    # released and told pods that are gone or no longer gated from these, without reading every pod again).
+    # released and told pods that are gone or no longer gated from these, without reading every pod again);
+    # empty in admission's picture of a snapshot (webhook/quotas/snapshot_picture.py `picture_of`).
     read: Mapping[str, PodRead] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -347,13 +348,6 @@ def _live_gang_members(model: ClusterModel) -> dict[str, int]:
         if member is not None:
             counts[member.key] = counts.get(member.key, 0) + 1
     return counts
-
-
-@per_snapshot
-def picture_of(model: ClusterModel) -> QuotaPicture:
-    """`quota_picture` with nothing in flight, once per snapshot: admissions of one snapshot share it (callers
-    must not change the answer)."""
-    return quota_picture(model)
 
 
 def plan_tenant(
