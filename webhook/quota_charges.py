@@ -126,7 +126,7 @@ class ChargeEpochs:
     change (a pod on no known node is priced by every type's sharing mode), the other when the accelerator
     table, a HardwareProfile, a Namespace (its labels) or a DeviceClass does. The store never changes an object
     in place, so the same objects mean the same inputs. The quota pass's and the audit's per-pod memos key
-    their charges on these (webhook/quotas/waiters.py ChargeCache, webhook/audit/charges.py ChargeMemo)."""
+    their charges on these (the inventory's InventoryMemo, webhook/audit/charges.py ChargeMemo)."""
 
     def __init__(self) -> None:
         self._nodes: tuple[int, ...] = ()

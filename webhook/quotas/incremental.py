@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.vocabulary.objects import PodView
@@ -44,7 +44,7 @@ from webhook.quotas.waiters import (
     TenantPicture,
     asks_mapped,
     assemble,
-    charges_of,
+    charged,
     claim_usage_of,
     owners_of,
     place,
@@ -185,12 +185,9 @@ class QuotaIndex:
             self._unindex(key, old)
         if pod is None:
             return
-        read = read_pod(pod, {})
+        read = read_pod(pod)
         if not read.terminal:
-            node = model.nodes.get(read.node_name) if read.node_name else None
-            charges = tuple(charges_of(pod, model, mapped, claim_usage))
-            read = PodRead(pod, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
-                           node, (-1, -1), charges, owners_of(charges, tenants), None)
+            read = charged(read, model, mapped, claim_usage, tenants, None)
         self._store(key, read, model, mapped)
 
     def _store(self, key: str, read: PodRead, model: ClusterModel, mapped: Mapping[str, str]) -> None:
@@ -250,8 +247,7 @@ def _discard(index: dict[str, set[str]], name: str, key: str) -> None:
 
 
 def _with_owners(read: PodRead, owners: tuple[tuple[int, str], ...]) -> PodRead:
-    return PodRead(read.pod, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
-                   read.node, read.epoch, read.charges, owners, None)
+    return replace(read, owners=owners, owners_for=None)
 
 
 __all__ = ["Pending", "QuotaIndex"]

@@ -24,7 +24,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.gang_spec import membership
 from webhook.intent import OUT_TENANT
-from webhook.quota_charges import ChargeEpochs, pod_charge
+from webhook.quota_charges import pod_charge
 from webhook.quotas.free_gpus import free_gpus
 from webhook.quotas.scheduling_gate import is_quota_gated
 from webhook.scheduling.predicates import first_feasible
@@ -108,11 +108,9 @@ class PodRead:
     gated: bool
     deleting: bool
     claims: bool  # names ResourceClaims of its own: its charges follow the claims, read every pass
-    # What `charges` were read against: the facts of the node it is bound to (the same object while the node
-    # did not change), or for a pod on no known node the epoch of every node's facts (the types' sharing modes
-    # price it before binding); and the epoch of the rest a charge reads (ChargeCache.context).
+    # The facts of the node `charges` were read against (None: on no known node, where the types' sharing
+    # modes may price it before binding).
     node: object = None
-    epoch: tuple[int, int] = (-1, -1)
     charges: tuple[PodCharge, ...] | None = None
     # Which tenants' pictures each of `charges` counts in (pairs of charge index and tenant), read against the
     # TenantQuota objects `owners_for` names.
@@ -120,41 +118,30 @@ class PodRead:
     owners_for: tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
 
-def read_pod(pod: dict[str, Any], previous: Mapping[int, PodRead]) -> PodRead:
-    """The pod's read from `previous` when it is the same object, else read now (charges left to the pass)."""
-    known = previous.get(id(pod))
-    if known is not None and known.pod is pod:
-        return known
+def read_pod(pod: dict[str, Any]) -> PodRead:
+    """What a pass reads of the pod itself (its charges are `charged`'s)."""
     view = PodView(pod)
     return PodRead(pod, view.terminal, view.node_name, view.uid, is_quota_gated(view), view.deleting,
                    bool(view.spec.get("resourceClaims")))
 
 
-class ChargeCache(dict[int, PodRead]):
-    """What each pod object read and counted in the last pass, by identity (the controller keeps one between
-    passes), with the epochs its charges were read in (`ChargeEpochs`)."""
+def charged(read: PodRead, model: ClusterModel, mapped: Mapping[str, str], claim_usage: Callable[[], ClaimCharges],
+            tenants: Mapping[str, TenantPicture], owners_for: tuple[tuple[str, tuple[int, ...]], ...] | None,
+            ) -> PodRead:
+    """The read of a pod that is not finished with its charges on this snapshot and the tenants they count in."""
+    node = model.nodes.get(read.node_name) if read.node_name else None
+    charges = tuple(charges_of(read.pod, model, mapped, claim_usage))
+    return replace(read, node=node, charges=charges, owners=owners_of(charges, tenants), owners_for=owners_for)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.epochs = ChargeEpochs()
 
-
-def quota_picture(
-    model: ClusterModel, in_flight: Mapping[str, str | None] | None = None, cache: ChargeCache | None = None
-) -> QuotaPicture:
-    """Every tenant with a TenantQuota: its released pods' charges and its waiters in order.
+def quota_picture(model: ClusterModel, in_flight: Mapping[str, str | None] | None = None) -> QuotaPicture:
+    """Every tenant with a TenantQuota: its released pods' charges and its waiters in order, from every pod.
 
     `in_flight`: uid -> the type pinned, for pods the controller released that the snapshot may show gated.
-    `cache`: the reads of the previous picture, by pod object, with their charges while what they read did not
-    change: a pod that did not change is not read again (the views pass one between their calls; it is
-    refilled here). Every list of the answer is in pod-key order, whatever order the snapshot holds its pods
-    in, so this full computation and the quota controller's incremental one (webhook/quotas/incremental.py)
-    give equal pictures and sum the same charges in the same order."""
+    Every list of the answer is in pod-key order, whatever order the snapshot holds its pods in, so this full
+    computation and the kept ones (webhook/quotas/incremental.py for the controller, snapshot_picture.py for
+    admission and the views) give equal pictures and sum the same charges in the same order."""
     in_flight = in_flight or {}
-    previous = dict(cache) if cache is not None else {}
-    nodes_epoch, context_epoch = cache.epochs.advance(model) if cache is not None else (-1, -1)
-    if cache is not None:
-        cache.clear()
     tenants = tenant_pictures(model)
     mapped = mapped_resources(model.device_classes)
     claim_usage = claim_usage_of(model, mapped)
@@ -164,23 +151,12 @@ def quota_picture(
     unlimited: list[tuple[str, dict[str, Any]]] = []
     every: dict[str, PodRead] = {}
     for key, pod in model.pods.items():
-        read = read_pod(pod, previous)
+        read = read_pod(pod)
+        if not read.terminal:
+            read = charged(read, model, mapped, claim_usage, tenants, quotas_read)
         every[key] = read
         if read.terminal:
-            if cache is not None:
-                cache[id(pod)] = read
             continue
-        node = model.nodes.get(read.node_name) if read.node_name else None
-        epoch = (-1 if node is not None else nodes_epoch, context_epoch)
-        charges = read.charges
-        if charges is None or read.node is not node or read.epoch != epoch or read.claims or epoch[1] < 0:
-            charges = tuple(charges_of(pod, model, mapped, claim_usage))
-        if charges is not read.charges or read.owners_for != quotas_read:
-            read = PodRead(pod, read.terminal, read.node_name, read.uid, read.gated, read.deleting, read.claims,
-                           node, epoch, charges, owners_of(charges, tenants), quotas_read)
-            every[key] = read
-        if cache is not None:
-            cache[id(pod)] = read
         place(key, read, tenants, in_flight, released, gated, unlimited, model)
     return assemble(tenants, released, gated, unlimited, model, _live_gang_members, every)
 
