@@ -34,11 +34,11 @@ from policies.engines.cel import CelCompileError, CelEngine, CelEvaluationError,
 from policies.engines.cel_reads import cel_reads
 from policies.engines.projection import EACH, Path, projection_of
 
-CROSS_EXPRESSIONS = tries(150, 1200)
+CROSS_EXPRESSIONS = tries(100, 1200)
 EXTENDED_EXPRESSIONS = tries(120, 1000)
 LAW_TRIPLES = tries(40, 250)
-PROJECTED_EXPRESSIONS = tries(200, 1500)
-CUT_ATTACK_EXPRESSIONS = tries(200, 1500)
+PROJECTED_EXPRESSIONS = tries(130, 1500)
+CUT_ATTACK_EXPRESSIONS = tries(130, 1500)
 
 Outcome = tuple[str, Any]  # ("value", a comparable form of the value) or ("error", the message)
 

@@ -42,7 +42,7 @@ from policies.engines.rego_rvm import EVERYTHING_ENTRY, rvm_aggregate_modules
 from policies.engines.rego_source import inspect_module
 from policies.runtime.policy_runtime import PolicyRuntime
 
-SETS = tries(80, 600)
+SETS = tries(50, 600)
 # What the generator's member flows must reach (tests/policies/rego_generator.py names them).
 MEMBER_FEATURES = frozenset({
     # iterating an input collection or a collection rule

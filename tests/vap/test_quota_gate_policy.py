@@ -413,7 +413,7 @@ CORNERS = [
 
 @pytest.mark.timeout(600)  # about 0.1 s a case on an idle CPU (cel-python is slow), several on a busy one
 @pytest.mark.parametrize("scene", ["default", "kueue"])
-@settings(max_examples=tries(40, 1000), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=tries(25, 1000), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
 @example(case=CORNERS[0])
 @example(case=CORNERS[1])
