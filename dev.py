@@ -210,11 +210,11 @@ def run_tests(pytest_args: list[str]) -> int:
     """The checks and pytest at once: pytest's workers wait on servers, browsers and deadlines for about a quarter
     of the run, and the checks (mypy's half minute above all) use that time. A failed check stops pytest at once,
     as a failed test stops the run (-x); the checks' lines follow pytest's output. In a fresh clone the tests are
-    collected once first, on every CPU: the workers and the checks start on warm caches."""
-    for warming in warm_caches():
-        warming.wait()  # its failures, if any, are pytest's to report next
+    collected once first, on every CPU beside the checks: the workers start on warm caches."""
     with contextlib.ExitStack() as stack:
         checks = Checks(stack)
+        for warming in warm_caches():
+            warming.wait()  # its failures, if any, are pytest's to report next
         tests: subprocess.Popen[bytes] | None = None
         if not checks.failed():
             workers = test_workers()
