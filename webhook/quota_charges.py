@@ -121,32 +121,6 @@ def usage_charges(model: ClusterModel) -> list[PodCharge]:
     return charges
 
 
-class ChargeEpochs:
-    """Which snapshot a remembered charge was read against, as two epochs: one moves when any node's facts
-    change (a pod on no known node is priced by every type's sharing mode), the other when the accelerator
-    table, a HardwareProfile, a Namespace (its labels) or a DeviceClass does. The store never changes an object
-    in place, so the same objects mean the same inputs. The quota pass's and the audit's per-pod memos key
-    their charges on these (the inventory's InventoryMemo, webhook/audit/charges.py ChargeMemo)."""
-
-    def __init__(self) -> None:
-        self._nodes: tuple[int, ...] = ()
-        self._context: tuple[object, ...] | None = None
-        self.epochs = (0, 0)  # (nodes, context)
-
-    def advance(self, model: ClusterModel) -> tuple[int, int]:
-        """The epochs of `model`'s inputs, moved on from the last call's where they changed."""
-        nodes = tuple(id(facts) for facts in model.nodes.values())
-        context = (id(model.table), tuple(map(id, model.hardware_profiles.values())),
-                   tuple(map(id, model.namespaces.values())), tuple(map(id, model.device_classes.values())))
-        nodes_epoch, context_epoch = self.epochs
-        if nodes != self._nodes:
-            self._nodes, nodes_epoch = nodes, nodes_epoch + 1
-        if context != self._context:
-            self._context, context_epoch = context, context_epoch + 1
-        self.epochs = (nodes_epoch, context_epoch)
-        return self.epochs
-
-
 class ReadOfPod(Protocol):
     """A per-pod memo entry: the pod object it was read from, the facts of the node it was bound to (None: on no
     known node) and, for such a pod, the epoch of every node's facts it was read against (ChargeEpochs)."""
@@ -159,13 +133,6 @@ class ReadOfPod(Protocol):
 
     @property
     def nodes_epoch(self) -> int: ...
-
-
-def bound_node(pod: dict[str, Any], model: ClusterModel) -> NodeFacts | None:
-    """The facts of the node `pod` is bound to, where the snapshot knows it."""
-    spec = pod.get("spec")
-    node_name = spec.get("nodeName") if isinstance(spec, dict) else None
-    return model.nodes.get(node_name) if isinstance(node_name, str) and node_name else None
 
 
 def still_read(entry: ReadOfPod | None, pod: dict[str, Any], node: NodeFacts | None, nodes_epoch: int) -> bool:

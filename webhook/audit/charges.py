@@ -21,7 +21,8 @@ from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimCharges
 from webhook.cluster.device_classes import charged_through_claims, mapped_resources
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
-from webhook.quota_charges import ChargeEpochs, bound_node, pod_charge, still_read
+from webhook.cluster.read_epochs import ChargeEpochs, bound_node
+from webhook.quota_charges import pod_charge, still_read
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,9 @@ from policies.quota.model import PodCharge
 from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.device_classes import charged_through_claims, mapped_resources
 from webhook.cluster.model import ClusterModel
+from webhook.cluster.read_epochs import ChargeEpochs
 from webhook.config import Config
 from webhook.inventory.capacity import Inventory
-from webhook.quota_charges import ChargeEpochs
 
 log = logging.getLogger("kgwe.inventory")
 

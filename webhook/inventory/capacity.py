@@ -26,11 +26,12 @@ from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.device_classes import DRA_GPUS, DRA_MIG_PREFIX, dra_allocatable, dra_used
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
+from webhook.cluster.read_epochs import bound_node
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
 from webhook.inventory.numbers import ZERO
-from webhook.quota_charges import bound_node, pod_charge, still_read
+from webhook.quota_charges import pod_charge, still_read
 
 SHARED_MODES = ("mps", "time-slicing")
 

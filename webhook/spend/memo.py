@@ -24,6 +24,7 @@ from typing import Any
 from policies.vocabulary import keys
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
+from webhook.cluster.read_epochs import ChargeEpochs, bound_node
 from webhook.config import Config
 from webhook.spend.rates import PodRate, pod_rate, tenant_resolver
 
@@ -35,34 +36,6 @@ class _Entry:
     nodes_epoch: int
     rate: PodRate | None  # None: not a GPU pod bound to a node
     named: bool  # its tenant is its own `kgwe.io/tenant`
-
-
-class _Epochs:
-    """Which snapshot an entry was read against: one epoch moves when any node's facts change, the other
-    when the accelerator table, a HardwareProfile, a Namespace or a DeviceClass does."""
-
-    def __init__(self) -> None:
-        self._nodes: tuple[int, ...] = ()
-        self._context: tuple[object, ...] | None = None
-        self.epochs = (0, 0)
-
-    def advance(self, model: ClusterModel) -> tuple[int, int]:
-        nodes = tuple(id(facts) for facts in model.nodes.values())
-        context = (id(model.table), tuple(map(id, model.hardware_profiles.values())),
-                   tuple(map(id, model.namespaces.values())), tuple(map(id, model.device_classes.values())))
-        nodes_epoch, context_epoch = self.epochs
-        if nodes != self._nodes:
-            self._nodes, nodes_epoch = nodes, nodes_epoch + 1
-        if context != self._context:
-            self._context, context_epoch = context, context_epoch + 1
-        self.epochs = (nodes_epoch, context_epoch)
-        return self.epochs
-
-
-def _bound_node(pod: dict[str, Any], model: ClusterModel) -> NodeFacts | None:
-    spec = pod.get("spec")
-    node_name = spec.get("nodeName") if isinstance(spec, dict) else None
-    return model.nodes.get(node_name) if isinstance(node_name, str) and node_name else None
 
 
 def names_claims(pod: dict[str, Any]) -> bool:
@@ -78,7 +51,7 @@ class RateMemo:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the API's threads and the budget refresh may read at once
-        self._epochs = _Epochs()
+        self._epochs = ChargeEpochs()
         self._context: tuple[int, Config] | None = None  # the config kept, so its id is never another's
         self._entries: dict[int, _Entry] = {}
         self.computed = 0  # pods computed by the last call (the rest were looked up)
@@ -96,7 +69,7 @@ class RateMemo:
             out: list[PodRate] = []
             computed = 0
             for raw in model.pods.values():
-                node = _bound_node(raw, model)
+                node = bound_node(raw, model)
                 entry = previous.get(id(raw))
                 if entry is None or entry.pod is not raw or entry.node is not node or (
                         (node is None or not node.is_typed) and entry.nodes_epoch != nodes_epoch):
