@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from changing_cluster import NAMESPACES, changed, random_pod, step
+from changing_cluster import NAMESPACES, changed, random_pod, step, store_with_pods_without_claims
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster
 
 from webhook.assembly import build_runtime
@@ -170,14 +170,8 @@ def test_the_picture_kept_from_events_equals_a_fresh_full_one_after_every_event(
 
 
 def test_a_pod_event_reads_only_that_pod_again(tmp_path: Path) -> None:
-    runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
-    store = runtime.store
-    store.min_rebuild_interval = 0
     rng = random.Random(7)
-    for n in range(40):
-        pod = _pod(rng, n)
-        pod["spec"].pop("resourceClaims", None)  # read every pass: not what this test counts
-        store.upsert(pod)
+    store = store_with_pods_without_claims(tmp_path, rng, _pod)
     index = QuotaIndex()
     store.add_listener(index.changed)
     index.picture(store.snapshot(force=True), index.take(), {})

@@ -9,11 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
-from changing_cluster import random_pod
-from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster
+from changing_cluster import random_pod, store_with_pods_without_claims
 
-from webhook.assembly import build_runtime
-from webhook.config import load_config
 from webhook.quotas.pod_changes import PodList, changed_pods
 from webhook.quotas.snapshot_picture import SnapshotPictures
 from webhook.quotas.waiters import quota_picture
@@ -55,14 +52,8 @@ def test_the_pods_read_again_are_exactly_those_that_changed(seed: int) -> None:
 
 
 def test_a_new_snapshot_reads_only_the_pods_that_changed(tmp_path: Path) -> None:
-    runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
-    store = runtime.store
-    store.min_rebuild_interval = 0
     rng = random.Random(5)
-    for n in range(40):
-        pod = random_pod(rng, n)
-        pod["spec"].pop("resourceClaims", None)  # read every time: not what this test counts
-        store.upsert(pod)
+    store = store_with_pods_without_claims(tmp_path, rng)
     pictures = SnapshotPictures()
     pictures.picture(store.snapshot(force=True))
     before = dict(pictures._index._reads)
