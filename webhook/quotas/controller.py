@@ -1,8 +1,9 @@
 """The quota controller: removes the `kgwe.io/quota` gate of pods whose tenant's quota holds them (leader only).
 
 Woken by the cluster watch (a pod, TenantQuota or node changed), never on a fixed period. One pass, from a
-current snapshot (`webhook/quotas/incremental.py` keeps the picture from the watch's events, reading again only
-what changed, equal to what `webhook/quotas/waiters.py` computes from every pod; `policies/quota/queue.py` decides):
+current snapshot (the picture `webhook/quotas/waiters.py` computes from every pod; `policies/quota/queue.py`
+decides). The picture kept from the watch's events (`webhook/quotas/incremental.py`) is not used here: under load a
+pass of it missed waiting pods (tests/quotas/test_quota_controller.py's two-replica test, 2 runs in 6).
 
 - per tenant, in creation order, a waiting pod (or a sized gang, whole) that fits every limit on a type it
   can run on is released: pinned to that type when it may run on several (added to its node constraints,
@@ -45,9 +46,8 @@ from webhook.config import Config
 from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
 from webhook.placement.constraints import and_into_required_terms, apply_requirements
-from webhook.quotas.incremental import QuotaIndex
 from webhook.quotas.scheduling_gate import QUOTA_CONDITION, QUOTA_GATE
-from webhook.quotas.waiters import PodRead, TenantPicture, plan_tenant
+from webhook.quotas.waiters import PodRead, TenantPicture, plan_tenant, quota_picture
 from webhook.quotas.writer import QuotaWriter
 
 log = logging.getLogger("kgwe.quotas.controller")
@@ -136,9 +136,6 @@ class QuotaController:
         # uid -> the waiting message last written, when, and the pod's namespace/name
         self._told: dict[str, tuple[str, float, str]] = {}
         self._statuses: dict[str, dict[str, Any]] = {}  # TenantQuota name -> the status last written
-        # Every pod's charges, kept from the watch's events (webhook/quotas/incremental.py): a pass reads again
-        # only the pods that changed, not every pod of the cluster.
-        self._index = QuotaIndex()
         self.last: PassResult | None = None
         self._timer: threading.Timer | None = None
         self._timer_lock = threading.Lock()
@@ -147,7 +144,6 @@ class QuotaController:
             run_at_start=True, backoff=Backoff(base=0.2, cap=10.0),
             on_error=lambda _exc: log.exception("quota release pass failed; retrying"),
         )
-        store.add_listener(self._index.changed)
         store.add_listener(self._changed)
 
     def wake(self, kind: str | None = None) -> None:
@@ -164,14 +160,12 @@ class QuotaController:
     # -- one pass ------------------------------------------------------------------------------
     def reconcile_once(self) -> PassResult:
         if not self.is_leader():
-            self._index.forget()  # a replica that does not lead keeps no reads; a new leader starts from the API's
             return PassResult()
         started = self.clock()
-        pending = self._index.take()  # before the snapshot: every change it holds is marked by then
         model = self.store.snapshot(force=True)
         self._forget_expired()
         in_flight = {uid: pinned for uid, (pinned, _t, _k) in self._in_flight.items()}
-        picture = self._index.picture(model, pending, in_flight)
+        picture = quota_picture(model, in_flight)
         # After the picture, from its reads (one walk over the pods, not two): a released pod seen ungated or
         # gone counts as released either way, so forgetting it before or after the picture is the same.
         self._forget_seen(picture.read)
