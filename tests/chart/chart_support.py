@@ -12,13 +12,14 @@ import helm_python as helm
 import pytest
 import yaml
 
+# libyaml's parser where PyYAML has it: reading Helm's output was most of a render's time with the pure-Python
+# one (the same safe constructor builds the objects either way).
+from manifests import YAML_LOADER, manifests
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kgwe"
 RELEASE = "kgwe"
 NAMESPACE = "kgwe-system"
-# libyaml's parser where PyYAML has it: reading Helm's output was most of a render's time with the pure-Python
-# one (the same safe constructor builds the objects either way).
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # Value sets every structural test runs against.
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -131,10 +132,4 @@ def cel() -> Cel:
 
 
 def example_documents(*directories: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    for directory in directories:
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.glob("*.y*ml")):
-            for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-                if isinstance(doc, dict):
-                    yield path, doc
+    return manifests(*directories, pattern="*.y*ml")

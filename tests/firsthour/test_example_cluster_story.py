@@ -16,10 +16,10 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, ROOT
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from manifests import manifests
 
 from webhook.assembly import build_runtime
 from webhook.cli import main
@@ -43,11 +43,7 @@ OUTPUT_SPEC = ("nodeSelector", "affinity", "tolerations", "schedulingGates")
 
 
 def _documents(*directories: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    for directory in directories:
-        for path in sorted(directory.glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-                if isinstance(doc, dict):
-                    yield path, doc
+    return manifests(*directories)
 
 
 BUILT_IN = [(path, doc) for path, doc in _documents(*(EXAMPLES / d for d in ("cluster", "cluster-dra", "pods",

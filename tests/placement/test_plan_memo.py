@@ -12,10 +12,10 @@ import dataclasses
 from typing import Any
 
 import pytest
-import yaml
 from effort import tries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from manifests import example_pods
 from placement_support import EXAMPLES
 from review_strategies import pods
 
@@ -34,10 +34,7 @@ MODELS = {
     name: build_runtime(CONFIG, EXAMPLES / name, load_policies=False).store.snapshot()
     for name in ("cluster", "cluster-dra")
 }
-EXAMPLE_PODS = [
-    doc for path in sorted((EXAMPLES / "pods").glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
-    if isinstance(doc, dict) and doc.get("kind") == "Pod"
-]
+EXAMPLE_PODS = example_pods(EXAMPLES / "pods")
 DECISIONS = [
     None,
     Decision({"acceleratorTypes": ["nvidia-a100-80gb", "nvidia-h100-80gb"]}, {"acceleratorTypes": "prefer-a100"}),

@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 import pytest
-import yaml
 from effort import tries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from manifests import example_pods
 from placement_support import EXAMPLES, review
 from review_strategies import pods
 
@@ -26,10 +26,7 @@ from webhook.config import load_config
 from webhook.runtime import Runtime
 
 CONFIG = load_config(EXAMPLES / "config.yaml")
-EXAMPLE_PODS = [
-    doc for path in sorted((EXAMPLES / "pods").glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
-    if isinstance(doc, dict) and doc.get("kind") == "Pod"
-]
+EXAMPLE_PODS = example_pods(EXAMPLES / "pods")
 
 
 def _runtime(cluster: str) -> Runtime:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from manifests import example_pods
 from review_strategies import EXAMPLES, TYPES, pods, text
 
 from policies.api import PolicyContext
@@ -152,10 +152,7 @@ def test_native_answers_equal_regorus_on_odd_containers(
 
 
 def _example_pods() -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for path in sorted((ROOT / "examples" / "pods").glob("*.yaml")):
-        found.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == "Pod")
-    return found
+    return example_pods(ROOT / "examples" / "pods")
 
 
 @pytest.mark.parametrize("pod", _example_pods(), ids=lambda p: p["metadata"].get("name", "pod"))
