@@ -17,19 +17,19 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from policies.gpu_demand import GpuDemand, mig_compute_slices, pod_gpu_demand
+from policies.gpu_demand import mig_compute_slices, pod_gpu_demand
 from policies.quota.model import PodCharge, resolve_tenant
-from policies.vocabulary import resources
 from policies.vocabulary.accelerator_types import UNKNOWN
 from policies.vocabulary.objects import PodView
 from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.device_classes import DRA_GPUS, DRA_MIG_PREFIX, dra_allocatable, dra_used
 from webhook.cluster.model import ClusterModel
-from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
+from webhook.cluster.node_facts import GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.cluster.read_epochs import bound_node
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
+from webhook.inventory.node_units import demand_resources, whole_resource
 from webhook.inventory.numbers import ZERO
 from webhook.quota_charges import pod_charge, still_read
 
@@ -109,30 +109,6 @@ class _PodFacts:
     cost: PodCost | None  # bound: its cost row (the tenant as it was when read)
     named_tenant: bool  # its kgwe.io/tenant annotation names the tenant (else its namespace's)
     own_devices: bool  # unfinished, with ResourceClaims or DRA devices of its own (charged through its claims)
-
-
-def gpu_resources(facts: NodeFacts) -> dict[str, Decimal]:
-    """The node's GPU resources: its allocatable GPU extended resources and its DRA devices."""
-    found = {k: v for k, v in facts.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES)}
-    return {**found, **dra_allocatable(facts)}
-
-
-def _whole_resource(facts: NodeFacts | None) -> str:
-    if facts is not None and resources.AMD_GPU in facts.allocatable and GPU_RESOURCE not in facts.allocatable:
-        return resources.AMD_GPU
-    return GPU_RESOURCE
-
-
-def demand_resources(demand: GpuDemand, facts: NodeFacts | None) -> dict[str, Decimal]:
-    """A pod's GPU demand as the node's resource names (what it takes from the node's allocatable)."""
-    out: dict[str, Decimal] = {}
-    if demand.whole_gpus:
-        out[_whole_resource(facts)] = Decimal(demand.whole_gpus)
-    for profile, count in demand.mig.items():
-        out[MIG_RESOURCE_PREFIX + profile] = Decimal(count)
-    for key, amount in demand.other.items():
-        out[key] = out.get(key, ZERO) + amount
-    return out
 
 
 class Inventory:
@@ -330,7 +306,7 @@ class Inventory:
             if facts.unschedulable:
                 continue
             used = self.node_used.get(facts.name, {})
-            whole_key = _whole_resource(facts)
+            whole_key = whole_resource(facts)
             whole_alloc = facts.allocatable.get(whole_key, ZERO)
             whole_used = used.get(whole_key, ZERO)
             if facts.type_source == "dra" and facts.dra is not None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from policies.gpu_demand import mig_compute_slices
+from policies.gpu_demand import GpuDemand, mig_compute_slices
 from policies.vocabulary import resources
-from webhook.cluster.node_facts import MIG_RESOURCE_PREFIX, NodeFacts
+from webhook.cluster.device_classes import dra_allocatable
+from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.inventory.numbers import ZERO, number
 
 WHOLE_GPU_RESOURCES = (resources.NVIDIA_GPU, resources.AMD_GPU, "gpu.nvidia.com")
@@ -59,3 +60,28 @@ def node_resources(
         rows.append({"resource": resource, "unit": unit, "allocatable": number(total), "used": number(taken),
                      "free": number(free)})
     return rows, used_equivalents, free_equivalents
+
+
+def gpu_resources(facts: NodeFacts) -> dict[str, Decimal]:
+    """The node's GPU resources: its allocatable GPU extended resources and its DRA devices."""
+    found = {k: v for k, v in facts.allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES)}
+    return {**found, **dra_allocatable(facts)}
+
+
+def whole_resource(facts: NodeFacts | None) -> str:
+    """The resource a whole GPU of the node is: AMD's where the node offers only AMD's, else NVIDIA's."""
+    if facts is not None and resources.AMD_GPU in facts.allocatable and GPU_RESOURCE not in facts.allocatable:
+        return resources.AMD_GPU
+    return GPU_RESOURCE
+
+
+def demand_resources(demand: GpuDemand, facts: NodeFacts | None) -> dict[str, Decimal]:
+    """A pod's GPU demand as the node's resource names (what it takes from the node's allocatable)."""
+    out: dict[str, Decimal] = {}
+    if demand.whole_gpus:
+        out[whole_resource(facts)] = Decimal(demand.whole_gpus)
+    for profile, count in demand.mig.items():
+        out[MIG_RESOURCE_PREFIX + profile] = Decimal(count)
+    for key, amount in demand.other.items():
+        out[key] = out.get(key, ZERO) + amount
+    return out

@@ -10,8 +10,8 @@ from typing import Any
 from policies.vocabulary.accelerator_types import MIXED, UNKNOWN
 from webhook.cluster.device_classes import dra_used
 from webhook.cluster.node_facts import NodeFacts
-from webhook.inventory.capacity import Inventory, TypeCapacity, gpu_resources
-from webhook.inventory.node_units import node_resources
+from webhook.inventory.capacity import Inventory, TypeCapacity
+from webhook.inventory.node_units import gpu_resources, node_resources
 from webhook.inventory.numbers import ZERO, number, utc_stamp
 
 # Node label prefixes the node view shows; everything else (and every annotation) stays hidden.
