@@ -210,7 +210,7 @@ def run_tests(pytest_args: list[str]) -> int:
     """The checks and pytest at once: pytest's workers wait on servers, browsers and deadlines for about a quarter
     of the run, and the checks (mypy's half minute above all) use that time. A failed check stops pytest at once,
     as a failed test stops the run (-x); the checks' lines follow pytest's output. In a fresh clone the tests are
-    collected once first, on every CPU beside the checks: the workers start on warm caches."""
+    collected once first, beside the checks: the workers start on warm caches."""
     with contextlib.ExitStack() as stack:
         checks = Checks(stack)
         for warming in warm_caches():
@@ -248,19 +248,17 @@ def _caches_cold() -> bool:
 
 
 def warm_caches() -> list[subprocess.Popen[bytes]]:
-    """In a fresh clone, collect the tests once (`pytest --collect-only`, output dropped), the test folders split
-    between one collection per CPU: it writes the bytecode of KGWE, of the packages the tests import (uv installs
-    them uncompiled) and pytest's of the test modules, which every pytest worker would otherwise compile at once,
-    each for itself (a cold collection took 31 CPU-s, a warm one 12). None where the caches are already there."""
+    """In a fresh clone, collect the tests once (`pytest --collect-only`, output dropped): it writes the bytecode
+    of KGWE, of the packages the tests import (uv installs them uncompiled) and pytest's of the test modules,
+    which every pytest worker would otherwise compile at once, each for itself (a cold collection took 27 CPU-s,
+    a warm one 9). One collection, not one per CPU: the checks keep the other CPUs busy meanwhile (mypy alone
+    about 30 CPU-s), and two collections of half the folders each compiled the packages both import, 37 CPU-s
+    in all. None where the caches are already there."""
     if not _caches_cold():
         return []
-    folders = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").iterdir()
-                     if p.is_dir() and not p.name.startswith(("_", ".")))
-    shares = max(1, min(_cpus(), MAX_TEST_WORKERS))
-    return [subprocess.Popen([str(PY), "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                              *folders[n::shares]], cwd=ROOT, env=test_environment(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-            for n in range(shares) if folders[n::shares]]
+    return [subprocess.Popen([str(PY), "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"], cwd=ROOT,
+                             env=test_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL)]
 
 
 # Test processes: one more than the CPUs, at most this many. A quarter of the suite's time is spent waiting
