@@ -32,6 +32,7 @@ from policies.engines.rego import (
     RegoEngineUnreachable,
     RegoEvaluationError,
     RegoInput,
+    RegorusEngine,
 )
 from policies.engines.rego_reads import InputReads
 from policies.loading.gpupolicy import (
@@ -41,6 +42,7 @@ from policies.loading.gpupolicy import (
     compile_gpu_policy,
 )
 from policies.loading.loader import PolicySource
+from policies.loading.rego_verdicts import COMPILES, VERDICTS
 
 # A pod that exercises the common paths of GPU policies during the warm-up query.
 WARMUP_POD: dict[str, Any] = {
@@ -160,27 +162,69 @@ def gathered_policies(units: Iterable[CompiledUnit]) -> list[GatheredPolicy]:
     return [g for g in (u.gathered() for u in units) if g is not None]
 
 
+@dataclass(frozen=True)
+class _RegoInputs:
+    """What preparing units compiles and asks: the modules with the aggregate (none: nothing to prepare),
+    the data, the warm-up input, and whether the decision query is asked too."""
+
+    gathered: list[GatheredPolicy]
+    modules: dict[str, str]
+    data: dict[str, Any]
+    probe: RegoInput
+    decisions: bool
+
+
+def _rego_inputs(units: list[CompiledUnit]) -> _RegoInputs:
+    gathered = gathered_policies(units)
+    modules = _modules(units)
+    if modules:
+        modules[AGGREGATE_MODULE] = aggregate_module(gathered)
+    return _RegoInputs(gathered, modules, {"kgwe": {"params": _params(units), "cluster": {}}},
+                       warmup_input(g.name for g in gathered if g.gated), has_decisions(gathered))
+
+
 def prepare_rego(engine: RegoEngine, units: list[CompiledUnit]) -> tuple[PreparedRego | None, list[GatheredPolicy]]:
     """Compile the units' modules plus the aggregate on `engine` and warm it up; raises RegoCompileError
     (RegoEngineUnavailable when the engine could not be reached at all)."""
-    gathered = gathered_policies(units)
-    modules = _modules(units)
-    if not modules:
-        return None, gathered
-    modules[AGGREGATE_MODULE] = aggregate_module(gathered)
-    prepared = engine.prepare(modules, {"kgwe": {"params": _params(units), "cluster": {}}})
+    inputs = _rego_inputs(units)
+    if not inputs.modules:
+        return None, inputs.gathered
+    prepared = engine.prepare(inputs.modules, inputs.data)
     try:
-        probe = warmup_input(g.name for g in gathered if g.gated)
-        prepared.query(CHECK_QUERY, probe)
-        if has_decisions(gathered):
-            prepared.query(DECISION_QUERY, probe)
+        prepared.query(CHECK_QUERY, inputs.probe)
+        if inputs.decisions:
+            prepared.query(DECISION_QUERY, inputs.probe)
     except RegoEngineUnreachable as exc:
         prepared.close()
         raise RegoEngineUnavailable(str(exc)) from exc
     except RegoEvaluationError as exc:
         prepared.close()
         raise RegoCompileError(str(exc)) from exc
-    return prepared, gathered
+    return prepared, inputs.gathered
+
+
+def _validate_rego(validator: RegoEngine, units: list[CompiledUnit]) -> None:
+    """Compile `units` on the validator and drop the result; raises PolicyCompileError. regorus' verdicts
+    are remembered (rego_verdicts.py)."""
+    key = None
+    if type(validator) is RegorusEngine:
+        inputs = _rego_inputs(units)
+        key = VERDICTS.key(validator.name, inputs.modules, inputs.data, [inputs.probe.document, inputs.decisions])
+        verdict = VERDICTS.get(key)
+        if verdict == COMPILES:
+            return
+        if verdict is not None:
+            raise PolicyCompileError(verdict)
+    try:
+        prepared, _ = prepare_rego(validator, units)
+    except RegoCompileError as exc:
+        if key is not None and not isinstance(exc, RegoEngineUnavailable):
+            VERDICTS.put(key, f"rego: {exc}")
+        raise PolicyCompileError(f"rego: {exc}") from exc
+    if prepared is not None:
+        prepared.close()
+    if key is not None:
+        VERDICTS.put(key, COMPILES)
 
 
 def compile_unit(
@@ -196,12 +240,7 @@ def compile_unit(
         gpu = compile_gpu_policy(source.gpu_policy, cel())
     unit = CompiledUnit(source, gpu)
     if source.modules:
-        try:
-            prepared, _ = prepare_rego(validator, [*libraries, unit])
-        except RegoCompileError as exc:
-            raise PolicyCompileError(f"rego: {exc}") from exc
-        if prepared is not None:
-            prepared.close()
+        _validate_rego(validator, [*libraries, unit])
     return unit
 
 
