@@ -47,6 +47,9 @@ from webhook.cluster.watched_kinds import WATCHED_KINDS, WatchedKind
 log = logging.getLogger("kgwe.cluster.kube")
 
 SHORT_WATCH_SECONDS = 1.0
+# How long a watch task waits before running its reflector loop again once the loop has returned (it returns
+# only when the source stops; see the tasks in __init__).
+WATCH_RESTART_SECONDS = 1.0
 
 
 class _Expired(Exception):
@@ -127,9 +130,12 @@ class KubeClusterSource:
         self._lock = threading.Lock()
         self._open_streams: set[urllib3.BaseHTTPResponse] = set()
         # One watch task per kind (`watch-KIND`): its body is the kind's reflector loop, which retries API
-        # errors itself and returns only once stopped; the task's backoff covers anything else it raises.
+        # errors itself and returns only once stopped; the task's backoff covers anything else it raises. The
+        # interval is the pause before a body that returned runs again: the kinds share one stop flag, so a
+        # kind's loop returns as soon as any task is stopped, and with no pause its task ran it again in a
+        # loop, spinning a CPU, until its own stop came (a task's stop ends the pause at once).
         self.tasks = [
-            Task(f"watch-{watched.kind}", functools.partial(self._run, watched), interval=0,
+            Task(f"watch-{watched.kind}", functools.partial(self._run, watched), interval=WATCH_RESTART_SECONDS,
                  backoff=Backoff(backoff_base, backoff_cap, jitter=0.5), interrupt=self._interrupt)
             for watched in self.kinds
         ]
@@ -145,8 +151,11 @@ class KubeClusterSource:
             task.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """End every watch (open streams are closed under them) and join each task within `timeout`."""
+        """End every watch (open streams are closed under them) and join each task within `timeout`; every
+        task is told to stop before any is joined, so they end together."""
         self._interrupt()
+        for task in self.tasks:
+            task.signal_stop()
         for task in self.tasks:
             task.stop(timeout)
 
