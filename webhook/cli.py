@@ -145,16 +145,19 @@ def cmd_review(args: argparse.Namespace) -> int:
     documents = read_documents(args.pod)
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
-    config = load_config(args.config)
-    check_identity_key(config)
-    # The engines, after the input is checked: a mistake is told in a fraction of the second they cost.
-    from webhook import assembly
-    from webhook.review import render_text, review_document
+    from webhook.cluster.collector_pause import built_once
 
-    try:
-        runtime = assembly.from_directory(config, args.cluster).runtime
-    except (OSError, ValueError) as exc:
-        raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
+    with built_once():
+        config = load_config(args.config)
+        check_identity_key(config)
+        # The engines, after the input is checked: a mistake is told in a fraction of the second they cost.
+        from webhook import assembly
+        from webhook.review import render_text, review_document
+
+        try:
+            runtime = assembly.from_directory(config, args.cluster).runtime
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     _add_claim_objects(runtime.store, documents)
     results = [
         review_document(runtime.admission, document, args.user, args.group, config.limits.deadline_seconds)
