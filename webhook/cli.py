@@ -147,7 +147,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     from webhook.cluster.collector_pause import built_once
 
-    with built_once():
+    with built_once(args.owns_process):
         config = load_config(args.config)
         check_identity_key(config)
         # The engines, after the input is checked: a mistake is told in a fraction of the second they cost.
@@ -303,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
         return run_delegated(args_list[first], args_list[first + 1:])
     args = parser.parse_args(args_list)
+    # Without argv, main is the process's entry (`kgwe`, `python -m webhook.cli`): the process ends with the
+    # command, which a one-shot command's heap may rely on (webhook/cluster/collector_pause.py built_once).
+    args.owns_process = argv is None
     level = args.log_level or ("info" if args.command == "serve" else "warning")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from webhook.explain_cli import cmd_explain

@@ -91,7 +91,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     from webhook.cluster.collector_pause import built_once
 
-    with built_once():  # as `kgwe review` (webhook/cli.py): the collector waits while the engines load
+    with built_once(getattr(args, "owns_process", False)):  # as `kgwe review`: the collector waits meanwhile
         from webhook import assembly  # the engines, once the arguments are checked
         from webhook.explain import explain
 
