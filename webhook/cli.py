@@ -145,16 +145,19 @@ def cmd_review(args: argparse.Namespace) -> int:
     documents = read_documents(args.pod)
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
-    config = load_config(args.config)
-    check_identity_key(config)
-    # The engines, after the input is checked: a mistake is told in a fraction of the second they cost.
-    from webhook import assembly
-    from webhook.review import render_text, review_document
+    from webhook.cluster.collector_pause import built_once
 
-    try:
-        runtime = assembly.from_directory(config, args.cluster).runtime
-    except (OSError, ValueError) as exc:
-        raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
+    with built_once(args.owns_process):
+        config = load_config(args.config)
+        check_identity_key(config)
+        # The engines, after the input is checked: a mistake is told in a fraction of the second they cost.
+        from webhook import assembly
+        from webhook.review import render_text, review_document
+
+        try:
+            runtime = assembly.from_directory(config, args.cluster).runtime
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     _add_claim_objects(runtime.store, documents)
     results = [
         review_document(runtime.admission, document, args.user, args.group, config.limits.deadline_seconds)
@@ -300,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
         return run_delegated(args_list[first], args_list[first + 1:])
     args = parser.parse_args(args_list)
+    # Without argv, main is the process's entry (`kgwe`, `python -m webhook.cli`): the process ends with the
+    # command, which a one-shot command's heap may rely on (webhook/cluster/collector_pause.py built_once).
+    args.owns_process = argv is None
     level = args.log_level or ("info" if args.command == "serve" else "warning")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from webhook.explain_cli import cmd_explain

@@ -89,13 +89,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return _explain_in_cluster(args, config)
     if not args.cluster.is_dir():
         raise CommandError(f"--cluster {args.cluster}: not a directory")
-    from webhook import assembly  # the engines, once the arguments are checked
-    from webhook.explain import explain
+    from webhook.cluster.collector_pause import built_once
 
-    try:
-        runtime = assembly.from_directory(config, args.cluster).runtime
-    except (OSError, ValueError) as exc:
-        raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
+    with built_once(getattr(args, "owns_process", False)):  # as `kgwe review`: the collector waits meanwhile
+        from webhook import assembly  # the engines, once the arguments are checked
+        from webhook.explain import explain
+
+        try:
+            runtime = assembly.from_directory(config, args.cluster).runtime
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     path = Path(args.target)
     if path.is_file() or args.target == "-":
         return explain_documents(runtime, read_documents(path), args)

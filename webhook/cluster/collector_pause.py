@@ -60,3 +60,19 @@ def freeze_what_was_loaded() -> None:
     if gc.isenabled():
         gc.collect()
     gc.freeze()
+
+
+@contextmanager
+def built_once(owns_process: bool) -> Iterator[None]:
+    """For a command that imports and builds once, answers, and exits (`kgwe review`): the collector paused
+    while it imports the engines and builds the runtime. The collector's passes over what import makes, all of
+    it surviving, were a tenth of a review's CPU (docs/performance.md, "The command line's start-up").
+
+    Where the command owns the process (`owns_process`: it exits after answering), what was made then also
+    leaves the collector's view (`gc.freeze`, without a collection), which spares the passes after the pause
+    and the one at exit. A caller in a longer-lived process (a test calling `main([...])`) gets the pause alone:
+    the runtime it drops afterwards must stay collectable."""
+    with collector_paused():
+        yield
+        if owns_process:
+            gc.freeze()

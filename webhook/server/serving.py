@@ -31,9 +31,12 @@ from webhook.server.listener import ServeError, connection_limits, listening_soc
 # any of them loads.
 if TYPE_CHECKING:
     from cryptography import x509
+    from fastapi import FastAPI
 
+    from certs.reloader import ReloadingSSLContext
     from webhook.assembly import Assembly
     from webhook.config import Config
+    from webhook.controllers.runner import Controllers
     from webhook.gangs.ledger import GangStore
     from webhook.runtime import Runtime
     from webhook.vap.sync import AdmissionPolicySync
@@ -125,6 +128,27 @@ def run_worker(
 
     Everything is built on the thread that serves: native policy engines are bound to their thread.
     """
+    from webhook.cluster.collector_pause import collector_paused
+
+    # What start-up imports and builds survives it: the collector's 200-odd passes over it while it grows (0.1-0.15
+    # CPU-s) found nothing to free, so it waits for settle_heap's one full collection (docs/performance.md).
+    with collector_paused():
+        app, tls, assembly, controllers = _build_worker(options, cert_file, key_file)
+        settle_heap()
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    try:
+        uvicorn_server(
+            app, options.host, options.port, tls, options.log_level, limits=connection_limits(options.config)
+        ).run(sockets=sockets)
+    finally:
+        controllers.stop()  # every task of the supervisor (stopped already with the server, unless it never ran)
+        assembly.stop_source()
+
+
+def _build_worker(
+    options: ServeOptions, cert_file: Path, key_file: Path
+) -> tuple[FastAPI, ReloadingSSLContext, Assembly, Controllers]:
+    """What run_worker serves: the app, its TLS context, the runtime's assembly and the controllers."""
     from certs.reloader import ReloadingSSLContext
     from webhook.audit.auditor import Auditor
     from webhook.audit.pods import ApiPodReader
@@ -227,15 +251,7 @@ def run_worker(
         runtime.decision_events = DecisionEvents(kube_pod_writer(api_client).event)
         controllers.supervisor.add(runtime.decision_events.task)
     worker_started()
-    settle_heap()
-    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-    try:
-        uvicorn_server(
-            app, options.host, options.port, tls, options.log_level, limits=connection_limits(options.config)
-        ).run(sockets=sockets)
-    finally:
-        controllers.stop()  # every task of the supervisor (stopped already with the server, unless it never ran)
-        assembly.stop_source()
+    return app, tls, assembly, controllers
 
 
 def gang_ledger(api_client: Any) -> GangStore:
