@@ -47,9 +47,7 @@ from webhook.cluster.watched_kinds import WATCHED_KINDS, WatchedKind
 log = logging.getLogger("kgwe.cluster.kube")
 
 SHORT_WATCH_SECONDS = 1.0
-# How long a watch task waits before running its reflector loop again once the loop has returned (it returns
-# only when the source stops; see the tasks in __init__).
-WATCH_RESTART_SECONDS = 1.0
+WATCH_RESTART_SECONDS = 1.0  # a watch task's pause before its returned loop runs again (the tasks in __init__)
 
 
 class _Expired(Exception):
