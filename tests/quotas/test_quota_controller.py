@@ -275,3 +275,18 @@ def test_only_pods_that_hold_or_wait_for_quota_wake_the_controller(config: Confi
         "deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}}}]}})
     assert _holds_or_waits({"spec": {"schedulingGates": [{"name": GATE}], "containers": []}})
     assert _holds_or_waits({"spec": {"resourceClaims": [{"name": "c", "resourceClaimName": "x"}], "containers": []}})
+
+
+def test_a_replica_that_stops_leading_drops_its_kept_reads(config: Config) -> None:
+    """The task runs no pass while the replica does not lead; its wakes then drop the kept reads, and the
+    first pass as leader again reads every pod."""
+    store = build_runtime(config, ROOT / "examples" / "cluster", load_policies=False).store
+    leading = [True]
+    controller = QuotaController(store, config, None, is_leader=lambda: leading[0])
+    controller.reconcile_once()
+    assert controller._index._reads
+    leading[0] = False
+    controller.task.wake()
+    eventually(lambda: not controller._index._reads, what="the reads dropped")
+    controller.task.stop()
+    assert controller._index.take().everything
