@@ -206,3 +206,51 @@ def test_no_marks_are_kept_while_every_pod_is_to_be_read(tmp_path: Path) -> None
     assert pending.everything and not pending.pods
     model = store.snapshot(force=True)
     assert index.picture(model, pending, {}) == quota_picture(model, {})
+
+
+def test_a_pass_between_a_pods_write_and_its_mark_reads_it_the_pass_after(tmp_path: Path) -> None:
+    """The order the store allows that a pass must live with: the write is in the store (and any snapshot built
+    from now on) before the index's listener marks it. A pass run in between keeps the pod's previous read; the
+    mark then made is the next pass's, which reads the pod (the controller's wake comes after the mark)."""
+    store = store_with_pods_without_claims(tmp_path, random.Random(11), _pod)
+    index = QuotaIndex()
+    written: list[dict[str, Any]] = []
+    between: list[tuple[ClusterModel, Any]] = []
+
+    def pass_before_the_mark(kind: str | None, obj: dict[str, Any] | None) -> None:
+        if written and obj is written[0]:
+            pending = index.take()
+            model = store.snapshot(force=True)
+            between.append((model, index.picture(model, pending, {})))
+
+    store.add_listener(pass_before_the_mark)  # runs before the index's listener: the bad order
+    store.add_listener(index.changed)
+    index.picture(store.snapshot(force=True), index.take(), {})
+    victim = next(p for p in store.snapshot().pods.values() if p["spec"].get("schedulingGates"))
+    written.append(changed(victim, lambda p: p["spec"].pop("schedulingGates")))
+    store.upsert(written[0])
+    model, kept = between[0]
+    key = object_key(victim)
+    assert model.pods[key] is written[0] and kept.read[key].pod is victim  # that pass kept the old read
+    pending = index.take()
+    assert pending.pods == {key}
+    model = store.snapshot(force=True)
+    assert index.picture(model, pending, {}) == quota_picture(model, {})
+    assert index._reads[key].pod is written[0]
+
+
+def test_a_pass_that_fails_after_taking_the_marks_leaves_every_pod_to_the_next(tmp_path: Path) -> None:
+    """The controller's pass takes the marks, then its snapshot may fail: the marks it took are not read, so
+    the next pass reads every pod (`start_over`) and its picture is the full one."""
+    store = store_with_pods_without_claims(tmp_path, random.Random(12), _pod)
+    index = QuotaIndex()
+    store.add_listener(index.changed)
+    index.picture(store.snapshot(force=True), index.take(), {})
+    victim = next(p for p in store.snapshot().pods.values() if p["spec"].get("schedulingGates"))
+    store.upsert(changed(victim, lambda p: p["spec"].pop("schedulingGates")))
+    assert index.take().pods == {object_key(victim)}
+    index.start_over()  # what the controller does when the snapshot after `take` raised
+    pending = index.take()
+    assert pending.everything
+    model = store.snapshot(force=True)
+    assert index.picture(model, pending, {}) == quota_picture(model, {})

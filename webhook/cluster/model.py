@@ -326,8 +326,12 @@ class ClusterStore:
         `min_rebuild_interval` seconds) while requests keep reading the previous one, so no request
         waits for a rebuild (a pod's change rebuilds only the pod side, node_side.py). The first build, `force`, and
         `min_rebuild_interval <= 0` rebuild at once."""
+        # The generation first: a rebuild stores its snapshot, then its generation. The other way round, a rebuild
+        # finishing between the two reads passed the older snapshot off as current, even to `force` (a quota
+        # pass would read the marks it took against a snapshot without their changes).
+        built = self._snapshot_generation
         current = self._snapshot
-        if current is not None and self._snapshot_generation == self._generation:
+        if current is not None and built == self._generation:
             return current
         if current is None or force or self.min_rebuild_interval <= 0:
             return self._rebuild()

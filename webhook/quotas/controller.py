@@ -1,9 +1,10 @@
 """The quota controller: removes the `kgwe.io/quota` gate of pods whose tenant's quota holds them (leader only).
 
 Woken by the cluster watch (a pod, TenantQuota or node changed), never on a fixed period. One pass, from a
-current snapshot (the picture `webhook/quotas/waiters.py` computes from every pod; `policies/quota/queue.py`
-decides). The picture kept from the watch's events (`webhook/quotas/incremental.py`) is not used here: under load a
-pass of it missed waiting pods (tests/quotas/test_quota_controller.py's two-replica test, 2 runs in 6).
+current snapshot (`webhook/quotas/incremental.py` keeps the picture from the watch's events, reading again only
+what changed, equal to what `webhook/quotas/waiters.py` computes from every pod; `policies/quota/queue.py` decides).
+A replica that does not lead keeps no reads (the task's standby tick drops them); its first pass as leader, and
+the pass after one that failed, read every pod:
 
 - per tenant, in creation order, a waiting pod (or a sized gang, whole) that fits every limit on a type it
   can run on is released: pinned to that type when it may run on several (added to its node constraints,
@@ -46,8 +47,9 @@ from webhook.config import Config
 from webhook.costs import format_hourly_cost
 from webhook.intent import OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST
 from webhook.placement.constraints import and_into_required_terms, apply_requirements
+from webhook.quotas.incremental import QuotaIndex
 from webhook.quotas.scheduling_gate import QUOTA_CONDITION, QUOTA_GATE
-from webhook.quotas.waiters import PodRead, TenantPicture, plan_tenant, quota_picture
+from webhook.quotas.waiters import PodRead, TenantPicture, plan_tenant
 from webhook.quotas.writer import QuotaWriter
 
 log = logging.getLogger("kgwe.quotas.controller")
@@ -136,6 +138,9 @@ class QuotaController:
         # uid -> the waiting message last written, when, and the pod's namespace/name
         self._told: dict[str, tuple[str, float, str]] = {}
         self._statuses: dict[str, dict[str, Any]] = {}  # TenantQuota name -> the status last written
+        # Every pod's charges, kept from the watch's events (webhook/quotas/incremental.py): a pass reads again
+        # only the pods that changed, not every pod of the cluster.
+        self._index = QuotaIndex()
         self.last: PassResult | None = None
         self._timer: threading.Timer | None = None
         self._timer_lock = threading.Lock()
@@ -143,7 +148,11 @@ class QuotaController:
             "quota-release", self.reconcile_once, interval=None, leader_only=True, is_leader=lambda: self.is_leader(),
             run_at_start=True, backoff=Backoff(base=0.2, cap=10.0),
             on_error=lambda _exc: log.exception("quota release pass failed; retrying"),
+            # The task runs no pass while this replica does not lead, so its wakes drop the reads here: a
+            # follower holds no copy of every pod, and the marks it would gather are not needed.
+            standby=self._index.forget,
         )
+        store.add_listener(self._index.changed)
         store.add_listener(self._changed)
 
     def wake(self, kind: str | None = None) -> None:
@@ -160,12 +169,18 @@ class QuotaController:
     # -- one pass ------------------------------------------------------------------------------
     def reconcile_once(self) -> PassResult:
         if not self.is_leader():
+            self._index.forget()  # a replica that does not lead keeps no reads; a new leader starts from the API's
             return PassResult()
         started = self.clock()
-        model = self.store.snapshot(force=True)
+        pending = self._index.take()  # before the snapshot: every change it holds is marked by then
+        try:
+            model = self.store.snapshot(force=True)
+        except BaseException:
+            self._index.start_over()  # the marks just taken are not read: the next pass reads every pod
+            raise
         self._forget_expired()
         in_flight = {uid: pinned for uid, (pinned, _t, _k) in self._in_flight.items()}
-        picture = quota_picture(model, in_flight)
+        picture = self._index.picture(model, pending, in_flight)
         # After the picture, from its reads (one walk over the pods, not two): a released pod seen ungated or
         # gone counts as released either way, so forgetting it before or after the picture is the same.
         self._forget_seen(picture.read)

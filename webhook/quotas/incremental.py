@@ -23,6 +23,8 @@ test_incremental_picture.py drives seeded random events and compares them after 
 The marks are taken before the pass's snapshot is, so a change the snapshot holds was marked by then, except
 one whose listener has not run yet when the snapshot is built: that pod keeps its previous read for one pass,
 as if its event came just after the snapshot, and its listener's wake brings the next pass, which reads it.
+A pass that fails after taking the marks (its snapshot, its reads) leaves every pod to be read next
+(`start_over`): the marks it took are gone with it. A replica that does not lead keeps nothing (`forget`).
 """
 
 from __future__ import annotations
@@ -123,19 +125,22 @@ class QuotaIndex:
 
     def forget(self) -> None:
         """Drop every read (the replica stopped leading): the next pass, if any, reads every pod."""
+        self.start_over()
+        self._clear()
+
+    def start_over(self) -> None:
+        """The next pass reads every pod: this one failed after taking the marks, which are gone with it."""
         with self._lock:
             self._everything = True
             self._marked = set()
-        self._clear()
 
     # -- a pass ------------------------------------------------------------------------------------
     def picture(self, model: ClusterModel, pending: Pending, in_flight: Mapping[str, str | None]) -> QuotaPicture:
-        tenants = tenant_pictures(model)
         try:
+            tenants = tenant_pictures(model)
             self._refresh(model, pending, tenants)
         except BaseException:
-            with self._lock:  # half read: the next pass starts over
-                self._everything = True
+            self.start_over()  # half read, or the marks taken and not read: the next pass reads every pod
             raise
         released: dict[str, list[tuple[str, int, Any]]] = {}
         gated: list[tuple[str, GatedPod]] = []
