@@ -119,10 +119,11 @@ def close_stream(stream: urllib3.BaseHTTPResponse) -> None:
     shutdown = getattr(stream, "shutdown", None)
     if shutdown is not None:
         # ValueError: urllib3 has not wired the socket for shutdown (the body is not being read yet);
-        # RuntimeError: the stream ended cleanly and its connection is already back in the pool.
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
+        # RuntimeError: the stream ended cleanly and its connection is already back in the pool;
+        # AttributeError: the reader's thread is closing it at the same moment (urllib3 drops its file object).
+        with contextlib.suppress(OSError, RuntimeError, ValueError, AttributeError):
             shutdown()
-    with contextlib.suppress(OSError, RuntimeError, ValueError):
+    with contextlib.suppress(OSError, RuntimeError, ValueError, AttributeError):
         stream.close()
 
 
