@@ -261,16 +261,17 @@ def warm_caches() -> list[subprocess.Popen[bytes]]:
                              stdin=subprocess.DEVNULL)]
 
 
-# Test processes: one more than the CPUs, at most this many. A quarter of the suite's time is spent waiting
-# (servers starting, deadlines passing, browsers loading pages): with one worker per CPU the two CPUs of CI were
-# busy 148 % of the run, with a third worker 173 %, and pytest took 313 s instead of 344 (a fresh clone, a quiet
-# machine, the same tree). More workers than this wait on each other more than they gain.
+# Test processes: two per CPU, at most this many. Much of the suite's time is spent waiting (servers starting,
+# deadlines passing, browsers loading pages), the more so as its CPU shrinks: on CI's two CPUs, a quiet machine,
+# the same tree, warm caches, pytest took 240 s on three workers (139 % of the CPUs busy), 206 s on four (159 %)
+# and 211 s on five, which spent 11 % more CPU. Earlier, with 40 % more CPU in the suite, one worker per CPU
+# made 148 % and a third worker 173 %. More workers than this wait on each other more than they gain.
 MAX_TEST_WORKERS = 4
 
 
 def test_workers() -> int:
-    """pytest-xdist workers for this machine: its CPUs (those this process may use) and one, capped."""
-    return max(1, min(_cpus() + 1, MAX_TEST_WORKERS))
+    """pytest-xdist workers for this machine: two per CPU (those this process may use), capped."""
+    return max(1, min(2 * _cpus(), MAX_TEST_WORKERS))
 
 
 def _cpus() -> int:
