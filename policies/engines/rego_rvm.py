@@ -42,8 +42,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -79,6 +77,7 @@ from policies.engines.rego_rvm_gates import (
     same_document,
     shipped_packages_of,
 )
+from policies.kernel.kept import Kept
 from policies.kernel.metrics import POLICY_REGO_VM_FALLBACKS
 
 log = logging.getLogger("kgwe.policies")
@@ -148,31 +147,10 @@ class RvmRefused(Exception):
     """This set is not served on the RVM (the message says why); the interpreter serves it."""
 
 
-class _VerifiedSets:
-    """What preparing a set on the RVM concluded (its entries and compiled program, or why it is refused), by
-    the set's modules and data: a reload after a GPUPolicy or configuration change prepares the unchanged Rego
-    set again, and its compilation and self-check (most of a reload's time) give the same answer each time."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._known: OrderedDict[bytes, tuple[dict[str, str], bytes] | str] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: bytes) -> tuple[dict[str, str], bytes] | str | None:
-        with self._lock:
-            known = self._known.get(key)
-            if known is not None:
-                self._known.move_to_end(key)
-            return known
-
-    def put(self, key: bytes, known: tuple[dict[str, str], bytes] | str) -> None:
-        with self._lock:
-            self._known[key] = known
-            while len(self._known) > self._size:
-                self._known.popitem(last=False)
-
-
-_VERIFIED = _VerifiedSets(16)
+# What preparing a set on the RVM concluded (its entries and compiled program, or why it is refused), by the set's
+# modules and data: a reload after a GPUPolicy or configuration change prepares the unchanged Rego set again, and
+# its compilation and self-check (most of a reload's time) give the same answer each time.
+_VERIFIED: Kept[bytes, tuple[dict[str, str], bytes] | str] = Kept(16)
 
 
 def _set_key(modules: Mapping[str, str], data_json: str) -> bytes:

@@ -11,12 +11,12 @@ the server is another party, and may be a different one next time.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+from policies.kernel.kept import Kept
 
 # Verdicts are 32-byte keys and a message: a few hundred cost nothing, and cover every unit a process
 # builds again (a runtime holds tens).
@@ -24,13 +24,11 @@ KEPT = 512
 COMPILES = ""
 
 
-class RegoVerdicts:
+class RegoVerdicts(Kept[bytes, str]):
     """Compiling a set of modules on the in-process engine: COMPILES, or the error it raised."""
 
     def __init__(self, size: int = KEPT) -> None:
-        self._size = size
-        self._known: OrderedDict[bytes, str] = OrderedDict()
-        self._lock = threading.Lock()
+        super().__init__(size)
 
     @staticmethod
     def key(engine: str, modules: Mapping[str, str], data: Mapping[str, Any], probe: Any) -> bytes:
@@ -39,19 +37,6 @@ class RegoVerdicts:
         text = orjson.dumps([engine, sorted(modules.items()), data, probe], default=repr,
                             option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
         return hashlib.sha256(text).digest()
-
-    def get(self, key: bytes) -> str | None:
-        with self._lock:
-            verdict = self._known.get(key)
-            if verdict is not None:
-                self._known.move_to_end(key)
-            return verdict
-
-    def put(self, key: bytes, verdict: str) -> None:
-        with self._lock:
-            self._known[key] = verdict
-            while len(self._known) > self._size:
-                self._known.popitem(last=False)
 
 
 VERDICTS = RegoVerdicts()
