@@ -5,8 +5,8 @@ members among them; nodes relabelled, added and removed; ResourceClaims; Namespa
 created, deleted, given other namespaces, groups and limits, and their status written; HardwareProfiles changed;
 relists. The security of quotas rests on the two being equal: what the controller releases is planned on it.
 Admission's picture (webhook/quotas/snapshot_picture.py, kept from the last snapshot it was asked) and the free
-GPUs the queue asks (webhook/quotas/free_gpus.py) are compared too, on the newest snapshot and on older ones, as
-requests that hold an older snapshot ask them."""
+GPUs the queue and the gangs ask (webhook/placement/free_gpus.py, kept alike) are compared too, against a count over
+every pod, on the newest snapshot and on older ones, as requests that hold an older snapshot ask them."""
 
 from __future__ import annotations
 
@@ -19,12 +19,14 @@ import pytest
 from changing_cluster import NAMESPACES, changed, random_pod, step, store_with_pods_without_claims
 from cluster_dirs import EXAMPLE_CONFIG, copy_example_cluster
 
+from policies.gpu_demand import pod_gpu_demand
+from policies.vocabulary.objects import PodView
 from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterModel, ClusterStore, object_key
 from webhook.config import load_config
 from webhook.gang_spec import A_GANG_SIZE, LABEL_GANG
-from webhook.placement.rooms import free_gpus
-from webhook.quotas.free_gpus import KeptFreeGpus
+from webhook.placement.free_gpus import KeptFreeGpus
+from webhook.placement.rooms import node_gpus
 from webhook.quotas.incremental import QuotaIndex
 from webhook.quotas.snapshot_picture import SnapshotPictures
 from webhook.quotas.waiters import quota_picture
@@ -34,6 +36,18 @@ POOLS = ("a", "b")
 # A profile that prices its pods by their type's time-sliced nodes before binding.
 SLICED = {"apiVersion": "kgwe.io/v1alpha1", "kind": "HardwareProfile", "metadata": {"name": "sliced"},
           "spec": {"acceleratorTypes": ["nvidia-h100-80gb", "nvidia-l4"], "sharing": {"mode": "time-slicing"}}}
+
+
+def free_gpus(model: ClusterModel) -> dict[str, int]:
+    """What the kept count must equal: each schedulable node's GPUs less the whole GPUs of its unfinished bound pods
+    (a terminating pod still holds its GPUs)."""
+    used: dict[str, int] = {}
+    for raw in model.pods.values():
+        pod = PodView(raw)
+        if pod.node_name and not pod.terminal:
+            used[pod.node_name] = used.get(pod.node_name, 0) + int(pod_gpu_demand(pod).whole_gpus)
+    return {name: max(0, node_gpus(facts) - used.get(name, 0))
+            for name, facts in model.nodes.items() if not facts.unschedulable}
 
 
 def _pod(rng: random.Random, n: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from changing_cluster import random_pod, store_with_pods_without_claims
 
-from webhook.quotas.pod_changes import PodList, changed_pods
+from webhook.cluster.pod_changes import PodList, changed_pods
 from webhook.quotas.snapshot_picture import SnapshotPictures
 from webhook.quotas.waiters import quota_picture
 

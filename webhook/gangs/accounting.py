@@ -17,7 +17,8 @@ from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.gang_spec import is_bound, is_gated, is_terminating, membership
 from webhook.gangs.ledger import GangRecord, Records
 from webhook.gangs.plan import holding_rooms
-from webhook.placement.rooms import Fit, Room, RoomId, best_fit, fit, free_gpus, per_snapshot
+from webhook.placement.free_gpus import free_gpus
+from webhook.placement.rooms import Fit, Room, RoomId, best_fit, fit, per_snapshot
 from webhook.scheduling.predicates import node_affinity_matches, node_selector_matches
 
 # A clique of thousands of nodes is checked on a sample: its nodes share the labels a gang selects on.

@@ -21,7 +21,8 @@ from webhook.gangs.accounting import candidate_rooms, gang_pods
 from webhook.gangs.ledger import GangRecord
 from webhook.gangs.native import is_kgwe_name, pod_group_name
 from webhook.intent import LABEL_GANG
-from webhook.placement.rooms import best_fit, free_gpus
+from webhook.placement.free_gpus import free_gpus
+from webhook.placement.rooms import best_fit
 from webhook.runtime import Runtime
 
 

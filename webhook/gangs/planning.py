@@ -53,7 +53,8 @@ from webhook.gangs.accounting import (
 )
 from webhook.gangs.ledger import MAX_RECORDS, GangRecord, Records
 from webhook.intent import OUT_ACCELERATOR_TYPE
-from webhook.placement.rooms import fit, free_gpus
+from webhook.placement.free_gpus import free_gpus
+from webhook.placement.rooms import fit
 from webhook.wing_config import Gangs
 
 log = logging.getLogger("kgwe.gangs.planning")

@@ -15,11 +15,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, TypeVar
 
-from policies.gpu_demand import pod_gpu_demand
-from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, NodeFacts
 from webhook.gang_spec import HOSTNAME_LABEL
@@ -118,24 +115,6 @@ def per_snapshot(compute: Callable[[ClusterModel], T]) -> Callable[[ClusterModel
         return value
 
     return cached
-
-
-@per_snapshot
-def free_gpus(model: ClusterModel) -> dict[str, int]:
-    """GPUs not held by an unfinished bound pod, per schedulable node (callers must not change the answer)."""
-    used: dict[str, Decimal] = {}
-    for raw in model.pods.values():
-        pod = PodView(raw)
-        node = pod.node_name
-        if not node or pod.terminal:
-            continue
-        used[node] = used.get(node, Decimal(0)) + pod_gpu_demand(pod).whole_gpus
-    free: dict[str, int] = {}
-    for name, facts in model.nodes.items():
-        if facts.unschedulable:
-            continue
-        free[name] = max(0, node_gpus(facts) - int(used.get(name, 0)))
-    return free
 
 
 @dataclass(frozen=True)

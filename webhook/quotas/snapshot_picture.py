@@ -11,7 +11,7 @@ changes an object in place, so the same object is the same pod). That comparison
 is what makes the answer exactly `quota_picture(model)` of any snapshot, older or newer than the last one:
 a listener runs after its change is stored, so a snapshot may hold a change whose event has not arrived
 yet (the controller tolerates that for one pass; admission's answer may not). The comparison walks the two
-snapshots' pods in order in C (webhook/quotas/pod_changes.py), about ten milliseconds at 45,000 pods; only the
+snapshots' pods in order in C (webhook/cluster/pod_changes.py), about ten milliseconds at 45,000 pods; only the
 pods that differ are read again.
 """
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 import threading
 
 from webhook.cluster.model import ClusterModel
+from webhook.cluster.pod_changes import PodList, changed_pods
 from webhook.placement.rooms import per_snapshot
 from webhook.quotas.incremental import Pending, QuotaIndex
-from webhook.quotas.pod_changes import PodList, changed_pods
 from webhook.quotas.waiters import QuotaPicture
 
 

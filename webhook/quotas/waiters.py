@@ -24,8 +24,8 @@ from webhook.cluster.model import ClusterModel
 from webhook.config import Config
 from webhook.gang_spec import membership
 from webhook.intent import OUT_TENANT
+from webhook.placement.free_gpus import free_gpus
 from webhook.quota_charges import pod_charge
-from webhook.quotas.free_gpus import free_gpus
 from webhook.quotas.scheduling_gate import is_quota_gated
 from webhook.scheduling.predicates import first_feasible
 

@@ -1,11 +1,12 @@
-"""The free GPUs the quota queue asks of a snapshot (`has_capacity`), kept from the last snapshot asked.
+"""The GPUs free on each schedulable node of a snapshot: the node's GPUs less those its unfinished bound pods hold.
 
-`free_gpus` (webhook/placement/rooms.py, once per snapshot) reads every pod's GPU demand: 0.35-0.45 CPU-s per new
-snapshot at 3,000 nodes, paid by the quota controller's pass and by the `/validate` of a quota tenant's pod whenever
-the tenant's quota has room. Here the GPUs each node's unfinished bound pods hold are kept, and moved by the pods that
-differ from the last snapshot asked (pod_changes.py, object by object, as admission's picture is): the answer equals
-`free_gpus(model)` for any snapshot, older or newer (tests/quotas/test_incremental_picture.py compares the two after
-every random event). What is left per snapshot is the comparison and a pass over the nodes.
+Gangs (rooms and their promises) and the quota queue (`has_capacity`) ask it once per snapshot. Counted from every
+pod's GPU demand it was 0.35-0.45 CPU-s per new snapshot at 3,000 nodes, paid by the quota controller's pass, by the
+`/validate` of a quota tenant's pod whenever its quota has room, and by the gang controller. Here the GPUs held per
+node are kept, and moved by the pods that differ from the last snapshot asked (webhook/cluster/pod_changes.py, object
+by object): the answer equals a count over every pod for any snapshot, older or newer
+(tests/quotas/test_incremental_picture.py compares the two after every random event). What is left per snapshot is
+the comparison and a pass over the nodes.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import threading
 from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
+from webhook.cluster.pod_changes import PodList, changed_pods
 from webhook.placement.rooms import node_gpus, per_snapshot
-from webhook.quotas.pod_changes import PodList, changed_pods
 
 
 def _held(pod: object) -> tuple[str, int] | None:
-    """The node an unfinished bound pod is on and the whole GPUs it holds there, as `free_gpus` counts them."""
+    """The node an unfinished bound pod is on and the whole GPUs it holds there (a terminating pod still holds
+    its GPUs)."""
     if not isinstance(pod, dict):
         return None
     view = PodView(pod)
@@ -71,7 +73,7 @@ _KEPT = KeptFreeGpus()
 
 @per_snapshot
 def free_gpus(model: ClusterModel) -> dict[str, int]:
-    """`webhook.placement.rooms.free_gpus(model)`, kept (callers must not change the answer)."""
+    """GPUs not held by an unfinished bound pod, per schedulable node (callers must not change the answer)."""
     return _KEPT.free(model)
 
 

@@ -1,5 +1,5 @@
 """Which pods differ between two snapshots, object by object (the store never changes an object in place): what
-admission's kept quota picture and the kept free GPUs read again (snapshot_picture.py, free_gpus.py)."""
+a count kept across snapshots reads again (webhook/placement/free_gpus.py, webhook/quotas/snapshot_picture.py)."""
 
 from __future__ import annotations
 
