@@ -91,7 +91,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     from webhook.cluster.collector_pause import built_once
 
-    with built_once(getattr(args, "owns_process", False)):  # as `kgwe review`: the collector waits meanwhile
+    owns_process = getattr(args, "owns_process", False)
+    if owns_process:  # as `kgwe review`: no one reads the metrics of a process that exits with its answer
+        from policies.kernel.metric_kinds import unscraped
+
+        unscraped()
+    with built_once(owns_process):  # as `kgwe review`: the collector waits meanwhile
         from webhook import assembly  # the engines, once the arguments are checked
         from webhook.explain import explain
 

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter
-
+from policies.kernel.metric_kinds import counter
 from policies.kernel.metrics import record_refusal as _record_refusal
 from policies.rbac.evaluator import Authorizer
 from policies.runtime.policy_runtime import PolicyRuntime
@@ -28,7 +27,7 @@ from webhook.admission.tenancy import Tenancy, TenancyMemo
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 
-WOULD_MUTATE = Counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
+WOULD_MUTATE = counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
 
 
 @dataclass

@@ -39,8 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import Counter, Gauge
-
+from policies.kernel.metric_kinds import counter, gauge
 from policies.vocabulary.backoff import Backoff
 
 log = logging.getLogger("kgwe.background")
@@ -51,12 +50,12 @@ DUTY = 0.25
 
 Body = Callable[[], object]
 
-LAST_SUCCESS = Gauge(
+LAST_SUCCESS = gauge(
     "kgwe_background_task_last_success_timestamp_seconds",
     "When each background task last finished a run without an error (Unix time)",
     ["task"],
 )
-FAILURES = Counter("kgwe_background_task_failures_total", "Failed runs of each background task", ["task"])
+FAILURES = counter("kgwe_background_task_failures_total", "Failed runs of each background task", ["task"])
 
 
 @dataclass(frozen=True)

@@ -85,8 +85,13 @@ def test_no_help_imports_an_engine_a_client_or_a_model() -> None:
 # admission reads (e.g. webhook/gangs/native_writer.py). The example cluster has no GPUPolicy, so its policy
 # set is Rego alone: CEL's engine (cel-expr-python and the protobuf runtime under it, a tenth of a CPU-second
 # with its environment) is built by the first GPUPolicy a reload compiles (policies/loading/policy_set.py).
+# The server's libraries are not loaded either: a one-shot command's metrics are never read, so they do nothing
+# and prometheus_client (whose package imports an HTTP and a WSGI server, urllib and ssl) is not imported for
+# them (policies/kernel/metric_kinds.py); its gates run inline, so asyncio (and ssl under it) is imported only
+# where the server runs a gate on a thread (webhook/admission/validate.py).
 NOT_FOR_REVIEW = {"fastapi", "starlette", "uvicorn", "celpy", "cryptography", "pynvml", "kubernetes",
-                  "kubernetes_validate", "jsonschema", "requests", "urllib3", "cel_expr_python", "google"}
+                  "kubernetes_validate", "jsonschema", "requests", "urllib3", "cel_expr_python", "google",
+                  "prometheus_client", "asyncio", "ssl", "wsgiref", "http"}
 # KGWE modules a review does not run: the costs report's pydantic models are built by the window view
 # (webhook/spend/service.py window_costs); the budget states that admission reads need none of them.
 NOT_FOR_REVIEW_MODULES = {"webhook.spend.report"}
@@ -124,6 +129,81 @@ def test_review_imports_no_server_or_other_engine() -> None:
     assert not NOT_FOR_REVIEW_MODULES & set(modules), (
         f"kgwe review imports {sorted(NOT_FOR_REVIEW_MODULES & set(modules))}"
     )
+
+
+EXPLAIN = r"""
+import contextlib, io, json, sys
+
+from webhook.cli import main
+
+sys.argv = ["kgwe", "explain", "ml-research/waiting", "--cluster", "examples/cluster"]
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    status = main()
+print(json.dumps([status, bool(out.getvalue()), sorted(sys.modules)]))
+"""
+
+
+def test_explain_of_files_imports_no_server_library() -> None:
+    done = subprocess.run([sys.executable, "-c", EXPLAIN], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          check=True)
+    status, answered, modules = json.loads(done.stdout)
+    assert status == 0 and answered
+    packages = {m.split(".")[0] for m in modules}
+    assert not NOT_FOR_REVIEW & packages, f"kgwe explain imports {sorted(NOT_FOR_REVIEW & packages)}"
+
+
+# Every other process (the server, the reports, the tests) gets prometheus_client's own metrics, registered when
+# their module is imported, so `/metrics` shows each one from the start and a request counts straight into it;
+# after `unscraped()` the metrics made do nothing and prometheus_client stays unloaded.
+METRICS = r"""
+import json, sys
+
+if sys.argv[1] == "unscraped":
+    from policies.kernel.metric_kinds import unscraped
+
+    unscraped()
+import webhook.assembly
+from policies.kernel import background, metrics
+from webhook.admission import validate
+from webhook.cluster import metrics as cluster_metrics
+from webhook.spend import metrics as spend_metrics
+
+# What KGWE's modules do with a metric, each kind once.
+metrics.record_refusal("quota")
+metrics.POLICY_EVALUATION_SECONDS.labels("validate").observe(0.001)
+metrics.replace_series(cluster_metrics.TOPOLOGY_AGE, {("n1",): 1.0})
+metrics.replace_series(cluster_metrics.TOPOLOGY_AGE, {("n2",): 2.0})  # n1 goes
+cluster_metrics.CLUSTER_DIRECTORY_ERRORS.set(1)
+cluster_metrics.CLUSTER_DIRECTORY_REFUSED.inc()
+validate.GATE_ANSWERS.labels("quota", "at-once").inc()
+background.FAILURES.labels("task").inc()
+made = [metrics.ADMISSION_REFUSALS, metrics.POLICY_EVALUATION_SECONDS, cluster_metrics.TOPOLOGY_AGE,
+        validate.GATE_ANSWERS, background.LAST_SUCCESS, spend_metrics.BUDGET_SPENT, webhook.runtime.WOULD_MUTATE]
+found = {"kinds": sorted({type(m).__module__ for m in made}), "loaded": "prometheus_client" in sys.modules}
+if found["loaded"]:
+    from prometheus_client import REGISTRY
+
+    found["samples"] = [REGISTRY.get_sample_value(name, labels) for name, labels in (
+        ("kgwe_admission_refusals_total", {"reason": "quota"}), ("kgwe_topology_age_seconds", {"node": "n1"}),
+        ("kgwe_topology_age_seconds", {"node": "n2"}), ("kgwe_cluster_directory_refused_total", {}),
+        ("kgwe_validate_gate_answers_total", {"gate": "quota", "where": "at-once"}),
+        ("kgwe_would_mutate_total", {"step": "x"}), ("kgwe_budget_spent", {"tenant": "x"}))]
+print(json.dumps(found))
+"""
+
+
+def test_metrics_are_prometheus_clients_own_unless_a_one_shot_command_says_none_is_read() -> None:
+    def run(mode: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", METRICS, mode], capture_output=True, text=True, cwd=ROOT,
+                              timeout=120, check=True)
+        found: dict = json.loads(done.stdout)
+        return found
+
+    served = run("served")
+    assert served["loaded"] and served["kinds"] == ["prometheus_client.metrics"]
+    assert served["samples"] == [1.0, None, 2.0, 1.0, 1.0, None, None]
+    quiet = run("unscraped")
+    assert quiet == {"kinds": ["policies.kernel.metric_kinds"], "loaded": False}
 
 
 # A mistake in the arguments is told before the engines load: the input is checked first, then the

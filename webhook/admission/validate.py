@@ -9,16 +9,14 @@ refuses a GPU or KGWE pod (`fails_closed`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from prometheus_client import Counter
-
 from policies.api import Violation, WouldBlock
 from policies.gpu_demand import pod_gpu_demand
+from policies.kernel.metric_kinds import counter
 from policies.runtime.outcomes import PolicyEngineError
 from policies.vocabulary import keys
 from webhook.admission.facts import Facts, Problem
@@ -62,7 +60,7 @@ GATE_THREADS = 8
 # already read run; epoll rounds the others up to a millisecond, during which the loop serves other
 # requests. Past the last pause the check takes a thread.
 LOOP_RETRY_PAUSES = (0.0, 0.0001, 0.0002, 0.0004, 0.0008)
-GATE_ANSWERS = Counter(
+GATE_ANSWERS = counter(
     "kgwe_validate_gate_answers_total",
     "I/O gates of /validate by where they answered: at once, after retries on the event loop, on a thread",
     ["gate", "where"],
@@ -104,7 +102,6 @@ class Validation(FactGathering):
         pending = self.prepare_verdict(request, deadline)
         if isinstance(pending, Outcome):
             return pending
-        loop = asyncio.get_running_loop()
         for gate in pending.gates:
             if pending.problems:
                 break
@@ -121,8 +118,14 @@ class Validation(FactGathering):
             if left is not None and left <= 0:
                 pending.problems.append((gate.name, f"no time was left to check {gate.name}; try again"))
                 break
+            # asyncio is imported here, where a gate takes a thread (tens of microseconds), not at the top: the
+            # server has it loaded by then, and `kgwe review`, which runs its gates inline, never loads it
+            # (docs/performance.md, "The command line's start-up", fourth round).
+            import asyncio
+
             try:
-                found = await asyncio.wait_for(loop.run_in_executor(self._gate_pool(), gate.run, deadline), left)
+                thread = asyncio.get_running_loop().run_in_executor(self._gate_pool(), gate.run, deadline)
+                found = await asyncio.wait_for(thread, left)
             except TimeoutError:
                 log.warning("%s check for %s/%s did not answer in time", gate.name, request.namespace, request.name)
                 found = [(gate.name, f"the {gate.name} check did not answer in time; try again")]
@@ -323,6 +326,8 @@ async def _try_on_loop(gate: Gate, deadline: float | None) -> list[Problem] | No
         if pause is not None:
             if deadline is not None and time.monotonic() + pause >= deadline:
                 return None
+            import asyncio  # a retry, past the answer at once: as the thread's above
+
             await asyncio.sleep(pause)
         try:
             answer = gate.try_now(deadline)

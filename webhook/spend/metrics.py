@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from prometheus_client import Gauge
-
+from policies.kernel.metric_kinds import gauge
 from policies.kernel.metrics import replace_series
 from policies.quota.budget import BudgetState
 
-BUDGET_MONTHLY = Gauge("kgwe_budget_monthly", "A tenant's monthly budget (pricing currency)", ["tenant"],
+BUDGET_MONTHLY = gauge("kgwe_budget_monthly", "A tenant's monthly budget (pricing currency)", ["tenant"],
                        multiprocess_mode="livemax")
-BUDGET_SPENT = Gauge("kgwe_budget_spent", "What a tenant spent this month so far (pricing currency)", ["tenant"],
+BUDGET_SPENT = gauge("kgwe_budget_spent", "What a tenant spent this month so far (pricing currency)", ["tenant"],
                      multiprocess_mode="livemax")
-BUDGET_PROJECTED = Gauge("kgwe_budget_projected", "A tenant's projected month-end spend: spent so far plus the "
+BUDGET_PROJECTED = gauge("kgwe_budget_projected", "A tenant's projected month-end spend: spent so far plus the "
                          "hourly rate now to the month's end", ["tenant"], multiprocess_mode="livemax")
-BUDGET_RATIO = Gauge("kgwe_budget_ratio", "Projected month-end spend / monthly budget", ["tenant"],
+BUDGET_RATIO = gauge("kgwe_budget_ratio", "Projected month-end spend / monthly budget", ["tenant"],
                      multiprocess_mode="livemax")
-BUDGET_EXCEEDED = Gauge("kgwe_budget_exceeded", "1 while the projection passes budget.actionAt (the action "
+BUDGET_EXCEEDED = gauge("kgwe_budget_exceeded", "1 while the projection passes budget.actionAt (the action "
                         "applies to new GPU pods), else 0", ["tenant", "action"], multiprocess_mode="livemax")
 
 

@@ -1,0 +1,80 @@
+"""How KGWE's metrics are made: prometheus_client's own objects, or, in a one-shot command, ones that do nothing.
+
+The modules a one-shot command imports (`kgwe review`, `kgwe explain`) make their module-level metrics with
+`counter`, `gauge` and `histogram` rather than with prometheus_client's classes. Such a command calls
+`unscraped()` before it imports the engines, and gets metrics that do nothing: it never imports
+prometheus_client, whose package imports an HTTP server, a WSGI server, urllib and ssl for its exposition
+(docs/performance.md, "The command line's start-up", fourth round). Every other process, the server among
+them, gets prometheus_client's own objects, made and registered on the default registry when their module is
+imported, as before: a request counts straight into the real metric, with nothing in between.
+
+This module defines no metric, so a command can call `unscraped()` before any metric is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge, Histogram
+
+# Set by `unscraped()`: this process's metrics are never read.
+_unscraped = False
+
+
+def unscraped() -> None:
+    """This process exits without its metrics ever being read (a one-shot command that owns its process):
+    the metrics made from now on do nothing, and prometheus_client is not imported for them. Not for a
+    process that serves, or that tests share: a metric made before the call stays a real one, and one made
+    after it counts nothing."""
+    global _unscraped
+    _unscraped = True
+
+
+class _Unread:
+    """A metric no one reads: each operation KGWE's modules do on one, doing nothing."""
+
+    __slots__ = ()
+
+    def labels(self, *values: str, **named: str) -> _Unread:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+    def remove(self, *values: str) -> None:
+        pass
+
+
+def counter(name: str, documentation: str, labelnames: Sequence[str] = (), **options: Any) -> Counter:
+    """prometheus_client's Counter, or one that does nothing after `unscraped()`."""
+    if _unscraped:
+        return cast("Counter", _Unread())
+    from prometheus_client import Counter
+
+    return Counter(name, documentation, labelnames, **options)
+
+
+def gauge(name: str, documentation: str, labelnames: Sequence[str] = (), **options: Any) -> Gauge:
+    """prometheus_client's Gauge, or one that does nothing after `unscraped()`."""
+    if _unscraped:
+        return cast("Gauge", _Unread())
+    from prometheus_client import Gauge
+
+    return Gauge(name, documentation, labelnames, **options)
+
+
+def histogram(name: str, documentation: str, labelnames: Sequence[str] = (), **options: Any) -> Histogram:
+    """prometheus_client's Histogram, or one that does nothing after `unscraped()`."""
+    if _unscraped:
+        return cast("Histogram", _Unread())
+    from prometheus_client import Histogram
+
+    return Histogram(name, documentation, labelnames, **options)
