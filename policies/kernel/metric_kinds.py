@@ -4,9 +4,9 @@ The modules a one-shot command imports (`kgwe review`, `kgwe explain`) make thei
 `counter`, `gauge` and `histogram` rather than with prometheus_client's classes. Such a command calls
 `unscraped()` before it imports the engines, and gets metrics that do nothing: it never imports
 prometheus_client, whose package imports an HTTP server, a WSGI server, urllib and ssl for its exposition
-(docs/performance.md, "The command line's start-up", fourth round). Every other process, the server among
-them, gets prometheus_client's own objects, made and registered on the default registry when their module is
-imported, as before: a request counts straight into the real metric, with nothing in between.
+(docs/performance.md, "The server's libraries, not loaded by a one-shot command"). Every other process, the
+server among them, gets prometheus_client's own objects, made and registered on the default registry when their
+module is imported, as before: a request counts straight into the real metric, with nothing in between.
 
 This module defines no metric, so a command can call `unscraped()` before any metric is made.
 """

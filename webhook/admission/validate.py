@@ -118,9 +118,9 @@ class Validation(FactGathering):
             if left is not None and left <= 0:
                 pending.problems.append((gate.name, f"no time was left to check {gate.name}; try again"))
                 break
-            # asyncio is imported here, where a gate takes a thread (tens of microseconds), not at the top: the
+            # asyncio is imported here, where a gate takes a thread (about 0.1 ms), not at the top: the
             # server has it loaded by then, and `kgwe review`, which runs its gates inline, never loads it
-            # (docs/performance.md, "The command line's start-up", fourth round).
+            # (docs/performance.md, "The server's libraries, not loaded by a one-shot command").
             import asyncio
 
             try:
