@@ -147,7 +147,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         raise CommandError(f"--cluster {args.cluster}: not a directory")
     from webhook.cluster.collector_pause import built_once
 
-    if args.owns_process:  # it exits with its answer: no one reads its metrics (policies/kernel/metrics.py)
+    if args.owns_process:  # it exits with its answer: no one reads its metrics (policies/kernel/metric_kinds.py)
         from policies.kernel.metric_kinds import unscraped
 
         unscraped()

@@ -33,7 +33,8 @@ def unscraped() -> None:
 
 
 class _Unread:
-    """A metric no one reads: each operation KGWE's modules do on one, doing nothing."""
+    """A metric no one reads: prometheus_client's operations that change a value (none that time or decorate),
+    doing nothing."""
 
     __slots__ = ()
 
@@ -43,13 +44,22 @@ class _Unread:
     def inc(self, amount: float = 1) -> None:
         pass
 
+    def dec(self, amount: float = 1) -> None:
+        pass
+
     def set(self, value: float) -> None:
+        pass
+
+    def set_to_current_time(self) -> None:
         pass
 
     def observe(self, amount: float) -> None:
         pass
 
     def remove(self, *values: str) -> None:
+        pass
+
+    def clear(self) -> None:
         pass
 
 

@@ -177,6 +177,9 @@ cluster_metrics.CLUSTER_DIRECTORY_ERRORS.set(1)
 cluster_metrics.CLUSTER_DIRECTORY_REFUSED.inc()
 validate.GATE_ANSWERS.labels("quota", "at-once").inc()
 background.FAILURES.labels("task").inc()
+background.LAST_SUCCESS.labels("task").set_to_current_time()
+background.LAST_SUCCESS.labels("task").dec()
+background.LAST_SUCCESS.clear()
 made = [metrics.ADMISSION_REFUSALS, metrics.POLICY_EVALUATION_SECONDS, cluster_metrics.TOPOLOGY_AGE,
         validate.GATE_ANSWERS, background.LAST_SUCCESS, spend_metrics.BUDGET_SPENT, webhook.runtime.WOULD_MUTATE]
 found = {"kinds": sorted({type(m).__module__ for m in made}), "loaded": "prometheus_client" in sys.modules}
