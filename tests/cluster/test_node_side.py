@@ -1,5 +1,6 @@
-"""The node side of a snapshot (facts, type index) is kept while only pods change, and read again on any other
-change (webhook/cluster/node_side.py; issue 36). Each snapshot is compared with one a fresh store builds from the
+"""The node side of a snapshot (facts, type index) is kept while only kinds it does not read change (pods,
+Namespaces, TenantQuotas), and read again on a change to one it reads (nodes, ResourceSlices, ResourceClaims;
+webhook/cluster/node_side.py; issue 36). Each snapshot is compared with one a fresh store builds from the
 same objects: keeping the node side must never change what a snapshot says."""
 
 from __future__ import annotations
@@ -77,7 +78,16 @@ def test_a_snapshot_says_what_a_fresh_store_says_through_pod_node_and_other_chan
     namespace["metadata"]["resourceVersion"] = "namespace-relabelled"
     namespace["metadata"].setdefault("labels", {})["kgwe.io/default-sharing"] = "mps"
     store.upsert(namespace)
-    _same_as_fresh(store)
+    relabelled = _same_as_fresh(store)
+    assert relabelled.nodes is gone.nodes and relabelled.types is gone.types  # the node side reads no Namespace
+
+    # The quota controller writes a TenantQuota's status after its passes: that keeps the node side too.
+    quota = {"apiVersion": "kgwe.io/v1alpha1", "kind": "TenantQuota", "metadata": {"name": "node-side"},
+             "spec": {"tenant": "team-a", "namespaces": ["team-a"], "limits": [{"gpus": 4}]}}
+    store.upsert(quota)
+    store.upsert({**quota, "metadata": {"name": "node-side", "resourceVersion": "2"}, "status": {"used": []}})
+    quotas_written = _same_as_fresh(store)
+    assert quotas_written.nodes is gone.nodes and quotas_written.tenant_quotas["node-side"]["status"] == {"used": []}
 
     if store.objects("ResourceClaim"):
         claim = _first(store, "ResourceClaim")

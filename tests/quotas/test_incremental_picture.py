@@ -6,7 +6,8 @@ created, deleted, given other namespaces, groups and limits, and their status wr
 relists. The security of quotas rests on the two being equal: what the controller releases is planned on it.
 Admission's picture (webhook/quotas/snapshot_picture.py, kept from the last snapshot it was asked) and the free
 GPUs the queue and the gangs ask (webhook/placement/free_gpus.py, kept alike) are compared too, against a count over
-every pod, on the newest snapshot and on older ones, as requests that hold an older snapshot ask them."""
+every pod, on the newest snapshot and on older ones, as requests that hold an older snapshot ask them, and so are the
+free GPUs the controller keeps with its picture."""
 
 from __future__ import annotations
 
@@ -166,6 +167,7 @@ def test_the_picture_kept_from_events_equals_a_fresh_full_one_after_every_event(
         fresh = quota_picture(model, in_flight)
         assert kept == fresh, f"seed {seed}, event {n}"
         assert set(kept.read) == set(model.pods) and all(kept.read[k].pod is p for k, p in model.pods.items())
+        assert index.free_gpus(model) == free_gpus(model), f"the controller's free GPUs, seed {seed}, event {n}"
         assert admission.picture(model) == quota_picture(model), f"admission, seed {seed}, event {n}"
         assert free.free(model) == free_gpus(model), f"free GPUs, seed {seed}, event {n}"
         models.append(model)
@@ -198,6 +200,7 @@ def test_a_pod_event_reads_only_that_pod_again(tmp_path: Path) -> None:
     assert index.picture(model, pending, {}) == quota_picture(model, {})
     moved = [key for key, read in index._reads.items() if before.get(key) is not read]
     assert moved == [object_key(victim)]
+    assert index.free_gpus(model) == free_gpus(model)
 
 
 def test_no_marks_are_kept_while_every_pod_is_to_be_read(tmp_path: Path) -> None:

@@ -211,7 +211,9 @@ class QuotaController:
         return result
 
     def plan(self, model: ClusterModel, picture: TenantPicture) -> TenantQueue:
-        return plan_tenant(model, self.config, picture, hold=self._budget_hold(picture.tenant))
+        # The free GPUs kept with the picture: placement's of a new snapshot read every pod, on the release's path.
+        return plan_tenant(model, self.config, picture, hold=self._budget_hold(picture.tenant),
+                           free_of=self._index.free_gpus)
 
     def _budget_hold(self, tenant: str) -> str | None:
         """Why none of the tenant's pods may start: its budget passed with `action: Queue`. While one holds,

@@ -20,6 +20,12 @@ A pass then places only the pods of tenants with a TenantQuota and the gated pod
 the full computation (`place`, `assemble`), so the two give equal pictures: tests/quotas/
 test_incremental_picture.py drives seeded random events and compares them after each.
 
+The GPUs each node's unfinished bound pods hold are kept alike, moved by each pod read again (`free_gpus`, what
+the queue's `has_capacity` asks when a tenant's quota has room): the pass in which a running pod goes and the
+one waiting behind it is released asked placement's `free_gpus` (webhook/placement/free_gpus.py), kept from the
+last snapshot asked but cold when nothing had asked it since start: it read every pod first (seconds at 150,000
+pods, on the release's path; issue 36). Equal to placement's, compared after every random event too.
+
 The marks are taken before the pass's snapshot is, so a change the snapshot holds was marked by then, except
 one whose listener has not run yet when the snapshot is built: that pod keeps its previous read for one pass,
 as if its event came just after the snapshot, and its listener's wake brings the next pass, which reads it.
@@ -34,10 +40,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.objects import PodView
 from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel, object_key
 from webhook.gang_spec import membership
+from webhook.placement.rooms import node_gpus
 from webhook.quota_charges import priced_by_type_sharing
 from webhook.quotas.waiters import (
     GatedPod,
@@ -99,6 +107,8 @@ class QuotaIndex:
         self._gated: set[str] = set()  # unfinished pods behind the quota gate, not being deleted
         self._gang_of: dict[str, str] = {}  # live gang member -> its gang
         self._gang_live: dict[str, int] = {}  # gang -> live members
+        self._held: dict[str, int] = {}  # node -> whole GPUs its unfinished bound pods hold (placement's count)
+        self._free: tuple[ClusterModel, dict[str, int]] | None = None  # the last answer, while `_held` stands
         self._nodes: Mapping[str, object] | None = None  # what the reads were read against
         self._namespaces: Mapping[str, object] | None = None
         self._context: tuple[object, Mapping[str, object], Mapping[str, object]] | None = None
@@ -183,17 +193,45 @@ class QuotaIndex:
         self._nodes, self._namespaces = model.nodes, model.namespaces
         self._context, self._owners_for = context, ownership
 
+    def free_gpus(self, model: ClusterModel) -> dict[str, int]:
+        """`webhook.placement.free_gpus.free_gpus(model)` from the held GPUs kept: those of the pods as the last pass
+        read them, which is `model` when it was that pass's snapshot."""
+        if self._free is not None and self._free[0] is model:
+            return self._free[1]
+        held = self._held
+        free = {name: max(0, node_gpus(facts) - held.get(name, 0))
+                for name, facts in model.nodes.items() if not facts.unschedulable}
+        self._free = (model, free)
+        return free
+
     def _read(self, key: str, pod: dict[str, Any] | None, model: ClusterModel, mapped: Mapping[str, str],
               claim_usage: Any, tenants: Mapping[str, TenantPicture]) -> None:
         old = self._reads.pop(key, None)
         if old is not None:
             self._unindex(key, old)
+            self._hold(old, -1)
         if pod is None:
             return
         read = read_pod(pod)
         if not read.terminal:
             read = charged(read, model, mapped, claim_usage, tenants, None)
         self._store(key, read, model, mapped)
+        self._hold(read, 1)
+
+    def _hold(self, read: PodRead, sign: int) -> None:
+        """Move the GPUs a read pod holds on its node (a pod's demand is read again to take it off: only the
+        pods a pass reads again pay for it, not a kept field per pod)."""
+        if read.terminal or not read.node_name:
+            return
+        gpus = pod_gpu_demand(PodView(read.pod)).whole_gpus
+        if not gpus:
+            return
+        self._free = None
+        left = self._held.get(read.node_name, 0) + sign * gpus
+        if left:
+            self._held[read.node_name] = left
+        else:
+            del self._held[read.node_name]
 
     def _store(self, key: str, read: PodRead, model: ClusterModel, mapped: Mapping[str, str]) -> None:
         self._reads[key] = read
@@ -237,8 +275,10 @@ class QuotaIndex:
                 del self._gang_live[gang]
 
     def _clear(self) -> None:
-        for held in (self._reads, self._by_node, self._by_namespace, self._members, self._gang_of, self._gang_live):
+        for held in (self._reads, self._by_node, self._by_namespace, self._members, self._gang_of, self._gang_live,
+                     self._held):
             held.clear()
+        self._free = None
         for keys in (self._unbound, self._always, self._gated):
             keys.clear()
 

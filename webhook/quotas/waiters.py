@@ -78,9 +78,11 @@ def _without_resources(pod: dict[str, Any]) -> dict[str, Any]:
     return {"spec": kept}
 
 
-def has_capacity(model: ClusterModel, waiter: Waiter, type_id: str, pods: Mapping[str, dict[str, Any]]) -> bool:
-    """Every member of `waiter` has a node of `type_id` it can run on with its whole GPUs free now."""
-    free = free_gpus(model)
+def has_capacity(model: ClusterModel, waiter: Waiter, type_id: str, pods: Mapping[str, dict[str, Any]],
+                 free_of: Callable[[ClusterModel], Mapping[str, int]] = free_gpus) -> bool:
+    """Every member of `waiter` has a node of `type_id` it can run on with its whole GPUs free now (`free_of`:
+    the free GPUs per schedulable node, placement's count, however the caller keeps it)."""
+    free = free_of(model)
     for ask in waiter.asks:
         pod = pods.get(ask.pod)
         if pod is None or type_id not in model.types:
@@ -329,12 +331,14 @@ def _live_gang_members(model: ClusterModel) -> dict[str, int]:
 def plan_tenant(
     model: ClusterModel, config: Config, picture: TenantPicture, *, extra: Waiter | None = None,
     extra_pod: dict[str, Any] | None = None, hold: str | None = None,
+    free_of: Callable[[ClusterModel], Mapping[str, int]] = free_gpus,
 ) -> TenantQueue:
     """The tenant's queue on this snapshot, as the controller, the views and admission all ask it: `extra` is
-    a new pod (or gang) last in line, `hold` a reason nothing of the tenant may start (its budget)."""
+    a new pod (or gang) last in line, `hold` a reason nothing of the tenant may start (its budget), `free_of`
+    the free GPUs per node (the controller's are kept with its picture)."""
     waiters = [*picture.waiters, extra] if extra is not None else picture.waiters
     pods = {**picture.pods, **({extra.asks[0].pod: extra_pod} if extra is not None and extra_pod else {})}
     return plan_queue(
         picture.tenant, picture.limits, picture.released, waiters, order=config.quotas.order,
-        has_capacity=lambda waiter, type_id: has_capacity(model, waiter, type_id, pods), hold=hold,
+        has_capacity=lambda waiter, type_id: has_capacity(model, waiter, type_id, pods, free_of), hold=hold,
     )
