@@ -91,22 +91,31 @@ def not_ready_answered(
     return answered
 
 
-def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_service: SpendService | None = None,
-               budgets: Callable[[], Mapping[str, BudgetState]] | None = None) -> APIRouter:
-    """Routes of the read-only API over `runtime`'s cluster store and configuration.
-
-    Plain Starlette routes inside the router, as for the admission endpoints: FastAPI's per-request
-    parameter handling would cost more than serving the cached bytes (bench/bench_inventory.py).
-
-    Without `cache`, the router makes one and keeps it warm while the application runs (its lifespan);
-    a `cache` given is the caller's to start or not.
-    """
-    inventory = cache or InventoryCache(
+def server_inventory(runtime: ApiRuntime) -> InventoryCache:
+    """The inventory the server's read API keeps warm, which other readers of the server's process may share
+    (the HardwareProfile status sync)."""
+    return InventoryCache(
         lambda: runtime.store.snapshot(), lambda: runtime.config,
         fresh_model_source=lambda: runtime.store.snapshot(force=True),
         loaded=lambda: bool(getattr(runtime.store, "loaded", True)),
         waiting=remembered_waiting_rows(),
     )
+
+
+def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_service: SpendService | None = None,
+               budgets: Callable[[], Mapping[str, BudgetState]] | None = None, keep_warm: bool | None = None,
+               ) -> APIRouter:
+    """Routes of the read-only API over `runtime`'s cluster store and configuration.
+
+    Plain Starlette routes inside the router, as for the admission endpoints: FastAPI's per-request
+    parameter handling would cost more than serving the cached bytes (bench/bench_inventory.py).
+
+    `keep_warm`: the router keeps its cache warm while the application runs (its lifespan). By default it does
+    for the cache it makes without `cache` (`server_inventory`), and a `cache` given is the caller's to start
+    or not.
+    """
+    inventory = cache or server_inventory(runtime)
+    warms = cache is None if keep_warm is None else keep_warm
     # Every view the UI's pages and the API serve, rendered with each build (the first one included).
     for name, view, render in _VIEWS:
         inventory.register(name, view, render)
@@ -211,15 +220,15 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
 
     @asynccontextmanager
     async def warm(_app: Any) -> AsyncIterator[None]:
-        # The router's own cache is built from the start and kept warm while the application serves.
-        if cache is None:
+        # The cache is built from the start and kept warm while the application serves.
+        if warms:
             inventory.start()
         warm_windows.start()
         try:
             yield
         finally:
             await run_in_threadpool(warm_windows.stop)
-            if cache is None:
+            if warms:
                 await run_in_threadpool(inventory.stop)
 
     router = APIRouter(lifespan=warm)

@@ -155,7 +155,7 @@ def _build_worker(
     from webhook.audit.writers import KubeReportWriter, MemoryReportWriter, ReportWriter
     from webhook.controllers.runner import build_controllers
     from webhook.policy_sync import PolicySync
-    from webhook.server.api_routes import api_router
+    from webhook.server.api_routes import api_router, server_inventory
     from webhook.server.app import BackgroundTask, create_app
     from webhook.server.callers import CallerAuthenticator
     from webhook.server.config_watch import ConfigWatcher
@@ -219,9 +219,12 @@ def _build_worker(
     ]
     if api_client is not None and options.config.policies.generate_admission_policies:
         background.append(admission_policy_sync(runtime, api_client, controllers.elector.is_leader).task)
+    # The read API's inventory, kept warm while the app serves; the profiles' statuses are read from it.
+    inventory = server_inventory(runtime)
     if api_client is not None:
         background.append(ProfileStatusSync(  # HardwareProfile.status.available
-            runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.elector.is_leader
+            runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.elector.is_leader,
+            cache=inventory,
         ).task)
     # What GPUs do, for admission, policies and the node view: refreshed from Prometheus off the request path
     # by every worker (it only reads), and the same reads answer /api/v1/recommendations (docs/usage.md).
@@ -236,8 +239,8 @@ def _build_worker(
     read_auth = ReadAuth.for_cluster(api_client) if api_client is not None else None
     app = create_app(
         runtime, ui=options.ui, extra_routers=[
-            api_router(runtime), gangs_router(runtime, gang_store), explain_router(runtime), workloads_router(runtime),
-            usage_router(runtime, usage_service), mig_router(runtime),
+            api_router(runtime, inventory, keep_warm=True), gangs_router(runtime, gang_store), explain_router(runtime),
+            workloads_router(runtime), usage_router(runtime, usage_service), mig_router(runtime),
         ],
         certificate=tls,
         # One supervisor for every background task of this worker, started and stopped with the server.
