@@ -94,6 +94,19 @@ def test_one_scrape_shows_every_worker_and_the_directory_is_removed(tmp_path: Pa
         answered = sum(value for labels, value in _samples(text, "kgwe_admission_requests_total")
                        if 'endpoint="mutate"' in labels)
         assert answered == REQUESTS
+        # The leader's per-pod cost series, which no worker's multiprocess files hold: in the scrape of either
+        # worker, once each (the example runs four GPU containers), each family described once.
+        give_up = time.monotonic() + WAIT_SECONDS
+        while True:
+            with server.client() as client:
+                text = client.get("/metrics").text
+            costs = _samples(text, "kgwe_pod_hourly_cost")
+            if costs or time.monotonic() > give_up:
+                break
+            time.sleep(0.2)
+        assert len(costs) == len({labels for labels, _ in costs}) >= 4, text
+        assert 'pod="train-llm-0"' in "".join(labels for labels, _ in costs)
+        assert text.count("# TYPE kgwe_pod_hourly_cost gauge") == 1
     finally:
         process.terminate()
         assert process.wait(20) in (0, -signal.SIGTERM)

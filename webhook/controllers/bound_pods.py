@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from policies.gpu_demand import pod_gpu_demand
 from policies.kernel.api_errors import api_exception
 from policies.kernel.background import Task
+from policies.kernel.published_families import multiprocess_directory, publish
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel, ClusterStore
@@ -45,6 +46,8 @@ ANNOTATION_ACCELERATOR_TYPE = keys.ACCELERATOR_TYPE
 ANNOTATION_TENANT = keys.TENANT
 FIELD_MANAGER = "kgwe-controller"
 
+# The name of the per-pod cost families where a worker publishes them for every worker's scrape.
+PUBLISHED = "pod-costs"
 # namespace, name, JSON merge patch
 PatchPod = Callable[[str, str, dict[str, Any]], None]
 
@@ -156,8 +159,11 @@ class HourlyCostCollector(Collector):
     def __init__(self) -> None:
         self._series: dict[SeriesKey, SeriesValues] = {}
 
-    def update(self, series: dict[SeriesKey, SeriesValues]) -> None:
+    def update(self, series: dict[SeriesKey, SeriesValues]) -> bool:
+        """Export `series` from now on; whether they differ from the last."""
+        changed = series != self._series
         self._series = dict(series)
+        return changed
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = (
@@ -205,6 +211,10 @@ class BoundPodController:
         self.registry = registry
         if registry is not None:
             registry.register(self.collector)
+        # With several workers a scrape reads no worker's own registry: the leader publishes the series rendered
+        # (policies/kernel/published_families.py), from this registry of the collector alone.
+        self._rendering = CollectorRegistry(auto_describe=False)
+        self._rendering.register(self.collector)
         # pod -> version we patched: until the watch shows our change, do not send it twice.
         self._patched: dict[str, str] = {}
         self._settled = Settled()  # a pass is a function of the snapshot and the configuration
@@ -217,8 +227,13 @@ class BoundPodController:
         )
 
     def _standby(self) -> None:
-        self.collector.update({})
+        if self.collector.update({}):
+            publish(PUBLISHED, b"")
         self._settled.forget()
+
+    def _export(self, series: dict[SeriesKey, SeriesValues]) -> None:
+        if self.collector.update(series) and multiprocess_directory() is not None:
+            publish(PUBLISHED, generate_latest(self._rendering) if series else b"")
 
     def reconcile_once(self) -> list[PodPatch]:
         """One pass over the current snapshot; returns the patches applied. Nothing to do (and nothing done)
@@ -261,7 +276,7 @@ class BoundPodController:
             applied.append(patch)
         self._patched = {uid: rv for uid, rv in self._patched.items() if uid in live_pods}
         pods = ({**model.pods, **overlay}).values()
-        self.collector.update(cost_series(pods, model, config))
+        self._export(cost_series(pods, model, config))
         self._settled.record(model, config, complete=not failed)
         return applied
 
@@ -272,6 +287,7 @@ class BoundPodController:
     def stop(self, timeout: float = 5.0) -> None:
         self.task.stop(timeout)
         self.unregister()
+        publish(PUBLISHED, b"")
 
     def unregister(self) -> None:
         """Take the gauge out of its registry (once the task has stopped: nothing updates it any more)."""

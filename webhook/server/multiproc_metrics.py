@@ -19,9 +19,12 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import NoReturn
 
 from prometheus_client import CollectorRegistry, generate_latest
+
+from policies.kernel.published_families import published, withdraw_worker
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Marks a directory `kgwe serve` made itself (and so removes at exit), across the re-exec.
@@ -52,11 +55,12 @@ def _reexec_with(directory: str) -> NoReturn:
 
 
 def worker_exited(pid: int) -> None:
-    """The parent's bookkeeping when a worker exits: its live gauges stop counting."""
+    """The parent's bookkeeping when a worker exits: its live gauges stop counting, its published families go."""
     if multiprocess_enabled():
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid)
+        withdraw_worker(Path(os.environ[MULTIPROC_ENV]), pid)
 
 
 def cleanup() -> None:
@@ -68,11 +72,12 @@ def cleanup() -> None:
 
 
 def latest() -> bytes:
-    """The `/metrics` body: every worker's metrics in multiprocess mode, this process's otherwise."""
+    """The `/metrics` body: every worker's metrics in multiprocess mode (with the families a worker renders for
+    all, policies/kernel/published_families.py), this process's otherwise."""
     if not multiprocess_enabled():
         return generate_latest()
     from prometheus_client import multiprocess
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
-    return generate_latest(registry)
+    return generate_latest(registry) + published(Path(os.environ[MULTIPROC_ENV]))
