@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import base64
 import copy
+import threading
 import time
+from collections.abc import Iterator
 
 import orjson
 import pytest
+from patience import WAIT_SECONDS
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from server_support import GPU_POD, FakeRuntime, RunningServer, admission_review, start_server
 
 from certs.files import CertificatePaths
@@ -164,6 +170,41 @@ def test_metrics_count_requests_by_endpoint_decision_and_mode(server: RunningSer
     assert 'kgwe_admission_requests_total{allowed="true",endpoint="mutate",mode="enforce"}' in text
     assert 'kgwe_admission_duration_seconds_bucket{endpoint="mutate",le="0.0005"}' in text
     assert "kgwe_certificate_expiry_timestamp_seconds" in text
+
+
+class _HeldScrape(Collector):
+    """A collector whose scrape waits until the test lets it go, as one of 150,000 pods' series renders long."""
+
+    def __init__(self) -> None:
+        self.collecting = threading.Event()
+        self.release = threading.Event()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        self.collecting.set()
+        self.release.wait(WAIT_SECONDS)
+        yield GaugeMetricFamily("kgwe_test_held_scrape", "held", value=1.0)
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+
+
+def test_a_long_scrape_does_not_hold_admission(server: RunningServer) -> None:
+    held = _HeldScrape()
+    REGISTRY.register(held)
+    scraped: list[str] = []
+    try:
+        scrape = threading.Thread(target=lambda: scraped.append(server.client().get("/metrics").text))
+        scrape.start()
+        assert held.collecting.wait(WAIT_SECONDS)
+        # The scrape is still rendering: the event loop answers admission meanwhile.
+        status, answer = post(server, "/mutate", admission_review(GPU_POD))
+        assert status == 200 and answer["response"]["allowed"] is True and not held.release.is_set()
+        held.release.set()
+        scrape.join(WAIT_SECONDS)
+        assert "kgwe_test_held_scrape 1.0" in scraped[0]
+    finally:
+        held.release.set()
+        REGISTRY.unregister(held)
 
 
 def test_readyz_needs_a_serving_certificate(runtime: FakeRuntime, cert_paths: CertificatePaths) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -170,7 +171,9 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
-        return Response(multiproc_metrics.latest(), media_type=CONTENT_TYPE_LATEST)
+        # Off the event loop: at 150,000 pods the per-pod cost series take seconds to render, which the loop
+        # would not answer the API server's admissions in (issue 36).
+        return Response(await run_in_threadpool(multiproc_metrics.latest), media_type=CONTENT_TYPE_LATEST)
 
     # The web UI's static pages, served at /ui/ (read once into memory).
     routers = [*([ui_router()] if ui else []), *extra_routers]
