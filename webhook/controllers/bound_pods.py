@@ -32,10 +32,13 @@ from policies.kernel.published_families import multiprocess_directory, publish
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel, ClusterStore
+from webhook.cluster.node_facts import NodeFacts
+from webhook.cluster.read_epochs import ChargeEpochs, bound_node
 from webhook.cluster.settled import Settled
 from webhook.config import Config
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
-from webhook.spend.rates import pod_rate, tenant_resolver
+from webhook.spend.memo import RateMemo
+from webhook.spend.rates import PodRate, pod_rate, tenant_resolver
 
 if TYPE_CHECKING:  # the client is imported where a cluster is read, not for a directory
     from kubernetes import client as k8s_client
@@ -138,11 +141,15 @@ def cost_series(pods: Iterable[dict[str, Any]], model: ClusterModel, config: Con
     and run. GPUs held through the pod's own ResourceClaims count too, a claim several pods name in one
     pod's series only. A pod's containers split its cost by the GPUs each asks or uses
     (webhook/spend/rates.py)."""
-    out: dict[SeriesKey, SeriesValues] = {}
     tenant_of = tenant_resolver(model)
-    for pod in pods:
-        rate = pod_rate(pod, model, config, tenant_of)
-        if rate is None or rate.finished or rate.hourly is None:
+    return rate_series(rate for pod in pods if (rate := pod_rate(pod, model, config, tenant_of)) is not None)
+
+
+def rate_series(rates: Iterable[PodRate]) -> dict[SeriesKey, SeriesValues]:
+    """`cost_series` of the pods' rates."""
+    out: dict[SeriesKey, SeriesValues] = {}
+    for rate in rates:
+        if rate.finished or rate.hourly is None:
             continue
         parts = rate.containers or (("", Decimal(1)),)
         run = rate.run
@@ -186,6 +193,36 @@ class HourlyCostCollector(Collector):
         return self.collect()
 
 
+class PatchMemo:
+    """Each pod's `desired_patch`, kept by pod object: a pass computes only the pods that changed (issue 36: at
+    150,000 pods every pass priced every pod again, seconds of CPU on the GIL admission needs). A patch reads
+    the pod, the facts of its node, the context (the accelerator table, HardwareProfiles, Namespaces and
+    DeviceClasses: `ChargeEpochs`) and the configuration; the store never changes an object in place, so the
+    same objects mean the same patch."""
+
+    def __init__(self) -> None:
+        self._epochs = ChargeEpochs()
+        self._context: tuple[int, Config] | None = None  # the config kept, so its id is never another's
+        self._entries: dict[int, tuple[dict[str, Any], NodeFacts | None, PodPatch | None]] = {}
+
+    def patches(self, model: ClusterModel, config: Config) -> Iterator[tuple[str, dict[str, Any], PodPatch | None]]:
+        """(key, pod, its desired patch) for every pod of `model`, in order."""
+        _nodes, context_epoch = self._epochs.advance(model)
+        same = self._context is not None and self._context[0] == context_epoch and self._context[1] is config
+        previous = self._entries if same else {}
+        # Forgotten before the first pod is read: a pass that ends early keeps no entry of another context.
+        self._entries, self._context = previous, (context_epoch, config)
+        entries: dict[int, tuple[dict[str, Any], NodeFacts | None, PodPatch | None]] = {}
+        for key, pod in model.pods.items():
+            node = bound_node(pod, model)
+            entry = previous.get(id(pod))
+            if entry is None or entry[0] is not pod or entry[1] is not node:
+                entry = (pod, node, desired_patch(pod, model, config))
+            entries[id(pod)] = entry
+            yield key, pod, entry[2]
+        self._entries = entries
+
+
 class BoundPodController:
     """Every `interval_seconds`, patches bound pods whose annotations lag their node, and updates the gauge.
 
@@ -218,6 +255,9 @@ class BoundPodController:
         # pod -> version we patched: until the watch shows our change, do not send it twice.
         self._patched: dict[str, str] = {}
         self._settled = Settled()  # a pass is a function of the snapshot and the configuration
+        # What each pod object gave the last pass: a pass computes the pods that changed, not every pod.
+        self._patches = PatchMemo()
+        self._rates = RateMemo()
         # Leader-only: a follower neither patches nor exports (standby empties the gauge it exported as leader).
         self.task = Task(
             "bound-pods", self._reconcile_and_log, interval=interval_seconds, leader_only=True,
@@ -249,10 +289,9 @@ class BoundPodController:
         applied: list[PodPatch] = []
         overlay: dict[str, dict[str, Any]] = {}
         live_pods: set[str] = set()
-        for key, pod in model.pods.items():
+        for key, pod, patch in self._patches.patches(model, config):
             identity = patch_identity(key, pod)
             live_pods.add(identity[0])
-            patch = desired_patch(pod, model, config)
             if patch is None:
                 continue
             if self.patch_pod is None:
@@ -276,7 +315,7 @@ class BoundPodController:
             applied.append(patch)
         self._patched = {uid: rv for uid, rv in self._patched.items() if uid in live_pods}
         pods = ({**model.pods, **overlay}).values()
-        self._export(cost_series(pods, model, config))
+        self._export(rate_series(self._rates.rates(model, config, pods)))
         self._settled.record(model, config, complete=not failed)
         return applied
 

@@ -18,6 +18,7 @@ The tenant of a pod without `kgwe.io/tenant` is resolved again each read (Tenant
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,8 +57,10 @@ class RateMemo:
         self._entries: dict[int, _Entry] = {}
         self.computed = 0  # pods computed by the last call (the rest were looked up)
 
-    def rates(self, model: ClusterModel, config: Config) -> list[PodRate]:
-        """`list(pod_rates(model, config))`, in the same order, from what each pod object gave last time."""
+    def rates(self, model: ClusterModel, config: Config, pods: Iterable[dict[str, Any]] | None = None
+              ) -> list[PodRate]:
+        """`list(pod_rates(model, config))`, in the same order, from what each pod object gave last time.
+        `pods`: these instead of the snapshot's (the bound-pod controller's, with the annotations it wrote)."""
         with self._lock:
             nodes_epoch, context_epoch = self._epochs.advance(model)
             context = (context_epoch, config)
@@ -68,7 +71,7 @@ class RateMemo:
             entries: dict[int, _Entry] = {}
             out: list[PodRate] = []
             computed = 0
-            for raw in model.pods.values():
+            for raw in model.pods.values() if pods is None else pods:
                 node = bound_node(raw, model)
                 entry = previous.get(id(raw))
                 if entry is None or entry.pod is not raw or entry.node is not node or (
