@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from policies.vocabulary.objects import ContainerView, ObjectView, PodView
+from webhook.cluster.shared_parts import SHARED, text
 
 POD_METADATA_FIELDS = (
     "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "resourceVersion", "creationTimestamp",
@@ -30,6 +31,12 @@ POD_SPEC_FIELDS = (
     "resourceClaims",
 )
 POD_STATUS_CLAIM_FIELDS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
+# The parts replicas and a node's pods have equal, held once across pods (shared_parts.py).
+SHARED_METADATA = ("labels", "annotations", "ownerReferences")
+SHARED_SPEC = ("affinity", "nodeSelector", "tolerations", "schedulingGates", "resourceClaims", "containers",
+               "initContainers")
+SHARED_TEXT_METADATA = ("namespace", "creationTimestamp")
+SHARED_TEXT_SPEC = ("nodeName", "schedulerName")
 MAX_CONDITION_MESSAGE = 1024  # the scheduler's "0/N nodes are available: ..." names each reason once, with counts
 
 
@@ -73,7 +80,28 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
         kept = _kept_conditions(conditions)
         if kept:
             out.setdefault("status", {})["conditions"] = kept
-    return out
+    return shared(out)
+
+
+def shared(slim: dict[str, Any]) -> dict[str, Any]:
+    """`slim` (a pod `slim_pod` built: its own top-level dicts) with its parts equal to other pods' held once."""
+    slim["apiVersion"] = text(slim["apiVersion"])
+    meta, spec = slim["metadata"], slim["spec"]
+    for key in SHARED_TEXT_METADATA:
+        if key in meta:
+            meta[key] = text(meta[key])
+    for key in SHARED_METADATA:
+        if key in meta:
+            meta[key] = SHARED.part(key, meta[key])
+    for key in SHARED_TEXT_SPEC:
+        if key in spec:
+            spec[key] = text(spec[key])
+    for key in SHARED_SPEC:
+        if key in spec:
+            spec[key] = SHARED.part(key, spec[key])
+    if "status" in slim:
+        slim["status"] = SHARED.part("status", slim["status"])
+    return slim
 
 
 def _kept_conditions(conditions: list[Any]) -> list[dict[str, Any]]:
