@@ -73,7 +73,7 @@ def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Fac
         gpu_equivalents=equivalents,
         gpu_memory_bytes=memory,
         tenant=notes.get(OUT_TENANT),
-        namespace_labels=model.namespace_labels(namespace),
+        namespace_labels=model.namespace_labels(namespace, shared=True),
         gated=QUOTA_GATE in view.scheduling_gates,
     )
 

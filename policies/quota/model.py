@@ -28,7 +28,7 @@ LimitKind = Literal["acceleratorType", "profile"]
 PriceOf = Callable[[str], Decimal | None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodCharge:
     """What one pod counts against quotas; built by the webhook from a pod and its admission request."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -235,7 +236,7 @@ def test_a_pod_whose_life_spans_the_window_costs_every_bucket_once() -> None:
     rate = PodRate(namespace="a", pod="p", uid="u", node="n", tenant="t", type_id="x", share="whole", containers=(),
                    workload=Owner("Pod", "p"), run=None, hourly=Decimal("2.50"), equivalents=Decimal(1),
                    whole=None, start=window.start - HOUR, end=None, finished=False)
-    late = PodRate(**{**rate.__dict__, "pod": "q", "start": window.end - 30 * MINUTE})
+    late = replace(rate, pod="q", start=window.end - 30 * MINUTE)
     assert _cents(bucket_spend([rate, late], window.buckets(), NOW)) == {
         "t": ["60.00", "60.00", "61.25"]}
 

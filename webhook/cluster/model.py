@@ -100,19 +100,19 @@ class ClusterModel:
     def _type_ids(self) -> tuple[str, ...]:
         return tuple(sorted(t for t in self.types if t != UNKNOWN))
 
-    def namespace_labels(self, namespace: str) -> dict[str, str]:
-        """The namespace's labels with `kubernetes.io/metadata.name` (a new dict: the caller may change it)."""
+    def namespace_labels(self, namespace: str, shared: bool = False) -> dict[str, str]:
+        """The namespace's labels with `kubernetes.io/metadata.name` (a new dict: the caller may change it; `shared`:
+        the snapshot's own, never to be changed, which every pod's charge keeps: one per namespace, not per pod)."""
         known = self._namespace_labels.get(namespace)
         if known is not None:
-            return dict(known)
+            return known if shared else dict(known)
         merged = dict(ObjectView(self.namespaces.get(namespace)).labels)
         merged.setdefault("kubernetes.io/metadata.name", namespace)
         return merged
 
     @cached_property
     def _namespace_labels(self) -> dict[str, dict[str, str]]:
-        # Every namespace of the snapshot, once (admission asks for the requester's on every request); a
-        # name the snapshot lacks is answered by the code above, so what a pod names cannot grow this.
+        # Every namespace of the snapshot, once; a name it lacks is answered above (what a pod names cannot grow it).
         out: dict[str, dict[str, str]] = {}
         for name, obj in self.namespaces.items():
             merged = dict(ObjectView(obj).labels)

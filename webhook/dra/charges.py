@@ -81,7 +81,7 @@ def claimed_charge(
         gpu_equivalents=equivalents,
         gpu_memory_bytes=memory,
         tenant=view.annotations.get(OUT_TENANT),
-        namespace_labels=model.namespace_labels(namespace),
+        namespace_labels=model.namespace_labels(namespace, shared=True),
         every_candidate=bool(candidates),
         gated=QUOTA_GATE in view.scheduling_gates,
     )

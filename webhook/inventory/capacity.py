@@ -67,7 +67,7 @@ class TypeCapacity:
         return total
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PendingPod:
     """An unbound unfinished GPU pod: who it is charged to and what it waits for, once (the views decide
     where it shows; a pod that may land on several types or profiles is still one pod)."""
@@ -82,7 +82,7 @@ class PendingPod:
     mig: Mapping[str, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodCost:
     namespace: str
     name: str

@@ -30,7 +30,7 @@ from webhook.config import Config
 from webhook.spend.rates import PodRate, pod_rate, tenant_resolver
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     pod: dict[str, Any]
     node: NodeFacts | None

@@ -38,7 +38,7 @@ ZERO = Decimal(0)
 RUN_KINDS = ("Job", "JobSet", "PyTorchJob", "RayJob")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Owner:
     kind: str
     name: str
@@ -48,7 +48,7 @@ class Owner:
         return f"{self.kind}/{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodRate:
     namespace: str
     pod: str
