@@ -24,6 +24,7 @@ from webhook.admission.facts import Facts
 from webhook.cluster.claim_charging import CLAIM_CHARGING
 from webhook.cluster.model import ClusterModel, pod_is_finished
 from webhook.cluster.node_facts import NodeFacts
+from webhook.cluster.shared_parts import amount, constant
 from webhook.costs import pod_gpu_equivalents, pod_profile, requested_sharing
 from webhook.intent import A_GPU_MEMORY, A_PROFILE, OUT_ACCELERATOR_TYPE, OUT_DECISION, OUT_TENANT
 
@@ -67,11 +68,12 @@ def pod_charge(pod: PodView | Mapping[str, Any], model: ClusterModel, facts: Fac
         namespace=namespace,
         name=view.name or view.generate_name,
         uid=view.uid or None,
-        candidate_types=candidates,
+        candidate_types=constant(candidates),
         bound_type=bound_type,
         profile=notes.get(A_PROFILE),
-        gpu_equivalents=equivalents,
-        gpu_memory_bytes=memory,
+        # Held once across pods: every memo of every pod's charge holds them (webhook/cluster/shared_parts.py).
+        gpu_equivalents=amount(equivalents),
+        gpu_memory_bytes=amount(memory),
         tenant=notes.get(OUT_TENANT),
         namespace_labels=model.namespace_labels(namespace, shared=True),
         gated=QUOTA_GATE in view.scheduling_gates,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import datetime
+from decimal import Decimal
 from typing import Any
 
 import orjson
 
-from webhook.cluster.shared_parts import SharedParts
+from webhook.cluster.shared_parts import SharedParts, amount, constant
 from webhook.cluster.slimming import slim_pod
 
 
@@ -88,3 +89,13 @@ def test_the_table_is_bounded() -> None:
     for i in range(10):
         parts.part("labels", {"app": str(i)})
     assert len(parts) <= 4
+
+
+def test_amounts_and_constants_are_held_once_and_keep_their_text() -> None:
+    one = amount(Decimal("1"))
+    assert amount(Decimal(1)) is one and amount(None) is None
+    assert str(amount(Decimal("1.0"))) == "1.0" and amount(Decimal("1.0")) is not one
+    parts = constant((("main", Decimal("0.5")),))
+    assert constant((("main", Decimal("0.5")),)) is parts
+    assert constant((("main", Decimal("0.50")),)) is not parts
+    assert constant(("nvidia-h100-80gb",)) is constant(("nvidia-h100-80gb",))

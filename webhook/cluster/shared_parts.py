@@ -15,7 +15,8 @@ and from true), so a kept part is indistinguishable from the one it replaces in 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from decimal import Decimal
+from typing import Any, TypeVar, overload
 
 import orjson
 
@@ -52,6 +53,47 @@ class SharedParts:
             self._kept = {}
         kept = self._kept[key] = orjson.loads(key[1])
         return kept
+
+
+# Amounts and type lists kept at most (a few dozen repeat: 1 GPU, 8 GPUs' memory, a type's price per hour).
+MAX_VALUES = 4096
+_AMOUNTS: dict[str, Decimal] = {}
+_CONSTANTS: dict[str, Any] = {}
+H = TypeVar("H")
+
+
+@overload
+def amount(value: Decimal) -> Decimal: ...
+@overload
+def amount(value: None) -> None: ...
+@overload
+def amount(value: Decimal | None) -> Decimal | None: ...
+
+
+def amount(value: Decimal | None) -> Decimal | None:
+    """An amount that repeats across pods' charges, costs and rates held once: a Decimal is 104 bytes, and
+    150,000 pods' records held 800,000 of them. Equal by its text, so 1 and 1.0 stay apart (they print apart)."""
+    if value is None:
+        return value
+    key = str(value)
+    kept = _AMOUNTS.get(key)
+    if kept is None:
+        if len(_AMOUNTS) >= MAX_VALUES:
+            _AMOUNTS.clear()
+        kept = _AMOUNTS[key] = value
+    return kept
+
+
+def constant(value: H) -> H:
+    """A tuple of names and amounts that repeats across pods (a pending pod's candidate types, a pod's GPU
+    containers' parts) held once; equal by its repr, so amounts stay apart as `amount` keeps them."""
+    key = repr(value)
+    kept = _CONSTANTS.get(key)
+    if kept is None:
+        if len(_CONSTANTS) >= MAX_VALUES:
+            _CONSTANTS.clear()
+        kept = _CONSTANTS[key] = value
+    return kept  # type: ignore[no-any-return]
 
 
 def text(value: Any) -> Any:

@@ -26,6 +26,7 @@ from webhook.cluster.device_classes import DRA_GPUS, DRA_MIG_PREFIX, dra_allocat
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeFacts
 from webhook.cluster.read_epochs import bound_node
+from webhook.cluster.shared_parts import amount
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_hourly_cost, price_per_gpu_hour
 from webhook.intent import A_PROFILE, A_SHARING, OUT_ACCELERATOR_TYPE, OUT_HOURLY_COST, OUT_TENANT
@@ -290,7 +291,7 @@ class Inventory:
             typed = facts if facts is not None and facts.is_typed else None
             hourly = pod_hourly_cost(pod, typed, type_id, self.model, self.config) if type_id != UNKNOWN else None
             source = "computed" if hourly is not None else "unpriced"
-        return PodCost(namespace, pod.name, tenant, type_id, hourly, source)
+        return PodCost(namespace, pod.name, tenant, type_id, amount(hourly), source)  # held once (shared_parts.py)
 
     def _capacity(self, type_id: str) -> TypeCapacity:
         capacity = self.types.get(type_id)

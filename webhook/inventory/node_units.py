@@ -12,6 +12,7 @@ from policies.gpu_demand import GpuDemand, mig_compute_slices
 from policies.vocabulary import resources
 from webhook.cluster.device_classes import dra_allocatable
 from webhook.cluster.node_facts import GPU_RESOURCE, GPU_RESOURCE_PREFIXES, MIG_RESOURCE_PREFIX, NodeFacts
+from webhook.cluster.shared_parts import amount as held_once
 from webhook.inventory.numbers import ZERO, number
 
 WHOLE_GPU_RESOURCES = (resources.NVIDIA_GPU, resources.AMD_GPU, "gpu.nvidia.com")
@@ -79,9 +80,9 @@ def demand_resources(demand: GpuDemand, facts: NodeFacts | None) -> dict[str, De
     """A pod's GPU demand as the node's resource names (what it takes from the node's allocatable)."""
     out: dict[str, Decimal] = {}
     if demand.whole_gpus:
-        out[whole_resource(facts)] = Decimal(demand.whole_gpus)
+        out[whole_resource(facts)] = held_once(Decimal(demand.whole_gpus))
     for profile, count in demand.mig.items():
-        out[MIG_RESOURCE_PREFIX + profile] = Decimal(count)
+        out[MIG_RESOURCE_PREFIX + profile] = held_once(Decimal(count))
     for key, amount in demand.other.items():
         out[key] = out.get(key, ZERO) + amount
     return out

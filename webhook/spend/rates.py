@@ -28,6 +28,7 @@ from policies.vocabulary.objects import PodView
 from webhook.cluster.claim_charging import CLAIM_CHARGING, ClaimHold, HeldGpu
 from webhook.cluster.model import ClusterModel
 from webhook.cluster.node_facts import NodeFacts
+from webhook.cluster.shared_parts import amount, constant
 from webhook.config import Config
 from webhook.costs import parse_hourly_cost, pod_gpu_equivalents, pod_hourly_cost, pod_share, price_per_gpu_hour
 from webhook.spend.window import parse_stamp
@@ -136,8 +137,10 @@ def pod_rate(raw: dict[str, Any], model: ClusterModel, config: Config,
     start, end = lifetime(view)
     return PodRate(
         namespace=view.namespace, pod=view.name, uid=view.uid, node=view.node_name, tenant=tenant,
-        type_id=type_id, share=share, containers=container_parts(raw, held), workload=workload(view),
-        run=run_of(view), hourly=hourly, equivalents=sum((p.equivalents for p in parts), ZERO), whole=whole,
+        # Amounts and parts held once across pods (webhook/cluster/shared_parts.py).
+        type_id=type_id, share=share, containers=constant(container_parts(raw, held)), workload=workload(view),
+        run=run_of(view), hourly=amount(hourly), equivalents=amount(sum((p.equivalents for p in parts), ZERO)),
+        whole=amount(whole),
         start=start, end=end, finished=view.terminal,
     )
 
