@@ -5,7 +5,8 @@ API source keeps them (each object decoded from its own JSON and slimmed), the s
 runtime (policies compiled), then what the worker builds after ready: the inventory's warm build with every
 view the API router registers, the 30-day costs window as JSON, the quota controller's first pass, admission's
 quota picture, an audit tick, the bound-pod controller's pass and the HardwareProfile statuses; then one pod
-changed and everything built again (what the old snapshot and the memos keep across a change). After each
+changed and everything built again (what the old snapshot and the memos keep across a change), and glibc's
+`malloc_trim(0)` last (what free pages the heap held). After each
 step: VmRSS (/proc/self/status), and with --trace tracemalloc's top allocation sites grown by the step (the
 tracing itself costs memory: RSS figures are taken without it).
 
