@@ -130,7 +130,6 @@ def run_worker(
     """
     from webhook.cluster.collector_pause import collector_paused
     from webhook.server.heap import bound_arenas
-
     bound_arenas()  # before the worker's threads start: each would get a malloc arena of its own (heap.py)
     # What start-up imports and builds survives it: the collector's 200-odd passes over it while it grows (0.1-0.15
     # CPU-s) found nothing to free, so it waits for settle_heap's one full collection (docs/performance.md).
