@@ -4,7 +4,9 @@ run leaves out so that nothing in it depends on how busy the machine is (`python
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -108,3 +110,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stored_parts_unchanged() -> Iterator[None]:
+    """Nothing changes a stored object or any part of it in place: parts equal across pods are one object
+    (webhook/cluster/shared_parts.py), so a change in place would change every pod that shares it. Checked after
+    each module of tests, in every test process."""
+    yield
+    shared_parts = sys.modules.get("webhook.cluster.shared_parts")
+    if shared_parts is not None:
+        changed = shared_parts.SHARED.changed()
+        assert not changed, f"stored pods' shared parts changed in place at {sorted(set(changed))}"

@@ -99,3 +99,14 @@ def test_amounts_and_constants_are_held_once_and_keep_their_text() -> None:
     assert constant((("main", Decimal("0.5")),)) is parts
     assert constant((("main", Decimal("0.50")),)) is not parts
     assert constant(("nvidia-h100-80gb",)) is constant(("nvidia-h100-80gb",))
+
+
+def test_a_part_changed_in_place_is_found() -> None:
+    """What the suite asks after each module (tests/conftest.py): a stored pod's part changed in place would be
+    every pod's that shares it."""
+    parts = SharedParts()
+    tolerations = parts.part("spec.tolerations", [{"key": "nvidia.com/gpu", "operator": "Exists"}])
+    parts.part("metadata.labels", {"app": "train"})
+    assert parts.changed() == []
+    tolerations[0]["operator"] = "Equal"
+    assert parts.changed() == ["spec.tolerations"]

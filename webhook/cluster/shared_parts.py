@@ -54,6 +54,13 @@ class SharedParts:
         kept = self._kept[key] = orjson.loads(key[1])
         return kept
 
+    def changed(self) -> list[str]:
+        """The places of kept parts that no longer read as the JSON they were kept under: something changed a
+        stored object in place, and with it every pod that shares the part (the test suite asks after each
+        module, docs/decisions.md)."""
+        return [path for (path, text), part in list(self._kept.items())
+                if orjson.dumps(part, option=NOT_JSON_REFUSED).decode() != text]
+
 
 # Amounts and type lists kept at most (a few dozen repeat: 1 GPU, 8 GPUs' memory, a type's price per hour).
 MAX_VALUES = 4096
