@@ -238,7 +238,10 @@ class BoundPodController:
         interval_seconds: float = 5.0,
         is_leader: Callable[[], bool] = lambda: True,
         registry: CollectorRegistry | None = REGISTRY,
+        rates: RateMemo | None = None,
     ) -> None:
+        """`rates`: pod rates kept by another reader of the same store (the spend service's), shared rather than
+        computed twice (at start, every pod's)."""
         self.store = store
         self.config = config
         self.patch_pod = patch_pod
@@ -257,7 +260,7 @@ class BoundPodController:
         self._settled = Settled()  # a pass is a function of the snapshot and the configuration
         # What each pod object gave the last pass: a pass computes the pods that changed, not every pod.
         self._patches = PatchMemo()
-        self._rates = RateMemo()
+        self._rates = rates if rates is not None else RateMemo()
         # Leader-only: a follower neither patches nor exports (standby empties the gauge it exported as leader).
         self.task = Task(
             "bound-pods", self._reconcile_and_log, interval=interval_seconds, leader_only=True,

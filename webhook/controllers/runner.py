@@ -22,6 +22,7 @@ from webhook.controllers.bound_pods import BoundPodController, kube_pod_patcher
 from webhook.controllers.leader import LeaderElector, pod_namespace
 from webhook.controllers.permissions import NATIVE_GANG_NEEDS, ControllerReadiness, Need
 from webhook.read_seams import GANG_READS
+from webhook.spend.memo import RateMemo
 
 if TYPE_CHECKING:  # the client is imported where a cluster is read, not for a directory
     from kubernetes import client as k8s_client
@@ -90,8 +91,10 @@ def build_controllers(
     registry: CollectorRegistry | None = REGISTRY,
     gang_store: GangStore | None = None,
     budgets: Callable[[], Mapping[str, BudgetState]] | None = None,
+    rates: RateMemo | None = None,
 ) -> Controllers:
-    """Controllers over `store`; with no API client (YAML mode) nothing is patched and this replica leads."""
+    """Controllers over `store`; with no API client (YAML mode) nothing is patched and this replica leads.
+    `rates`: the spend service's remembered pod rates, which the bound-pod controller's cost series share."""
     # A replica that becomes leader releases what waits at once, from the API's state (no event may come).
     woken: list[Callable[[], None]] = []
 
@@ -103,7 +106,8 @@ def build_controllers(
     elector = LeaderElector(api_client, namespace=namespace, on_change=led)
     patcher = kube_pod_patcher(api_client) if api_client is not None else None
     bound = BoundPodController(
-        store, config, patcher, interval_seconds=interval_seconds, is_leader=elector.is_leader, registry=registry
+        store, config, patcher, interval_seconds=interval_seconds, is_leader=elector.is_leader, registry=registry,
+        rates=rates,
     )
     wings = wing_controllers(store, config, api_client, elector.is_leader, interval_seconds=interval_seconds,
                              gang_store=gang_store, budgets=budgets)

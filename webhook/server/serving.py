@@ -187,9 +187,8 @@ def _build_worker(
     # directory keeps none (its gang view plans them from its pods).
     gang_store = gang_ledger(assembly.api_client) if assembly.api_client is not None else None
     # Every worker runs the controllers; the Lease lets one of them act at a time.
-    controllers = build_controllers(
-        runtime.store, options.config, assembly.api_client, gang_store=gang_store, budgets=runtime.budgets.states,
-    )
+    controllers = build_controllers(runtime.store, options.config, assembly.api_client, gang_store=gang_store,
+                                    budgets=runtime.budgets.states, rates=runtime.budgets.service.rates)
     for task in assembly.source_tasks:  # running already; supervised so that they are reported and stopped too
         controllers.supervisor.add(task)
 
