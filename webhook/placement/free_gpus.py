@@ -32,40 +32,58 @@ def _held(pod: object) -> tuple[str, int] | None:
     return node, pod_gpu_demand(view).whole_gpus
 
 
-class KeptFreeGpus:
-    """GPUs held per node, moved by the pods that changed since the last snapshot asked. Safe from any thread."""
+class HeldGpus:
+    """The whole GPUs each node's unfinished bound pods hold, moved pod by pod: the count behind `free_gpus`, which
+    the quota controller also keeps with its picture (webhook/quotas/incremental.py). Not locked: its owner's."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._used: dict[str, int] = {}
-        self._pods: PodList | None = None  # the pods `_used` counts
 
-    def free(self, model: ClusterModel) -> dict[str, int]:
-        with self._lock:
-            before, self._pods = self._pods, None  # a count that fails is made again from every pod
-            now = PodList(model.pods)
-            if before is None:
-                self._used = {}
-                moved: list[tuple[object, object]] = [(None, pod) for pod in now.objects]
-            else:
-                moved = [(before.by_key.get(key), now.by_key.get(key)) for key in changed_pods(before, now)]
-            for old, new in moved:
-                self._move(_held(old), -1)
-                self._move(_held(new), 1)
-            self._pods = now
-            used = self._used
-            return {name: max(0, node_gpus(facts) - used.get(name, 0))
-                    for name, facts in model.nodes.items() if not facts.unschedulable}
+    def clear(self) -> None:
+        self._used = {}
 
-    def _move(self, held: tuple[str, int] | None, sign: int) -> None:
+    def move(self, pod: object, sign: int) -> bool:
+        """Count `pod` (`sign` 1) or take it off (-1); whether the count moved."""
+        held = _held(pod)
         if held is None or not held[1]:
-            return
+            return False
         node, gpus = held
         left = self._used.get(node, 0) + sign * gpus
         if left:
             self._used[node] = left
         else:
             del self._used[node]
+        return True
+
+    def free(self, model: ClusterModel) -> dict[str, int]:
+        """GPUs not held, per schedulable node of `model`."""
+        used = self._used
+        return {name: max(0, node_gpus(facts) - used.get(name, 0))
+                for name, facts in model.nodes.items() if not facts.unschedulable}
+
+
+class KeptFreeGpus:
+    """GPUs held per node, moved by the pods that changed since the last snapshot asked. Safe from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = HeldGpus()
+        self._pods: PodList | None = None  # the pods `_held` counts
+
+    def free(self, model: ClusterModel) -> dict[str, int]:
+        with self._lock:
+            before, self._pods = self._pods, None  # a count that fails is made again from every pod
+            now = PodList(model.pods)
+            if before is None:
+                self._held.clear()
+                moved: list[tuple[object, object]] = [(None, pod) for pod in now.objects]
+            else:
+                moved = [(before.by_key.get(key), now.by_key.get(key)) for key in changed_pods(before, now)]
+            for old, new in moved:
+                self._held.move(old, -1)
+                self._held.move(new, 1)
+            self._pods = now
+            return self._held.free(model)
 
 
 _KEPT = KeptFreeGpus()
@@ -77,4 +95,4 @@ def free_gpus(model: ClusterModel) -> dict[str, int]:
     return _KEPT.free(model)
 
 
-__all__ = ["KeptFreeGpus", "free_gpus"]
+__all__ = ["HeldGpus", "KeptFreeGpus", "free_gpus"]

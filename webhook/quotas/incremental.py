@@ -40,12 +40,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from policies.gpu_demand import pod_gpu_demand
 from policies.vocabulary.objects import PodView
 from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel, object_key
 from webhook.gang_spec import membership
-from webhook.placement.rooms import node_gpus
+from webhook.placement.free_gpus import HeldGpus
 from webhook.quota_charges import priced_by_type_sharing
 from webhook.quotas.waiters import (
     GatedPod,
@@ -107,7 +106,7 @@ class QuotaIndex:
         self._gated: set[str] = set()  # unfinished pods behind the quota gate, not being deleted
         self._gang_of: dict[str, str] = {}  # live gang member -> its gang
         self._gang_live: dict[str, int] = {}  # gang -> live members
-        self._held: dict[str, int] = {}  # node -> whole GPUs its unfinished bound pods hold (placement's count)
+        self._held = HeldGpus()  # the whole GPUs each node's unfinished bound pods hold (placement's count)
         self._free: tuple[ClusterModel, dict[str, int]] | None = None  # the last answer, while `_held` stands
         self._nodes: Mapping[str, object] | None = None  # what the reads were read against
         self._namespaces: Mapping[str, object] | None = None
@@ -198,9 +197,7 @@ class QuotaIndex:
         read them, which is `model` when it was that pass's snapshot."""
         if self._free is not None and self._free[0] is model:
             return self._free[1]
-        held = self._held
-        free = {name: max(0, node_gpus(facts) - held.get(name, 0))
-                for name, facts in model.nodes.items() if not facts.unschedulable}
+        free = self._held.free(model)
         self._free = (model, free)
         return free
 
@@ -221,17 +218,8 @@ class QuotaIndex:
     def _hold(self, read: PodRead, sign: int) -> None:
         """Move the GPUs a read pod holds on its node (a pod's demand is read again to take it off: only the
         pods a pass reads again pay for it, not a kept field per pod)."""
-        if read.terminal or not read.node_name:
-            return
-        gpus = pod_gpu_demand(PodView(read.pod)).whole_gpus
-        if not gpus:
-            return
-        self._free = None
-        left = self._held.get(read.node_name, 0) + sign * gpus
-        if left:
-            self._held[read.node_name] = left
-        else:
-            del self._held[read.node_name]
+        if self._held.move(read.pod, sign):
+            self._free = None
 
     def _store(self, key: str, read: PodRead, model: ClusterModel, mapped: Mapping[str, str]) -> None:
         self._reads[key] = read
