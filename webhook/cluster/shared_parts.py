@@ -80,26 +80,22 @@ def amount(value: Decimal | None) -> Decimal | None: ...
 def amount(value: Decimal | None) -> Decimal | None:
     """An amount that repeats across pods' charges, costs and rates held once: a Decimal is 104 bytes, and
     150,000 pods' records held 800,000 of them. Equal by its text, so 1 and 1.0 stay apart (they print apart)."""
-    if value is None:
-        return value
-    key = str(value)
-    kept = _AMOUNTS.get(key)
-    if kept is None:
-        if len(_AMOUNTS) >= MAX_VALUES:
-            _AMOUNTS.clear()
-        kept = _AMOUNTS[key] = value
-    return kept
+    return value if value is None else _held_once(_AMOUNTS, str(value), value)
 
 
 def constant(value: H) -> H:
     """A tuple of names and amounts that repeats across pods (a pending pod's candidate types, a pod's GPU
     containers' parts) held once; equal by its repr, so amounts stay apart as `amount` keeps them."""
-    key = repr(value)
-    kept = _CONSTANTS.get(key)
+    return _held_once(_CONSTANTS, repr(value), value)
+
+
+def _held_once(table: dict[str, Any], key: str, value: H) -> H:
+    """The value `table` keeps under `key`, `value` the first time (the table starts again past MAX_VALUES)."""
+    kept = table.get(key)
     if kept is None:
-        if len(_CONSTANTS) >= MAX_VALUES:
-            _CONSTANTS.clear()
-        kept = _CONSTANTS[key] = value
+        if len(table) >= MAX_VALUES:
+            table.clear()
+        kept = table[key] = value
     return kept  # type: ignore[no-any-return]
 
 

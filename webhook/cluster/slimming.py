@@ -86,19 +86,14 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
 def shared(slim: dict[str, Any]) -> dict[str, Any]:
     """`slim` (a pod `slim_pod` built: its own top-level dicts) with its parts equal to other pods' held once."""
     slim["apiVersion"] = text(slim["apiVersion"])
-    meta, spec = slim["metadata"], slim["spec"]
-    for key in SHARED_TEXT_METADATA:
-        if key in meta:
-            meta[key] = text(meta[key])
-    for key in SHARED_METADATA:
-        if key in meta:
-            meta[key] = SHARED.part(key, meta[key])
-    for key in SHARED_TEXT_SPEC:
-        if key in spec:
-            spec[key] = text(spec[key])
-    for key in SHARED_SPEC:
-        if key in spec:
-            spec[key] = SHARED.part(key, spec[key])
+    for part, texts, parts in ((slim["metadata"], SHARED_TEXT_METADATA, SHARED_METADATA),
+                               (slim["spec"], SHARED_TEXT_SPEC, SHARED_SPEC)):
+        for key in texts:
+            if key in part:
+                part[key] = text(part[key])
+        for key in parts:
+            if key in part:
+                part[key] = SHARED.part(key, part[key])
     if "status" in slim:
         slim["status"] = SHARED.part("status", slim["status"])
     return slim

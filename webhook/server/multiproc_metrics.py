@@ -24,9 +24,8 @@ from typing import NoReturn
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from policies.kernel.published_families import published, withdraw_worker
+from policies.kernel.published_families import MULTIPROC_ENV, published, withdraw_worker
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Marks a directory `kgwe serve` made itself (and so removes at exit), across the re-exec.
 OWNED_ENV = "KGWE_OWNED_MULTIPROC_DIR"
 
