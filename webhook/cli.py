@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from webhook.command_input import CommandError, check_identity_key, load_config, read_documents
+from webhook.command_input import (
+    CommandError,
+    check_directory,
+    check_identity_key,
+    load_config,
+    read_documents,
+    runtime_from_directory,
+)
 from webhook.explain_cli import EXIT_CODE_HELP
 from webhook.output import FORMATS, render
 
@@ -143,25 +150,12 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 def cmd_review(args: argparse.Namespace) -> int:
     documents = read_documents(args.pod)
-    if not args.cluster.is_dir():
-        raise CommandError(f"--cluster {args.cluster}: not a directory")
-    from webhook.cluster.collector_pause import built_once
+    check_directory(args.cluster)
+    config = load_config(args.config)
+    check_identity_key(config)
+    runtime = runtime_from_directory(config, args.cluster, args.owns_process)
+    from webhook.review import render_text, review_document
 
-    if args.owns_process:  # it exits with its answer: no one reads its metrics (policies/kernel/metric_kinds.py)
-        from policies.kernel.metric_kinds import unscraped
-
-        unscraped()
-    with built_once(args.owns_process):
-        config = load_config(args.config)
-        check_identity_key(config)
-        # The engines, after the input is checked: a mistake is told in a fraction of the second they cost.
-        from webhook import assembly
-        from webhook.review import render_text, review_document
-
-        try:
-            runtime = assembly.from_directory(config, args.cluster).runtime
-        except (OSError, ValueError) as exc:
-            raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     _add_claim_objects(runtime.store, documents)
     results = [
         review_document(runtime.admission, document, args.user, args.group, config.limits.deadline_seconds)

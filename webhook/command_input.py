@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the model is imported when a command runs, not for `kgwe --help` (docs/performance.md)
     from webhook.config import Config
+    from webhook.runtime import Runtime
 
 
 class CommandError(Exception):
@@ -59,3 +60,29 @@ def check_identity_key(config: Config) -> None:
         load_key(config.workloads.identity_key_file)
     except IdentityKeyError as exc:
         raise CommandError(str(exc)) from exc
+
+
+def check_directory(cluster: Path) -> None:
+    """--cluster names a directory: said before the configuration and the engines load."""
+    if not cluster.is_dir():
+        raise CommandError(f"--cluster {cluster}: not a directory")
+
+
+def runtime_from_directory(config: Config, cluster: Path, owns_process: bool) -> Runtime:
+    """The runtime a one-shot command reads from the YAML files of `cluster`. A process that exits with its answer
+    (`owns_process`) has no one to read its metrics (policies/kernel/metric_kinds.py `unscraped`) and builds its
+    heap once (webhook/cluster/collector_pause.py `built_once`); a caller in a longer process keeps both."""
+    check_directory(cluster)
+    from webhook.cluster.collector_pause import built_once
+
+    if owns_process:
+        from policies.kernel.metric_kinds import unscraped
+
+        unscraped()
+    with built_once(owns_process):
+        from webhook import assembly  # the engines, once the input is checked: a mistake is told before they load
+
+        try:
+            return assembly.from_directory(config, cluster).runtime
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"--cluster {cluster}: {exc}") from exc

@@ -81,29 +81,21 @@ def find_pod(runtime: Any, target: str) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from webhook.command_input import CommandError, check_identity_key, load_config, read_documents
+    from webhook.command_input import (
+        CommandError,
+        check_identity_key,
+        load_config,
+        read_documents,
+        runtime_from_directory,
+    )
 
     config = load_config(args.config)
     check_identity_key(config)
     if args.cluster is None:
         return _explain_in_cluster(args, config)
-    if not args.cluster.is_dir():
-        raise CommandError(f"--cluster {args.cluster}: not a directory")
-    from webhook.cluster.collector_pause import built_once
+    runtime = runtime_from_directory(config, args.cluster, getattr(args, "owns_process", False))
+    from webhook.explain import explain
 
-    owns_process = getattr(args, "owns_process", False)
-    if owns_process:  # as `kgwe review`: no one reads the metrics of a process that exits with its answer
-        from policies.kernel.metric_kinds import unscraped
-
-        unscraped()
-    with built_once(owns_process):  # as `kgwe review`: the collector waits meanwhile
-        from webhook import assembly  # the engines, once the arguments are checked
-        from webhook.explain import explain
-
-        try:
-            runtime = assembly.from_directory(config, args.cluster).runtime
-        except (OSError, ValueError) as exc:
-            raise CommandError(f"--cluster {args.cluster}: {exc}") from exc
     path = Path(args.target)
     if path.is_file() or args.target == "-":
         return explain_documents(runtime, read_documents(path), args)
