@@ -99,3 +99,24 @@ def test_a_leader_again_exports_what_it_stood_down_from(tmp_path: Path) -> None:
     leading[0] = True
     controller.reconcile_once()
     assert controller.collector._series == exported
+
+
+def test_a_profiles_status_reads_no_pod_again_and_its_spec_every_pod(tmp_path: Path) -> None:
+    """The status KGWE writes to each HardwareProfile (whenever free GPUs move) is read by no charge, price or
+    patch: it moves no pod's memo; a change of a profile's spec reads every pod again."""
+    config = load_config(EXAMPLE_CONFIG)
+    store = build_runtime(config, copy_example_cluster(tmp_path / "cluster")).store
+    store.min_rebuild_interval = 0
+    controller = BoundPodController(store, config, None, registry=CollectorRegistry())
+    rng = random.Random(36)
+    for n in range(20):
+        store.upsert(random_pod(rng, 2000 + n))
+    controller.reconcile_once()
+    model = store.snapshot(force=True)
+    profile = next(iter(model.hardware_profiles.values()))
+    store.upsert(changed(profile, lambda o: o.__setitem__("status", {"available": [{"gpus": 3}]})))
+    _check(controller, store.snapshot(force=True), config, "status")
+    assert controller._followed.computed == 0 and controller._rates.computed < len(model.pods) // 4
+    store.upsert(changed(profile, lambda o: o["spec"].__setitem__("sharing", {"mode": "mps", "gpuFraction": 0.5})))
+    _check(controller, store.snapshot(force=True), config, "spec")
+    assert controller._followed.computed == len(model.pods)
