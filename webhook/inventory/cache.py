@@ -182,19 +182,28 @@ class InventoryCache:
             return None
         return key, model, config
 
-    def _build(self, model: ClusterModel, config: Config) -> tuple[Inventory, dict[str, Any]]:
+    def _build(self, model: ClusterModel, config: Config, first: tuple[int, int] | None = None
+               ) -> tuple[Inventory, dict[str, Any]]:
         """The inventory of `model` with every view registered so far rendered (each view function run once:
-        a document and its bytes share it). The caller holds `_building`."""
+        a document and its bytes share it). The caller holds `_building`. `first`: the key of the first build,
+        installed as soon as the inventory is computed (a request at start renders its view then, rather than wait
+        for every other view and the quota picture the tenants' view reads)."""
         started, cpu = time.perf_counter(), time.thread_time()
         self.memo.advance(model, config)
         inventory = Inventory(model, config, memo=self.memo)
         documents: dict[int, dict[str, Any]] = {}
-        rendered = {}
+        rendered: dict[str, Any] = {}
+        if first is not None:
+            self._install(first, (inventory, rendered))
         for name, (build, render) in list(self._views.items()):
+            if name in rendered:  # a request rendered it first
+                continue
             document = documents.get(id(build))
             if document is None:
                 document = documents[id(build)] = build(inventory)
-            rendered[name] = render(document)
+            view = render(document)
+            with self._lock:  # beside a request's `_rendered` (the first build's dict is installed already)
+                rendered.setdefault(name, view)
         self.last_build_seconds = time.perf_counter() - started
         self.last_build_cpu_seconds = time.thread_time() - cpu
         self.builds += 1
@@ -218,26 +227,28 @@ class InventoryCache:
             if fresh_when_unchanged and key == self._key:
                 model = self._fresh_model_source()
                 key = (model.generation, key[1])
-            self._install(key, self._build(model, config))
+            self._install(key, self._build(model, config, key if self._state is None else None))
 
     def _first_build(self) -> tuple[Inventory, dict[str, Any]]:
-        """Warm, nothing built yet: wait (on this thread) for the cluster model and the first build, bounded."""
+        """Warm, nothing built yet: wait (on this thread) for the cluster model and the first inventory, bounded;
+        the warm task installs it before rendering its views, so this waits for the inventory, not for them."""
         deadline = time.monotonic() + self.first_wait_seconds
         while not self._loaded():
             if time.monotonic() >= deadline:
                 raise InventoryNotReady("the cluster model is still loading")
             time.sleep(0.05)
-        if not self._building.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise InventoryNotReady("the inventory is still being built")
-        try:
-            if self._state is None:  # the warm task had not begun it: build it here, once
-                wanted = self._wanted_key()
-                assert wanted is not None
-                key, model, config = wanted
-                self._install(key, self._build(model, config))
-        finally:
-            self._building.release()
-        assert self._state is not None
+        while self._state is None:
+            if time.monotonic() >= deadline:
+                raise InventoryNotReady("the inventory is still being built")
+            if self._building.acquire(timeout=0.05):
+                try:
+                    if self._state is None:  # the warm task had not begun it (or its build failed): build it here
+                        wanted = self._wanted_key()
+                        assert wanted is not None
+                        key, model, config = wanted
+                        self._install(key, self._build(model, config, key))
+                finally:
+                    self._building.release()
         return self._state
 
     def _current(self) -> tuple[Inventory, dict[str, Any]]:
