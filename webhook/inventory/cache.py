@@ -20,6 +20,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.cluster.read_epochs import ChargeEpochs
 from webhook.config import Config
 from webhook.inventory.capacity import Inventory
+from webhook.inventory.node_use import NodeUse
 
 log = logging.getLogger("kgwe.inventory")
 
@@ -119,7 +120,10 @@ class InventoryCache:
         loaded: Callable[[], bool] | None = None,
         first_wait_seconds: float = FIRST_BUILD_WAIT_SECONDS,
         waiting: WaitingRows | None = None,
+        first_views: tuple[str, ...] = (),
     ) -> None:
+        """`first_views`: views that read only the nodes' part of an inventory (`NodeUse`), rendered from that
+        lighter pass at the first build and answered from it until the full first build is installed."""
         self._model_source = model_source
         self._fresh_model_source = fresh_model_source or model_source
         self._config_source = config_source
@@ -136,6 +140,8 @@ class InventoryCache:
         self._lock = threading.Lock()  # installs and renders
         self._building = threading.Lock()  # one build at a time (the memo is the last build's)
         self._state: tuple[Inventory, dict[str, Any]] | None = None
+        self.first_views = first_views
+        self._provisional: dict[str, Any] = {}  # the `first_views` rendered from a NodeUse, until `_state` is set
         self._key: tuple[int, int] | None = None
         self._built = 0.0
         self._views: dict[str, tuple[View, Render]] = {}
@@ -189,6 +195,14 @@ class InventoryCache:
         installed as soon as the inventory is computed (a request at start renders its view then, rather than wait
         for every other view and the quota picture the tenants' view reads)."""
         started, cpu = time.perf_counter(), time.thread_time()
+        if first is not None and self.first_views:
+            light = NodeUse(model, config)
+            provisional: dict[str, Any] = {}
+            for name in self.first_views:
+                if name in self._views:
+                    build, render = self._views[name]
+                    provisional[name] = render(build(light))
+            self._provisional = provisional
         self.memo.advance(model, config)
         inventory = Inventory(model, config, memo=self.memo)
         documents: dict[int, dict[str, Any]] = {}
@@ -212,6 +226,7 @@ class InventoryCache:
     def _install(self, key: tuple[int, int], state: tuple[Inventory, dict[str, Any]]) -> None:
         with self._lock:
             self._state = state
+            self._provisional = {}
             self._key = key
             self._built = time.monotonic()
 
@@ -284,6 +299,8 @@ class InventoryCache:
     def view(self, name: str, build: View, render: Render = lambda doc: doc) -> Any:
         """`render(build(inventory))`, computed once per inventory and shared by every caller."""
         self.register(name, build, render)
+        if self._state is None and name in (provisional := self._provisional):
+            return provisional[name]
         inventory, rendered = self._current()
         return self._rendered(name, inventory, rendered)
 
@@ -316,6 +333,8 @@ class InventoryCache:
         """`view` for the event loop: a build, or a view first asked for after the build, runs on a thread.
         Raises InventoryNotReady when the first build did not come within `first_wait_seconds`."""
         self.register(name, build, render)
+        if self._state is None and name in (provisional := self._provisional):
+            return provisional[name]
         state = self.ready_state()
         if state is not None and name in state[1]:
             return state[1][name]
