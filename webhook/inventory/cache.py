@@ -244,15 +244,18 @@ class InventoryCache:
                 key = (model.generation, key[1])
             self._install(key, self._build(model, config, key if self._state is None else None))
 
-    def _first_build(self) -> tuple[Inventory, dict[str, Any]]:
+    def _first_build(self, name: str | None = None) -> tuple[Inventory | None, dict[str, Any]]:
         """Warm, nothing built yet: wait (on this thread) for the cluster model and the first inventory, bounded;
-        the warm task installs it before rendering its views, so this waits for the inventory, not for them."""
+        the warm task installs it before rendering its views, so this waits for the inventory, not for them.
+        With `name`, one of the `first_views`: (None, the provisional views) as soon as the light pass has it."""
         deadline = time.monotonic() + self.first_wait_seconds
         while not self._loaded():
             if time.monotonic() >= deadline:
                 raise InventoryNotReady("the cluster model is still loading")
             time.sleep(0.05)
         while self._state is None:
+            if name is not None and name in (provisional := self._provisional):
+                return None, provisional
             if time.monotonic() >= deadline:
                 raise InventoryNotReady("the inventory is still being built")
             if self._building.acquire(timeout=0.05):
@@ -266,10 +269,11 @@ class InventoryCache:
                     self._building.release()
         return self._state
 
-    def _current(self) -> tuple[Inventory, dict[str, Any]]:
+    def _current(self, name: str | None = None) -> tuple[Inventory | None, dict[str, Any]]:
+        """The state to answer from; (None, the provisional views) only for `name` while the first build runs."""
         state = self._state
         if self.warm:
-            return state if state is not None else self._first_build()
+            return state if state is not None else self._first_build(name)
         wanted = self._wanted_key()
         if wanted is None and state is not None:
             return state
@@ -294,14 +298,18 @@ class InventoryCache:
         self._views.setdefault(name, (build, render))
 
     def inventory(self) -> Inventory:
-        return self._current()[0]
+        inventory = self._current()[0]
+        assert inventory is not None  # only a view's name is answered provisionally
+        return inventory
 
     def view(self, name: str, build: View, render: Render = lambda doc: doc) -> Any:
         """`render(build(inventory))`, computed once per inventory and shared by every caller."""
         self.register(name, build, render)
         if self._state is None and name in (provisional := self._provisional):
             return provisional[name]
-        inventory, rendered = self._current()
+        inventory, rendered = self._current(name if name in self.first_views else None)
+        if inventory is None:
+            return rendered[name]
         return self._rendered(name, inventory, rendered)
 
     def _rendered(self, name: str, inventory: Inventory, rendered: dict[str, Any]) -> Any:
