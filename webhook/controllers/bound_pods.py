@@ -255,7 +255,7 @@ class BoundPodController:
         self._followed.forget()  # a leader again exports every series anew
 
     def _export(self, series: dict[SeriesKey, SeriesValues]) -> None:
-        self.collector.replace(dict(series))  # a copy: the next pass moves the kept series
+        self.collector.replace(series)
         if multiprocess_directory() is not None:
             publish(PUBLISHED, generate_latest(self._rendering) if series else b"")
 
@@ -276,7 +276,7 @@ class BoundPodController:
                 key: (model.pods.get(key), None) for key in dirty}
             applied, failed = self._apply(model, asked)
             if followed.rate(model, config, asked):
-                self._export(followed.series)
+                self._export(followed.exported())
         except BaseException:
             followed.forget()
             raise

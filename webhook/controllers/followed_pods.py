@@ -51,13 +51,15 @@ class FollowedPods:
         self._nodes_epoch = -1
         self._patches: dict[str, tuple[dict[str, Any], NodeFacts | None, Any]] = {}
         self.wanting: dict[str, Any] = {}  # the desired patches that are not None, by pod key
-        self._node_of: dict[str, str] = {}  # a bound pod's node name, by key
         self._on_node: dict[str, set[str]] = {}  # the keys of the pods bound to each node name
         self._unplaced: set[str] = set()  # bound to no known or no typed node: priced by every node's facts
         self._claimants: set[str] = set()  # naming ResourceClaims: rated again each pass
-        # Per key: the pod, whether the controller's patch lay over it, its series, the object rated.
+        # Per key with series or the controller's patch laid over it: the pod, whether the patch lay over it, its
+        # series, the object rated.
         self._rated: dict[str, tuple[dict[str, Any], bool, Series, dict[str, Any]]] = {}
+        self._gone: list[dict[str, Any]] = []  # pod objects replaced or removed by this pass: out of the rates
         self.series: dict[SeriesKey, Any] = {}
+        self._shared = False  # `series` is the collector's: copied before it moves
         self.computed = 0  # desired patches computed by the last pass
         self._fresh = True  # every series is read anew: exported even if none moved
 
@@ -70,7 +72,10 @@ class FollowedPods:
         same = before is not None and self._context is not None and self._context[0] == context[0] \
             and self._context[1] is config and self._context[2] == context[2]
         if not same:
+            # Read again from every pod; the rates of the pods replaced since the last pass leave the shared memo.
+            left = [entry[0] for key, entry in self._patches.items() if model.pods.get(key) is not entry[0]]
             self.forget()
+            self._gone = left
             dirty: Iterable[str] = now.keys
         else:
             assert before is not None
@@ -85,9 +90,10 @@ class FollowedPods:
         self._context, self._nodes, self._nodes_epoch = context, model.nodes, nodes_epoch
         computed = 0
         keys = list(dirty)
+        gone: list[dict[str, Any]] = self._gone
         for key in keys:
             pod = model.pods.get(key)
-            self._unindex(key)
+            self._unindex(key, gone, pod)
             if pod is None:
                 self._patches.pop(key, None)
                 self.wanting.pop(key, None)
@@ -95,7 +101,6 @@ class FollowedPods:
             node_name = PodView(pod).node_name
             node = model.nodes.get(node_name) if node_name else None
             if node_name:
-                self._node_of[key] = node_name
                 self._on_node.setdefault(node_name, set()).add(key)
                 if node is None or not node.is_typed:
                     self._unplaced.add(key)
@@ -111,12 +116,20 @@ class FollowedPods:
                 self.wanting[key] = entry[2]
         self.computed = computed
         self._now = now
+        self._gone = gone
         return keys
 
-    def _unindex(self, key: str) -> None:
-        node_name = self._node_of.pop(key, None)
-        if node_name is not None:
-            on_node = self._on_node[node_name]
+    def _unindex(self, key: str, gone: list[dict[str, Any]], pod: dict[str, Any] | None) -> None:
+        """Take `key` out of the indexes, as its last pod (kept with its patch) put it in; that pod joins `gone`
+        unless it is `pod`."""
+        entry = self._patches.get(key)
+        if entry is None:
+            return
+        if entry[0] is not pod:
+            gone.append(entry[0])
+        node_name = PodView(entry[0]).node_name
+        on_node = self._on_node.get(node_name) if node_name else None
+        if on_node is not None:
             on_node.discard(key)
             if not on_node:
                 del self._on_node[node_name]
@@ -135,11 +148,11 @@ class FollowedPods:
         object with the patch, which is rated instead. Whether the series are to be exported: any moved, or
         every one was read anew."""
         reading: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (key, pod, the object rated)
-        gone: list[dict[str, Any]] = []  # objects rated before, to drop from the rates' entries
+        gone, self._gone = self._gone, []  # objects rated before, to drop from the rates' entries
         moved = False
         for key, (pod, overlay) in asked.items():
             old = self._rated.get(key)
-            if old is not None and old[3] is not pod:
+            if old is not None and old[1]:  # a patch laid over it is rated anew, or lifted
                 gone.append(old[3])
             if pod is not None:
                 reading.append((key, pod, pod if overlay is None else overlay))
@@ -151,7 +164,10 @@ class FollowedPods:
         for (key, pod, rated), rate in zip(reading, rates, strict=True):
             series = self._series_of(rate) if rate is not None else ()
             old = self._rated.get(key)
-            self._rated[key] = (pod, rated is not pod, series, rated)
+            if series or rated is not pod:
+                self._rated[key] = (pod, rated is not pod, series, rated)
+            elif old is not None:
+                del self._rated[key]
             moved = self._move(old[2] if old is not None else (), series) or moved
         return moved or self._fresh
 
@@ -159,10 +175,17 @@ class FollowedPods:
         """Replace one pod's series `old` by `new` in `series`; whether they differ."""
         if old == new:
             return False
+        if self._shared:
+            self.series, self._shared = dict(self.series), False
         for series_key, _values in old:
             self.series.pop(series_key, None)
         self.series.update(new)
         return True
+
+    def exported(self) -> dict[SeriesKey, Any]:
+        """The series, handed to the collector: never changed from now on (the next move copies them first)."""
+        self._shared = True
+        return self.series
 
     def done(self) -> None:
         """The pass completed: the next one reads only what changed since this one's snapshot."""
