@@ -13,6 +13,8 @@ the quota controller releases the gated pod waiting behind it), with the quota p
 /api/v1/nodes read once right after ready (it waits for the inventory's first build, if that is not done).
 
     python bench/bench_scale.py [--nodes 1000] [--baseline 10]      # prints JSON
+
+KGWE_SCALE_PROFILE=DIR: py-spy over the worker while the read at ready waits and admission runs (scale_profile.py).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import jsonpatch  # noqa: E402
 import orjson  # noqa: E402
 from kube_fake_apiserver import FakeApiServer, write_kubeconfig  # noqa: E402
 from scale_fleet import QUOTA_NAMESPACE, generate_fleet, gpu_node, pod  # noqa: E402
+from scale_profile import dumps_while, profile_directory, recording  # noqa: E402
 
 from webhook.review import create_review  # noqa: E402
 
@@ -357,14 +360,17 @@ def measure(gpu_nodes: int, runs: int = 200) -> dict[str, Any]:
                 ready = _wait_ready(process, port, ca_file, Path(tmp) / "serve.log")
                 memory_ready = _status_kib(process.pid)
                 client = Client(port, ca_file, timeout=60.0)
-                at_ready = _read_at_ready(client)
+                spied = profile_directory()
+                with dumps_while(process.pid, spied / f"read-at-ready-{gpu_nodes}.txt" if spied else None):
+                    at_ready = _read_at_ready(client)
                 result: dict[str, Any] = {
                     "fleet": fleet.counts(), "load_into_fake_server_s": round(load_s, 2),
                     "startup": _startup(server, spawned, ready), "memory_at_ready_kib": memory_ready,
                     "nodes_read_at_ready": at_ready}
                 print(f"[scale] {gpu_nodes} nodes: ready in {result['startup']['ready_s']} s", file=sys.stderr)
                 result["settled_after_ready_s"] = _settle(process.pid)
-                _guarded(result, "admission", lambda: _admission(client, server, runs))
+                with recording(process.pid, spied / f"admission-{gpu_nodes}.raw" if spied else None):
+                    _guarded(result, "admission", lambda: _admission(client, server, runs))
                 _guarded(result, "node_change", lambda: _node_change(client, server))
                 _guarded(result, "pod_change", lambda: _pod_change(client, server))
                 _guarded(result, "quota_pass_s", lambda: _metric(client, "kgwe_quota_pass_seconds"))

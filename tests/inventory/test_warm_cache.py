@@ -77,6 +77,38 @@ def test_a_read_before_the_model_is_loaded_waits_for_the_first_build(tmp_path: P
         cache.stop()
 
 
+def test_a_read_at_start_waits_for_the_inventory_not_for_every_view(tmp_path: Path) -> None:
+    """The first build is installed once its inventory is computed: a read then renders its own view and is
+    answered while the build still renders the others (at 150,000 pods the tenants' view's quota picture charged
+    every pod first, and a read at ready waited past the bound for it; issue 36)."""
+    runtime = _runtime(tmp_path)
+    slow_started, release = threading.Event(), threading.Event()
+
+    def slow(inventory: Inventory) -> dict[str, Any]:
+        slow_started.set()
+        release.wait(WAIT_SECONDS)
+        return {}
+
+    cache = InventoryCache(runtime.store.snapshot, lambda: runtime.config)
+    cache.register("slow", slow)  # rendered before the profiles by the build
+    cache.register("profiles", hardware_profiles_view)
+    cache.start()
+    answers: list[Any] = []
+    try:
+        assert slow_started.wait(WAIT_SECONDS)
+        reader = threading.Thread(target=lambda: answers.append(cache.view("profiles", hardware_profiles_view)))
+        reader.start()
+        reader.join(WAIT_SECONDS)
+        assert answers and _premium(answers[0]) == 8 and not release.is_set()
+        release.set()
+        _until(lambda: cache.builds >= 1)
+        state = cache.ready_state()
+        assert state is not None and state[1]["profiles"] is answers[0]  # the build kept the answer it gave
+    finally:
+        release.set()
+        cache.stop()
+
+
 def test_past_the_bound_the_api_answers_503_with_retry_after(tmp_path: Path) -> None:
     runtime = _runtime(tmp_path)
     cache = InventoryCache(runtime.store.snapshot, lambda: runtime.config, loaded=lambda: False,
@@ -104,13 +136,13 @@ def test_the_routers_own_cache_is_warm_and_never_builds_on_the_event_loop(
     built_on_loop: list[bool] = []
     original = InventoryCache._build
 
-    def build(self: InventoryCache, model: Any, config: Any) -> tuple[Inventory, dict[str, Any]]:
+    def build(self: InventoryCache, *args: Any) -> tuple[Inventory, dict[str, Any]]:
         try:
             asyncio.get_running_loop()
             built_on_loop.append(True)
         except RuntimeError:
             built_on_loop.append(False)
-        return original(self, model, config)
+        return original(self, *args)
 
     monkeypatch.setattr(InventoryCache, "_build", build)
     app = FastAPI()

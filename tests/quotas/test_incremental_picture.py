@@ -203,6 +203,21 @@ def test_a_pod_event_reads_only_that_pod_again(tmp_path: Path) -> None:
     assert index.free_gpus(model) == free_gpus(model)
 
 
+def test_a_profiles_status_reads_no_pod_again(tmp_path: Path) -> None:
+    """The status KGWE writes to each HardwareProfile (whenever free GPUs move) is no part of any charge: the kept
+    reads stay (at 150,000 pods each write read every pod again); the picture is still the fresh one."""
+    store = store_with_pods_without_claims(tmp_path, random.Random(9), _pod)
+    index = QuotaIndex()
+    store.add_listener(index.changed)
+    index.picture(store.snapshot(force=True), index.take(), {})
+    before = dict(index._reads)
+    profile = next(iter(store.snapshot().hardware_profiles.values()))
+    store.upsert(changed(profile, lambda o: o.__setitem__("status", {"available": [{"gpus": 1}]})))
+    model = store.snapshot(force=True)
+    assert index.picture(model, index.take(), {}) == quota_picture(model, {})
+    assert all(before.get(key) is read for key, read in index._reads.items())
+
+
 def test_no_marks_are_kept_while_every_pod_is_to_be_read(tmp_path: Path) -> None:
     """A replica that does not lead (no pass takes the marks) and a fresh index keep no per-pod marks: their
     next pass reads every pod anyway; after it, a pass takes exactly the pods changed since."""

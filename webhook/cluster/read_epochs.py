@@ -20,20 +20,30 @@ class ChargeEpochs:
     def __init__(self) -> None:
         self._nodes: tuple[int, ...] = ()
         self._context: tuple[object, ...] | None = None
+        self._profiles: tuple[tuple[str, object], ...] | None = None
         self.epochs = (0, 0)  # (nodes, context)
 
     def advance(self, model: ClusterModel) -> tuple[int, int]:
-        """The epochs of `model`'s inputs, moved on from the last call's where they changed."""
+        """The epochs of `model`'s inputs, moved on from the last call's where they changed. A HardwareProfile
+        counts by its spec's value (what a charge, a price or a plan reads of it): the status KGWE writes to each
+        profile (webhook/server/status_sync.py, whenever free GPUs move) made every per-pod memo read every pod
+        again (issue 36)."""
         nodes = tuple(id(facts) for facts in model.nodes.values())
-        context = (id(model.table), tuple(map(id, model.hardware_profiles.values())),
-                   tuple(map(id, model.namespaces.values())), tuple(map(id, model.device_classes.values())))
+        context = (id(model.table), tuple(map(id, model.namespaces.values())),
+                   tuple(map(id, model.device_classes.values())))
+        profiles = profile_specs(model)
         nodes_epoch, context_epoch = self.epochs
         if nodes != self._nodes:
             self._nodes, nodes_epoch = nodes, nodes_epoch + 1
-        if context != self._context:
-            self._context, context_epoch = context, context_epoch + 1
+        if context != self._context or profiles != self._profiles:
+            self._context, self._profiles, context_epoch = context, profiles, context_epoch + 1
         self.epochs = (nodes_epoch, context_epoch)
         return self.epochs
+
+
+def profile_specs(model: ClusterModel) -> tuple[tuple[str, object], ...]:
+    """Each HardwareProfile's name and spec: compared by value, equal for two objects that differ in status only."""
+    return tuple((name, profile.get("spec")) for name, profile in model.hardware_profiles.items())
 
 
 def bound_node(pod: dict[str, Any], model: ClusterModel) -> NodeFacts | None:

@@ -32,10 +32,9 @@ from policies.kernel.published_families import multiprocess_directory, publish
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel, ClusterStore
-from webhook.cluster.node_facts import NodeFacts
-from webhook.cluster.read_epochs import ChargeEpochs, bound_node
 from webhook.cluster.settled import Settled
 from webhook.config import Config
+from webhook.controllers.followed_pods import FollowedPods
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
 from webhook.spend.memo import RateMemo
 from webhook.spend.rates import PodRate, pod_rate, tenant_resolver
@@ -149,15 +148,21 @@ def rate_series(rates: Iterable[PodRate]) -> dict[SeriesKey, SeriesValues]:
     """`cost_series` of the pods' rates."""
     out: dict[SeriesKey, SeriesValues] = {}
     for rate in rates:
-        if rate.finished or rate.hourly is None:
-            continue
-        parts = rate.containers or (("", Decimal(1)),)
-        run = rate.run
-        for container, part in parts:
-            key = (rate.namespace, rate.pod, container, rate.node, rate.tenant, rate.type_id, rate.share,
-                   rate.workload.kind, rate.workload.name, run.kind if run else "", run.name if run else "")
-            out[key] = SeriesValues(rate.hourly * part, rate.equivalents * part, (rate.whole or rate.hourly) * part)
+        out.update(series_of(rate))
     return out
+
+
+def series_of(rate: PodRate) -> tuple[tuple[SeriesKey, SeriesValues], ...]:
+    """One pod's series: one per GPU container, none for a finished or unpriced pod."""
+    if rate.finished or rate.hourly is None:
+        return ()
+    parts = rate.containers or (("", Decimal(1)),)
+    run = rate.run
+    return tuple(
+        ((rate.namespace, rate.pod, container, rate.node, rate.tenant, rate.type_id, rate.share, rate.workload.kind,
+          rate.workload.name, run.kind if run else "", run.name if run else ""),
+         SeriesValues(rate.hourly * part, rate.equivalents * part, (rate.whole or rate.hourly) * part))
+        for container, part in parts)
 
 
 class HourlyCostCollector(Collector):
@@ -171,6 +176,10 @@ class HourlyCostCollector(Collector):
         changed = series != self._series
         self._series = dict(series)
         return changed
+
+    def replace(self, series: dict[SeriesKey, SeriesValues]) -> None:
+        """Export `series` from now on (the caller's to keep unchanged: a scrape may read it on another thread)."""
+        self._series = series
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = (
@@ -191,36 +200,6 @@ class HourlyCostCollector(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return self.collect()
-
-
-class PatchMemo:
-    """Each pod's `desired_patch`, kept by pod object: a pass computes only the pods that changed (issue 36: at
-    150,000 pods every pass priced every pod again, seconds of CPU on the GIL admission needs). A patch reads
-    the pod, the facts of its node, the context (the accelerator table, HardwareProfiles, Namespaces and
-    DeviceClasses: `ChargeEpochs`) and the configuration; the store never changes an object in place, so the
-    same objects mean the same patch."""
-
-    def __init__(self) -> None:
-        self._epochs = ChargeEpochs()
-        self._context: tuple[int, Config] | None = None  # the config kept, so its id is never another's
-        self._entries: dict[int, tuple[dict[str, Any], NodeFacts | None, PodPatch | None]] = {}
-
-    def patches(self, model: ClusterModel, config: Config) -> Iterator[tuple[str, dict[str, Any], PodPatch | None]]:
-        """(key, pod, its desired patch) for every pod of `model`, in order."""
-        _nodes, context_epoch = self._epochs.advance(model)
-        same = self._context is not None and self._context[0] == context_epoch and self._context[1] is config
-        previous = self._entries if same else {}
-        # Forgotten before the first pod is read: a pass that ends early keeps no entry of another context.
-        self._entries, self._context = previous, (context_epoch, config)
-        entries: dict[int, tuple[dict[str, Any], NodeFacts | None, PodPatch | None]] = {}
-        for key, pod in model.pods.items():
-            node = bound_node(pod, model)
-            entry = previous.get(id(pod))
-            if entry is None or entry[0] is not pod or entry[1] is not node:
-                entry = (pod, node, desired_patch(pod, model, config))
-            entries[id(pod)] = entry
-            yield key, pod, entry[2]
-        self._entries = entries
 
 
 class BoundPodController:
@@ -255,12 +234,12 @@ class BoundPodController:
         # (policies/kernel/published_families.py), from this registry of the collector alone.
         self._rendering = CollectorRegistry(auto_describe=False)
         self._rendering.register(self.collector)
-        # pod -> version we patched: until the watch shows our change, do not send it twice.
-        self._patched: dict[str, str] = {}
+        # pod key -> (uid, version) we patched: until the watch shows our change, do not send it twice.
+        self._patched: dict[str, tuple[str, str]] = {}
         self._settled = Settled()  # a pass is a function of the snapshot and the configuration
-        # What each pod object gave the last pass: a pass computes the pods that changed, not every pod.
-        self._patches = PatchMemo()
+        # What each pod gave the last pass: a pass reads the pods that changed, not every pod.
         self._rates = rates if rates is not None else RateMemo()
+        self._followed = FollowedPods(self._rates, desired_patch, series_of)
         # Leader-only: a follower neither patches nor exports (standby empties the gauge it exported as leader).
         self.task = Task(
             "bound-pods", self._reconcile_and_log, interval=interval_seconds, leader_only=True,
@@ -273,9 +252,11 @@ class BoundPodController:
         if self.collector.update({}):
             publish(PUBLISHED, b"")
         self._settled.forget()
+        self._followed.forget()  # a leader again exports every series anew
 
     def _export(self, series: dict[SeriesKey, SeriesValues]) -> None:
-        if self.collector.update(series) and multiprocess_directory() is not None:
+        self.collector.replace(series)
+        if multiprocess_directory() is not None:
             publish(PUBLISHED, generate_latest(self._rendering) if series else b"")
 
     def reconcile_once(self) -> list[PodPatch]:
@@ -288,39 +269,54 @@ class BoundPodController:
         config = self.config
         if self._settled.holds(model, config):
             return []
-        failed = False
-        applied: list[PodPatch] = []
-        overlay: dict[str, dict[str, Any]] = {}
-        live_pods: set[str] = set()
-        for key, pod, patch in self._patches.patches(model, config):
-            identity = patch_identity(key, pod)
-            live_pods.add(identity[0])
-            if patch is None:
-                continue
-            if self.patch_pod is None:
-                continue
-            if self._patched.get(identity[0]) == identity[1]:
-                overlay[key] = _with_annotations(pod, patch.annotations)
-                continue
-            try:
-                self.patch_pod(patch.namespace, patch.name, patch.body)
-            except api_exception() as exc:
-                if exc.status != 404:  # a pod deleted meanwhile needs nothing
-                    log.warning("patching pod %s/%s failed: %s %s", patch.namespace, patch.name, exc.status, exc.reason)
-                    failed = True
-                continue
-            except Exception:
-                log.exception("patching pod %s/%s failed", patch.namespace, patch.name)
-                failed = True
-                continue
-            self._patched[identity[0]] = identity[1]
-            overlay[key] = _with_annotations(pod, patch.annotations)
-            applied.append(patch)
-        self._patched = {uid: rv for uid, rv in self._patched.items() if uid in live_pods}
-        pods = ({**model.pods, **overlay}).values()
-        self._export(rate_series(self._rates.rates(model, config, pods)))
+        followed = self._followed
+        try:
+            dirty = followed.begin(model, config)
+            asked: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {
+                key: (model.pods.get(key), None) for key in dirty}
+            applied, failed = self._apply(model, asked)
+            if followed.rate(model, config, asked):
+                self._export(followed.exported())
+        except BaseException:
+            followed.forget()
+            raise
+        followed.done()
         self._settled.record(model, config, complete=not failed)
         return applied
+
+    def _apply(self, model: ClusterModel,
+               asked: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]]) -> tuple[list[PodPatch], bool]:
+        """Send the patches the pods want (those already sent for the pod's version are not sent again) and note in
+        `asked` the pods whose series read the patch laid over them; (the patches applied, whether one failed)."""
+        failed = False
+        applied: list[PodPatch] = []
+        for key in [key for key in asked if asked[key][0] is None]:
+            self._patched.pop(key, None)
+        if self.patch_pod is None:
+            return applied, failed
+        followed = self._followed
+        for key, patch in followed.wanting.items():
+            pod = model.pods[key]
+            identity = patch_identity(key, pod)
+            if self._patched.get(key) != identity:
+                try:
+                    self.patch_pod(patch.namespace, patch.name, patch.body)
+                except api_exception() as exc:
+                    if exc.status != 404:  # a pod deleted meanwhile needs nothing
+                        log.warning("patching pod %s/%s failed: %s %s", patch.namespace, patch.name, exc.status,
+                                    exc.reason)
+                        failed = True
+                    continue
+                except Exception:
+                    log.exception("patching pod %s/%s failed", patch.namespace, patch.name)
+                    failed = True
+                    continue
+                self._patched[key] = identity
+                applied.append(patch)
+            # Rated with the annotations it will have once the watch shows the patch.
+            if key in asked or followed.wants_rating(key, pod, True):
+                asked[key] = (pod, _with_annotations(pod, patch.annotations))
+        return applied, failed
 
     def start(self) -> None:
         """Run the `bound-pods` task alone (under a supervisor, the supervisor starts `task`)."""

@@ -20,6 +20,7 @@ from webhook.cluster.model import ClusterModel
 from webhook.cluster.read_epochs import ChargeEpochs
 from webhook.config import Config
 from webhook.inventory.capacity import Inventory
+from webhook.inventory.node_use import NodeUse
 
 log = logging.getLogger("kgwe.inventory")
 
@@ -119,7 +120,10 @@ class InventoryCache:
         loaded: Callable[[], bool] | None = None,
         first_wait_seconds: float = FIRST_BUILD_WAIT_SECONDS,
         waiting: WaitingRows | None = None,
+        first_views: tuple[str, ...] = (),
     ) -> None:
+        """`first_views`: views that read only the nodes' part of an inventory (`NodeUse`), rendered from that
+        lighter pass at the first build and answered from it until the full first build is installed."""
         self._model_source = model_source
         self._fresh_model_source = fresh_model_source or model_source
         self._config_source = config_source
@@ -136,6 +140,8 @@ class InventoryCache:
         self._lock = threading.Lock()  # installs and renders
         self._building = threading.Lock()  # one build at a time (the memo is the last build's)
         self._state: tuple[Inventory, dict[str, Any]] | None = None
+        self.first_views = first_views
+        self._provisional: dict[str, Any] = {}  # the `first_views` rendered from a NodeUse, until `_state` is set
         self._key: tuple[int, int] | None = None
         self._built = 0.0
         self._views: dict[str, tuple[View, Render]] = {}
@@ -182,19 +188,36 @@ class InventoryCache:
             return None
         return key, model, config
 
-    def _build(self, model: ClusterModel, config: Config) -> tuple[Inventory, dict[str, Any]]:
+    def _build(self, model: ClusterModel, config: Config, first: tuple[int, int] | None = None
+               ) -> tuple[Inventory, dict[str, Any]]:
         """The inventory of `model` with every view registered so far rendered (each view function run once:
-        a document and its bytes share it). The caller holds `_building`."""
+        a document and its bytes share it). The caller holds `_building`. `first`: the key of the first build,
+        installed as soon as the inventory is computed (a request at start renders its view then, rather than wait
+        for every other view and the quota picture the tenants' view reads)."""
         started, cpu = time.perf_counter(), time.thread_time()
+        if first is not None and self.first_views:
+            light = NodeUse(model, config)
+            provisional: dict[str, Any] = {}
+            for name in self.first_views:
+                if name in self._views:
+                    build, render = self._views[name]
+                    provisional[name] = render(build(light))
+            self._provisional = provisional
         self.memo.advance(model, config)
         inventory = Inventory(model, config, memo=self.memo)
         documents: dict[int, dict[str, Any]] = {}
-        rendered = {}
+        rendered: dict[str, Any] = {}
+        if first is not None:
+            self._install(first, (inventory, rendered))
         for name, (build, render) in list(self._views.items()):
+            if name in rendered:  # a request rendered it first
+                continue
             document = documents.get(id(build))
             if document is None:
                 document = documents[id(build)] = build(inventory)
-            rendered[name] = render(document)
+            view = render(document)
+            with self._lock:  # beside a request's `_rendered` (the first build's dict is installed already)
+                rendered.setdefault(name, view)
         self.last_build_seconds = time.perf_counter() - started
         self.last_build_cpu_seconds = time.thread_time() - cpu
         self.builds += 1
@@ -203,6 +226,7 @@ class InventoryCache:
     def _install(self, key: tuple[int, int], state: tuple[Inventory, dict[str, Any]]) -> None:
         with self._lock:
             self._state = state
+            self._provisional = {}
             self._key = key
             self._built = time.monotonic()
 
@@ -218,32 +242,38 @@ class InventoryCache:
             if fresh_when_unchanged and key == self._key:
                 model = self._fresh_model_source()
                 key = (model.generation, key[1])
-            self._install(key, self._build(model, config))
+            self._install(key, self._build(model, config, key if self._state is None else None))
 
-    def _first_build(self) -> tuple[Inventory, dict[str, Any]]:
-        """Warm, nothing built yet: wait (on this thread) for the cluster model and the first build, bounded."""
+    def _first_build(self, name: str | None = None) -> tuple[Inventory | None, dict[str, Any]]:
+        """Warm, nothing built yet: wait (on this thread) for the cluster model and the first inventory, bounded;
+        the warm task installs it before rendering its views, so this waits for the inventory, not for them.
+        With `name`, one of the `first_views`: (None, the provisional views) as soon as the light pass has it."""
         deadline = time.monotonic() + self.first_wait_seconds
         while not self._loaded():
             if time.monotonic() >= deadline:
                 raise InventoryNotReady("the cluster model is still loading")
             time.sleep(0.05)
-        if not self._building.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise InventoryNotReady("the inventory is still being built")
-        try:
-            if self._state is None:  # the warm task had not begun it: build it here, once
-                wanted = self._wanted_key()
-                assert wanted is not None
-                key, model, config = wanted
-                self._install(key, self._build(model, config))
-        finally:
-            self._building.release()
-        assert self._state is not None
+        while self._state is None:
+            if name is not None and name in (provisional := self._provisional):
+                return None, provisional
+            if time.monotonic() >= deadline:
+                raise InventoryNotReady("the inventory is still being built")
+            if self._building.acquire(timeout=0.05):
+                try:
+                    if self._state is None:  # the warm task had not begun it (or its build failed): build it here
+                        wanted = self._wanted_key()
+                        assert wanted is not None
+                        key, model, config = wanted
+                        self._install(key, self._build(model, config, key))
+                finally:
+                    self._building.release()
         return self._state
 
-    def _current(self) -> tuple[Inventory, dict[str, Any]]:
+    def _current(self, name: str | None = None) -> tuple[Inventory | None, dict[str, Any]]:
+        """The state to answer from; (None, the provisional views) only for `name` while the first build runs."""
         state = self._state
         if self.warm:
-            return state if state is not None else self._first_build()
+            return state if state is not None else self._first_build(name)
         wanted = self._wanted_key()
         if wanted is None and state is not None:
             return state
@@ -268,12 +298,18 @@ class InventoryCache:
         self._views.setdefault(name, (build, render))
 
     def inventory(self) -> Inventory:
-        return self._current()[0]
+        inventory = self._current()[0]
+        assert inventory is not None  # only a view's name is answered provisionally
+        return inventory
 
     def view(self, name: str, build: View, render: Render = lambda doc: doc) -> Any:
         """`render(build(inventory))`, computed once per inventory and shared by every caller."""
         self.register(name, build, render)
-        inventory, rendered = self._current()
+        if self._state is None and name in (provisional := self._provisional):
+            return provisional[name]
+        inventory, rendered = self._current(name if name in self.first_views else None)
+        if inventory is None:
+            return rendered[name]
         return self._rendered(name, inventory, rendered)
 
     def _rendered(self, name: str, inventory: Inventory, rendered: dict[str, Any]) -> Any:
@@ -305,6 +341,8 @@ class InventoryCache:
         """`view` for the event loop: a build, or a view first asked for after the build, runs on a thread.
         Raises InventoryNotReady when the first build did not come within `first_wait_seconds`."""
         self.register(name, build, render)
+        if self._state is None and name in (provisional := self._provisional):
+            return provisional[name]
         state = self.ready_state()
         if state is not None and name in state[1]:
             return state[1][name]

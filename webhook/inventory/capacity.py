@@ -129,11 +129,20 @@ class Inventory:
         self.pod_costs: list[PodCost] = []
         self.pending: list[PendingPod] = []
         self.namespace_tenants: dict[str, str] = {}
-        # Per tenant with a TenantQuota, the pods that wait for quota (the tenants view's `waiting`), when the
-        # memo keeps the quota picture between builds; None: the view reads the snapshot's own picture.
-        self.waiting: dict[str, dict[str, Any]] | None = memo.waiting_rows(model, config) if memo is not None else None
+        self._waiting: dict[str, dict[str, Any]] | None = None
+        self._waiting_read = memo is None
         self._collect_pods()
         self._collect_nodes()
+
+    @property
+    def waiting(self) -> dict[str, dict[str, Any]] | None:
+        """Per tenant with a TenantQuota, the pods that wait for quota (the tenants view's `waiting`), when the
+        memo keeps the quota picture between builds; None: the view reads the snapshot's own picture. Read when
+        first asked: the picture charges every pod on a first build, and the nodes' view needs none of it."""
+        if not self._waiting_read:
+            self._waiting = self._memo.waiting_rows(self.model, self.config)
+            self._waiting_read = True
+        return self._waiting
 
     # -- precompute ---------------------------------------------------------------------------
     def _tenant_of_namespace(self, namespace: str) -> str:

@@ -43,6 +43,7 @@ from typing import Any
 from policies.vocabulary.objects import PodView
 from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel, object_key
+from webhook.cluster.read_epochs import profile_specs
 from webhook.gang_spec import membership
 from webhook.placement.free_gpus import HeldGpus
 from webhook.quota_charges import priced_by_type_sharing
@@ -110,7 +111,7 @@ class QuotaIndex:
         self._free: tuple[ClusterModel, dict[str, int]] | None = None  # the last answer, while `_held` stands
         self._nodes: Mapping[str, object] | None = None  # what the reads were read against
         self._namespaces: Mapping[str, object] | None = None
-        self._context: tuple[object, Mapping[str, object], Mapping[str, object]] | None = None
+        self._context: tuple[object, tuple[tuple[str, object], ...], Mapping[str, object]] | None = None
         self._owners_for: list[tuple[str, list[tuple[str, Any]]]] | None = None
 
     # -- events (the store's listener) -----------------------------------------------------------
@@ -162,9 +163,11 @@ class QuotaIndex:
         return assemble(tenants, released, gated, unlimited, model, lambda _model: self._gang_live, self._reads)
 
     def _refresh(self, model: ClusterModel, pending: Pending, tenants: dict[str, TenantPicture]) -> None:
-        context = (model.table, model.hardware_profiles, model.device_classes)
+        # A HardwareProfile by its spec's value: the status KGWE writes to it whenever free GPUs move is read by no
+        # charge (webhook/cluster/read_epochs.py `profile_specs`), and read every pod again at each write.
+        context = (model.table, profile_specs(model), model.device_classes)
         everything = pending.everything or self._context is None or context[0] is not self._context[0] or not (
-            _same(self._context[1], context[1]) and _same(self._context[2], context[2]))
+            self._context[1] == context[1] and _same(self._context[2], context[2]))
         ownership = _ownership(tenants)
         owners_moved = ownership != self._owners_for
         mapped = mapped_resources(model.device_classes)

@@ -99,6 +99,8 @@ def server_inventory(runtime: ApiRuntime) -> InventoryCache:
         fresh_model_source=lambda: runtime.store.snapshot(force=True),
         loaded=lambda: bool(getattr(runtime.store, "loaded", True)),
         waiting=remembered_waiting_rows(),
+        # The UI's first page and a read at ready: answered from the nodes' light pass before the full first build.
+        first_views=("nodes",),
     )
 
 

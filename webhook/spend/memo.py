@@ -60,35 +60,55 @@ class RateMemo:
     def rates(self, model: ClusterModel, config: Config, pods: Iterable[dict[str, Any]] | None = None
               ) -> list[PodRate]:
         """`list(pod_rates(model, config))`, in the same order, from what each pod object gave last time.
-        `pods`: these instead of the snapshot's (the bound-pod controller's, with the annotations it wrote)."""
+        `pods`: these instead of the snapshot's. Entries of pods not read here are forgotten."""
         with self._lock:
-            nodes_epoch, context_epoch = self._epochs.advance(model)
-            context = (context_epoch, config)
-            previous = self._entries if self._context is not None and self._context[0] == context_epoch \
-                and self._context[1] is config else {}
-            self._context = context
-            tenant_of = tenant_resolver(model)
-            entries: dict[int, _Entry] = {}
-            out: list[PodRate] = []
-            computed = 0
-            for raw in model.pods.values() if pods is None else pods:
-                node = bound_node(raw, model)
-                entry = previous.get(id(raw))
-                if entry is None or entry.pod is not raw or entry.node is not node or (
-                        (node is None or not node.is_typed) and entry.nodes_epoch != nodes_epoch):
-                    entry = self._read(raw, node, nodes_epoch, model, config, tenant_of)
-                    computed += 1
-                if not names_claims(raw):
-                    entries[id(raw)] = entry
-                rate = entry.rate
-                if rate is None:
-                    continue
-                if not entry.named and (tenant := tenant_of(rate.namespace)) != rate.tenant:
-                    rate = replace(rate, tenant=tenant)
-                out.append(rate)
-            self._entries = entries
-            self.computed = computed
-            return out
+            rates = self._rates_of(model, config, model.pods.values() if pods is None else pods, fresh=True)
+            return [rate for rate in rates if rate is not None]
+
+    def rates_of(self, model: ClusterModel, config: Config, pods: Iterable[dict[str, Any]]) -> list[PodRate | None]:
+        """The rate of each of `pods` of `model` (None: not a GPU pod bound to a node), keeping what it computes
+        beside the other pods' entries: for a reader that asks only the pods that changed (the bound-pod
+        controller), which tells `forget` the pods it no longer reads."""
+        with self._lock:
+            return self._rates_of(model, config, pods, fresh=False)
+
+    def forget(self, pods: Iterable[dict[str, Any]]) -> None:
+        """Drop the entries of these pod objects (gone from the reader that asked them with `rates_of`)."""
+        with self._lock:
+            for raw in pods:
+                entry = self._entries.get(id(raw))
+                if entry is not None and entry.pod is raw:
+                    del self._entries[id(raw)]
+
+    def _rates_of(self, model: ClusterModel, config: Config, pods: Iterable[dict[str, Any]], *, fresh: bool
+                  ) -> list[PodRate | None]:
+        """The rates of `pods`, each looked up in the kept entries; `fresh`: the kept entries are then those of
+        `pods` only, else `pods`' are added to them. The caller holds the lock."""
+        nodes_epoch, context_epoch = self._epochs.advance(model)
+        if self._context is None or self._context[0] != context_epoch or self._context[1] is not config:
+            self._entries = {}
+        self._context = (context_epoch, config)
+        previous = self._entries
+        entries: dict[int, _Entry] = {} if fresh else previous
+        tenant_of = tenant_resolver(model)
+        out: list[PodRate | None] = []
+        computed = 0
+        for raw in pods:
+            node = bound_node(raw, model)
+            entry = previous.get(id(raw))
+            if entry is None or entry.pod is not raw or entry.node is not node or (
+                    (node is None or not node.is_typed) and entry.nodes_epoch != nodes_epoch):
+                entry = self._read(raw, node, nodes_epoch, model, config, tenant_of)
+                computed += 1
+            if not names_claims(raw):
+                entries[id(raw)] = entry
+            rate = entry.rate
+            if rate is not None and not entry.named and (tenant := tenant_of(rate.namespace)) != rate.tenant:
+                rate = replace(rate, tenant=tenant)
+            out.append(rate)
+        self._entries = entries
+        self.computed = computed
+        return out
 
     @staticmethod
     def _read(raw: dict[str, Any], node: NodeFacts | None, nodes_epoch: int, model: ClusterModel, config: Config,
