@@ -140,7 +140,7 @@ def measure(nodes: int, trace: bool, top: int) -> dict[str, Any]:
         steps.step(f"admission quota picture{suffix}", lambda: picture_of(store.snapshot()))
         steps.step(f"audit tick{suffix}", auditor.tick)
         steps.step(f"bound-pod controller pass{suffix}", bound.reconcile_once)
-        steps.step(f"profile statuses{suffix}", lambda: profile_statuses(runtime))
+        steps.step(f"profile statuses{suffix}", lambda: profile_statuses(cache.inventory()))
 
     rounds("")
     pods = store.objects("Pod")
