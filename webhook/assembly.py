@@ -217,15 +217,16 @@ def from_directory(
     directory: str | Path,
     *,
     watch: bool = False,
+    poll_seconds: float = 2.0,
 ) -> Assembly:
-    """A runtime over a YAML directory: read now, and re-read on change with `watch`.
+    """A runtime over a YAML directory: read now, and re-read on change with `watch` (every `poll_seconds`).
 
     Raises OSError or `webhook.cluster.yaml_source.ClusterDirectoryError` when the directory cannot be read.
     """
     from webhook.cluster.yaml_source import YamlDirectorySource
 
     store = new_store(config)
-    source = YamlDirectorySource(directory, store)
+    source = YamlDirectorySource(directory, store, poll_seconds)
     if watch:
         source.start()
     else:

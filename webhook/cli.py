@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--opa-url", metavar="URL",
                        help="evaluate Rego on the OPA server at URL (http:// or https://), as policies.regoEngine: "
                             "opa with policies.opaUrl would; CEL policies stay in process")
+    serve.add_argument("--cluster-poll-seconds", type=float, default=2.0, metavar="S",
+                       help="with --cluster: how often the directory is read for changes (default 2)")
     serve.add_argument(
         "--workers", type=int, default=None, metavar="N",
         help="worker processes (default: with --cluster one per usable CPU, at most 4; in a cluster 1, "
@@ -199,6 +201,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.workers = min(len(os.sched_getaffinity(0)), 4) if args.cluster is not None else 1
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
+    if not args.cluster_poll_seconds > 0:
+        raise CommandError("--cluster-poll-seconds must be more than 0")
     if args.workers == 1:
         return _serve_checked(args)
     # Several workers: prometheus-client's multiprocess mode re-executes this process (multiproc_metrics.py),
@@ -233,6 +237,7 @@ def _serve_checked(args: argparse.Namespace) -> int:
         tls_key_file=args.tls_private_key_file,
         ui=not args.no_ui,
         workers=args.workers,
+        cluster_poll_seconds=args.cluster_poll_seconds,
         log_level=args.log_level or "info",
     )
     try:

@@ -20,6 +20,9 @@ from webhook.config import Config
 
 QUOTAS = "tenant-quotas.yaml"
 EMPTY_KIND = "apiVersion: v1\nkind:\nmetadata:\n  name: oops\n"
+# Each edit below waits for the next read of the directory: at the default 2 s the waits were most of the file's
+# time; what is read is the same at any interval.
+POLL = ("--cluster-poll-seconds", "0.1")
 
 
 @pytest.fixture
@@ -31,7 +34,7 @@ def directory(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def served(directory: Path, tmp_path: Path) -> Iterator[Served]:
-    server = Served(directory, tmp_path / "state")
+    server = Served(directory, tmp_path / "state", *POLL)
     try:
         eventually(server.up, 120, "kgwe serve listening")
         yield server
@@ -89,7 +92,7 @@ def test_quota_is_enforced_while_its_file_is_broken(served: Served, directory: P
 
 def test_a_directory_bad_from_the_start_is_not_ready(directory: Path, tmp_path: Path) -> None:
     (directory / "nodes-broken.yaml").write_text("kind: Node\nmetadata: {name: [\n")
-    server = Served(directory, tmp_path / "state")
+    server = Served(directory, tmp_path / "state", *POLL)
     try:
         eventually(server.up, 120, "kgwe serve listening")
         status, body = server.readyz()
@@ -128,3 +131,14 @@ def test_source_in_process_metric_and_one_log_line_per_version(directory: Path,
     source.refresh()
     assert directory_errors() == 0 and store.objects("TenantQuota") == []
     assert store.source_problems() == []
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan"])
+def test_a_poll_interval_that_is_not_positive_is_refused(seconds: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from webhook.cli import main
+
+    monkeypatch.setenv("KGWE_STATE_DIR", str(tmp_path / "state"))
+    assert main(["serve", "--cluster", str(CLUSTER), "--workers", "1", "--cluster-poll-seconds", seconds]) == 2
+    assert capsys.readouterr().err.strip() == "kgwe serve: --cluster-poll-seconds must be more than 0"
+    assert not (tmp_path / "state").exists()  # refused before anything is made

@@ -62,6 +62,7 @@ class ServeOptions:
     workers: int = 1
     cert_poll_seconds: float = 10.0
     config_poll_seconds: float = 2.0
+    cluster_poll_seconds: float = 2.0
     log_level: str = "info"
     extra_dns_names: list[str] = field(default_factory=list)
 
@@ -112,12 +113,12 @@ def assemble_runtime(options: ServeOptions) -> Assembly:
     """The runtime fed by its cluster source: a watched YAML directory, or the API (webhook/assembly.py)."""
     from webhook import assembly
 
-    config = options.config
     if options.cluster_dir is not None:
-        return assembly.from_directory(config, options.cluster_dir, watch=True)
+        return assembly.from_directory(options.config, options.cluster_dir, watch=True,
+                                       poll_seconds=options.cluster_poll_seconds)
     from webhook.cluster.kube_json import load_kube_client
 
-    return assembly.from_api(config, load_kube_client(None), serving=True)
+    return assembly.from_api(options.config, load_kube_client(None), serving=True)
 
 
 def run_worker(
