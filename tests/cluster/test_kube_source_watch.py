@@ -382,3 +382,19 @@ def test_stopping_runs_each_watch_loop_to_its_end_once(apiserver, store, api_cli
     runs = {task.name: task.state().runs for task in source.tasks}
     assert all(n <= 1 for n in runs.values()), runs
     assert not any(task.state().running for task in source.tasks)
+
+
+def test_the_first_list_does_not_wait_the_restart_pause(apiserver, store, api_client, monkeypatch):
+    # The pause is for a reflector loop that returned; the first run is at start, so readiness never waits it.
+    import webhook.cluster.kube_source as kube_source
+
+    monkeypatch.setattr(kube_source, "WATCH_RESTART_SECONDS", 3600.0)
+    seed(apiserver)
+    source = KubeClusterSource(store, api_client, kinds=["Node", "Pod"], watch_timeout_seconds=30)
+    source.start()
+    try:
+        assert source.wait_loaded(WAIT_SECONDS)
+        assert set(stored(store, "Node")) == set(apiserver.objects("Node"))
+    finally:
+        source.stop()
+    assert not any(task.state().running for task in source.tasks)

@@ -131,10 +131,11 @@ class KubeClusterSource:
         # errors itself and returns only once stopped; the task's backoff covers anything else it raises. The
         # interval is the pause before a body that returned runs again: the kinds share one stop flag, so a
         # kind's loop returns as soon as any task is stopped, and with no pause its task ran it again in a
-        # loop, spinning a CPU, until its own stop came (a task's stop ends the pause at once).
+        # loop, spinning a CPU, until its own stop came (a task's stop ends the pause at once). The first run is
+        # at start: without `run_at_start` every kind's first list waited that pause, and readiness with it.
         self.tasks = [
             Task(f"watch-{watched.kind}", functools.partial(self._run, watched), interval=WATCH_RESTART_SECONDS,
-                 backoff=Backoff(backoff_base, backoff_cap, jitter=0.5), interrupt=self._interrupt)
+                 run_at_start=True, backoff=Backoff(backoff_base, backoff_cap, jitter=0.5), interrupt=self._interrupt)
             for watched in self.kinds
         ]
         if self.discover:
