@@ -13,6 +13,7 @@ from gang_support import (
     H100,
     LEDGER_PATH,
     GangApiServer,
+    admit,
     api,  # noqa: F401  (fixture)
     bind,
     clique_of,
@@ -27,6 +28,7 @@ from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY
 
 from webhook.cluster.kube_json import KubeJson
+from webhook.cluster.model import object_key
 from webhook.gangs.controller import GangController, kube_pod_writer
 from webhook.gangs.ledger import GangStoreUnavailable, KubeGangStore, Versioned
 
@@ -291,3 +293,22 @@ def test_a_replaced_member_joins_the_members_that_run_in_their_clique(
     pinned = gang_apiserver.pod("ml/w-1b")["spec"]
     assert "schedulingGates" not in pinned
     assert pinned["nodeSelector"]["kgwe.io/nvlink-clique"] == big  # with its gang, not in the best fit
+
+
+def test_the_pass_a_last_member_wakes_plans_with_that_member(
+    gang_apiserver: GangApiServer, api: k8s_client.ApiClient  # noqa: F811
+) -> None:
+    """The pass reads the store as it is, not the snapshot built before the change that woke it: that one is
+    replaced in the background later, and nothing wakes the controller again before its next tick (5 s)."""
+    with_nodes(gang_apiserver, cliques(4))
+    cluster = replica(gang_apiserver, api)
+    controller = cluster.controller()
+    cluster.create(member("w-0", "llm", 2))
+    assert controller.reconcile_once() == []
+    last = admit(cluster.runtime, member("w-1", "llm", 2))
+    assert last.allowed, last.message
+    cluster.store.min_rebuild_interval = 3600  # no snapshot is rebuilt behind the pass's back
+    gang_apiserver.put("Pod", last.pod)
+    gang_apiserver.wait_for(lambda: "ml/w-1" in {object_key(p) for p in cluster.store.objects("Pod")})
+    assert [a.kind for a in controller.reconcile_once()] == ["release"]
+    assert cluster.gated() == set()
