@@ -193,7 +193,12 @@ def test_a_long_scrape_does_not_hold_admission(server: RunningServer) -> None:
     REGISTRY.register(held)
     scraped: list[str] = []
     try:
-        scrape = threading.Thread(target=lambda: scraped.append(server.client().get("/metrics").text))
+        def scrape_once() -> None:
+            # Its connection closed after: one left open kept the server from stopping (the fixture waits 10 s).
+            with server.client() as client:
+                scraped.append(client.get("/metrics").text)
+
+        scrape = threading.Thread(target=scrape_once)
         scrape.start()
         assert held.collecting.wait(WAIT_SECONDS)
         # The scrape is still rendering: the event loop answers admission meanwhile.
