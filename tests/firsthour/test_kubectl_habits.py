@@ -75,8 +75,9 @@ def test_a_reader_that_stops_reading_gets_no_traceback() -> None:
     import subprocess
     import sys
 
-    # Many documents: more output than a pipe holds, so the writer meets the closed pipe.
-    shell = (f"for i in $(seq 300); do cat {REFUSED}; echo ---; done | "
+    # Many documents: more output than a pipe holds (150 answers of 936 bytes, twice a 64 KiB pipe), so the writer
+    # meets the closed pipe.
+    shell = (f"for i in $(seq 150); do cat {REFUSED}; echo ---; done | "
              f"{sys.executable} -c 'import sys; from webhook.cli import main; sys.exit(main(sys.argv[1:]))' "
              f"review - --cluster {EXAMPLE_CLUSTER} -o yaml | head -1")
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120,
