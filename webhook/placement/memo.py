@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
@@ -50,7 +50,6 @@ MAX_KEY_BYTES = 32 * 1024  # with PLAN_MEMO_SIZE: at most 8 MiB of keys per snap
 _MEMO = "placement.memo"
 _READINGS = "placement.readings"
 _UNSEEN: Any = object()
-_Read = TypeVar("_Read", PodIntent, GpuDemand)
 
 
 def planning_pod(view: PodView) -> PodView:
@@ -93,7 +92,7 @@ def read_pod(view: PodView, model: ClusterModel) -> PodReading:
     memo: dict[bytes, tuple[PodIntent, GpuDemand] | None] = model.derived.setdefault(_READINGS, {})
     found = memo.get(body, _UNSEEN)
     if found is not None and found is not _UNSEEN:
-        return PodReading(pod, body, copy_reading(found[0]), copy_reading(found[1]))
+        return PodReading(pod, body, copy_intent(found[0]), copy_demand(found[1]))
     if found is _UNSEEN:
         if len(memo) >= PLAN_MEMO_SIZE:
             memo.clear()
@@ -104,7 +103,7 @@ def read_pod(view: PodView, model: ClusterModel) -> PodReading:
         return PodReading(pod, body, parse_intent(view), pod_gpu_demand(view))  # not a JSON document
     own_view = PodView(own)
     intent, demand = memo[body] = (parse_intent(own_view), pod_gpu_demand(own_view))
-    return PodReading(pod, body, copy_reading(intent), copy_reading(demand))
+    return PodReading(pod, body, copy_intent(intent), copy_demand(demand))
 
 
 def planned(
@@ -229,13 +228,25 @@ def copy_plan(plan: PlacementPlan) -> PlacementPlan:
 _new = object.__new__
 
 
-def copy_reading(value: _Read) -> _Read:
-    """An intent or GPU demand equal to `value` sharing no list or dict with it (what those hold, strings and
-    amounts, is immutable)."""
-    fresh: _Read = _new(type(value))
-    fresh.__dict__.update(
-        {k: list(v) if type(v) is list else dict(v) if type(v) is dict else v for k, v in value.__dict__.items()}
-    )
+def copy_intent(intent: PodIntent) -> PodIntent:
+    """An intent equal to `intent` sharing no list with it (its other fields are immutable)."""
+    fresh: PodIntent = _new(PodIntent)
+    fresh.__dict__.update(intent.__dict__)
+    fresh.accelerator_types = list(intent.accelerator_types)
+    fresh.problems = list(intent.problems)
+    fresh.warnings = list(intent.warnings)
+    fresh.out_of_bounds = list(intent.out_of_bounds)
+    return fresh
+
+
+def copy_demand(demand: GpuDemand) -> GpuDemand:
+    """A GPU demand equal to `demand` sharing no list or dict with it (amounts are immutable)."""
+    fresh: GpuDemand = _new(GpuDemand)
+    fresh.__dict__.update(demand.__dict__)
+    fresh.mig = dict(demand.mig)
+    fresh.other = dict(demand.other)
+    fresh.invalid = list(demand.invalid)
+    fresh.gpu_containers = list(demand.gpu_containers)
     return fresh
 
 
