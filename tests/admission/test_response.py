@@ -6,6 +6,9 @@ import base64
 import re
 
 import orjson
+from effort import tries
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webhook.admission.outcome import Outcome
 from webhook.admission.response import (
@@ -112,3 +115,21 @@ def test_audit_keys_that_cannot_be_repaired_or_collide_are_dropped() -> None:
 def test_audit_values_are_strings() -> None:
     outcome = Outcome(audit_annotations={"n": 3})  # type: ignore[dict-item]
     assert render_review("u", "admission.k8s.io/v1", outcome, True)["response"]["auditAnnotations"] == {"n": "3"}
+
+
+@settings(max_examples=tries(200, 2000), deadline=None)
+@given(st.lists(st.one_of(
+    st.lists(st.sampled_from(["a", "é", " ", "\t", "\n", "\x00", "\x7f", "\x85", "\u00a0", "\u200b", "\u2028", "\u3000",
+                              "…", "x" * 40]), max_size=8).map("".join),
+    st.text(max_size=130),
+), max_size=6))
+def test_a_warning_kgwe_wrote_clean_is_kept_as_cleaning_would_keep_it(warnings: list[str]) -> None:
+    # sanitize_warnings passes a warning that cleaning would give back unchanged without cleaning it: the answer is
+    # the rule's (control characters and runs of whitespace become one space, then <= 120 characters, no repeats).
+    expected: list[str] = []
+    for warning in warnings:
+        text = " ".join(re.sub(r"[\x00-\x1f\x7f]+", " ", warning).split())
+        text = text if len(text) <= WARNING_MAX_CHARS else text[: WARNING_MAX_CHARS - 1].rstrip() + "…"
+        if text and text not in expected:
+            expected.append(text)
+    assert sanitize_warnings(warnings) == expected

@@ -82,6 +82,36 @@ def test_shapes_the_api_server_never_sends_are_refused(webhook) -> None:
         assert expected in answer["status"]["message"]
 
 
+def test_each_part_checked_at_once_is_still_judged_and_named(webhook) -> None:
+    # bounds.py compares the set of a part's types with the allowed ones first: a bool amount, one wrong entry
+    # among right ones, and the other lists it checks that way are refused by name as the walk refuses them.
+    broken = []
+    pod = gpu_pod(gpus=8)
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1", "nvidia.com/gpu": True}
+    broken.append((pod, "resources.requests['nvidia.com/gpu'] must be a quantity"))
+    pod = gpu_pod(gpus=8)
+    pod["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}, "B=2"]
+    broken.append((pod, "spec.containers[0].env[1] must be a JSON object"))
+    pod = gpu_pod(gpus=8)
+    pod["spec"]["tolerations"] = [{"key": "a", "operator": "Exists"}, ["b"]]
+    broken.append((pod, "spec.tolerations[1] must be a JSON object"))
+    pod = gpu_pod(gpus=8)
+    pod["spec"]["nodeSelector"] = {"zone": "a", "rack": None}
+    broken.append((pod, "spec.nodeSelector['rack'] must be a string"))
+    pod = gpu_pod(gpus=8)
+    pod["metadata"]["annotations"] = {"a": "1", "b": ["2"]}
+    broken.append((pod, "metadata.annotations['b'] must be a string"))
+    for pod, expected in broken:
+        answer = webhook.ask("validate", review(pod))
+        assert answer["allowed"] is False, expected
+        assert expected in answer["status"]["message"]
+    pod = gpu_pod(gpus=8)
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8  # a number is a quantity too
+    pod["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    answer = webhook.ask("validate", review(pod))
+    assert "must be" not in (answer.get("status") or {}).get("message", "")
+
+
 def test_a_malformed_envelope_is_a_400_status(webhook) -> None:
     for body in (b"{not json", b"[]", orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})):
         reply = webhook.post("validate", body)

@@ -26,7 +26,7 @@ from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config, load_config
 from webhook.intent import parse_intent
-from webhook.placement.memo import copy_plan, planned, planning_pod
+from webhook.placement.memo import copy_plan, planned, planned_with_entry, planning_pod, read_pod
 from webhook.placement.plan import Decision, PlacementPlan, build_plan
 
 CONFIG = load_config(EXAMPLES / "config.yaml")
@@ -59,6 +59,57 @@ def _assert_same_plans(pod: dict[str, Any], decision: Decision | None, model: Cl
     # Seen once (planned as it is), remembered (planned without identity), then copies of the memo's plan.
     for _ in range(4):
         assert _memo(pod, decision, model, CONFIG) == expected
+
+
+def _assert_same_readings(pod: dict[str, Any], model: ClusterModel) -> None:
+    """`read_pod` seen once, remembered, then copies: each time the pod's own intent and GPU demand, and a plan
+    planned from the reading is the one planned without it."""
+    view = PodView(pod)
+    intent, demand = parse_intent(view), pod_gpu_demand(view)
+    for _ in range(4):
+        reading = read_pod(view, model)
+        assert (reading.intent, reading.demand) == (intent, demand)
+        assert reading.pod.raw == planning_pod(view).raw
+        with_reading = planned_with_entry(view, intent, None, model, CONFIG, demand, reading)[0]
+        assert with_reading == _fresh(pod, None, model, CONFIG)
+
+
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+@pytest.mark.parametrize("index", range(len(EXAMPLE_PODS)))
+def test_every_example_pod_is_read_as_parse_intent_and_pod_gpu_demand_read_it(model_name: str, index: int) -> None:
+    _assert_same_readings(EXAMPLE_PODS[index], MODELS[model_name])
+
+
+@settings(max_examples=tries(40, 300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod=pods())
+def test_generated_pods_are_read_as_parse_intent_and_pod_gpu_demand_read_them(pod: dict[str, Any]) -> None:
+    _assert_same_readings(pod, MODELS["cluster"])
+
+
+def test_a_reading_handed_out_shares_nothing_a_caller_can_change() -> None:
+    model = build_runtime(CONFIG, EXAMPLES / "cluster", load_policies=False).store.snapshot()
+    for pod in EXAMPLE_PODS:
+        view = PodView(pod)
+        expected = (parse_intent(view), pod_gpu_demand(view))
+        read_pod(view, model)  # seen once
+        read_pod(view, model)  # remembered
+        given_out = read_pod(view, model)
+        for part in (given_out.intent, given_out.demand):
+            for value in vars(part).values():
+                if isinstance(value, list | dict):
+                    value.clear()
+        again = read_pod(view, model)
+        assert (again.intent, again.demand) == expected
+
+
+def test_replicas_share_one_reading() -> None:
+    model = build_runtime(CONFIG, EXAMPLES / "cluster", load_policies=False).store.snapshot()
+    template = next(p for p in EXAMPLE_PODS if (p["metadata"].get("annotations") or {}).get("kgwe.io/accelerator"))
+    for replica in range(4):
+        pod = {**template, "metadata": {**template["metadata"], "name": f"web-{replica}", "uid": f"u-{replica}"}}
+        reading = read_pod(PodView(pod), model)
+        assert (reading.intent, reading.demand) == (parse_intent(template), pod_gpu_demand(template))
+    assert len(model.derived["placement.readings"]) == 1
 
 
 @pytest.mark.parametrize("model_name", sorted(MODELS))

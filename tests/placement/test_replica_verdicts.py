@@ -88,3 +88,35 @@ def test_validate_answers_replicas_as_a_fresh_runtime_does(index: int) -> None:
         assert _answer(warm.admission.validate(decode_review(body))) == _answer(
             cold.admission.validate(decode_review(body))
         )
+
+
+@pytest.mark.parametrize("cluster", sorted(RUNTIMES))
+@pytest.mark.parametrize("index", range(len(EXAMPLE_PODS)))
+def test_mutate_answers_replicas_as_a_fresh_runtime_does(cluster: str, index: int) -> None:
+    """The outputs a plan gives (decision document, types, price, DRA claims) are remembered with the plan
+    (webhook/admission/ownership.py): each replica's patch and warnings are a fresh runtime's."""
+    pod = EXAMPLE_PODS[index]
+    warm = _runtime(cluster)
+    for replica in range(4):
+        body = review(_replica(pod, replica), dry_run=True)
+        cold = _runtime(cluster)
+        fresh = cold.admission.mutate(decode_review(body))
+        assert _answer(warm.admission.mutate(decode_review(body))) == _answer(fresh)
+
+
+@pytest.mark.parametrize("index", range(len(EXAMPLE_PODS)))
+def test_forged_outputs_on_replicas_are_refused_as_a_fresh_runtime_refuses_them(index: int) -> None:
+    pod = EXAMPLE_PODS[index]
+    warm = _runtime("cluster")
+    for replica in range(4):
+        body = review(_replica(pod, replica), dry_run=True)
+        mutated = warm.admission.mutate(decode_review(body)).object or {}
+        notes = mutated.setdefault("metadata", {}).setdefault("annotations", {})
+        key = "kgwe.io/hourly-cost" if replica % 2 else "kgwe.io/decision"
+        if key in notes:
+            notes[key] = "0.01" if replica % 2 else '{"v":1,"steps":[]}'
+        body["request"]["object"] = mutated
+        cold = _runtime("cluster")
+        assert _answer(warm.admission.validate(decode_review(body))) == _answer(
+            cold.admission.validate(decode_review(body))
+        )

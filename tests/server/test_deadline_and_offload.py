@@ -91,3 +91,18 @@ def test_offloaded_admission_answers_normally(offloaded: RunningServer) -> None:
     with offloaded.client() as client:
         response = client.post("/mutate", content=orjson.dumps(admission_review(pod)))
     assert response.json()["response"]["patchType"] == "JSONPatch"
+
+
+def test_the_timeout_parameter_is_read_as_parse_qsl_reads_it() -> None:
+    # The endpoint reads a query without `%` or `+` by splitting it (the API server sends `timeout=10s`); every
+    # query gives what parse_qsl gives, whichever way it is read.
+    from urllib.parse import parse_qsl
+
+    from webhook.server.admission_endpoint import _query_value
+
+    def by_parse_qsl(raw: bytes) -> str | None:
+        return next((v for k, v in parse_qsl(raw.decode("latin-1"), keep_blank_values=True) if k == "timeout"), None)
+
+    for raw in (b"timeout=10s", b"dryRun&timeout", b"&&timeout=&timeout=3s", b"x=1&timeout=5s", b"timeout=1%30s",
+                b"=3&timeout=2=3", b"timeout+=4", b"time%6Fut=7s", b"timeouT=5", b"timeout=a+b", b"", b"\xfftimeout=1"):
+        assert _query_value({"query_string": raw}, "timeout") == by_parse_qsl(raw), raw

@@ -52,6 +52,13 @@ def check_bounds(value: Any, what: str = "request") -> None:
                 push((child, depth + 1))
 
 
+# The types a part may have, exactly: a set of the types found is compared with these in C, for the common case;
+# only a part that fails (a subclass, or a wrong type) is walked in Python to be judged and named.
+_STRINGS = frozenset({str})
+_OBJECTS = frozenset({dict})
+_QUANTITIES = frozenset({str, int, float})  # not bool: type(True) is bool
+
+
 def _expect(value: Any, kind: type, where: str) -> None:
     if not isinstance(value, kind):
         _wrong_type(kind, where)
@@ -84,7 +91,7 @@ def check_pod_shape(pod: Any, where: str = "object") -> None:
             _wrong_type(dict, f"{where}.metadata")
         for key in ("annotations", "labels"):
             value = metadata.get(key)
-            if value is not None and not (type(value) is dict and all(type(v) is str for v in value.values())):
+            if value is not None and not (type(value) is dict and _STRINGS.issuperset(map(type, value.values()))):
                 _string_map(value, f"{where}.metadata.{key}")  # the full check, naming the wrong entry
         for key in ("name", "namespace", "generateName", "uid"):
             value = metadata.get(key)
@@ -96,12 +103,14 @@ def check_pod_shape(pod: Any, where: str = "object") -> None:
     if not isinstance(spec, dict):
         _wrong_type(dict, f"{where}.spec")
     selector = spec.get("nodeSelector")
-    if selector is not None and not (type(selector) is dict and all(type(v) is str for v in selector.values())):
+    if selector is not None and not (type(selector) is dict and _STRINGS.issuperset(map(type, selector.values()))):
         _string_map(selector, f"{where}.spec.nodeSelector")
     for key in ("tolerations", "schedulingGates", "resourceClaims"):
-        for index, item in enumerate(_spec_list(spec, key, where)):
-            if not isinstance(item, dict):
-                _wrong_type(dict, f"{where}.spec.{key}[{index}]")
+        items = _spec_list(spec, key, where)
+        if not _OBJECTS.issuperset(map(type, items)):
+            for index, item in enumerate(items):
+                if not isinstance(item, dict):
+                    _wrong_type(dict, f"{where}.spec.{key}[{index}]")
     affinity = spec.get("affinity")
     if affinity is not None and not isinstance(affinity, dict):
         _wrong_type(dict, f"{where}.spec.affinity")
@@ -131,9 +140,10 @@ def _check_container(container: Any, where: str, key: str, index: int) -> None:
     if env is not None:
         if not isinstance(env, list):
             _wrong_type(list, f"{where}.spec.{key}[{index}].env")
-        for position, item in enumerate(env):
-            if not isinstance(item, dict):
-                _wrong_type(dict, f"{where}.spec.{key}[{index}].env[{position}]")
+        if not _OBJECTS.issuperset(map(type, env)):
+            for position, item in enumerate(env):
+                if not isinstance(item, dict):
+                    _wrong_type(dict, f"{where}.spec.{key}[{index}].env[{position}]")
     resources = container.get("resources")
     if resources is None:
         return
@@ -145,6 +155,8 @@ def _check_container(container: Any, where: str, key: str, index: int) -> None:
             continue
         if not isinstance(amounts, dict):
             _wrong_type(dict, f"{where}.spec.{key}[{index}].resources.{section}")
+        if _QUANTITIES.issuperset(map(type, amounts.values())):
+            continue
         for name, amount in amounts.items():
             if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
                 raise ObjectOutOfBounds(

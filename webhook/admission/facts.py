@@ -83,6 +83,9 @@ class Facts:
 
     @property
     def stale_nodes(self) -> int:
-        return sum(
-            1 for t in self.plan.types for n in self.model.types[t].nodes[:256] if self.model.nodes[n].topology_stale
-        )
+        return stale_nodes(self.plan, self.model)
+
+
+def stale_nodes(plan: PlacementPlan, model: ClusterModel) -> int:
+    """Nodes of the plan's types (the first 256 of each) whose topology labels are stale."""
+    return sum(1 for t in plan.types for n in model.types[t].nodes[:256] if model.nodes[n].topology_stale)

@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 from policies.api import Violation
-from policies.gpu_demand import pod_gpu_demand
 from policies.runtime.outcomes import PolicyEngineError
 from policies.vocabulary.objects import PodView
 from webhook.admission.facts import Facts
@@ -21,8 +20,7 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionSeams
-from webhook.intent import parse_intent
-from webhook.placement.memo import planned_with_entry
+from webhook.placement.memo import PodReading, planned_with_entry, read_pod
 from webhook.placement.plan import Decision
 
 log = logging.getLogger("kgwe.admission")
@@ -49,18 +47,23 @@ class FactGathering:
         return request.namespace not in self.runtime.config.excluded_namespaces
 
     def gather(
-        self, request: AdmissionRequest, pod: dict[str, Any], deadline: float | None, *, with_checks: bool = False
+        self, request: AdmissionRequest, pod: dict[str, Any], deadline: float | None, *, with_checks: bool = False,
+        reading: PodReading | None = None,
     ) -> Facts:
-        """Everything about one pod; with `with_checks` also the policies' violations, in the same engine call."""
+        """Everything about one pod; with `with_checks` also the policies' violations, in the same engine call.
+        `reading`: `read_pod` of the request's own pod, when the caller read it already (used only for it)."""
         runtime = self.runtime
         model = runtime.store.snapshot()
         view = request.pod if pod is request.object else PodView(pod)  # the view built at decode
-        intent = parse_intent(view)
+        if reading is None or pod is not request.object:
+            # Intent and GPU demand, remembered for replicas with the plan (webhook/placement/memo.py)
+            reading = read_pod(view, model)
+        intent = reading.intent
         namespace_object = model.namespaces.get(request.namespace)
         tenant = runtime.tenant_of(request, model)
         decision: Decision | None = None
         violations: list[Violation] = []
-        demand = pod_gpu_demand(view)
+        demand = reading.demand
         usage = runtime.workload_usage(request, pod) if demand.asks_gpu else None
         wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
         if runtime.policies is not None and (wants_decision or with_checks):
@@ -78,7 +81,7 @@ class FactGathering:
                     violations = [Violation("kgwe.policy-engine", "Deny", str(exc))]
         check_deadline(deadline)
         # build_plan, remembered for replicas (webhook/placement/memo.py)
-        plan, memo = planned_with_entry(view, intent, decision, model, runtime.config, demand)
+        plan, memo = planned_with_entry(view, intent, decision, model, runtime.config, demand, reading)
         return Facts(
             request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations, plan_memo=memo,
             usage=usage, device_asks=self.seams.asks_devices,

@@ -20,7 +20,7 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.rightsizing import Advice, advise, mode_of, not_applied, rightsized_pod, rightsizing_step
-from webhook.intent import LABEL_GANG, parse_intent
+from webhook.intent import LABEL_GANG
 from webhook.mutation.pipeline import NotConverging, copy_json, run_pipeline
 from webhook.mutation.steps import (
     Outputs,
@@ -31,6 +31,7 @@ from webhook.mutation.steps import (
     scheduling_gates_step,
     scheduling_group_step,
 )
+from webhook.placement.memo import read_pod
 from webhook.placement.profile_resources import ProfileResources, apply_defaults, missing_defaults, profile_resources
 
 log = logging.getLogger("kgwe.admission")
@@ -51,8 +52,9 @@ class Mutation(FactGathering):
         assert request.object is not None
         if request.operation == "UPDATE":
             return self._mutate_update(request)
-        profile = self._profile(request)
-        facts = self.gather(request, self._defaulted(request.object, profile), deadline)
+        reading = read_pod(request.pod, self.runtime.store.snapshot())
+        profile = self._profile(reading.intent.profile)
+        facts = self.gather(request, self._defaulted(request.object, profile), deadline, reading=reading)
         if facts.intent.out_of_bounds and self.runtime.config.mode != "audit":
             return refuse_out_of_bounds(request, facts.intent.out_of_bounds)
         advice, facts = self._rightsize(request, facts, deadline)
@@ -85,10 +87,9 @@ class Mutation(FactGathering):
             return self._audit_only(outcome, reported, request.object)
         return outcome
 
-    def _profile(self, request: AdmissionRequest) -> ProfileResources | None:
-        """The resources and queue of the HardwareProfile the pod names, None when it names none (or one that
-        does not exist: placement refuses that) or the profile says nothing of them."""
-        name = parse_intent(request.pod).profile
+    def _profile(self, name: str | None) -> ProfileResources | None:
+        """The resources and queue of the HardwareProfile the pod names (`name`, its intent's), None when it names
+        none (or one that does not exist: placement refuses that) or the profile says nothing of them."""
         spec = self.runtime.store.snapshot().hardware_profiles.get(name) if name else None
         if name is None or spec is None:
             return None

@@ -10,14 +10,16 @@ is immutable like the pod's resources: quota use is computed from them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import orjson
 
 from policies.vocabulary import keys
 from policies.vocabulary.objects import PodView, pod_view
-from webhook.admission.facts import Facts
+from webhook.admission.facts import Facts, stale_nodes
 from webhook.admission.request import AdmissionRequest
+from webhook.cluster.model import ClusterModel
 from webhook.costs import format_hourly_cost
 from webhook.intent import (
     OUT_ACCELERATOR_TYPE,
@@ -30,6 +32,7 @@ from webhook.intent import (
 )
 from webhook.mutation.pipeline import Step
 from webhook.mutation.steps import decision_document
+from webhook.placement.plan import Decision, PlacementPlan
 
 PREFIX = keys.PREFIX
 
@@ -49,11 +52,32 @@ def expected_outputs(facts: Facts) -> dict[str, str | None]:
     outputs[OUT_TENANT] = facts.tenant
     if not facts.renderable:
         return outputs
+    outputs.update(_placed_outputs(facts))
+    outputs[OUT_DECISION] = with_via(outputs[OUT_DECISION] or "", facts.request.via)
+    return outputs
+
+
+def _placed_outputs(facts: Facts) -> Mapping[str, str]:
+    """The outputs of a placed pod that follow from its plan, the snapshot and its policy decision alone (the
+    decision document before `via`, the types, the price, the DRA claims): computed once per plan memo entry,
+    from the memo's own plan, for the replicas that share it (the decision is part of the entry's key)."""
+    entry = facts.plan_memo
+    if entry is None:
+        return _plan_outputs(facts.plan, facts.model, facts.decision)
+    found: Mapping[str, str] | None = entry.derived.get(_PLACED)
+    if found is None:
+        found = entry.derived[_PLACED] = MappingProxyType(_plan_outputs(entry.plan, facts.model, facts.decision))
+    return found
+
+
+_PLACED = "ownership.placed-outputs"
+
+
+def _plan_outputs(plan: PlacementPlan, model: ClusterModel, decision: Decision | None) -> dict[str, str]:
     policy_name = None
-    if facts.decision is not None and facts.decision.decided_by:
-        policy_name = next(iter(facts.decision.decided_by.values()))
-    document = decision_document(plan, facts.stale_nodes, policy_name)
-    outputs[OUT_DECISION] = with_via(document, facts.request.via)
+    if decision is not None and decision.decided_by:
+        policy_name = next(iter(decision.decided_by.values()))
+    outputs = {OUT_DECISION: decision_document(plan, stale_nodes(plan, model), policy_name)}
     if plan.types:
         outputs[OUT_ACCELERATOR_TYPE] = ",".join(plan.types)
     if plan.price_per_gpu_hour is not None and plan.gpu_equivalents:

@@ -83,6 +83,20 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(ELLIPSIS)].rstrip() + ELLIPSIS
 
 
+def _clean(warning: object) -> bool:
+    """Whether cleaning would give `warning` back as it is: a string of at most WARNING_MAX_CHARS printable
+    characters (no control character, and no whitespace but the ASCII space) with no space at either end and
+    no two in a row (most warnings: they are KGWE's own sentences)."""
+    return (
+        type(warning) is str
+        and len(warning) <= WARNING_MAX_CHARS
+        and warning.isprintable()
+        and "  " not in warning
+        and warning[:1] != " "
+        and warning[-1:] != " "
+    )
+
+
 def sanitize_warnings(warnings: Iterable[str]) -> list[str]:
     """Single-line, <= 120 characters each, no duplicates, <= 4096 characters in all.
 
@@ -92,7 +106,8 @@ def sanitize_warnings(warnings: Iterable[str]) -> list[str]:
     cleaned: list[str] = []
     seen: set[str] = set()
     for warning in warnings:
-        text = _shorten(" ".join(_CONTROL_CHARS.sub(" ", str(warning)).split()), WARNING_MAX_CHARS)
+        text = warning if _clean(warning) else _shorten(
+            " ".join(_CONTROL_CHARS.sub(" ", str(warning)).split()), WARNING_MAX_CHARS)
         if text and text not in seen:
             seen.add(text)
             cleaned.append(text)

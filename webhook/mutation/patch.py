@@ -26,11 +26,11 @@ def diff(before: Any, after: Any, path: str = "") -> JsonPatch:
             if key not in after:
                 ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
         for key, value in after.items():
-            child = f"{path}/{escape(key)}"
+            # The path is built only for a key that differs: most of a pod is left as it came.
             if key not in before:
-                ops.append({"op": "add", "path": child, "value": value})
+                ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
             elif before[key] != value:
-                ops.extend(diff(before[key], value, child))
+                ops.extend(diff(before[key], value, f"{path}/{escape(key)}"))
         return ops
     if isinstance(before, list):
         if len(before) != len(after):

@@ -22,6 +22,10 @@ the second pod with it is planned without its identity and remembered, and the p
 of that plan. Planning the pod without its identity makes the key complete by construction: a plan can
 only depend on what the key holds. Plans are mutable, so every caller gets its own copy (`copy_plan`); the memo's
 own plan is never handed out. Bounded: past `PLAN_MEMO_SIZE` plans the memo starts again.
+
+The pod's intent and GPU demand are read the same way (`read_pod`): both are pure functions of the pod that
+read its annotations and spec, never its identity, so a replica gets a copy of what was read from the key's
+own pod, under the same bytes the plan's key starts with (computed once per request and handed on).
 """
 
 from __future__ import annotations
@@ -32,18 +36,19 @@ from typing import Any
 
 import orjson
 
-from policies.gpu_demand import GpuDemand
+from policies.gpu_demand import GpuDemand, pod_gpu_demand
 from policies.vocabulary.identity import without_identity
 from policies.vocabulary.objects import PodView
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.intent import PodIntent
+from webhook.intent import PodIntent, parse_intent
 from webhook.placement.context import Decision, PlacementPlan
 from webhook.placement.plan import build_plan
 
 PLAN_MEMO_SIZE = 256
 MAX_KEY_BYTES = 32 * 1024  # with PLAN_MEMO_SIZE: at most 8 MiB of keys per snapshot
 _MEMO = "placement.memo"
+_READINGS = "placement.readings"
 _UNSEEN: Any = object()
 
 
@@ -65,6 +70,42 @@ class PlanMemoEntry:
     derived: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class PodReading:
+    """What admission reads of a pod alone, once per request: the pod without its identity, its exact JSON
+    (None when it has none or is over `MAX_KEY_BYTES`: then nothing is remembered), its intent and GPU demand."""
+
+    pod: PodView
+    body: bytes | None
+    intent: PodIntent
+    demand: GpuDemand
+
+
+def read_pod(view: PodView, model: ClusterModel) -> PodReading:
+    """`parse_intent(view)` and `pod_gpu_demand(view)`, remembered for this snapshot's replicas as plans are:
+    a key seen once is only marked, the second pod with it is read from the key's own pod (its bytes read
+    back, and only when they give the pod back exactly), and later ones get copies of that reading."""
+    pod = planning_pod(view)
+    body = _pod_bytes(pod)
+    if body is None:
+        return PodReading(pod, None, parse_intent(view), pod_gpu_demand(view))
+    memo: dict[bytes, tuple[PodIntent, GpuDemand] | None] = model.derived.setdefault(_READINGS, {})
+    found = memo.get(body, _UNSEEN)
+    if found is not None and found is not _UNSEEN:
+        return PodReading(pod, body, copy_intent(found[0]), copy_demand(found[1]))
+    if found is _UNSEEN:
+        if len(memo) >= PLAN_MEMO_SIZE:
+            memo.clear()
+        memo[body] = None  # seen once
+        return PodReading(pod, body, parse_intent(view), pod_gpu_demand(view))
+    own = orjson.loads(body)
+    if own != pod.raw:
+        return PodReading(pod, body, parse_intent(view), pod_gpu_demand(view))  # not a JSON document
+    own_view = PodView(own)
+    intent, demand = memo[body] = (parse_intent(own_view), pod_gpu_demand(own_view))
+    return PodReading(pod, body, copy_intent(intent), copy_demand(demand))
+
+
 def planned(
     view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand
 ) -> PlacementPlan:
@@ -74,15 +115,21 @@ def planned(
 
 
 def planned_with_entry(
-    view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand
+    view: PodView, intent: PodIntent, decision: Decision | None, model: ClusterModel, config: Config, demand: GpuDemand,
+    reading: PodReading | None = None,
 ) -> tuple[PlacementPlan, PlanMemoEntry | None]:
     """`planned`, and the memo entry the plan came from (None when the plan was not remembered).
 
     A pod seen for the first time in this snapshot is planned as it is, and only its key is kept: most
     pods are not replicas, and remembering costs more than planning once. The second pod with that key
-    is planned without its identity and remembered; from the third on, the plan is a copy."""
-    pod = planning_pod(view)
-    key = _key(pod, intent, decision, demand)
+    is planned without its identity and remembered; from the third on, the plan is a copy. `reading`, when
+    given, is `read_pod(view, ...)`: its pod and bytes are not worked out again."""
+    if reading is None:
+        pod = planning_pod(view)
+        body = _pod_bytes(pod)
+    else:
+        pod, body = reading.pod, reading.body
+    key = _key(body, intent, decision, demand)
     if key is None:
         return build_plan(view, intent, decision, model, config, demand), None
     memo: dict[PlanKey, PlanMemoEntry | None] = model.derived.setdefault(_MEMO, {})
@@ -106,15 +153,26 @@ def planned_with_entry(
 PlanKey = tuple[bytes, bytes | None, tuple[Any, ...], tuple[Any, ...]]
 
 
-def _key(pod: PodView, intent: PodIntent, decision: Decision | None, demand: GpuDemand) -> PlanKey | None:
-    """Everything the plan is computed from besides the snapshot and configuration; None when it cannot be
-    written exactly (a value JSON cannot hold) or is too large to keep."""
+def _pod_bytes(pod: PodView) -> bytes | None:
+    """The exact JSON of the pod without its identity; None when it cannot be written exactly (a value JSON
+    cannot hold) or is too large to keep."""
     try:
         body = orjson.dumps(pod.raw)
+    except TypeError:
+        return None
+    return body if len(body) <= MAX_KEY_BYTES else None
+
+
+def _key(body: bytes | None, intent: PodIntent, decision: Decision | None, demand: GpuDemand) -> PlanKey | None:
+    """Everything the plan is computed from besides the snapshot and configuration (`body`: `_pod_bytes` of the
+    pod); None when it cannot be written exactly or is too large to keep."""
+    if body is None:
+        return None
+    try:
         decided = orjson.dumps([decision.fields, decision.decided_by]) if decision is not None else None
     except TypeError:
         return None
-    if len(body) > MAX_KEY_BYTES or (decided is not None and len(decided) > MAX_KEY_BYTES):
+    if decided is not None and len(decided) > MAX_KEY_BYTES:
         return None
     return (body, decided, _intent_key(intent), _demand_key(demand))
 
@@ -168,6 +226,28 @@ def copy_plan(plan: PlacementPlan) -> PlacementPlan:
 
 
 _new = object.__new__
+
+
+def copy_intent(intent: PodIntent) -> PodIntent:
+    """An intent equal to `intent` sharing no list with it (its other fields are immutable)."""
+    fresh: PodIntent = _new(PodIntent)
+    fresh.__dict__.update(intent.__dict__)
+    fresh.accelerator_types = list(intent.accelerator_types)
+    fresh.problems = list(intent.problems)
+    fresh.warnings = list(intent.warnings)
+    fresh.out_of_bounds = list(intent.out_of_bounds)
+    return fresh
+
+
+def copy_demand(demand: GpuDemand) -> GpuDemand:
+    """A GPU demand equal to `demand` sharing no list or dict with it (amounts are immutable)."""
+    fresh: GpuDemand = _new(GpuDemand)
+    fresh.__dict__.update(demand.__dict__)
+    fresh.mig = dict(demand.mig)
+    fresh.other = dict(demand.other)
+    fresh.invalid = list(demand.invalid)
+    fresh.gpu_containers = list(demand.gpu_containers)
+    return fresh
 
 
 def _json_copy(value: Any) -> Any:
