@@ -245,7 +245,8 @@ def _build_worker(
         certificate=tls,
         # One supervisor for every background task of this worker, started and stopped with the server.
         background=background, authenticator=callers, supervisor=controllers.supervisor, read_auth=read_auth,
-        unready=controllers.readiness.problems if controllers.readiness is not None else None,
+        unready=lambda: [*(controllers.readiness.problems() if controllers.readiness is not None else ()),
+                         *inventory.unready()],
     )
     if api_client is not None:  # Events on pods about KGWE's decisions (why), off the request path
         from webhook.gangs.controller import kube_pod_writer
