@@ -5,7 +5,8 @@ costs once its first pass is done and admissions add pods, as the worker runs th
 
 Per round: `--changes` pods are stored anew (a pod created as admission lets one through, and running pods whose
 status moved), a snapshot is taken, then each pass runs once and its CPU time (this thread's) is recorded: the
-inventory's warm build with every view the read API keeps, the bound-pod controller's pass. The first pass of
+inventory's warm build with every view the read API keeps, the bound-pod controller's pass, the gangs' members
+(`gang_pods`, kept and moved by the changes; beside it the walk of every pod it replaced). The first pass of
 each (every pod computed) is recorded apart; medians of the rounds after it.
 """
 
@@ -44,6 +45,7 @@ def measure(nodes: int, rounds: int, changes: int) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
     from webhook.controllers.bound_pods import BoundPodController
+    from webhook.gangs.members import KeptGangPods
     from webhook.inventory.cache import InventoryCache
     from webhook.quotas.view import remembered_waiting_rows
     from webhook.server.api_routes import _VIEWS
@@ -66,8 +68,12 @@ def measure(nodes: int, rounds: int, changes: int) -> dict[str, Any]:
         cache._built = 0.0  # past the build interval
         cache._rebuild_wanted()
 
+    kept_gangs = KeptGangPods()
     passes: dict[str, Callable[[], Any]] = {"inventory build and views": inventory,
-                                            "bound-pod controller pass": bound.reconcile_once}
+                                            "bound-pod controller pass": bound.reconcile_once,
+                                            "gang members, kept": lambda: kept_gangs.members(store.snapshot()),
+                                            "gang members, every pod walked":
+                                                lambda: KeptGangPods().members(store.snapshot())}
     first = {name: round(_cpu(call), 3) for name, call in passes.items()}
     running = [p for p in store.objects("Pod") if (p.get("spec") or {}).get("nodeName")]
     after: dict[str, list[float]] = {name: [] for name in passes}

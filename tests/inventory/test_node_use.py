@@ -5,6 +5,7 @@ that changes under it (tests/fixtures/changing_cluster.py), and the warm cache a
 from __future__ import annotations
 
 import random
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,5 +59,76 @@ def test_the_warm_cache_answers_the_first_views_from_the_light_pass_until_the_fu
         while cache.ready_state() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert cache.ready_state() is not None and cache._provisional == {}  # the full build replaced it
+    finally:
+        cache.stop()
+
+
+def _waiting_cache(tmp_path: Path, nodes: Any, **options: Any) -> InventoryCache:
+    runtime = build_runtime(load_config(EXAMPLE_CONFIG), copy_example_cluster(tmp_path / "cluster"))
+    cache = InventoryCache(runtime.store.snapshot, lambda: runtime.config, first_views=("nodes",), **options)
+    cache.register("nodes", nodes)
+    return cache
+
+
+def _until(condition: Any) -> bool:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def test_readiness_waits_for_the_light_pass_then_the_nodes_are_answered_at_once(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def nodes(inventory: Inventory) -> dict[str, Any]:
+        if isinstance(inventory, NodeUse):
+            release.wait(WAIT_SECONDS)  # the light pass, held here as a busy start-up holds it
+        return nodes_view(inventory)
+
+    cache = _waiting_cache(tmp_path, nodes)
+    assert cache.unready() == []  # not warm: nothing to wait for
+    cache.start()
+    try:
+        assert _until(lambda: cache._loaded_at is not None)
+        assert cache.unready() == ["the nodes view not answered yet"]
+        release.set()
+        assert _until(lambda: not cache.unready())
+        assert cache.view("nodes", nodes)["nodes"]  # answered from what readiness waited for
+    finally:
+        release.set()
+        cache.stop()
+
+
+def test_readiness_waits_for_the_light_pass_no_longer_than_its_bound(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def nodes(inventory: Inventory) -> dict[str, Any]:
+        if isinstance(inventory, NodeUse):
+            release.wait(WAIT_SECONDS)
+        return nodes_view(inventory)
+
+    cache = _waiting_cache(tmp_path, nodes, first_views_ready_seconds=0.2)
+    cache.start()
+    try:
+        assert _until(lambda: cache._loaded_at is not None)
+        assert _until(lambda: not cache.unready())  # the light pass still runs: ready past the bound
+        assert cache._state is None and not cache._provisional
+    finally:
+        release.set()
+        cache.stop()
+
+
+def test_a_failed_light_pass_leaves_readiness_and_the_first_views_to_the_full_build(tmp_path: Path) -> None:
+    def nodes(inventory: Inventory) -> dict[str, Any]:
+        if isinstance(inventory, NodeUse):
+            raise RuntimeError("the light pass breaks")
+        return nodes_view(inventory)
+
+    cache = _waiting_cache(tmp_path, nodes)
+    cache.start()
+    try:
+        assert _until(lambda: cache._state is not None)
+        assert cache.unready() == [] and cache._light_failed
+        assert cache.view("nodes", nodes)["nodes"]
     finally:
         cache.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import compress, count
 from operator import is_not
+from typing import NamedTuple
 
 
 class PodList:
@@ -20,13 +21,33 @@ class PodList:
         self.objects = list(pods.values())
 
 
+class OrderedChanges(NamedTuple):
+    """The pods that differ between two snapshots whose order is the store's: the kept pods in the same order,
+    the new ones after them (`added` in their order)."""
+
+    replaced: list[str]
+    removed: list[str]
+    added: list[str]
+
+
 def changed_pods(before: PodList, now: PodList) -> set[str]:
-    """The keys whose object is not the same in both: added, removed and replaced pods (the store keeps its
-    pods in the order they were first stored, so a snapshot's order is the last one's less the pods removed,
-    plus the new ones at the end; any other order is compared key by key)."""
+    """The keys whose object is not the same in both: added, removed and replaced pods (any order; one that moved
+    is compared key by key)."""
     if before.by_key is now.by_key:
         return set()
-    changed: set[str] = set()
+    found = ordered_changes(before, now)
+    if found is None:  # the order moved (a relist): every key looked up
+        return _changed_by_key(before.by_key, now.by_key)
+    return {*found.replaced, *found.removed, *found.added}
+
+
+def ordered_changes(before: PodList, now: PodList) -> OrderedChanges | None:
+    """The changes, when `now`'s order is `before`'s less the pods removed, plus new ones at the end (the store
+    keeps its pods in the order they were first stored; a replaced pod keeps its place); None for any other order
+    (a relist, a pod removed and stored again), which only a lookup of every key can compare."""
+    found = OrderedChanges([], [], [])
+    if before.by_key is now.by_key:
+        return found
     i = j = 0
     while True:
         # The next position where the two differ, scanned in C; each difference is then one step of a merge.
@@ -38,22 +59,22 @@ def changed_pods(before: PodList, now: PodList) -> set[str]:
             break
         i, j = i + skip, j + skip
         old, new = before.keys[i], now.keys[j]
-        if old == new:  # replaced
-            changed.add(new)
+        if old == new:
+            found.replaced.append(new)
             i, j = i + 1, j + 1
-        elif old not in now.by_key:  # removed
-            changed.add(old)
+        elif old not in now.by_key:
+            found.removed.append(old)
             i += 1
-        elif new not in before.by_key:  # added
-            changed.add(new)
-            j += 1
-        else:  # the order moved (a relist): every key looked up
-            return _changed_by_key(before.by_key, now.by_key)
+        else:  # a new pod before one kept, or the order moved
+            return None
     common = min(len(before.keys) - i, len(now.keys) - j)
-    # What is left over on either side was removed, or added at the end (one that is in both is read again).
-    changed.update(before.keys[i + common:])
-    changed.update(now.keys[j + common:])
-    return changed
+    # What is left over on either side was removed, or added at the end; one that is in both moved.
+    gone, new_at_end = before.keys[i + common:], now.keys[j + common:]
+    if any(key in now.by_key for key in gone) or any(key in before.by_key for key in new_at_end):
+        return None
+    found.removed.extend(gone)
+    found.added.extend(new_at_end)
+    return found
 
 
 def _changed_by_key(before: Mapping[str, object], now: Mapping[str, object]) -> set[str]:
@@ -64,4 +85,4 @@ def _changed_by_key(before: Mapping[str, object], now: Mapping[str, object]) -> 
     return changed
 
 
-__all__ = ["PodList", "changed_pods"]
+__all__ = ["OrderedChanges", "PodList", "changed_pods", "ordered_changes"]

@@ -7,65 +7,23 @@ so both count alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from policies.vocabulary.objects import PodView
-from webhook.cluster.model import ClusterModel, pod_is_finished
-from webhook.gang_spec import is_bound, is_gated, is_terminating, membership
+from webhook.cluster.model import ClusterModel
+from webhook.gang_spec import is_gated
 from webhook.gangs.ledger import GangRecord, Records
+from webhook.gangs.members import GangPods as GangPods  # re-exported: who is a member lives with its kept state
+from webhook.gangs.members import gang_pods as gang_pods
 from webhook.gangs.plan import holding_rooms
 from webhook.placement.free_gpus import free_gpus
-from webhook.placement.rooms import Fit, Room, RoomId, best_fit, fit, per_snapshot
+from webhook.placement.rooms import Fit, Room, RoomId, best_fit, fit
 from webhook.scheduling.predicates import node_affinity_matches, node_selector_matches
 
 # A clique of thousands of nodes is checked on a sample: its nodes share the labels a gang selects on.
 COMPATIBILITY_SAMPLE = 16
-
-
-@dataclass
-class GangPods:
-    """The live members of one gang, as the model shows them: pods neither finished nor terminating.
-    `size` is the largest `kgwe.io/gang-size` among them (a gang is whole only when every claim is met)."""
-
-    size: int
-    pods: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def bound(self) -> list[dict[str, Any]]:
-        return [p for p in self.pods if is_bound(p)]
-
-    @property
-    def gated(self) -> list[dict[str, Any]]:
-        return [p for p in self.pods if is_gated(p)]
-
-    @property
-    def unbound(self) -> list[dict[str, Any]]:
-        return [p for p in self.pods if not is_bound(p)]
-
-
-@per_snapshot
-def gang_pods(model: ClusterModel) -> dict[str, GangPods]:
-    """namespace/gang -> its live members (pods with the gang label and a valid gang size).
-    Computed once per snapshot: callers must not change the answer.
-
-    A finished pod (Succeeded, Failed: a Job keeps them) and a terminating one (deletionTimestamp set: a
-    job restarted under the same name deletes its old pods, which run on through their grace period) are
-    never members: counted, they would complete a new run of the gang that has only some of its pods, and
-    hold room for pods that will never be placed. A terminating pod still holds its GPUs (`free_gpus`)."""
-    out: dict[str, GangPods] = {}
-    for pod in model.pods.values():
-        if pod_is_finished(pod) or is_terminating(pod):
-            continue
-        member = membership(pod)
-        if member is None:
-            continue
-        group = out.setdefault(member.key, GangPods(member.size))
-        group.size = max(group.size, member.size)
-        group.pods.append(pod)
-    return out
 
 
 def promised_gpus(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import ipaddress
 import logging
 import os
 import signal
@@ -25,12 +24,12 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from webhook.server.listener import ServeError, connection_limits, listening_sockets, uvicorn_server
+from webhook.server.own_certificate import record_expiry, self_signed_pair, trust_notice
 
 # The app, the engines and the certificate tools are imported by the functions that use them: the parent of
 # several workers re-executes itself before it binds (multiproc_metrics.py), and a busy port is told before
 # any of them loads.
 if TYPE_CHECKING:
-    from cryptography import x509
     from fastapi import FastAPI
 
     from certs.reloader import ReloadingSSLContext
@@ -43,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SELF_SIGNED_SERVICE = "kgwe-webhook"
-SELF_SIGNED_NAMESPACE = "kgwe"
 # A worker that dies this soon after starting will die again: stop instead of restarting it forever.
 CRASH_LOOP_SECONDS = 5.0
 
@@ -65,48 +62,6 @@ class ServeOptions:
     cluster_poll_seconds: float = 2.0
     log_level: str = "info"
     extra_dns_names: list[str] = field(default_factory=list)
-
-
-def self_signed_pair(host: str, extra_dns_names: list[str], directory: Path | None = None) -> tuple[Path, Path, Path]:
-    """(certificate, key, CA) of a serving certificate made and renewed under the state directory."""
-    from certs.authority import Settings
-    from certs.files import ensure_files
-    from webhook.state import state_dir
-
-    ips = ["127.0.0.1", "::1"]
-    dns = list(extra_dns_names)
-    try:
-        address = ipaddress.ip_address(host)
-        if not address.is_unspecified and str(address) not in ips:
-            ips.append(str(address))
-    except ValueError:
-        dns.append(host)
-    settings = Settings(
-        service=SELF_SIGNED_SERVICE, namespace=SELF_SIGNED_NAMESPACE,
-        extra_dns_names=tuple(n for n in dns if n != "localhost"), ip_addresses=tuple(ips),
-    )
-    paths, changes = ensure_files(directory or state_dir() / "certs", settings)
-    if changes.changed:
-        log.info("self-signed certificates updated in %s: %s", paths.directory, "; ".join(changes.reasons))
-    return paths.tls_cert, paths.tls_key, paths.ca_cert
-
-
-def trust_notice(ca_file: Path, host: str, port: int) -> str:
-    """The first line `kgwe serve` prints without --tls-cert-file: which CA signs what it serves and how to
-    trust it, so the browser's warning page is not the first thing a new user meets."""
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    address = f"[{shown}]" if ":" in shown else shown
-    # The path stays last, after "CA: ": scripts (and the tests) read it from there.
-    return (f"kgwe serve: no --tls-cert-file given; serving a certificate of KGWE's own CA. To open "
-            f"https://{address}:{port}/ui/ without a warning, trust it once (README.md, \"Trust the CA\"; Chrome or "
-            "Chromium on Linux: certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n kgwe-dev -i CA; curl: --cacert CA). "
-            f"CA: {ca_file}")
-
-
-def _record_expiry(certificate: x509.Certificate) -> None:
-    from webhook.server import metrics
-
-    metrics.CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
 
 
 def assemble_runtime(options: ServeOptions) -> Assembly:
@@ -175,7 +130,7 @@ def _build_worker(
     client_ca_file = options.config.authentication.client_ca_file
     try:
         tls = ReloadingSSLContext(
-            cert_file, key_file, options.cert_poll_seconds, on_load=_record_expiry, client_ca_file=client_ca_file
+            cert_file, key_file, options.cert_poll_seconds, on_load=record_expiry, client_ca_file=client_ca_file
         )
     except (OSError, ValueError, ssl.SSLError) as exc:
         # Only the client CA is read eagerly like this; a bad serving pair shows as `not tls.loaded`.
@@ -246,7 +201,8 @@ def _build_worker(
         certificate=tls,
         # One supervisor for every background task of this worker, started and stopped with the server.
         background=background, authenticator=callers, supervisor=controllers.supervisor, read_auth=read_auth,
-        unready=controllers.readiness.problems if controllers.readiness is not None else None,
+        unready=lambda: [*(controllers.readiness.problems() if controllers.readiness is not None else ()),
+                         *inventory.unready()],
     )
     if api_client is not None:  # Events on pods about KGWE's decisions (why), off the request path
         from webhook.gangs.controller import kube_pod_writer
