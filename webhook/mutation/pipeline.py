@@ -5,6 +5,13 @@ after pass, until a pass changes nothing; more passes than steps + 1 means two s
 error (`NotConverging`), not a loop. The patch is the difference between the pod as received and the
 pod at the fixpoint, so reviewing the result again changes nothing (reinvocationPolicy: IfNeeded).
 
+A step changed the pod when the pod's JSON with sorted keys differs after it (a mapping rebuilt in another
+order is no change), found from the plain JSON, sorted only where that cannot tell. The first pass is judged
+step by step; a later one, which almost never changes anything, is judged whole, and run again step by step
+from where it began when it did. A pass whose steps undo each other's change is therefore taken as settled
+where the step-by-step judgement would not converge: only a step writing another's path (or one nobody owns)
+can undo another's change, which strict mode, judging every step of every pass, names.
+
 Every step belongs to a mutator that declares the paths it owns (webhook/mutation/mutators.py). Each
 run checks its final patch against those declarations (`check_patch`: a path lookup per patch
 operation, cheap enough for every request); strict mode (`strict_ownership`, on in the mutation tests)
@@ -70,21 +77,42 @@ def copy_json(value: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _changed(before: bytes, after: bytes, working: dict[str, Any]) -> bool:
+    """Whether the pod serialised as `after` (`working`) differs from `before` once keys are sorted: a step
+    that rebuilds a mapping in another order changes nothing. Sorting permutes an object's members without
+    changing a byte of them, so the sorted forms are needed only where the plain ones differ but are as long."""
+    if after == before:
+        return False
+    if len(after) != len(before):
+        return True
+    return orjson.dumps(working, option=orjson.OPT_SORT_KEYS) != orjson.dumps(orjson.loads(before),
+                                                                              option=orjson.OPT_SORT_KEYS)
+
+
 def run_pipeline(pod: dict[str, Any], steps: Sequence[Step]) -> PipelineResult:
     """Run `steps` over a copy of `pod` to a fixpoint. Raises `NotConverging` when steps fight and
     `OwnershipViolation` when a step wrote outside its mutator's paths."""
-    working = copy_json(pod)
+    # The bytes of the copy are the pod before the first step; each step's are the pod before the next.
+    before = orjson.dumps(pod)
+    working: dict[str, Any] = orjson.loads(before)
     changed_steps: list[str] = []
     max_passes = len(steps) + 1
     strict = _strict
-    # The pod as serialised after one step is the pod before the next: one serialisation per step.
-    before = orjson.dumps(working, option=orjson.OPT_SORT_KEYS)
     for passes in range(1, max_passes + 1):
+        if passes > 1 and not strict:
+            # A pass after the first almost never changes the pod: judged whole, one serialisation instead
+            # of one per step. One that did is run again step by step from where it began, naming its steps.
+            for _name, step in steps:
+                step(working)
+            after = orjson.dumps(working)
+            if not _changed(before, after, working):
+                return _converged(pod, working, steps, changed_steps, passes)
+            working = orjson.loads(before)
         any_change = False
         for name, step in steps:
             step(working)
-            after = orjson.dumps(working, option=orjson.OPT_SORT_KEYS)
-            if after != before:
+            after = orjson.dumps(working)
+            if _changed(before, after, working):
                 any_change = True
                 if name not in changed_steps:
                     changed_steps.append(name)
@@ -92,7 +120,12 @@ def run_pipeline(pod: dict[str, Any], steps: Sequence[Step]) -> PipelineResult:
                     check_step(name, diff(orjson.loads(before), working))
             before = after
         if not any_change:
-            patch = diff(pod, working)
-            check_patch(patch, [name for name, _step in steps], changed_steps)
-            return PipelineResult(working, patch, changed_steps, passes)
+            return _converged(pod, working, steps, changed_steps, passes)
     raise NotConverging(f"mutation did not converge after {max_passes} passes (steps: {', '.join(changed_steps)})")
+
+
+def _converged(pod: dict[str, Any], working: dict[str, Any], steps: Sequence[Step], changed_steps: list[str],
+               passes: int) -> PipelineResult:
+    patch = diff(pod, working)
+    check_patch(patch, [name for name, _step in steps], changed_steps)
+    return PipelineResult(working, patch, changed_steps, passes)
