@@ -40,9 +40,6 @@ class PolicyContext:
     # The pod's workload's GPU usage (docs/policies.md "Usage"): Rego `input.kgwe.usage`, CEL `usage`;
     # None when KGWE has no usage for it.
     usage: dict[str, Any] | None = None
-    # `orjson.dumps(without_identity(request["object"]))`, when the caller has these bytes already (admission's
-    # plan memo key): the answer memo's key starts with them. Only ever the bytes of this request's own pod.
-    identity_free_pod: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

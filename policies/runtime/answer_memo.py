@@ -33,18 +33,14 @@ Answer = tuple[PlacementDecision, list[Violation]]
 
 def identity_free_key(ctx: PolicyContext) -> bytes | None:
     """What the built-ins' answer for `ctx` depends on, as exact JSON; None when it is too large to keep."""
-    rest = [ctx.namespace_object, ctx.intent] if ctx.usage is None else [ctx.namespace_object, ctx.intent, ctx.usage]
+    request = ctx.request
+    pod = without_identity(request.get("object") if isinstance(request, Mapping) else None)
     try:
-        if ctx.identity_free_pod is not None:
-            # The same bytes as the list below: a JSON array is its items' JSON joined by commas.
-            key = b"[" + ctx.identity_free_pod + b"," + orjson.dumps(rest)[1:]
-        else:
-            request = ctx.request
-            pod = without_identity(request.get("object") if isinstance(request, Mapping) else None)
-            # In the order the keys came: the API server writes one object's keys in one order (Go's encoder),
-            # so replicas give the same bytes; a pod with its keys in another order is only a miss.
-            # The workload's usage too: policies may read it, and it changes with each refresh of the table.
-            key = orjson.dumps([pod, *rest])
+        # In the order the keys came: the API server writes one object's keys in one order (Go's encoder),
+        # so replicas give the same bytes; a pod with its keys in another order is only a miss.
+        # The workload's usage too: policies may read it, and it changes with each refresh of the table.
+        key = orjson.dumps([pod, ctx.namespace_object, ctx.intent, ctx.usage] if ctx.usage is not None
+                           else [pod, ctx.namespace_object, ctx.intent])
     except TypeError:
         return None  # not JSON (a pod built in Python with other types): evaluated every time
     return key if len(key) <= MAX_KEY_BYTES else None

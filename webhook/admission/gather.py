@@ -72,7 +72,6 @@ class FactGathering:
                     request, pod, intent, demand, namespace_object, model, tenant,
                     decide=wants_decision, check=with_checks,
                     usage=usage.policy_document() if usage is not None else None,
-                    pod_bytes=reading.body,  # the reading is `pod`'s: its bytes are the memo key's
                 )
             except PolicyEngineError as exc:
                 # policies.failureMode: closed. /validate refuses; /mutate places without a decision

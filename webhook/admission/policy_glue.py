@@ -56,10 +56,8 @@ class PolicyGlue:
         decide: bool,
         check: bool,
         usage: dict[str, Any] | None = None,
-        pod_bytes: bytes | None = None,
     ) -> tuple[Decision | None, list[Violation]]:
-        """The placement decision and/or the admission checks of one pod, in one engine call when both.
-        `pod_bytes`: the exact JSON of `pod` without its identity, when the caller has it (`read_pod`'s)."""
+        """The placement decision and/or the admission checks of one pod, in one engine call when both."""
         engine = self.policies
         if engine is None or not (decide or check):
             return None, []
@@ -73,7 +71,6 @@ class PolicyGlue:
             intent=intent_doc,
             tenant=tenant,
             usage=usage,
-            identity_free_pod=pod_bytes,
         )
         violations: list[Violation] = []
         if decide and check:
@@ -81,7 +78,7 @@ class PolicyGlue:
         elif decide:
             # Placement policies see `input.request.uid` as "": a replica's decision cannot depend on it.
             context = PolicyContext({**context.request, "uid": ""}, context.namespace_object, context.cluster,
-                                    context.intent, context.tenant, context.usage, pod_bytes)
+                                    context.intent, context.tenant, context.usage)
             placement = engine.decide_placement(context)
         else:
             return None, list(engine.check(context))
