@@ -11,7 +11,7 @@ no capacity. DRA nodes count what allocated ResourceClaims hold.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -188,17 +188,10 @@ class Inventory:
         """What one counted pod adds: its node's use and GPU pods, or its pending row; its charge; its cost."""
         node_name = facts.node_name
         if node_name:
-            self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
-            used = self.node_used.setdefault(node_name, {})
-            for key, amount in facts.used.items():
-                used[key] = used.get(key, ZERO) + amount
+            self._add_node_use(node_name, facts.used)
         elif facts.pending is not None:
             pending = facts.pending
-            for type_id in pending.types:
-                capacity = self._capacity(type_id)
-                capacity.pending_whole += pending.whole_gpus
-                for profile, count in pending.mig.items():
-                    capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
+            self._add_pending_ask(pending.types, pending.whole_gpus, pending.mig)
             if not facts.named_tenant and (tenant := self._tenant_of_namespace(pending.namespace)) != pending.tenant:
                 pending = replace(pending, tenant=tenant)
             self.pending.append(pending)
@@ -209,6 +202,21 @@ class Inventory:
             if not facts.named_tenant and (tenant := self._tenant_of_namespace(cost.namespace)) != cost.tenant:
                 cost = replace(cost, tenant=tenant)
             self.pod_costs.append(cost)
+
+    def _add_node_use(self, node_name: str, used: Mapping[str, Decimal]) -> None:
+        """A GPU pod bound to `node_name`: one more GPU pod there, and what it uses."""
+        self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
+        node_used = self.node_used.setdefault(node_name, {})
+        for key, quantity in used.items():
+            node_used[key] = node_used.get(key, ZERO) + quantity
+
+    def _add_pending_ask(self, types: Iterable[str], whole_gpus: int, mig: Mapping[str, int]) -> None:
+        """An unbound GPU pod: what it asks, on each type it may land on."""
+        for type_id in types:
+            capacity = self._capacity(type_id)
+            capacity.pending_whole += whole_gpus
+            for profile, count in mig.items():
+                capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
 
     def _pod_facts(self, raw: dict[str, Any], nodes_epoch: int) -> _PodFacts:
         """What the pod object adds to the inventory, the tenant left to the build (see `_PodFacts`)."""

@@ -11,7 +11,6 @@ from policies.vocabulary.objects import PodView
 from webhook.intent import OUT_ACCELERATOR_TYPE
 from webhook.inventory.capacity import Inventory
 from webhook.inventory.node_units import demand_resources
-from webhook.inventory.numbers import ZERO
 
 
 class NodeUse(Inventory):
@@ -30,14 +29,7 @@ class NodeUse(Inventory):
                 continue
             node_name = pod.node_name
             if node_name:
-                self.node_gpu_pods[node_name] = self.node_gpu_pods.get(node_name, 0) + 1
-                used = self.node_used.setdefault(node_name, {})
-                for key, amount in demand_resources(demand, model.nodes.get(node_name)).items():
-                    used[key] = used.get(key, ZERO) + amount
-                continue
-            # As the full pass counts a pending pod (capacity.py `_pod_facts`, `_add_pod`).
-            for type_id in (t for t in pod.annotations.get(OUT_ACCELERATOR_TYPE, "").split(",") if t in model.types):
-                capacity = self._capacity(type_id)
-                capacity.pending_whole += demand.whole_gpus
-                for profile, count in demand.mig.items():
-                    capacity.pending_mig[profile] = capacity.pending_mig.get(profile, ZERO) + count
+                self._add_node_use(node_name, demand_resources(demand, model.nodes.get(node_name)))
+            else:  # as the full pass counts a pending pod (capacity.py `_pod_facts`, `_add_pod`)
+                types = (t for t in pod.annotations.get(OUT_ACCELERATOR_TYPE, "").split(",") if t in model.types)
+                self._add_pending_ask(types, demand.whole_gpus, demand.mig)
