@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.kernel.metric_kinds import counter
-from policies.kernel.metrics import ADMISSION_REFUSALS
+from policies.kernel.metrics import record_refusal as _record_refusal
 from policies.rbac.evaluator import Authorizer
 from policies.runtime.policy_runtime import PolicyRuntime
 from webhook.admission.access import Access
@@ -28,7 +28,6 @@ from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import Config
 
 WOULD_MUTATE = counter("kgwe_would_mutate_total", "Mutations audit mode computed but did not apply, by step", ["step"])
-_REFUSALS: dict[str, Any] = {}  # ADMISSION_REFUSALS' children by reason
 
 
 @dataclass
@@ -74,11 +73,7 @@ class Runtime:
 
     # -- metrics ------------------------------------------------------------------------------
     def record_refusal(self, reason: str) -> None:
-        # The counter's child per reason (a few, named by the core): `labels()` locks and builds a key each call.
-        child = _REFUSALS.get(reason)
-        if child is None:
-            child = _REFUSALS[reason] = ADMISSION_REFUSALS.labels(reason=reason)
-        child.inc()
+        _record_refusal(reason)
 
     def record_would_mutate(self, steps: list[str]) -> None:
         for step in steps:

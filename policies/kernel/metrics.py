@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from policies.kernel.metric_kinds import counter, gauge, histogram
+from policies.kernel.metric_kinds import KeptChildren, counter, gauge, histogram
 
 if TYPE_CHECKING:
     from prometheus_client import Gauge
@@ -67,8 +67,11 @@ POLICY_ENGINE_UP = gauge(
 )
 
 
+_REFUSALS = KeptChildren(ADMISSION_REFUSALS)
+
+
 def record_refusal(reason: str) -> None:
-    ADMISSION_REFUSALS.labels(reason=reason).inc()
+    _REFUSALS(reason).inc()
 
 
 # Label sets each labelled gauge was given through `replace_series` or `add_series` in this process.

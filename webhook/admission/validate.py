@@ -13,11 +13,10 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from policies.api import Violation, WouldBlock
 from policies.gpu_demand import pod_gpu_demand
-from policies.kernel.metric_kinds import counter
+from policies.kernel.metric_kinds import KeptChildren, counter
 from policies.runtime.outcomes import PolicyEngineError
 from policies.vocabulary import keys
 from webhook.admission.facts import Facts, Problem
@@ -66,15 +65,7 @@ GATE_ANSWERS = counter(
     "I/O gates of /validate by where they answered: at once, after retries on the event loop, on a thread",
     ["gate", "where"],
 )
-# Its children by (gate, where): `labels()` takes a lock and builds a key on every call.
-_GATE_ANSWERED: dict[tuple[str, str], Any] = {}
-
-
-def _count_answer(gate: str, where: str) -> None:
-    child = _GATE_ANSWERED.get((gate, where))
-    if child is None:
-        child = _GATE_ANSWERED[(gate, where)] = GATE_ANSWERS.labels(gate, where)
-    child.inc()
+_GATE_ANSWERED = KeptChildren(GATE_ANSWERS)
 
 
 class Validation(FactGathering):
@@ -123,7 +114,7 @@ class Validation(FactGathering):
                 if answered is not None:
                     pending.problems.extend(answered)
                     continue
-            _count_answer(gate.name, "thread")
+            _GATE_ANSWERED(gate.name, "thread").inc()
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 pending.problems.append((gate.name, f"no time was left to check {gate.name}; try again"))
@@ -345,7 +336,7 @@ async def _try_on_loop(gate: Gate, deadline: float | None) -> list[Problem] | No
             if not blocked.soon:
                 return None
             continue
-        _count_answer(gate.name, "at-once" if attempt == 0 else "loop-retry")
+        _GATE_ANSWERED(gate.name, "at-once" if attempt == 0 else "loop-retry").inc()
         return answer
     return None
 

@@ -22,6 +22,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client import Counter
 
+from policies.kernel.metric_kinds import KeptChildren
 from webhook.config import Authentication
 
 log = logging.getLogger(__name__)
@@ -80,14 +81,10 @@ class CallerAuthenticator:
         # request of a connection with the same certificate, which the connection's `tls` extension holds as
         # one string, so a lookup hashes it once per connection.
         self._verdicts: dict[str, tuple[bool, str]] = {}
-        # Counter children per (endpoint, result): `labels()` takes a lock and builds a key on every call.
-        self._counters: dict[tuple[str, str], Counter] = {}
+        self._counters = KeptChildren(CALLERS)
 
     def _count(self, endpoint: str, result: str) -> None:
-        counter = self._counters.get((endpoint, result))
-        if counter is None:
-            counter = self._counters[(endpoint, result)] = CALLERS.labels(endpoint, result)
-        counter.inc()
+        self._counters(endpoint, result).inc()
 
     def identify(self, scope: Mapping[str, Any]) -> tuple[bool, str]:
         """(authenticated, why not) from the request's verified client certificate."""
