@@ -9,10 +9,13 @@ Audit mode reports what would change and changes nothing.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from policies.api import WouldBlock
+from policies.vocabulary.identity import identity_of
 from policies.vocabulary.objects import ObjectView
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.gather import FactGathering
@@ -20,6 +23,9 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.rightsizing import Advice, advise, mode_of, not_applied, rightsized_pod, rightsizing_step
+from webhook.admission.seams import AdmissionGate
+from webhook.cluster.model import ClusterModel
+from webhook.config import Config
 from webhook.intent import LABEL_GANG
 from webhook.mutation.pipeline import NotConverging, copy_json, run_pipeline
 from webhook.mutation.steps import (
@@ -31,7 +37,8 @@ from webhook.mutation.steps import (
     scheduling_gates_step,
     scheduling_group_step,
 )
-from webhook.placement.memo import read_pod
+from webhook.placement.memo import MAX_KEY_BYTES, PodReading, read_pod
+from webhook.placement.plan import PlacementPlan
 from webhook.placement.profile_resources import ProfileResources, apply_defaults, missing_defaults, profile_resources
 
 log = logging.getLogger("kgwe.admission")
@@ -52,11 +59,15 @@ class Mutation(FactGathering):
         assert request.object is not None
         if request.operation == "UPDATE":
             return self._mutate_update(request)
-        reading = read_pod(request.pod, self.runtime.store.snapshot())
-        profile = self._profile(reading.intent.profile)
+        model, config = self.runtime.store.snapshot(), self.runtime.config
+        reading = read_pod(request.pod, model)
+        profile = self._profile(reading.intent.profile, model)
         facts = self.gather(request, self._defaulted(request.object, profile), deadline, reading=reading)
-        if facts.intent.out_of_bounds and self.runtime.config.mode != "audit":
+        if facts.intent.out_of_bounds and config.mode != "audit":
             return refuse_out_of_bounds(request, facts.intent.out_of_bounds)
+        slot = answer_slot(request, reading, facts, model, config, self.seams.gates)
+        if slot is not None and slot.answer is not None:
+            return self._finish(request, facts, slot.answer.outcome(facts.plan), slot.answer, deadline)
         advice, facts = self._rightsize(request, facts, deadline)
         steps = self._steps(facts)
         if profile is not None and facts.renderable:
@@ -72,25 +83,34 @@ class Mutation(FactGathering):
         outcome = Outcome(patch=result.patch, object=result.pod,
                           warnings=facts.intent.warnings + facts.plan.warnings + advice.warnings)
         outcome.plan = facts.plan  # for the pod's Event (why), written off the request path
-        if facts.renderable:  # the wings' hooks (gang warnings, DRA claim templates) see placed pods only
+        # Reported by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
+        reported = list(facts.plan.steps) if facts.renderable else []
+        if advice.rewrites:
+            reported.insert(0, "rightsizing")
+        if {"gpu-resources", "profile-queue"} & set(result.changed_steps) and "profile" not in reported:
+            reported.append("profile")
+        if "output-annotations" in result.changed_steps and not reported:
+            reported.append("attribution")
+        answer = RememberedAnswer.of(outcome, facts.renderable, reported)
+        if slot is not None and not advice.rewrites:  # a rewrite was judged by gates that may ask the API
+            slot.keep(answer)
+        return self._finish(request, facts, outcome, answer, deadline)
+
+    def _finish(self, request: AdmissionRequest, facts: Facts, outcome: Outcome, answer: RememberedAnswer,
+                deadline: float | None) -> Outcome:
+        """What every answer does per request, remembered or not: the wings' hooks and audit mode's report."""
+        if answer.renderable:  # the wings' hooks (gang warnings, DRA claim templates) see placed pods only
             for hook in self.seams.after:
                 outcome = hook.after_mutate(request, facts, outcome, deadline)
         if self.runtime.config.mode == "audit":
-            # Report by what was decided (accelerator, mig, nvlink, cost, ...), not by internal step names.
-            reported = list(facts.plan.steps) if facts.renderable else []
-            if advice.rewrites:
-                reported.insert(0, "rightsizing")
-            if {"gpu-resources", "profile-queue"} & set(result.changed_steps) and "profile" not in reported:
-                reported.append("profile")
-            if "output-annotations" in result.changed_steps and not reported:
-                reported.append("attribution")
-            return self._audit_only(outcome, reported, request.object)
+            return self._audit_only(outcome, list(answer.reported), request.object)
         return outcome
 
-    def _profile(self, name: str | None) -> ProfileResources | None:
+    @staticmethod
+    def _profile(name: str | None, model: ClusterModel) -> ProfileResources | None:
         """The resources and queue of the HardwareProfile the pod names (`name`, its intent's), None when it names
         none (or one that does not exist: placement refuses that) or the profile says nothing of them."""
-        spec = self.runtime.store.snapshot().hardware_profiles.get(name) if name else None
+        spec = model.hardware_profiles.get(name) if name else None
         if name is None or spec is None:
             return None
         profile = profile_resources(name, ObjectView(spec).spec)
@@ -204,3 +224,117 @@ def refuse_out_of_bounds(request: AdmissionRequest, problems: list[str]) -> Outc
     outcome = Outcome.deny("; ".join(dict.fromkeys(problems)), code=422, reason="Invalid")
     outcome.object = request.object
     return outcome
+
+
+# A pod's answer remembered for replicas: see `answer_slot`.
+_ANSWERS = "mutate.answers"
+_ANSWERS_PER_ENTRY = 64
+
+
+@dataclass(frozen=True, slots=True)
+class RememberedAnswer:
+    """What `/mutate` answered a pod before the wings' hooks, as immutable values: the patch and the mutated pod
+    as JSON bytes (None: not kept), the warnings, whether the pod was placed, and audit mode's report."""
+
+    patch: bytes | None
+    pod: bytes | None
+    warnings: tuple[str, ...]
+    renderable: bool
+    reported: tuple[str, ...]
+
+    @classmethod
+    def of(cls, outcome: Outcome, renderable: bool, reported: list[str]) -> RememberedAnswer:
+        """The answer of `outcome`; its patch and pod kept only where their bytes give them back exactly (a
+        value JSON cannot hold, or a tuple where the bytes say list, is not)."""
+        try:
+            patch, pod = orjson.dumps(outcome.patch), orjson.dumps(outcome.object)
+        except TypeError:
+            patch = pod = None
+        if patch is not None and (orjson.loads(patch) != outcome.patch or orjson.loads(pod) != outcome.object):
+            patch = pod = None
+        return cls(patch, pod, tuple(outcome.warnings), renderable, tuple(reported))
+
+    def outcome(self, plan: PlacementPlan) -> Outcome:
+        """A fresh `Outcome` of this answer (nothing shared with the memo or another request), for `plan`'s Event."""
+        assert self.patch is not None and self.pod is not None
+        outcome = Outcome(patch=orjson.loads(self.patch), object=orjson.loads(self.pod), warnings=list(self.warnings))
+        outcome.plan = plan
+        return outcome
+
+
+@dataclass(slots=True)
+class AnswerSlot:
+    """Where one request's answer is remembered (`answer_slot`), and what it found there."""
+
+    answers: dict[tuple[bytes, bytes], _Kept | None]
+    key: tuple[bytes, bytes]
+    usage: Any
+    gates: tuple[AdmissionGate, ...]
+    tenant: str
+    answer: RememberedAnswer | None
+
+    def keep(self, answer: RememberedAnswer) -> None:
+        """Remembers `answer` from the second request with this key on (the first is only marked: a pod with a
+        name of its own is sent once, the replicas of a workload, named by the API server after admission, all
+        alike)."""
+        if answer.patch is None:
+            return
+        if len(self.answers) >= _ANSWERS_PER_ENTRY and self.key not in self.answers:
+            self.answers.clear()
+        seen = self.key in self.answers
+        self.answers[self.key] = _Kept(self.usage, self.gates, self.tenant, answer) if seen else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    usage: Any
+    gates: tuple[AdmissionGate, ...]
+    tenant: str
+    answer: RememberedAnswer
+
+
+def answer_slot(request: AdmissionRequest, reading: PodReading, facts: Facts, model: ClusterModel, config: Config,
+                gates: list[AdmissionGate]) -> AnswerSlot | None:
+    """Where `/mutate`'s answer to this pod CREATE is remembered, with the answer when one is; None when it is not
+    remembered.
+
+    The answer after the facts (rightsizing's advice, the steps, the pipeline's patch, the warnings) reads only
+    the request, the facts, the snapshot, the configuration and the gates' `scheduling_gates`, which are
+    functions of the request and the facts. The facts hold the plan of a plan memo entry (webhook/placement/
+    memo.py): one snapshot and configuration, one policy decision, intent and GPU demand, one pod without its
+    identity. So the answer is kept in that entry, under the exact JSON of the request less its uid (the pod's
+    own bytes, as `read_pod` made them, and everything else the request holds), and found again only where the
+    tenant, the usage row (by identity: the table is replaced when refreshed) and the gates are the ones it was
+    computed with. The policy decision is part of the entry's key, not remembered here: the engine answers every
+    request. What is done per request stays per request (`Mutation._finish`): the hooks, audit mode's counters;
+    the endpoint's metrics and the pod's Event are the endpoint's."""
+    entry = facts.plan_memo
+    if (entry is None or entry.config is not config or facts.model is not model or reading.body is None
+            or request.operation != "CREATE"):
+        return None
+    try:
+        rest = orjson.dumps([
+            identity_of(request.object), request.kind, request.resource, request.namespace, request.name,
+            request.user.as_dict(), request.old_object, request.dry_run, request.api_version, request.sub_resource,
+            request.invalid, request.authenticated, request.template, request.requested_by, request.via,
+            request.workload, request.made_from_template,
+            {k: v for k, v in request.raw.items() if k not in _REQUEST_PARTS_KEYED},
+        ])
+    except TypeError:
+        return None
+    if len(rest) > MAX_KEY_BYTES:
+        return None
+    answers: dict[tuple[bytes, bytes], _Kept | None] = entry.derived.setdefault(_ANSWERS, {})
+    key = (reading.body, rest)
+    kept = answers.get(key)
+    usage, held = facts.usage, tuple(gates)
+    found = None
+    if (kept is not None and kept.usage is usage and kept.tenant == facts.tenant and len(kept.gates) == len(held)
+            and all(a is b for a, b in zip(kept.gates, held, strict=True))):
+        found = kept.answer
+    return AnswerSlot(answers, key, usage, held, facts.tenant, found)
+
+
+# The request's parts the key holds as they were decoded (or as a hook rewrote them); the uid is what tells
+# two sendings of one pod apart, and nothing of the answer reads it.
+_REQUEST_PARTS_KEYED = frozenset({"uid", "object", "oldObject"})
