@@ -23,7 +23,7 @@ from review_strategies import pods
 
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest, decode_review
-from webhook.admission.seams import AdmissionGate
+from webhook.admission.seams import AdmissionGate, Gate
 from webhook.assembly import build_runtime
 from webhook.config import Config, Rightsizing, load_config
 from webhook.runtime import Runtime
@@ -122,8 +122,8 @@ def test_an_answer_handed_out_shares_nothing_with_the_memo() -> None:
 
 
 def _notebook(name: str = "notebook") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "team-a", "annotations": {"kgwe.io/accelerator": "nvidia-h100-80gb"}},
+    notes = {"kgwe.io/accelerator": "nvidia-h100-80gb"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a", "annotations": notes},
             "spec": {"containers": [{"name": "main", "image": "jupyter",
                                      "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
 
@@ -237,3 +237,49 @@ def test_a_change_of_state_is_answered_as_a_fresh_runtime_answers_it(what: str) 
     _assert_answers_as_fresh(warm, fresh, pod, sends=3)
     after = _answer(warm.admission.mutate(decode_review(review(pod, dry_run=True))))
     assert after != before[-1], f"the {what} change should change this pod's answer"
+
+
+class _Refusing(AdmissionGate):
+    """A gate whose answer changes outside the snapshot (as RBAC's SubjectAccessReviews do)."""
+
+    refuses = True
+
+    def check(self, request: AdmissionRequest, facts: Any) -> Gate | None:
+        problems = [("rbac", "not allowed by this test")] if self.refuses else []
+        return Gate("refusing", lambda _deadline: problems, False)
+
+
+def _auto(runtime: Runtime, refusing: bool) -> _Refusing:
+    _usage(runtime, True)
+    runtime.set_config(runtime.config.model_copy(update={"rightsizing": Rightsizing(mode="auto")}))
+    gate = _Refusing()
+    gate.refuses = refusing
+    runtime.admission.seams.gates.insert(0, gate)  # asked first: its refusal is the one rightsizing names
+    return gate
+
+
+def test_a_rightsizing_rewrite_judged_by_the_gates_is_judged_again_for_every_replica() -> None:
+    """`auto` tries the rewrite on the gates, which may ask the API: its answer is never remembered."""
+    warm = _runtime()
+    gate = _auto(warm, True)
+    pod = _notebook()
+    refused = [warm.admission.mutate(decode_review(review(pod, dry_run=True))) for _ in range(SENDS)]
+    assert any("not allowed by this test" in w for w in refused[-1].warnings), refused[-1].warnings
+    gate.refuses = False
+    fresh = _runtime()
+    _auto(fresh, False)
+    body = review(pod, dry_run=True)
+    answer = _answer(warm.admission.mutate(decode_review(body)))
+    assert answer == _answer(fresh.admission.mutate(decode_review(body)))
+    assert answer != _answer(refused[-1])
+
+
+def test_every_replica_of_a_rightsized_pod_gets_the_first_ones_answer() -> None:
+    """The rewritten pod is judged by the gates as the pipeline made it, never through the plan memo entry of the
+    pod before the pipeline (the quota gate's remembered refusals judged that pod, without its quota gate, from
+    the second replica on)."""
+    warm = _runtime()
+    _auto(warm, False)
+    answers = {_answer(warm.admission.mutate(decode_review(review(_notebook(), dry_run=True)))) for _ in range(SENDS)}
+    assert len(answers) == 1
+    assert b"instead of 1x nvidia-h100-80gb" in answers.pop()

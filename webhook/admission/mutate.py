@@ -4,6 +4,11 @@ CREATE: the placement plan and KGWE's outputs rendered by the mutation steps (we
 JSON Patch, DRA claim templates written (a gang's record is not: the gang controller records gangs from the pods
 that exist); UPDATE: `kgwe.io/` keys restored.
 Audit mode reports what would change and changes nothing.
+
+A controller's replicas reach `/mutate` alike but for the request's uid (no name yet: the API server names a
+generateName pod after admission), and so do the API server's reinvocations. Their answer after the facts is
+remembered with the plan (`answer_slot`), under everything it reads; the facts themselves (the policies'
+decision among them), the wings' hooks and audit mode's counters are still worked out for every request.
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ class Mutation(FactGathering):
         if "output-annotations" in result.changed_steps and not reported:
             reported.append("attribution")
         answer = RememberedAnswer.of(outcome, facts.renderable, reported)
-        if slot is not None and not advice.rewrites:  # a rewrite was judged by gates that may ask the API
+        if slot is not None and not advice.tried:  # a rewrite is judged by gates that may ask the API
             slot.keep(answer)
         return self._finish(request, facts, outcome, answer, deadline)
 
@@ -103,6 +108,7 @@ class Mutation(FactGathering):
             for hook in self.seams.after:
                 outcome = hook.after_mutate(request, facts, outcome, deadline)
         if self.runtime.config.mode == "audit":
+            assert request.object is not None
             return self._audit_only(outcome, list(answer.reported), request.object)
         return outcome
 
@@ -143,8 +149,8 @@ class Mutation(FactGathering):
         trial = self.gather(request, candidate, deadline, with_checks=True)
         problem = self._rightsizing_blocked(request, trial)
         if problem is not None:
-            return Advice(not_applied(facts.usage, problem)), facts
-        return advice, trial
+            return Advice(not_applied(facts.usage, problem), tried=True), facts
+        return replace(advice, tried=True), trial
 
     def _rightsizing_blocked(self, request: AdmissionRequest, trial: Facts) -> str | None:
         """Why the rewritten pod would be refused (placement, a Deny policy, RBAC, quota), if it would: then
@@ -159,7 +165,9 @@ class Mutation(FactGathering):
             # The gates judge the pod as /mutate would leave it (quota: its quota gate included).
             made = run_pipeline(trial.pod, self._steps(trial)).pod
             as_made = replace(request, object=made)
-            made_facts = replace(trial, request=as_made, pod=made)
+            # Not the trial's plan memo entry: it holds the pod before the pipeline, and a gate that remembers its
+            # answer there (the quota gate's refusals) would judge that pod instead of this one.
+            made_facts = replace(trial, request=as_made, pod=made, plan_memo=None)
             problems: list[Problem] = []
             for gate in self.seams.gates:
                 check = gate.check(as_made, made_facts) if gate.judges_rewrites else None
@@ -246,11 +254,13 @@ class RememberedAnswer:
     def of(cls, outcome: Outcome, renderable: bool, reported: list[str]) -> RememberedAnswer:
         """The answer of `outcome`; its patch and pod kept only where their bytes give them back exactly (a
         value JSON cannot hold, or a tuple where the bytes say list, is not)."""
+        patch: bytes | None
+        pod: bytes | None
         try:
             patch, pod = orjson.dumps(outcome.patch), orjson.dumps(outcome.object)
         except TypeError:
             patch = pod = None
-        if patch is not None and (orjson.loads(patch) != outcome.patch or orjson.loads(pod) != outcome.object):
+        if patch is None or pod is None or orjson.loads(patch) != outcome.patch or orjson.loads(pod) != outcome.object:
             patch = pod = None
         return cls(patch, pod, tuple(outcome.warnings), renderable, tuple(reported))
 

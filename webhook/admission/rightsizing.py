@@ -44,6 +44,9 @@ class Advice:
 
     warnings: list[str] = field(default_factory=list)
     changes: dict[str, str | None] = field(default_factory=dict)
+    # Whether a rewrite was tried on the pod (`Mutation._rightsize`): the gates that judged it may ask the API
+    # (RBAC), so the answer is more than a function of the pod and the snapshot, and is not remembered.
+    tried: bool = False
 
     @property
     def rewrites(self) -> bool:
