@@ -283,3 +283,13 @@ def test_every_replica_of_a_rightsized_pod_gets_the_first_ones_answer() -> None:
     answers = {_answer(warm.admission.mutate(decode_review(review(_notebook(), dry_run=True)))) for _ in range(SENDS)}
     assert len(answers) == 1
     assert b"instead of 1x nvidia-h100-80gb" in answers.pop()
+
+
+def test_past_its_bytes_a_snapshot_keeps_no_more_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook.admission import mutate
+
+    monkeypatch.setattr(mutate, "MAX_ANSWER_BYTES", 1)
+    warm = _runtime()
+    pod = _as_replica(EXAMPLE_PODS[0], False)
+    _assert_answers_as_fresh(warm, _runtime, pod)
+    assert _remembered(warm) == 0

@@ -236,7 +236,9 @@ def refuse_out_of_bounds(request: AdmissionRequest, problems: list[str]) -> Outc
 
 # A pod's answer remembered for replicas: see `answer_slot`.
 _ANSWERS = "mutate.answers"
-_ANSWERS_PER_ENTRY = 64
+_ANSWER_BYTES = "mutate.answer-bytes"  # in the snapshot's `derived`: what its entries' answers hold, keys included
+_ANSWERS_PER_ENTRY = 8
+MAX_ANSWER_BYTES = 8 * 1024 * 1024  # per snapshot; past it, answers are no longer kept until the next one
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,16 +284,21 @@ class AnswerSlot:
     gates: tuple[AdmissionGate, ...]
     tenant: str
     answer: RememberedAnswer | None
+    held: list[int]  # the snapshot's `_ANSWER_BYTES`
 
     def keep(self, answer: RememberedAnswer) -> None:
         """Remembers `answer` from the second request with this key on (the first is only marked: a pod with a
         name of its own is sent once, the replicas of a workload, named by the API server after admission, all
-        alike)."""
-        if answer.patch is None:
+        alike), within `MAX_ANSWER_BYTES` a snapshot."""
+        if answer.patch is None or answer.pod is None:
             return
-        if len(self.answers) >= _ANSWERS_PER_ENTRY and self.key not in self.answers:
-            self.answers.clear()
         seen = self.key in self.answers
+        size = len(self.key[0]) + len(self.key[1]) + (len(answer.patch) + len(answer.pod) if seen else 0)
+        if self.held[0] + size > MAX_ANSWER_BYTES:
+            return
+        if len(self.answers) >= _ANSWERS_PER_ENTRY and not seen:
+            self.answers.clear()  # what they held stays counted: the bound is on what a snapshot ever kept
+        self.held[0] += size
         self.answers[self.key] = _Kept(self.usage, self.gates, self.tenant, answer) if seen else None
 
 
@@ -328,7 +335,7 @@ def answer_slot(request: AdmissionRequest, reading: PodReading, facts: Facts, mo
             request.user.as_dict(), request.old_object, request.dry_run, request.api_version, request.sub_resource,
             request.invalid, request.authenticated, request.template, request.requested_by, request.via,
             request.workload, request.made_from_template,
-            {k: v for k, v in request.raw.items() if k not in _REQUEST_PARTS_KEYED},
+            {k: v for k, v in request.raw.items() if k not in _LEFT_OUT_OF_RAW},
         ])
     except TypeError:
         return None
@@ -337,14 +344,14 @@ def answer_slot(request: AdmissionRequest, reading: PodReading, facts: Facts, mo
     answers: dict[tuple[bytes, bytes], _Kept | None] = entry.derived.setdefault(_ANSWERS, {})
     key = (reading.body, rest)
     kept = answers.get(key)
-    usage, held = facts.usage, tuple(gates)
+    usage, asked = facts.usage, tuple(gates)
     found = None
-    if (kept is not None and kept.usage is usage and kept.tenant == facts.tenant and len(kept.gates) == len(held)
-            and all(a is b for a, b in zip(kept.gates, held, strict=True))):
+    if (kept is not None and kept.usage is usage and kept.tenant == facts.tenant and len(kept.gates) == len(asked)
+            and all(a is b for a, b in zip(kept.gates, asked, strict=True))):
         found = kept.answer
-    return AnswerSlot(answers, key, usage, held, facts.tenant, found)
+    return AnswerSlot(answers, key, usage, asked, facts.tenant, found, model.derived.setdefault(_ANSWER_BYTES, [0]))
 
 
-# The request's parts the key holds as they were decoded (or as a hook rewrote them); the uid is what tells
-# two sendings of one pod apart, and nothing of the answer reads it.
-_REQUEST_PARTS_KEYED = frozenset({"uid", "object", "oldObject"})
+# What the key leaves out of the request as received: its objects, keyed as decoded (or as a hook rewrote them),
+# and the uid, which tells two sendings of one pod apart and which nothing of the answer reads.
+_LEFT_OUT_OF_RAW = frozenset({"uid", "object", "oldObject"})
