@@ -14,6 +14,7 @@ decision among them), the wings' hooks and audit mode's counters are still worke
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -72,7 +73,8 @@ class Mutation(FactGathering):
             return refuse_out_of_bounds(request, facts.intent.out_of_bounds)
         slot = answer_slot(request, reading, facts, model, config, self.seams.gates)
         if slot is not None and slot.answer is not None:
-            return self._finish(request, facts, slot.answer.outcome(facts.plan), slot.answer, deadline)
+            found = slot.answer
+            return self._finish(request, facts, found.outcome(facts.plan), found.renderable, found.reported, deadline)
         advice, facts = self._rightsize(request, facts, deadline)
         steps = self._steps(facts)
         if profile is not None and facts.renderable:
@@ -96,20 +98,19 @@ class Mutation(FactGathering):
             reported.append("profile")
         if "output-annotations" in result.changed_steps and not reported:
             reported.append("attribution")
-        answer = RememberedAnswer.of(outcome, facts.renderable, reported)
         if slot is not None and not advice.tried:  # a rewrite is judged by gates that may ask the API
-            slot.keep(answer)
-        return self._finish(request, facts, outcome, answer, deadline)
+            slot.keep(outcome, facts.renderable, reported)
+        return self._finish(request, facts, outcome, facts.renderable, reported, deadline)
 
-    def _finish(self, request: AdmissionRequest, facts: Facts, outcome: Outcome, answer: RememberedAnswer,
-                deadline: float | None) -> Outcome:
+    def _finish(self, request: AdmissionRequest, facts: Facts, outcome: Outcome, renderable: bool,
+                reported: Sequence[str], deadline: float | None) -> Outcome:
         """What every answer does per request, remembered or not: the wings' hooks and audit mode's report."""
-        if answer.renderable:  # the wings' hooks (gang warnings, DRA claim templates) see placed pods only
+        if renderable:  # the wings' hooks (gang warnings, DRA claim templates) see placed pods only
             for hook in self.seams.after:
                 outcome = hook.after_mutate(request, facts, outcome, deadline)
         if self.runtime.config.mode == "audit":
             assert request.object is not None
-            return self._audit_only(outcome, list(answer.reported), request.object)
+            return self._audit_only(outcome, list(reported), request.object)
         return outcome
 
     @staticmethod
@@ -253,7 +254,7 @@ class RememberedAnswer:
     reported: tuple[str, ...]
 
     @classmethod
-    def of(cls, outcome: Outcome, renderable: bool, reported: list[str]) -> RememberedAnswer:
+    def of(cls, outcome: Outcome, renderable: bool, reported: Sequence[str]) -> RememberedAnswer:
         """The answer of `outcome`; its patch and pod kept only where their bytes give them back exactly (a
         value JSON cannot hold, or a tuple where the bytes say list, is not)."""
         patch: bytes | None
@@ -286,13 +287,14 @@ class AnswerSlot:
     answer: RememberedAnswer | None
     held: list[int]  # the snapshot's `_ANSWER_BYTES`
 
-    def keep(self, answer: RememberedAnswer) -> None:
-        """Remembers `answer` from the second request with this key on (the first is only marked: a pod with a
-        name of its own is sent once, the replicas of a workload, named by the API server after admission, all
-        alike), within `MAX_ANSWER_BYTES` a snapshot."""
+    def keep(self, outcome: Outcome, renderable: bool, reported: Sequence[str]) -> None:
+        """Remembers the answer `outcome` (before the hooks) from the second request with this key on (the first
+        is only marked: a pod with a name of its own is sent once, the replicas of a workload, named by the API
+        server after admission, all alike), within `MAX_ANSWER_BYTES` a snapshot."""
+        seen = self.key in self.answers
+        answer = RememberedAnswer.of(outcome, renderable, reported) if seen else _MARK
         if answer.patch is None or answer.pod is None:
             return
-        seen = self.key in self.answers
         size = len(self.key[0]) + len(self.key[1]) + (len(answer.patch) + len(answer.pod) if seen else 0)
         if self.held[0] + size > MAX_ANSWER_BYTES:
             return
@@ -300,6 +302,9 @@ class AnswerSlot:
             self.answers.clear()  # what they held stays counted: the bound is on what a snapshot ever kept
         self.held[0] += size
         self.answers[self.key] = _Kept(self.usage, self.gates, self.tenant, answer) if seen else None
+
+
+_MARK = RememberedAnswer(b"", b"", (), False, ())  # a key seen once: nothing of its answer is kept
 
 
 @dataclass(frozen=True, slots=True)
