@@ -139,25 +139,31 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         For a request that needs both, as `/validate` does: the engine converts the input once and shared
         library rules are computed once.
         """
+        decision, violations, _shared = self.evaluate_for_replicas(ctx)
+        return decision, violations
+
+    def evaluate_for_replicas(self, ctx: PolicyContext
+                              ) -> tuple[PlacementDecision, list[Violation], PolicySet | None]:
+        """`evaluate`, and the set (`replica_token`) under which its answer holds for every request with the
+        same inputs to `identity_free_key` in the same cluster summary: given only when the answer is the one
+        the memo holds for them (served from it, or just put there), else None."""
         policy_set = self._set
         if policy_set.prepared is None or not (policy_set.has_decision and policy_set.has_check):
             checked = self.check(ctx)
             try:
-                return self.decide_placement(ctx), checked
+                return self.decide_placement(ctx), checked, None
             except PolicyEngineError as exc:
                 if self.engine_health.up:
                     raise
                 # Engine unreachable in closed mode: refuse, with the CEL policies' own messages first.
-                return PlacementDecision(), [*checked, Violation(ENGINE_POLICY, "Deny", str(exc))]
+                return PlacementDecision(), [*checked, Violation(ENGINE_POLICY, "Deny", str(exc))], None
         started = time.perf_counter()
         memo_key, engine_input = self._memo_key(policy_set, ctx)
         if memo_key is not None:
             remembered = self._answers.get(policy_set, ctx.cluster, memo_key)
             if remembered is not None:
-                _EVALUATION_SECONDS["evaluate"].observe(time.perf_counter() - started)
-                for violation in remembered[1]:
-                    POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
-                return remembered
+                self.count_remembered(remembered[1], time.perf_counter() - started)
+                return remembered[0], remembered[1], self._shared(policy_set)
         violations: list[Violation] = []
         decision = PlacementDecision()
         try:
@@ -196,9 +202,19 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         if memo_key is not None and (activations.retried
                                      or any(isinstance(v, CelFailure) for v in activations.values.values())):
             memo_key = None  # a CEL failure may be the clock's (the time limit), not the pod's answer
-        if memo_key is not None:
-            self._answers.put(policy_set, ctx.cluster, memo_key, (decision, violations), ENGINE_POLICY)
-        return decision, violations
+        if memo_key is not None and self._answers.put(policy_set, ctx.cluster, memo_key, (decision, violations),
+                                                      ENGINE_POLICY):
+            return decision, violations, self._shared(policy_set)
+        return decision, violations, None
+
+    def _shared(self, policy_set: PolicySet) -> PolicySet | None:
+        return policy_set if self.replica_token() is policy_set else None
+
+    def count_remembered(self, violations: list[Violation], seconds: float) -> None:
+        """The metrics of an evaluation answered from remembered answers, as `evaluate` counts its own."""
+        _EVALUATION_SECONDS["evaluate"].observe(seconds)
+        for violation in violations:
+            POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
 
 
 # The evaluation-time histogram's children, looked up once (`labels()` takes a lock and builds a key).
