@@ -22,6 +22,7 @@ from policies.engines.projection import Projection
 from policies.engines.rego import RegoEngine, RegorusEngine
 from policies.engines.rego_opa import build_rego_engine
 from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
+from policies.kernel.metric_kinds import KeptChildren
 from policies.kernel.metrics import POLICY_EVALUATION_SECONDS, POLICY_VIOLATIONS
 from policies.loading.policy_set import PolicySet
 from policies.runtime.answer_memo import AnswerMemo
@@ -102,7 +103,7 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         finally:
             _EVALUATION_SECONDS["check"].observe(time.perf_counter() - started)
         for violation in violations:
-            POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
+            _VIOLATIONS(violation.policy, violation.action).inc()
         return violations
 
     def decide_placement(self, ctx: PolicyContext) -> PlacementDecision:
@@ -198,7 +199,7 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         finally:
             _EVALUATION_SECONDS["evaluate"].observe(time.perf_counter() - started)
         for violation in violations:
-            POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
+            _VIOLATIONS(violation.policy, violation.action).inc()
         if memo_key is not None and (activations.retried
                                      or any(isinstance(v, CelFailure) for v in activations.values.values())):
             memo_key = None  # a CEL failure may be the clock's (the time limit), not the pod's answer
@@ -214,11 +215,12 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         """The metrics of an evaluation answered from remembered answers, as `evaluate` counts its own."""
         _EVALUATION_SECONDS["evaluate"].observe(seconds)
         for violation in violations:
-            POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
+            _VIOLATIONS(violation.policy, violation.action).inc()
 
 
 # The evaluation-time histogram's children, looked up once (`labels()` takes a lock and builds a key).
 _EVALUATION_SECONDS = {kind: POLICY_EVALUATION_SECONDS.labels(kind) for kind in ("check", "decide", "evaluate")}
+_VIOLATIONS = KeptChildren(POLICY_VIOLATIONS)  # children by (policy, action): counted for every violation answered
 
 
 
