@@ -63,11 +63,15 @@ class MemoKeys(RegoPhase):
         nothing is remembered. A caller that shows those inputs equal for two requests of one snapshot may
         hand the second the first's answer while this gives the same set (webhook/admission/policy_glue.py)."""
         policy_set = self._set
-        if not (self.native_builtins and policy_set.prepared is not None and policy_set.has_decision
-                and policy_set.has_check):
+        if not self.native_builtins:
             return None
-        native = self._native_for(policy_set)
-        return policy_set if native is not None and _identity_free(policy_set, native) else None
+        known = self._replica_sets
+        if known is None or known[0] is not policy_set:
+            native = self._native_for(policy_set)
+            shared = (policy_set.prepared is not None and policy_set.has_decision and policy_set.has_check
+                      and native is not None and _identity_free(policy_set, native))
+            known = self._replica_sets = (policy_set, shared)
+        return policy_set if known[1] else None
 
     def _widened(self, policy_set: PolicySet, projection: Projection) -> Projection | None:
         """`projection` with what the GPUPolicies' match rules and CEL read (built once per set)."""

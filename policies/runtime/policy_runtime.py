@@ -83,6 +83,7 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         # tests' reference).
         self.project_input = True
         self._widening: tuple[PolicySet, Projection, Projection | None] | None = None
+        self._replica_sets: tuple[PolicySet, bool] | None = None  # replica_token's answer for the last set
         self._params: tuple[PolicySet, dict[str, Any]] | None = None
         self._answers = AnswerMemo()  # evaluate's answers for pods alike in all the policies read (_memo_key)
 
@@ -91,20 +92,29 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
 
     def check(self, ctx: PolicyContext) -> list[Violation]:
         """Every matching policy's violations: one Rego query and the CEL validations that apply."""
+        return self.check_for_replicas(ctx)[0]
+
+    def check_for_replicas(self, ctx: PolicyContext) -> tuple[list[Violation], PolicySet | None]:
+        """`check`, and the set (`replica_token`) under which its answer holds for every request with the same
+        inputs to `identity_free_key` in the same cluster summary: given only when the set answers from those
+        alone and nothing failed (a failure is not the pod's answer), else None."""
         policy_set = self._set
         started = time.perf_counter()
         violations: list[Violation] = []
+        failing: list[EvaluationFailed] = []
         try:
             activations = CelScope(policy_set)  # the request's CEL activations and values, shared by all phases
             active = self._active(policy_set, ctx, "check", violations, activations)
             violations.extend(v for policy in active for v in self._validate(policy, ctx, activations))
             if policy_set.has_check and policy_set.prepared is not None:
-                violations.extend(self._rego_check(policy_set, ctx, active))
+                violations.extend(self._rego_check(policy_set, ctx, active, failing))
         finally:
             _EVALUATION_SECONDS["check"].observe(time.perf_counter() - started)
         for violation in violations:
             _VIOLATIONS(violation.policy, violation.action).inc()
-        return violations
+        if failing or activations.retried or any(isinstance(v, CelFailure) for v in activations.values.values()):
+            return violations, None
+        return violations, self._shared(policy_set)
 
     def decide_placement(self, ctx: PolicyContext) -> PlacementDecision:
         policy_set = self._set
@@ -211,9 +221,10 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
     def _shared(self, policy_set: PolicySet) -> PolicySet | None:
         return policy_set if self.replica_token() is policy_set else None
 
-    def count_remembered(self, violations: list[Violation], seconds: float) -> None:
-        """The metrics of an evaluation answered from remembered answers, as `evaluate` counts its own."""
-        _EVALUATION_SECONDS["evaluate"].observe(seconds)
+    def count_remembered(self, violations: list[Violation], seconds: float, kind: str = "evaluate") -> None:
+        """The metrics of an evaluation answered from remembered answers (`kind`: `evaluate` or `check`), as
+        those methods count their own."""
+        _EVALUATION_SECONDS[kind].observe(seconds)
         for violation in violations:
             _VIOLATIONS(violation.policy, violation.action).inc()
 

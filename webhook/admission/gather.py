@@ -70,11 +70,12 @@ class FactGathering:
         replica: ReplicaAnswer | None = None
         if runtime.policies is not None and (wants_decision or with_checks):
             try:
-                if wants_decision and with_checks and pod is request.object:
-                    # Both asked of the request's own pod, as /validate does: remembered for replicas (policy_glue.py)
+                if with_checks and pod is request.object:
+                    # The checks of the request's own pod, as /validate asks them: remembered for replicas
+                    # (policy_glue.py)
                     decision, violations, replica = runtime.policy_glue.evaluate_for_pod(
                         request, reading, namespace_object, model, tenant,
-                        usage.policy_document() if usage is not None else None,
+                        usage.policy_document() if usage is not None else None, decide=wants_decision,
                     )
                 else:
                     decision, violations = runtime.policy_glue.evaluate_policies(

@@ -39,7 +39,9 @@ class PolicyEngine(Protocol):
 
     def replica_token(self) -> object | None: ...
 
-    def count_remembered(self, violations: list[Violation], seconds: float) -> None: ...
+    def check_for_replicas(self, ctx: PolicyContext) -> tuple[list[Violation], object | None]: ...
+
+    def count_remembered(self, violations: list[Violation], seconds: float, kind: str) -> None: ...
 
 
 @dataclass
@@ -94,32 +96,39 @@ class PolicyGlue:
         model: ClusterModel,
         tenant: str,
         usage: dict[str, Any] | None,
+        *,
+        decide: bool,
     ) -> tuple[Decision | None, list[Violation], ReplicaAnswer | None]:
-        """`evaluate_policies(request, request.object, reading.intent, reading.demand, ..., decide=True,
+        """`evaluate_policies(request, request.object, reading.intent, reading.demand, ..., decide=decide,
         check=True)` for the request's own pod, whose `read_pod` is `reading`; the answer remembered for this
         snapshot's replicas while the engine says its answers depend only on the pod without its identity,
         the namespace object, the intent document and the usage (`replica_token`, policies/runtime/memo_keys.py),
         as its own answer memo does. The key holds each of those exactly: the reading's bytes (the pod without
         its identity, of which the intent and demand are functions), the namespace's name (its object is the
-        snapshot's), the usage's JSON. Also the entry the answer came from (None when not remembered)."""
+        snapshot's), the usage's JSON, and whether a decision was asked. Also the entry the answer came from
+        (None when not remembered)."""
         started = time.perf_counter()
         pod = request.object
         engine = self.policies
         if engine is None or pod is None:
             return None, [], None
-        key = _replica_key(reading, request.namespace, usage)
+        key = _replica_key(reading, request.namespace, usage, decide)
         token = engine.replica_token() if key is not None else None
         answers: dict[ReplicaKey, ReplicaAnswer] = model.derived.setdefault(_ANSWERS, {})
         found = answers.get(key) if key is not None and token is not None else None
         if found is not None and found.token is token:
             violations = list(found.violations)
-            engine.count_remembered(violations, time.perf_counter() - started)
-            decision = found.decision
-            return (None if decision is None else Decision(dict(decision.fields), dict(decision.decided_by)),
+            engine.count_remembered(violations, time.perf_counter() - started, "evaluate" if decide else "check")
+            known = found.decision
+            return (None if known is None else Decision(dict(known.fields), dict(known.decided_by)),
                     violations, found)
         context = _context(request, pod, reading.intent, reading.demand, namespace_object, model, tenant, usage)
-        placement, violations, shared = engine.evaluate_for_replicas(context)
-        decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
+        decision: Decision | None = None
+        if decide:
+            placement, violations, shared = engine.evaluate_for_replicas(context)
+            decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
+        else:
+            violations, shared = engine.check_for_replicas(context)
         if key is None or shared is None or shared is not token:
             return decision, violations, None
         if len(answers) >= REPLICA_ANSWERS_SIZE:
@@ -131,7 +140,7 @@ class PolicyGlue:
 
 REPLICA_ANSWERS_SIZE = 256
 _ANSWERS = "admission.policy-answers"
-ReplicaKey = tuple[bytes, str, bytes | None]
+ReplicaKey = tuple[bytes, str, bytes | None, bool]
 
 
 @dataclass(slots=True)
@@ -147,14 +156,15 @@ class ReplicaAnswer:
     plan: PlanMemoEntry | None = None
 
 
-def _replica_key(reading: PodReading, namespace: str, usage: dict[str, Any] | None) -> ReplicaKey | None:
+def _replica_key(reading: PodReading, namespace: str, usage: dict[str, Any] | None, decide: bool
+                 ) -> ReplicaKey | None:
     if reading.body is None:
         return None
     try:
         used = None if usage is None else orjson.dumps(usage)
     except TypeError:
         return None
-    return (reading.body, namespace, used)
+    return (reading.body, namespace, used, decide)
 
 
 def _context(request: AdmissionRequest, pod: dict[str, Any], intent: PodIntent, demand: GpuDemand,
