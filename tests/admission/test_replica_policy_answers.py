@@ -160,3 +160,24 @@ def test_the_policies_metrics_count_every_replica(index: int) -> None:
         warm.admission.validate(decode_review(body))
     assert (_count("kgwe_policy_violations_total") - before[0],
             _count("kgwe_policy_evaluation_seconds_count") - before[1]) == (4 * once[0], 4 * once[1])
+
+
+def test_the_same_pod_sent_by_another_tenant_is_judged_for_that_tenant() -> None:
+    """The output check is remembered per plan entry under the tenant, the requester and `via`: a pod KGWE wrote
+    for one tenant, sent again (the same bytes but its identity) by a requester of another tenant, is refused
+    for a tenant it does not carry; the first tenant's replicas still pass. Each answer is a fresh runtime's."""
+    pod = _gpu_pod()
+    pod["metadata"]["namespace"] = "default"
+    warm = _runtime()
+    written = _mutated(warm, _replica(pod, 0), groups=("ml-researchers", "system:authenticated"))
+    answers = []
+    for replica, groups in enumerate([("ml-researchers",), ("ml-researchers",), ("ml-researchers",), ("other",),
+                                      ("other",), ("ml-researchers",)]):
+        body = copy.deepcopy(written)
+        body["request"]["object"]["metadata"].update(_replica(pod, replica)["metadata"])
+        body["request"]["object"]["metadata"]["annotations"] = written["request"]["object"]["metadata"]["annotations"]
+        body["request"]["userInfo"]["groups"] = [*groups, "system:authenticated"]
+        outcome = warm.admission.validate(decode_review(body))
+        assert _answer(outcome) == _answer(_runtime().admission.validate(decode_review(body)))
+        answers.append(outcome.allowed)
+    assert answers == [True, True, True, False, False, True]
