@@ -1,9 +1,12 @@
 """The policy gate: turns one pod's facts into the plain input the policy layer takes, and its answer back.
 
 Policies never import the webhook: the request, the namespace, the cluster summary, the intent and the
-tenant are handed over as JSON-like data (`policies.api.PolicyContext`). A placement decision is asked of
-the engine every time: a cache of decisions for byte-identical pods bought 0-3 % for replicas (the engine's
-own answer memo serves them) and cost 6 % for distinct pods (docs/performance.md, issue 34).
+tenant are handed over as JSON-like data (`policies.api.PolicyContext`). `/mutate`'s placement decision is
+asked of the engine every time: a cache of decisions for byte-identical pods bought 0-3 % for replicas (the
+engine's own answer memo serves them) and cost 6 % for distinct pods (docs/performance.md, issue 34).
+`/validate`'s checks of a replica are handed the answer an earlier replica got (`evaluate_for_pod`), under the
+key the plan memo already computed, while the engine says that key holds all its answer reads (docs/decisions.md,
+"The policies' answer shared between a pod's replicas at admission").
 """
 
 from __future__ import annotations
@@ -86,7 +89,6 @@ class PolicyGlue:
             return None, list(engine.check(context))
         decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
         return decision, violations
-
 
     def evaluate_for_pod(
         self,
