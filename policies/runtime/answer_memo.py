@@ -68,13 +68,15 @@ class AnswerMemo:
         return None if found is None else _copy(found)
 
     def put(self, policy_set: object, cluster: Mapping[str, Any], key: bytes, answer: Answer,
-            engine_policy: str) -> None:
+            engine_policy: str) -> bool:
+        """Remember `answer` under `key`; False when it is not remembered."""
         if any(v.policy == engine_policy for v in answer[1]):
-            return  # an engine failure is the engine's state, not the pod's answer
+            return False  # an engine failure is the engine's state, not the pod's answer
         answers = self._answers(policy_set, cluster)
         if len(answers) >= MEMO_SIZE:
             answers.clear()
         answers[key] = _copy(answer)
+        return True
 
 
 __all__ = ["MAX_KEY_BYTES", "MEMO_SIZE", "AnswerMemo", "identity_free_key"]

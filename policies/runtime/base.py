@@ -45,6 +45,7 @@ class RuntimeBase:
     _native: tuple[PolicySet, NativeBuiltins | None] | None
     project_input: bool
     _widening: tuple[PolicySet, Projection, Projection | None] | None
+    _replica_sets: tuple[PolicySet, bool] | None
     _params: tuple[PolicySet, dict[str, Any]] | None
     _answers: AnswerMemo
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from policies.api import PolicyContext
 from policies.engines.aggregate import EVERYTHING_QUERY
+from policies.engines.native_builtins import NativeBuiltins
 from policies.engines.projection import Projection
 from policies.engines.rego import RegoInput
 from policies.loading.policy_set import PolicySet
@@ -30,7 +31,7 @@ class MemoKeys(RegoPhase):
         if native is None:
             return None, None
         key = identity_free_key(ctx)
-        if key is None or (not policy_set.gpu_policies and native.answers((), EVERYTHING_QUERY)):
+        if key is None or _identity_free(policy_set, native):
             return key, None
         projection = self._projection(policy_set, native.policies)
         if projection is None or not projection.deterministic:
@@ -55,6 +56,23 @@ class MemoKeys(RegoPhase):
             return None, None
         return (key if len(key) <= MAX_KEY_BYTES else None), engine_input
 
+    def replica_token(self) -> PolicySet | None:
+        """The policy set now loaded when `evaluate`'s remembered answers are keyed on `identity_free_key`'s
+        inputs alone (the pod without its identity, the namespace object, the intent document, the usage) over
+        one cluster summary; None when another policy may read more (an admin Rego or a GPUPolicy), or when
+        nothing is remembered. A caller that shows those inputs equal for two requests of one snapshot may
+        hand the second the first's answer while this gives the same set (webhook/admission/policy_glue.py)."""
+        policy_set = self._set
+        if not self.native_builtins:
+            return None
+        known = self._replica_sets
+        if known is None or known[0] is not policy_set:
+            native = self._native_for(policy_set)
+            shared = (policy_set.prepared is not None and policy_set.has_decision and policy_set.has_check
+                      and native is not None and _identity_free(policy_set, native))
+            known = self._replica_sets = (policy_set, shared)
+        return policy_set if known[1] else None
+
     def _widened(self, policy_set: PolicySet, projection: Projection) -> Projection | None:
         """`projection` with what the GPUPolicies' match rules and CEL read (built once per set)."""
         cached = self._widening
@@ -62,3 +80,9 @@ class MemoKeys(RegoPhase):
             cached = self._widening = (policy_set, projection, projection.widened(policy_set.request_reads))
         return cached[2]
 
+
+
+def _identity_free(policy_set: PolicySet, native: NativeBuiltins) -> bool:
+    """Whether only the built-ins, answered natively, speak for a request of `policy_set`: then an answer is a
+    function of `identity_free_key`'s inputs and the cluster summary."""
+    return not policy_set.gpu_policies and native.answers((), EVERYTHING_QUERY)

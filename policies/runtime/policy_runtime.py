@@ -22,6 +22,7 @@ from policies.engines.projection import Projection
 from policies.engines.rego import RegoEngine, RegorusEngine
 from policies.engines.rego_opa import build_rego_engine
 from policies.engines.rego_rvm import RegorusVmEngine, rego_vm_mode
+from policies.kernel.metric_kinds import KeptChildren
 from policies.kernel.metrics import POLICY_EVALUATION_SECONDS, POLICY_VIOLATIONS
 from policies.loading.policy_set import PolicySet
 from policies.runtime.answer_memo import AnswerMemo
@@ -82,6 +83,7 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         # tests' reference).
         self.project_input = True
         self._widening: tuple[PolicySet, Projection, Projection | None] | None = None
+        self._replica_sets: tuple[PolicySet, bool] | None = None  # replica_token's answer for the last set
         self._params: tuple[PolicySet, dict[str, Any]] | None = None
         self._answers = AnswerMemo()  # evaluate's answers for pods alike in all the policies read (_memo_key)
 
@@ -90,20 +92,29 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
 
     def check(self, ctx: PolicyContext) -> list[Violation]:
         """Every matching policy's violations: one Rego query and the CEL validations that apply."""
+        return self.check_for_replicas(ctx)[0]
+
+    def check_for_replicas(self, ctx: PolicyContext) -> tuple[list[Violation], PolicySet | None]:
+        """`check`, and the set (`replica_token`) under which its answer holds for every request with the same
+        inputs to `identity_free_key` in the same cluster summary: given only when the set answers from those
+        alone and nothing failed (a failure is not the pod's answer), else None."""
         policy_set = self._set
         started = time.perf_counter()
         violations: list[Violation] = []
+        failing: list[EvaluationFailed] = []
         try:
             activations = CelScope(policy_set)  # the request's CEL activations and values, shared by all phases
             active = self._active(policy_set, ctx, "check", violations, activations)
             violations.extend(v for policy in active for v in self._validate(policy, ctx, activations))
             if policy_set.has_check and policy_set.prepared is not None:
-                violations.extend(self._rego_check(policy_set, ctx, active))
+                violations.extend(self._rego_check(policy_set, ctx, active, failing))
         finally:
             _EVALUATION_SECONDS["check"].observe(time.perf_counter() - started)
         for violation in violations:
-            POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
-        return violations
+            _VIOLATIONS(violation.policy, violation.action).inc()
+        if failing or activations.retried or any(isinstance(v, CelFailure) for v in activations.values.values()):
+            return violations, None
+        return violations, self._shared(policy_set)
 
     def decide_placement(self, ctx: PolicyContext) -> PlacementDecision:
         policy_set = self._set
@@ -139,25 +150,31 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         For a request that needs both, as `/validate` does: the engine converts the input once and shared
         library rules are computed once.
         """
+        decision, violations, _shared = self.evaluate_for_replicas(ctx)
+        return decision, violations
+
+    def evaluate_for_replicas(self, ctx: PolicyContext
+                              ) -> tuple[PlacementDecision, list[Violation], PolicySet | None]:
+        """`evaluate`, and the set (`replica_token`) under which its answer holds for every request with the
+        same inputs to `identity_free_key` in the same cluster summary: given only when the answer is the one
+        the memo holds for them (served from it, or just put there), else None."""
         policy_set = self._set
         if policy_set.prepared is None or not (policy_set.has_decision and policy_set.has_check):
             checked = self.check(ctx)
             try:
-                return self.decide_placement(ctx), checked
+                return self.decide_placement(ctx), checked, None
             except PolicyEngineError as exc:
                 if self.engine_health.up:
                     raise
                 # Engine unreachable in closed mode: refuse, with the CEL policies' own messages first.
-                return PlacementDecision(), [*checked, Violation(ENGINE_POLICY, "Deny", str(exc))]
+                return PlacementDecision(), [*checked, Violation(ENGINE_POLICY, "Deny", str(exc))], None
         started = time.perf_counter()
         memo_key, engine_input = self._memo_key(policy_set, ctx)
         if memo_key is not None:
             remembered = self._answers.get(policy_set, ctx.cluster, memo_key)
             if remembered is not None:
-                _EVALUATION_SECONDS["evaluate"].observe(time.perf_counter() - started)
-                for violation in remembered[1]:
-                    POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
-                return remembered
+                self.count_remembered(remembered[1], time.perf_counter() - started)
+                return remembered[0], remembered[1], self._shared(policy_set)
         violations: list[Violation] = []
         decision = PlacementDecision()
         try:
@@ -192,17 +209,29 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         finally:
             _EVALUATION_SECONDS["evaluate"].observe(time.perf_counter() - started)
         for violation in violations:
-            POLICY_VIOLATIONS.labels(violation.policy, violation.action).inc()
+            _VIOLATIONS(violation.policy, violation.action).inc()
         if memo_key is not None and (activations.retried
                                      or any(isinstance(v, CelFailure) for v in activations.values.values())):
             memo_key = None  # a CEL failure may be the clock's (the time limit), not the pod's answer
-        if memo_key is not None:
-            self._answers.put(policy_set, ctx.cluster, memo_key, (decision, violations), ENGINE_POLICY)
-        return decision, violations
+        if memo_key is not None and self._answers.put(policy_set, ctx.cluster, memo_key, (decision, violations),
+                                                      ENGINE_POLICY):
+            return decision, violations, self._shared(policy_set)
+        return decision, violations, None
+
+    def _shared(self, policy_set: PolicySet) -> PolicySet | None:
+        return policy_set if self.replica_token() is policy_set else None
+
+    def count_remembered(self, violations: list[Violation], seconds: float, kind: str = "evaluate") -> None:
+        """The metrics of an evaluation answered from remembered answers (`kind`: `evaluate` or `check`), as
+        those methods count their own."""
+        _EVALUATION_SECONDS[kind].observe(seconds)
+        for violation in violations:
+            _VIOLATIONS(violation.policy, violation.action).inc()
 
 
 # The evaluation-time histogram's children, looked up once (`labels()` takes a lock and builds a key).
 _EVALUATION_SECONDS = {kind: POLICY_EVALUATION_SECONDS.labels(kind) for kind in ("check", "decide", "evaluate")}
+_VIOLATIONS = KeptChildren(POLICY_VIOLATIONS)  # children by (policy, action): counted for every violation answered
 
 
 

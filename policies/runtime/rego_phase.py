@@ -165,15 +165,20 @@ class RegoPhase(RuntimeBase):
         return query_value(query, lambda: {kind: found[kind] for kind in ("deny", "warn") if kind in found},
                            lambda: found["decision"])
 
-    def _rego_check(self, policy_set: PolicySet, ctx: PolicyContext, active: list[CompiledGPUPolicy]
-                    ) -> list[Violation]:
+    def _rego_check(self, policy_set: PolicySet, ctx: PolicyContext, active: list[CompiledGPUPolicy],
+                    failing: list[EvaluationFailed] | None = None) -> list[Violation]:
+        """The Rego policies' violations; what failed is also appended to `failing`, when given."""
         failures: list[EvaluationFailed] = []
         try:
             result = self._query(policy_set, CHECK_QUERY, ctx, active, failures=failures)
         except EvaluationFailed as failed:
+            if failing is not None:
+                failing.append(failed)
             if failed.unavailable:
                 self._count_failure(failed)
                 return self._unavailable_violations(policy_set, active, failed, with_decision=False)
             return self._failure_violations(failed)
+        if failing is not None:
+            failing.extend(failures)
         return [*violations_from(result, active), *(v for f in failures for v in self._failure_violations(f))]
 

@@ -6,6 +6,7 @@ import base64
 import re
 
 import orjson
+import pytest
 from effort import tries
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -133,3 +134,26 @@ def test_a_warning_kgwe_wrote_clean_is_kept_as_cleaning_would_keep_it(warnings: 
         if text and text not in expected:
             expected.append(text)
     assert sanitize_warnings(warnings) == expected
+
+
+@settings(max_examples=tries(100, 1000), deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["same warning", "KGWE: a  warning\n", "x" * 200]), st.text(max_size=130)),
+                max_size=6))
+def test_render_review_answers_each_list_of_warnings_as_sanitize_warnings_does(warnings: list[str]) -> None:
+    # render_review remembers what it answered for a list (replicas get the same warnings): the second answer is
+    # the first, and both are the rule's; the caller's list is never changed or shared.
+    for _ in range(2):
+        outcome = Outcome(warnings=list(warnings))
+        rendered = render_review("u", "admission.k8s.io/v1", outcome, mutating=False)["response"].get("warnings", [])
+        assert rendered == sanitize_warnings(warnings)
+        rendered.append("changed by the caller")
+        assert outcome.warnings == warnings
+
+
+def test_a_list_of_warnings_left_short_is_logged_every_time(caplog: pytest.LogCaptureFixture) -> None:
+    warnings = [f"warning {i:03d} " + "y" * 100 for i in range(100)]
+    for _ in range(2):
+        caplog.clear()
+        rendered = render_review("u", "admission.k8s.io/v1", Outcome(warnings=list(warnings)), False)["response"]
+        assert rendered["warnings"][-1].endswith("more warning(s) omitted")
+        assert any("left out" in record.getMessage() for record in caplog.records)

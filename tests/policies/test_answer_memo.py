@@ -360,3 +360,44 @@ def test_a_cut_attack_answers_on_the_projected_runtime_as_on_the_whole_one(
         assert runtime.reload(builtin=False, gpu_policies=[policy]).ok
     for pod in (*PODS, ODD_POD):
         assert _answer(projected, make_context(pod)) == _answer(whole, make_context(pod))
+
+
+def test_the_set_is_given_for_replicas_only_where_the_built_ins_alone_answer(
+    make_context: Callable[..., PolicyContext], tmp_path: Path
+) -> None:
+    """`evaluate_for_replicas` names the set (what admission shares replicas' answers under,
+    webhook/admission/policy_glue.py) only for an answer the memo holds under the pod without its identity:
+    the built-ins alone, answered natively; never with an admin policy, a GPUPolicy, a CEL failure or the
+    native path off."""
+    runtime = _builtins()
+    for number in (1, 2):  # put in the memo, then served from it
+        *_answer_of, shared = runtime.evaluate_for_replicas(make_context(_replica(gpu_pod(), number)))
+        assert shared is not None and shared is runtime.replica_token()
+        assert runtime.check_for_replicas(make_context(_replica(gpu_pod(), number)))[1] is shared
+    (tmp_path / "admin.rego").write_text("package admin.any\nimport rego.v1\n"
+                                         'deny contains "no" if input.request.object.metadata.name == "x"\n')
+    assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
+    assert runtime.replica_token() is None
+    assert runtime.evaluate_for_replicas(make_context(_replica(gpu_pod(), 3)))[2] is None
+    assert runtime.check_for_replicas(make_context(_replica(gpu_pod(), 3)))[1] is None
+    sizes = gpu_policy("sizes", "Deny", validations=[{"expression": "object.spec.containers.size() > 5",
+                                                      "message": "too few containers"}])
+    assert runtime.reload(builtin=True, gpu_policies=[sizes]).ok
+    assert runtime.replica_token() is None
+    runtime.cel_time_limit = 0.0
+    assert runtime.evaluate_for_replicas(make_context(_replica(gpu_pod(), 4)))[2] is None
+    assert runtime.check_for_replicas(make_context(_replica(gpu_pod(), 4)))[1] is None
+    plain = _builtins()
+    plain.native_builtins = False
+    assert plain.replica_token() is None
+    assert plain.evaluate_for_replicas(make_context(_replica(gpu_pod(), 5)))[2] is None
+    assert plain.check_for_replicas(make_context(_replica(gpu_pod(), 5)))[1] is None
+
+
+def test_a_check_that_failed_is_not_given_for_replicas(make_context: Callable[..., PolicyContext]) -> None:
+    """The built-ins alone, on a pod their Python declines and the engine fails on (a container that is not an
+    object): the failure is no answer to share, though the set's answers are shared."""
+    runtime = _builtins()
+    violations, shared = runtime.check_for_replicas(make_context(_replica(ODD_POD, 1)))
+    assert runtime.replica_token() is not None
+    assert shared is None and any(v.failed for v in violations)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from policies.api import Violation
 from policies.gpu_demand import GpuDemand
@@ -23,6 +22,33 @@ from webhook.placement.memo import PlanMemoEntry
 from webhook.placement.plan import Decision, PlacementPlan
 
 Problem = tuple[str, str]  # (reason, message)
+_T = TypeVar("_T")
+
+
+class _once(Generic[_T]):  # lower case: a decorator, as cached_property is
+    """`functools.cached_property` without its lock: Python 3.11's takes one on every first read, and a `Facts`
+    belongs to one request on one thread. The value is put in the instance's `__dict__`, which later reads find
+    first (this is a non-data descriptor)."""
+
+    def __init__(self, function: Callable[[Any], _T]) -> None:
+        self.function = function
+        self.name = function.__name__
+        self.__doc__ = function.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> _once[_T]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> _T: ...
+
+    def __get__(self, instance: object | None, owner: type | None = None) -> _T | _once[_T]:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.function(instance)
+        return value
 
 
 class UsageRow(Protocol):
@@ -60,17 +86,17 @@ class Facts:
     # Whether the pod asks GPUs past its resources (the gates' `asks_devices`: DRA claims of its own).
     device_asks: Callable[[Facts], bool] | None = None
 
-    @cached_property
+    @_once
     def asks_own_devices(self) -> bool:
         return self.device_asks is not None and self.device_asks(self)
 
-    @cached_property
+    @_once
     def conflicts(self) -> list[str]:
         """The user's own node constraints that contradict the plan (never overwritten: refused)."""
         pod = self.request.pod if self.pod is self.request.object else self.pod  # the view built at decode
         return conflicts_with_pod(pod, self.plan.requirements)
 
-    @cached_property
+    @_once
     def renderable(self) -> bool:
         """Placement is written only for pods `/validate` would admit: bad input gets no half-mutation."""
         return (

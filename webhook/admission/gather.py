@@ -17,10 +17,11 @@ from policies.runtime.outcomes import PolicyEngineError
 from policies.vocabulary.objects import PodView
 from webhook.admission.facts import Facts
 from webhook.admission.outcome import Outcome
+from webhook.admission.policy_glue import ReplicaAnswer
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionSeams
-from webhook.placement.memo import PodReading, planned_with_entry, read_pod
+from webhook.placement.memo import PlanMemoEntry, PodReading, copy_plan, planned_with_entry, read_pod
 from webhook.placement.plan import Decision
 
 log = logging.getLogger("kgwe.admission")
@@ -66,13 +67,22 @@ class FactGathering:
         demand = reading.demand
         usage = runtime.workload_usage(request, pod) if demand.asks_gpu else None
         wants_decision = (demand.asks_gpu or not intent.empty) and not intent.problems and not demand.invalid
+        replica: ReplicaAnswer | None = None
         if runtime.policies is not None and (wants_decision or with_checks):
             try:
-                decision, violations = runtime.policy_glue.evaluate_policies(
-                    request, pod, intent, demand, namespace_object, model, tenant,
-                    decide=wants_decision, check=with_checks,
-                    usage=usage.policy_document() if usage is not None else None,
-                )
+                if with_checks and pod is request.object:
+                    # The checks of the request's own pod, as /validate asks them: remembered for replicas
+                    # (policy_glue.py)
+                    decision, violations, replica = runtime.policy_glue.evaluate_for_pod(
+                        request, reading, namespace_object, model, tenant,
+                        usage.policy_document() if usage is not None else None, decide=wants_decision,
+                    )
+                else:
+                    decision, violations = runtime.policy_glue.evaluate_policies(
+                        request, pod, intent, demand, namespace_object, model, tenant,
+                        decide=wants_decision, check=with_checks,
+                        usage=usage.policy_document() if usage is not None else None,
+                    )
             except PolicyEngineError as exc:
                 # policies.failureMode: closed. /validate refuses; /mutate places without a decision
                 # (it fails open by design, and /validate has the last word).
@@ -80,8 +90,16 @@ class FactGathering:
                 if with_checks:
                     violations = [Violation("kgwe.policy-engine", "Deny", str(exc))]
         check_deadline(deadline)
-        # build_plan, remembered for replicas (webhook/placement/memo.py)
-        plan, memo = planned_with_entry(view, intent, decision, model, runtime.config, demand, reading)
+        if replica is not None and replica.plan is not None and replica.plan.config is runtime.config:
+            # The plan memo's entry for this pod, intent, demand and decision, found when the answer was
+            # (its key is a function of the replica answer's): what `planned_with_entry` gives from it.
+            memo: PlanMemoEntry | None = replica.plan
+            plan = copy_plan(replica.plan.plan)
+        else:
+            # build_plan, remembered for replicas (webhook/placement/memo.py)
+            plan, memo = planned_with_entry(view, intent, decision, model, runtime.config, demand, reading)
+            if replica is not None and memo is not None:
+                replica.plan = memo
         return Facts(
             request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations, plan_memo=memo,
             usage=usage, device_asks=self.seams.asks_devices,

@@ -10,6 +10,7 @@ is immutable like the pod's resources: quota use is computed from them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -20,8 +21,10 @@ from policies.vocabulary.objects import PodView, pod_view
 from webhook.admission.facts import Facts, stale_nodes
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
+from webhook.config import Config
 from webhook.costs import format_hourly_cost
 from webhook.intent import (
+    LABEL_GANG,
     OUT_ACCELERATOR_TYPE,
     OUT_DECISION,
     OUT_DRA_CLAIMS,
@@ -85,6 +88,38 @@ def _plan_outputs(plan: PlacementPlan, model: ClusterModel, decision: Decision |
     if plan.dra is not None:
         outputs[OUT_DRA_CLAIMS] = plan.dra.annotation
     return outputs
+
+
+def remembered_mismatches(facts: Facts, config: Config) -> list[str]:
+    """`output_mismatches` of the pod of `facts` against `expected_outputs(facts)` and the gang label. Those are a
+    function of the pod's annotations and labels, its plan, intent, demand, decision and DRA asks, the snapshot
+    and the configuration (all in the plan memo entry's key, or found from it), and of the tenant,
+    `requested_by` and `via`, which depend on who asks: remembered per entry under those three, found on the
+    entry's pod without its identity (replicas.py), whose annotations and labels are the pod's own."""
+    entry = facts.plan_memo
+    if (entry is None or entry.config is not config or not isinstance(entry.pod.raw, dict)
+            or facts.pod is not facts.request.object):
+        return _mismatches(facts)
+    request = facts.request
+    memo: dict[tuple[str, str | None, str], tuple[str, ...]] = entry.derived.setdefault(_MISMATCHES, {})
+    key = (facts.tenant, request.requested_by, request.via)
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= _MISMATCHES_PER_ENTRY:
+            memo.clear()
+        found = memo[key] = tuple(_mismatches(replace(facts, pod=entry.pod.raw)))
+    return list(found)
+
+
+_MISMATCHES = "ownership.output-mismatches"
+_MISMATCHES_PER_ENTRY = 64  # tenants, requesters and `via`s one entry's pod is judged for
+
+
+def _mismatches(facts: Facts) -> list[str]:
+    expected = expected_outputs(facts)
+    gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
+    pod = facts.request.pod if facts.pod is facts.request.object else PodView(facts.pod)  # the view built at decode
+    return output_mismatches(pod, expected, {LABEL_GANG: gang})
 
 
 def output_mismatches(

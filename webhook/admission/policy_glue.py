@@ -1,16 +1,22 @@
 """The policy gate: turns one pod's facts into the plain input the policy layer takes, and its answer back.
 
 Policies never import the webhook: the request, the namespace, the cluster summary, the intent and the
-tenant are handed over as JSON-like data (`policies.api.PolicyContext`). A placement decision is asked of
-the engine every time: a cache of decisions for byte-identical pods bought 0-3 % for replicas (the engine's
-own answer memo serves them) and cost 6 % for distinct pods (docs/performance.md, issue 34).
+tenant are handed over as JSON-like data (`policies.api.PolicyContext`). `/mutate`'s placement decision is
+asked of the engine every time: a cache of decisions for byte-identical pods bought 0-3 % for replicas (the
+engine's own answer memo serves them) and cost 6 % for distinct pods (docs/performance.md, issue 34).
+`/validate`'s checks of a replica are handed the answer an earlier replica got (`evaluate_for_pod`), under the
+key the plan memo already computed, while the engine says that key holds all its answer reads (docs/decisions.md,
+"The policies' answer shared between a pod's replicas at admission").
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from policies.api import PlacementDecision, PolicyContext, Violation
 from policies.gpu_demand import GpuDemand
@@ -19,6 +25,7 @@ from policies.vocabulary.objects import PodView, pod_view
 from webhook.admission.request import AdmissionRequest
 from webhook.cluster.model import ClusterModel
 from webhook.intent import PodIntent
+from webhook.placement.memo import PlanMemoEntry, PodReading
 from webhook.placement.plan import Decision
 
 
@@ -30,6 +37,14 @@ class PolicyEngine(Protocol):
     def decide_placement(self, ctx: PolicyContext) -> PlacementDecision: ...
 
     def evaluate(self, ctx: PolicyContext) -> tuple[PlacementDecision, list[Violation]]: ...
+
+    def evaluate_for_replicas(self, ctx: PolicyContext) -> tuple[PlacementDecision, list[Violation], object | None]: ...
+
+    def replica_token(self) -> object | None: ...
+
+    def check_for_replicas(self, ctx: PolicyContext) -> tuple[list[Violation], object | None]: ...
+
+    def count_remembered(self, violations: list[Violation], seconds: float, kind: str) -> None: ...
 
 
 @dataclass
@@ -61,17 +76,7 @@ class PolicyGlue:
         engine = self.policies
         if engine is None or not (decide or check):
             return None, []
-        intent_doc = intent.as_policy_input()
-        intent_doc["gpus"] = demand.whole_gpus + sum(demand.mig.values())
-        intent_doc["inference"] = _is_inference(pod)
-        context = PolicyContext(
-            request=_policy_request(request, pod),
-            namespace_object=namespace_object,
-            cluster=model.summary(),  # the same object per snapshot: engines reload cluster data only on change
-            intent=intent_doc,
-            tenant=tenant,
-            usage=usage,
-        )
+        context = _context(request, pod, intent, demand, namespace_object, model, tenant, usage)
         violations: list[Violation] = []
         if decide and check:
             placement, violations = engine.evaluate(context)
@@ -84,6 +89,100 @@ class PolicyGlue:
             return None, list(engine.check(context))
         decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
         return decision, violations
+
+    def evaluate_for_pod(
+        self,
+        request: AdmissionRequest,
+        reading: PodReading,
+        namespace_object: dict[str, Any] | None,
+        model: ClusterModel,
+        tenant: str,
+        usage: dict[str, Any] | None,
+        *,
+        decide: bool,
+    ) -> tuple[Decision | None, list[Violation], ReplicaAnswer | None]:
+        """`evaluate_policies(request, request.object, reading.intent, reading.demand, ..., decide=decide,
+        check=True)` for the request's own pod, whose `read_pod` is `reading`; the answer remembered for this
+        snapshot's replicas while the engine says its answers depend only on the pod without its identity,
+        the namespace object, the intent document and the usage (`replica_token`, policies/runtime/memo_keys.py),
+        as its own answer memo does. The key holds each of those exactly: the reading's bytes (the pod without
+        its identity, of which the intent and demand are functions), the namespace's name (its object is the
+        snapshot's), the usage's JSON, and whether a decision was asked. Also the entry the answer came from
+        (None when not remembered)."""
+        started = time.perf_counter()
+        pod = request.object
+        engine = self.policies
+        if engine is None or pod is None:
+            return None, [], None
+        key = _replica_key(reading, request.namespace, usage, decide)
+        token = engine.replica_token() if key is not None else None
+        answers: dict[ReplicaKey, ReplicaAnswer] = model.derived.setdefault(_ANSWERS, {})
+        found = answers.get(key) if key is not None and token is not None else None
+        if found is not None and found.token is token:
+            violations = list(found.violations)
+            engine.count_remembered(violations, time.perf_counter() - started, "evaluate" if decide else "check")
+            known = found.decision
+            return (None if known is None else Decision(dict(known.fields), dict(known.decided_by)),
+                    violations, found)
+        context = _context(request, pod, reading.intent, reading.demand, namespace_object, model, tenant, usage)
+        decision: Decision | None = None
+        if decide:
+            placement, violations, shared = engine.evaluate_for_replicas(context)
+            decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
+        else:
+            violations, shared = engine.check_for_replicas(context)
+        if key is None or shared is None or shared is not token:
+            return decision, violations, None
+        if len(answers) >= REPLICA_ANSWERS_SIZE:
+            answers.clear()
+        kept = None if decision is None else Decision(dict(decision.fields), dict(decision.decided_by))
+        entry = answers[key] = ReplicaAnswer(shared, kept, tuple(violations))
+        return decision, violations, entry
+
+
+REPLICA_ANSWERS_SIZE = 256
+_ANSWERS = "admission.policy-answers"
+ReplicaKey = tuple[bytes, str, bytes | None, bool]
+
+
+@dataclass(slots=True)
+class ReplicaAnswer:
+    """The policies' answer for a pod without its identity in one namespace with one usage, in one snapshot
+    (`evaluate_for_pod`), under the policy set `token`; and the plan memo entry gather found for it (the plan
+    depends on the pod, its intent, demand and decision, the snapshot and the configuration: set once, read
+    only while its configuration is the runtime's)."""
+
+    token: object
+    decision: Decision | None
+    violations: tuple[Violation, ...]
+    plan: PlanMemoEntry | None = None
+
+
+def _replica_key(reading: PodReading, namespace: str, usage: dict[str, Any] | None, decide: bool
+                 ) -> ReplicaKey | None:
+    if reading.body is None:
+        return None
+    try:
+        used = None if usage is None else orjson.dumps(usage)
+    except TypeError:
+        return None
+    return (reading.body, namespace, used, decide)
+
+
+def _context(request: AdmissionRequest, pod: dict[str, Any], intent: PodIntent, demand: GpuDemand,
+             namespace_object: dict[str, Any] | None, model: ClusterModel, tenant: str,
+             usage: dict[str, Any] | None) -> PolicyContext:
+    intent_doc = intent.as_policy_input()
+    intent_doc["gpus"] = demand.whole_gpus + sum(demand.mig.values())
+    intent_doc["inference"] = _is_inference(pod)
+    return PolicyContext(
+        request=_policy_request(request, pod),
+        namespace_object=namespace_object,
+        cluster=model.summary(),  # the same object per snapshot: engines reload cluster data only on change
+        intent=intent_doc,
+        tenant=tenant,
+        usage=usage,
+    )
 
 
 def _policy_request(request: AdmissionRequest, pod: dict[str, Any]) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def render_review(request_uid: str, api_version: str, outcome: Outcome, mutating
     elif mutating and outcome.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = encode_patch(outcome.patch)
-    warnings = sanitize_warnings(outcome.warnings)
+    warnings = _sanitized(outcome.warnings) if outcome.warnings else []
     if warnings:
         response["warnings"] = warnings
     annotations = sanitize_audit_annotations(outcome.audit_annotations)
@@ -95,6 +95,25 @@ def _clean(warning: object) -> bool:
         and warning[:1] != " "
         and warning[-1:] != " "
     )
+
+
+_SANITIZED: dict[tuple[str, ...], tuple[str, ...]] = {}
+_SANITIZED_SIZE = 256
+
+
+def _sanitized(warnings: list[str]) -> list[str]:
+    """`sanitize_warnings(warnings)`, remembered for the lists of strings seen last (a workload's replicas get the
+    same warnings): a pure function of them. Only lists short enough that nothing is left out are remembered
+    (cleaning never lengthens a warning), so every list left short is still logged."""
+    key = tuple(warnings)
+    found = _SANITIZED.get(key)
+    if found is None:
+        if not all(type(w) is str for w in key) or sum(map(len, key)) > WARNINGS_MAX_TOTAL_CHARS:
+            return sanitize_warnings(warnings)
+        if len(_SANITIZED) >= _SANITIZED_SIZE:
+            _SANITIZED.clear()
+        found = _SANITIZED[key] = tuple(sanitize_warnings(key))
+    return list(found)
 
 
 def sanitize_warnings(warnings: Iterable[str]) -> list[str]:

@@ -27,16 +27,15 @@ from webhook.admission.ownership import (
 )
 from webhook.admission.ownership import (
     changed_kgwe_keys,
-    expected_outputs,
     lifted_kgwe_gates,
-    output_mismatches,
+    remembered_mismatches,
     requested_by_refusal,
 )
 from webhook.admission.ports import AdmissionPorts
 from webhook.admission.replicas import remembered
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionGate, AdmissionSeams, Gate, PendingVerdict
-from webhook.intent import LABEL_GANG, OUT_REQUESTED_BY, parse_intent
+from webhook.intent import OUT_REQUESTED_BY, parse_intent
 from webhook.mutation.pipeline import run_pipeline
 from webhook.mutation.steps import placement_steps
 from webhook.scheduling.predicates import explain_infeasible, first_feasible
@@ -212,9 +211,7 @@ class Validation(FactGathering):
         skipped: its failurePolicy is Ignore), so nobody can pick a tenant, a price or a gang."""
         if self.runtime.config.mode == "audit":
             return []  # audit mode writes nothing, and refuses nothing
-        expected = expected_outputs(facts)
-        gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
-        wrong = output_mismatches(facts.request.pod, expected, {LABEL_GANG: gang})
+        wrong = remembered_mismatches(facts, self.runtime.config)
         problems: list[Problem] = [p for gate in self.seams.gates for p in gate.output_problems(facts)]
         if not wrong:
             return problems

@@ -40,7 +40,8 @@ class ClaimGate(AdmissionGate):
     def check(self, request: AdmissionRequest, facts: Facts) -> Gate | None:
         if request.template:
             return None
-        claims = own_dra_asks(request.pod, facts.plan.dra, facts.model.device_classes)
+        claims = _own_asks(facts) if request.object is facts.pod else own_dra_asks(
+            request.pod, facts.plan.dra, facts.model.device_classes)
         if not claims:
             return None
         blocks = bool(self.reader.blocks_io) or self.runtime.access.blocks_io
@@ -54,7 +55,7 @@ class ClaimGate(AdmissionGate):
         return bool(request.pod.spec.get("resourceClaims") or asks_extended_devices(request.pod))
 
     def asks_devices(self, facts: Facts) -> bool:
-        asks = own_dra_asks(facts.pod, facts.plan.dra, facts.model.device_classes)
+        asks = _own_asks(facts)
         return bool(asks.refs or asks.extended)
 
     def check_claims(
@@ -104,3 +105,21 @@ class ClaimGate(AdmissionGate):
         if tenancy is None or charge is None or request.object is None:
             return []
         return self.quota.charge_problems(request, charge, tenancy, model)
+
+
+_ASKS_NOTHING = "dra.asks-nothing"
+
+
+def _own_asks(facts: Facts) -> ForeignClaims:
+    """`own_dra_asks` of the pod of `facts`. It reads the pod's spec (its claims, its containers' resources), the
+    plan's DRA rendering and the snapshot's DeviceClasses, never the pod's identity: whether it finds nothing is
+    remembered per plan memo entry, found on the entry's own pod (without its identity) as
+    webhook/admission/replicas.py does, and replicas of a pod that asks nothing skip it. What it finds is always
+    found again on the pod itself."""
+    entry = facts.plan_memo
+    if entry is None or not isinstance(entry.pod.raw, dict):
+        return own_dra_asks(facts.pod, facts.plan.dra, facts.model.device_classes)
+    nothing = entry.derived.get(_ASKS_NOTHING)
+    if nothing is None:
+        nothing = entry.derived[_ASKS_NOTHING] = not own_dra_asks(entry.pod, entry.plan.dra, facts.model.device_classes)
+    return ForeignClaims() if nothing else own_dra_asks(facts.pod, facts.plan.dra, facts.model.device_classes)
