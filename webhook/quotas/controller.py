@@ -173,9 +173,8 @@ class QuotaController:
             self._index.forget()  # a replica that does not lead keeps no reads; a new leader starts from the API's
             return PassResult()
         pending = self._index.take()  # before the snapshot: every change it holds is marked by then
-        # A change moves the generation before its mark is made: a snapshot built at the generation read after the
-        # take holds every change marked. The background rebuild's, shared with admission and the gang pass, not one
-        # forced per pass (one per admitted GPU pod: a copy of every pod's entry, holding the GIL throughout).
+        # A change moves the generation before it is marked: a snapshot at the generation read now holds every mark.
+        # The background rebuild's, shared with admission and the gang pass, not one forced per pass (per GPU pod).
         marked = self.store.generation
         try:
             model = self.store.snapshot(at_least=marked)
