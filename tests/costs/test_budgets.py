@@ -172,3 +172,19 @@ def test_budget_judgement_and_metrics(tmp_path: Path) -> None:
     assert REGISTRY.get_sample_value("kgwe_budget_exceeded", {"tenant": "team-a", "action": "Deny"}) == 1.0
     assert REGISTRY.get_sample_value("kgwe_budget_ratio", {"tenant": "team-a"}) == pytest.approx(2.0)
     assert REGISTRY.get_sample_value("kgwe_budget_spent", {"tenant": "team-a"}) == pytest.approx(508.5)
+
+
+def test_the_budgets_refresh_says_what_the_month_says_and_reads_no_pod_without_a_budget(tmp_path: Path) -> None:
+    """`budget_states` (what admission and the quota controller read) against the month's figures the costs page
+    shows: the same states, team-a's budget judged and team-b's none; with no budget anywhere no pod is read."""
+    runtime = runtime_with(tmp_path / "budgeted", PROJECTED / 2, "Warn")
+    service = runtime.budgets.service
+    assert service.budget_states() == service.month().states
+    assert list(service.budget_states()) == ["team-a"]
+    assert service.budget_states()["team-a"].spent == EXPECTED_MONTH_SPENT["team-a"]
+    directory, config_file = write_cluster(tmp_path / "unbudgeted", NOW)
+    plain = build_runtime(load_config(config_file), directory, load_policies=False)
+    unread = SpendService(lambda: plain.config, plain.store.snapshot, clock=lambda: NOW)
+    assert unread.budget_states() == {}
+    assert unread.rates.computed == 0 and not unread.rates._entries  # no pod was rated
+    assert unread.month().states == {} and unread.rates.computed > 0

@@ -91,8 +91,10 @@ def test_readiness_waits_for_the_light_pass_then_the_nodes_are_answered_at_once(
     try:
         assert _until(lambda: cache._loaded_at is not None)
         assert cache.unready() == ["the nodes view not answered yet"]
+        assert cache.first_views_pending()  # what `kgwe serve`'s controllers wait for before their first passes
         release.set()
         assert _until(lambda: not cache.unready())
+        assert not cache.first_views_pending()
         assert cache.view("nodes", nodes)["nodes"]  # answered from what readiness waited for
     finally:
         release.set()
@@ -112,7 +114,7 @@ def test_readiness_waits_for_the_light_pass_no_longer_than_its_bound(tmp_path: P
     try:
         assert _until(lambda: cache._loaded_at is not None)
         assert _until(lambda: not cache.unready())  # the light pass still runs: ready past the bound
-        assert cache._state is None and not cache._provisional
+        assert cache._state is None and not cache._provisional and not cache.first_views_pending()
     finally:
         release.set()
         cache.stop()
@@ -128,7 +130,7 @@ def test_a_failed_light_pass_leaves_readiness_and_the_first_views_to_the_full_bu
     cache.start()
     try:
         assert _until(lambda: cache._state is not None)
-        assert cache.unready() == [] and cache._light_failed
+        assert cache.unready() == [] and cache._light_failed and not cache.first_views_pending()
         assert cache.view("nodes", nodes)["nodes"]
     finally:
         cache.stop()

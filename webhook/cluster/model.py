@@ -12,18 +12,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from policies.kernel.background import Task
 from policies.vocabulary import resources
-from policies.vocabulary.accelerator_types import UNKNOWN, AcceleratorTable
+from policies.vocabulary.accelerator_types import AcceleratorTable
 from policies.vocabulary.objects import ObjectView, PodView
 from webhook.cluster.node_facts import NodeFacts
 from webhook.cluster.node_side import NODE_SIDE_KINDS, NodeSide, read_node_side
-from webhook.cluster.type_index import TypeSummary
+from webhook.cluster.snapshot import ClusterModel
 from webhook.cluster.workloads import WORKLOAD_KINDS, over_bound, slim_workload, workload_key
 
 log = logging.getLogger("kgwe.cluster")
@@ -58,109 +56,8 @@ def object_key(obj: dict[str, Any]) -> str:
     return f"{namespace}/{view.name}" if namespace else view.name
 
 
-@dataclass(frozen=True)
-class ClusterModel:
-    """An immutable snapshot of the cluster as admission sees it."""
-
-    nodes: dict[str, NodeFacts]
-    node_objects: dict[str, dict[str, Any]]
-    pods: dict[str, dict[str, Any]]
-    namespaces: dict[str, dict[str, Any]]
-    hardware_profiles: dict[str, dict[str, Any]]
-    tenant_quotas: dict[str, dict[str, Any]]
-    gpu_policies: dict[str, dict[str, Any]]
-    rbac: dict[str, list[dict[str, Any]]]
-    types: dict[str, TypeSummary]
-    generation: int
-    built_at: float
-    table: AcceleratorTable
-    device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # DRA claims and (from a cluster directory) claim templates by `namespace/name`: what pods that name
-    # their own claims ask for and hold (webhook/dra/claimed.py).
-    resource_claims: dict[str, dict[str, Any]] = field(default_factory=dict)
-    claim_templates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Workloads of the kind table by `Kind/namespace/name` (webhook/cluster/workloads.py): views only.
-    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # MIGStrategy objects by name (webhook/migplan): which nodes' MIG layouts follow demand.
-    mig_strategies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # API discovery of the group versions a source was asked to look up (`KubeClusterSource(discover=...)`): the
-    # resources each serves; a group version the API server does not serve is absent. A directory serves none.
-    api_resources: Mapping[str, frozenset[str]] = field(default_factory=dict)
-
-    def serves(self, group_version: str, *resources: str) -> bool:
-        """Whether API discovery found `group_version` served with every one of `resources`."""
-        served = self.api_resources.get(group_version)
-        return served is not None and all(r in served for r in resources)
-
-    def type_ids(self) -> list[str]:
-        """The typed accelerator types of the snapshot, sorted (a new list: the caller may change it)."""
-        return list(self._type_ids)
-
-    @cached_property
-    def _type_ids(self) -> tuple[str, ...]:
-        return tuple(sorted(t for t in self.types if t != UNKNOWN))
-
-    def namespace_labels(self, namespace: str, shared: bool = False) -> dict[str, str]:
-        """The namespace's labels with `kubernetes.io/metadata.name` (a new dict: the caller may change it; `shared`:
-        the snapshot's own, never to be changed, which every pod's charge keeps: one per namespace, not per pod)."""
-        known = self._namespace_labels.get(namespace)
-        if known is not None:
-            return known if shared else dict(known)
-        merged = dict(ObjectView(self.namespaces.get(namespace)).labels)
-        merged.setdefault("kubernetes.io/metadata.name", namespace)
-        return merged
-
-    @cached_property
-    def _namespace_labels(self) -> dict[str, dict[str, str]]:
-        # Every namespace of the snapshot, once; a name it lacks is answered above (what a pod names cannot grow it).
-        out: dict[str, dict[str, str]] = {}
-        for name, obj in self.namespaces.items():
-            merged = dict(ObjectView(obj).labels)
-            merged.setdefault("kubernetes.io/metadata.name", name)
-            out[name] = merged
-        return out
-
-    def summary(self) -> dict[str, Any]:
-        """`data.kgwe.cluster` for policies: types with counts, MIG offers, NVLink and sharing. The same
-        object for the whole snapshot (engines reload cluster data only when it changes)."""
-        return self._summary
-
-    @cached_property
-    def _summary(self) -> dict[str, Any]:
-        return build_summary(self)
-
-    @cached_property
-    def derived(self) -> dict[Any, Any]:
-        """Facts derived from this snapshot alone, remembered for its life by the module that derives them
-        (keys start with that module's name): a request reads them instead of recomputing them."""
-        return {}
-
-
-def build_summary(model: ClusterModel) -> dict[str, Any]:
-    types: dict[str, Any] = {}
-    for type_id, summary in model.types.items():
-        accel = model.table.get(type_id)
-        types[type_id] = {
-            "nodes": len(summary.nodes),
-            "gpus": summary.gpus_total,
-            "maxGpusPerNode": summary.max_gpus_per_node,
-            "maxNvlinkDomain": summary.max_nvlink_domain,
-            "nvswitch": bool(accel and accel.nvswitch and summary.max_nvlink_domain > 1),
-            "memoryGB": model.table.memory_gb(type_id),
-            "mig": {p: {"devices": o.devices, "memoryGB": _profile_memory(p)} for p, o in summary.mig.items()},
-            "mps": len(summary.mps_nodes) > 0,
-            "timeSlicing": len(summary.timeslice_nodes) > 0,
-            "cliques": sorted(summary.cliques),
-        }
-    return {"types": types, "typeIds": model.type_ids(), "nodes": len(model.nodes)}
-
-
-def _profile_memory(profile: str) -> int | None:
-    try:
-        return int(profile.split(".")[-1].removesuffix("gb"))
-    except ValueError:
-        return None
-
+# The longest a pass waits for the background rebuild before it builds a snapshot itself.
+FRESH_WAIT_SECONDS = 1.0
 
 Listener = Callable[[str | None, "dict[str, Any] | None"], None]
 
@@ -197,6 +94,9 @@ class ClusterStore:
         self._node_side: NodeSide | None = None
         self._snapshot: ClusterModel | None = None
         self._snapshot_generation = -1
+        # Notified when a rebuild stored its snapshot: a pass that asks for one at least as new as a generation waits
+        # here for the background rebuild instead of forcing its own (never taken while `_lock` is wanted).
+        self._built = threading.Condition(threading.Lock())
         self._loaded = False
         # On demand: a read that finds the snapshot behind wakes it; it holds a thread only while it rebuilds.
         # A failed rebuild waits for the next read's wake; the last good snapshot keeps serving meanwhile.
@@ -321,11 +221,21 @@ class ClusterStore:
             return list(self._objects.get(kind, {}).values())
 
     # -- reads (admission) ------------------------------------------------------------------
-    def snapshot(self, force: bool = False) -> ClusterModel:
+    @property
+    def generation(self) -> int:
+        """Moves with every change: a snapshot built at this generation or later holds every change made so far."""
+        return self._generation
+
+    def snapshot(self, force: bool = False, *, at_least: int | None = None, wait: float | None = None) -> ClusterModel:
         """The latest snapshot. After a change it is rebuilt on a background thread (at most every
         `min_rebuild_interval` seconds) while requests keep reading the previous one, so no request
         waits for a rebuild (a pod's change rebuilds only the pod side, node_side.py). The first build, `force`, and
-        `min_rebuild_interval <= 0` rebuild at once."""
+        `min_rebuild_interval <= 0` rebuild at once.
+
+        `at_least`: a snapshot built at that generation or later (a controller's pass that must see the change that
+        woke it): the background rebuild's, waited for at most `wait` seconds (default twice `min_rebuild_interval`,
+        at most `FRESH_WAIT_SECONDS`), then one built now. The passes and admission share one rebuild per interval
+        instead of one forced per pass (issue 36: a rebuild copies every pod's entry, holding the GIL throughout)."""
         # The generation first: a rebuild stores its snapshot, then its generation. The other way round, a rebuild
         # finishing between the two reads passed the older snapshot off as current, even to `force` (a quota
         # pass would read the marks it took against a snapshot without their changes).
@@ -336,16 +246,38 @@ class ClusterStore:
         if current is None or force or self.min_rebuild_interval <= 0:
             return self._rebuild()
         self._rebuild_in_background()
-        return current
+        if at_least is None or built >= at_least:
+            return current
+        if wait is None:
+            wait = min(2 * self.min_rebuild_interval, FRESH_WAIT_SECONDS)
+        return self._built_by(at_least, wait)
+
+    def _built_by(self, generation: int, wait: float) -> ClusterModel:
+        """The background rebuild's snapshot once it is built at `generation` or later, or one built now after `wait`
+        seconds (the rebuild failed, or is slower than its interval)."""
+        deadline = time.monotonic() + wait
+        with self._built:
+            while self._snapshot_generation < generation:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._built.wait(left)
+            else:
+                current = self._snapshot  # stored before its generation: at least as new as the one just read
+                assert current is not None
+                return current
+        return self._rebuild()
 
     def _rebuild(self) -> ClusterModel:
         with self._lock:
             if self._snapshot is not None and self._snapshot_generation == self._generation:
                 return self._snapshot
             generation = self._generation  # writers hold the lock too: the build sees exactly this generation
-            self._snapshot = self._build()
+            snapshot = self._snapshot = self._build()
             self._snapshot_generation = generation
-            return self._snapshot
+        with self._built:
+            self._built.notify_all()
+        return snapshot
 
     def _rebuild_in_background(self) -> None:
         self._rebuilder.wake()

@@ -6,6 +6,7 @@ and what wakes when this replica becomes leader."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,6 +29,39 @@ if TYPE_CHECKING:  # the client is imported where a cluster is read, not for a d
     from kubernetes import client as k8s_client
 
 MIG_APPLY_SECONDS = 60.0
+# How often the held first passes look whether what they wait for is there.
+FIRST_PASSES_LOOK_SECONDS = 0.05
+
+
+class FirstPasses:
+    """Whether this replica's controllers act yet. `kgwe serve` holds their first passes, each over every pod, until
+    `ready()` (the read API's light pass answered, bounded: webhook/server/serving.py), so that pass does not share
+    the GIL with five of them on the way to ready (issue 36); until then a controller acts as a follower does, and
+    then each is woken. Open from the start without `ready`."""
+
+    def __init__(self, ready: Callable[[], bool] | None = None) -> None:
+        self._ready = ready
+        self._open = ready is None
+        self._wakes: list[Callable[[], None]] = []
+        # On demand, run at start: its thread ends once the passes are let go (or the supervisor stops).
+        self.task = Task("first-passes", self._wait, interval=None, run_at_start=True) if ready is not None else None
+
+    def is_open(self) -> bool:
+        return self._open
+
+    def after(self, wake: Callable[[], None]) -> None:
+        """`wake` is called when the passes are let go (a controller's next pass comes then, not at its tick)."""
+        self._wakes.append(wake)
+
+    def _wait(self) -> None:
+        assert self._ready is not None and self.task is not None
+        while not self._ready():
+            if self.task.stopping:
+                return
+            time.sleep(FIRST_PASSES_LOOK_SECONDS)
+        self._open = True
+        for wake in self._wakes:
+            wake()
 
 
 @dataclass
@@ -47,6 +81,8 @@ class Controllers:
     wings: list[WingController] = field(default_factory=list)
     # webhook.migplan: MIGStrategies in mode apply get their nodes' nvidia.com/mig.config set (idle nodes only).
     mig: Task | None = None
+    # When the controllers above (and the server's auditor and status sync, given `acting`) start acting.
+    first: FirstPasses = field(default_factory=FirstPasses)
     supervisor: Supervisor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,13 +90,17 @@ class Controllers:
 
     def tasks(self) -> list[Task]:
         """The election first (stopped last: it releases the lease once the controllers have ended)."""
-        tasks = [self.elector.task, self.bound_pods.task]
+        tasks = [self.elector.task, *([self.first.task] if self.first.task is not None else []), self.bound_pods.task]
         if self.readiness is not None:
             tasks.append(self.readiness.task)
         tasks.extend(wing.task for wing in self.wings)
         if self.mig is not None:
             tasks.append(self.mig)
         return tasks
+
+    def acting(self) -> bool:
+        """This replica leads and its first passes are let go: what every leader-only controller asks."""
+        return self.first.is_open() and self.elector.is_leader()
 
     def wing(self, name: str) -> WingController | None:
         """The wing controller of that name (gangs, quotas, dra-garbage); None when it does not run here."""
@@ -92,9 +132,11 @@ def build_controllers(
     gang_store: GangStore | None = None,
     budgets: Callable[[], Mapping[str, BudgetState]] | None = None,
     rates: RateMemo | None = None,
+    first_passes_after: Callable[[], bool] | None = None,
 ) -> Controllers:
     """Controllers over `store`; with no API client (YAML mode) nothing is patched and this replica leads.
-    `rates`: the spend service's remembered pod rates, which the bound-pod controller's cost series share."""
+    `rates`: the spend service's remembered pod rates, which the bound-pod controller's cost series share.
+    `first_passes_after`: the controllers act (as leader) only once it answers True (`FirstPasses`)."""
     # A replica that becomes leader releases what waits at once, from the API's state (no event may come).
     woken: list[Callable[[], None]] = []
 
@@ -104,14 +146,22 @@ def build_controllers(
 
     namespace = namespace or pod_namespace()
     elector = LeaderElector(api_client, namespace=namespace, on_change=led)
+    first = FirstPasses(first_passes_after)
+
+    def acting() -> bool:
+        return first.is_open() and elector.is_leader()
+
     patcher = kube_pod_patcher(api_client) if api_client is not None else None
     bound = BoundPodController(
-        store, config, patcher, interval_seconds=interval_seconds, is_leader=elector.is_leader, registry=registry,
+        store, config, patcher, interval_seconds=interval_seconds, is_leader=acting, registry=registry,
         rates=rates,
     )
-    wings = wing_controllers(store, config, api_client, elector.is_leader, interval_seconds=interval_seconds,
+    wings = wing_controllers(store, config, api_client, acting, interval_seconds=interval_seconds,
                              gang_store=gang_store, budgets=budgets)
     woken.extend(wing.on_leading for wing in wings)
+    first.after(bound.task.wake)
+    for wing in wings:
+        first.after(wing.task.wake)
     readiness = None
     if api_client is not None:
         def native_needs() -> tuple[Need, ...]:
@@ -123,8 +173,7 @@ def build_controllers(
         from webhook.cluster.kube_json import KubeJson
         from webhook.migplan.apply import MigApplier
 
-        applier = MigApplier(store, KubeJson(api_client), elector.is_leader, manager=config.mig_manager)
+        applier = MigApplier(store, KubeJson(api_client), acting, manager=config.mig_manager)
         # A minute is far below any sensible rebalanceInterval; each strategy's interval gates its own changes.
-        mig = Task("mig-apply", applier.run_pass, interval=MIG_APPLY_SECONDS, leader_only=True,
-                   is_leader=elector.is_leader)
-    return Controllers(elector, bound, readiness, wings, mig)
+        mig = Task("mig-apply", applier.run_pass, interval=MIG_APPLY_SECONDS, leader_only=True, is_leader=acting)
+    return Controllers(elector, bound, readiness, wings, mig, first)

@@ -177,10 +177,11 @@ class GangController:
         """One pass; returns what it did (releases and warnings), after the records were stored."""
         if not self.is_leader() or not self.store.loaded:
             return []  # records are made and dropped from the pods the model shows: never from a partial list
-        # The store as it is now (as the quota controller reads it): the snapshot before the change that woke this
-        # pass is replaced only in the background, and nothing woke the pass again, so a gang's last member
-        # waited for the next tick (interval_seconds) to be seen.
-        model = self.store.snapshot(force=True)
+        # At least the store as it is now (as the quota controller reads it): the snapshot before the change that woke
+        # this pass is replaced only in the background, and nothing woke the pass again, so a gang's last member
+        # waited for the next tick (interval_seconds) to be seen. The background rebuild's, waited for, not one forced
+        # per pass: admission and the quota pass share it.
+        model = self.store.snapshot(at_least=self.store.generation)
         for _attempt in range(PASS_ATTEMPTS):
             current = self.gangs.read()
             records, actions = self.plan(model, current.records)

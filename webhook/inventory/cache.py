@@ -195,14 +195,20 @@ class InventoryCache:
         """Why `/readyz` should wait for this cache: warm, the model loaded, and none of the `first_views` answerable
         yet (the light pass still runs), for at most `first_views_ready_seconds` after the model was loaded; never
         once the light pass failed (the full first build answers them then, as before it existed)."""
-        if not self.warm or self._state is not None or self._provisional or self._light_failed:
-            return []
-        if not any(name in self._views for name in self.first_views) or not self._is_loaded():
-            return []  # nothing to render from the light pass; the model loading is the store's own reason
-        assert self._loaded_at is not None
-        if time.monotonic() - self._loaded_at >= self.first_views_ready_seconds:
+        if not self.warm or not self.first_views_pending():
             return []
         return [f"the {', '.join(self.first_views)} view not answered yet"]
+
+    def first_views_pending(self) -> bool:
+        """None of the `first_views` answerable yet, the model loaded, at most `first_views_ready_seconds` after it
+        was: False once the light pass or a full build answered them, once the light pass failed, with no first view
+        registered, and while the model loads (the store's own reason)."""
+        if self._state is not None or self._provisional or self._light_failed:
+            return False
+        if not any(name in self._views for name in self.first_views) or not self._is_loaded():
+            return False
+        assert self._loaded_at is not None
+        return time.monotonic() - self._loaded_at < self.first_views_ready_seconds
 
     # -- building ---------------------------------------------------------------------------------
     def _wanted_key(self) -> tuple[tuple[int, int], ClusterModel, Config] | None:

@@ -151,7 +151,7 @@ class MigApplier:
         """One pass over the strategies in mode apply; each strategy's status gets the plan of every node."""
         if self.api is None or not self.is_leader():
             return []
-        model = self.store.snapshot(force=True)
+        model = self.store.snapshot(at_least=self.store.generation)  # the store as it is now, from the shared rebuild
         doc = plan_cluster(model)
         now = self.clock()
         done: list[Applied] = []

@@ -63,7 +63,8 @@ POSITION_REFRESH_SECONDS = 30.0
 RELEASED = Counter("kgwe_quota_released_total", "Pods whose kgwe.io/quota gate KGWE removed, by tenant", ["tenant"])
 WAITING = Gauge("kgwe_quota_waiting_pods", "Pods gated by kgwe.io/quota that wait for their tenant's quota",
                 ["tenant"])
-RELEASE_SECONDS = Gauge("kgwe_quota_pass_seconds", "Duration of the quota controller's last pass")
+RELEASE_SECONDS = Gauge("kgwe_quota_pass_seconds",
+                        "Duration of the quota controller's last pass, from its snapshot to its last write")
 
 
 @dataclass
@@ -171,13 +172,16 @@ class QuotaController:
         if not self.is_leader():
             self._index.forget()  # a replica that does not lead keeps no reads; a new leader starts from the API's
             return PassResult()
-        started = self.clock()
         pending = self._index.take()  # before the snapshot: every change it holds is marked by then
+        # A change moves the generation before it is marked: a snapshot at the generation read now holds every mark.
+        # The background rebuild's, shared with admission and the gang pass, not one forced per pass (per GPU pod).
+        marked = self.store.generation
         try:
-            model = self.store.snapshot(force=True)
+            model = self.store.snapshot(at_least=marked)
         except BaseException:
             self._index.start_over()  # the marks just taken are not read: the next pass reads every pod
             raise
+        started = self.clock()  # the pass's own work: the wait for the shared rebuild is not the pass's
         self._forget_expired()
         in_flight = {uid: pinned for uid, (pinned, _t, _k) in self._in_flight.items()}
         picture = self._index.picture(model, pending, in_flight)

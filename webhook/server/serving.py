@@ -142,9 +142,15 @@ def _build_worker(
     # Gang records live in the API only (the GangLedger), written by the leader's gang controller; a cluster
     # directory keeps none (its gang view plans them from its pods).
     gang_store = gang_ledger(assembly.api_client) if assembly.api_client is not None else None
-    # Every worker runs the controllers; the Lease lets one of them act at a time.
-    controllers = build_controllers(runtime.store, options.config, assembly.api_client, gang_store=gang_store,
-                                    budgets=runtime.budgets.states, rates=runtime.budgets.service.rates)
+    # The read API's inventory, kept warm while the app serves; the profiles' statuses are read from it.
+    inventory = server_inventory(runtime)
+    # Every worker runs the controllers; the Lease lets one of them act at a time. Their first passes, each over
+    # every pod, wait for the inventory's light pass (the nodes' view /readyz waits for; itself bounded after the
+    # model loaded): beside it they took 16 of its 17 s of wall time at 10,000 nodes (issue 36).
+    controllers = build_controllers(
+        runtime.store, options.config, assembly.api_client, gang_store=gang_store, budgets=runtime.budgets.states,
+        rates=runtime.budgets.service.rates,
+        first_passes_after=lambda: runtime.store.loaded and not inventory.first_views_pending())
     for task in assembly.source_tasks:  # running already; supervised so that they are reported and stopped too
         controllers.supervisor.add(task)
 
@@ -164,24 +170,24 @@ def _build_worker(
     else:
         writer = MemoryReportWriter()
     api_client = assembly.api_client
+    # Existing pods against the policies, PolicyReports. The model keeps pods slimmed, so in a cluster the auditor
+    # reads each pod whole (securityContext, env) before judging it. Its first pass waits as the controllers' do.
+    auditor = Auditor(runtime, writer, is_leader=controllers.acting,
+                      read_pod=ApiPodReader(api_client) if api_client is not None else None)
+    controllers.first.after(auditor.task.wake)
     background: list[BackgroundTask] = [
         tls,
         # GPUPolicy objects and policy directories, recompiled on change; in a cluster, Ready conditions.
         PolicySync(runtime, write_status=gpu_policy_condition_writer(api_client) if api_client else None).task,
-        # Existing pods against the policies, PolicyReports. The model keeps pods slimmed, so in a cluster
-        # the auditor reads each pod whole (securityContext, env) before judging it.
-        Auditor(runtime, writer, is_leader=controllers.elector.is_leader,
-                read_pod=ApiPodReader(api_client) if api_client is not None else None).task,
+        auditor.task,
     ]
     if api_client is not None and options.config.policies.generate_admission_policies:
         background.append(admission_policy_sync(runtime, api_client, controllers.elector.is_leader).task)
-    # The read API's inventory, kept warm while the app serves; the profiles' statuses are read from it.
-    inventory = server_inventory(runtime)
     if api_client is not None:
-        background.append(ProfileStatusSync(  # HardwareProfile.status.available
-            runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.elector.is_leader,
-            cache=inventory,
-        ).task)
+        status_sync = ProfileStatusSync(  # HardwareProfile.status.available, from the full inventory
+            runtime, custom_status_patcher(api_client, "hardwareprofiles"), controllers.acting, cache=inventory)
+        controllers.first.after(status_sync.task.wake)
+        background.append(status_sync.task)
     # What GPUs do, for admission, policies and the node view: refreshed from Prometheus off the request path
     # by every worker (it only reads), and the same reads answer /api/v1/recommendations (docs/usage.md).
     usage_service = UsageService(lambda: runtime.config, runtime.store.snapshot)
