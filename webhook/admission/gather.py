@@ -70,12 +70,13 @@ class FactGathering:
         replica: ReplicaAnswer | None = None
         if runtime.policies is not None and (wants_decision or with_checks):
             try:
-                if with_checks and pod is request.object:
-                    # The checks of the request's own pod, as /validate asks them: remembered for replicas
-                    # (policy_glue.py)
+                if pod is request.object:
+                    # The request's own pod, as /validate (checks) and /mutate (a decision) ask it: the answer
+                    # remembered for replicas (policy_glue.py)
                     decision, violations, replica = runtime.policy_glue.evaluate_for_pod(
                         request, reading, namespace_object, model, tenant,
                         usage.policy_document() if usage is not None else None, decide=wants_decision,
+                        check=with_checks,
                     )
                 else:
                     decision, violations = runtime.policy_glue.evaluate_policies(
