@@ -208,3 +208,18 @@ def test_a_decision_shared_by_mutate_is_never_validates_answer() -> None:
         assert not outcome.allowed
         assert _answer(outcome) == _answer(_runtime().admission.validate(decode_review(body)))
     assert _decided(warm)
+
+
+def test_a_pod_its_profile_defaults_is_decided_as_defaulted() -> None:
+    """A pod that asks nothing itself and gets its GPU from its HardwareProfile's defaults: the decision is
+    shared under the bytes of the pod as the defaults leave it (what placement and the policies judge), and
+    every replica's answer is a fresh runtime's."""
+    pod = next(p for p in EXAMPLE_PODS if p["metadata"].get("annotations", {}).get("kgwe.io/profile")
+               and "resources" not in p["spec"]["containers"][0])
+    warm = _runtime()
+    for replica in range(5):
+        body = _body(_replica(pod, replica), replica)
+        outcome = warm.admission.mutate(decode_review(body))
+        assert _answer(outcome) == _answer(_runtime().admission.mutate(decode_review(body)))
+    decided = [key for key in _decided(warm) if b"workbench-h100" in key[0]]
+    assert decided and all(b"nvidia.com/gpu" in key[0] for key in decided)

@@ -92,6 +92,7 @@ class PolicyGlue:
     def evaluate_for_pod(
         self,
         request: AdmissionRequest,
+        pod: dict[str, Any],
         reading: PodReading,
         namespace_object: dict[str, Any] | None,
         model: ClusterModel,
@@ -101,18 +102,18 @@ class PolicyGlue:
         decide: bool,
         check: bool = True,
     ) -> tuple[Decision | None, list[Violation], ReplicaAnswer | None]:
-        """`evaluate_policies(request, request.object, reading.intent, reading.demand, ..., decide=decide,
-        check=check)` for the request's own pod, whose `read_pod` is `reading`; the answer remembered for this
-        snapshot's replicas while the engine says its answers depend only on the pod without its identity,
-        the namespace object, the intent document and the usage (`replica_token`, policies/runtime/memo_keys.py),
-        as its own answer memo does. The key holds each of those exactly: the reading's bytes (the pod without
-        its identity, of which the intent and demand are functions), the namespace's name (its object is the
-        snapshot's), the usage's JSON, and what was asked (a decision alone, as `/mutate` asks it, is not the
-        answer of the checks). Also the entry the answer came from (None when not remembered)."""
+        """`evaluate_policies(request, pod, reading.intent, reading.demand, ..., decide=decide, check=check)`
+        for a pod whose `read_pod` is `reading` (the request's own, as its profile's defaults leave it, or a
+        rightsizing rewrite of it); the answer remembered for this snapshot's replicas while the engine says its
+        answers depend only on the pod without its identity, the namespace object, the intent document and the
+        usage (`replica_token`, policies/runtime/memo_keys.py), as its own answer memo does. The key holds each
+        of those exactly: the reading's bytes (the pod without its identity, of which the intent and demand are
+        functions), the namespace's name (its object is the snapshot's), the usage's JSON, and what was asked (a
+        decision alone, as `/mutate` asks it, is not the answer of the checks). Also the entry the answer came
+        from (None when not remembered)."""
         started = time.perf_counter()
-        pod = request.object
         engine = self.policies
-        if engine is None or pod is None or not (decide or check):
+        if engine is None or not (decide or check):
             return None, [], None
         asked = "evaluate" if decide and check else "decide" if decide else "check"
         key = _replica_key(reading, request.namespace, usage, asked)
