@@ -1,12 +1,11 @@
 """The policy gate: turns one pod's facts into the plain input the policy layer takes, and its answer back.
 
 Policies never import the webhook: the request, the namespace, the cluster summary, the intent and the
-tenant are handed over as JSON-like data (`policies.api.PolicyContext`). `/mutate`'s placement decision is
-asked of the engine every time: a cache of decisions for byte-identical pods bought 0-3 % for replicas (the
-engine's own answer memo serves them) and cost 6 % for distinct pods (docs/performance.md, issue 34).
-`/validate`'s checks of a replica are handed the answer an earlier replica got (`evaluate_for_pod`), under the
-key the plan memo already computed, while the engine says that key holds all its answer reads (docs/decisions.md,
-"The policies' answer shared between a pod's replicas at admission").
+tenant are handed over as JSON-like data (`policies.api.PolicyContext`). A replica (a pod alike but for its
+identity) is handed the answer an earlier replica got in the same snapshot (`evaluate_for_pod`): `/validate`'s
+checks and `/mutate`'s decision alone, each under its own key, the `read_pod` bytes the plan memo already computed,
+while the engine says that key holds all its answer reads (docs/decisions.md, "The policies' answer shared between
+a pod's replicas at admission" and "/mutate shares a replica's placement decision too").
 """
 
 from __future__ import annotations
