@@ -117,24 +117,32 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
         return violations, self._shared(policy_set)
 
     def decide_placement(self, ctx: PolicyContext) -> PlacementDecision:
+        return self.decide_for_replicas(ctx)[0]
+
+    def decide_for_replicas(self, ctx: PolicyContext) -> tuple[PlacementDecision, PolicySet | None]:
+        """`decide_placement`, and the set (`replica_token`) under which its answer holds for every request with
+        the same inputs to `identity_free_key` in the same cluster summary: given only when nothing failed (a
+        failure, the Rego time limit's included, is not the pod's answer), else None."""
         policy_set = self._set
         decision = PlacementDecision()
         if not policy_set.has_decision or policy_set.prepared is None:
-            return decision
+            return decision, None
         started = time.perf_counter()
         failures: list[Violation] = []
+        scope = CelScope(policy_set)
         try:
-            active = self._active(policy_set, ctx, "decide", failures, CelScope(policy_set))
+            active = self._active(policy_set, ctx, "decide", failures, scope)
             if failures and self.failure_mode == "closed":
                 raise PolicyEngineError(failures[0].message)
             failed_policies: list[EvaluationFailed] = []
             try:
-                partials = self._query(policy_set, DECISION_QUERY, ctx, active, failures=failed_policies)
+                partials = self._query(policy_set, DECISION_QUERY, ctx, active, scope=scope,
+                                       failures=failed_policies)
             except EvaluationFailed as failed:
                 self._count_failure(failed)
                 if self.failure_mode == "closed":
                     raise PolicyEngineError(f"policy engine failed: {failed.reason}") from None
-                return decision
+                return decision, None
             for policy_failed in failed_policies:
                 self._count_failure(policy_failed)
                 if self.failure_mode == "closed":
@@ -142,7 +150,10 @@ class PolicyRuntime(Reloading, CelPhase, MemoKeys):
                         f"policy engine failed on policy {policy_failed.policy}: {policy_failed.reason}")
         finally:
             _EVALUATION_SECONDS["decide"].observe(time.perf_counter() - started)
-        return merge_partials(policy_set, partials)
+        decision = merge_partials(policy_set, partials)
+        if failures or failed_policies or scope.retried:
+            return decision, None
+        return decision, self._shared(policy_set)
 
     def evaluate(self, ctx: PolicyContext) -> tuple[PlacementDecision, list[Violation]]:
         """`decide_placement` and `check` of one request with ONE Rego query (the whole aggregate package).

@@ -401,3 +401,24 @@ def test_a_check_that_failed_is_not_given_for_replicas(make_context: Callable[..
     violations, shared = runtime.check_for_replicas(make_context(_replica(ODD_POD, 1)))
     assert runtime.replica_token() is not None
     assert shared is None and any(v.failed for v in violations)
+
+
+def test_a_decision_is_given_for_replicas_only_where_the_built_ins_alone_answer(
+    make_context: Callable[..., PolicyContext], tmp_path: Path
+) -> None:
+    """`decide_for_replicas` (what `/mutate` shares a replica's decision under) names the set only where the
+    built-ins alone answer, natively: never with an admin policy or the native path off."""
+    runtime = _builtins()
+    for number in (1, 2):
+        decision, shared = runtime.decide_for_replicas(make_context(_replica(gpu_pod(), number)))
+        assert shared is not None and shared is runtime.replica_token()
+        assert decision == runtime.decide_placement(make_context(_replica(gpu_pod(), number)))
+    (tmp_path / "admin.rego").write_text(
+        'package admin.any\nimport rego.v1\n'
+        'decision := {"topology": "none"} if input.request.object.metadata.name == "x"\n'
+    )
+    assert runtime.reload(builtin=True, directories=[str(tmp_path)]).ok
+    assert runtime.decide_for_replicas(make_context(_replica(gpu_pod(), 3)))[1] is None
+    plain = _builtins()
+    plain.native_builtins = False
+    assert plain.decide_for_replicas(make_context(_replica(gpu_pod(), 4)))[1] is None

@@ -70,19 +70,13 @@ class FactGathering:
         replica: ReplicaAnswer | None = None
         if runtime.policies is not None and (wants_decision or with_checks):
             try:
-                if with_checks and pod is request.object:
-                    # The checks of the request's own pod, as /validate asks them: remembered for replicas
-                    # (policy_glue.py)
-                    decision, violations, replica = runtime.policy_glue.evaluate_for_pod(
-                        request, reading, namespace_object, model, tenant,
-                        usage.policy_document() if usage is not None else None, decide=wants_decision,
-                    )
-                else:
-                    decision, violations = runtime.policy_glue.evaluate_policies(
-                        request, pod, intent, demand, namespace_object, model, tenant,
-                        decide=wants_decision, check=with_checks,
-                        usage=usage.policy_document() if usage is not None else None,
-                    )
+                # The policies' answer for this pod, remembered for its replicas under its `read_pod` bytes
+                # (policy_glue.py): /validate asks the checks, /mutate a decision, of the pod its profile's
+                # defaults leave
+                decision, violations, replica = runtime.policy_glue.evaluate_for_pod(
+                    request, pod, reading, namespace_object, model, tenant,
+                    usage.policy_document() if usage is not None else None, decide=wants_decision, check=with_checks,
+                )
             except PolicyEngineError as exc:
                 # policies.failureMode: closed. /validate refuses; /mutate places without a decision
                 # (it fails open by design, and /validate has the last word).

@@ -7,8 +7,9 @@ Audit mode reports what would change and changes nothing.
 
 A controller's replicas reach `/mutate` alike but for the request's uid (no name yet: the API server names a
 generateName pod after admission), and so do the API server's reinvocations. Their answer after the facts is
-remembered with the plan (`answer_slot`), under everything it reads; the facts themselves (the policies'
-decision among them), the wings' hooks and audit mode's counters are still worked out for every request.
+remembered with the plan (`answer_slot`), under everything it reads; the facts themselves, the wings' hooks
+and audit mode's counters are still worked out for every request (the policies' decision is shared between
+replicas by the policy glue, under its own exact key: webhook/admission/policy_glue.py `evaluate_for_pod`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from policies.vocabulary.identity import identity_of
 from policies.vocabulary.objects import ObjectView
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.gather import FactGathering
-from webhook.admission.outcome import Outcome
+from webhook.admission.outcome import ObjectOnRead, Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.rightsizing import Advice, advise, mode_of, not_applied, rightsized_pod, rightsizing_step
@@ -270,7 +271,7 @@ class RememberedAnswer:
     def outcome(self, plan: PlacementPlan) -> Outcome:
         """A fresh `Outcome` of this answer (nothing shared with the memo or another request), for `plan`'s Event."""
         assert self.patch is not None and self.pod is not None
-        outcome = Outcome(patch=orjson.loads(self.patch), object=orjson.loads(self.pod), warnings=list(self.warnings))
+        outcome = ObjectOnRead(pod=self.pod, patch=orjson.loads(self.patch), warnings=list(self.warnings))
         outcome.plan = plan
         return outcome
 
@@ -327,9 +328,9 @@ def answer_slot(request: AdmissionRequest, reading: PodReading, facts: Facts, mo
     identity. So the answer is kept in that entry, under the exact JSON of the request less its uid (the pod's
     own bytes, as `read_pod` made them, and everything else the request holds), and found again only where the
     tenant, the usage row (by identity: the table is replaced when refreshed) and the gates are the ones it was
-    computed with. The policy decision is part of the entry's key, not remembered here: the engine answers every
-    request. What is done per request stays per request (`Mutation._finish`): the hooks, audit mode's counters;
-    the endpoint's metrics and the pod's Event are the endpoint's."""
+    computed with. The policy decision is part of the entry's key, not remembered here (the policy glue shares it
+    between replicas under a key of its own). What is done per request stays per request (`Mutation._finish`): the
+    hooks, audit mode's counters; the endpoint's metrics and the pod's Event are the endpoint's."""
     entry = facts.plan_memo
     if (entry is None or entry.config is not config or facts.model is not model or reading.body is None
             or request.operation != "CREATE"):

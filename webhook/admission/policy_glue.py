@@ -1,12 +1,11 @@
 """The policy gate: turns one pod's facts into the plain input the policy layer takes, and its answer back.
 
 Policies never import the webhook: the request, the namespace, the cluster summary, the intent and the
-tenant are handed over as JSON-like data (`policies.api.PolicyContext`). `/mutate`'s placement decision is
-asked of the engine every time: a cache of decisions for byte-identical pods bought 0-3 % for replicas (the
-engine's own answer memo serves them) and cost 6 % for distinct pods (docs/performance.md, issue 34).
-`/validate`'s checks of a replica are handed the answer an earlier replica got (`evaluate_for_pod`), under the
-key the plan memo already computed, while the engine says that key holds all its answer reads (docs/decisions.md,
-"The policies' answer shared between a pod's replicas at admission").
+tenant are handed over as JSON-like data (`policies.api.PolicyContext`). A replica (a pod alike but for its
+identity) is handed the answer an earlier replica got in the same snapshot (`evaluate_for_pod`): `/validate`'s
+checks and `/mutate`'s decision alone, each under its own key, the `read_pod` bytes the plan memo already computed,
+while the engine says that key holds all its answer reads (docs/decisions.md, "The policies' answer shared between
+a pod's replicas at admission" and "/mutate shares a replica's placement decision too").
 """
 
 from __future__ import annotations
@@ -43,6 +42,8 @@ class PolicyEngine(Protocol):
     def replica_token(self) -> object | None: ...
 
     def check_for_replicas(self, ctx: PolicyContext) -> tuple[list[Violation], object | None]: ...
+
+    def decide_for_replicas(self, ctx: PolicyContext) -> tuple[PlacementDecision, object | None]: ...
 
     def count_remembered(self, violations: list[Violation], seconds: float, kind: str) -> None: ...
 
@@ -81,10 +82,7 @@ class PolicyGlue:
         if decide and check:
             placement, violations = engine.evaluate(context)
         elif decide:
-            # Placement policies see `input.request.uid` as "": a replica's decision cannot depend on it.
-            context = PolicyContext({**context.request, "uid": ""}, context.namespace_object, context.cluster,
-                                    context.intent, context.tenant, context.usage)
-            placement = engine.decide_placement(context)
+            placement = engine.decide_placement(_without_uid(context))
         else:
             return None, list(engine.check(context))
         decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
@@ -93,6 +91,7 @@ class PolicyGlue:
     def evaluate_for_pod(
         self,
         request: AdmissionRequest,
+        pod: dict[str, Any],
         reading: PodReading,
         namespace_object: dict[str, Any] | None,
         model: ClusterModel,
@@ -100,37 +99,44 @@ class PolicyGlue:
         usage: dict[str, Any] | None,
         *,
         decide: bool,
+        check: bool = True,
     ) -> tuple[Decision | None, list[Violation], ReplicaAnswer | None]:
-        """`evaluate_policies(request, request.object, reading.intent, reading.demand, ..., decide=decide,
-        check=True)` for the request's own pod, whose `read_pod` is `reading`; the answer remembered for this
-        snapshot's replicas while the engine says its answers depend only on the pod without its identity,
-        the namespace object, the intent document and the usage (`replica_token`, policies/runtime/memo_keys.py),
-        as its own answer memo does. The key holds each of those exactly: the reading's bytes (the pod without
-        its identity, of which the intent and demand are functions), the namespace's name (its object is the
-        snapshot's), the usage's JSON, and whether a decision was asked. Also the entry the answer came from
-        (None when not remembered)."""
+        """`evaluate_policies(request, pod, reading.intent, reading.demand, ..., decide=decide, check=check)`
+        for a pod whose `read_pod` is `reading` (the request's own, as its profile's defaults leave it, or a
+        rightsizing rewrite of it); the answer remembered for this snapshot's replicas while the engine says its
+        answers depend only on the pod without its identity, the namespace object, the intent document and the
+        usage (`replica_token`, policies/runtime/memo_keys.py), as its own answer memo does. The key holds each
+        of those exactly: the reading's bytes (the pod without its identity, of which the intent and demand are
+        functions), the namespace's name (its object is the snapshot's), the usage's JSON, and what was asked (a
+        decision alone, as `/mutate` asks it, is not the answer of the checks). Also the entry the answer came
+        from (None when not remembered)."""
         started = time.perf_counter()
-        pod = request.object
         engine = self.policies
-        if engine is None or pod is None:
+        if engine is None or not (decide or check):
             return None, [], None
-        key = _replica_key(reading, request.namespace, usage, decide)
+        asked = "evaluate" if decide and check else "decide" if decide else "check"
+        key = _replica_key(reading, request.namespace, usage, asked)
         token = engine.replica_token() if key is not None else None
         answers: dict[ReplicaKey, ReplicaAnswer] = model.derived.setdefault(_ANSWERS, {})
         found = answers.get(key) if key is not None and token is not None else None
         if found is not None and found.token is token:
             violations = list(found.violations)
-            engine.count_remembered(violations, time.perf_counter() - started, "evaluate" if decide else "check")
+            engine.count_remembered(violations, time.perf_counter() - started, asked)
             known = found.decision
             return (None if known is None else Decision(dict(known.fields), dict(known.decided_by)),
                     violations, found)
         context = _context(request, pod, reading.intent, reading.demand, namespace_object, model, tenant, usage)
         decision: Decision | None = None
-        if decide:
-            placement, violations, shared = engine.evaluate_for_replicas(context)
-            decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
+        violations = []
+        if check:
+            if decide:
+                placement, violations, shared = engine.evaluate_for_replicas(context)
+            else:
+                violations, shared = engine.check_for_replicas(context)
         else:
-            violations, shared = engine.check_for_replicas(context)
+            placement, shared = engine.decide_for_replicas(_without_uid(context))
+        if decide:
+            decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
         if key is None or shared is None or shared is not token:
             return decision, violations, None
         if len(answers) >= REPLICA_ANSWERS_SIZE:
@@ -142,7 +148,7 @@ class PolicyGlue:
 
 REPLICA_ANSWERS_SIZE = 256
 _ANSWERS = "admission.policy-answers"
-ReplicaKey = tuple[bytes, str, bytes | None, bool]
+ReplicaKey = tuple[bytes, str, bytes | None, str]
 
 
 @dataclass(slots=True)
@@ -158,7 +164,7 @@ class ReplicaAnswer:
     plan: PlanMemoEntry | None = None
 
 
-def _replica_key(reading: PodReading, namespace: str, usage: dict[str, Any] | None, decide: bool
+def _replica_key(reading: PodReading, namespace: str, usage: dict[str, Any] | None, asked: str
                  ) -> ReplicaKey | None:
     if reading.body is None:
         return None
@@ -166,7 +172,13 @@ def _replica_key(reading: PodReading, namespace: str, usage: dict[str, Any] | No
         used = None if usage is None else orjson.dumps(usage)
     except TypeError:
         return None
-    return (reading.body, namespace, used, decide)
+    return (reading.body, namespace, used, asked)
+
+
+def _without_uid(context: PolicyContext) -> PolicyContext:
+    """Placement policies see `input.request.uid` as "": a replica's decision cannot depend on it."""
+    return PolicyContext({**context.request, "uid": ""}, context.namespace_object, context.cluster, context.intent,
+                         context.tenant, context.usage)
 
 
 def _context(request: AdmissionRequest, pod: dict[str, Any], intent: PodIntent, demand: GpuDemand,
