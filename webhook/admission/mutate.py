@@ -26,7 +26,7 @@ from policies.vocabulary.identity import identity_of
 from policies.vocabulary.objects import ObjectView
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.gather import FactGathering
-from webhook.admission.outcome import ObjectOnRead, Outcome
+from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.rightsizing import Advice, advise, mode_of, not_applied, rightsized_pod, rightsizing_step
@@ -271,7 +271,7 @@ class RememberedAnswer:
     def outcome(self, plan: PlacementPlan) -> Outcome:
         """A fresh `Outcome` of this answer (nothing shared with the memo or another request), for `plan`'s Event."""
         assert self.patch is not None and self.pod is not None
-        outcome = ObjectOnRead(pod=self.pod, patch=orjson.loads(self.patch), warnings=list(self.warnings))
+        outcome = Outcome(patch=orjson.loads(self.patch), object=orjson.loads(self.pod), warnings=list(self.warnings))
         outcome.plan = plan
         return outcome
 

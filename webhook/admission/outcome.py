@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 
 @dataclass
@@ -28,34 +26,3 @@ class Outcome:
     @classmethod
     def deny(cls, message: str, code: int = 403, reason: str = "Forbidden") -> Outcome:
         return cls(allowed=False, code=code, message=message, reason=reason)
-
-
-class ObjectOnRead(Outcome):
-    """An `Outcome` whose `object` is kept as its JSON bytes and decoded when first read: a remembered `/mutate`
-    answer (webhook/admission/mutate.py `RememberedAnswer`), whose mutated pod most requests never read (the
-    gang hook reads a gang member's). Assigning `object` replaces the bytes, as on any `Outcome`."""
-
-    def __init__(self, *args: Any, pod: bytes | None = None, **fields: Any) -> None:
-        super().__init__(*args, **fields)
-        if pod is not None:
-            self.__dict__["_pod"] = pod
-
-    def __eq__(self, other: object) -> bool:
-        # Equal to an `Outcome` of the same fields, as the dataclass compares two of one class.
-        if not isinstance(other, Outcome):
-            return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Outcome) if f.compare)
-
-    __hash__ = None  # type: ignore[assignment]  # as the dataclass's: mutable
-
-    @property  # type: ignore[override]
-    def object(self) -> dict[str, Any] | None:
-        pod = self.__dict__.get("_pod")
-        if pod is not None:
-            self.__dict__["_object"], self.__dict__["_pod"] = orjson.loads(pod), None
-        found: dict[str, Any] | None = self.__dict__.get("_object")
-        return found
-
-    @object.setter
-    def object(self, value: dict[str, Any] | None) -> None:
-        self.__dict__["_object"], self.__dict__["_pod"] = value, None

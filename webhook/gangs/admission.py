@@ -33,7 +33,7 @@ class GangAdvice:
         """Warnings for the user about the gang of the mutated `pod` (none when a room has space now)."""
         plan = facts.plan
         size = facts.intent.gang_size
-        if size is None or plan.gang is None or not self.applies(facts):
+        if size is None or plan.gang is None or GATE not in plan.scheduling_gates:
             return []
         model = facts.model
         group = gang_pods(model).get(f"{facts.request.namespace}/{plan.gang}")
@@ -49,13 +49,6 @@ class GangAdvice:
                     "gated (they hold no GPU) until one has"]
         return []
 
-    @staticmethod
-    def applies(facts: Facts) -> bool:
-        """Whether `facts` are a gated gang member's, the only pods warned about: the others' mutated pod is not
-        read (a remembered answer decodes it only when read)."""
-        plan = facts.plan
-        return facts.intent.gang_size is not None and plan.gang is not None and GATE in plan.scheduling_gates
-
 
 class GangHook:
     """After `/mutate` placed a gang member: the warnings of `GangAdvice` (audit mode gates nothing: none)."""
@@ -67,7 +60,7 @@ class GangHook:
     def after_mutate(
         self, request: AdmissionRequest, facts: Facts, outcome: Outcome, deadline: float | None
     ) -> Outcome:
-        if self.runtime.config.mode != "audit" and self.advice.applies(facts) and outcome.object is not None:
+        if self.runtime.config.mode != "audit" and outcome.object is not None:
             outcome.warnings.extend(self.advice.warnings(facts, outcome.object))
         return outcome
 
