@@ -168,7 +168,7 @@ def bench_quota_release(rate: float = 20.0, seconds: float = 10.0) -> dict[str, 
         template = _template()
         config = load_config(CONFIG)
         api = _client(server)
-        store = ClusterStore(config.accelerator_table(), min_rebuild_interval=0.0)
+        store = ClusterStore(config.accelerator_table())
         source = KubeClusterSource(store, api)
         source.start()
         assert source.wait_loaded(10)

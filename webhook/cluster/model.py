@@ -1,7 +1,8 @@
 """One cluster model, two sources (YAML directory, Kubernetes API) behind one store.
 
 Sources write Kubernetes objects into a `ClusterStore`; admission reads an immutable `ClusterModel`
-snapshot from it. Snapshots are rebuilt lazily (at most every `min_rebuild_interval` seconds) and
+snapshot from it. Snapshots are rebuilt lazily (after a pause of `REBUILD_SHARE` times the last build's CPU,
+at most `min_rebuild_interval` seconds) and
 node facts are recomputed only for nodes whose object changed, so a busy watch stream never costs a
 request more than a pointer read, and a request never scans all nodes: placement reads the per-type
 indexes (`TypeSummary`, webhook/cluster/type_index.py).
@@ -58,6 +59,10 @@ def object_key(obj: dict[str, Any]) -> str:
 
 # The longest a pass waits for the background rebuild before it builds a snapshot itself.
 FRESH_WAIT_SECONDS = 1.0
+# A background rebuild waits after the last one for this many times the CPU the last one took, at most
+# `min_rebuild_interval`: rebuilds then take at most about 1/51 of a CPU however large the cluster, while a small
+# cluster's change is seen within milliseconds (a quota pass waits for this rebuild: issue 37's release latency).
+REBUILD_SHARE = 50.0
 
 Listener = Callable[[str | None, "dict[str, Any] | None"], None]
 
@@ -98,6 +103,7 @@ class ClusterStore:
         # here for the background rebuild instead of forcing its own (never taken while `_lock` is wanted).
         self._built = threading.Condition(threading.Lock())
         self._loaded = False
+        self._last_build_cpu = 0.0  # thread CPU seconds of the last build (`REBUILD_SHARE`)
         # On demand: a read that finds the snapshot behind wakes it; it holds a thread only while it rebuilds.
         # A failed rebuild waits for the next read's wake; the last good snapshot keeps serving meanwhile.
         self._rebuilder = Task(
@@ -227,10 +233,10 @@ class ClusterStore:
         return self._generation
 
     def snapshot(self, force: bool = False, *, at_least: int | None = None, wait: float | None = None) -> ClusterModel:
-        """The latest snapshot. After a change it is rebuilt on a background thread (at most every
-        `min_rebuild_interval` seconds) while requests keep reading the previous one, so no request
-        waits for a rebuild (a pod's change rebuilds only the pod side, node_side.py). The first build, `force`, and
-        `min_rebuild_interval <= 0` rebuild at once.
+        """The latest snapshot. After a change it is rebuilt on a background thread (`REBUILD_SHARE` times the
+        last build's CPU after the last build, at most `min_rebuild_interval` seconds) while requests keep reading
+        the previous one, so no request waits for a rebuild (a pod's change rebuilds only the pod side,
+        node_side.py). The first build, `force`, and `min_rebuild_interval <= 0` rebuild at once.
 
         `at_least`: a snapshot built at that generation or later (a controller's pass that must see the change that
         woke it): the background rebuild's, waited for at most `wait` seconds (default twice `min_rebuild_interval`,
@@ -273,7 +279,9 @@ class ClusterStore:
             if self._snapshot is not None and self._snapshot_generation == self._generation:
                 return self._snapshot
             generation = self._generation  # writers hold the lock too: the build sees exactly this generation
+            started = time.thread_time()
             snapshot = self._snapshot = self._build()
+            self._last_build_cpu = time.thread_time() - started
             self._snapshot_generation = generation
         with self._built:
             self._built.notify_all()
@@ -283,12 +291,13 @@ class ClusterStore:
         self._rebuilder.wake()
 
     def _rebuild_pending(self) -> None:
-        """The `model-rebuild` task's body: rebuild until the snapshot is current, at most every
-        `min_rebuild_interval` seconds."""
+        """The `model-rebuild` task's body: rebuild until the snapshot is current, each build `REBUILD_SHARE`
+        times the last one's CPU after it (at most `min_rebuild_interval` seconds)."""
         while self._snapshot_generation != self._generation:
             current = self._snapshot
             if current is not None:
-                wait = self.min_rebuild_interval - (time.monotonic() - current.built_at)
+                pause = min(self.min_rebuild_interval, REBUILD_SHARE * self._last_build_cpu)
+                wait = pause - (time.monotonic() - current.built_at)
                 if wait > 0:
                     time.sleep(wait)
             self._rebuild()
