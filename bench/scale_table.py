@@ -14,6 +14,7 @@ GOAL_LATENCY_RATIO = 1.5
 GOAL_REFLECTED_MS = 1000.0
 GOAL_READ_MS = 1000.0
 GOAL_ADDED_P99_MS = 100.0
+BOUNDED_PASS_MS = 1.0  # a quota pass under this is not a walk of every pod
 
 
 def _at(data: Any, *keys: str) -> Any:
@@ -64,8 +65,10 @@ def scale_rows(result: dict[str, Any], row: Callable[..., Any]) -> list[Any]:
              lambda m, _b: m <= GOAL_REFLECTED_MS),
         line("pod change -> quota release", ("pod_change", "reflected_ms"), "ms", f"<= {GOAL_REFLECTED_MS:.0f} ms",
              lambda m, _b: m <= GOAL_REFLECTED_MS),
-        line("quota controller pass", ("quota_pass_s",), "ms", "bounded (not O(all pods))",
-             ratio_within(GOAL_LATENCY_RATIO), 1000),
+        # One pass's time: a few microseconds either way are the GIL's, so a pass under a millisecond is bounded
+        # too (every pod visited at 0.1 us each would be 15 ms at 150,000 pods).
+        line("quota controller pass", ("quota_pass_s",), "ms", "bounded: <= 1.5x, or < 1 ms",
+             lambda m, b: m < BOUNDED_PASS_MS or ratio_within(GOAL_LATENCY_RATIO)(m, b), 1000),
         line("UI first page (/ui/ + /api/v1/nodes), first load", ("reads", "ui_first_page_ms"), "ms",
              f"<= {GOAL_READ_MS:.0f} ms", lambda m, _b: m <= GOAL_READ_MS),
     ]

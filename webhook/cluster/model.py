@@ -60,9 +60,9 @@ def object_key(obj: dict[str, Any]) -> str:
 # The longest a pass waits for the background rebuild before it builds a snapshot itself.
 FRESH_WAIT_SECONDS = 1.0
 # A background rebuild waits after the last one for this many times the CPU the last one took, at most
-# `min_rebuild_interval`: rebuilds then take at most about 1/51 of a CPU however large the cluster, while a small
+# `min_rebuild_interval`: rebuilds then take at most about 1/101 of a CPU however large the cluster, while a small
 # cluster's change is seen within milliseconds (a quota pass waits for this rebuild: issue 37's release latency).
-REBUILD_SHARE = 50.0
+REBUILD_SHARE = 100.0
 
 Listener = Callable[[str | None, "dict[str, Any] | None"], None]
 
