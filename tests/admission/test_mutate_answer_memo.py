@@ -63,14 +63,22 @@ def _remembered(runtime: Runtime) -> int:
 
 def _assert_answers_as_fresh(warm: Runtime, fresh: Callable[[], Runtime], pod: dict[str, Any], sends: int = SENDS,
                              dry_run: bool = True) -> None:
-    for _ in range(sends):
+    # A fresh runtime answers the first and the last sending (each with a uid of its own): the last is answered from
+    # the memo, so an answer that read the uid would differ there; a fresh runtime is deterministic, so the sendings
+    # between are held to the first's fresh answer.
+    expected = b""
+    for send in range(sends):
         body = review(pod, dry_run=dry_run)  # a new uid each time
-        assert _answer(warm.admission.mutate(decode_review(body))) == _answer(fresh().admission.mutate(
-            decode_review(body)))
+        got = _answer(warm.admission.mutate(decode_review(body)))
+        if send in (0, sends - 1):
+            expected = _answer(fresh().admission.mutate(decode_review(body)))
+        assert got == expected
 
 
-@pytest.mark.parametrize("named", [True, False], ids=["named", "generated-name"])
-@pytest.mark.parametrize("cluster", ["cluster", "cluster-dra"])
+# The DRA cluster as a controller's replicas reach it only (no name): a named pod's key differs from a generated one's
+# by the name alone, which the plain cluster covers both ways.
+@pytest.mark.parametrize(("cluster", "named"), [("cluster", True), ("cluster", False), ("cluster-dra", False)],
+                         ids=["cluster-named", "cluster-generated-name", "cluster-dra-generated-name"])
 def test_every_example_pod_is_answered_as_a_fresh_runtime_answers_it(cluster: str, named: bool) -> None:
     warm = _runtime(cluster)
     for pod in EXAMPLE_PODS:
@@ -100,7 +108,7 @@ def test_audit_mode_counts_every_answer_it_would_have_made() -> None:
     assert REGISTRY.get_sample_value("kgwe_would_mutate_total", {"step": step}) == before + 3
 
 
-@settings(max_examples=tries(25, 150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=tries(12, 150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=pods(), cluster=st.sampled_from(["cluster", "cluster-dra"]))
 def test_generated_pods_are_answered_as_a_fresh_runtime_answers_them(pod: dict[str, Any], cluster: str) -> None:
     warm = _runtime(cluster)
