@@ -85,8 +85,7 @@ class PolicyGlue:
             placement = engine.decide_placement(_without_uid(context))
         else:
             return None, list(engine.check(context))
-        decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
-        return decision, violations
+        return _copied(placement) if placement.fields else None, violations
 
     def evaluate_for_pod(
         self,
@@ -123,8 +122,7 @@ class PolicyGlue:
             violations = list(found.violations)
             engine.count_remembered(violations, time.perf_counter() - started, asked)
             known = found.decision
-            return (None if known is None else Decision(dict(known.fields), dict(known.decided_by)),
-                    violations, found)
+            return (None if known is None else _copied(known)), violations, found
         context = _context(request, pod, reading.intent, reading.demand, namespace_object, model, tenant, usage)
         decision: Decision | None = None
         violations = []
@@ -136,12 +134,12 @@ class PolicyGlue:
         else:
             placement, shared = engine.decide_for_replicas(_without_uid(context))
         if decide:
-            decision = Decision(dict(placement.fields), dict(placement.decided_by)) if placement.fields else None
+            decision = _copied(placement) if placement.fields else None
         if key is None or shared is None or shared is not token:
             return decision, violations, None
         if len(answers) >= REPLICA_ANSWERS_SIZE:
             answers.clear()
-        kept = None if decision is None else Decision(dict(decision.fields), dict(decision.decided_by))
+        kept = None if decision is None else _copied(decision)
         entry = answers[key] = ReplicaAnswer(shared, kept, tuple(violations))
         return decision, violations, entry
 
@@ -173,6 +171,11 @@ def _replica_key(reading: PodReading, namespace: str, usage: dict[str, Any] | No
     except TypeError:
         return None
     return (reading.body, namespace, used, asked)
+
+
+def _copied(decision: PlacementDecision | Decision) -> Decision:
+    """A decision of its own (a remembered one is never handed out)."""
+    return Decision(dict(decision.fields), dict(decision.decided_by))
 
 
 def _without_uid(context: PolicyContext) -> PolicyContext:
