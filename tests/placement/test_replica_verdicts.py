@@ -34,6 +34,11 @@ def _runtime(cluster: str) -> Runtime:
 
 
 RUNTIMES = {name: _runtime(name) for name in ("cluster", "cluster-dra")}
+# Seen once, remembered, then two replicas judged from the memo. A fresh runtime judges the first and the last (its
+# answer costs a runtime of its own, most of these tests' time): the last is answered from the memo, so a memo that
+# kept a replica's name, uid or time would differ there.
+REPLICAS = range(4)
+JUDGED = (REPLICAS[0], REPLICAS[-1])
 
 
 def _replica(pod: dict[str, Any], index: int) -> dict[str, Any]:
@@ -80,14 +85,13 @@ def test_validate_answers_replicas_as_a_fresh_runtime_does(index: int) -> None:
     answer equals the answer of a runtime that never saw the pod before."""
     pod = EXAMPLE_PODS[index]
     warm = _runtime("cluster")
-    for replica in range(4):
+    for replica in REPLICAS:
         body = review(_replica(pod, replica), dry_run=True)
         mutated = warm.admission.mutate(decode_review(body))
         body["request"]["object"] = mutated.object
-        cold = _runtime("cluster")
-        assert _answer(warm.admission.validate(decode_review(body))) == _answer(
-            cold.admission.validate(decode_review(body))
-        )
+        got = _answer(warm.admission.validate(decode_review(body)))
+        if replica in JUDGED:
+            assert got == _answer(_runtime("cluster").admission.validate(decode_review(body)))
 
 
 @pytest.mark.parametrize("cluster", sorted(RUNTIMES))
@@ -97,18 +101,18 @@ def test_mutate_answers_replicas_as_a_fresh_runtime_does(cluster: str, index: in
     (webhook/admission/ownership.py): each replica's patch and warnings are a fresh runtime's."""
     pod = EXAMPLE_PODS[index]
     warm = _runtime(cluster)
-    for replica in range(4):
+    for replica in REPLICAS:
         body = review(_replica(pod, replica), dry_run=True)
-        cold = _runtime(cluster)
-        fresh = cold.admission.mutate(decode_review(body))
-        assert _answer(warm.admission.mutate(decode_review(body))) == _answer(fresh)
+        got = _answer(warm.admission.mutate(decode_review(body)))
+        if replica in JUDGED:
+            assert got == _answer(_runtime(cluster).admission.mutate(decode_review(body)))
 
 
 @pytest.mark.parametrize("index", range(len(EXAMPLE_PODS)))
 def test_forged_outputs_on_replicas_are_refused_as_a_fresh_runtime_refuses_them(index: int) -> None:
     pod = EXAMPLE_PODS[index]
     warm = _runtime("cluster")
-    for replica in range(4):
+    for replica in REPLICAS:
         body = review(_replica(pod, replica), dry_run=True)
         mutated = warm.admission.mutate(decode_review(body)).object or {}
         notes = mutated.setdefault("metadata", {}).setdefault("annotations", {})
@@ -116,7 +120,6 @@ def test_forged_outputs_on_replicas_are_refused_as_a_fresh_runtime_refuses_them(
         if key in notes:
             notes[key] = "0.01" if replica % 2 else '{"v":1,"steps":[]}'
         body["request"]["object"] = mutated
-        cold = _runtime("cluster")
-        assert _answer(warm.admission.validate(decode_review(body))) == _answer(
-            cold.admission.validate(decode_review(body))
-        )
+        got = _answer(warm.admission.validate(decode_review(body)))
+        if replica in JUDGED:
+            assert got == _answer(_runtime("cluster").admission.validate(decode_review(body)))
