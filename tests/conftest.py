@@ -28,6 +28,40 @@ def pytest_configure(config: pytest.Config) -> None:
     if "KGWE_STATE_DIR" not in os.environ:
         os.environ["KGWE_STATE_DIR"] = tempfile.mkdtemp(prefix="kgwe-test-state-")
     _schemas_read_once()
+    _example_manifests_parsed_once()
+
+
+def _example_manifests_parsed_once() -> None:
+    """Hundreds of tests build a runtime over examples/cluster*, many a fresh one per request (the memo tests
+    compare with a runtime that never saw the pod), and PyYAML's constructor is most of what that costs: 8 % of the
+    suite's Python. The example manifests do not change during a run, so each version of each file (inode, size,
+    mtime) is parsed once per worker and every reader gets a copy of its own, equal to what a parse returns. Files
+    elsewhere (the tests' own directories, rewritten mid-test) are parsed every time, as the product does."""
+    import copy
+    from pathlib import Path
+
+    import orjson
+
+    from webhook.cluster import yaml_source
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    parse = yaml_source.parse_manifest_file
+    parsed: dict[tuple[str, int, int, int], list[dict[str, Any]]] = {}
+
+    def parse_once(path: Path) -> list[dict[str, Any]]:
+        resolved = Path(path).resolve()
+        if not resolved.is_relative_to(examples):
+            return parse(path)
+        stat = resolved.stat()
+        key = (str(resolved), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if key not in parsed:
+            parsed[key] = parse(path)
+        try:
+            return list(orjson.loads(orjson.dumps(parsed[key])))
+        except TypeError:  # YAML's own types (dates, huge integers): copied as they are
+            return copy.deepcopy(parsed[key])
+
+    yaml_source.parse_manifest_file = parse_once  # type: ignore[assignment]
 
 
 def _schemas_read_once() -> None:
