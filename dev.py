@@ -282,10 +282,26 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
+def start_system_packages() -> None:
+    """On a machine without the Debian packages the tests run for real (Chromium, Prometheus), as in CI, their
+    install starts now, in the background: it overlaps the virtualenv's install and the checks instead of holding
+    up the pytest worker that first needs one (bench/system_packages.py; the tests wait for it to end)."""
+    spec = importlib.util.spec_from_file_location("kgwe_system_packages", ROOT / "bench" / "system_packages.py")
+    if spec is None or spec.loader is None:
+        return
+    packages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(packages)
+    started = packages.start_background_install()
+    if started:
+        say(f"installing {', '.join(started)} with apt-get in the background, for the browser and Prometheus tests")
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"serve", "test"}:
         print(__doc__)
         return 2
+    if argv[0] == "test":
+        start_system_packages()
     try:
         ensure_venv()
     except SetupError as exc:

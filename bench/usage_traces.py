@@ -13,7 +13,6 @@ starts Debian's `prometheus` on a free loopback port (installing it with apt-get
 from __future__ import annotations
 
 import math
-import os
 import random
 import shutil
 import socket
@@ -25,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import system_packages
 
 MODELS = {
     "nvidia-h100-80gb": "NVIDIA H100 80GB HBM3",
@@ -179,21 +180,12 @@ def openmetrics(workloads: list[TraceWorkload], seed: int, every: float = 60.0,
 
 def ensure_prometheus() -> tuple[str, str]:
     """Paths of `prometheus` and `promtool`, installing Debian's package when missing and root."""
+    try:
+        system_packages.ensure(["prometheus"], APT_TIMEOUT_SECONDS)
+    except system_packages.InstallFailed as exc:
+        raise PrometheusMissing(str(exc)) from None
     found = shutil.which("prometheus"), shutil.which("promtool")
-    if found[0] and found[1]:
-        return found[0], found[1]
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise PrometheusMissing("prometheus is not installed and installing it needs root and apt-get")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                                                   "prometheus"]):
-        try:
-            subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_SECONDS)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise PrometheusMissing(f"`{' '.join(command)}` failed: {exc}") from None
-    found = shutil.which("prometheus"), shutil.which("promtool")
-    if not (found[0] and found[1]):
-        raise PrometheusMissing("apt-get installed prometheus but it is not on the PATH")
+    assert found[0] and found[1]  # ensure() raised otherwise
     return found[0], found[1]
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import system_packages
 from ports import free_port
 
 from certs.authority import Settings
@@ -61,22 +62,10 @@ def ensure_chromium() -> Path:
     found = find_chromium()
     if found is not None:
         return found
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        raise BrowserUnavailable("chromium is not installed and installing it needs root")
-    if shutil.which("apt-get") is None:
-        raise BrowserUnavailable("chromium is not installed and there is no apt-get to install it")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    deadline = time.monotonic() + APT_TIMEOUT_SECONDS
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
-    for command in (["apt-get", "update", "-q"], install):
-        left = deadline - time.monotonic()
-        try:
-            subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=max(left, 1))
-        except subprocess.TimeoutExpired:
-            raise BrowserUnavailable(f"`{' '.join(command)}` did not finish in {APT_TIMEOUT_SECONDS}s") from None
-        except (OSError, subprocess.CalledProcessError) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            raise BrowserUnavailable(f"`{' '.join(command)}` failed: {detail.strip()[-300:]}") from None
+    try:
+        system_packages.ensure(["chromium"], APT_TIMEOUT_SECONDS)
+    except system_packages.InstallFailed as exc:
+        raise BrowserUnavailable(str(exc)) from None
     found = find_chromium()
     if found is None:
         raise BrowserUnavailable("apt-get installed chromium but no chromium binary is on the PATH")
