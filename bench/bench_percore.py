@@ -46,19 +46,51 @@ def _cpu_split() -> tuple[set[int], set[int]]:
     return {usable[0]}, set(usable[1:])
 
 
+def _process_counters(pid: int) -> dict[str, float] | None:
+    """What the server has spent so far (Linux): user and system CPU seconds and minor faults of the whole process
+    (/proc/PID/stat), and the voluntary and involuntary context switches of its threads alive now
+    (/proc/PID/task/*/status; a thread that has ended takes its switches with it), the event loop's apart."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    counters = {"user_s": int(fields[11]) / tick, "system_s": int(fields[12]) / tick, "minor_faults": int(fields[7]),
+                "voluntary": 0.0, "involuntary": 0.0, "loop_voluntary": 0.0, "loop_involuntary": 0.0}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return counters
+    for task in tasks:
+        try:
+            status = task.joinpath("status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            key, _, value = line.partition(":")
+            kind = {"voluntary_ctxt_switches": "voluntary", "nonvoluntary_ctxt_switches": "involuntary"}.get(key)
+            if kind is not None:
+                counters[kind] += int(value)
+                if task.name == str(pid):  # the main thread: uvicorn's event loop
+                    counters[f"loop_{kind}"] += int(value)
+    return counters
+
+
 class _CpuClock:
-    """The server's CPU seconds from `start` (called after the warm-up) to `stop`."""
+    """The server's CPU seconds (and the counters beside them) from `start` (called after the warm-up) to `stop`."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.started: float | None = None
+        self.started: dict[str, float] | None = None
 
     def start(self) -> None:
-        self.started = bench_admission._cpu_seconds(self.pid)
+        self.started = _process_counters(self.pid)
 
-    def stop(self) -> float | None:
-        now = bench_admission._cpu_seconds(self.pid)
-        return now - self.started if now is not None and self.started is not None else None
+    def stop(self) -> dict[str, float] | None:
+        now = _process_counters(self.pid)
+        if now is None or self.started is None:
+            return None
+        return {key: now[key] - self.started[key] for key in now}
 
 
 def _wrk_driver(port: int, bodies: list[tuple[str, bytes]], seconds: float, check: bool, client: set[int],
@@ -84,15 +116,26 @@ def _measure(pid: int, drive: Callable[[_CpuClock], dict[str, Any]]) -> dict[str
     """One run of `drive`, with the server's CPU seconds over its measured part (after the warm-up)."""
     clock = _CpuClock(pid)
     result = drive(clock)
-    cpu_seconds = clock.stop()
+    spent = clock.stop()
+    cpu_seconds = spent["user_s"] + spent["system_s"] if spent else None
     result["server_cpu_seconds"] = cpu_seconds
     result["req_per_server_core"] = result["requests"] / cpu_seconds if cpu_seconds else None
+    if spent and result["requests"]:
+        # Per answer: where the CPU went (user or kernel) and what callgrind cannot see (switches, faults).
+        requests = result["requests"]
+        result["user_us_per_request"] = spent["user_s"] / requests * 1e6
+        result["system_us_per_request"] = spent["system_s"] / requests * 1e6
+        for key in ("minor_faults", "voluntary", "involuntary", "loop_voluntary", "loop_involuntary"):
+            result[f"{key}_per_request"] = spent[key] / requests
     return result
 
 
 def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rounds": len(rounds), "errors": sum(r.get("errors", 0) for r in rounds)}
-    for key in ("req_per_server_core", "req_per_s", "p50_ms", "p99_ms"):
+    for key in ("req_per_server_core", "req_per_s", "p50_ms", "p99_ms", "user_us_per_request",
+                "system_us_per_request", "minor_faults_per_request", "voluntary_per_request",
+                "involuntary_per_request", "loop_voluntary_per_request", "loop_involuntary_per_request",
+                "request_bytes", "response_bytes"):
         values = [r[key] for r in rounds if r.get(key) is not None]
         if values:
             out[key] = statistics.median(values)
