@@ -76,21 +76,50 @@ def _process_counters(pid: int) -> dict[str, float] | None:
     return counters
 
 
-class _CpuClock:
-    """The server's CPU seconds (and the counters beside them) from `start` (called after the warm-up) to `stop`."""
+def _cpus_busy_seconds(cpus: set[int]) -> float | None:
+    """CPU seconds the given CPUs have spent busy so far, whoever ran (/proc/stat: user, nice, system, irq,
+    softirq, steal)."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    ticks = 0
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            ticks += sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, pid: int) -> None:
+
+class _CpuClock:
+    """The server's CPU seconds from `start` (called after the warm-up) to `stop`; `spent` holds the counters
+    beside them, and, given the server's `cpus`, how busy those CPUs were with other work meanwhile."""
+
+    def __init__(self, pid: int, cpus: set[int] | None = None) -> None:
         self.pid = pid
+        self.cpus = cpus
         self.started: dict[str, float] | None = None
+        self.spent: dict[str, float] | None = None
+
+    def _read(self) -> dict[str, float] | None:
+        counters = _process_counters(self.pid)
+        busy = _cpus_busy_seconds(self.cpus) if self.cpus else None
+        if counters is not None and busy is not None:
+            counters["cpus_busy_s"] = busy
+        if counters is not None:
+            counters["wall_s"] = time.monotonic()
+        return counters
 
     def start(self) -> None:
-        self.started = _process_counters(self.pid)
+        self.started = self._read()
 
-    def stop(self) -> dict[str, float] | None:
-        now = _process_counters(self.pid)
+    def stop(self) -> float | None:
+        now = self._read()
         if now is None or self.started is None:
             return None
-        return {key: now[key] - self.started[key] for key in now}
+        started = self.started
+        self.spent = {key: now[key] - started[key] for key in now if key in started}
+        return self.spent["user_s"] + self.spent["system_s"]
 
 
 def _wrk_driver(port: int, bodies: list[tuple[str, bytes]], seconds: float, check: bool, client: set[int],
@@ -112,12 +141,14 @@ def _python_driver(port: int, ca_file: Path, bodies: list[tuple[str, bytes]], se
     return summary
 
 
-def _measure(pid: int, drive: Callable[[_CpuClock], dict[str, Any]]) -> dict[str, Any]:
-    """One run of `drive`, with the server's CPU seconds over its measured part (after the warm-up)."""
-    clock = _CpuClock(pid)
+def _measure(pid: int, drive: Callable[[_CpuClock], dict[str, Any]], cpus: set[int] | None = None
+             ) -> dict[str, Any]:
+    """One run of `drive`, with the server's CPU seconds over its measured part (after the warm-up); `cpus`, the
+    CPUs the server is pinned to, to say what share of them other work took meanwhile."""
+    clock = _CpuClock(pid, cpus)
     result = drive(clock)
-    spent = clock.stop()
-    cpu_seconds = spent["user_s"] + spent["system_s"] if spent else None
+    cpu_seconds = clock.stop()
+    spent = clock.spent
     result["server_cpu_seconds"] = cpu_seconds
     result["req_per_server_core"] = result["requests"] / cpu_seconds if cpu_seconds else None
     if spent and result["requests"]:
@@ -127,6 +158,11 @@ def _measure(pid: int, drive: Callable[[_CpuClock], dict[str, Any]]) -> dict[str
         result["system_us_per_request"] = spent["system_s"] / requests * 1e6
         for key in ("minor_faults", "voluntary", "involuntary", "loop_voluntary", "loop_involuntary"):
             result[f"{key}_per_request"] = spent[key] / requests
+    if spent and cpus and "cpus_busy_s" in spent and spent["wall_s"] > 0:
+        # What else ran on the server's CPU: its CPU per request rises with it, KGWE's more than the no-op's
+        # (docs/performance.md, "The thirteenth round").
+        others = spent["cpus_busy_s"] - spent["user_s"] - spent["system_s"]
+        result["others_share_of_server_cpus"] = max(0.0, others / spent["wall_s"] / len(cpus))
     return result
 
 
@@ -135,7 +171,7 @@ def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("req_per_server_core", "req_per_s", "p50_ms", "p99_ms", "user_us_per_request",
                 "system_us_per_request", "minor_faults_per_request", "voluntary_per_request",
                 "involuntary_per_request", "loop_voluntary_per_request", "loop_involuntary_per_request",
-                "request_bytes", "response_bytes"):
+                "request_bytes", "response_bytes", "others_share_of_server_cpus"):
         values = [r[key] for r in rounds if r.get(key) is not None]
         if values:
             out[key] = statistics.median(values)
@@ -189,7 +225,7 @@ def bench_percore(seconds: float = 4.0, rounds: int = ROUNDS) -> dict[str, Any]:
                             drive = partial(_wrk_driver, port, bodies, seconds, check, client_cpus)
                         else:
                             drive = partial(_python_driver, port, ca_file, bodies, seconds, check)
-                        samples[name].append(_measure(pid, drive))
+                        samples[name].append(_measure(pid, drive, server_cpus))
                         time.sleep(0.2)
         finally:
             os.sched_setaffinity(0, restore)

@@ -30,17 +30,21 @@ def test_the_clock_counts_this_process_user_time_and_its_threads_switches() -> N
         slept.set()
         done.wait()
 
-    clock = _CpuClock(os.getpid())
+    cpu = min(os.sched_getaffinity(0))
+    clock = _CpuClock(os.getpid(), {cpu})
     clock.start()
     _burn(0.05)
     waiter = threading.Thread(target=sleeper)
     waiter.start()
     slept.wait()
-    spent = clock.stop()  # the thread still lives: its switches are counted
+    seconds = clock.stop()  # the thread still lives: its switches are counted
     done.set()
     waiter.join()
-    assert spent is not None
-    assert spent["user_s"] + spent["system_s"] >= 0.03
+    spent = clock.spent
+    assert seconds is not None and spent is not None
+    assert seconds == spent["user_s"] + spent["system_s"] >= 0.03
+    # The CPUs' busy time counts everyone's: at least this process's on them (ticks round both to 10 ms).
+    assert spent["cpus_busy_s"] >= 0 and spent["wall_s"] > 0
     assert spent["voluntary"] - spent["loop_voluntary"] >= 20
     assert spent["involuntary"] >= spent["loop_involuntary"] >= 0
 
