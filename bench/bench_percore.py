@@ -159,8 +159,9 @@ def _measure(pid: int, drive: Callable[[_CpuClock], dict[str, Any]], cpus: set[i
         for key in ("minor_faults", "voluntary", "involuntary", "loop_voluntary", "loop_involuntary"):
             result[f"{key}_per_request"] = spent[key] / requests
     if spent and cpus and "cpus_busy_s" in spent and spent["wall_s"] > 0:
-        # What else ran on the server's CPU: its CPU per request rises with it, KGWE's more than the no-op's
-        # (docs/performance.md, "The thirteenth round").
+        # What else the guest ran on the server's CPU: a round's CPU per request may rise with it, so a row says
+        # how contended its rounds were (docs/performance.md, "The thirteenth round": the spread came mostly from
+        # outside the guest's view).
         others = spent["cpus_busy_s"] - spent["user_s"] - spent["system_s"]
         result["others_share_of_server_cpus"] = max(0.0, others / spent["wall_s"] / len(cpus))
     return result
