@@ -46,19 +46,80 @@ def _cpu_split() -> tuple[set[int], set[int]]:
     return {usable[0]}, set(usable[1:])
 
 
-class _CpuClock:
-    """The server's CPU seconds from `start` (called after the warm-up) to `stop`."""
+def _process_counters(pid: int) -> dict[str, float] | None:
+    """What the server has spent so far (Linux): user and system CPU seconds and minor faults of the whole process
+    (/proc/PID/stat), and the voluntary and involuntary context switches of its threads alive now
+    (/proc/PID/task/*/status; a thread that has ended takes its switches with it), the event loop's apart."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    counters = {"user_s": int(fields[11]) / tick, "system_s": int(fields[12]) / tick, "minor_faults": int(fields[7]),
+                "voluntary": 0.0, "involuntary": 0.0, "loop_voluntary": 0.0, "loop_involuntary": 0.0}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return counters
+    for task in tasks:
+        try:
+            status = task.joinpath("status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            key, _, value = line.partition(":")
+            kind = {"voluntary_ctxt_switches": "voluntary", "nonvoluntary_ctxt_switches": "involuntary"}.get(key)
+            if kind is not None:
+                counters[kind] += int(value)
+                if task.name == str(pid):  # the main thread: uvicorn's event loop
+                    counters[f"loop_{kind}"] += int(value)
+    return counters
 
-    def __init__(self, pid: int) -> None:
+
+def _cpus_busy_seconds(cpus: set[int]) -> float | None:
+    """CPU seconds the given CPUs have spent busy so far, whoever ran (/proc/stat: user, nice, system, irq,
+    softirq, steal)."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    ticks = 0
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            ticks += sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class _CpuClock:
+    """The server's CPU seconds from `start` (called after the warm-up) to `stop`; `spent` holds the counters
+    beside them, and, given the server's `cpus`, how busy those CPUs were with other work meanwhile."""
+
+    def __init__(self, pid: int, cpus: set[int] | None = None) -> None:
         self.pid = pid
-        self.started: float | None = None
+        self.cpus = cpus
+        self.started: dict[str, float] | None = None
+        self.spent: dict[str, float] | None = None
+
+    def _read(self) -> dict[str, float] | None:
+        counters = _process_counters(self.pid)
+        busy = _cpus_busy_seconds(self.cpus) if self.cpus else None
+        if counters is not None and busy is not None:
+            counters["cpus_busy_s"] = busy
+        if counters is not None:
+            counters["wall_s"] = time.monotonic()
+        return counters
 
     def start(self) -> None:
-        self.started = bench_admission._cpu_seconds(self.pid)
+        self.started = self._read()
 
     def stop(self) -> float | None:
-        now = bench_admission._cpu_seconds(self.pid)
-        return now - self.started if now is not None and self.started is not None else None
+        now = self._read()
+        if now is None or self.started is None:
+            return None
+        started = self.started
+        self.spent = {key: now[key] - started[key] for key in now if key in started}
+        return self.spent["user_s"] + self.spent["system_s"]
 
 
 def _wrk_driver(port: int, bodies: list[tuple[str, bytes]], seconds: float, check: bool, client: set[int],
@@ -80,19 +141,38 @@ def _python_driver(port: int, ca_file: Path, bodies: list[tuple[str, bytes]], se
     return summary
 
 
-def _measure(pid: int, drive: Callable[[_CpuClock], dict[str, Any]]) -> dict[str, Any]:
-    """One run of `drive`, with the server's CPU seconds over its measured part (after the warm-up)."""
-    clock = _CpuClock(pid)
+def _measure(pid: int, drive: Callable[[_CpuClock], dict[str, Any]], cpus: set[int] | None = None
+             ) -> dict[str, Any]:
+    """One run of `drive`, with the server's CPU seconds over its measured part (after the warm-up); `cpus`, the
+    CPUs the server is pinned to, to say what share of them other work took meanwhile."""
+    clock = _CpuClock(pid, cpus)
     result = drive(clock)
     cpu_seconds = clock.stop()
+    spent = clock.spent
     result["server_cpu_seconds"] = cpu_seconds
     result["req_per_server_core"] = result["requests"] / cpu_seconds if cpu_seconds else None
+    if spent and result["requests"]:
+        # Per answer: where the CPU went (user or kernel) and what callgrind cannot see (switches, faults).
+        requests = result["requests"]
+        result["user_us_per_request"] = spent["user_s"] / requests * 1e6
+        result["system_us_per_request"] = spent["system_s"] / requests * 1e6
+        for key in ("minor_faults", "voluntary", "involuntary", "loop_voluntary", "loop_involuntary"):
+            result[f"{key}_per_request"] = spent[key] / requests
+    if spent and cpus and "cpus_busy_s" in spent and spent["wall_s"] > 0:
+        # What else the guest ran on the server's CPU: a round's CPU per request may rise with it, so a row says
+        # how contended its rounds were (docs/performance.md, "The thirteenth round": the spread came mostly from
+        # outside the guest's view).
+        others = spent["cpus_busy_s"] - spent["user_s"] - spent["system_s"]
+        result["others_share_of_server_cpus"] = max(0.0, others / spent["wall_s"] / len(cpus))
     return result
 
 
 def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rounds": len(rounds), "errors": sum(r.get("errors", 0) for r in rounds)}
-    for key in ("req_per_server_core", "req_per_s", "p50_ms", "p99_ms"):
+    for key in ("req_per_server_core", "req_per_s", "p50_ms", "p99_ms", "user_us_per_request",
+                "system_us_per_request", "minor_faults_per_request", "voluntary_per_request",
+                "involuntary_per_request", "loop_voluntary_per_request", "loop_involuntary_per_request",
+                "request_bytes", "response_bytes", "others_share_of_server_cpus"):
         values = [r[key] for r in rounds if r.get(key) is not None]
         if values:
             out[key] = statistics.median(values)
@@ -146,7 +226,7 @@ def bench_percore(seconds: float = 4.0, rounds: int = ROUNDS) -> dict[str, Any]:
                             drive = partial(_wrk_driver, port, bodies, seconds, check, client_cpus)
                         else:
                             drive = partial(_python_driver, port, ca_file, bodies, seconds, check)
-                        samples[name].append(_measure(pid, drive))
+                        samples[name].append(_measure(pid, drive, server_cpus))
                         time.sleep(0.2)
         finally:
             os.sched_setaffinity(0, restore)

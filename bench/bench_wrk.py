@@ -37,7 +37,7 @@ RESULT_MARK = "KGWE-WRK-RESULT "
 # the uid placeholder. `response` counts refusals and answers that are not AdmissionReviews.
 _LUA = r"""
 -- Globals, not locals: wrk reads a thread's counts with thread:get, which sees only globals.
-bodies, count, thread_id, counter, refused, malformed = {}, 0, 0, 0, 0, 0
+bodies, count, thread_id, counter, refused, malformed, received = {}, 0, 0, 0, 0, 0, 0
 local threads = {}
 
 function setup(thread)
@@ -69,6 +69,7 @@ function request()
 end
 
 function response(status, headers, body)
+  received = received + #body
   if status >= 400 then
     return  -- wrk counts these itself (non-2xx)
   end
@@ -80,18 +81,20 @@ function response(status, headers, body)
 end
 
 function done(summary, latency, requests)
-  local refused_all, malformed_all = 0, 0
+  local refused_all, malformed_all, received_all = 0, 0, 0
   for _, thread in ipairs(threads) do
     refused_all = refused_all + thread:get("refused")
     malformed_all = malformed_all + thread:get("malformed")
+    received_all = received_all + thread:get("received")
   end
   io.write(string.format(
     "KGWE-WRK-RESULT {\"requests\": %d, \"duration_us\": %d, \"p50_us\": %d, \"p90_us\": %d, " ..
     "\"p99_us\": %d, \"max_us\": %d, \"mean_us\": %.1f, \"connect_errors\": %d, \"read_errors\": %d, " ..
-    "\"write_errors\": %d, \"timeouts\": %d, \"non_2xx\": %d, \"refused\": %d, \"malformed\": %d}\n",
+    "\"write_errors\": %d, \"timeouts\": %d, \"non_2xx\": %d, \"refused\": %d, \"malformed\": %d, " ..
+    "\"received\": %d}\n",
     summary.requests, summary.duration, latency:percentile(50), latency:percentile(90),
     latency:percentile(99), latency.max, latency.mean, summary.errors.connect, summary.errors.read,
-    summary.errors.write, summary.errors.timeout, summary.errors.status, refused_all, malformed_all))
+    summary.errors.write, summary.errors.timeout, summary.errors.status, refused_all, malformed_all, received_all))
 end
 """
 
@@ -146,6 +149,10 @@ def drive(port: int, bodies: list[tuple[str, bytes]], seconds: float, *, warmup:
         "mean_ms": result["mean_us"] / 1000,
         "errors": errors,
         "refused_share": result["refused"] / result["requests"] if result["requests"] else 0.0,
+        # Bodies only (no HTTP headers): a request's is the mean of the bodies wrk cycles through, the uid the
+        # placeholder's length; an answer's what the script read (answers in flight at the end are a few).
+        "request_bytes": sum(len(body) for _path, body in bodies) / len(bodies),
+        "response_bytes": result["received"] / result["requests"] if result["requests"] else 0.0,
     }
 
 

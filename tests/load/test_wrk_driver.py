@@ -20,4 +20,8 @@ def test_wrk_drives_kgwe_serve_and_checks_every_answer() -> None:
     assert result["requests"] > 0 and result["errors"] == 0
     # Some example pods are refused by design (a missing type, an infeasible NVLink ask...): counted apart.
     assert 0 < result["refused_share"] < 1
+    # The bytes each way: a request's is the mean of the bodies cycled through; an answer's what was read back,
+    # an AdmissionReview with the request's uid (the shortest example answer is well over 100 bytes).
+    assert result["request_bytes"] == sum(len(body) for _path, body in bodies) / len(bodies)
+    assert 100 < result["response_bytes"] < 4096
     assert wrong["errors"] == wrong["requests"] > 0
