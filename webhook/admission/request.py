@@ -15,6 +15,7 @@ import orjson
 
 from policies.vocabulary.objects import PodView
 from webhook.admission.bounds import ObjectOutOfBounds, check_bounds, check_pod_shape
+from webhook.admission.replica_bytes import uid_excised
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -159,8 +160,33 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
         sub_resource=_str(request.get("subResource")),
         authenticated=authenticated,
     )
-    decoded.invalid = _out_of_bounds(decoded, body)
+    decoded.invalid = _bounds_verdict(decoded, body)
     return decoded
+
+
+# `_out_of_bounds` is a function of the decoded review less its uid: its verdicts are remembered for replicas
+# under the body's bytes around the uid (webhook/admission/replica_bytes.py), for bodies up to a small size and a
+# bounded number of them: the bench's and a controller's replicas, not every large review.
+_VERDICTS_SIZE = 128
+_VERDICT_BODY_BYTES = 32 * 1024
+_verdicts: dict[tuple[bytes, bytes], str | None] = {}
+
+
+def _bounds_verdict(request: AdmissionRequest, body: bytes | dict[str, Any]) -> str | None:
+    if not isinstance(body, bytes) or len(body) > _VERDICT_BODY_BYTES:
+        return _out_of_bounds(request, body)
+    key = uid_excised(body, request.uid)
+    if key is None:
+        return _out_of_bounds(request, body)
+    try:
+        return _verdicts[key]
+    except KeyError:
+        pass
+    verdict = _out_of_bounds(request, body)
+    if len(_verdicts) >= _VERDICTS_SIZE:
+        _verdicts.clear()
+    _verdicts[key] = verdict
+    return verdict
 
 
 def _require_envelope(kind: dict[Any, Any], operation: Any, obj: Any) -> None:
