@@ -1,6 +1,6 @@
-"""A replica's bounds verdict, remembered under its body's bytes around the uid, is the verdict its own body gets:
-for replicas, for bodies that differ anywhere else, and for uids a hostile caller picks to match other parts of
-the body (a key of the pod, a value, a number) or writes with escapes."""
+"""A replica's decoded review, its bounds verdict among it, remembered under its body's bytes around the uid, is
+what its own body decodes to: for replicas, for bodies that differ anywhere else, and for uids a hostile caller
+picks to match other parts of the body (a key of the pod, a value, a number) or writes with escapes."""
 
 from __future__ import annotations
 
@@ -97,3 +97,31 @@ def test_the_split_is_around_the_uid_string_only_for_a_plain_uid() -> None:
     assert uid_excised(body, "é") is None
     assert uid_excised(body, "") is None
     assert uid_excised(body.replace(b'"abc-1"', b'"\\u0061bc-1"'), "abc-1") is None  # written with an escape
+
+
+def _fields(request: Any) -> dict[str, Any]:
+    return {name: getattr(request, name) for name in (
+        "uid", "kind", "resource", "operation", "namespace", "name", "user", "object", "old_object", "dry_run", "raw",
+        "api_version", "sub_resource", "invalid", "authenticated")}
+
+
+def test_a_replica_decodes_as_its_own_body_does_and_shares_nothing_with_the_one_before() -> None:
+    pod = _pod()
+    envelope = {"userInfo": {"username": "u", "groups": ["g"], "extra": {"scopes": ["a"]}}, "dryRun": False,
+                "subResource": ""}
+    def replica(uid: str) -> bytes:
+        review = orjson.loads(_body(uid, pod))
+        review["request"].update(envelope)
+        return orjson.dumps(review)
+
+    first = decode_review(replica("first-uid"))
+    first.user.groups.append("system:masters")
+    first.user.extra["scopes"].append("b")
+    first.kind["kind"] = "Secret"
+    for uid, authenticated in (("second-uid", True), ("third-uid", False), ("fourth-uid", True)):
+        body = replica(uid)
+        decoded = decode_review(body, authenticated=authenticated)
+        assert _fields(decoded) == _fields(decode_review(orjson.loads(body), authenticated=authenticated))
+        assert decoded.user.groups == ["g"] and decoded.user.extra == {"scopes": ["a"]}
+        assert decoded.dry_run is not authenticated
+        assert decoded.pod.raw is decoded.object

@@ -140,53 +140,71 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise BadReview("AdmissionReview request has no uid")
-    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
-    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     obj = request.get("object")
     old = request.get("oldObject")
+    objects: dict[str, Any] = {
+        "uid": uid, "object": obj if isinstance(obj, dict) else None,
+        "old_object": old if isinstance(old, dict) else None, "raw": request, "authenticated": authenticated,
+    }
+    split = uid_excised(body, uid) if isinstance(body, bytes) and len(body) <= _KEPT_BODY_BYTES else None
+    kept = _envelopes.get(split) if split is not None else None
+    if kept is not None:
+        return kept.request(objects)
+    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
+    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     _require_envelope(kind or {}, request.get("operation"), obj)
-    decoded = AdmissionRequest(
-        uid=uid,
+    envelope = _Envelope(
         kind={str(k): str(v) for k, v in (kind or {}).items()},
         resource={str(k): str(v) for k, v in (resource or {}).items()},
         operation=_str(request.get("operation")).upper(),
         namespace=_str(request.get("namespace")),
         name=_str(request.get("name")),
         user=_user(request.get("userInfo")),
-        object=obj if isinstance(obj, dict) else None,
-        old_object=old if isinstance(old, dict) else None,
-        dry_run=bool(request.get("dryRun")) or not authenticated,
-        raw=request,
+        dry_run=bool(request.get("dryRun")),
         sub_resource=_str(request.get("subResource")),
-        authenticated=authenticated,
     )
-    decoded.invalid = _bounds_verdict(decoded, body)
+    decoded = envelope.request(objects)
+    envelope.invalid = decoded.invalid = _out_of_bounds(decoded, body)
+    if split is not None:
+        if len(_envelopes) >= _ENVELOPES_KEPT:
+            _envelopes.clear()
+        _envelopes[split] = envelope
     return decoded
 
 
-# `_out_of_bounds` is a function of the decoded review less its uid: its verdicts are remembered for replicas
-# under the body's bytes around the uid (webhook/admission/replica_bytes.py), for bodies up to a small size and a
-# bounded number of them: the bench's and a controller's replicas, not every large review.
-_VERDICTS_SIZE = 128
-_VERDICT_BODY_BYTES = 32 * 1024
-_verdicts: dict[tuple[bytes, bytes], str | None] = {}
+@dataclass(slots=True)
+class _Envelope:
+    """What a review decodes to but for its uid and its objects, with its bounds verdict: kept for replicas
+    (`_envelopes`), never handed out; each request gets copies of its parts."""
+
+    kind: dict[str, str]
+    resource: dict[str, str]
+    operation: str
+    namespace: str
+    name: str
+    user: UserInfo
+    dry_run: bool  # as the body says: a caller that is not authenticated makes any request dry-run
+    sub_resource: str
+    invalid: str | None = None
+
+    def request(self, objects: dict[str, Any]) -> AdmissionRequest:
+        user = self.user
+        decoded = AdmissionRequest(
+            kind=dict(self.kind), resource=dict(self.resource), operation=self.operation, namespace=self.namespace,
+            name=self.name, dry_run=self.dry_run or not objects["authenticated"], sub_resource=self.sub_resource,
+            user=UserInfo(user.username, user.uid, list(user.groups), {k: list(v) for k, v in user.extra.items()}),
+            **objects,
+        )
+        decoded.invalid = self.invalid
+        return decoded
 
 
-def _bounds_verdict(request: AdmissionRequest, body: bytes | dict[str, Any]) -> str | None:
-    if not isinstance(body, bytes) or len(body) > _VERDICT_BODY_BYTES:
-        return _out_of_bounds(request, body)
-    key = uid_excised(body, request.uid)
-    if key is None:
-        return _out_of_bounds(request, body)
-    try:
-        return _verdicts[key]
-    except KeyError:
-        pass
-    verdict = _out_of_bounds(request, body)
-    if len(_verdicts) >= _VERDICTS_SIZE:
-        _verdicts.clear()
-    _verdicts[key] = verdict
-    return verdict
+# A review's body less its uid decodes to one `_Envelope` (webhook/admission/replica_bytes.py says why): kept under
+# the bytes around the uid, for bodies up to a small size and a bounded number of them (a controller's replicas,
+# never every large review).
+_ENVELOPES_KEPT = 128
+_KEPT_BODY_BYTES = 32 * 1024
+_envelopes: dict[tuple[bytes, bytes], _Envelope] = {}
 
 
 def _require_envelope(kind: dict[Any, Any], operation: Any, obj: Any) -> None:
