@@ -142,14 +142,12 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
         raise BadReview("AdmissionReview request has no uid")
     obj = request.get("object")
     old = request.get("oldObject")
-    objects: dict[str, Any] = {
-        "uid": uid, "object": obj if isinstance(obj, dict) else None,
-        "old_object": old if isinstance(old, dict) else None, "raw": request, "authenticated": authenticated,
-    }
+    pod = obj if isinstance(obj, dict) else None
+    old_pod = old if isinstance(old, dict) else None
     split = uid_excised(body, uid) if isinstance(body, bytes) and len(body) <= _KEPT_BODY_BYTES else None
     kept = _envelopes.get(split) if split is not None else None
     if kept is not None:
-        return kept.request(objects)
+        return kept.request(uid, pod, old_pod, request, authenticated)
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
     resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     _require_envelope(kind or {}, request.get("operation"), obj)
@@ -163,7 +161,7 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
         dry_run=bool(request.get("dryRun")),
         sub_resource=_str(request.get("subResource")),
     )
-    decoded = envelope.request(objects)
+    decoded = envelope.request(uid, pod, old_pod, request, authenticated)
     envelope.invalid = decoded.invalid = _out_of_bounds(decoded, body)
     if split is not None:
         if len(_envelopes) >= _ENVELOPES_KEPT:
@@ -187,13 +185,16 @@ class _Envelope:
     sub_resource: str
     invalid: str | None = None
 
-    def request(self, objects: dict[str, Any]) -> AdmissionRequest:
+    def request(self, uid: str, pod: dict[str, Any] | None, old_pod: dict[str, Any] | None, raw: dict[str, Any],
+                authenticated: bool) -> AdmissionRequest:
+        """The request of the review `raw` with this envelope, its own objects and uid."""
         user = self.user
         decoded = AdmissionRequest(
-            kind=dict(self.kind), resource=dict(self.resource), operation=self.operation, namespace=self.namespace,
-            name=self.name, dry_run=self.dry_run or not objects["authenticated"], sub_resource=self.sub_resource,
+            uid=uid, kind=dict(self.kind), resource=dict(self.resource), operation=self.operation,
+            namespace=self.namespace, name=self.name,
             user=UserInfo(user.username, user.uid, list(user.groups), {k: list(v) for k, v in user.extra.items()}),
-            **objects,
+            object=pod, old_object=old_pod, dry_run=self.dry_run or not authenticated, raw=raw,
+            sub_resource=self.sub_resource, authenticated=authenticated,
         )
         decoded.invalid = self.invalid
         return decoded
@@ -202,8 +203,8 @@ class _Envelope:
 # A review's body less its uid decodes to one `_Envelope` (webhook/admission/replica_bytes.py says why): kept under
 # the bytes around the uid, for bodies up to a small size and a bounded number of them (a controller's replicas,
 # never every large review).
-_ENVELOPES_KEPT = 128
-_KEPT_BODY_BYTES = 32 * 1024
+_ENVELOPES_KEPT = 64
+_KEPT_BODY_BYTES = 16 * 1024  # keys of 1 MiB at most in all
 _envelopes: dict[tuple[bytes, bytes], _Envelope] = {}
 
 
