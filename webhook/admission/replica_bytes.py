@@ -7,8 +7,9 @@ of letters, digits, `-` and `_` only (a Kubernetes uid is a UUID; any other uid 
 
 - Both bodies are the same prefix, then `"` + their uid + `"`, then the same suffix. The JSON lexer's state after
   the prefix is the same in both, and the token's characters leave it the same in both: outside a string the
-  token is one whole string; inside a string after a backslash, it is part of that string and ends it. (Inside a
-  string without one, its `"` would end that string and put letters or digits straight after it: not JSON.)
+  token is one whole string; inside a string after a backslash that escapes its `"`, it is part of that string
+  and ends it. (Inside a string without one, its `"` would end that string and put letters or digits straight
+  after it: not JSON.)
 - So both decode to the same structure, but for the string the token is, or lies in. That string's position is
   the same in both; the request's uid is found at one position in both (duplicate keys included). If it is not
   that string, its bytes are the same in both: the uids are equal, and so are the bodies. If it is, it is the
