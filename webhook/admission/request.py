@@ -15,6 +15,7 @@ import orjson
 
 from policies.vocabulary.objects import PodView
 from webhook.admission.bounds import ObjectOutOfBounds, check_bounds, check_pod_shape
+from webhook.admission.replica_bytes import uid_excised
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -139,28 +140,72 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise BadReview("AdmissionReview request has no uid")
-    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
-    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     obj = request.get("object")
     old = request.get("oldObject")
+    pod = obj if isinstance(obj, dict) else None
+    old_pod = old if isinstance(old, dict) else None
+    split = uid_excised(body, uid) if isinstance(body, bytes) and len(body) <= _KEPT_BODY_BYTES else None
+    kept = _envelopes.get(split) if split is not None else None
+    if kept is not None:
+        return kept.request(uid, pod, old_pod, request, authenticated)
+    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
+    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     _require_envelope(kind or {}, request.get("operation"), obj)
-    decoded = AdmissionRequest(
-        uid=uid,
+    envelope = _Envelope(
         kind={str(k): str(v) for k, v in (kind or {}).items()},
         resource={str(k): str(v) for k, v in (resource or {}).items()},
         operation=_str(request.get("operation")).upper(),
         namespace=_str(request.get("namespace")),
         name=_str(request.get("name")),
         user=_user(request.get("userInfo")),
-        object=obj if isinstance(obj, dict) else None,
-        old_object=old if isinstance(old, dict) else None,
-        dry_run=bool(request.get("dryRun")) or not authenticated,
-        raw=request,
+        dry_run=bool(request.get("dryRun")),
         sub_resource=_str(request.get("subResource")),
-        authenticated=authenticated,
     )
-    decoded.invalid = _out_of_bounds(decoded, body)
+    decoded = envelope.request(uid, pod, old_pod, request, authenticated)
+    envelope.invalid = decoded.invalid = _out_of_bounds(decoded, body)
+    if split is not None:
+        if len(_envelopes) >= _ENVELOPES_KEPT:
+            _envelopes.clear()
+        _envelopes[split] = envelope
     return decoded
+
+
+@dataclass(slots=True)
+class _Envelope:
+    """What a review decodes to but for its uid and its objects, with its bounds verdict: kept for replicas
+    (`_envelopes`), never handed out; each request gets copies of its parts."""
+
+    kind: dict[str, str]
+    resource: dict[str, str]
+    operation: str
+    namespace: str
+    name: str
+    user: UserInfo
+    dry_run: bool  # as the body says: a caller that is not authenticated makes any request dry-run
+    sub_resource: str
+    invalid: str | None = None
+
+    def request(self, uid: str, pod: dict[str, Any] | None, old_pod: dict[str, Any] | None, raw: dict[str, Any],
+                authenticated: bool) -> AdmissionRequest:
+        """The request of the review `raw` with this envelope, its own objects and uid."""
+        user = self.user
+        decoded = AdmissionRequest(
+            uid=uid, kind=dict(self.kind), resource=dict(self.resource), operation=self.operation,
+            namespace=self.namespace, name=self.name,
+            user=UserInfo(user.username, user.uid, list(user.groups), {k: list(v) for k, v in user.extra.items()}),
+            object=pod, old_object=old_pod, dry_run=self.dry_run or not authenticated, raw=raw,
+            sub_resource=self.sub_resource, authenticated=authenticated,
+        )
+        decoded.invalid = self.invalid
+        return decoded
+
+
+# A review's body less its uid decodes to one `_Envelope` (webhook/admission/replica_bytes.py says why): kept under
+# the bytes around the uid, for bodies up to a small size and a bounded number of them (a controller's replicas,
+# never every large review).
+_ENVELOPES_KEPT = 64
+_KEPT_BODY_BYTES = 16 * 1024  # keys of 1 MiB at most in all
+_envelopes: dict[tuple[bytes, bytes], _Envelope] = {}
 
 
 def _require_envelope(kind: dict[Any, Any], operation: Any, obj: Any) -> None:
