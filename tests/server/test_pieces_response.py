@@ -67,6 +67,7 @@ def test_pieces_cut_every_part_in_order() -> None:
     assert max(len(piece) for piece in cut) == PIECE_BYTES
     assert all(isinstance(piece, bytes) for piece in cut)
     assert list(pieces((b"", b"ab"), size=1)) == [b"a", b"b"]
+    assert list(pieces((b"a", b"bc", memoryview(b"def")), size=4)) == [b"abcd", b"ef"]  # small parts go together
 
 
 def test_the_client_gets_the_whole_answer_with_its_length(served: tuple[RunningServer, list[int]]) -> None:

@@ -26,10 +26,22 @@ Part = bytes | memoryview
 
 
 def pieces(parts: tuple[Part, ...], size: int = PIECE_BYTES) -> Iterator[bytes]:
-    """`parts` in order, cut into bytes of at most `size` (a memoryview part is copied a piece at a time)."""
+    """The concatenation of `parts` as bytes of `size` (the last may be shorter): small parts go out together,
+    large ones are cut, a memoryview part is copied a piece at a time."""
+    held: list[Part] = []
+    held_bytes = 0
     for part in parts:
-        for start in range(0, len(part), size):
-            yield bytes(part[start:start + size])
+        start = 0
+        while start < len(part):
+            taken = part[start:start + size - held_bytes]
+            held.append(taken)
+            held_bytes += len(taken)
+            start += len(taken)
+            if held_bytes == size:
+                yield b"".join(held)
+                held, held_bytes = [], 0
+    if held:
+        yield b"".join(held)
 
 
 class PiecesResponse(Response):
