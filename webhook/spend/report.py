@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -133,17 +133,45 @@ class WindowCosts(_Doc):
 
 
 Row = TypeVar("Row", bound=_Doc)
-# The sets of fields rows were given, one of each: pydantic keeps a set of the field names given per instance
-# (728 bytes for a pod's row, more than its values), and every row of a level is given the same fields.
-_FIELDS_GIVEN: dict[frozenset[str], frozenset[str]] = {}
+
+
+class _SharedFields(set[str]):
+    """The names of the fields a row was given, shared by every row given the same ones. A set, as pydantic's
+    serializer reads it (`exclude_unset`); never changed: a document's rows are not set after the build, and one
+    that were would raise here rather than mark the field given on every row sharing the set."""
+
+    def _refuse(self) -> NoReturn:
+        raise TypeError("a costs document's rows are not changed once built")
+
+    def add(self, element: str) -> None:
+        self._refuse()
+
+    def update(self, *others: Iterable[str]) -> None:
+        self._refuse()
+
+    def discard(self, element: object) -> None:
+        self._refuse()
+
+    def remove(self, element: str) -> None:
+        self._refuse()
+
+    def clear(self) -> None:
+        self._refuse()
+
+
+# One of each: pydantic keeps a set of the fields given per instance (728 bytes for a pod's row, more than its
+# values), and every row of a level is given the same fields.
+_FIELDS_GIVEN: dict[frozenset[str], _SharedFields] = {}
 
 
 def _row(kind: type[Row], values: dict[str, object]) -> Row:
-    """`kind` validated from `values`, its set of given fields shared with every row given the same ones. The set is
-    frozen: a document's rows are never changed once built (one that were would raise, not change another row)."""
+    """`kind` validated from `values`, its set of given fields shared with every row given the same ones."""
     made = kind.model_validate(values)
     given = frozenset(made.__pydantic_fields_set__)
-    object.__setattr__(made, "__pydantic_fields_set__", _FIELDS_GIVEN.setdefault(given, given))
+    shared = _FIELDS_GIVEN.get(given)
+    if shared is None:
+        shared = _FIELDS_GIVEN.setdefault(given, _SharedFields(given))
+    object.__setattr__(made, "__pydantic_fields_set__", shared)
     return made
 
 
