@@ -14,6 +14,9 @@ the quota controller releases the gated pod waiting behind it), with the quota p
 
     python bench/bench_scale.py [--nodes 1000] [--baseline 10]      # prints JSON
 
+The worker's VmRSS is sampled every 100 ms from spawn to the end with the phases marked (`memory_trace`: when the
+peak came and in which phase; scale_memory.py).
+
 KGWE_SCALE_PROFILE=DIR: py-spy over the worker while the read at ready waits and admission runs (scale_profile.py).
 """
 
