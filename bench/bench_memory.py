@@ -72,14 +72,22 @@ class Steps:
         self._rss = rss_mib()
 
     def step(self, name: str, call: Callable[[], Any]) -> Any:
+        if self.trace:
+            traced_before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
         started = time.process_time()
         result = call()
         cpu = round(time.process_time() - started, 2)
+        if self.trace:
+            # What the step held at its highest above what it started with, kept or not: a step's transient
+            # copies raise the worker's peak (VmHWM) though they are gone at its end.
+            step_peak = tracemalloc.get_traced_memory()[1] - traced_before
         gc.collect()
         rss = rss_mib()
         row: dict[str, Any] = {"step": name, "rss_mib": rss, "grew_mib": round(rss - self._rss, 1), "cpu_s": cpu}
         self._rss = rss
         if self.trace:
+            row["traced_peak_above_start_mib"] = round(step_peak / 2**20, 1)
             now = tracemalloc.take_snapshot()
             assert self._last is not None
             stats = now.compare_to(self._last, "lineno")[: self.top]

@@ -14,6 +14,9 @@ the quota controller releases the gated pod waiting behind it), with the quota p
 
     python bench/bench_scale.py [--nodes 1000] [--baseline 10]      # prints JSON
 
+The worker's VmRSS is sampled every 100 ms from spawn to the end with the phases marked (`memory_trace`: when the
+peak came and in which phase; scale_memory.py).
+
 KGWE_SCALE_PROFILE=DIR: py-spy over the worker while the read at ready waits and admission runs (scale_profile.py).
 """
 
@@ -44,6 +47,7 @@ import jsonpatch  # noqa: E402
 import orjson  # noqa: E402
 from kube_fake_apiserver import FakeApiServer, write_kubeconfig  # noqa: E402
 from scale_fleet import QUOTA_NAMESPACE, generate_fleet, gpu_node, pod  # noqa: E402
+from scale_memory import tracing  # noqa: E402
 from scale_profile import dumps_while, profile_directory, recording  # noqa: E402
 
 from webhook.review import create_review  # noqa: E402
@@ -304,11 +308,13 @@ def _metric(client: Client, name: str) -> float | None:
     return None
 
 
-def _reads(client: Client, repeat_under_s: float = 10.0) -> dict[str, Any]:
+def _reads(client: Client, repeat_under_s: float = 10.0, before: Callable[[str], None] = lambda _path: None
+           ) -> dict[str, Any]:
     """Each read path three times (once when the first answer took over `repeat_under_s`); a path that times
-    out is recorded as such and the next one is still read."""
+    out is recorded as such and the next one is still read. `before` is told each path before it is read."""
     out: dict[str, Any] = {}
     for path in READ_PATHS:
+        before(path)
         times: list[float] = []
         size, status = 0, 0
         try:
@@ -356,8 +362,9 @@ def measure(gpu_nodes: int, runs: int = 200) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="kgwe-scale-") as tmp:
             kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", server.url)
             spawned = time.monotonic()
-            with kgwe_serve(kubeconfig, Path(tmp)) as (process, port, ca_file):
+            with kgwe_serve(kubeconfig, Path(tmp)) as (process, port, ca_file), tracing(process.pid) as rss:
                 ready = _wait_ready(process, port, ca_file, Path(tmp) / "serve.log")
+                rss.mark("read at ready")
                 memory_ready = _status_kib(process.pid)
                 client = Client(port, ca_file, timeout=60.0)
                 spied = profile_directory()
@@ -368,16 +375,24 @@ def measure(gpu_nodes: int, runs: int = 200) -> dict[str, Any]:
                     "startup": _startup(server, spawned, ready), "memory_at_ready_kib": memory_ready,
                     "nodes_read_at_ready": at_ready}
                 print(f"[scale] {gpu_nodes} nodes: ready in {result['startup']['ready_s']} s", file=sys.stderr)
+                rss.mark("settling")
                 result["settled_after_ready_s"] = _settle(process.pid)
+                rss.mark("admission")
                 with recording(process.pid, spied / f"admission-{gpu_nodes}.raw" if spied else None):
                     _guarded(result, "admission", lambda: _admission(client, server, runs))
+                rss.mark("node change")
                 _guarded(result, "node_change", lambda: _node_change(client, server))
+                rss.mark("pod change")
                 _guarded(result, "pod_change", lambda: _pod_change(client, server))
+                rss.mark("quota pass metric")
                 _guarded(result, "quota_pass_s", lambda: _metric(client, "kgwe_quota_pass_seconds"))
-                _guarded(result, "reads", lambda: _reads(client))
+                _guarded(result, "reads", lambda: _reads(client, before=lambda path: rss.mark(f"read {path}")))
                 with server.cond:
                     result["patches_by_kgwe"] = sum(1 for r in server.requests if r.method == "PATCH")
                 result["memory_at_end_kib"] = _status_kib(process.pid)
+                rss.mark("end")
+            # The worker's VmRSS every 100 ms (kept every second): when the peak happened and in which phase.
+            result["memory_trace"] = rss.summary()
     finally:
         server.close()
     return result

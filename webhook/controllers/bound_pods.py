@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from policies.gpu_demand import pod_gpu_demand
@@ -35,6 +35,7 @@ from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.cluster.settled import Settled
 from webhook.config import Config
 from webhook.controllers.followed_pods import FollowedPods
+from webhook.controllers.lazy_gauge import LazyGauge
 from webhook.costs import ANNOTATION_HOURLY_COST, format_hourly_cost, parse_hourly_cost, pod_hourly_cost
 from webhook.spend.memo import RateMemo
 from webhook.spend.rates import PodRate, pod_rate, tenant_resolver
@@ -181,7 +182,7 @@ class HourlyCostCollector(Collector):
         """Export `series` from now on (the caller's to keep unchanged: a scrape may read it on another thread)."""
         self._series = series
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         families = (
             ("kgwe_pod_hourly_cost", "Hourly cost of each GPU container of each GPU pod bound to a node "
                                      "(its kgwe.io/hourly-cost plus the GPUs of the ResourceClaims of its own "
@@ -192,13 +193,12 @@ class HourlyCostCollector(Collector):
             ("kgwe_pod_whole_gpu_hourly_cost", "Hourly cost the same devices would have as whole GPUs (shares' "
                                                "savings are this minus kgwe_pod_hourly_cost)", lambda v: v.whole),
         )
+        rows = sorted(self._series.items())  # the three families read the same series
         for name, documentation, value in families:
-            family = GaugeMetricFamily(name, documentation, labels=SERIES_LABELS)
-            for labels, values in sorted(self._series.items()):
-                family.add_metric(list(labels), float(value(values)))
-            yield family
+            # Sampled as the scrape reads them (lazy_gauge.py): 210,000 samples at 10,000 GPU nodes are not held.
+            yield LazyGauge(name, documentation, SERIES_LABELS, rows, value)
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[Metric]:
         return self.collect()
 
 

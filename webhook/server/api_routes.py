@@ -38,6 +38,7 @@ from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
 from webhook.quotas.view import remembered_waiting_rows
+from webhook.server.pieces import PIECE_BYTES, Part, PiecesResponse
 from webhook.server.read_auth import refusals_answered, require_node_reader, visible_namespaces
 from webhook.spend.report import amount, budget_fields
 from webhook.spend.service import SpendService
@@ -64,7 +65,13 @@ class ApiRuntime(Protocol):
 
 
 def _json(body: bytes, status: int = 200) -> Response:
+    if len(body) > PIECE_BYTES:  # a view of a large cluster: sent in pieces, never copied whole (pieces.py)
+        return _json_parts((body,), status)
     return Response(body, status, media_type=JSON, headers={"Cache-Control": "no-store"})
+
+
+def _json_parts(parts: tuple[Part, ...], status: int = 200) -> Response:
+    return PiecesResponse(parts, status, media_type=JSON, headers={"Cache-Control": "no-store"})
 
 
 def _error(status: int, message: str) -> Response:
@@ -212,7 +219,7 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
         namespaces = await inventory.aview("costs-namespaces", *_NAMESPACES["costs-namespaces"])
         visible = await visible_namespaces(request, namespaces | answer.namespaces)
         if visible is None:
-            return _json(joined(await inventory.aview("costs", costs_view, orjson.dumps), answer.body))
+            return _json_parts(joined(await inventory.aview("costs", costs_view, orjson.dumps), answer.body))
         now = await run_in_threadpool(costs_view, await inventory.ainventory(), visible)
         try:
             doc = await run_in_threadpool(spend.window_costs, window, visible)
@@ -245,15 +252,16 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
     return router
 
 
-def joined(now: bytes, window: bytes) -> bytes:
+def joined(now: bytes, window: bytes) -> tuple[Part, ...]:
     """`{**now, **window}` as JSON, from the two documents' JSON: their keys are apart (the current view's
     generatedAt, currency, rows, hourlyCost, pods; the window's report.py WindowCosts fields), so the answer
-    is the one object's members and then the other's, without parsing 50 MB again."""
+    is the one object's members and then the other's, without parsing 50 MB again. In parts, views of the two
+    documents: the answer is sent from them (pieces.py) without a copy of the kept 50 MB."""
     if now == b"{}":
-        return window
+        return (window,)
     if window == b"{}":
-        return now
-    return b"".join((now[:-1], b",", window[1:]))
+        return (now,)
+    return memoryview(now)[:-1], b",", memoryview(window)[1:]
 
 
 def with_budgets(doc: dict[str, Any], states: Mapping[str, BudgetState]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from webhook.server.callers import CallerAuthenticator
 from webhook.server.health import readiness_problems
 from webhook.server.large_lane import LargeLane
 from webhook.server.openapi import add_shell_routes
+from webhook.server.pieces import PiecesResponse
 from webhook.server.read_auth import ReadAuth
 from webhook.server.serving_loop import ReloadableCertificate, ServingLoop, certificate_task
 from webhook.server.ui_routes import ui_router
@@ -173,7 +174,10 @@ def create_app(
     async def prometheus_metrics() -> Response:
         # Off the event loop: at 150,000 pods the per-pod cost series take seconds to render, which the loop
         # would not answer the API server's admissions in (issue 36).
-        return Response(await run_in_threadpool(multiproc_metrics.latest), media_type=CONTENT_TYPE_LATEST)
+        # In parts, sent as the scraper reads them (pieces.py, metrics_parts.py): at that size the whole text and
+        # its copies were the worker's peak memory.
+        parts = await run_in_threadpool(multiproc_metrics.latest_parts)
+        return PiecesResponse(tuple(parts), media_type=CONTENT_TYPE_LATEST)
 
     # The web UI's static pages, served at /ui/ (read once into memory).
     routers = [*([ui_router()] if ui else []), *extra_routers]

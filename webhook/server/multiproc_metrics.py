@@ -70,6 +70,16 @@ def cleanup() -> None:
             shutil.rmtree(owned)
 
 
+def latest_parts() -> list[bytes]:
+    """`latest()` in parts (metrics_parts.py): this process's families rendered one part at a time; in
+    multiprocess mode the one body `latest()` makes."""
+    if multiprocess_enabled():
+        return [latest()]
+    from webhook.server.metrics_parts import latest_parts as rendered_parts
+
+    return rendered_parts()
+
+
 def latest() -> bytes:
     """The `/metrics` body: every worker's metrics in multiprocess mode (with the families a worker renders for
     all, policies/kernel/published_families.py), this process's otherwise."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
+from typing import NoReturn, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -131,6 +132,49 @@ class WindowCosts(_Doc):
                      "differ from their total by rounding only")
 
 
+Row = TypeVar("Row", bound=_Doc)
+
+
+class _SharedFields(set[str]):
+    """The names of the fields a row was given, shared by every row given the same ones. A set, as pydantic's
+    serializer reads it (`exclude_unset`); never changed: a document's rows are not set after the build, and one
+    that were would raise here rather than mark the field given on every row sharing the set."""
+
+    def _refuse(self) -> NoReturn:
+        raise TypeError("a costs document's rows are not changed once built")
+
+    def add(self, element: str) -> None:
+        self._refuse()
+
+    def update(self, *others: Iterable[str]) -> None:
+        self._refuse()
+
+    def discard(self, element: object) -> None:
+        self._refuse()
+
+    def remove(self, element: str) -> None:
+        self._refuse()
+
+    def clear(self) -> None:
+        self._refuse()
+
+
+# One of each: pydantic keeps a set of the fields given per instance (728 bytes for a pod's row, more than its
+# values), and every row of a level is given the same fields.
+_FIELDS_GIVEN: dict[frozenset[str], _SharedFields] = {}
+
+
+def _row(kind: type[Row], values: dict[str, object]) -> Row:
+    """`kind` validated from `values`, its set of given fields shared with every row given the same ones."""
+    made = kind.model_validate(values)
+    given = frozenset(made.__pydantic_fields_set__)
+    shared = _FIELDS_GIVEN.get(given)
+    if shared is None:
+        shared = _FIELDS_GIVEN.setdefault(given, _SharedFields(given))
+    object.__setattr__(made, "__pydantic_fields_set__", shared)
+    return made
+
+
 @dataclass
 class _Sum:
     pods: set[tuple[str, str]] = field(default_factory=set)
@@ -210,10 +254,10 @@ def build_window_costs(
         if spend.run is not None:
             by_run.setdefault((namespace, spend.run.kind, spend.run.name, tenant), []).append(spend)
     known_cost = total.cost - total.unknown_cost
-    tenants = [CostRow.model_validate({"tenant": k[0], **s.fields()}) for k, s in _by_cost(by_tenant)]
-    namespaces = [CostRow.model_validate({"tenant": k[1], "namespace": k[0], **s.fields()})
+    tenants = [_row(CostRow, {"tenant": k[0], **s.fields()}) for k, s in _by_cost(by_tenant)]
+    namespaces = [_row(CostRow, {"tenant": k[1], "namespace": k[0], **s.fields()})
                   for k, s in _by_cost(by_namespace)]
-    workloads = [CostRow.model_validate({"tenant": k[3], "namespace": k[0], "kind": k[1], "name": k[2], **s.fields()})
+    workloads = [_row(CostRow, {"tenant": k[3], "namespace": k[0], "kind": k[1], "name": k[2], **s.fields()})
                  for k, s in _by_cost(by_workload)]
     runs: list[RunRow] = []
     for key, members in by_run.items():
@@ -224,21 +268,27 @@ def build_window_costs(
         ends = [m.end for m in members]
         finished = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
         first = min(starts) if starts else None
-        runs.append(RunRow.model_validate({
+        runs.append(_row(RunRow, {
             "tenant": key[3], "namespace": key[0], "kind": key[1], "name": key[2], **summed.fields(),
             "started": stamp(first) if first is not None else None,
             "finished": stamp(finished) if finished is not None else None,
             "complete": first is not None and first >= window.start and finished is not None,
         }))
     runs.sort(key=lambda r: (-Decimal(r.cost), r.namespace or "", r.kind or "", r.name or ""))
+    # Each pod's sums and members let go as its row is made: at 150,000 pods the sums and the rows would
+    # otherwise be alive together at the build's peak (docs/performance.md, issue 36, thirteenth round).
+    ordered_pods = _by_cost(by_pod)
+    by_pod.clear()
+    ordered_pods.reverse()
     pod_rows = []
-    for row_key, summed in _by_cost(by_pod):
-        members = pod_members[row_key]
+    while ordered_pods:
+        row_key, summed = ordered_pods.pop()
+        members = pod_members.pop(row_key)
         head = members[0]
         pod_starts = [m.start for m in members if m.start is not None]
         pod_ends = [m.end for m in members]
         end = None if any(e is None for e in pod_ends) else max(e for e in pod_ends if e is not None)
-        pod_rows.append(PodRow.model_validate({
+        pod_rows.append(_row(PodRow, {
             "tenant": row_key[2], "namespace": row_key[0], "pod": row_key[1], "kind": head.workload.kind,
             "name": head.workload.name, "share": head.share, "acceleratorType": head.type_id, **summed.fields(),
             "started": stamp(min(pod_starts)) if pod_starts else None,
