@@ -38,7 +38,7 @@ from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
 from webhook.quotas.view import remembered_waiting_rows
-from webhook.server.pieces import PIECE_BYTES, Part, PiecesResponse
+from webhook.server.pieces import Part
 from webhook.server.read_auth import refusals_answered, require_node_reader, visible_namespaces
 from webhook.spend.report import amount, budget_fields
 from webhook.spend.service import SpendService
@@ -65,13 +65,13 @@ class ApiRuntime(Protocol):
 
 
 def _json(body: bytes, status: int = 200) -> Response:
-    if len(body) > PIECE_BYTES:  # a view of a large cluster: sent in pieces, never copied whole (pieces.py)
-        return _json_parts((body,), status)
     return Response(body, status, media_type=JSON, headers={"Cache-Control": "no-store"})
 
 
 def _json_parts(parts: tuple[Part, ...], status: int = 200) -> Response:
-    return PiecesResponse(parts, status, media_type=JSON, headers={"Cache-Control": "no-store"})
+    # Joined, not sent in pieces (pieces.py): answers in pieces raised admission's tail at 1,000 nodes on the same
+    # server (docs/performance.md, "Peak memory at 10,000 nodes"), and the scrape's pieces saved most of the peak.
+    return Response(b"".join(parts), status, media_type=JSON, headers={"Cache-Control": "no-store"})
 
 
 def _error(status: int, message: str) -> Response:
