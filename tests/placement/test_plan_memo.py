@@ -169,6 +169,30 @@ def test_copy_plan_copies_every_list_and_dict_field() -> None:
                 assert getattr(copied, item.name) is not value, item.name
 
 
+def test_copy_plan_shares_nothing_inside_tolerations_and_affinity_terms() -> None:
+    # Nested dicts, lists and tuples at every depth, beside the scalars a copy hands back as they are.
+    class Named(dict[str, Any]):
+        pass
+
+    nested: dict[str, Any] = {"key": "k", "operator": "Exists", "tolerationSeconds": 30, "ratio": 0.5, "on": True,
+                              "none": None, "list": [1, {"deep": ["x"]}], "tuple": ("a", ("b",)),
+                              "named": Named(a=[1])}
+    plan = PlacementPlan(True, tolerations=[nested, {"effect": "NoSchedule"}], pod_affinity_terms=[{"term": nested}])
+    copied = copy_plan(plan)
+    assert copied == plan
+    assert copied.tolerations[0] is not nested and copied.pod_affinity_terms[0]["term"] is not nested
+    for original, copy in ((nested, copied.tolerations[0]), (nested, copied.pod_affinity_terms[0]["term"])):
+        assert copy["list"] is not original["list"] and copy["list"][1] is not original["list"][1]
+        assert copy["list"][1]["deep"] is not original["list"][1]["deep"]
+        assert type(copy["tuple"]) is tuple and type(copy["tuple"][1]) is tuple
+        assert copy["named"] == {"a": [1]} and copy["named"]["a"] is not original["named"]["a"]
+        copy["list"][1]["deep"].append("y")
+        copy["named"]["a"].append(2)
+    assert nested["list"] == [1, {"deep": ["x"]}] and nested["named"]["a"] == [1]
+    empty = copy_plan(PlacementPlan(True))
+    assert empty.tolerations == [] and empty.tolerations is not copy_plan(PlacementPlan(True)).tolerations
+
+
 def test_a_new_configuration_is_planned_anew() -> None:
     model = build_runtime(CONFIG, EXAMPLES / "cluster", load_policies=False).store.snapshot()
     pod = next(p for p in EXAMPLE_PODS if (p["metadata"].get("annotations") or {}).get("kgwe.io/accelerator"))

@@ -93,6 +93,21 @@ def test_offloaded_admission_answers_normally(offloaded: RunningServer) -> None:
     assert response.json()["response"]["patchType"] == "JSONPatch"
 
 
+def test_the_remembered_budget_is_the_one_each_query_gives() -> None:
+    # The endpoint remembers the budget per (configured deadline, query string): asked again, in any order and
+    # after other queries, it is what the query's own `timeout` gives under that deadline.
+    from webhook.server.admission_endpoint import _budget, _query_value
+    from webhook.server.deadline import budget_seconds
+
+    queries = (b"timeout=10s", b"timeout=1s", b"timeout=200ms", b"", b"dryRun&timeout", b"timeout=1%30s",
+               b"timeout=0s", b"timeout=bad", b"x=1&timeout=2m", b"timeout=30s&timeout=1s")
+    for _round in range(2):
+        for configured in (8.0, 0.5, 12.0):
+            for raw in (*queries, *reversed(queries)):
+                expected = budget_seconds(configured, _query_value({"query_string": raw}, "timeout"))
+                assert _budget(configured, raw) == expected, (configured, raw)
+
+
 def test_the_timeout_parameter_is_read_as_parse_qsl_reads_it() -> None:
     # The endpoint reads a query without `%` or `+` by splitting it (the API server sends `timeout=10s`); every
     # query gives what parse_qsl gives, whichever way it is read.

@@ -21,7 +21,7 @@ from workload_support import (
     review,
 )
 
-from webhook.admission.request import UserInfo
+from webhook.admission.request import UserInfo, decode_review
 from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import answer, create_review, decoded_patch
@@ -251,3 +251,36 @@ def test_a_rayjob_submitter_template_is_admitted_like_the_others(server: Server)
     assert signer_of(final["spec"]["submitterPodTemplate"]) == "mallory"
     answer = server.ask("/validate", body)
     assert not answer["allowed"] and "spec.submitterPodTemplate: " in answer["status"]["message"]
+
+
+def test_a_pod_is_resolved_for_its_requester_and_marked_made_from_its_owners_template() -> None:
+    # The requester hook as admission calls it, on decoded reviews: who the pod is judged for, the annotation it
+    # must carry, and whether an admitted owner's template made it (SPEC section 7), owner by owner.
+    runtime = real_runtime()
+    workloads = workloads_of(runtime.admission)
+    bob = UserInfo("bob", "", ["ml-researchers", "system:authenticated"], {})
+    signed = Signer(KEY).sign(bob, "default")
+    template = {"metadata": {"annotations": {"kgwe.io/requested-by": signed}},
+                "spec": {"containers": [{"name": "m", "image": "cuda"}]}}
+    pod = pod_from_template(template, "default", "p-0")
+    bare = pod_from_template({"spec": template["spec"]}, "default", "p-1")
+    cases = [
+        (pod, "bob", ("ml-researchers",), ("bob", signed, "template", False)),
+        (owned_by(pod, "apps/v1", "ReplicaSet"), REPLICASET_CONTROLLER, ("system:serviceaccounts",),
+         ("bob", signed, "template", True)),
+        (owned_by(pod, "v1", "Pod"), REPLICASET_CONTROLLER, ("system:serviceaccounts",),
+         ("bob", signed, "template", True)),
+        (owned_by(pod, "kubeflow.org/v1", "TFJob"), TRAINING_OPERATOR, ("system:serviceaccounts",),
+         (TRAINING_OPERATOR, None, "", False)),
+        (owned_by(bare, "apps/v1", "ReplicaSet"), "bob", ("ml-researchers",), ("bob", None, "", True)),
+        (bare, "bob", ("ml-researchers",), ("bob", None, "", False)),
+    ]
+    for obj, user, groups, expected in cases:
+        request = decode_review(orjson.dumps(review(obj, user=user, groups=groups)))
+        before = (request.user.username, request.requested_by, request.via, request.made_from_template)
+        resolved = workloads.resolved(request)
+        got = (resolved.user.username, resolved.requested_by, resolved.via, resolved.made_from_template)
+        assert got == expected, obj["metadata"].get("ownerReferences")
+        assert (request.user.username, request.requested_by, request.via, request.made_from_template) == before
+        assert resolved.pod.raw is request.object
+        assert (resolved is request) == (got == before)

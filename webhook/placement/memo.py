@@ -205,12 +205,12 @@ def copy_plan(plan: PlacementPlan) -> PlacementPlan:
     fields["requirements"] = list(plan.requirements)
     fields["type_alternatives"] = [list(alternative) for alternative in plan.type_alternatives]
     fields["preferences"] = list(plan.preferences)
-    fields["tolerations"] = _json_copy(plan.tolerations)
+    fields["tolerations"] = _json_copy(plan.tolerations) if plan.tolerations else []
     fields["resource_renames"] = dict(plan.resource_renames)
     fields["env"] = dict(plan.env)
     fields["labels"] = dict(plan.labels)
     fields["annotations"] = dict(plan.annotations)
-    fields["pod_affinity_terms"] = _json_copy(plan.pod_affinity_terms)
+    fields["pod_affinity_terms"] = _json_copy(plan.pod_affinity_terms) if plan.pod_affinity_terms else []
     fields["scheduling_gates"] = list(plan.scheduling_gates)
     fields["refusals"] = list(plan.refusals)
     fields["warnings"] = list(plan.warnings)
@@ -253,9 +253,15 @@ def copy_demand(demand: GpuDemand) -> GpuDemand:
 def _json_copy(value: Any) -> Any:
     """A deep copy of JSON-shaped data (dicts, lists, tuples of scalars), types kept as they are."""
     if isinstance(value, dict):
-        return {k: _json_copy(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else _json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_copy(v) for v in value]
+        return [v if type(v) in _SCALARS else _json_copy(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_json_copy(v) for v in value)
     return value
+
+
+# Values `_json_copy` hands back as they are, tested by exact type before any call: a plan's tolerations and
+# affinity terms are dicts of strings and numbers, so most of their values need no call (a subclass of one of these,
+# or anything else, still goes through `_json_copy`'s own tests).
+_SCALARS = frozenset({str, int, float, bool, type(None)})

@@ -158,12 +158,17 @@ def _without_requester(template: dict[str, Any]) -> bytes:
     return orjson.dumps(copy, option=orjson.OPT_SORT_KEYS)
 
 
-def with_requester(request: AdmissionRequest, requester: Requester) -> AdmissionRequest:
-    """The request as admission judges it: tenancy and RBAC for `requester.user`."""
+def with_requester(request: AdmissionRequest, requester: Requester, made_from_template: bool | None = None,
+                   ) -> AdmissionRequest:
+    """The request as admission judges it: tenancy and RBAC for `requester.user`; `made_from_template`, when given,
+    set too (in the same copy: `replace` builds the request and its views anew)."""
+    made = request.made_from_template if made_from_template is None else made_from_template
     if (
         requester.user is request.user
         and requester.annotation == request.requested_by
         and requester.via == request.via
+        and made == request.made_from_template
     ):
         return request  # a pod asked for by its caller: nothing changes (the usual case)
-    return replace(request, user=requester.user, requested_by=requester.annotation, via=requester.via)
+    return replace(request, user=requester.user, requested_by=requester.annotation, via=requester.via,
+                   made_from_template=made)

@@ -16,6 +16,7 @@ gang label and the `kgwe.io/gang` and `kgwe.io/gang-size` annotations.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -132,12 +133,12 @@ class WorkloadKind:
         """A pod CREATE judged for whoever asked for it (the workload's creator for controller-made pods)."""
         if request.template or not request.is_pod or request.operation != "CREATE" or request.object is None:
             return request
-        admitted = self._owner_admitted(request)
-        resolved = with_requester(request, self.identity.for_pod(request, request.object, admitted))
-        if admitted and request.pod.controller_owner is not None:
-            # Its template was judged at the owner's admission, rightsizing included (docs/usage.md).
-            return replace(resolved, made_from_template=True)
-        return resolved
+        owner = request.pod.controller_owner  # read once: the view walks the owner references each time
+        admitted = self._admits(owner)
+        requester = self.identity.for_pod(request, request.object, admitted)
+        # Its template was judged at the owner's admission, rightsizing included (docs/usage.md).
+        made_from_template = request.made_from_template or (admitted and owner is not None)
+        return with_requester(request, requester, made_from_template)
 
     def _owner_admitted(self, request: AdmissionRequest) -> bool:
         """Whether the object's controller owner, if it has one, is of a kind whose pod templates KGWE admits
@@ -146,7 +147,10 @@ class WorkloadKind:
         Only then did the templates a controller copies into the object pass workload admission, which
         signs them for whoever wrote them; an operator for a kind KGWE does not know (a TFJob, a RayService)
         copies whatever its author wrote, a `kgwe.io/requested-by` taken from another workload included."""
-        owner = request.pod.controller_owner
+        return self._admits(request.pod.controller_owner)
+
+    def _admits(self, owner: Mapping[str, Any] | None) -> bool:
+        """`_owner_admitted` of a request whose controller owner is `owner`."""
         if owner is None:
             return True
         api_version, kind = str(owner.get("apiVersion") or ""), str(owner.get("kind") or "")
