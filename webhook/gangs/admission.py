@@ -69,9 +69,13 @@ class GangGate(AdmissionGate):
     """Only a gang's members join the PodGroup KGWE makes for it (native gang scheduling)."""
 
     def output_problems(self, facts: Facts) -> list[Problem]:
-        gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
         joined = facts.request.pod.pod_group_name
-        if is_kgwe_name(joined) and (gang is None or joined != pod_group_name(gang)):
+        if not is_kgwe_name(joined):
+            # Most pods join no PodGroup of KGWE's: nothing to check, and `renderable` (the plan's conflicts with
+            # the pod, a walk of its affinity) is not worked out for them.
+            return []
+        gang = facts.plan.labels.get(LABEL_GANG) if facts.renderable else None
+        if gang is None or joined != pod_group_name(gang):
             # Counted by kube-scheduler towards the gang's minCount, a stranger could start part of a gang.
             return [("output-guard", f"spec.schedulingGroup.podGroupName {joined[:80]} is the PodGroup KGWE "
                                      "makes for a gang: only that gang's members join it (KGWE sets it)")]
