@@ -57,7 +57,7 @@ def _example_manifests_parsed_once() -> None:
         if key not in parsed:
             parsed[key] = parse(path)
         try:
-            return list(orjson.loads(orjson.dumps(parsed[key])))
+            return orjson.loads(orjson.dumps(parsed[key]))  # type: ignore[no-any-return]
         except TypeError:  # YAML's own types (dates, huge integers): copied as they are
             return copy.deepcopy(parsed[key])
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 import copy
 import threading
 from pathlib import Path
-from typing import Any
 
-from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, gpu_pod
+from cluster_dirs import EXAMPLE_CLUSTER, EXAMPLE_CONFIG, admitted, gpu_pod
 
 from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterModel, ClusterStore
 from webhook.config import load_config
 from webhook.quotas.controller import QuotaController
-from webhook.review import review_pod
 
 CONFIG = load_config(EXAMPLE_CONFIG)
 INTERVAL = 0.3  # the store's longest pause between rebuilds in these tests
@@ -63,17 +61,6 @@ def test_a_pass_that_waited_its_bound_builds_the_snapshot_itself() -> None:
     assert model.built_at - before.built_at < INTERVAL  # not the background's, which waits its interval
 
 
-def _admitted(pod: dict[str, Any], created: str) -> dict[str, Any]:
-    """The pod as the API server stores it after KGWE's /mutate (and /validate) admitted it."""
-    runtime = build_runtime(CONFIG, EXAMPLE_CLUSTER, load_policies=False)
-    result = review_pod(runtime.admission, pod, "alice")
-    assert result.allowed, result.message
-    stored = copy.deepcopy(result.object)
-    stored["metadata"]["creationTimestamp"] = created
-    stored["metadata"]["uid"] = f"uid-{stored['metadata']['name']}"
-    return stored
-
-
 def test_a_quota_pass_sees_the_change_that_woke_it(tmp_path: Path) -> None:
     """team-a may use 8 H100s and `train-llm-0` runs on 4: a gated pod asking 5 waits. The running pod ends, and
     the pass that the change wakes releases the waiting pod, though admission's snapshot is still the one before."""
@@ -81,7 +68,7 @@ def test_a_quota_pass_sees_the_change_that_woke_it(tmp_path: Path) -> None:
     controller = QuotaController(store, CONFIG, None)
     controller.task.signal_stop()  # the passes are this test's own: the store's changes start none on a thread
     asking = gpu_pod("wants-five", "team-a", gpus=5, annotations={"kgwe.io/accelerator": "nvidia-h100-80gb"})
-    store.upsert(_admitted(asking, "2026-11-29T00:00:00Z"))
+    store.upsert(admitted(CONFIG, asking, "2026-11-29T00:00:00Z"))
     assert "team-a/wants-five" in controller.reconcile_once().waiting
     before = store.snapshot()
     running = copy.deepcopy(store.snapshot().pods["team-a/train-llm-0"])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_dirs import admitted
 from kube_fake_apiserver import FakeApiServer, pod_update_problem, serving_cluster
 from kubernetes import client as k8s_client
 from patience import WAIT_SECONDS
@@ -26,7 +27,6 @@ from webhook.config import Config, load_config
 from webhook.controllers.leader import LeaderElector
 from webhook.quotas.controller import QuotaController
 from webhook.quotas.writer import kube_quota_writer
-from webhook.review import review_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = "kgwe.io/quota"
@@ -108,17 +108,6 @@ def cluster(config: Config) -> Iterator[tuple[FakeApiServer, list[Replica]]]:
 @pytest.fixture
 def failing_over(config: Config) -> Iterator[tuple[FakeApiServer, list[Replica]]]:
     yield from two_replicas(config, FAILOVER_LEASE)
-
-
-def admitted(config: Config, pod: dict[str, Any], created: str) -> dict[str, Any]:
-    """The pod as the API server stores it after KGWE's /mutate (and /validate) admitted it."""
-    runtime = build_runtime(config, ROOT / "examples" / "cluster", load_policies=False)
-    result = review_pod(runtime.admission, pod, "alice")
-    assert result.allowed, result.message
-    stored = copy.deepcopy(result.object)
-    stored["metadata"]["creationTimestamp"] = created
-    stored["metadata"]["uid"] = f"uid-{stored['metadata']['name']}"
-    return stored
 
 
 def gpu_pod(name: str, gpus: int, annotations: dict[str, str], namespace: str = "team-a") -> dict[str, Any]:

@@ -38,7 +38,6 @@ from webhook.inventory.profiles import hardware_profiles_view
 from webhook.inventory.tenants import tenants_view
 from webhook.profile_proposal import NoSuchNodes, ProposalError, propose_profile
 from webhook.quotas.view import remembered_waiting_rows
-from webhook.server.pieces import Part
 from webhook.server.read_auth import refusals_answered, require_node_reader, visible_namespaces
 from webhook.spend.report import amount, budget_fields
 from webhook.spend.service import SpendService
@@ -66,12 +65,6 @@ class ApiRuntime(Protocol):
 
 def _json(body: bytes, status: int = 200) -> Response:
     return Response(body, status, media_type=JSON, headers={"Cache-Control": "no-store"})
-
-
-def _json_parts(parts: tuple[Part, ...], status: int = 200) -> Response:
-    # Joined, not sent in pieces (pieces.py): answers in pieces raised admission's tail at 1,000 nodes on the same
-    # server (docs/performance.md, "Peak memory at 10,000 nodes"), and the scrape's pieces saved most of the peak.
-    return Response(b"".join(parts), status, media_type=JSON, headers={"Cache-Control": "no-store"})
 
 
 def _error(status: int, message: str) -> Response:
@@ -219,7 +212,7 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
         namespaces = await inventory.aview("costs-namespaces", *_NAMESPACES["costs-namespaces"])
         visible = await visible_namespaces(request, namespaces | answer.namespaces)
         if visible is None:
-            return _json_parts(joined(await inventory.aview("costs", costs_view, orjson.dumps), answer.body))
+            return _json(joined(await inventory.aview("costs", costs_view, orjson.dumps), answer.body))
         now = await run_in_threadpool(costs_view, await inventory.ainventory(), visible)
         try:
             doc = await run_in_threadpool(spend.window_costs, window, visible)
@@ -252,16 +245,17 @@ def api_router(runtime: ApiRuntime, cache: InventoryCache | None = None, spend_s
     return router
 
 
-def joined(now: bytes, window: bytes) -> tuple[Part, ...]:
+def joined(now: bytes, window: bytes) -> bytes:
     """`{**now, **window}` as JSON, from the two documents' JSON: their keys are apart (the current view's
     generatedAt, currency, rows, hourlyCost, pods; the window's report.py WindowCosts fields), so the answer
-    is the one object's members and then the other's, without parsing 50 MB again. In parts, views of the two
-    documents: the answer is sent from them (pieces.py) without a copy of the kept 50 MB."""
+    is the one object's members and then the other's, without parsing 50 MB again. Sent whole, not in pieces
+    (pieces.py): read answers in pieces raised admission's tail on the same server (docs/performance.md, "Peak
+    memory at 10,000 nodes")."""
     if now == b"{}":
-        return (window,)
+        return window
     if window == b"{}":
-        return (now,)
-    return memoryview(now)[:-1], b",", memoryview(window)[1:]
+        return now
+    return b"".join((now[:-1], b",", window[1:]))
 
 
 def with_budgets(doc: dict[str, Any], states: Mapping[str, BudgetState]) -> dict[str, Any]:
