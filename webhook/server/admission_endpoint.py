@@ -2,9 +2,10 @@
 admission core.
 
 Each is a plain ASGI app that reads the raw body and answers with orjson bytes; `KgweApp` (app.py) hands it
-POSTs to its path before FastAPI's middleware and routing run. Whatever happens inside admission, the API
-server gets an AdmissionReview back before its timeout: deadline and internal errors are answered per
-`limits.onError`, never with a 500 or a hang.
+POSTs to its path before FastAPI's middleware and routing run. The connection's protocol answers most POSTs
+without the ASGI cycle at all (admission_protocol.py): it reads the body itself and calls `answer_read`.
+Whatever happens inside admission, the API server gets an AdmissionReview back before its timeout: deadline
+and internal errors are answered per `limits.onError`, never with a 500 or a hang.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from webhook.admission.request import AdmissionRequest, BadReview, decode_review
 from webhook.admission.response import render_review
 from webhook.config import Config
 from webhook.server import metrics
-from webhook.server.callers import CallerAuthenticator
+from webhook.server.callers import CallerAuthenticator, CallerCheck
 from webhook.server.deadline import budget_seconds
 from webhook.server.fallback import FailureKind, failure_outcome
 from webhook.server.large_lane import LargeLane
@@ -186,10 +187,9 @@ class AdmissionEndpoint:
         started = time.perf_counter()
         config = self.runtime.config
         # Before the body is read: an unauthenticated caller costs nothing and changes nothing.
-        caller = self.authenticator.check(scope, self.name)
+        caller = self.caller(scope)
         if caller.refused:
-            message = f"the {self.name} endpoint only answers the API server: {caller.reason}"
-            return 401, _status_body(401, "Unauthorized", message)
+            return self._unauthorized(caller)
         try:
             body = await read_limited_body(scope, receive, config.limits.max_request_bytes)
         except _Disconnected:
@@ -201,12 +201,37 @@ class AdmissionEndpoint:
             metrics.ADMISSION_ERRORS.labels(self.name, "too_large").inc()
             message = f"AdmissionReview larger than the limit of {config.limits.max_request_bytes} bytes"
             return 413, _status_body(413, "RequestEntityTooLarge", message)
+        return await self._answer_body(scope, body, caller.authenticated, config, started)
+
+    @property
+    def max_request_bytes(self) -> int:
+        return self.runtime.config.limits.max_request_bytes
+
+    def caller(self, scope: Mapping[str, Any]) -> CallerCheck:
+        """Who calls (counted in kgwe_admission_callers_total): decided before the body is read."""
+        return self.authenticator.check(scope, self.name)
+
+    async def answer_read(self, scope: Mapping[str, Any], body: bytes, caller: CallerCheck) -> tuple[int, bytes]:
+        """`answer` for a body the connection's protocol has read whole, its declared length within
+        `limits.maxRequestBytes`, from a `caller` it checked before reading it (a refused caller's body is
+        not kept: webhook/server/admission_protocol.py)."""
+        started = time.perf_counter()
+        if caller.refused:
+            return self._unauthorized(caller)
+        return await self._answer_body(scope, body, caller.authenticated, self.runtime.config, started)
+
+    def _unauthorized(self, caller: CallerCheck) -> tuple[int, bytes]:
+        message = f"the {self.name} endpoint only answers the API server: {caller.reason}"
+        return 401, _status_body(401, "Unauthorized", message)
+
+    async def _answer_body(self, scope: Mapping[str, Any], body: bytes, authenticated: bool, config: Config,
+                           started: float) -> tuple[int, bytes]:
         budget = _budget(config.limits.deadline_seconds, scope.get("query_string") or b"")
         try:
             if self.lane is not None and self.lane.takes(body):
-                admission_request, outcome = await self._large(body, caller.authenticated, budget, config)
+                admission_request, outcome = await self._large(body, authenticated, budget, config)
             else:
-                admission_request = decode_review(body, authenticated=caller.authenticated)
+                admission_request = decode_review(body, authenticated=authenticated)
                 outcome = await self._outcome(admission_request, budget, config)
         except BadReview as exc:
             metrics.ADMISSION_ERRORS.labels(self.name, "bad_request").inc()

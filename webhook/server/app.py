@@ -2,7 +2,8 @@
 health and metrics routes, the read API's routers, and the background tasks started and stopped with it.
 
 The admission endpoints are plain ASGI apps reached before FastAPI's middleware and routing (`KgweApp`):
-request parsing, response validation and the middleware stack would cost more than the decision itself.
+request parsing, response validation and the middleware stack would cost more than the decision itself. A POST
+with a declared length does not even reach the app: the connection's protocol answers it (admission_protocol.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from starlette.types import ASGIApp
 
 from certs.reloader import ReloadingSSLContext
 from webhook.config import Config
-from webhook.server.transport import BoundedServer, ConnectionLimits, limited_protocol
+from webhook.server.admission_protocol import admission_protocol
+from webhook.server.transport import BoundedServer, ConnectionLimits
 
 
 class ServeError(RuntimeError):
@@ -43,15 +44,18 @@ def uvicorn_server(
     limits: ConnectionLimits | None = None,
 ) -> uvicorn.Server:
     """uvicorn serving `app` over TLS with the reloading context, httptools and uvloop, and the connection
-    limits of webhook/server/transport.py (defaults: the config's defaults)."""
+    limits of webhook/server/transport.py (defaults: the config's defaults). An app with admission endpoints
+    (`KgweApp.admission_endpoints`) has their POSTs answered by the protocol itself
+    (webhook/server/admission_protocol.py)."""
     limits = limits or connection_limits(Config())
+    endpoints = getattr(app, "admission_endpoints", None) or {}
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         ssl_context_factory=lambda _config, _default: tls.context,
         loop="auto",
-        http=limited_protocol(limits),
+        http=admission_protocol(limits, endpoints),
         lifespan="on",
         access_log=False,
         log_level=log_level,

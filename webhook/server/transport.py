@@ -126,7 +126,8 @@ def tls_extension(transport: asyncio.BaseTransport) -> dict[str, Any] | None:
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the limits above; `limits` is set by `limited_protocol()`."""
+    """uvicorn's httptools protocol with the limits above; `limits` is set on a subclass per server
+    (webhook/server/admission_protocol.py `admission_protocol()`)."""
 
     limits: ConnectionLimits = ConnectionLimits()
 
@@ -212,11 +213,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             CONNECTIONS_CLOSED.labels("idle").inc()
         super().timeout_keep_alive_handler()
-
-
-def limited_protocol(limits: ConnectionLimits) -> type[LimitedHttpToolsProtocol]:
-    """A protocol class bound to `limits` (uvicorn instantiates the class it is given per connection)."""
-    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
 
 
 def _bounded_loop_class(base: type[asyncio.AbstractEventLoop], handshake_timeout: float) -> type[Any]:
