@@ -182,6 +182,20 @@ def test_slow_headers_are_cut_off(serve_limited: Serve) -> None:
     assert closed("header_timeout") == before + 1
 
 
+def test_slow_headers_after_an_answered_request_are_cut_off(serve_limited: Serve) -> None:
+    """The wait between requests (a long phase) does not hold back the header timer of the next request: the
+    connection's one timer never waits past the shortest phase (webhook/server/transport.py)."""
+    server = serve_limited(short("header"))
+    before = closed("header_timeout")
+    with tls_connect(server) as sock:
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\ncontent-length: %d\r\n\r\n%s" % (
+            len(body := orjson.dumps(admission_review(GPU_POD))), body))
+        assert b"200 OK" in sock.recv(1 << 16)
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n")  # and never the end of the headers
+        assert wait_closed(sock)
+    assert closed("header_timeout") == before + 1
+
+
 class Records(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
