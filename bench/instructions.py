@@ -4,16 +4,18 @@ on the machine does not move, for A/B comparisons of two source trees where timi
     python bench/instructions.py endpoint ROOT [ROOT ...] [--endpoint validate|mutate] [--requests 190]
     python bench/instructions.py serve ROOT [ROOT ...] [--endpoint ...] [--seconds 20]
     python bench/instructions.py noop [--seconds 20]
+    python bench/instructions.py bare [--seconds 20]
 
 `endpoint`: the real `AdmissionEndpoint.answer` in one process over bench/soak.py's bodies (decode, the core,
 render, JSON; no HTTP), counted over `--requests` requests after 400 of warm-up. `serve`: `kgwe serve --workers 1`
 run from ROOT, counted while wrk drives it (4 connections, after 8 s of warm-up): the whole server, HTTP and TLS
 included, less what the same server spends idle for as long (its background threads and timers). `noop`: the
-per-core bench's no-op FastAPI route, counted the same way. Each ROOT's modules come first
-on the path (`git archive BASE | tar -x -C /tmp/base` for a base tree). Instructions are not time (a cache miss
-costs more than an add), but the count repeats within 0.1 % (`endpoint`) and about 2 % (`serve`: the TLS
-handshakes of the connections, spread over the requests the run answers), so a change of a few percent shows.
-Needs valgrind (`apt-get install valgrind`), and wrk for `serve` and `noop`.
+per-core bench's no-op FastAPI route, counted the same way. `bare`: bench/bare_server.py (uvloop, TLS and
+httptools answering a canned AdmissionReview), the floor under any HTTP layer, counted the same way. Each ROOT's
+modules come first on the path (`git archive BASE | tar -x -C /tmp/base` for a base tree). Instructions are not
+time (a cache miss costs more than an add), but the count repeats within 0.1 % (`endpoint`) and about 2 %
+(`serve`: the TLS handshakes of the connections, spread over the requests the run answers), so a change of a few
+percent shows. Needs valgrind (`apt-get install valgrind`), and wrk for `serve`, `noop` and `bare`.
 """
 
 from __future__ import annotations
@@ -197,6 +199,31 @@ def noop(seconds: float) -> dict[str, Any]:
         return {"mode": "noop", **found}
 
 
+def bare(seconds: float) -> dict[str, Any]:
+    """bench/bare_server.py, counted as `served` counts, driven with `/validate`'s bodies."""
+    from certs.authority import Settings
+    from certs.files import ensure_files
+
+    bodies = [b for b in soak.request_bodies() if b[0].startswith("/validate")]
+    with tempfile.TemporaryDirectory(prefix="kgwe-instr-") as tmp:
+        paths, _ = ensure_files(Path(tmp), Settings())
+        port_file = Path(tmp) / "port"
+        out = Path(tmp) / "callgrind.out"
+        command = [*_VALGRIND, f"--callgrind-out-file={out}", sys.executable, str(_BENCH / "bare_server.py"),
+                   str(paths.directory), str(port_file)]
+
+        def ready(process: subprocess.Popen[bytes]) -> int:
+            deadline = time.monotonic() + 600
+            while not (port_file.exists() and port_file.read_text()):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the bare server did not start")
+                time.sleep(0.5)
+            return int(port_file.read_text())
+
+        found = _driven(command, _BENCH.parent, dict(os.environ), ready, bodies, seconds, True, out)
+        return {"mode": "bare", **found}
+
+
 class _PortFile:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -207,7 +234,7 @@ class _PortFile:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("mode", choices=["endpoint", "serve", "noop", "_child", "_noop"])
+    parser.add_argument("mode", choices=["endpoint", "serve", "noop", "bare", "_child", "_noop"])
     parser.add_argument("roots", nargs="*", default=["."])
     parser.add_argument("--endpoint", choices=["validate", "mutate"], default="validate")
     parser.add_argument("--requests", type=int, default=190)
@@ -223,6 +250,8 @@ def main() -> int:
         return 0
     if args.mode == "noop":
         results = [noop(args.seconds)]
+    elif args.mode == "bare":
+        results = [bare(args.seconds)]
     elif args.mode == "serve":
         results = [served(Path(root), args.endpoint, args.seconds) for root in args.roots]
     else:
