@@ -174,3 +174,37 @@ def test_other_methods_and_paths_are_uvicorns(served: RunningServer) -> None:
     status, _headers, body = _exchange(served, _post("/validate/", BODIES["allowed"]))
     assert not status.startswith(b"HTTP/1.1 200")
     assert b"AdmissionReview" not in body
+
+
+class _ConfigWithoutMode:
+    """A configuration whose `mode` cannot be read: the endpoint fails after its decision, outside what it answers
+    itself, which is a bug in it; the connection gets a 500 and is closed, as uvicorn's path does."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "mode":
+            raise RuntimeError("no mode")
+        return getattr(self._config, name)
+
+
+def test_a_failing_endpoint_gets_a_500_and_the_connection_closed(cert_paths: CertificatePaths) -> None:
+    runtime = FakeRuntime()
+    tls = ReloadingSSLContext(cert_paths.tls_cert, cert_paths.tls_key)
+    running = start_server(lambda: create_app(runtime, ui=False, certificate=tls, background=[tls]), cert_paths, tls)
+    server = next(running)
+    try:
+        runtime.config = _ConfigWithoutMode(runtime.config)  # type: ignore[assignment]
+        for chunked in (False, True):
+            with _connect(server) as sock:
+                sock.sendall(_post("/validate", BODIES["allowed"], chunked=chunked))
+                reader = _Reader(sock)
+                status, headers, body = reader.response()
+                assert status.startswith(b"HTTP/1.1 500")
+                assert headers[b"connection"] == b"close"
+                assert body == b"Internal Server Error"
+                assert reader.closed()
+        assert _exchange(server, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")[0].startswith(b"HTTP/1.1 200")
+    finally:
+        running.close()

@@ -159,14 +159,14 @@ class AdmissionHttpProtocol(LimitedHttpToolsProtocol):
     async def _answer(self, call: AdmissionCall, scope: Mapping[str, Any], body: bytes) -> None:
         try:
             status, content = await call.endpoint.answer_read(scope, body, call.caller)
-        except BaseException:
+        except Exception:
             # The endpoint answers its own errors; this is a bug in it. As uvicorn does: a 500, and the
             # connection closed.
             log.exception("admission endpoint %s failed", scope.get("path"))
-            call.response_complete = True
-            if not call.disconnected and not self.transport.is_closing():
-                self.transport.write(_INTERNAL_ERROR)
-                self.transport.close()
+            self._abandon(call, _INTERNAL_ERROR)
+            return
+        except BaseException:  # cancelled (the server stops): the caller gets no half answer
+            self._abandon(call, b"")
             raise
         if call.disconnected:
             call.response_complete = True
@@ -176,6 +176,13 @@ class AdmissionHttpProtocol(LimitedHttpToolsProtocol):
         if not call.keep_alive:
             self.transport.close()
         self.on_response_complete()
+
+    def _abandon(self, call: AdmissionCall, last_words: bytes) -> None:
+        call.response_complete = True
+        if not call.disconnected and not self.transport.is_closing():
+            if last_words:
+                self.transport.write(last_words)
+            self.transport.close()
 
 
 def admission_protocol(limits: ConnectionLimits, endpoints: Mapping[str, ReadBodyEndpoint]
