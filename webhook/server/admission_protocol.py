@@ -117,7 +117,8 @@ class AdmissionHttpProtocol(LimitedHttpToolsProtocol):
         query = b""
         if b"?" in url:
             url, _mark, query = url.partition(b"?")
-        endpoint = self.endpoints.get(url.decode("latin-1"))
+        path = url.decode("latin-1")
+        endpoint = self.endpoints.get(path)
         if endpoint is None:
             return None
         length: bytes | None = None
@@ -132,7 +133,8 @@ class AdmissionHttpProtocol(LimitedHttpToolsProtocol):
             return None  # uvicorn's path answers these (411 is not ours to invent; 413 by the endpoint)
         scope = self.scope
         scope["method"] = "POST"
-        scope["path"] = scope["raw_path"] = url.decode("latin-1")  # type: ignore[typeddict-item]
+        scope["path"] = path
+        scope["raw_path"] = url
         scope["query_string"] = query
         return endpoint
 
