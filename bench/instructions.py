@@ -172,56 +172,44 @@ def served(root: Path, endpoint: str, seconds: float) -> dict[str, Any]:
         return {"root": str(root), "endpoint": endpoint, "mode": "serve", **found}
 
 
-def noop(seconds: float) -> dict[str, Any]:
-    """The per-core bench's no-op route (bench_admission's app in one process), counted as `served` counts."""
+def _port_file_server(mode: str, script: list[str], bodies: list[tuple[str, bytes]], seconds: float, check: bool,
+                      settle: float) -> dict[str, Any]:
+    """A server run as `script CERT_DIR PORT_FILE` under callgrind, counted as `served` counts; `settle` seconds
+    after it writes its port (a socket bound before it serves)."""
     from certs.authority import Settings
     from certs.files import ensure_files
 
-    bodies = [("/noop", body) for _path, body in soak.request_bodies()]
     with tempfile.TemporaryDirectory(prefix="kgwe-instr-") as tmp:
         paths, _ = ensure_files(Path(tmp), Settings())
         port_file = Path(tmp) / "port"
         out = Path(tmp) / "callgrind.out"
-        command = [*_VALGRIND, f"--callgrind-out-file={out}", sys.executable, __file__, "_noop",
-                   str(paths.directory), str(port_file)]
+        command = [*_VALGRIND, f"--callgrind-out-file={out}", sys.executable, *script, str(paths.directory),
+                   str(port_file)]
 
         def ready(process: subprocess.Popen[bytes]) -> int:
             deadline = time.monotonic() + 600
             while not (port_file.exists() and port_file.read_text()):
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the no-op server did not start")
+                    raise RuntimeError(f"the {mode} server did not start")
                 time.sleep(0.5)
-            time.sleep(5)  # its socket is bound before uvicorn serves
+            time.sleep(settle)
             return int(port_file.read_text())
 
         environment = {**os.environ, "PYTHONPATH": str(_BENCH.parent), "PYTHONHASHSEED": "0"}
-        found = _driven(command, _BENCH.parent, environment, ready, bodies, seconds, False, out)
-        return {"mode": "noop", **found}
+        found = _driven(command, _BENCH.parent, environment, ready, bodies, seconds, check, out)
+        return {"mode": mode, **found}
+
+
+def noop(seconds: float) -> dict[str, Any]:
+    """The per-core bench's no-op route (bench_admission's app in one process), counted as `served` counts."""
+    bodies = [("/noop", body) for _path, body in soak.request_bodies()]
+    return _port_file_server("noop", [__file__, "_noop"], bodies, seconds, False, settle=5.0)
 
 
 def bare(seconds: float) -> dict[str, Any]:
     """bench/bare_server.py, counted as `served` counts, driven with `/validate`'s bodies."""
-    from certs.authority import Settings
-    from certs.files import ensure_files
-
     bodies = [b for b in soak.request_bodies() if b[0].startswith("/validate")]
-    with tempfile.TemporaryDirectory(prefix="kgwe-instr-") as tmp:
-        paths, _ = ensure_files(Path(tmp), Settings())
-        port_file = Path(tmp) / "port"
-        out = Path(tmp) / "callgrind.out"
-        command = [*_VALGRIND, f"--callgrind-out-file={out}", sys.executable, str(_BENCH / "bare_server.py"),
-                   str(paths.directory), str(port_file)]
-
-        def ready(process: subprocess.Popen[bytes]) -> int:
-            deadline = time.monotonic() + 600
-            while not (port_file.exists() and port_file.read_text()):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the bare server did not start")
-                time.sleep(0.5)
-            return int(port_file.read_text())
-
-        found = _driven(command, _BENCH.parent, dict(os.environ), ready, bodies, seconds, True, out)
-        return {"mode": "bare", **found}
+    return _port_file_server("bare", [str(_BENCH / "bare_server.py")], bodies, seconds, True, settle=0.0)
 
 
 class _PortFile:

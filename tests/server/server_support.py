@@ -179,6 +179,16 @@ class RunningServer:
         kwargs.setdefault("timeout", CLIENT_TIMEOUT_SECONDS)
         return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.ca_file)), **kwargs)
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def tls_socket(self, timeout: float) -> ssl.SSLSocket:
+        """A TLS connection to the server that trusts its CA, for a test that writes raw HTTP."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
 
 @pytest.fixture(scope="session")
 def cert_settings() -> Settings:

@@ -7,7 +7,6 @@ sent both ways must get the same status, headers and body.
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import Iterator
 from typing import Any
@@ -33,9 +32,7 @@ def served(cert_paths: CertificatePaths) -> Iterator[RunningServer]:
 
 
 def _connect(server: RunningServer) -> ssl.SSLSocket:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    raw = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=PATIENCE)
-    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+    return server.tls_socket(PATIENCE)
 
 
 def _post(path: str, body: bytes, *, chunked: bool = False, version: bytes = b"1.1", extra: bytes = b"") -> bytes:

@@ -77,9 +77,7 @@ def port_of(server: RunningServer) -> int:
 
 
 def tls_connect(server: RunningServer) -> ssl.SSLSocket:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    raw = socket.create_connection(("127.0.0.1", port_of(server)), timeout=PATIENCE)
-    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+    return server.tls_socket(PATIENCE)
 
 
 def wait_closed(sock: socket.socket) -> bool:
