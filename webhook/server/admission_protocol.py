@@ -111,8 +111,8 @@ class AdmissionHttpProtocol(LimitedHttpToolsProtocol):
         parser = self.parser
         if parser.get_method() != b"POST" or parser.get_http_version() != "1.1" or parser.should_upgrade():
             return None
-        if self.expect_100_continue or self.root_path:
-            return None
+        if self.expect_100_continue or self.root_path or self.limit_concurrency is not None:
+            return None  # uvicorn's path: the interim answer, a mounted app, its 503 over a concurrency limit
         url = self.url
         query = b""
         if b"?" in url:
