@@ -26,6 +26,7 @@ from policies.vocabulary.identity import identity_of
 from policies.vocabulary.objects import ObjectView
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.gather import FactGathering
+from webhook.admission.kept_outcome import KeptOutcome
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
@@ -246,10 +247,12 @@ MAX_ANSWER_BYTES = 8 * 1024 * 1024  # per snapshot; past it, answers are no long
 @dataclass(frozen=True, slots=True)
 class RememberedAnswer:
     """What `/mutate` answered a pod before the wings' hooks, as immutable values: the patch and the mutated pod
-    as JSON bytes (None: not kept), the warnings, whether the pod was placed, and audit mode's report."""
+    as JSON bytes (None: not kept), the patch as the AdmissionResponse carries it (base64 of those bytes), the
+    warnings, whether the pod was placed, and audit mode's report."""
 
     patch: bytes | None
     pod: bytes | None
+    encoded: str
     warnings: tuple[str, ...]
     renderable: bool
     reported: tuple[str, ...]
@@ -266,14 +269,14 @@ class RememberedAnswer:
             patch = pod = None
         if patch is None or pod is None or orjson.loads(patch) != outcome.patch or orjson.loads(pod) != outcome.object:
             patch = pod = None
-        return cls(patch, pod, tuple(outcome.warnings), renderable, tuple(reported))
+        encoded = outcome.encoded_patch() if patch is not None else ""
+        return cls(patch, pod, encoded, tuple(outcome.warnings), renderable, tuple(reported))
 
     def outcome(self, plan: PlacementPlan) -> Outcome:
-        """A fresh `Outcome` of this answer (nothing shared with the memo or another request), for `plan`'s Event."""
+        """A fresh `Outcome` of this answer (nothing shared with the memo or another request), for `plan`'s Event;
+        its patch and pod are decoded when first read (webhook/admission/kept_outcome.py)."""
         assert self.patch is not None and self.pod is not None
-        outcome = Outcome(patch=orjson.loads(self.patch), object=orjson.loads(self.pod), warnings=list(self.warnings))
-        outcome.plan = plan
-        return outcome
+        return KeptOutcome(self.patch, self.pod, self.encoded, list(self.warnings), plan)
 
 
 @dataclass(slots=True)
@@ -296,7 +299,9 @@ class AnswerSlot:
         answer = RememberedAnswer.of(outcome, renderable, reported) if seen else _MARK
         if answer.patch is None or answer.pod is None:
             return
-        size = len(self.key[0]) + len(self.key[1]) + (len(answer.patch) + len(answer.pod) if seen else 0)
+        size = len(self.key[0]) + len(self.key[1])
+        if seen:
+            size += len(answer.patch) + len(answer.pod) + len(answer.encoded)
         if self.held[0] + size > MAX_ANSWER_BYTES:
             return
         if len(self.answers) >= _ANSWERS_PER_ENTRY and not seen:
@@ -305,7 +310,7 @@ class AnswerSlot:
         self.answers[self.key] = _Kept(self.usage, self.gates, self.tenant, answer) if seen else None
 
 
-_MARK = RememberedAnswer(b"", b"", (), False, ())  # a key seen once: nothing of its answer is kept
+_MARK = RememberedAnswer(b"", b"", "", (), False, ())  # a key seen once: nothing of its answer is kept
 
 
 @dataclass(frozen=True, slots=True)

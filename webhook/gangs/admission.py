@@ -29,6 +29,12 @@ from webhook.runtime import Runtime
 class GangAdvice:
     """The gang warnings of `/mutate`; it keeps nothing and writes nothing."""
 
+    @staticmethod
+    def concerns(facts: Facts) -> bool:
+        """Whether `warnings` may say anything of this pod: a gang member KGWE gated."""
+        plan = facts.plan
+        return facts.intent.gang_size is not None and plan.gang is not None and GATE in plan.scheduling_gates
+
     def warnings(self, facts: Facts, pod: dict[str, Any]) -> list[str]:
         """Warnings for the user about the gang of the mutated `pod` (none when a room has space now)."""
         plan = facts.plan
@@ -60,7 +66,8 @@ class GangHook:
     def after_mutate(
         self, request: AdmissionRequest, facts: Facts, outcome: Outcome, deadline: float | None
     ) -> Outcome:
-        if self.runtime.config.mode != "audit" and outcome.object is not None:
+        # The pod is read only for a gang's member: a remembered answer decodes it when first read.
+        if self.runtime.config.mode != "audit" and self.advice.concerns(facts) and outcome.object is not None:
             outcome.warnings.extend(self.advice.warnings(facts, outcome.object))
         return outcome
 
