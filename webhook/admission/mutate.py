@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from policies.api import WouldBlock
+from policies.gpu_demand import GpuDemand
 from policies.vocabulary.identity import identity_of
 from policies.vocabulary.objects import ObjectView
 from webhook.admission.facts import Facts, Problem
@@ -47,9 +48,11 @@ from webhook.mutation.steps import (
 )
 from webhook.placement.memo import MAX_KEY_BYTES, PodReading, read_pod
 from webhook.placement.plan import PlacementPlan
-from webhook.placement.profile_resources import ProfileResources, apply_defaults, missing_defaults, profile_resources
+from webhook.placement.profile_resources import ProfileResources, missing_defaults, profile_resources, write_defaults
 
 log = logging.getLogger("kgwe.admission")
+
+_PROFILES = "mutate.profiles"  # in the snapshot's `derived`: HardwareProfile name -> `_profile`'s answer
 
 
 class Mutation(FactGathering):
@@ -70,7 +73,8 @@ class Mutation(FactGathering):
         model, config = self.runtime.store.snapshot(), self.runtime.config
         reading = read_pod(request.pod, model)
         profile = self._profile(reading.intent.profile, model)
-        facts = self.gather(request, self._defaulted(request.object, profile), deadline, reading=reading)
+        facts = self.gather(request, self._defaulted(request.object, profile, reading.demand), deadline,
+                            reading=reading)
         if facts.intent.out_of_bounds and config.mode != "audit":
             return refuse_out_of_bounds(request, facts.intent.out_of_bounds)
         slot = answer_slot(request, reading, facts, model, config, self.seams.gates)
@@ -118,21 +122,26 @@ class Mutation(FactGathering):
     @staticmethod
     def _profile(name: str | None, model: ClusterModel) -> ProfileResources | None:
         """The resources and queue of the HardwareProfile the pod names (`name`, its intent's), None when it names
-        none (or one that does not exist: placement refuses that) or the profile says nothing of them."""
+        none (or one that does not exist: placement refuses that) or the profile says nothing of them. Read once
+        per snapshot and profile (a pure function of the profile's spec; the value is immutable)."""
         spec = model.hardware_profiles.get(name) if name else None
         if name is None or spec is None:
             return None
-        profile = profile_resources(name, ObjectView(spec).spec)
-        return None if profile.empty else profile
+        known: dict[str, ProfileResources | None] = model.derived.setdefault(_PROFILES, {})
+        if name not in known:
+            profile = profile_resources(name, ObjectView(spec).spec)
+            known[name] = None if profile.empty else profile
+        return known[name]
 
     @staticmethod
-    def _defaulted(pod: dict[str, Any], profile: ProfileResources | None) -> dict[str, Any]:
+    def _defaulted(pod: dict[str, Any], profile: ProfileResources | None, demand: GpuDemand) -> dict[str, Any]:
         """The pod as the profile's defaults leave it, so that placement, policies and quota judge the GPUs
-        it will ask for (the same defaults are written by the first steps of the pipeline)."""
-        if profile is None or not missing_defaults(pod, profile):
+        it will ask for (the same defaults are written by the first steps of the pipeline); `demand` is the pod's."""
+        missing = missing_defaults(pod, profile, demand) if profile is not None else None
+        if not missing:
             return pod
         candidate = copy_json(pod)
-        apply_defaults(candidate, profile)
+        write_defaults(candidate, missing)  # what `apply_defaults` writes: the copy is the pod's equal
         return candidate
 
     def _rightsize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> tuple[Advice, Facts]:
