@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import is_
 from typing import Any
 
 import orjson
@@ -370,7 +371,7 @@ def answer_slot(request: AdmissionRequest, reading: PodReading, facts: Facts, mo
     usage, asked = facts.usage, tuple(gates)
     found = None
     if (kept is not None and kept.usage is usage and kept.tenant == facts.tenant and len(kept.gates) == len(asked)
-            and all(a is b for a, b in zip(kept.gates, asked, strict=True))):
+            and all(map(is_, kept.gates, asked))):  # the same gates, by identity (lengths checked first)
         found = kept.answer
     return AnswerSlot(answers, key, usage, asked, facts.tenant, found, model.derived.setdefault(_ANSWER_BYTES, [0]))
 
