@@ -31,6 +31,7 @@ from webhook.admission.seams import AdmissionSeams, PendingVerdict, PodFlow
 from webhook.admission.tenancy import tenant_and_quotas
 from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel
+from webhook.config import Config
 from webhook.costs import pod_gpu_equivalents
 from webhook.identity_key import load_key
 from webhook.intent import A_GANG, OUT_ACCELERATOR_TYPE, annotations_of, gang_size_problem
@@ -77,23 +78,30 @@ class WorkloadKind:
         self.runtime = runtime
         self.plan_gang = plan_gang
         self._identity: tuple[tuple[Path | None, tuple[str, ...]], Identity] | None = None
+        self._identity_of: Config | None = None  # the configuration `_identity` was last checked against
         self._kinds: tuple[int, KindTable] | None = None
 
     # -- collaborators, rebuilt when the configuration changes ---------------------------------
     @property
     def identity(self) -> Identity:
-        settings = self.runtime.config.workloads
+        config = self.runtime.config
+        if self._identity is not None and self._identity_of is config:
+            return self._identity[1]  # a configuration is never changed in place: a new one is a new object
+        settings = config.workloads
         key = (settings.identity_key_file, tuple(settings.controller_identities))
         if self._identity is None or self._identity[0] != key:
             previous = self._identity[1].signer if self._identity and self._identity[0][0] == key[0] else None
             signer = previous or Signer(load_key(settings.identity_key_file))
             self._identity = (key, Identity(signer, key[1]))
+        self._identity_of = config
         return self._identity[1]
 
     @identity.setter
     def identity(self, value: Identity) -> None:
-        settings = self.runtime.config.workloads
+        config = self.runtime.config
+        settings = config.workloads
         self._identity = ((settings.identity_key_file, tuple(settings.controller_identities)), value)
+        self._identity_of = config
 
     @property
     def kinds(self) -> KindTable:
