@@ -59,7 +59,7 @@ def render_review(request_uid: str, api_version: str, outcome: Outcome, mutating
     warnings = _sanitized(outcome.warnings) if outcome.warnings else []
     if warnings:
         response["warnings"] = warnings
-    annotations = sanitize_audit_annotations(outcome.audit_annotations)
+    annotations = sanitize_audit_annotations(outcome.audit_annotations) if outcome.audit_annotations else {}
     if annotations:
         response["auditAnnotations"] = annotations
     return {"apiVersion": api_version or API_VERSION, "kind": KIND, "response": response}
