@@ -6,6 +6,7 @@ reads, changed after the memo holds the answer, gives the answer a fresh runtime
 
 from __future__ import annotations
 
+import base64
 import copy
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from review_strategies import pods
 
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest, decode_review
+from webhook.admission.response import render_review
 from webhook.admission.seams import AdmissionGate, Gate
 from webhook.assembly import build_runtime
 from webhook.config import Config, Rightsizing, load_config
@@ -40,8 +42,11 @@ def _runtime(cluster: str = "cluster", config: Config = CONFIG, policies: bool =
 
 
 def _answer(outcome: Outcome) -> bytes:
-    return orjson.dumps([outcome.allowed, outcome.message, outcome.code, outcome.warnings, outcome.audit_annotations,
-                         outcome.patch, outcome.object, outcome.creates], option=orjson.OPT_SORT_KEYS)
+    # Rendered first: a remembered answer renders its kept patch encoding only while nothing has read its patch.
+    rendered = render_review("uid", "admission.k8s.io/v1", outcome, True)
+    return orjson.dumps([rendered, outcome.allowed, outcome.message, outcome.code, outcome.warnings,
+                         outcome.audit_annotations, outcome.patch, outcome.object, outcome.creates],
+                        option=orjson.OPT_SORT_KEYS)
 
 
 def _as_replica(pod: dict[str, Any], named: bool) -> dict[str, Any]:
@@ -124,6 +129,36 @@ def test_an_answer_handed_out_shares_nothing_with_the_memo() -> None:
     (answers[-1].object or {}).clear()
     answers[-1].warnings.append("changed by a caller")
     assert _answer(warm.admission.mutate(decode_review(review(pod, dry_run=True)))) == expected
+
+
+def _patch_rendered(outcome: Outcome) -> Any:
+    response = render_review("uid", "admission.k8s.io/v1", outcome, True)["response"]
+    return orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else None
+
+
+def test_a_remembered_answer_renders_what_it_holds_after_a_change() -> None:
+    warm = _runtime()
+    pod = _as_replica(EXAMPLE_PODS[0], False)
+    fresh = _runtime().admission.mutate(decode_review(review(pod, dry_run=True)))
+    answers = [warm.admission.mutate(decode_review(review(pod, dry_run=True))) for _ in range(SENDS)]
+    assert _remembered(warm) == 1 and fresh.patch
+    added = {"op": "add", "path": "/metadata/labels/changed", "value": "by-a-hook"}
+    changed, emptied, replaced, untouched = answers[1:]
+    changed.patch.append(added)  # changed in place, after a read
+    emptied.patch = []
+    replaced.patch = [added]
+    assert _patch_rendered(changed) == [*fresh.patch, added]
+    assert _patch_rendered(emptied) is None
+    assert _patch_rendered(replaced) == [added]
+    assert _patch_rendered(untouched) == fresh.patch
+    # Equal to a fresh runtime's outcome both ways (`Outcome`'s own __eq__ compares one class only), and not once
+    # one of them differs.
+    fresh.plan = untouched.plan
+    assert untouched == fresh and fresh == untouched
+    assert untouched.object is not None and untouched.object == fresh.object
+    untouched.object["changed"] = True
+    assert untouched != fresh and fresh != untouched
+    assert emptied.object == fresh.object  # its own pod, decoded from the memo's bytes
 
 
 # -- each kind of state the answer reads, changed once the memo holds the answer ------------------------------

@@ -204,3 +204,33 @@ def test_a_member_is_warned_when_no_room_has_space_now_from_the_model_alone() ->
     assert result.allowed
     assert result.pod["spec"]["schedulingGates"] == [{"name": "kgwe.io/gang"}]
     assert any("no NVLink room has space for the whole gang now" in w and "wait gated" in w for w in result.warnings)
+
+
+
+def test_the_warnings_kept_for_a_snapshot_are_each_members_own() -> None:
+    # In one snapshot, members that differ in one thing each the warnings read (the namespace, the gang, its size,
+    # the GPUs, the type, the node constraints), sent again and again in turns: each gets what a fresh runtime
+    # says of it. Then other snapshots: a member of `ml/llm` bound on one tray of the only clique (the gang of
+    # that name in another namespace has none), both trays busy, two trays of four busy.
+    fits = member("w-0", "llm", 2)
+    too_big = member("w-1", "llm", 5)  # 20 GPUs: no clique holds it
+    nowhere = member("w-2", "llm", 2)
+    nowhere["spec"]["nodeSelector"] = {"rack": "nowhere"}
+    one_each = member("w-3", "llm", 5, gpus=1)
+    elsewhere = member("w-0", "llm", 2, namespace="other")
+    elsewhere_small = member("w-5", "llm", 2, gpus=2, namespace="other")
+    other_type = member("w-4", "solo", 2, accelerator=H100)
+    bigger = member("w-6", "llm", 3)
+    pods = [fits, too_big, nowhere, one_each, elsewhere, elsewhere_small, other_type, bigger]
+
+    def warnings(runtime: Any, pod: dict[str, Any]) -> list[str]:
+        return list(runtime.admission.mutate(decode_review(review(pod))).warnings)
+
+    bound = bind(member("w-9", "llm", 2, labels={"kgwe.io/gang": "llm"}), "rack0-tray0")
+    busy = [bind(member(f"other-{t}", "x", None, accelerator=None), f"rack0-tray{t}") for t in range(2)]
+    for objects in (cliques(2, 4), [*cliques(2), bound], [*cliques(2), *busy], [*cliques(4), *busy]):
+        warm = make_runtime(make_store(*objects))
+        expected = [warnings(make_runtime(make_store(*objects)), pod) for pod in pods]
+        assert any(expected) and not all(expected)  # both kinds of answer, to tell them apart
+        for _ in range(3):
+            assert [warnings(warm, pod) for pod in pods] == expected

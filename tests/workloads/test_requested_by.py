@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -284,3 +285,21 @@ def test_a_pod_is_resolved_for_its_requester_and_marked_made_from_its_owners_tem
         assert (request.user.username, request.requested_by, request.via, request.made_from_template) == before
         assert resolved.pod.raw is request.object
         assert (resolved is request) == (got == before)
+
+
+def test_a_pod_without_a_signature_is_resolved_for_its_caller_whatever_the_request_recorded() -> None:
+    # The pod carries no `kgwe.io/requested-by`: the caller asks. A request that recorded another requester, `via`
+    # or `made_from_template` (as a hook before may have) is set back to the caller's; one that recorded nothing is
+    # handed back itself. Resolving twice is resolving once.
+    workloads = workloads_of(real_runtime().admission)
+    bare = pod_from_template({"spec": {"containers": [{"name": "m", "image": "cuda"}]}}, "default", "p-1")
+    for obj in (bare, owned_by(bare, "apps/v1", "ReplicaSet"), owned_by(bare, "kubeflow.org/v1", "TFJob")):
+        plain = decode_review(orjson.dumps(review(obj, user="bob", groups=("ml-researchers",))))
+        once = workloads.resolved(plain)
+        assert workloads.resolved(once) is once
+        made = once.made_from_template
+        assert (once is plain) == (made == plain.made_from_template)
+        for recorded in ({"requested_by": "someone"}, {"via": "template"}, {"made_from_template": not made}):
+            resolved = workloads.resolved(replace(plain, **recorded))  # type: ignore[arg-type]
+            got = (resolved.user, resolved.requested_by, resolved.via, resolved.made_from_template)
+            assert got == (plain.user, None, "", made or bool(recorded.get("made_from_template")))

@@ -17,15 +17,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import is_
 from typing import Any
 
 import orjson
 
 from policies.api import WouldBlock
+from policies.gpu_demand import GpuDemand
 from policies.vocabulary.identity import identity_of
 from policies.vocabulary.objects import ObjectView
 from webhook.admission.facts import Facts, Problem
 from webhook.admission.gather import FactGathering
+from webhook.admission.kept_outcome import KeptOutcome
 from webhook.admission.outcome import Outcome
 from webhook.admission.ownership import expected_outputs, restore_kgwe_keys_step
 from webhook.admission.request import AdmissionRequest
@@ -46,9 +49,11 @@ from webhook.mutation.steps import (
 )
 from webhook.placement.memo import MAX_KEY_BYTES, PodReading, read_pod
 from webhook.placement.plan import PlacementPlan
-from webhook.placement.profile_resources import ProfileResources, apply_defaults, missing_defaults, profile_resources
+from webhook.placement.profile_resources import ProfileResources, missing_defaults, profile_resources, write_defaults
 
 log = logging.getLogger("kgwe.admission")
+
+_PROFILES = "mutate.profiles"  # in the snapshot's `derived`: HardwareProfile name -> `_profile`'s answer
 
 
 class Mutation(FactGathering):
@@ -69,7 +74,8 @@ class Mutation(FactGathering):
         model, config = self.runtime.store.snapshot(), self.runtime.config
         reading = read_pod(request.pod, model)
         profile = self._profile(reading.intent.profile, model)
-        facts = self.gather(request, self._defaulted(request.object, profile), deadline, reading=reading)
+        facts = self.gather(request, self._defaulted(request.object, profile, reading.demand), deadline,
+                            reading=reading)
         if facts.intent.out_of_bounds and config.mode != "audit":
             return refuse_out_of_bounds(request, facts.intent.out_of_bounds)
         slot = answer_slot(request, reading, facts, model, config, self.seams.gates)
@@ -117,21 +123,26 @@ class Mutation(FactGathering):
     @staticmethod
     def _profile(name: str | None, model: ClusterModel) -> ProfileResources | None:
         """The resources and queue of the HardwareProfile the pod names (`name`, its intent's), None when it names
-        none (or one that does not exist: placement refuses that) or the profile says nothing of them."""
+        none (or one that does not exist: placement refuses that) or the profile says nothing of them. Read once
+        per snapshot and profile (a pure function of the profile's spec; the value is immutable)."""
         spec = model.hardware_profiles.get(name) if name else None
         if name is None or spec is None:
             return None
-        profile = profile_resources(name, ObjectView(spec).spec)
-        return None if profile.empty else profile
+        known: dict[str, ProfileResources | None] = model.derived.setdefault(_PROFILES, {})
+        if name not in known:
+            profile = profile_resources(name, ObjectView(spec).spec)
+            known[name] = None if profile.empty else profile
+        return known[name]
 
     @staticmethod
-    def _defaulted(pod: dict[str, Any], profile: ProfileResources | None) -> dict[str, Any]:
+    def _defaulted(pod: dict[str, Any], profile: ProfileResources | None, demand: GpuDemand) -> dict[str, Any]:
         """The pod as the profile's defaults leave it, so that placement, policies and quota judge the GPUs
-        it will ask for (the same defaults are written by the first steps of the pipeline)."""
-        if profile is None or not missing_defaults(pod, profile):
+        it will ask for (the same defaults are written by the first steps of the pipeline); `demand` is the pod's."""
+        missing = missing_defaults(pod, profile, demand) if profile is not None else None
+        if not missing:
             return pod
         candidate = copy_json(pod)
-        apply_defaults(candidate, profile)
+        write_defaults(candidate, missing)  # what `apply_defaults` writes: the copy is the pod's equal
         return candidate
 
     def _rightsize(self, request: AdmissionRequest, facts: Facts, deadline: float | None) -> tuple[Advice, Facts]:
@@ -246,10 +257,12 @@ MAX_ANSWER_BYTES = 8 * 1024 * 1024  # per snapshot; past it, answers are no long
 @dataclass(frozen=True, slots=True)
 class RememberedAnswer:
     """What `/mutate` answered a pod before the wings' hooks, as immutable values: the patch and the mutated pod
-    as JSON bytes (None: not kept), the warnings, whether the pod was placed, and audit mode's report."""
+    as JSON bytes (None: not kept), the patch as the AdmissionResponse carries it (base64 of those bytes), the
+    warnings, whether the pod was placed, and audit mode's report."""
 
     patch: bytes | None
     pod: bytes | None
+    encoded: str
     warnings: tuple[str, ...]
     renderable: bool
     reported: tuple[str, ...]
@@ -266,14 +279,14 @@ class RememberedAnswer:
             patch = pod = None
         if patch is None or pod is None or orjson.loads(patch) != outcome.patch or orjson.loads(pod) != outcome.object:
             patch = pod = None
-        return cls(patch, pod, tuple(outcome.warnings), renderable, tuple(reported))
+        encoded = outcome.encoded_patch() if patch is not None else ""
+        return cls(patch, pod, encoded, tuple(outcome.warnings), renderable, tuple(reported))
 
     def outcome(self, plan: PlacementPlan) -> Outcome:
-        """A fresh `Outcome` of this answer (nothing shared with the memo or another request), for `plan`'s Event."""
+        """A fresh `Outcome` of this answer (nothing shared with the memo or another request), for `plan`'s Event;
+        its patch and pod are decoded when first read (webhook/admission/kept_outcome.py)."""
         assert self.patch is not None and self.pod is not None
-        outcome = Outcome(patch=orjson.loads(self.patch), object=orjson.loads(self.pod), warnings=list(self.warnings))
-        outcome.plan = plan
-        return outcome
+        return KeptOutcome(self.patch, self.pod, self.encoded, list(self.warnings), plan)
 
 
 @dataclass(slots=True)
@@ -296,7 +309,9 @@ class AnswerSlot:
         answer = RememberedAnswer.of(outcome, renderable, reported) if seen else _MARK
         if answer.patch is None or answer.pod is None:
             return
-        size = len(self.key[0]) + len(self.key[1]) + (len(answer.patch) + len(answer.pod) if seen else 0)
+        size = len(self.key[0]) + len(self.key[1])
+        if seen:
+            size += len(answer.patch) + len(answer.pod) + len(answer.encoded)
         if self.held[0] + size > MAX_ANSWER_BYTES:
             return
         if len(self.answers) >= _ANSWERS_PER_ENTRY and not seen:
@@ -305,7 +320,7 @@ class AnswerSlot:
         self.answers[self.key] = _Kept(self.usage, self.gates, self.tenant, answer) if seen else None
 
 
-_MARK = RememberedAnswer(b"", b"", (), False, ())  # a key seen once: nothing of its answer is kept
+_MARK = RememberedAnswer(b"", b"", "", (), False, ())  # a key seen once: nothing of its answer is kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,13 +350,16 @@ def answer_slot(request: AdmissionRequest, reading: PodReading, facts: Facts, mo
     if (entry is None or entry.config is not config or facts.model is not model or reading.body is None
             or request.operation != "CREATE"):
         return None
+    received = request.raw.copy()  # then less what the key leaves out: in the order received, as a comprehension
+    for left_out in _LEFT_OUT_OF_RAW:  # keeps it, at a third of its cost
+        received.pop(left_out, None)
     try:
         rest = orjson.dumps([
             identity_of(request.object), request.kind, request.resource, request.namespace, request.name,
             request.user.as_dict(), request.old_object, request.dry_run, request.api_version, request.sub_resource,
             request.invalid, request.authenticated, request.template, request.requested_by, request.via,
             request.workload, request.made_from_template,
-            {k: v for k, v in request.raw.items() if k not in _LEFT_OUT_OF_RAW},
+            received,
         ])
     except TypeError:
         return None
@@ -353,7 +371,7 @@ def answer_slot(request: AdmissionRequest, reading: PodReading, facts: Facts, mo
     usage, asked = facts.usage, tuple(gates)
     found = None
     if (kept is not None and kept.usage is usage and kept.tenant == facts.tenant and len(kept.gates) == len(asked)
-            and all(a is b for a, b in zip(kept.gates, asked, strict=True))):
+            and all(map(is_, kept.gates, asked))):  # the same gates, by identity (lengths checked first)
         found = kept.answer
     return AnswerSlot(answers, key, usage, asked, facts.tenant, found, model.derived.setdefault(_ANSWER_BYTES, [0]))
 

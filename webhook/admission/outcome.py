@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 
 @dataclass
@@ -22,6 +25,10 @@ class Outcome:
     creates: list[dict[str, Any]] = field(default_factory=list)
     # The placement plan behind a /mutate answer, for its Event (webhook/server/pod_events.py); never rendered.
     plan: Any = field(default=None, compare=False, repr=False)
+
+    def encoded_patch(self) -> str:
+        """The patch as an AdmissionResponse carries it, its JSON in base64; "" when there is none."""
+        return base64.b64encode(orjson.dumps(self.patch)).decode("ascii") if self.patch else ""
 
     @classmethod
     def deny(cls, message: str, code: int = 403, reason: str = "Forbidden") -> Outcome:

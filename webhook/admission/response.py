@@ -15,13 +15,10 @@ go through it, so the rules the API server enforces on responses live in exactly
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-import orjson
 
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import API_VERSION, KIND
@@ -56,20 +53,16 @@ def render_review(request_uid: str, api_version: str, outcome: Outcome, mutating
     response: dict[str, Any] = {"uid": request_uid, "allowed": bool(outcome.allowed)}
     if not outcome.allowed:
         response["status"] = _status(outcome)
-    elif mutating and outcome.patch:
+    elif mutating and (encoded := outcome.encoded_patch()):
         response["patchType"] = "JSONPatch"
-        response["patch"] = encode_patch(outcome.patch)
+        response["patch"] = encoded
     warnings = _sanitized(outcome.warnings) if outcome.warnings else []
     if warnings:
         response["warnings"] = warnings
-    annotations = sanitize_audit_annotations(outcome.audit_annotations)
+    annotations = sanitize_audit_annotations(outcome.audit_annotations) if outcome.audit_annotations else {}
     if annotations:
         response["auditAnnotations"] = annotations
     return {"apiVersion": api_version or API_VERSION, "kind": KIND, "response": response}
-
-
-def encode_patch(patch: list[dict[str, Any]]) -> str:
-    return base64.b64encode(orjson.dumps(patch)).decode("ascii")
 
 
 def _status(outcome: Outcome) -> dict[str, Any]:

@@ -67,6 +67,14 @@ def compatible(room: Room, pod: dict[str, Any], model: ClusterModel) -> bool:
     return False
 
 
+def constraint_signature(pod: dict[str, Any]) -> bytes:
+    """The pod's node constraints (`spec.nodeSelector`, `spec.affinity.nodeAffinity`) as JSON bytes: all that
+    `compatible` reads of a pod, so pods with equal signatures are compatible with the same rooms."""
+    spec = PodView(pod).spec
+    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
+    return orjson.dumps([spec.get("nodeSelector"), (affinity or {}).get("nodeAffinity")], option=orjson.OPT_SORT_KEYS)
+
+
 def distinct_constraints(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One pod per distinct node constraint (`spec.nodeSelector`, required node affinity) among `pods`.
 
@@ -75,11 +83,7 @@ def distinct_constraints(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     seen: set[bytes] = set()
     out: list[dict[str, Any]] = []
     for pod in pods:
-        spec = PodView(pod).spec
-        affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
-        signature = orjson.dumps(
-            [spec.get("nodeSelector"), (affinity or {}).get("nodeAffinity")], option=orjson.OPT_SORT_KEYS,
-        )
+        signature = constraint_signature(pod)
         if signature not in seen:
             seen.add(signature)
             out.append(pod)

@@ -16,8 +16,9 @@ from webhook.admission.facts import Facts, Problem
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionGate
+from webhook.cluster.model import ClusterModel
 from webhook.gang_spec import GATE
-from webhook.gangs.accounting import candidate_rooms, gang_pods
+from webhook.gangs.accounting import candidate_rooms, constraint_signature, gang_pods
 from webhook.gangs.ledger import GangRecord
 from webhook.gangs.native import is_kgwe_name, pod_group_name
 from webhook.intent import LABEL_GANG
@@ -25,29 +26,53 @@ from webhook.placement.free_gpus import free_gpus
 from webhook.placement.rooms import best_fit
 from webhook.runtime import Runtime
 
+_ADVICE = "gangs.advice"  # in the snapshot's `derived`: `GangAdvice`'s warnings by what they read
+_ADVICE_KEPT = 256  # gangs a snapshot remembers the warnings of; past it, the memo starts again
+
 
 class GangAdvice:
-    """The gang warnings of `/mutate`; it keeps nothing and writes nothing."""
+    """The gang warnings of `/mutate`; it writes nothing (its answers are kept with the snapshot)."""
+
+    @staticmethod
+    def concerns(facts: Facts) -> bool:
+        """Whether `warnings` may say anything of this pod: a gang member KGWE gated."""
+        plan = facts.plan
+        return facts.intent.gang_size is not None and plan.gang is not None and GATE in plan.scheduling_gates
 
     def warnings(self, facts: Facts, pod: dict[str, Any]) -> list[str]:
-        """Warnings for the user about the gang of the mutated `pod` (none when a room has space now)."""
+        """Warnings for the user about the gang of the mutated `pod` (none when a room has space now).
+
+        Remembered for the snapshot (every gang member of a workload asks alike) under all they read besides
+        it: the namespace, the gang, its size, the member's GPUs, the plan's types and the pod's node
+        constraints (`constraint_signature`: all `candidate_rooms` reads of the pod)."""
         plan = facts.plan
         size = facts.intent.gang_size
         if size is None or plan.gang is None or GATE not in plan.scheduling_gates:
             return []
-        model = facts.model
-        group = gang_pods(model).get(f"{facts.request.namespace}/{plan.gang}")
         gpus = facts.demand.whole_gpus  # this member's: the controller sizes the gang by its largest member
-        gang = GangRecord(namespace=facts.request.namespace, gang=plan.gang, size=size, gpus_per_pod=gpus,
-                          types=tuple(plan.types), room=None, created_at=0.0)
-        rooms = candidate_rooms(model, gang, [pod])
-        if not rooms:
-            return [f"kgwe.io/gang {plan.gang}: no NVLink room suits it; the pods wait gated (they hold no GPU)"]
-        needed = size - (len(group.bound) if group is not None else 0)
-        if best_fit(rooms, gpus, needed, free_gpus(model), {}) is None:
-            return [f"kgwe.io/gang {plan.gang}: no NVLink room has space for the whole gang now; the pods wait "
-                    "gated (they hold no GPU) until one has"]
-        return []
+        key = (facts.request.namespace, plan.gang, size, gpus, tuple(plan.types), constraint_signature(pod))
+        memo: dict[Any, tuple[str, ...]] = facts.model.derived.setdefault(_ADVICE, {})
+        found = memo.get(key)
+        if found is None:
+            if len(memo) >= _ADVICE_KEPT:
+                memo.clear()
+            found = memo[key] = tuple(_warnings(facts.model, key[0], plan.gang, size, gpus, key[4], pod))
+        return list(found)
+
+
+def _warnings(model: ClusterModel, namespace: str, gang_name: str, size: int, gpus: int, types: tuple[str, ...],
+              pod: dict[str, Any]) -> list[str]:
+    group = gang_pods(model).get(f"{namespace}/{gang_name}")
+    gang = GangRecord(namespace=namespace, gang=gang_name, size=size, gpus_per_pod=gpus, types=types, room=None,
+                      created_at=0.0)
+    rooms = candidate_rooms(model, gang, [pod])
+    if not rooms:
+        return [f"kgwe.io/gang {gang_name}: no NVLink room suits it; the pods wait gated (they hold no GPU)"]
+    needed = size - (len(group.bound) if group is not None else 0)
+    if best_fit(rooms, gpus, needed, free_gpus(model), {}) is None:
+        return [f"kgwe.io/gang {gang_name}: no NVLink room has space for the whole gang now; the pods wait "
+                "gated (they hold no GPU) until one has"]
+    return []
 
 
 class GangHook:
@@ -60,7 +85,8 @@ class GangHook:
     def after_mutate(
         self, request: AdmissionRequest, facts: Facts, outcome: Outcome, deadline: float | None
     ) -> Outcome:
-        if self.runtime.config.mode != "audit" and outcome.object is not None:
+        # The pod is read only for a gang's member: a remembered answer decodes it when first read.
+        if self.runtime.config.mode != "audit" and self.advice.concerns(facts) and outcome.object is not None:
             outcome.warnings.extend(self.advice.warnings(facts, outcome.object))
         return outcome
 

@@ -110,12 +110,13 @@ def _sets_gpu(view: PodView, demand: GpuDemand) -> bool:
     return demand.asks_gpu or bool(view.spec.get("resourceClaims"))
 
 
-def missing_defaults(pod: PodView | Mapping[str, Any], profile: ProfileResources) -> dict[str, str]:
-    """resource -> default, for the profile's resources with a default that the pod sets nothing of."""
+def missing_defaults(pod: PodView | Mapping[str, Any], profile: ProfileResources,
+                     demand: GpuDemand | None = None) -> dict[str, str]:
+    """resource -> default, for the profile's resources with a default that the pod sets nothing of; `demand`,
+    when given, is the pod's `pod_gpu_demand` (read once already)."""
     view = pod_view(pod)
     if not view.containers:
         return {}
-    demand: GpuDemand | None = None
     out: dict[str, str] = {}
     for bound in profile.bounds:
         if bound.default is None:
@@ -134,7 +135,11 @@ def apply_defaults(pod: dict[str, Any], profile: ProfileResources) -> None:
     """Write the missing defaults into the pod's first container. Idempotent, and a no-op once KGWE renamed
     the default GPU (MIG) or moved it into a claim (DRA): the pod then sets a GPU, so this converges in the
     mutation pipeline beside the step that renames."""
-    missing = missing_defaults(pod, profile)
+    write_defaults(pod, missing_defaults(pod, profile))
+
+
+def write_defaults(pod: dict[str, Any], missing: Mapping[str, str]) -> None:
+    """Write `missing` (`missing_defaults` of this pod) into the pod's first container."""
     if not missing:
         return
     container = pod["spec"]["containers"][0]

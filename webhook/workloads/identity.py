@@ -158,6 +158,15 @@ def _without_requester(template: dict[str, Any]) -> bytes:
     return orjson.dumps(copy, option=orjson.OPT_SORT_KEYS)
 
 
+def asks_for_itself(request: AdmissionRequest, made_from_template: bool) -> bool:
+    """Whether `with_requester(request, identity.for_pod(request, request.object, ...), made_from_template)` is the
+    request itself because its pod carries no `kgwe.io/requested-by` (so `for_pod` answers the caller: nothing to
+    inherit) and the request records no requester and no other `made_from_template`: the usual pod, answered
+    without building its Requester."""
+    return (request.pod.annotation(REQUESTED_BY) is None and request.requested_by is None and request.via == ""
+            and made_from_template == request.made_from_template)
+
+
 def with_requester(request: AdmissionRequest, requester: Requester, made_from_template: bool | None = None,
                    ) -> AdmissionRequest:
     """The request as admission judges it: tenancy and RBAC for `requester.user`; `made_from_template`, when given,

@@ -31,6 +31,7 @@ from webhook.admission.seams import AdmissionSeams, PendingVerdict, PodFlow
 from webhook.admission.tenancy import tenant_and_quotas
 from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel
+from webhook.config import Config
 from webhook.costs import pod_gpu_equivalents
 from webhook.identity_key import load_key
 from webhook.intent import A_GANG, OUT_ACCELERATOR_TYPE, annotations_of, gang_size_problem
@@ -40,7 +41,7 @@ from webhook.placement.context import PlacementPlan
 from webhook.runtime import Runtime
 from webhook.workload_kinds import KindSpec, KindTable, Template, TemplatePath, WorkloadShapeError, extract_templates
 from webhook.workload_owners import template_workload
-from webhook.workloads.identity import Identity, Requester, Signer, with_requester
+from webhook.workloads.identity import Identity, Requester, Signer, asks_for_itself, with_requester
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
 from webhook.workloads.template_pods import (
     as_template,
@@ -77,23 +78,30 @@ class WorkloadKind:
         self.runtime = runtime
         self.plan_gang = plan_gang
         self._identity: tuple[tuple[Path | None, tuple[str, ...]], Identity] | None = None
+        self._identity_of: Config | None = None  # the configuration `_identity` was last checked against
         self._kinds: tuple[int, KindTable] | None = None
 
     # -- collaborators, rebuilt when the configuration changes ---------------------------------
     @property
     def identity(self) -> Identity:
-        settings = self.runtime.config.workloads
+        config = self.runtime.config
+        if self._identity is not None and self._identity_of is config:
+            return self._identity[1]  # a configuration is never changed in place: a new one is a new object
+        settings = config.workloads
         key = (settings.identity_key_file, tuple(settings.controller_identities))
         if self._identity is None or self._identity[0] != key:
             previous = self._identity[1].signer if self._identity and self._identity[0][0] == key[0] else None
             signer = previous or Signer(load_key(settings.identity_key_file))
             self._identity = (key, Identity(signer, key[1]))
+        self._identity_of = config
         return self._identity[1]
 
     @identity.setter
     def identity(self, value: Identity) -> None:
-        settings = self.runtime.config.workloads
+        config = self.runtime.config
+        settings = config.workloads
         self._identity = ((settings.identity_key_file, tuple(settings.controller_identities)), value)
+        self._identity_of = config
 
     @property
     def kinds(self) -> KindTable:
@@ -135,9 +143,11 @@ class WorkloadKind:
             return request
         owner = request.pod.controller_owner  # read once: the view walks the owner references each time
         admitted = self._admits(owner)
-        requester = self.identity.for_pod(request, request.object, admitted)
         # Its template was judged at the owner's admission, rightsizing included (docs/usage.md).
         made_from_template = request.made_from_template or (admitted and owner is not None)
+        if asks_for_itself(request, made_from_template):
+            return request
+        requester = self.identity.for_pod(request, request.object, admitted)
         return with_requester(request, requester, made_from_template)
 
     def _owner_admitted(self, request: AdmissionRequest) -> bool:
