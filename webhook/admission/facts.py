@@ -85,6 +85,9 @@ class Facts:
     usage: UsageRow | None = None
     # Whether the pod asks GPUs past its resources (the gates' `asks_devices`: DRA claims of its own).
     device_asks: Callable[[Facts], bool] | None = None
+    # What a gate works out once per request and asks again (the quota gate's tenancy), by the gate's own key:
+    # the facts are the request's alone, so nothing here outlives it.
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @_once
     def asks_own_devices(self) -> bool:
