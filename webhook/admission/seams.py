@@ -127,7 +127,10 @@ class AdmissionSeams:
     after: list[MutateHook] = field(default_factory=list)
 
     def handler_of(self, request: AdmissionRequest) -> KindHandler | None:
-        return next((handler for handler in self.kinds if handler.judges(request)), None)
+        for handler in self.kinds:  # a loop, not `next()` over a generator: asked of every request
+            if handler.judges(request):
+                return handler
+        return None
 
     def asks_devices(self, facts: Facts) -> bool:
         return any(gate.asks_devices(facts) for gate in self.gates)

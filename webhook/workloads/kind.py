@@ -107,9 +107,16 @@ class WorkloadKind:
         return self._kinds[1]
 
     def workload_kind(self, request: AdmissionRequest) -> KindSpec | None:
-        if request.sub_resource or not self.runtime.config.workloads.enabled:
+        if request.sub_resource:
             return None
-        return self.kinds.lookup(request.kind.get("group", ""), request.kind.get("kind", ""))
+        config = self.runtime.config
+        if not config.workloads.enabled:
+            return None
+        # `self.kinds` read inline while it is this configuration's: every request of any kind asks this.
+        kept = self._kinds
+        table = kept[1] if kept is not None and kept[0] == id(config) else self.kinds
+        kind = request.kind
+        return table.lookup(kind.get("group", ""), kind.get("kind", ""))
 
     # -- the kind handler (webhook/admission/seams.py KindHandler) ---------------------------------
     def judges(self, request: AdmissionRequest) -> bool:
