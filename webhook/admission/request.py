@@ -184,20 +184,53 @@ class _Envelope:
     dry_run: bool  # as the body says: a caller that is not authenticated makes any request dry-run
     sub_resource: str
     invalid: str | None = None
+    # The first request's fields as the constructor set them, but for `invalid` (`request`): what every later
+    # request of this envelope starts from, its own uid, objects, copies and views put in.
+    fields: dict[str, Any] | None = None
 
     def request(self, uid: str, pod: dict[str, Any] | None, old_pod: dict[str, Any] | None, raw: dict[str, Any],
                 authenticated: bool) -> AdmissionRequest:
         """The request of the review `raw` with this envelope, its own objects and uid."""
         user = self.user
-        decoded = AdmissionRequest(
-            uid=uid, kind=dict(self.kind), resource=dict(self.resource), operation=self.operation,
-            namespace=self.namespace, name=self.name,
-            user=UserInfo(user.username, user.uid, list(user.groups), {k: list(v) for k, v in user.extra.items()}),
-            object=pod, old_object=old_pod, dry_run=self.dry_run or not authenticated, raw=raw,
-            sub_resource=self.sub_resource, authenticated=authenticated,
-        )
-        decoded.invalid = self.invalid
+        copied = _new(UserInfo)  # its four fields, the lists copied: no constructor call
+        copied.__dict__ = {"username": user.username, "uid": user.uid, "groups": list(user.groups),
+                           "extra": {k: list(v) for k, v in user.extra.items()} if user.extra else {}}
+        dry_run = self.dry_run or not authenticated
+        fields = self.fields
+        if fields is None:
+            decoded = AdmissionRequest(
+                uid=uid, kind=dict(self.kind), resource=dict(self.resource), operation=self.operation,
+                namespace=self.namespace, name=self.name, user=copied, object=pod, old_object=old_pod,
+                dry_run=dry_run, raw=raw, sub_resource=self.sub_resource, authenticated=authenticated,
+            )
+            # Nothing of this request's own kept: the fields each request sets are held as None.
+            self.fields = {name: None if name in _OWN_FIELDS else value for name, value in decoded.__dict__.items()}
+            decoded.invalid = self.invalid
+            return decoded
+        # The constructor's 20 arguments and `__post_init__` again cost a replica more than a dict copy; every
+        # field that differs between two requests of one envelope, or that a caller may change, is set anew
+        # (each of `_OWN_FIELDS`).
+        mine = dict(fields)
+        mine["uid"] = uid
+        mine["kind"] = dict(self.kind)
+        mine["resource"] = dict(self.resource)
+        mine["user"] = copied
+        mine["object"] = pod
+        mine["old_object"] = old_pod
+        mine["dry_run"] = dry_run
+        mine["raw"] = raw
+        mine["authenticated"] = authenticated
+        mine["invalid"] = self.invalid
+        mine["pod"] = PodView(pod)
+        mine["old_pod"] = NO_POD if old_pod is None else PodView(old_pod)
+        decoded = _new(AdmissionRequest)
+        decoded.__dict__ = mine
         return decoded
+
+
+_new = object.__new__
+_OWN_FIELDS = frozenset({"uid", "kind", "resource", "user", "object", "old_object", "dry_run", "raw", "authenticated",
+                         "invalid", "pod", "old_pod"})  # what `_Envelope.request` sets for each request
 
 
 # A review's body less its uid decodes to one `_Envelope` (webhook/admission/replica_bytes.py says why): kept under
