@@ -40,7 +40,7 @@ from webhook.placement.context import PlacementPlan
 from webhook.runtime import Runtime
 from webhook.workload_kinds import KindSpec, KindTable, Template, TemplatePath, WorkloadShapeError, extract_templates
 from webhook.workload_owners import template_workload
-from webhook.workloads.identity import Identity, Requester, Signer, with_requester
+from webhook.workloads.identity import Identity, Requester, Signer, as_caller, with_requester
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
 from webhook.workloads.template_pods import (
     as_template,
@@ -142,10 +142,12 @@ class WorkloadKind:
             return request
         owner = request.pod.controller_owner  # read once: the view walks the owner references each time
         admitted = self._admits(owner)
-        requester = self.identity.for_pod(request, request.object, admitted)
+        signed = self.identity.signed_for_pod(request, request.object, admitted)
         # Its template was judged at the owner's admission, rightsizing included (docs/usage.md).
         made_from_template = request.made_from_template or (admitted and owner is not None)
-        return with_requester(request, requester, made_from_template)
+        if signed is None:  # `for_pod`'s requester is the caller
+            return as_caller(request, made_from_template)
+        return with_requester(request, signed, made_from_template)
 
     def _owner_admitted(self, request: AdmissionRequest) -> bool:
         """Whether the object's controller owner, if it has one, is of a kind whose pod templates KGWE admits
