@@ -168,9 +168,12 @@ class Validation(FactGathering):
                 refused, warned = gate.advise(request, facts)
                 problems.extend(refused)
                 warnings.extend(warned)
-        pending = PendingVerdict(request, problems, warnings, audit)
-        pending.gates.extend(g for gate in self.seams.gates if (g := gate.check(request, facts)) is not None)
-        return pending
+        checks: list[Gate] = []
+        for gate in self.seams.gates:  # a loop, not a generator: every pod request asks each gate
+            check = gate.check(request, facts)
+            if check is not None:
+                checks.append(check)
+        return PendingVerdict(request, problems, warnings, audit, checks)
 
     def _prepare_update(self, request: AdmissionRequest, deadline: float | None) -> PendingVerdict:
         """UPDATE: `kgwe.io/` keys are fixed at creation; GPUPolicies apply as their `match.operations` say."""
