@@ -1,6 +1,6 @@
-"""The quota gate works a request's tenancy out once and asks it three times (webhook/quotas/gate.py `_tenancy`):
-each answer must still be the one the gate gives that request under the configuration of the moment. Real
-admission path over the example cluster, real AdmissionReview JSON."""
+"""The quota gate takes a request's tenancy from the facts gather found it for, where `/validate` asked it three
+times more (webhook/quotas/gate.py `_tenancy`): each answer must still be the one the gate gives that request under
+the configuration of the moment. Real admission path over the example cluster, real AdmissionReview JSON."""
 
 from __future__ import annotations
 

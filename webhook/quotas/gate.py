@@ -30,7 +30,6 @@ _QUEUE_ANSWER = "quota.queue_answer"
 _QUOTA_PROBLEMS = "quota.problems"  # by tenant and limits: the same pod may be sent by several tenants
 _TENANCIES_PER_ENTRY = 8
 _ALLOW = BudgetVerdict("allow", None, None)  # frozen: one shared
-_TENANCY = "quota.tenancy"  # its key in a request's `Facts.notes`
 
 
 class QuotaGate(AdmissionGate):
@@ -52,21 +51,16 @@ class QuotaGate(AdmissionGate):
     def _tenancy(self, request: AdmissionRequest, facts: Facts) -> tuple[Tenancy, bool]:
         """The request's tenancy, and whether the gate holds its pods (`_applies` but for the template test).
 
-        `/validate` asks both three times of one pod: worked out once per request, in its facts' notes, for the
-        configuration they were worked out under. Both are functions of the request's namespace and groups,
-        the snapshot and the configuration; admission never changes a request's namespace or user in place
-        (a changed requester is a new request, `dataclasses.replace`), so the facts' own request asks the same
-        each time."""
-        config = self.runtime.config
-        own = facts.request is request
-        kept = facts.notes.get(_TENANCY) if own else None
-        if kept is not None and kept[0] is config:
-            return kept[1], kept[2]
+        The tenancy is the one gather found for the facts' own request in the facts' snapshot (a function of the
+        request's namespace and groups and the snapshot: admission never changes a request's namespace or user in
+        place, a changed requester is a new request), where `/validate` asked it three times more; whether the
+        gate holds it is read under the configuration of the moment."""
         model = facts.model
-        tenancy = self.runtime.tenancy_of(request, model)
+        tenancy = facts.tenancy if facts.request is request else None
+        if tenancy is None:
+            tenancy = self.runtime.tenancy_of(request, model)
+        config = self.runtime.config
         held = bool(tenancy.quotas) and not deferred_to_kueue(config, model.namespace_labels(request.namespace))
-        if own:
-            facts.notes[_TENANCY] = (config, tenancy, held)
         return tenancy, held
 
     def _held(self, request: AdmissionRequest, facts: Facts) -> Tenancy | None:
