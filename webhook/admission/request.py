@@ -147,7 +147,7 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
     split = uid_excised(body, uid) if isinstance(body, bytes) and len(body) <= _KEPT_BODY_BYTES else None
     kept = _envelopes.get(split) if split is not None else None
     if kept is not None:
-        return kept.request(uid, pod, old_pod, request, authenticated)
+        return kept.request(uid, pod, old_pod, request, authenticated, replica=True)
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
     resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     _require_envelope(kind or {}, request.get("operation"), obj)
@@ -184,13 +184,15 @@ class _Envelope:
     dry_run: bool  # as the body says: a caller that is not authenticated makes any request dry-run
     sub_resource: str
     invalid: str | None = None
-    # The first request's fields as the constructor set them, but for `invalid` (`request`): what every later
-    # request of this envelope starts from, its own uid, objects, copies and views put in.
+    # A replica's fields as the constructor set them, but for `invalid` (`request`): what every later replica of
+    # this envelope starts from, its own uid, objects, copies and views put in. Kept from the first replica found,
+    # not from the body first decoded: most bodies are decoded once (a validated pod carries its own name).
     fields: dict[str, Any] | None = None
 
     def request(self, uid: str, pod: dict[str, Any] | None, old_pod: dict[str, Any] | None, raw: dict[str, Any],
-                authenticated: bool) -> AdmissionRequest:
-        """The request of the review `raw` with this envelope, its own objects and uid."""
+                authenticated: bool, *, replica: bool = False) -> AdmissionRequest:
+        """The request of the review `raw` with this envelope, its own objects and uid. `replica`: the envelope was
+        found kept, so more replicas may follow (its fields are kept then, not for a body decoded once)."""
         user = self.user
         copied = _new(UserInfo)  # its four fields, the lists copied: no constructor call
         copied.__dict__ = {"username": user.username, "uid": user.uid, "groups": list(user.groups),
@@ -204,7 +206,8 @@ class _Envelope:
                 dry_run=dry_run, raw=raw, sub_resource=self.sub_resource, authenticated=authenticated,
             )
             # Nothing of this request's own kept: the fields each request sets are held as None.
-            self.fields = {name: None if name in _OWN_FIELDS else value for name, value in decoded.__dict__.items()}
+            if replica:
+                self.fields = {name: None if name in _OWN_FIELDS else value for name, value in decoded.__dict__.items()}
             decoded.invalid = self.invalid
             return decoded
         # The constructor's 20 arguments and `__post_init__` again cost a replica more than a dict copy; every
