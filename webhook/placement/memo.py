@@ -230,24 +230,18 @@ _new = object.__new__
 
 def copy_intent(intent: PodIntent) -> PodIntent:
     """An intent equal to `intent` sharing no list with it (its other fields are immutable)."""
-    fresh: PodIntent = _new(PodIntent)
-    fresh.__dict__.update(intent.__dict__)
-    fresh.accelerator_types = list(intent.accelerator_types)
-    fresh.problems = list(intent.problems)
-    fresh.warnings = list(intent.warnings)
-    fresh.out_of_bounds = list(intent.out_of_bounds)
-    return fresh
+    return PodIntent(
+        accelerator_types=list(intent.accelerator_types), profile=intent.profile,
+        gpu_memory_bytes=intent.gpu_memory_bytes, sharing=intent.sharing, gpu_fraction=intent.gpu_fraction,
+        topology=intent.topology, gang=intent.gang, gang_size=intent.gang_size, problems=list(intent.problems),
+        warnings=list(intent.warnings), out_of_bounds=list(intent.out_of_bounds),
+    )
 
 
 def copy_demand(demand: GpuDemand) -> GpuDemand:
     """A GPU demand equal to `demand` sharing no list or dict with it (amounts are immutable)."""
-    fresh: GpuDemand = _new(GpuDemand)
-    fresh.__dict__.update(demand.__dict__)
-    fresh.mig = dict(demand.mig)
-    fresh.other = dict(demand.other)
-    fresh.invalid = list(demand.invalid)
-    fresh.gpu_containers = list(demand.gpu_containers)
-    return fresh
+    return GpuDemand(demand.whole_gpus, dict(demand.mig), dict(demand.other), list(demand.invalid),
+                     list(demand.gpu_containers))
 
 
 def _json_copy(value: Any) -> Any:
