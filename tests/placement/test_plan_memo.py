@@ -217,10 +217,10 @@ def test_a_new_configuration_is_planned_anew() -> None:
 def _every_field_set(kind: type) -> Any:
     """An instance of the dataclass `kind` with every field away from its default: a list or dict field holds a
     list or dict of its own, any other field a value of its own, so that a copy that forgets one shows."""
-    made = kind()
+    made = object.__new__(kind)  # every field is set below
     for each in dataclasses.fields(kind):
         if each.default_factory is list:
-            value: Any = [f"{each.name}-item"]
+            value: Any = [[f"{each.name}-item"]]
         elif each.default_factory is dict:
             value = {f"{each.name}-key": 1}
         else:
@@ -229,10 +229,11 @@ def _every_field_set(kind: type) -> Any:
     return made
 
 
-def test_an_intent_and_a_demand_copied_hold_every_field_and_share_no_container() -> None:
-    # copy_intent and copy_demand name their classes' fields one by one (the constructor keeps a copy's attributes
-    # inline): a field added to either class and left out of its copy fails here.
-    for original, copier in ((_every_field_set(PodIntent), copy_intent), (_every_field_set(GpuDemand), copy_demand)):
+def test_a_plan_an_intent_and_a_demand_copied_hold_every_field_and_share_no_container() -> None:
+    # copy_plan, copy_intent and copy_demand name their classes' fields one by one (so that a copy keeps its
+    # attributes inline): a field added to one of the classes and left out of its copy fails here.
+    for original, copier in ((_every_field_set(PlacementPlan), copy_plan), (_every_field_set(PodIntent), copy_intent),
+                             (_every_field_set(GpuDemand), copy_demand)):
         copied = copier(original)
         assert type(copied) is type(original)
         for each in dataclasses.fields(original):
