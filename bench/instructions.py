@@ -1,13 +1,15 @@
 """Instructions per admission request, counted by valgrind's callgrind: a measure of a request's CPU that other work
 on the machine does not move, for A/B comparisons of two source trees where timing one is noise.
 
-    python bench/instructions.py endpoint ROOT [ROOT ...] [--endpoint validate|mutate] [--requests 190]
+    python bench/instructions.py endpoint ROOT [ROOT ...] [--endpoint validate|mutate] [--requests 190] [--named]
     python bench/instructions.py serve ROOT [ROOT ...] [--endpoint ...] [--seconds 20]
     python bench/instructions.py noop [--seconds 20]
     python bench/instructions.py bare [--seconds 20]
 
 `endpoint`: the real `AdmissionEndpoint.answer` in one process over bench/soak.py's bodies (decode, the core,
-render, JSON; no HTTP), counted over `--requests` requests after 400 of warm-up. `serve`: `kgwe serve --workers 1`
+render, JSON; no HTTP), counted over `--requests` requests after 400 of warm-up; `--named` gives each request's pod a
+name of its own, as the API server sends `/validate` a `generateName` pod (named after mutating admission), where
+bench/soak.py's bodies are alike but for the request uid. `serve`: `kgwe serve --workers 1`
 run from ROOT, counted while wrk drives it (4 connections, after 8 s of warm-up): the whole server, HTTP and TLS
 included, less what the same server spends idle for as long (its background threads and timers). `noop`: the
 per-core bench's no-op FastAPI route, counted the same way. `bare`: bench/bare_server.py (uvloop, TLS and
@@ -56,19 +58,30 @@ def _instrument(pid: int, on: bool) -> None:
     subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(pid)], check=True, capture_output=True)
 
 
-def in_process(root: Path, endpoint: str, requests: int) -> dict[str, Any]:
+def in_process(root: Path, endpoint: str, requests: int, named: bool = False) -> dict[str, Any]:
     """`endpoint` of ROOT's tree, counted in one process (this script run again under callgrind)."""
     with tempfile.TemporaryDirectory(prefix="kgwe-instr-") as tmp:
         out = Path(tmp) / "callgrind.out"
         command = [*_VALGRIND, f"--callgrind-out-file={out}", sys.executable, __file__, "_child", str(root),
-                   "--endpoint", endpoint, "--requests", str(requests)]
+                   "--endpoint", endpoint, "--requests", str(requests), *(["--named"] if named else [])]
         subprocess.run(command, cwd=root, check=True, capture_output=True,
                        env={**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": "0"})
-        return {"root": str(root), "endpoint": endpoint, "requests": requests,
+        return {"root": str(root), "endpoint": endpoint, "requests": requests, "named": named,
                 "instructions_per_request": round(max(_counted(out)) / requests)}
 
 
-def _child(root: Path, endpoint: str, requests: int) -> None:
+def _named(body: bytes) -> bytes:
+    """`body` with its pod (and the request) named after the uid placeholder: each request's pod its own name."""
+    import orjson
+
+    review = orjson.loads(body)
+    name = "pod-" + soak.UID_PLACEHOLDER
+    review["request"]["object"].setdefault("metadata", {})["name"] = name
+    review["request"]["name"] = name
+    return orjson.dumps(review)
+
+
+def _child(root: Path, endpoint: str, requests: int, named: bool = False) -> None:
     """Under callgrind: warm up, then count `requests` answers of the real endpoint."""
     import asyncio
     import gc
@@ -80,6 +93,8 @@ def _child(root: Path, endpoint: str, requests: int) -> None:
 
     runtime = assembly.from_directory(load_config(soak.CONFIG), soak.CLUSTER).runtime
     bodies = [body for path, body in soak.request_bodies() if path.startswith(f"/{endpoint}")]
+    if named:
+        bodies = [_named(body) for body in bodies]
     answering = AdmissionEndpoint(runtime, endpoint, endpoint == "mutate", None)
     scope = {"type": "http", "method": "POST", "path": f"/{endpoint}", "query_string": b"timeout=10s",
              "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "extensions": {}}
@@ -227,9 +242,10 @@ def main() -> int:
     parser.add_argument("--endpoint", choices=["validate", "mutate"], default="validate")
     parser.add_argument("--requests", type=int, default=190)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--named", action="store_true", help="endpoint: each request's pod named on its own")
     args = parser.parse_args()
     if args.mode == "_child":
-        _child(Path(args.roots[0]), args.endpoint, args.requests)
+        _child(Path(args.roots[0]), args.endpoint, args.requests, args.named)
         return 0
     if args.mode == "_noop":
         import bench_admission
@@ -243,7 +259,7 @@ def main() -> int:
     elif args.mode == "serve":
         results = [served(Path(root), args.endpoint, args.seconds) for root in args.roots]
     else:
-        results = [in_process(Path(root).resolve(), args.endpoint, args.requests) for root in args.roots]
+        results = [in_process(Path(root).resolve(), args.endpoint, args.requests, args.named) for root in args.roots]
     print(json.dumps(results, indent=2))
     return 0
 

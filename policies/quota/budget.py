@@ -132,9 +132,12 @@ class BudgetVerdict:
     reason: str | None
 
 
+_ALLOW = BudgetVerdict("allow", None, None)  # frozen: one shared by every pod of a tenant within budget
+
+
 def judge(state: BudgetState | None) -> BudgetVerdict:
     if state is None or state.level == "ok":
-        return BudgetVerdict("allow", None, None)
+        return _ALLOW
     # Warnings are cut at 120 characters by the API server's rules: the short figures; refusals and the
     # waiting pods' conditions carry the whole computation.
     text, short = state.message(), state.short()

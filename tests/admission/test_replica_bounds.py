@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from webhook.admission.replica_bytes import uid_excised
-from webhook.admission.request import _out_of_bounds, decode_review
+from webhook.admission.request import NO_POD, _out_of_bounds, decode_review
 
 
 def _pod(annotations: Any = None, limits: Any = None, containers: Any = None) -> dict[str, Any]:
@@ -125,3 +125,33 @@ def test_a_replica_decodes_as_its_own_body_does_and_shares_nothing_with_the_one_
         assert decoded.user.groups == ["g"] and decoded.user.extra == {"scopes": ["a"]}
         assert decoded.dry_run is not authenticated
         assert decoded.pod.raw is decoded.object
+
+
+def test_a_replica_is_built_with_every_field_a_fresh_decoding_has() -> None:
+    """Replicas are built from the first request's fields, not by the constructor: each must hold every attribute
+    a decoded request (and its user) holds, with the same values, and views of its own objects."""
+    for old in (None, _pod(annotations={"team": "b"})):
+        review = orjson.loads(_body("uid-0", _pod()))
+        review["request"]["userInfo"] = {"username": "u", "uid": "7", "groups": ["g", "h"],
+                                         "extra": {"scopes": ["a", "b"]}}
+        if old is not None:
+            review["request"]["operation"] = "UPDATE"
+            review["request"]["oldObject"] = old
+        first = decode_review(orjson.dumps(review))
+        first.user.groups.append("x")
+        first.template = True
+        for n in range(1, 4):
+            review["request"]["uid"] = f"uid-{n}"
+            body = orjson.dumps(review)
+            decoded = decode_review(body, authenticated=n != 2)
+            fresh = decode_review(orjson.loads(body), authenticated=n != 2)
+            assert type(decoded) is type(fresh) and type(decoded.user) is type(fresh.user)
+            assert vars(decoded).keys() == vars(fresh).keys()
+            assert vars(decoded.user) == vars(fresh.user)
+            assert decoded == fresh
+            assert decoded.pod.raw is decoded.object
+            if old is None:
+                assert decoded.old_pod is NO_POD and decoded.old_object is None
+            else:
+                assert decoded.old_pod.raw is decoded.old_object and decoded.old_object == old
+            assert decoded.user.groups is not first.user.groups

@@ -19,14 +19,22 @@ from manifests import example_pods
 from placement_support import EXAMPLES
 from review_strategies import pods
 
-from policies.gpu_demand import pod_gpu_demand
+from policies.gpu_demand import GpuDemand, pod_gpu_demand
 from policies.vocabulary.identity import IDENTITY_FIELDS
 from policies.vocabulary.objects import PodView
 from webhook.assembly import build_runtime
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config, load_config
-from webhook.intent import parse_intent
-from webhook.placement.memo import copy_plan, planned, planned_with_entry, planning_pod, read_pod
+from webhook.intent import PodIntent, parse_intent
+from webhook.placement.memo import (
+    copy_demand,
+    copy_intent,
+    copy_plan,
+    planned,
+    planned_with_entry,
+    planning_pod,
+    read_pod,
+)
 from webhook.placement.plan import Decision, PlacementPlan, build_plan
 
 CONFIG = load_config(EXAMPLES / "config.yaml")
@@ -204,3 +212,32 @@ def test_a_new_configuration_is_planned_anew() -> None:
         after = _memo(pod, None, model, pricier)
     assert after == _fresh(pod, None, model, pricier)
     assert before.price_per_gpu_hour is not None and after.price_per_gpu_hour == before.price_per_gpu_hour * 2
+
+
+def _every_field_set(kind: type) -> Any:
+    """An instance of the dataclass `kind` with every field away from its default: a list or dict field holds a
+    list or dict of its own, any other field a value of its own, so that a copy that forgets one shows."""
+    made = object.__new__(kind)  # every field is set below
+    for each in dataclasses.fields(kind):
+        if each.default_factory is list:
+            value: Any = [[f"{each.name}-item"]]
+        elif each.default_factory is dict:
+            value = {f"{each.name}-key": 1}
+        else:
+            value = f"{each.name}-value"
+        setattr(made, each.name, value)
+    return made
+
+
+def test_a_plan_an_intent_and_a_demand_copied_hold_every_field_and_share_no_container() -> None:
+    # copy_plan, copy_intent and copy_demand name their classes' fields one by one (so that a copy keeps its
+    # attributes inline): a field added to one of the classes and left out of its copy fails here.
+    for original, copier in ((_every_field_set(PlacementPlan), copy_plan), (_every_field_set(PodIntent), copy_intent),
+                             (_every_field_set(GpuDemand), copy_demand)):
+        copied = copier(original)
+        assert type(copied) is type(original)
+        for each in dataclasses.fields(original):
+            mine, theirs = getattr(copied, each.name), getattr(original, each.name)
+            assert mine == theirs, each.name
+            if isinstance(theirs, list | dict):
+                assert mine is not theirs, each.name

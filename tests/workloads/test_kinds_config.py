@@ -7,13 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 from workload_support import KEY, real_runtime
 
-from webhook.admission.request import UserInfo
+from webhook.admission.request import UserInfo, decode_review
 from webhook.config import ConfigError, parse_config
 from webhook.identity_key import IdentityKeyError, load_key
-from webhook.review import review_pod
+from webhook.review import create_review, review_pod
 from webhook.workload_kinds import KindTable, TemplatePath, WorkloadShapeError, extract_templates
 from webhook.workloads.identity import Signer
 from webhook.workloads.kind import workloads_of
@@ -102,3 +103,23 @@ def test_a_key_file_left_empty_is_refused_with_what_to_do(tmp_path: Path, monkey
     (tmp_path / "identity.key").write_bytes(b"")
     with pytest.raises(IdentityKeyError, match="fewer than 16 bytes"):
         load_key(None)
+
+
+def test_the_kinds_judged_follow_the_configuration_without_asking_the_table_first() -> None:
+    """`workload_kind` reads the kind table inline while it is the configuration's: each configuration change
+    is seen by the very next request (no other reader of `kinds` in between)."""
+    runtime = real_runtime()
+    plain = runtime.config
+    with_tfjob = parse_config(
+        "workloads:\n  kinds:\n  - {group: kubeflow.org, kind: TFJob, resource: tfjobs,\n"
+        "     templates: ['spec.tfReplicaSpecs.*.template']}\n"
+    )
+    seams = runtime.admission.seams
+    workloads = workloads_of(runtime.admission)
+    runtime.set_config(with_tfjob)
+    request = decode_review(orjson.dumps(create_review(TFJOB, "alice", ["team-a"], workloads.kinds)))
+    for config, judged in ((plain, False), (with_tfjob, True), (plain, False), (with_tfjob, True)):
+        runtime.set_config(config)
+        assert (seams.handler_of(request) is workloads) is judged
+        spec = workloads.workload_kind(request)
+        assert (spec is not None and spec.kind == "TFJob") is judged

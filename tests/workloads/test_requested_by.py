@@ -26,7 +26,7 @@ from webhook.admission.request import UserInfo, decode_review
 from webhook.assembly import build_runtime
 from webhook.config import load_config
 from webhook.review import answer, create_review, decoded_patch
-from webhook.workloads.identity import Signer
+from webhook.workloads.identity import Requester, Signer, as_caller, with_requester
 from webhook.workloads.kind import workloads_of
 
 H100 = {"kgwe.io/accelerator": "nvidia-h100-80gb"}
@@ -303,3 +303,18 @@ def test_a_pod_without_a_signature_is_resolved_for_its_caller_whatever_the_reque
             resolved = workloads.resolved(replace(plain, **recorded))  # type: ignore[arg-type]
             got = (resolved.user, resolved.requested_by, resolved.via, resolved.made_from_template)
             assert got == (plain.user, None, "", made or bool(recorded.get("made_from_template")))
+
+def test_a_pod_judged_for_its_caller_is_the_request_with_requester_gives() -> None:
+    # `as_caller` (the hook's path for a pod without a signed annotation) against `with_requester` of the caller's
+    # own Requester, on requests already resolved one way or another: the same fields, the request itself exactly
+    # when nothing changes.
+    bare = pod_from_template({"spec": {"containers": [{"name": "m", "image": "cuda"}]}}, "default", "p-0")
+    for requested_by, via, made in [(None, "", False), (None, "", True), ("x", "", False), (None, "template", False),
+                                    ("x", "template", True)]:
+        for made_now in (False, True):
+            request = replace(decode_review(orjson.dumps(review(bare, user="bob", groups=("g",)))),
+                              requested_by=requested_by, via=via, made_from_template=made)
+            expected = with_requester(request, Requester(request.user, None, "", False), made_now)
+            got = as_caller(request, made_now)
+            assert got == expected and (got is request) == (expected is request)
+            assert got.user is request.user and got.pod.raw is request.object

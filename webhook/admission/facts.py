@@ -15,6 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 from policies.api import Violation
 from policies.gpu_demand import GpuDemand
 from webhook.admission.request import AdmissionRequest
+from webhook.admission.tenancy import Tenancy
 from webhook.cluster.model import ClusterModel
 from webhook.intent import PodIntent
 from webhook.placement.constraints import conflicts_with_pod
@@ -85,6 +86,9 @@ class Facts:
     usage: UsageRow | None = None
     # Whether the pod asks GPUs past its resources (the gates' `asks_devices`: DRA claims of its own).
     device_asks: Callable[[Facts], bool] | None = None
+    # The requester's tenancy in this snapshot, as gather found it for `tenant` (None: not found there): the
+    # quota gate asks it again, three times on `/validate`.
+    tenancy: Tenancy | None = None
 
     @_once
     def asks_own_devices(self) -> bool:

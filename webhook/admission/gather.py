@@ -61,7 +61,8 @@ class FactGathering:
             reading = read_pod(view, model)
         intent = reading.intent
         namespace_object = model.namespaces.get(request.namespace)
-        tenant = runtime.tenant_of(request, model)
+        tenancy = runtime.tenancy_of(request, model)  # kept in the facts: the quota gate asks it again
+        tenant = tenancy.tenant
         decision: Decision | None = None
         violations: list[Violation] = []
         demand = reading.demand
@@ -96,7 +97,7 @@ class FactGathering:
                 replica.plan = memo
         return Facts(
             request, pod, model, intent, tenant, namespace_object, plan, decision, demand, violations, plan_memo=memo,
-            usage=usage, device_asks=self.seams.asks_devices,
+            usage=usage, device_asks=self.seams.asks_devices, tenancy=tenancy,
         )
 
     def _screen(self, request: AdmissionRequest) -> Outcome | None:

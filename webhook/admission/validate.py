@@ -168,9 +168,12 @@ class Validation(FactGathering):
                 refused, warned = gate.advise(request, facts)
                 problems.extend(refused)
                 warnings.extend(warned)
-        pending = PendingVerdict(request, problems, warnings, audit)
-        pending.gates.extend(g for gate in self.seams.gates if (g := gate.check(request, facts)) is not None)
-        return pending
+        checks: list[Gate] = []
+        for gate in self.seams.gates:  # a loop, not a generator: every pod request asks each gate
+            check = gate.check(request, facts)
+            if check is not None:
+                checks.append(check)
+        return PendingVerdict(request, problems, warnings, audit, checks)
 
     def _prepare_update(self, request: AdmissionRequest, deadline: float | None) -> PendingVerdict:
         """UPDATE: `kgwe.io/` keys are fixed at creation; GPUPolicies apply as their `match.operations` say."""
@@ -297,23 +300,21 @@ class Validation(FactGathering):
         audit: dict[str, str],
         request: AdmissionRequest,
     ) -> Outcome:
-        outcome = Outcome(warnings=warnings, audit_annotations=audit, object=request.object)
         if not problems:
-            return outcome
+            return Outcome(warnings=warnings, audit_annotations=audit, object=request.object)
         for reason in dict.fromkeys(r for r, _m in problems):
             if reason != "quota":  # the quota service counts its own refusals
                 self.runtime.record_refusal(reason)
         message = "; ".join(dict.fromkeys(m for _r, m in problems))
         if self.runtime.config.mode == "audit":
+            outcome = Outcome(warnings=warnings, audit_annotations=audit, object=request.object)
             outcome.warnings.insert(0, f"KGWE audit mode: would deny: {message}")
             outcome.audit_annotations["would-deny"] = message[:1024]
             return outcome
         code = 422 if all(reason == "invalid" for reason, _m in problems) else 403
-        denial = Outcome.deny(message, code=code, reason="Invalid" if code == 422 else "Forbidden")
-        denial.warnings = warnings
-        denial.audit_annotations = audit
-        denial.object = request.object
-        return denial
+        # `Outcome.deny(message, code, reason)` with the warnings, audit and object: one Outcome, not two.
+        return Outcome(allowed=False, code=code, message=message, reason="Invalid" if code == 422 else "Forbidden",
+                       warnings=warnings, audit_annotations=audit, object=request.object)
 
 
 async def _try_on_loop(gate: Gate, deadline: float | None) -> list[Problem] | None:

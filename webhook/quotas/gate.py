@@ -29,6 +29,7 @@ from webhook.runtime import Runtime
 _QUEUE_ANSWER = "quota.queue_answer"
 _QUOTA_PROBLEMS = "quota.problems"  # by tenant and limits: the same pod may be sent by several tenants
 _TENANCIES_PER_ENTRY = 8
+_ALLOW = BudgetVerdict("allow", None, None)  # frozen: one shared
 
 
 class QuotaGate(AdmissionGate):
@@ -46,6 +47,28 @@ class QuotaGate(AdmissionGate):
         if not tenancy.quotas or deferred_to_kueue(self.runtime.config, model.namespace_labels(request.namespace)):
             return None
         return tenancy
+
+    def _tenancy(self, request: AdmissionRequest, facts: Facts) -> tuple[Tenancy, bool]:
+        """The request's tenancy, and whether the gate holds its pods (`_applies` but for the template test).
+
+        The tenancy is the one gather found for the facts' own request in the facts' snapshot (a function of the
+        request's namespace and groups and the snapshot: admission never changes a request's namespace or user in
+        place, a changed requester is a new request), where `/validate` asked it three times more; whether the
+        gate holds it is read under the configuration of the moment."""
+        model = facts.model
+        tenancy = facts.tenancy if facts.request is request else None
+        if tenancy is None:
+            tenancy = self.runtime.tenancy_of(request, model)
+        config = self.runtime.config
+        held = bool(tenancy.quotas) and not deferred_to_kueue(config, model.namespace_labels(request.namespace))
+        return tenancy, held
+
+    def _held(self, request: AdmissionRequest, facts: Facts) -> Tenancy | None:
+        """`_applies(request, facts.model)`, through `_tenancy`."""
+        if request.template:
+            return None
+        tenancy, held = self._tenancy(request, facts)
+        return tenancy if held else None
 
     def scheduling_gates(self, request: AdmissionRequest, facts: Facts) -> list[str]:
         asks_gpu = facts.plan.gpu_pod or CLAIM_CHARGING.value.asks_own_devices(
@@ -72,7 +95,7 @@ class QuotaGate(AdmissionGate):
     def check_quota(self, request: AdmissionRequest, facts: Facts) -> list[Problem]:
         """The refusals (reason `quota`): no gate, `spec.nodeName` set, an ask no limit could ever hold, or
         (`quotas.overQuota: refuse`) an ask that would wait now."""
-        tenancy = self._applies(request, facts.model)
+        tenancy = self._held(request, facts)
         if tenancy is None or request.object is None:
             return []
         entry = self._replica_entry(request.object, facts)
@@ -81,16 +104,20 @@ class QuotaGate(AdmissionGate):
             return self._quota_problems(request.object, facts.request.pod, tenancy, facts)
         # Computed once per remembered plan and tenancy on the pod without its identity: what the refusals
         # read of a pod is its spec, namespace and annotations, of the plan its types and GPU-equivalents.
-        memo: dict[tuple[str, tuple[QuotaLimit, ...]], tuple[Problem, ...]] = entry.derived.setdefault(
+        # Kept by tenant, with the limits they hold for: a key of the limits would hash every frozen QuotaLimit
+        # on every request, where comparing a snapshot's own limits is one identity test each.
+        memo: dict[str, tuple[tuple[QuotaLimit, ...], tuple[Problem, ...]]] = entry.derived.setdefault(
             _QUOTA_PROBLEMS, {})
-        key = (tenancy.tenant, tuple(tenancy.limits))
-        found = memo.get(key)
-        if found is None:
-            if len(memo) >= _TENANCIES_PER_ENTRY:
-                memo.clear()
-            own = entry.pod.raw
-            assert isinstance(own, dict)
-            found = memo[key] = tuple(self._quota_problems(own, entry.pod, tenancy, facts))
+        limits = tuple(tenancy.limits)
+        kept = memo.get(tenancy.tenant)
+        if kept is not None and kept[0] == limits:
+            return list(kept[1])
+        if len(memo) >= _TENANCIES_PER_ENTRY:
+            memo.clear()
+        own = entry.pod.raw
+        assert isinstance(own, dict)
+        found = tuple(self._quota_problems(own, entry.pod, tenancy, facts))
+        memo[tenancy.tenant] = (limits, found)
         return list(found)
 
     def _quota_problems(self, pod: dict[str, Any], view: PodView, tenancy: Tenancy, facts: Facts) -> list[Problem]:
@@ -115,7 +142,7 @@ class QuotaGate(AdmissionGate):
         config = self.runtime.config
         if config.quotas.over_quota == "refuse" or request.object is None:
             return []
-        if self._applies(request, facts.model) is None:
+        if self._held(request, facts) is None:
             return []
         answer = self._queue_answer(request.object, facts)
         if answer is None or not answer.startswith("would wait"):
@@ -141,12 +168,12 @@ class QuotaGate(AdmissionGate):
         the quota gate only where the gate applies; elsewhere (Kueue's namespaces) it is a warning. Memory
         only: the last budget states read, never a wait for Prometheus."""
         if request.template or request.operation != "CREATE" or not facts.plan.gpu_pod:
-            return BudgetVerdict("allow", None, None)
-        tenancy = self.runtime.tenancy_of(request, facts.model)
+            return _ALLOW
+        tenancy, held = self._tenancy(request, facts)
         if not tenancy.quotas or self.runtime.budgets is None:
-            return BudgetVerdict("allow", None, None)
+            return _ALLOW
         verdict = judge(self.runtime.budgets.states().get(tenancy.tenant))
-        if verdict.effect == "queue" and self._applies(request, facts.model) is None:
+        if verdict.effect == "queue" and not held:
             return BudgetVerdict("allow", verdict.warning, None)
         return verdict
 

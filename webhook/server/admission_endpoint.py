@@ -271,14 +271,14 @@ class AdmissionEndpoint:
 
     async def _outcome(self, admission_request: AdmissionRequest, budget: float, config: Config) -> Outcome:
         deadline = time.monotonic() + budget
-        decide = partial(self._decide(), admission_request, deadline=deadline)
         failure: FailureKind
         try:
             if not self.mutating and self.executor is None:
                 outcome = await self.runtime.admission.validate_async(admission_request, deadline=deadline)
             elif self.executor is None:
-                outcome = decide()
+                outcome = self._decide()(admission_request, deadline=deadline)
             else:
+                decide = partial(self._decide(), admission_request, deadline=deadline)  # only where a thread runs it
                 future = asyncio.get_running_loop().run_in_executor(self.executor, decide)
                 outcome = await asyncio.wait_for(future, budget)
             if not isinstance(outcome, Outcome):

@@ -118,7 +118,12 @@ class Identity:
         """A pod's requester: the signed user for a controller-made pod from an admitted template (its
         controller owner, if any, of a kind whose templates KGWE admits: `admitted_owner`), else the
         caller (who keeps an annotation that names exactly them: a pod made by hand from their template)."""
-        return self._inherited(request, pod, admitted_owner) or Requester(request.user, None, "", False)
+        return self.signed_for_pod(request, pod, admitted_owner) or Requester(request.user, None, "", False)
+
+    def signed_for_pod(self, request: AdmissionRequest, pod: dict[str, Any], admitted_owner: bool = True
+                       ) -> Requester | None:
+        """`for_pod` when its answer is a signed annotation's; None when it is the caller with none (`as_caller`)."""
+        return self._inherited(request, pod, admitted_owner)
 
     def for_template(
         self,
@@ -158,13 +163,12 @@ def _without_requester(template: dict[str, Any]) -> bytes:
     return orjson.dumps(copy, option=orjson.OPT_SORT_KEYS)
 
 
-def asks_for_itself(request: AdmissionRequest, made_from_template: bool) -> bool:
-    """Whether `with_requester(request, identity.for_pod(request, request.object, ...), made_from_template)` is the
-    request itself because its pod carries no `kgwe.io/requested-by` (so `for_pod` answers the caller: nothing to
-    inherit) and the request records no requester and no other `made_from_template`: the usual pod, answered
-    without building its Requester."""
-    return (request.pod.annotation(REQUESTED_BY) is None and request.requested_by is None and request.via == ""
-            and made_from_template == request.made_from_template)
+def as_caller(request: AdmissionRequest, made_from_template: bool) -> AdmissionRequest:
+    """`with_requester(request, Requester(request.user, None, "", False), made_from_template)`: the request judged
+    for its caller, who carries no annotation; without building the frozen `Requester` on every pod CREATE."""
+    if request.requested_by is None and request.via == "" and made_from_template == request.made_from_template:
+        return request
+    return replace(request, requested_by=None, via="", made_from_template=made_from_template)
 
 
 def with_requester(request: AdmissionRequest, requester: Requester, made_from_template: bool | None = None,

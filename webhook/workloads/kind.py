@@ -41,7 +41,7 @@ from webhook.placement.context import PlacementPlan
 from webhook.runtime import Runtime
 from webhook.workload_kinds import KindSpec, KindTable, Template, TemplatePath, WorkloadShapeError, extract_templates
 from webhook.workload_owners import template_workload
-from webhook.workloads.identity import Identity, Requester, Signer, asks_for_itself, with_requester
+from webhook.workloads.identity import Identity, Requester, Signer, as_caller, with_requester
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
 from webhook.workloads.template_pods import (
     as_template,
@@ -115,9 +115,16 @@ class WorkloadKind:
         return self._kinds[1]
 
     def workload_kind(self, request: AdmissionRequest) -> KindSpec | None:
-        if request.sub_resource or not self.runtime.config.workloads.enabled:
+        if request.sub_resource:
             return None
-        return self.kinds.lookup(request.kind.get("group", ""), request.kind.get("kind", ""))
+        config = self.runtime.config
+        if not config.workloads.enabled:
+            return None
+        # `self.kinds` read inline while it is this configuration's: every request of any kind asks this.
+        kept = self._kinds
+        table = kept[1] if kept is not None and kept[0] == id(config) else self.kinds
+        kind = request.kind
+        return table.lookup(kind.get("group", ""), kind.get("kind", ""))
 
     # -- the kind handler (webhook/admission/seams.py KindHandler) ---------------------------------
     def judges(self, request: AdmissionRequest) -> bool:
@@ -143,12 +150,12 @@ class WorkloadKind:
             return request
         owner = request.pod.controller_owner  # read once: the view walks the owner references each time
         admitted = self._admits(owner)
+        signed = self.identity.signed_for_pod(request, request.object, admitted)
         # Its template was judged at the owner's admission, rightsizing included (docs/usage.md).
         made_from_template = request.made_from_template or (admitted and owner is not None)
-        if asks_for_itself(request, made_from_template):
-            return request
-        requester = self.identity.for_pod(request, request.object, admitted)
-        return with_requester(request, requester, made_from_template)
+        if signed is None:  # `for_pod`'s requester is the caller
+            return as_caller(request, made_from_template)
+        return with_requester(request, signed, made_from_template)
 
     def _owner_admitted(self, request: AdmissionRequest) -> bool:
         """Whether the object's controller owner, if it has one, is of a kind whose pod templates KGWE admits
