@@ -7,17 +7,17 @@ on the machine does not move, for A/B comparisons of two source trees where timi
     python bench/instructions.py bare [--seconds 20]
 
 `endpoint`: the real `AdmissionEndpoint.answer` in one process over bench/soak.py's bodies (decode, the core,
-render, JSON; no HTTP), counted over `--requests` requests after 400 of warm-up; `--named` gives each request's pod a
-name of its own, as the API server sends `/validate` a `generateName` pod (named after mutating admission), where
-bench/soak.py's bodies are alike but for the request uid. `serve`: `kgwe serve --workers 1`
-run from ROOT, counted while wrk drives it (4 connections, after 8 s of warm-up): the whole server, HTTP and TLS
-included, less what the same server spends idle for as long (its background threads and timers). `noop`: the
-per-core bench's no-op FastAPI route, counted the same way. `bare`: bench/bare_server.py (uvloop, TLS and
-httptools answering a canned AdmissionReview), the floor under any HTTP layer, counted the same way. Each ROOT's
-modules come first on the path (`git archive BASE | tar -x -C /tmp/base` for a base tree). Instructions are not
-time (a cache miss costs more than an add), but the count repeats within 0.1 % (`endpoint`) and about 2 %
-(`serve`: the TLS handshakes of the connections, spread over the requests the run answers), so a change of a few
-percent shows. Needs valgrind (`apt-get install valgrind`), and wrk for `serve`, `noop` and `bare`.
+render, JSON; no HTTP), counted over `--requests` requests after 400 of warm-up; `--named` gives each request's pod
+a name, uid and creation time of its own, as the API server sends `/validate` a `generateName` pod (named and
+stamped after mutating admission), where bench/soak.py's bodies are alike but for the request uid. `serve`: `kgwe
+serve --workers 1` run from ROOT, counted while wrk drives it (4 connections, after 8 s of warm-up): the whole
+server, HTTP and TLS included, less what the same server spends idle for as long (its background threads and
+timers). `noop`: the per-core bench's no-op FastAPI route, counted the same way. `bare`: bench/bare_server.py
+(uvloop, TLS and httptools answering a canned AdmissionReview), the floor under any HTTP layer, counted the same
+way. Each ROOT's modules come first on the path (`git archive BASE | tar -x -C /tmp/base` for a base tree).
+Instructions are not time (a cache miss costs more than an add), but the count repeats within 0.1 % (`endpoint`) and
+about 2 % (`serve`: the TLS handshakes of the connections, spread over the requests the run answers), so a change of
+a few percent shows. Needs valgrind (`apt-get install valgrind`), and wrk for `serve`, `noop` and `bare`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def _named(body: bytes) -> bytes:
 
     review = orjson.loads(body)
     name = "pod-" + soak.UID_PLACEHOLDER
-    review["request"]["object"].setdefault("metadata", {})["name"] = name
+    metadata = review["request"]["object"].setdefault("metadata", {})
+    # What the API server stamps on a CREATE before validating admission (FillObjectMetaSystemFields).
+    metadata.update(name=name, uid=soak.UID_PLACEHOLDER, creationTimestamp="2026-11-30T06:00:00Z")
     review["request"]["name"] = name
     return orjson.dumps(review)
 

@@ -144,10 +144,19 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
     old = request.get("oldObject")
     pod = obj if isinstance(obj, dict) else None
     old_pod = old if isinstance(old, dict) else None
-    split = uid_excised(body, uid) if isinstance(body, bytes) and len(body) <= _KEPT_BODY_BYTES else None
-    kept = _envelopes.get(split) if split is not None else None
-    if kept is not None:
-        return kept.request(uid, pod, old_pod, request, authenticated, replica=True)
+    memo = None
+    split = None
+    if isinstance(body, bytes) and len(body) <= _KEPT_BODY_BYTES:
+        metadata = pod.get("metadata") if pod is not None else None
+        memo = _stamped if isinstance(metadata, dict) and metadata.get("uid") else _unstamped
+        if memo.resting:
+            memo.resting -= 1
+        else:
+            split = uid_excised(body, uid)
+            kept = memo.kept.get(split) if split is not None else None
+            if kept is not None:
+                memo.found += 1
+                return kept.request(uid, pod, old_pod, request, authenticated, replica=True)
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
     resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     _require_envelope(kind or {}, request.get("operation"), obj)
@@ -163,17 +172,15 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
     )
     decoded = envelope.request(uid, pod, old_pod, request, authenticated)
     envelope.invalid = decoded.invalid = _out_of_bounds(decoded, body)
-    if split is not None:
-        if len(_envelopes) >= _ENVELOPES_KEPT:
-            _envelopes.clear()
-        _envelopes[split] = envelope
+    if memo is not None and split is not None:
+        memo.put(split, envelope)
     return decoded
 
 
 @dataclass(slots=True)
 class _Envelope:
     """What a review decodes to but for its uid and its objects, with its bounds verdict: kept for replicas
-    (`_envelopes`), never handed out; each request gets copies of its parts."""
+    (`_EnvelopeMemo`), never handed out; each request gets copies of its parts."""
 
     kind: dict[str, str]
     resource: dict[str, str]
@@ -252,8 +259,41 @@ _OWN_FIELDS = frozenset({"uid", "kind", "resource", "user", "object", "old_objec
 # the bytes around the uid, for bodies up to a small size and a bounded number of them (a controller's replicas,
 # never every large review).
 _ENVELOPES_KEPT = 64
-_KEPT_BODY_BYTES = 16 * 1024  # keys of 1 MiB at most in all
-_envelopes: dict[tuple[bytes, bytes], _Envelope] = {}
+_KEPT_BODY_BYTES = 16 * 1024  # keys of 1 MiB at most in all, in each memo
+# Requests a memo that found nothing for a whole memo's worth of bodies lets pass before it looks again.
+_RESTING_REQUESTS = 4096
+
+
+class _EnvelopeMemo:
+    """Envelopes kept under their bodies' splits while keeping them pays.
+
+    A replica's body repeats but for the request's uid only where the object has no identity of its own yet: what
+    `/mutate` is sent for a controller's pods. An object the API server has stamped (`metadata.uid`: `/validate` of
+    a CREATE, after the name of a `generateName` pod is made, and every UPDATE) is one of its kind, so its body
+    never comes again but for a replay. Those bodies get a memo of their own, so that they never push the replicas'
+    envelopes out; and a memo whose last `_ENVELOPES_KEPT` bodies found nothing stops splitting bodies (the split,
+    its hash and the entry are 2-3 % of such a request) for `_RESTING_REQUESTS` requests, then tries again.
+    """
+
+    __slots__ = ("found", "kept", "resting")  # read by `decode_review` itself: the found path makes no call
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[bytes, bytes], _Envelope] = {}
+        self.found = 0  # envelopes found since the memo was last emptied
+        self.resting = 0
+
+    def put(self, split: tuple[bytes, bytes], envelope: _Envelope) -> None:
+        if len(self.kept) >= _ENVELOPES_KEPT:
+            self.kept.clear()
+            if not self.found:
+                self.resting = _RESTING_REQUESTS
+                return
+            self.found = 0
+        self.kept[split] = envelope
+
+
+_unstamped = _EnvelopeMemo()
+_stamped = _EnvelopeMemo()
 
 
 def _require_envelope(kind: dict[Any, Any], operation: Any, obj: Any) -> None:
