@@ -21,8 +21,9 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def costs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KgweServer]:
     workdir = tmp_path_factory.mktemp("costs")
-    # A budget team-a passes (508.50 spent and 4.50 an hour): the action is Queue.
-    cluster, _config = write_cluster(workdir, pick_now(), {"monthly": "600", "warnAt": [0.8], "action": "Queue"})
+    # A budget team-a has passed already (508.50 spent, 4.50 an hour more): over however few hours the month has
+    # left (a projection against a higher budget falls below it on the month's last day), and the action is Queue.
+    cluster, _config = write_cluster(workdir, pick_now(), {"monthly": "500", "warnAt": [0.8], "action": "Queue"})
     with kgwe_serve(workdir, cluster) as running:
         yield running
 
