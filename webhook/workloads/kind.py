@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,11 +27,9 @@ from webhook.admission.core import AdmissionService
 from webhook.admission.outcome import Outcome
 from webhook.admission.request import AdmissionRequest
 from webhook.admission.seams import AdmissionSeams, PendingVerdict, PodFlow
-from webhook.admission.tenancy import tenant_and_quotas
 from webhook.cluster.device_classes import mapped_resources
 from webhook.cluster.model import ClusterModel
 from webhook.config import Config
-from webhook.costs import pod_gpu_equivalents
 from webhook.identity_key import load_key
 from webhook.intent import A_GANG, OUT_ACCELERATOR_TYPE, annotations_of, gang_size_problem
 from webhook.mutation.patch import diff
@@ -42,13 +39,13 @@ from webhook.runtime import Runtime
 from webhook.workload_kinds import KindSpec, KindTable, Template, TemplatePath, WorkloadShapeError, extract_templates
 from webhook.workload_owners import template_workload
 from webhook.workloads.identity import Identity, Requester, Signer, as_caller, with_requester
+from webhook.workloads.quota_warnings import replicas_over_quota
 from webhook.workloads.replicas import CountError, WorkloadGang, gang_of, gang_request, pods_per_template
 from webhook.workloads.template_pods import (
     as_template,
     gang_mismatch,
     in_kgwe_scope,
     intent_of,
-    num,
     put,
     take_gang,
     template_pod,
@@ -216,7 +213,8 @@ class WorkloadKind:
             assert mutated is not None
             mutated_pods.append(mutated)
             put(workload, item.template.pointer, as_template(item.template.value, mutated, item.gang))
-        outcome.warnings.extend(self._demand_warnings(plan, mutated_pods))
+        pairs = [(item.count, item.request) for item in plan.items]
+        outcome.warnings.extend(replicas_over_quota(pairs, mutated_pods, self.runtime.store.snapshot()))
         outcome.patch = diff(request.object, workload)
         return outcome
 
@@ -354,36 +352,6 @@ class WorkloadKind:
             old_object=None, raw=raw, sub_resource="", template=True,
         )
         return with_requester(pod_request, requester)
-
-    def _demand_warnings(self, plan: WorkloadPlan, pods: list[dict[str, Any]]) -> list[str]:
-        """Replicas x per-pod GPUs beyond the tenant's limit per type: a warning (the pods' quota decides)."""
-        model = self.runtime.store.snapshot()
-        totals: dict[str, tuple[Decimal, list[str]]] = {}
-        tenant = ""
-        quotas: list[dict[str, Any]] = []
-        for item, pod in zip(plan.items, pods, strict=True):
-            if not item.count:
-                continue
-            types = [t for t in annotations_of(pod).get(OUT_ACCELERATOR_TYPE, "").split(",") if t]
-            if len(types) != 1 or not pod_gpu_demand(pod).asks_gpu:
-                continue
-            if not quotas:
-                tenant, quotas = tenant_and_quotas(item.request, model)
-            per_pod = pod_gpu_equivalents(pod, None, types[0], model)
-            total, parts = totals.get(types[0], (Decimal(0), []))
-            totals[types[0]] = (total + per_pod * item.count, [*parts, f"{item.count} pods x {num(per_pod)}"])
-        warnings = []
-        for quota in quotas:
-            for limit in (quota.get("spec") or {}).get("limits") or []:
-                type_id = limit.get("acceleratorType") if isinstance(limit, dict) else None
-                gpus = limit.get("gpus") if isinstance(limit, dict) else None
-                if type_id in totals and isinstance(gpus, (int, float)) and totals[type_id][0] > Decimal(str(gpus)):
-                    total, parts = totals[type_id]
-                    warnings.append(
-                        f"{num(total)} {type_id} GPUs asked ({' + '.join(parts)}) > tenant {tenant}'s limit {gpus}; "
-                        "excess pods will be refused"
-                    )
-        return warnings
 
 
 @dataclass
