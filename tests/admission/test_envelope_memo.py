@@ -11,7 +11,13 @@ from typing import Any
 import orjson
 
 from webhook.admission import request as request_module
-from webhook.admission.request import _ENVELOPES_KEPT, _RESTING_REQUESTS, _EnvelopeMemo, decode_review
+from webhook.admission.request import (
+    _ENVELOPES_KEPT,
+    _RESTING_REQUESTS,
+    AdmissionRequest,
+    _EnvelopeMemo,
+    decode_review,
+)
 
 
 def _body(uid: str, name: str | None, stamped: bool) -> bytes:
@@ -31,16 +37,18 @@ def _body(uid: str, name: str | None, stamped: bool) -> bytes:
     })
 
 
-def _fields(body: bytes) -> dict[str, Any]:
-    decoded = decode_review(body)
+def _seen(decoded: AdmissionRequest) -> dict[str, Any]:
+    """Every field of a decoded request, its views by the objects they read."""
     return {f.name: getattr(decoded, f.name) for f in dataclasses.fields(decoded)} | {
-        "pod": decoded.pod.raw, "invalid": decoded.invalid}
+        "pod": decoded.pod.raw, "old_pod": decoded.old_pod.raw, "invalid": decoded.invalid}
+
+
+def _fields(body: bytes) -> dict[str, Any]:
+    return _seen(decode_review(body))
 
 
 def _fresh(body: bytes) -> dict[str, Any]:
-    decoded = decode_review(orjson.loads(body))  # a dict: no memo
-    return {f.name: getattr(decoded, f.name) for f in dataclasses.fields(decoded)} | {
-        "pod": decoded.pod.raw, "invalid": decoded.invalid}
+    return _seen(decode_review(orjson.loads(body)))  # a dict: no memo
 
 
 def test_stamped_bodies_do_not_push_replicas_out() -> None:
@@ -51,6 +59,11 @@ def test_stamped_bodies_do_not_push_replicas_out() -> None:
     assert kept  # the replicas' envelope is kept
     for i in range(3 * _ENVELOPES_KEPT):  # /validate of as many named, stamped pods
         body = _body(f"v-{i}", f"train-{i:05d}", stamped=True)
+        assert _fields(body) == _fresh(body)
+    for i in range(3 * _ENVELOPES_KEPT):  # and as many DELETEs, whose old object exists already
+        review = orjson.loads(_body(f"d-{i}", f"train-{i:05d}", stamped=True))
+        review["request"].update(operation="DELETE", oldObject=review["request"].pop("object"))
+        body = orjson.dumps(review)
         assert _fields(body) == _fresh(body)
     assert request_module._unstamped.kept.keys() >= kept.keys()
     for i in range(3):

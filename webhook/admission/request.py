@@ -148,7 +148,8 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
     split = None
     if isinstance(body, bytes) and len(body) <= _KEPT_BODY_BYTES:
         metadata = pod.get("metadata") if pod is not None else None
-        memo = _stamped if isinstance(metadata, dict) and metadata.get("uid") else _unstamped
+        stamped = old_pod is not None or (isinstance(metadata, dict) and bool(metadata.get("uid")))
+        memo = _stamped if stamped else _unstamped
         if memo.resting:
             memo.resting -= 1
         else:
@@ -269,10 +270,11 @@ class _EnvelopeMemo:
 
     A replica's body repeats but for the request's uid only where the object has no identity of its own yet: what
     `/mutate` is sent for a controller's pods. An object the API server has stamped (`metadata.uid`: `/validate` of
-    a CREATE, after the name of a `generateName` pod is made, and every UPDATE) is one of its kind, so its body
-    never comes again but for a replay. Those bodies get a memo of their own, so that they never push the replicas'
-    envelopes out; and a memo whose last `_ENVELOPES_KEPT` bodies found nothing stops splitting bodies (the split,
-    its hash and the entry are 2-3 % of such a request) for `_RESTING_REQUESTS` requests, then tries again.
+    a CREATE, after the name of a `generateName` pod is made) or that exists already (an `oldObject`: every UPDATE
+    and DELETE) is one of its kind, so its body never comes again but for a replay. Those bodies get a memo of their
+    own, so that they never push the replicas' envelopes out; and a memo whose last `_ENVELOPES_KEPT` bodies found
+    nothing stops splitting bodies (the split, its hash and the entry are 2-3 % of such a request) for
+    `_RESTING_REQUESTS` requests, then tries again.
     """
 
     __slots__ = ("found", "kept", "resting")  # read by `decode_review` itself: the found path makes no call
