@@ -157,7 +157,7 @@ def decode_review(body: bytes | dict[str, Any], *, authenticated: bool = True) -
             kept = memo.kept.get(split) if split is not None else None
             if kept is not None:
                 memo.found += 1
-                return kept.request(uid, pod, old_pod, request, authenticated, replica=True)
+                return kept.request(uid, pod, old_pod, request, authenticated)
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
     resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
     _require_envelope(kind or {}, request.get("operation"), obj)
@@ -192,68 +192,50 @@ class _Envelope:
     dry_run: bool  # as the body says: a caller that is not authenticated makes any request dry-run
     sub_resource: str
     invalid: str | None = None
-    # A replica's fields as the constructor set them, but for `invalid` (`request`): what every later replica of
-    # this envelope starts from, its own uid, objects, copies and views put in. Kept from the first replica found,
-    # not from the body first decoded: most bodies are decoded once (a validated pod carries its own name).
-    fields: dict[str, Any] | None = None
 
     def request(self, uid: str, pod: dict[str, Any] | None, old_pod: dict[str, Any] | None, raw: dict[str, Any],
-                authenticated: bool, *, replica: bool = False) -> AdmissionRequest:
-        """The request of the review `raw` with this envelope, its own objects and uid. `replica`: the envelope was
-        found kept, so more replicas may follow (its fields are kept then, not for a body decoded once)."""
+                authenticated: bool) -> AdmissionRequest:
+        """The request of the review `raw` with this envelope, its own objects and uid.
+
+        Built attribute by attribute in the constructor's order, its defaults (`api_version` to
+        `made_from_template`) as the constructor would set them: the constructor's 20 arguments and
+        `__post_init__` cost a replica more than its attributes, and setting them one by one (not handing over a
+        `__dict__`) keeps them inline (an instance whose `__dict__` was handed to it or read reads every attribute
+        about twice as slowly on Python 3.11). A field added to `AdmissionRequest` must be set here too: the
+        request's `__eq__` reads every field."""
         user = self.user
         copied = _new(UserInfo)  # its four fields in the constructor's order, the lists copied: no constructor call
         copied.username = user.username
         copied.uid = user.uid
         copied.groups = list(user.groups)
         copied.extra = {k: list(v) for k, v in user.extra.items()} if user.extra else {}
-        dry_run = self.dry_run or not authenticated
-        fields = self.fields
-        if fields is None:
-            decoded = AdmissionRequest(
-                uid=uid, kind=dict(self.kind), resource=dict(self.resource), operation=self.operation,
-                namespace=self.namespace, name=self.name, user=copied, object=pod, old_object=old_pod,
-                dry_run=dry_run, raw=raw, sub_resource=self.sub_resource, authenticated=authenticated,
-            )
-            # Nothing of this request's own kept: the fields each request sets are held as None.
-            if replica:
-                self.fields = {name: None if name in _OWN_FIELDS else value for name, value in decoded.__dict__.items()}
-            decoded.invalid = self.invalid
-            return decoded
-        # The constructor's 20 arguments and `__post_init__` again cost a replica more than setting its attributes:
-        # every field that differs between two requests of one envelope, or that a caller may change (each of
-        # `_OWN_FIELDS`), is set anew, the rest taken from `fields`. One by one, in the constructor's order, not as a
-        # `__dict__` handed over: the request keeps its attributes inline (an instance whose `__dict__` was handed
-        # to it or read reads every attribute about twice as slowly on Python 3.11).
         decoded = _new(AdmissionRequest)
         decoded.uid = uid
         decoded.kind = dict(self.kind)
         decoded.resource = dict(self.resource)
-        decoded.operation = fields["operation"]
-        decoded.namespace = fields["namespace"]
-        decoded.name = fields["name"]
+        decoded.operation = self.operation
+        decoded.namespace = self.namespace
+        decoded.name = self.name
         decoded.user = copied
         decoded.object = pod
         decoded.old_object = old_pod
-        decoded.dry_run = dry_run
+        decoded.dry_run = self.dry_run or not authenticated
         decoded.raw = raw
-        decoded.api_version = fields["api_version"]
-        decoded.sub_resource = fields["sub_resource"]
+        decoded.api_version = API_VERSION
+        decoded.sub_resource = self.sub_resource
         decoded.invalid = self.invalid
         decoded.authenticated = authenticated
-        decoded.template = fields["template"]
-        decoded.requested_by = fields["requested_by"]
-        decoded.via = fields["via"]
-        decoded.workload = fields["workload"]
-        decoded.made_from_template = fields["made_from_template"]
+        decoded.template = False
+        decoded.requested_by = None
+        decoded.via = ""
+        decoded.workload = ""
+        decoded.made_from_template = False
         decoded.pod = PodView(pod)
         decoded.old_pod = NO_POD if old_pod is None else PodView(old_pod)
         return decoded
 
 
 _new = object.__new__
-_OWN_FIELDS = frozenset({"uid", "kind", "resource", "user", "object", "old_object", "dry_run", "raw", "authenticated",
-                         "invalid", "pod", "old_pod"})  # what `_Envelope.request` sets for each request
 
 
 # A review's body less its uid decodes to one `_Envelope` (webhook/admission/replica_bytes.py says why): kept under
