@@ -1,10 +1,10 @@
 """Large answers sent a piece at a time (issue 36).
 
-At 10,000 GPU nodes `/api/v1/costs?window=30d` is 49 MB of JSON and `/api/v1/nodes` 12 MB. Handed to uvicorn as
-one body, each was copied whole three times beside the kept bytes: joined to the current view's members, joined
-to the response's head (transport.py sends a head with the first body write), and encrypted whole into the TLS
-transport's buffer before the client had read any of it. With a worker near its memory goal, those copies were
-the worker's peak (docs/performance.md, "Peak memory at 10,000 nodes").
+At 10,000 GPU nodes a `/metrics` scrape is about 54 MB of text, rendered in parts (metrics_parts.py). Handed to
+uvicorn as one body it was joined, joined again to the response's head (transport.py sends a head with the first
+body write), and encrypted whole into the TLS transport's buffer before the scraper had read any of it: with a
+worker near its memory goal, those copies were its peak (docs/performance.md, "Peak memory at 10,000 nodes"). The
+read API's answers are sent whole: in pieces they raised admission's tail on the same server (same section).
 
 A `PiecesResponse` sends its parts in pieces of at most `PIECE_BYTES`, each sent after uvicorn's flow control
 says the client has read what was buffered: a piece or two is copied and buffered at a time, never the answer.
