@@ -19,7 +19,7 @@ import json
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 
 from bench_memory import _api_objects  # noqa: E402
+from held_families import HeldFamilies  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
-from prometheus_client.metrics_core import Metric  # noqa: E402
-from prometheus_client.registry import Collector  # noqa: E402
 
 from webhook import assembly  # noqa: E402
 from webhook.config import load_config  # noqa: E402
@@ -49,23 +47,6 @@ def peak_of(call: Callable[[], Any]) -> dict[str, Any]:
     del result
     return {"peak_above_start_mib": round((peak - before) / 2**20, 1),
             "held_after_mib": round((now - before) / 2**20, 1), "bytes": size, "cpu_s_traced": round(cpu, 2)}
-
-
-class HeldFamilies(Collector):
-    """The per-pod families as a `GaugeMetricFamily` holds them: every sample made before the first line."""
-
-    def __init__(self, collector: Any) -> None:
-        self.collector = collector
-
-    def collect(self) -> Iterator[Metric]:
-        from webhook.controllers.bound_pods import SERIES_LABELS
-
-        values = (lambda v: v.hourly, lambda v: v.allocation, lambda v: v.whole)
-        for made, value in zip(self.collector.collect(), values, strict=True):
-            family = GaugeMetricFamily(made.name, made.documentation, labels=SERIES_LABELS)
-            for labels, series in sorted(self.collector._series.items()):
-                family.add_metric(list(labels), float(value(series)))
-            yield family
 
 
 def measure(nodes: int) -> dict[str, Any]:

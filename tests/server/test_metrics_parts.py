@@ -5,13 +5,10 @@ a `GaugeMetricFamily` holds."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from decimal import Decimal
 
+from held_families import HeldFamilies
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from webhook.controllers.bound_pods import SERIES_LABELS, HourlyCostCollector, SeriesValues
 from webhook.server.metrics_parts import latest_parts
@@ -27,22 +24,6 @@ def _series(count: int, seed: int) -> dict[tuple[str, ...], SeriesValues]:
         out[key] = SeriesValues(Decimal(rng.randint(0, 9999)) / 100, Decimal(rng.randint(1, 8)) / 7,
                                 Decimal(rng.randint(0, 99999)) / 1000)
     return out
-
-
-class HeldFamilies(Collector):
-    """The per-pod families as prometheus_client's own `GaugeMetricFamily` holds them: what a scrape rendered
-    before the families were sampled as read."""
-
-    def __init__(self, collector: HourlyCostCollector) -> None:
-        self.collector = collector
-
-    def collect(self) -> Iterator[Metric]:
-        values = (lambda v: v.hourly, lambda v: v.allocation, lambda v: v.whole)
-        for lazy, value in zip(self.collector.collect(), values, strict=True):
-            family = GaugeMetricFamily(lazy.name, lazy.documentation, labels=SERIES_LABELS)
-            for labels, series in sorted(self.collector._series.items()):
-                family.add_metric(list(labels), float(value(series)))
-            yield family
 
 
 def test_the_parts_are_the_registrys_text_byte_for_byte() -> None:
