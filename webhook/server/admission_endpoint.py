@@ -131,6 +131,14 @@ def _query_value(scope: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
+def answer_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers of an answer of `body` (both paths write them: here, and admission_protocol.py)."""
+    headers = [(b"content-length", str(len(body)).encode())]
+    if body:
+        headers.append((b"content-type", b"application/json"))
+    return headers
+
+
 class AdmissionEndpoint:
     """One of /mutate and /validate."""
 
@@ -176,10 +184,7 @@ class AdmissionEndpoint:
         """The endpoint as a plain ASGI app: `KgweApp` hands it POSTs to its path before any middleware
         or routing runs (their cost is per request, and this answer never needs them)."""
         status, body = await self.answer(scope, receive)
-        headers = [(b"content-length", str(len(body)).encode())]
-        if body:
-            headers.append((b"content-type", b"application/json"))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.start", "status": status, "headers": answer_headers(body)})
         await send({"type": "http.response.body", "body": body})
 
     async def answer(self, scope: Mapping[str, Any], receive: Receive) -> tuple[int, bytes]:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
+from webhook.server.admission_endpoint import answer_headers
 from webhook.server.callers import CallerCheck
 from webhook.server.transport import ConnectionLimits, LimitedHttpToolsProtocol
 
@@ -77,11 +78,8 @@ class AdmissionCall:
 def response_bytes(status: int, body: bytes, default_headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
     """A whole HTTP/1.1 response: what uvicorn writes for the endpoint's `http.response.start` and `.body`."""
     parts = [STATUS_LINE[status]]
-    for name, value in default_headers:
+    for name, value in (*default_headers, *answer_headers(body)):
         parts += (name, b": ", value, b"\r\n")
-    parts += (b"content-length: ", str(len(body)).encode(), b"\r\n")
-    if body:
-        parts.append(b"content-type: application/json\r\n")
     if not keep_alive:
         parts.append(b"connection: close\r\n")
     parts += (b"\r\n", body)

@@ -59,8 +59,8 @@ def uvicorn_server(
         lifespan="on",
         access_log=False,
         log_level=log_level,
-        # Between two requests on one connection; the protocol applies the same before the first one.
-        # uvicorn takes whole seconds here.
+        # uvicorn's keep-alive timer is not armed (transport.py times the wait between requests as the idle
+        # phase, to the limit's own precision); its setting says the same, in the whole seconds it takes.
         timeout_keep_alive=max(1, round(limits.idle_timeout)),
         server_header=False,
         # The API server connects directly: a caller's X-Forwarded-* headers must not change the client

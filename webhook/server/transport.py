@@ -141,8 +141,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # uvicorn's Config takes whole seconds; the limits may be finer.
-        self.timeout_keep_alive = self.limits.idle_timeout  # type: ignore[assignment]
         self._phase_timer: TimerHandle | None = None
         self._deadline: float | None = None
         self._deadline_reason = ""
