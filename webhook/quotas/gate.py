@@ -38,43 +38,41 @@ class QuotaGate(AdmissionGate):
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
-    def _applies(self, request: AdmissionRequest, model: ClusterModel, *, templates: bool = False) -> Tenancy | None:
+    def _applies(self, request: AdmissionRequest, model: ClusterModel, *, templates: bool = False,
+                 tenancy: Tenancy | None = None) -> Tenancy | None:
         """The tenancy when the quota gate holds this request's pods: a pod (or, with `templates`, a workload's
-        pod template) of a tenant with a TenantQuota, in a namespace not deferred to Kueue; else None."""
+        pod template) of a tenant with a TenantQuota, in a namespace not deferred to Kueue; else None. `tenancy`:
+        the request's, when known already (`_tenancy`)."""
         if request.template and not templates:
             return None
-        tenancy = self.runtime.tenancy_of(request, model)
-        if not tenancy.quotas or deferred_to_kueue(self.runtime.config, model.namespace_labels(request.namespace)):
-            return None
-        return tenancy
-
-    def _tenancy(self, request: AdmissionRequest, facts: Facts) -> tuple[Tenancy, bool]:
-        """The request's tenancy, and whether the gate holds its pods (`_applies` but for the template test).
-
-        The tenancy is the one gather found for the facts' own request in the facts' snapshot (a function of the
-        request's namespace and groups and the snapshot: admission never changes a request's namespace or user in
-        place, a changed requester is a new request), where `/validate` asked it three times more; whether the
-        gate holds it is read under the configuration of the moment."""
-        model = facts.model
-        tenancy = facts.tenancy if facts.request is request else None
         if tenancy is None:
             tenancy = self.runtime.tenancy_of(request, model)
-        config = self.runtime.config
-        held = bool(tenancy.quotas) and not deferred_to_kueue(config, model.namespace_labels(request.namespace))
-        return tenancy, held
+        return tenancy if self._holds(request, tenancy, model) else None
+
+    def _holds(self, request: AdmissionRequest, tenancy: Tenancy, model: ClusterModel) -> bool:
+        """Whether the gate holds the pods of `tenancy`, under the configuration of the moment."""
+        return bool(tenancy.quotas) and not deferred_to_kueue(
+            self.runtime.config, model.namespace_labels(request.namespace))
+
+    def _tenancy(self, request: AdmissionRequest, facts: Facts) -> Tenancy:
+        """The request's tenancy: the one gather found for the facts' own request in the facts' snapshot (a
+        function of the request's namespace and groups and the snapshot: admission never changes a request's
+        namespace or user in place, a changed requester is a new request), where `/validate` asked it three times
+        more."""
+        tenancy = facts.tenancy if facts.request is request else None
+        return tenancy if tenancy is not None else self.runtime.tenancy_of(request, facts.model)
 
     def _held(self, request: AdmissionRequest, facts: Facts) -> Tenancy | None:
-        """`_applies(request, facts.model)`, through `_tenancy`."""
+        """`_applies(request, facts.model)` with the tenancy `_tenancy` knows."""
         if request.template:
             return None
-        tenancy, held = self._tenancy(request, facts)
-        return tenancy if held else None
+        return self._applies(request, facts.model, tenancy=self._tenancy(request, facts))
 
     def scheduling_gates(self, request: AdmissionRequest, facts: Facts) -> list[str]:
         asks_gpu = facts.plan.gpu_pod or CLAIM_CHARGING.value.asks_own_devices(
             facts.pod, facts.plan.dra, facts.model.device_classes)
         # A workload's templates carry the gate too, so that their pods pass /mutate unchanged (SPEC section 7).
-        gated = self._applies(request, facts.model, templates=True) is not None
+        gated = self._applies(request, facts.model, templates=True, tenancy=self._tenancy(request, facts)) is not None
         return [QUOTA_GATE] if asks_gpu and (request.operation == "CREATE" or request.template) and gated else []
 
     def advise(self, request: AdmissionRequest, facts: Facts) -> tuple[list[Problem], list[str]]:
@@ -169,11 +167,11 @@ class QuotaGate(AdmissionGate):
         only: the last budget states read, never a wait for Prometheus."""
         if request.template or request.operation != "CREATE" or not facts.plan.gpu_pod:
             return _ALLOW
-        tenancy, held = self._tenancy(request, facts)
+        tenancy = self._tenancy(request, facts)
         if not tenancy.quotas or self.runtime.budgets is None:
             return _ALLOW
         verdict = judge(self.runtime.budgets.states().get(tenancy.tenant))
-        if verdict.effect == "queue" and not held:
+        if verdict.effect == "queue" and not self._holds(request, tenancy, facts.model):
             return BudgetVerdict("allow", verdict.warning, None)
         return verdict
 
