@@ -93,14 +93,16 @@ class Identity:
     def is_controller(self, user: UserInfo) -> bool:
         return user.username in self.controllers
 
-    def _inherited(self, request: AdmissionRequest, obj: dict[str, Any], admitted_owner: bool) -> Requester | None:
+    def signed_for_pod(self, request: AdmissionRequest, obj: dict[str, Any], admitted_owner: bool = True
+                       ) -> Requester | None:
         """The signed requester of `obj`, when the API server's requester may act on it: a controller
         identity writing for an owner whose templates KGWE admits (`admitted_owner`), or the very user
         (name and groups) it names, who gains nothing by it.
 
         A controller also turns templates KGWE never saw into objects (the Kubeflow training operator's
         TFJob and MPIJob, KubeRay's RayService); a signature copied into one of those from another
-        workload of the namespace must not make its pods someone else's."""
+        workload of the namespace must not make its pods someone else's. None: `for_pod`'s answer is the caller
+        (`as_caller`)."""
         view = request.pod if obj is request.object else pod_view(obj)  # the view built at decode
         value = view.annotation(REQUESTED_BY)
         if value is None:
@@ -120,11 +122,6 @@ class Identity:
         caller (who keeps an annotation that names exactly them: a pod made by hand from their template)."""
         return self.signed_for_pod(request, pod, admitted_owner) or Requester(request.user, None, "", False)
 
-    def signed_for_pod(self, request: AdmissionRequest, pod: dict[str, Any], admitted_owner: bool = True
-                       ) -> Requester | None:
-        """`for_pod` when its answer is a signed annotation's; None when it is the caller with none (`as_caller`)."""
-        return self._inherited(request, pod, admitted_owner)
-
     def for_template(
         self,
         request: AdmissionRequest,
@@ -140,7 +137,7 @@ class Identity:
         (scaling a Deployment must not re-attribute, or roll out, its pods). Anyone else who writes a
         template becomes its requester.
         """
-        inherited = self._inherited(request, template, admitted_owner)
+        inherited = self.signed_for_pod(request, template, admitted_owner)
         if inherited is not None:
             return inherited
         if unchanged_from is not None:
