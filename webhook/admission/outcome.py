@@ -31,5 +31,9 @@ class Outcome:
         return base64.b64encode(orjson.dumps(self.patch)).decode("ascii") if self.patch else ""
 
     @classmethod
-    def deny(cls, message: str, code: int = 403, reason: str = "Forbidden") -> Outcome:
-        return cls(allowed=False, code=code, message=message, reason=reason)
+    def deny(cls, message: str, code: int = 403, reason: str = "Forbidden", *, warnings: list[str] | None = None,
+             audit_annotations: dict[str, str] | None = None, object: dict[str, Any] | None = None) -> Outcome:
+        """A refusal; `warnings`, `audit_annotations` and `object`, when given, are its own (not copied)."""
+        return cls(allowed=False, code=code, message=message, reason=reason,
+                   warnings=warnings if warnings is not None else [],
+                   audit_annotations=audit_annotations if audit_annotations is not None else {}, object=object)

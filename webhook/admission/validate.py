@@ -312,9 +312,8 @@ class Validation(FactGathering):
             outcome.audit_annotations["would-deny"] = message[:1024]
             return outcome
         code = 422 if all(reason == "invalid" for reason, _m in problems) else 403
-        # `Outcome.deny(message, code, reason)` with the warnings, audit and object: one Outcome, not two.
-        return Outcome(allowed=False, code=code, message=message, reason="Invalid" if code == 422 else "Forbidden",
-                       warnings=warnings, audit_annotations=audit, object=request.object)
+        return Outcome.deny(message, code, "Invalid" if code == 422 else "Forbidden", warnings=warnings,
+                            audit_annotations=audit, object=request.object)
 
 
 async def _try_on_loop(gate: Gate, deadline: float | None) -> list[Problem] | None:
