@@ -45,10 +45,11 @@ class GangAdvice:
         Remembered for the snapshot (every gang member of a workload asks alike) under all they read besides
         it: the namespace, the gang, its size, the member's GPUs, the plan's types and the pod's node
         constraints (`constraint_signature`: all `candidate_rooms` reads of the pod)."""
+        if not self.concerns(facts):
+            return []
         plan = facts.plan
         size = facts.intent.gang_size
-        if size is None or plan.gang is None or GATE not in plan.scheduling_gates:
-            return []
+        assert size is not None and plan.gang is not None  # what `concerns` holds
         gpus = facts.demand.whole_gpus  # this member's: the controller sizes the gang by its largest member
         key = (facts.request.namespace, plan.gang, size, gpus, tuple(plan.types), constraint_signature(pod))
         memo: dict[Any, tuple[str, ...]] = facts.model.derived.setdefault(_ADVICE, {})
